@@ -1,0 +1,175 @@
+"""One settings class for the whole daemon (pydantic-settings).
+
+Sources, highest priority first: constructor arguments, ``MEMLANE_*`` environment
+variables (nested with ``__``, e.g. ``MEMLANE_EMBEDDING__PROVIDER=ollama``), the YAML
+file ``$MEMLANE_HOME/config.yaml`` (default ``~/.memlane/config.yaml``), then the
+defaults below. Every field has a default and a description; ``memlane config``
+prints the effective values.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from memlane.errors import ConfigError
+
+
+def default_home() -> Path:
+    """The data directory: ``$MEMLANE_HOME`` if set, else ``~/.memlane``."""
+    env = os.environ.get("MEMLANE_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".memlane"
+
+
+class EmbeddingSettings(BaseModel):
+    """Which embedding provider turns text into vectors."""
+
+    provider: Literal["local", "ollama", "openai", "none"] = Field(
+        "local",
+        description="local = all-MiniLM-L6-v2 int8 ONNX shipped in a PyPI package (offline); "
+        "ollama / openai = an HTTP embedding endpoint; none = BM25 only.",
+    )
+    model: str = Field(
+        "all-MiniLM-L6-v2",
+        description="Model name sent to an HTTP provider (ignored by the local provider).",
+    )
+    base_url: str = Field(
+        "",
+        description="HTTP provider base URL; empty = http://127.0.0.1:11434 (ollama) "
+        "or https://api.openai.com/v1 (openai).",
+    )
+    api_key: str = Field("", description="Bearer token for the openai provider (never logged).")
+    dimensions: int = Field(
+        0, ge=0, le=8192, description="Expected vector size for HTTP providers; 0 = learn it from the first reply."
+    )
+    batch_size: int = Field(64, ge=1, le=1024, description="Texts per embedding call during ingest.")
+    timeout_s: float = Field(30.0, gt=0, le=600, description="HTTP provider timeout, seconds.")
+    threads: int = Field(
+        0, ge=0, le=64, description="onnxruntime intra-op threads for the local model; 0 = all cores."
+    )
+
+
+class RecallSettings(BaseModel):
+    """Hybrid recall defaults (memory-pipeline-v2.md 'Decision Stage' merge rule)."""
+
+    alpha: float = Field(0.7, ge=0.0, le=1.0, description="Weight of the vector leg: alpha*vector + (1-alpha)*bm25.")
+    min_score: float = Field(0.0, ge=0.0, le=1.0, description="Results whose final score is below this are dropped.")
+    default_limit: int = Field(10, ge=1, le=1000, description="Results returned when a request names no limit.")
+    candidate_multiplier: int = Field(
+        4, ge=1, le=50, description="Each leg fetches limit x this many candidates before merging."
+    )
+    context_weight: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Weight of a memory's context (its conversational neighbourhood) in both legs: "
+        "the FTS column weight and the share of the context vector in the vector score.",
+    )
+    recency_half_life_days: float = Field(
+        30.0, gt=0, description="Half-life of the recency boost, days."
+    )
+    recency_weight: float = Field(
+        0.0, ge=0.0, le=1.0, description="Maximum multiplicative recency boost (0 = off)."
+    )
+    rehearsal_weight: float = Field(
+        0.05, ge=0.0, le=1.0, description="Maximum multiplicative boost from access_count (rehearsal), log-scaled."
+    )
+    max_query_chars: int = Field(
+        100_000, ge=1, description="Queries longer than this are truncated (never rejected)."
+    )
+
+
+class Settings(BaseSettings):
+    """Every setting memlane reads. Built once by ``memlane.container``; nothing else reads the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMLANE_", env_nested_delimiter="__", extra="ignore", validate_default=True
+    )
+
+    home: Path = Field(default_factory=default_home, description="Data directory (MEMLANE_HOME).")
+    host: str = Field("127.0.0.1", description="Address the daemon binds to.")
+    port: int = Field(7437, ge=1, le=65535, description="TCP port of the daemon.")
+    daemon_url: str = Field(
+        "", description="URL the CLI talks to; empty = http://{host}:{port}."
+    )
+    max_content_chars: int = Field(
+        100_000, ge=1, description="Largest memory content accepted, characters."
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest HTTP request body accepted, bytes."
+    )
+    max_batch: int = Field(1000, ge=1, description="Most memories in one batch remember call.")
+    read_pool_size: int = Field(4, ge=1, le=64, description="Read connections in the pool.")
+    busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy_timeout, ms.")
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."
+    )
+    log_level: str = Field("info", description="Daemon log level.")
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Embedding provider.")
+    recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
+
+    @property
+    def db_path(self) -> Path:
+        """``{home}/memories.db``."""
+        return self.home / "memories.db"
+
+    @property
+    def url(self) -> str:
+        """The daemon URL the CLI uses."""
+        return self.daemon_url or f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, YamlSource(settings_cls))
+
+
+class YamlSource(PydanticBaseSettingsSource):
+    """Reads ``config.yaml`` from the data directory; a missing file is empty, a broken one a ConfigError."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = Path(os.environ.get("MEMLANE_CONFIG", default_home() / "config.yaml")).expanduser()
+        if not path.is_file():
+            return {}
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        # Keys under `memory:` (the seeds' layout) are accepted beside top-level keys.
+        flat = {k: v for k, v in data.items() if k != "memory"}
+        return flat
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the effective Settings, turning pydantic's errors into a ConfigError naming the key.
+
+    Raises:
+        ConfigError: a value is out of range or of the wrong type.
+    """
+    from pydantic import ValidationError as PydValidationError
+
+    try:
+        return Settings(**overrides)
+    except PydValidationError as exc:
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid settings: " + "; ".join(parts)) from exc

@@ -1,0 +1,88 @@
+"""Builds and wires every object from Settings; nothing else reads the configuration.
+
+``open_container(settings)`` opens (and migrates) the database, builds the embedder, loads
+the vector index for the embedder's model from the stored vectors, and returns a
+:class:`Container` holding the services. ``close()`` releases all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from memlane.config import Settings
+from memlane.embedding import build_embedder
+from memlane.embedding.base import Embedder
+from memlane.recall.vector_index import IndexEntry, VectorIndex
+from memlane.services.memory_service import MemoryService
+from memlane.services.recall_service import RecallService
+from memlane.storage import memories as mem_sql
+from memlane.storage.db import Database
+from memlane.storage.migrations import migrate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Container:
+    """Every long-lived object of one daemon (or one CLI run on a data directory)."""
+
+    settings: Settings
+    db: Database
+    embedder: Embedder | None
+    memories: MemoryService
+    recall: RecallService
+
+    def close(self) -> None:
+        """Finish queued writes and close the database and the embedder."""
+        self.db.close()
+        if self.embedder is not None:
+            self.embedder.close()
+
+
+def load_index(db: Database, model_id: str) -> VectorIndex | None:
+    """The vector index of ``model_id`` built from stored vectors (None when there are none)."""
+    rows = db.read(lambda c: list(mem_sql.index_rows(c, model_id)))
+    index: VectorIndex | None = None
+    for r in rows:
+        if r.content_vector is None:
+            continue
+        cv = np.frombuffer(r.content_vector, dtype="<f4")
+        if index is None:
+            index = VectorIndex(model_id, cv.shape[0])
+        if cv.shape[0] != index.dimensions:
+            log.warning("skipping vector of memory %s: %d dims, index has %d", r.id, cv.shape[0], index.dimensions)
+            continue
+        xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
+        if xv is not None and xv.shape[0] != index.dimensions:
+            xv = None
+        index.upsert(IndexEntry(r.seq, r.project, r.type, r.created_at, r.is_deleted, cv, xv))
+    return index
+
+
+def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False) -> Container:
+    """Open the data directory of ``settings`` and wire the services.
+
+    Args:
+        settings: the effective settings.
+        embedder: use this embedder instead of building one from settings (shared by benchmarks
+            that open many stores).
+        warmup: load the local embedding model now rather than on the first call.
+
+    Raises:
+        StorageError: the database cannot be opened or migrated.
+    """
+    settings.home.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_path, read_pool_size=settings.read_pool_size,
+                  busy_timeout_ms=settings.busy_timeout_ms, synchronous=settings.sqlite_synchronous)
+    migrate(db)
+    emb = embedder if embedder is not None else build_embedder(settings.embedding)
+    if warmup and emb is not None and hasattr(emb, "warmup"):
+        emb.warmup()
+    index = load_index(db, emb.model_id) if emb is not None else None
+    memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
+                             embed_batch=settings.embedding.batch_size)
+    recall = RecallService(memories, settings.recall)
+    return Container(settings, db, emb, memories, recall)

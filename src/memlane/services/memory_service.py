@@ -1,0 +1,381 @@
+"""Writing and reading memories: remember (single and batch), get, update, delete, recover,
+history, list and stats.
+
+Write path (ARCHITECTURE "The three paths", 1): normalise and hash (memory-pipeline-v2.md
+"Content Normalization") -> embed what has no vector yet, in batches, *outside* the write
+lock -> one write transaction per chunk (memory rows, FTS by trigger, history rows, vectors)
+-> the in-memory vector index follows the commit. An exact duplicate (same content_hash as
+a live memory) returns the existing id with status ``deduplicated`` and a history row.
+An embedding failure never loses the write: the memory is stored without a vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from memlane.embedding.base import Embedder
+from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
+from memlane.normalize import content_hash, normalize_and_hash
+from memlane.recall.vector_index import IndexEntry, VectorIndex
+from memlane.services.clock import now_iso, parse_iso
+from memlane.services.inputs import RememberInput, RememberResult
+from memlane.services.validation import MAX_SHORT_CHARS, check_text, check_unit
+from memlane.storage import embeddings as emb_sql
+from memlane.storage import memories as mem_sql
+from memlane.storage.db import Database
+from memlane.storage.models import HistoryEntry, Memory, NewMemory
+
+log = logging.getLogger(__name__)
+
+#: Memories per write transaction during a batch remember.
+WRITE_CHUNK = 256
+
+
+def context_text(content: str, context: str) -> str:
+    """The text embedded for a memory's context vector: its context, then its content."""
+    return f"{context}\n{content}"
+
+
+class MemoryService:
+    """The memory store's behaviour over one database, one embedder and its vector index.
+
+    Args:
+        db: the database (migrated).
+        embedder: the embedding provider, or None for BM25-only.
+        index: the vector index for ``embedder.model_id`` (None when there is no embedder).
+        max_content_chars: largest accepted content, characters.
+        embed_batch: texts per embedding call.
+    """
+
+    def __init__(self, db: Database, embedder: Embedder | None, index: VectorIndex | None,
+                 *, max_content_chars: int = 100_000, embed_batch: int = 64) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.index = index
+        self.max_content_chars = max_content_chars
+        self.embed_batch = embed_batch
+
+    # -- validation ----------------------------------------------------------------------
+    def _validate(self, item: RememberInput) -> RememberInput:
+        check_text(item.content, "content", max_chars=self.max_content_chars)
+        check_text(item.type, "type", max_chars=MAX_SHORT_CHARS)
+        check_unit(item.importance, "importance")
+        check_unit(item.confidence, "confidence")
+        for name in ("project", "who", "why", "source_type", "source_id"):
+            value = getattr(item, name)
+            if value is not None:
+                check_text(value, name, max_chars=MAX_SHORT_CHARS, allow_empty=True)
+        for tag in item.tags:
+            check_text(tag, "tags[]", max_chars=MAX_SHORT_CHARS)
+        if item.context is not None:
+            check_text(item.context, "context", max_chars=self.max_content_chars, allow_empty=True)
+        if not isinstance(item.metadata, dict):
+            raise ValidationError("metadata: expected an object", details={"field": "metadata"})
+        created = parse_iso(item.created_at, "created_at") if item.created_at else None
+        if not normalize_and_hash(item.content).storage_content:
+            raise ValidationError("content: must not be empty", details={"field": "content"})
+        return replace(item, created_at=created, context=(item.context or None))
+
+    # -- embedding (never under the write lock) -----------------------------------------
+    def _embed_missing(self, texts: dict[str, str], progress: Callable[[int], None] | None = None
+                       ) -> dict[str, np.ndarray]:
+        """Vectors for ``hash -> text``: existing ones read from the DB, the rest embedded in batches.
+
+        Raises:
+            EmbeddingError: the provider failed.
+        """
+        if self.embedder is None or not texts:
+            return {}
+        model = self.embedder.model_id
+        have = self.db.read(lambda c: emb_sql.get_vectors(c, list(texts), model))
+        todo = [(h, t) for h, t in texts.items() if h not in have]
+        out = dict(have)
+        for start in range(0, len(todo), self.embed_batch):
+            chunk = todo[start:start + self.embed_batch]
+            vecs = self.embedder.embed([t for _, t in chunk])
+            for (h, _), v in zip(chunk, vecs):
+                out[h] = np.asarray(v, dtype=np.float32)
+            if progress:
+                progress(len(chunk))
+        return out
+
+    def _ensure_index(self, dims: int) -> VectorIndex | None:
+        if self.embedder is None:
+            return None
+        if self.index is None:
+            self.index = VectorIndex(self.embedder.model_id, dims)
+        return self.index
+
+    # -- remember ------------------------------------------------------------------------
+    def remember(self, item: RememberInput) -> RememberResult:
+        """Store one memory (see :meth:`remember_many`)."""
+        return self.remember_many([item])[0]
+
+    def remember_many(self, items: Sequence[RememberInput],
+                      progress: Callable[[int], None] | None = None) -> list[RememberResult]:
+        """Store memories; returns one result per input, in order.
+
+        ``progress(n)`` is called as n more inputs are committed.
+
+        Raises:
+            ValidationError / PayloadTooLarge: an input is unacceptable (nothing is written).
+        """
+        items = [self._validate(i) for i in items]
+        prepared = []
+        for it in items:
+            nc = normalize_and_hash(it.content)
+            ctx_hash = content_hash(context_text(nc.storage_content, it.context)) if it.context else None
+            prepared.append((it, nc, ctx_hash))
+        results: list[RememberResult] = []
+        for start in range(0, len(prepared), WRITE_CHUNK):
+            chunk = prepared[start:start + WRITE_CHUNK]
+            texts: dict[str, str] = {}
+            for it, nc, ch in chunk:
+                texts.setdefault(nc.content_hash, nc.storage_content)
+                if ch:
+                    texts.setdefault(ch, context_text(nc.storage_content, it.context or ""))
+            try:
+                vectors = self._embed_missing(texts)
+            except EmbeddingError as exc:
+                log.warning("embedding failed, storing %d memories without vectors: %s", len(chunk), exc)
+                vectors = {}
+            results.extend(self._write_chunk(chunk, vectors))
+            if progress:
+                progress(len(chunk))
+        return results
+
+    def _write_chunk(self, chunk: list, vectors: dict[str, np.ndarray]) -> list[RememberResult]:
+        model = self.embedder.model_id if self.embedder else None
+        now = now_iso()
+
+        def job(conn: sqlite3.Connection) -> tuple[list[RememberResult], list[IndexEntry]]:
+            results, entries = [], []
+            if vectors and model:
+                emb_sql.upsert(conn, vectors.items(), model, now)
+            for it, nc, ch in chunk:
+                existing = mem_sql.find_live_by_hash(conn, nc.content_hash)
+                if existing is not None:
+                    mem_sql.add_history(conn, existing.id, "deduplicated", new_content=nc.storage_content,
+                                        who=it.who, why=it.why, at=now,
+                                        changes={"source_type": it.source_type, "source_id": it.source_id})
+                    results.append(RememberResult(existing.id, "deduplicated", nc.content_hash,
+                                                  existing.embedding_model is not None))
+                    continue
+                embedded = nc.content_hash in vectors
+                new = NewMemory(
+                    id=str(uuid.uuid4()), type=it.type, content=nc.storage_content,
+                    normalized_content=nc.normalized_content, content_hash=nc.content_hash,
+                    context=it.context, context_hash=ch, importance=it.importance,
+                    confidence=it.confidence, project=it.project, tags=tuple(it.tags),
+                    metadata=dict(it.metadata), who=it.who, why=it.why, source_type=it.source_type,
+                    source_id=it.source_id, created_at=it.created_at or now, pinned=it.pinned,
+                    embedding_model=model if embedded else None,
+                )
+                seq = mem_sql.insert(conn, new)
+                mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=it.who,
+                                    why=it.why, at=now)
+                results.append(RememberResult(new.id, "created", nc.content_hash, embedded))
+                if embedded:
+                    entries.append(IndexEntry(seq, new.project, new.type, new.created_at, False,
+                                              vectors[nc.content_hash], vectors.get(ch) if ch else None))
+            return results, entries
+
+        results, entries = self.db.write(job)
+        if entries:
+            index = self._ensure_index(entries[0].content_vector.shape[0])
+            for e in entries:
+                index.upsert(e)
+        return results
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, memory_id: str) -> Memory:
+        """The memory with this id, deleted or not.
+
+        Raises:
+            NotFound: no memory has this id.
+        """
+        m = self.db.read(lambda c: mem_sql.get(c, memory_id))
+        if m is None:
+            raise NotFound(f"no memory with id {memory_id!r:.80}", details={"id": memory_id[:80]})
+        return m
+
+    def history(self, memory_id: str) -> list[HistoryEntry]:
+        """Every create, update, delete, recover and dedup event of a memory, oldest first.
+
+        Raises:
+            NotFound: no memory has this id.
+        """
+        self.get(memory_id)
+        return self.db.read(lambda c: mem_sql.history(c, memory_id))
+
+    def list(self, *, limit: int = 50, offset: int = 0, project: str | None = None,
+             type_: str | None = None, include_deleted: bool = False, order: str = "newest"
+             ) -> tuple[list[Memory], int]:
+        """A page of memories and the total matching count."""
+        return self.db.read(lambda c: mem_sql.list_page(
+            c, limit=limit, offset=offset, project=project, type_=type_,
+            include_deleted=include_deleted, order=order))
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by state, type, project and embedding model, plus vectors per model."""
+        s = self.db.read(mem_sql.stats)
+        s["vectors_by_model"] = self.db.read(emb_sql.count)
+        s["embedding_model"] = self.embedder.model_id if self.embedder else None
+        s["indexed"] = len(self.index) if self.index is not None else 0
+        return s
+
+    # -- update / delete / recover --------------------------------------------------------
+    def update(self, memory_id: str, patch: dict[str, Any], *, who: str | None = None,
+               why: str | None = None) -> Memory:
+        """Change fields of a live memory; a content change re-normalises, re-hashes and re-embeds.
+
+        Patchable: content, context, type, importance, confidence, project, tags, metadata, pinned.
+
+        Raises:
+            NotFound: unknown id. Conflict: the memory is deleted, or the new content duplicates
+            another live memory. ValidationError: a bad value or an unknown field.
+        """
+        allowed = {"content", "context", "type", "importance", "confidence", "project", "tags",
+                   "metadata", "pinned"}
+        unknown = set(patch) - allowed
+        if unknown:
+            raise ValidationError(f"cannot patch {sorted(unknown)}; patchable: {sorted(allowed)}")
+        current = self.get(memory_id)
+        if current.is_deleted:
+            raise Conflict("memory is deleted; recover it first", details={"id": memory_id})
+        fields: dict[str, Any] = {}
+        for key, value in patch.items():
+            if key in ("importance", "confidence"):
+                fields[key] = check_unit(value, key)
+            elif key in ("type", "project"):
+                if value is not None or key == "type":
+                    check_text(value, key, max_chars=MAX_SHORT_CHARS)
+                fields[key] = value
+            elif key == "tags":
+                if not isinstance(value, (list, tuple)):
+                    raise ValidationError("tags: expected a list of strings")
+                fields[key] = tuple(check_text(t, "tags[]", max_chars=MAX_SHORT_CHARS) for t in value)
+            elif key == "metadata":
+                if not isinstance(value, dict):
+                    raise ValidationError("metadata: expected an object")
+                fields[key] = value
+            elif key == "pinned":
+                fields[key] = bool(value)
+            elif key == "context":
+                if value is not None:
+                    check_text(value, "context", max_chars=self.max_content_chars, allow_empty=True)
+                fields[key] = value or None
+        content = current.content
+        if "content" in patch:
+            check_text(patch["content"], "content", max_chars=self.max_content_chars)
+            nc = normalize_and_hash(patch["content"])
+            if not nc.storage_content:
+                raise ValidationError("content: must not be empty")
+            content = nc.storage_content
+            fields.update(content=nc.storage_content, normalized_content=nc.normalized_content,
+                          content_hash=nc.content_hash)
+        context = fields.get("context", current.context) if "context" in fields else current.context
+        ch = content_hash(context_text(content, context)) if context else None
+        if "content" in fields or "context" in fields:
+            fields["context_hash"] = ch
+        texts = {}
+        if "content_hash" in fields:
+            texts[fields["content_hash"]] = content
+        if ch and "context_hash" in fields:
+            texts[ch] = context_text(content, context or "")
+        try:
+            vectors = self._embed_missing(texts)
+        except EmbeddingError as exc:
+            log.warning("embedding failed on update of %s: %s", memory_id, exc)
+            vectors = {}
+        model = self.embedder.model_id if self.embedder else None
+        if "content_hash" in fields:
+            fields["embedding_model"] = model if fields["content_hash"] in vectors else None
+        now = now_iso()
+        changes = {k: [_plain(getattr(current, k)), _plain(v)] for k, v in fields.items()
+                   if k not in ("normalized_content", "content_hash", "context_hash", "embedding_model")
+                   and _plain(getattr(current, k)) != _plain(v)}
+
+        def job(conn: sqlite3.Connection) -> Memory:
+            if "content_hash" in fields:
+                other = mem_sql.find_live_by_hash(conn, fields["content_hash"])
+                if other is not None and other.id != memory_id:
+                    raise Conflict("another live memory already has this content",
+                                   details={"id": memory_id, "duplicate_of": other.id})
+            if vectors and model:
+                emb_sql.upsert(conn, vectors.items(), model, now)
+            mem_sql.update_fields(conn, memory_id, fields, now)
+            mem_sql.add_history(conn, memory_id, "updated", old_content=current.content,
+                                new_content=content, changes=changes, who=who, why=why, at=now)
+            return mem_sql.get(conn, memory_id)  # type: ignore[return-value]
+
+        updated = self.db.write(job)
+        self._reindex(updated)
+        return updated
+
+    def _reindex(self, m: Memory) -> None:
+        if self.embedder is None:
+            return
+        model = self.embedder.model_id
+        hashes = [m.content_hash] + ([m.context_hash] if m.context_hash else [])
+        vecs = self.db.read(lambda c: emb_sql.get_vectors(c, hashes, model))
+        cv = vecs.get(m.content_hash)
+        if cv is None:
+            if self.index is not None:
+                self.index.upsert(IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, None, None))
+            return
+        index = self._ensure_index(cv.shape[0])
+        index.upsert(IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, cv,
+                                vecs.get(m.context_hash) if m.context_hash else None))
+
+    def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
+        """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.
+
+        Raises:
+            NotFound: unknown id. Conflict: already deleted.
+        """
+        return self._set_deleted(memory_id, True, who, why)
+
+    def recover(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
+        """Undo a soft delete.
+
+        Raises:
+            NotFound: unknown id. Conflict: not deleted, or a live memory now has the same content.
+        """
+        return self._set_deleted(memory_id, False, who, why)
+
+    def _set_deleted(self, memory_id: str, deleted: bool, who: str | None, why: str | None) -> Memory:
+        self.get(memory_id)
+        now = now_iso()
+
+        def job(conn: sqlite3.Connection) -> Memory:
+            m = mem_sql.get(conn, memory_id)
+            if m is None:
+                raise NotFound(f"no memory with id {memory_id!r:.80}")
+            if m.is_deleted == deleted:
+                raise Conflict(f"memory is already {'deleted' if deleted else 'live'}", details={"id": memory_id})
+            if not deleted:
+                other = mem_sql.find_live_by_hash(conn, m.content_hash)
+                if other is not None:
+                    raise Conflict("a live memory with the same content exists; cannot recover",
+                                   details={"id": memory_id, "duplicate_of": other.id})
+            mem_sql.set_deleted(conn, memory_id, deleted, now)
+            mem_sql.add_history(conn, memory_id, "deleted" if deleted else "recovered",
+                                old_content=m.content, who=who, why=why, at=now)
+            return mem_sql.get(conn, memory_id)  # type: ignore[return-value]
+
+        m = self.db.write(job)
+        if self.index is not None:
+            self.index.set_deleted(m.seq, deleted)
+        return m
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value

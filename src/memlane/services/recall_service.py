@@ -1,0 +1,137 @@
+"""Hybrid recall: BM25 leg + vector leg, merged, boosted, cut and ranked.
+
+ARCHITECTURE "The three paths", 2: query embedding -> FTS5 BM25 candidates and exact vector
+KNN candidates -> merge (``alpha * vector + (1 - alpha) * bm25``, see ``recall.hybrid``) ->
+rehearsal and recency boosts -> ``min_score`` cut -> top ``limit``. Returned memories get
+their access_count bumped (rehearsal) in a background write, unless ``touch`` is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+
+from memlane.config import RecallSettings
+from memlane.embedding.base import Embedder
+from memlane.errors import EmbeddingError, ValidationError
+from memlane.recall.hybrid import boost, merge
+from memlane.recall.vector_index import VectorIndex
+from memlane.services.clock import age_days, now_iso, parse_iso
+from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
+from memlane.services.memory_service import MemoryService
+from memlane.services.validation import MAX_SHORT_CHARS, check_text, clean_query
+from memlane.storage import fts
+from memlane.storage import memories as mem_sql
+
+log = logging.getLogger(__name__)
+
+#: Characters of a query sent to the embedder (the model reads at most 256 tokens anyway).
+EMBED_QUERY_CHARS = 4000
+
+#: Largest ``limit`` a recall may ask for.
+MAX_LIMIT = 1000
+
+
+class RecallService:
+    """Recall over the memory store.
+
+    Args:
+        memories: the memory service (its database, embedder and vector index are shared).
+        settings: recall defaults (alpha, min_score, boosts, candidate multiplier).
+    """
+
+    def __init__(self, memories: MemoryService, settings: RecallSettings) -> None:
+        self.memories = memories
+        self.settings = settings
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return self.memories.embedder
+
+    @property
+    def index(self) -> VectorIndex | None:
+        return self.memories.index
+
+    def recall(self, q: RecallQuery) -> RecallResult:
+        """Run one recall.
+
+        Any string is a valid query (empty, quotes, FTS operators, 100 KB: truncated to
+        ``max_query_chars``). An empty query returns no hits.
+
+        Raises:
+            ValidationError: limit outside [1, 1000], alpha or min_score outside [0, 1],
+            a bad timestamp or filter string.
+        """
+        t0 = time.perf_counter()
+        s = self.settings
+        if not isinstance(q.limit, int) or isinstance(q.limit, bool) or not 1 <= q.limit <= MAX_LIMIT:
+            raise ValidationError(f"limit: must be an integer in [1, {MAX_LIMIT}]", details={"field": "limit"})
+        alpha = s.alpha if q.alpha is None else q.alpha
+        min_score = s.min_score if q.min_score is None else q.min_score
+        for name, v in (("alpha", alpha), ("min_score", min_score)):
+            if not 0.0 <= v <= 1.0:
+                raise ValidationError(f"{name}: must be in [0, 1]", details={"field": name})
+        if q.project is not None:
+            check_text(q.project, "project", max_chars=MAX_SHORT_CHARS, allow_empty=True)
+        for t in q.types:
+            check_text(t, "types[]", max_chars=MAX_SHORT_CHARS)
+        filters = fts.Filters(
+            project=q.project, types=tuple(q.types),
+            since=parse_iso(q.since, "since") if q.since else None,
+            until=parse_iso(q.until, "until") if q.until else None,
+            include_deleted=q.include_deleted,
+        )
+        now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(timezone.utc)
+        text = clean_query(q.query, s.max_query_chars)
+        if not text.strip():
+            return RecallResult([], (), (time.perf_counter() - t0) * 1000)
+
+        n_cand = max(q.limit * s.candidate_multiplier, 50)
+        legs: list[str] = []
+        vector_scores: dict[int, float] | None = None
+        qv = None
+        if self.embedder is not None and self.index is not None and len(self.index):
+            try:
+                qv = self.embedder.embed([text[:EMBED_QUERY_CHARS]])[0]
+            except EmbeddingError as exc:
+                log.warning("query embedding failed, BM25 only: %s", exc)
+        bm25_scores: dict[int, float] | None = None
+        if fts.match_expression(text) is not None:
+            rows = self.memories.db.read(lambda c: fts.search(
+                c, text, limit=n_cand, filters=filters, context_weight=s.context_weight))
+            bm25_scores = dict(rows)
+            legs.append("bm25")
+        if qv is not None:
+            top = self.index.search(qv, n_cand, filters, s.context_weight)  # type: ignore[union-attr]
+            vector_scores = dict(top)
+            if bm25_scores:
+                missing = [x for x in bm25_scores if x not in vector_scores]
+                vector_scores.update(self.index.score_of(qv, missing, s.context_weight))  # type: ignore[union-attr]
+            legs.append("vector")
+
+        merged = merge(vector_scores, bm25_scores, alpha)
+        if not merged:
+            return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
+        rows = self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, list(merged)))
+        hits: list[RecallHit] = []
+        for seq, (score, leg) in merged.items():
+            m = rows.get(seq)
+            if m is None:
+                continue
+            final = boost(score, access_count=m.access_count, age_days=age_days(m.created_at, now),
+                          rehearsal_weight=s.rehearsal_weight, recency_weight=s.recency_weight,
+                          recency_half_life_days=s.recency_half_life_days)
+            if final <= 0.0 or final < min_score:
+                continue
+            hits.append(RecallHit(m, final, leg.vector, leg.bm25))
+        hits.sort(key=lambda h: (-h.score, -h.memory.seq))
+        hits = hits[: q.limit]
+        if q.touch and hits:
+            self._touch([h.memory.id for h in hits])
+        return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
+
+    def _touch(self, ids: list[str]) -> None:
+        at = now_iso()
+        fut = self.memories.db.submit(lambda c: mem_sql.touch(c, ids, at))
+        fut.add_done_callback(lambda f: f.exception() and log.warning("touch failed: %s", f.exception()))

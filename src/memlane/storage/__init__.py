@@ -1,0 +1,15 @@
+"""Storage layer: SQL only, returns frozen dataclasses.
+
+Modules:
+    db          connections, the single writer thread and the reader pool.
+    migrations  named, ordered schema migrations.
+    models      frozen dataclasses (Memory, HistoryEntry, NewMemory, IndexRow).
+    memories    SQL for memories, memory_history and the vector-index load.
+    embeddings  SQL for the embeddings table.
+    fts         FTS5 queries (BM25 leg), with query sanitisation.
+"""
+
+from memlane.storage.db import Database
+from memlane.storage.migrations import migrate
+
+__all__ = ["Database", "migrate"]

@@ -1,0 +1,184 @@
+"""SQLite connections: one writer thread fed by one queue, and a pool of readers (WAL).
+
+The pattern of datasette: every write job runs on the single write connection, each under
+``BEGIN IMMEDIATE``, its result handed back through a future; reads borrow a connection
+from a fixed pool. PRAGMAs: ``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``,
+``synchronous`` configurable (FULL by default: an acknowledged write survives power loss,
+not only a process kill).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from memlane.errors import StorageError
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False,
+            synchronous: str = "FULL") -> sqlite3.Connection:
+    """Open one connection with memlane's PRAGMAs.
+
+    Args:
+        path: the database file (created unless ``read_only``).
+        busy_timeout_ms: how long a blocked statement waits for a lock, ms.
+        read_only: open with ``mode=ro`` and ``query_only``.
+        synchronous: ``FULL`` or ``NORMAL``.
+
+    Raises:
+        StorageError: the file cannot be opened.
+    """
+    try:
+        if read_only:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                   isolation_level=None)
+        else:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not read_only:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous.upper() == 'NORMAL' else 'FULL'}")
+        else:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot open database {path}: {exc}") from exc
+
+
+class Database:
+    """The single writer and the reader pool over one SQLite file.
+
+    Args:
+        path: database file; its directory is created.
+        read_pool_size: number of reader connections.
+        busy_timeout_ms: SQLite busy_timeout, ms.
+        synchronous: ``FULL`` (default) or ``NORMAL``.
+
+    ``write(fn)`` runs ``fn(conn)`` on the writer thread inside ``BEGIN IMMEDIATE`` and commits
+    (rolls back if ``fn`` raises, re-raising it in the caller). ``read(fn)`` runs ``fn(conn)``
+    on a pooled reader in the calling thread.
+    """
+
+    def __init__(self, path: Path | str, *, read_pool_size: int = 4, busy_timeout_ms: int = 5000,
+                 synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy = busy_timeout_ms
+        self._writer_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self._jobs: queue.Queue = queue.Queue()
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name="memlane-writer", daemon=True)
+        self._writer.start()
+        self._pool: queue.Queue[sqlite3.Connection] = queue.Queue()
+        self._readers: list[sqlite3.Connection] = []
+        for _ in range(read_pool_size):
+            conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+            conn.execute("PRAGMA query_only = ON")
+            self._readers.append(conn)
+            self._pool.put(conn)
+
+    # -- writes ------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        conn = self._writer_conn
+        while True:
+            item = self._jobs.get()
+            if item is _STOP:
+                break
+            fn, fut = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except BaseException as exc:  # handed to the caller
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future:
+        """Queue a write job without waiting; returns its future.
+
+        Raises:
+            StorageError: the database is closed.
+        """
+        if self._closed:
+            raise StorageError("database is closed")
+        fut: Future = Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer; wait for it.
+
+        Raises:
+            whatever ``fn`` raises (after rollback); StorageError for SQLite failures.
+        """
+        try:
+            return self.submit(fn).result()
+        except sqlite3.Error as exc:
+            raise StorageError(f"write failed: {exc}") from exc
+
+    # -- reads -------------------------------------------------------------------------
+    @contextmanager
+    def reader(self) -> Iterator[sqlite3.Connection]:
+        """Borrow a read connection (``query_only``) for the duration of the block."""
+        if self._closed:
+            raise StorageError("database is closed")
+        conn = self._pool.get()
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._pool.put(conn)
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on a pooled reader.
+
+        Raises:
+            StorageError: SQLite failed.
+        """
+        with self.reader() as conn:
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise StorageError(f"read failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Finish queued writes, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(_STOP)
+        self._writer.join(timeout=30)
+        try:
+            self._writer_conn.execute("PRAGMA optimize")
+        except sqlite3.Error:
+            pass
+        self._writer_conn.close()
+        for conn in self._readers:
+            conn.close()

@@ -1,0 +1,111 @@
+"""Frozen dataclasses returned by the storage layer (no sqlite3.Row leaves storage)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One row of ``memories``. Timestamps are ISO-8601 UTC strings."""
+
+    seq: int
+    id: str
+    type: str
+    content: str
+    normalized_content: str
+    content_hash: str
+    context: str | None
+    context_hash: str | None
+    importance: float
+    confidence: float
+    project: str | None
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    who: str | None
+    why: str | None
+    source_type: str | None
+    source_id: str | None
+    created_at: str
+    updated_at: str
+    last_accessed: str | None
+    access_count: int
+    pinned: bool
+    is_deleted: bool
+    deleted_at: str | None
+    superseded_by: str | None
+    embedding_model: str | None
+    extraction_status: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Memory":
+        """Build from a ``SELECT * FROM memories`` row."""
+        d = dict(row)
+        d["tags"] = tuple(json.loads(d["tags"] or "[]"))
+        d["metadata"] = json.loads(d["metadata"] or "{}")
+        d["pinned"] = bool(d["pinned"])
+        d["is_deleted"] = bool(d["is_deleted"])
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One row of ``memory_history``."""
+
+    id: int
+    memory_id: str
+    event: str
+    old_content: str | None
+    new_content: str | None
+    changes: dict[str, Any]
+    who: str | None
+    why: str | None
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "HistoryEntry":
+        d = dict(row)
+        d["changes"] = json.loads(d["changes"] or "{}")
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A memory ready to insert: already normalized and hashed by the service."""
+
+    id: str
+    type: str
+    content: str
+    normalized_content: str
+    content_hash: str
+    context: str | None = None
+    context_hash: str | None = None
+    importance: float = 0.5
+    confidence: float = 1.0
+    project: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    who: str | None = None
+    why: str | None = None
+    source_type: str | None = None
+    source_id: str | None = None
+    created_at: str = ""
+    pinned: bool = False
+    embedding_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the in-memory vector index needs of one memory (see recall.vector_index)."""
+
+    seq: int
+    id: str
+    project: str | None
+    type: str
+    created_at: str
+    is_deleted: bool
+    content_vector: bytes | None
+    context_vector: bytes | None
