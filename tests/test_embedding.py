@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from memlane.config import EmbeddingSettings
+from memlane.embedding.local_onnx import SUB_BATCH, sub_batches
 from memlane.embedding import (
     Embedder,
     LocalOnnxEmbedder,
@@ -103,14 +104,28 @@ def test_local_truncates_at_max_length(local: LocalOnnxEmbedder) -> None:
         short.close()
 
 
+def test_sub_batches_cover_every_text_once_and_group_similar_lengths() -> None:
+    lengths = np.array([256, 3, 12, 2, 14, 256, 40] + [10] * 70)
+    groups = sub_batches(lengths)
+    flat = [i for g in groups for i in g]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert all(1 <= len(g) <= SUB_BATCH for g in groups)
+    widths = [max(lengths[g]) for g in groups]
+    assert widths == sorted(widths)
+    # the two long texts are not padded together with the short ones
+    assert sorted(groups[-1]) == [0, 5]
+    assert sub_batches(np.array([], dtype=int)) == []
+
+
 def test_local_thread_safe(local: LocalOnnxEmbedder) -> None:
-    expected = local.embed(MIXED)
+    texts = MIXED[:8]
+    expected = local.embed(texts)
     results: list[np.ndarray] = []
     errors: list[BaseException] = []
 
     def work() -> None:
         try:
-            results.append(local.embed(MIXED))
+            results.append(local.embed(texts))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -201,7 +216,7 @@ def server() -> Iterator[Loopback]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
     try:

@@ -173,3 +173,12 @@ def load_settings(**overrides: Any) -> Settings:
     except PydValidationError as exc:
         parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError("invalid settings: " + "; ".join(parts)) from exc
+
+
+def public_settings(settings: Settings) -> dict[str, Any]:
+    """The settings as JSON-able data with secrets (API keys) masked."""
+    data = settings.model_dump(mode="json")
+    if data.get("embedding", {}).get("api_key"):
+        data["embedding"]["api_key"] = "***"
+    data["db_path"] = str(settings.db_path)
+    return data

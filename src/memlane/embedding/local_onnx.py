@@ -28,8 +28,12 @@ from memlane.errors import EmbeddingError
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSIONS = 384
-#: Texts per onnxruntime run; texts are sorted by token count first, so padding is minimal.
+#: Most texts per onnxruntime run; texts are sorted by token count first, so padding is minimal.
 SUB_BATCH = 32
+#: A sub-batch is cut early when its padding would exceed this share of its real tokens
+#: (plus :data:`PAD_SLACK` tokens), so one long text does not make short ones pay for its width.
+PAD_SHARE = 0.25
+PAD_SLACK = 32
 #: Position embeddings of the model.
 MAX_POSITIONS = 512
 _TOKENIZER_PARTS = ("embeddings", "data", MODEL_ID, "tokenizer.json")
@@ -70,6 +74,30 @@ def model_path() -> Path:
             f"{MODEL_ID}: model file {path} has {path.stat().st_size} bytes, expected {expected}"
         )
     return path
+
+
+def sub_batches(lengths: np.ndarray) -> list[list[int]]:
+    """Indices of ``lengths`` (token counts, shape ``[n]``) grouped into onnxruntime runs.
+
+    Sorted by length, at most :data:`SUB_BATCH` per group, and a group is closed before
+    its padding (``count * longest - sum``) would pass ``PAD_SHARE * sum + PAD_SLACK`` tokens.
+    """
+    groups: list[list[int]] = []
+    chunk: list[int] = []
+    real = 0
+    for i in np.argsort(lengths, kind="stable").tolist():
+        width = int(lengths[i])
+        padded = (len(chunk) + 1) * width
+        if chunk and (
+            len(chunk) == SUB_BATCH or padded - (real + width) > PAD_SHARE * (real + width) + PAD_SLACK
+        ):
+            groups.append(chunk)
+            chunk, real = [], 0
+        chunk.append(i)
+        real += width
+    if chunk:
+        groups.append(chunk)
+    return groups
 
 
 class LocalOnnxEmbedder:
@@ -146,8 +174,8 @@ class LocalOnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` (each a ``str``; longer than ``max_length`` tokens is truncated).
 
-        Texts are sorted by token count and run in sub-batches of up to 32, then put back
-        in input order.
+        Texts are sorted by token count and run in sub-batches of up to 32 texts of similar
+        length (:func:`sub_batches`), then put back in input order.
 
         Returns:
             float32 array ``[len(texts), 384]``, unit-norm rows; ``[0, 384]`` for no texts.
@@ -165,10 +193,8 @@ class LocalOnnxEmbedder:
         tokenizer, session = self._load()
         encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
-        order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        for start in range(0, len(texts), SUB_BATCH):
-            chunk = order[start : start + SUB_BATCH]
+        for chunk in sub_batches(lengths):
             out[chunk] = self._run(session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
         return out
 

@@ -1,0 +1,184 @@
+"""Pydantic request and response models: the HTTP edge only (services use dataclasses).
+
+Requests are strict (no silent type coercion) and forbid unknown fields, so a typo or a
+wrong type is a 422 naming the field rather than a silently ignored value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.services.inputs import RecallHit, RememberInput, RememberResult
+from memlane.storage.models import HistoryEntry, Memory
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class MemoryIn(_Strict):
+    """One memory to remember."""
+
+    content: str = Field(..., description="The memory text (normalised: whitespace collapsed).")
+    type: str = Field("fact", description="Memory type, e.g. fact, preference, decision, constraint.")
+    importance: float = Field(0.5, description="Importance in [0, 1].")
+    confidence: float = Field(1.0, description="Confidence in [0, 1].")
+    project: str | None = Field(None, description="Project scope; null = global.")
+    tags: list[str] = Field(default_factory=list, description="Free tags.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free JSON metadata.")
+    who: str | None = Field(None, description="Who wrote it (agent, user, tool).")
+    why: str | None = Field(None, description="Why it was written.")
+    source_type: str | None = Field(None, description="Kind of source (session, document, import...).")
+    source_id: str | None = Field(None, description="Id within the source.")
+    created_at: str | None = Field(None, description="ISO-8601 creation time; default now.")
+    pinned: bool = Field(False, description="Pinned memories are always candidates for injection.")
+    context: str | None = Field(
+        None, description="Surrounding text (e.g. preceding turns), indexed for recall but not part of the memory.")
+
+    def to_input(self) -> RememberInput:
+        d = self.model_dump()
+        d["tags"] = tuple(d["tags"])
+        return RememberInput(**d)
+
+
+class BatchIn(_Strict):
+    """Several memories in one call (one result per item, in order)."""
+
+    memories: list[MemoryIn] = Field(..., description="The memories to remember.")
+
+
+class RememberOut(BaseModel):
+    id: str
+    status: str = Field(..., description="created | deduplicated")
+    content_hash: str
+    embedded: bool
+
+    @classmethod
+    def of(cls, r: RememberResult) -> "RememberOut":
+        return cls(id=r.id, status=r.status, content_hash=r.content_hash, embedded=r.embedded)
+
+
+class BatchOut(BaseModel):
+    results: list[RememberOut]
+    created: int
+    deduplicated: int
+
+
+class RecallIn(_Strict):
+    """A recall request."""
+
+    query: str = Field(..., description="Any text; FTS syntax in it is treated as words.")
+    limit: int = Field(10, description="Results to return, 1..1000.")
+    project: str | None = Field(None, description="Only memories of this project.")
+    types: list[str] = Field(default_factory=list, description="Only memories of these types.")
+    since: str | None = Field(None, description="Only memories created at or after (ISO-8601).")
+    until: str | None = Field(None, description="Only memories created before (ISO-8601).")
+    include_deleted: bool = Field(False, description="Also return soft-deleted memories.")
+    min_score: float | None = Field(None, description="Drop results below this final score.")
+    alpha: float | None = Field(None, description="Vector-leg weight; default from settings.")
+    now: str | None = Field(None, description="Reference time for recency (ISO-8601); default now.")
+
+
+class MemoryOut(BaseModel):
+    id: str
+    type: str
+    content: str
+    context: str | None
+    content_hash: str
+    importance: float
+    confidence: float
+    project: str | None
+    tags: list[str]
+    metadata: dict[str, Any]
+    who: str | None
+    why: str | None
+    source_type: str | None
+    source_id: str | None
+    created_at: str
+    updated_at: str
+    last_accessed: str | None
+    access_count: int
+    pinned: bool
+    is_deleted: bool
+    deleted_at: str | None
+    superseded_by: str | None
+    embedding_model: str | None
+    extraction_status: str
+
+    @classmethod
+    def of(cls, m: Memory) -> "MemoryOut":
+        return cls(
+            id=m.id, type=m.type, content=m.content, context=m.context, content_hash=m.content_hash,
+            importance=m.importance, confidence=m.confidence, project=m.project, tags=list(m.tags),
+            metadata=m.metadata, who=m.who, why=m.why, source_type=m.source_type, source_id=m.source_id,
+            created_at=m.created_at, updated_at=m.updated_at, last_accessed=m.last_accessed,
+            access_count=m.access_count, pinned=m.pinned, is_deleted=m.is_deleted, deleted_at=m.deleted_at,
+            superseded_by=m.superseded_by, embedding_model=m.embedding_model,
+            extraction_status=m.extraction_status,
+        )
+
+
+class RecallHitOut(MemoryOut):
+    score: float = Field(..., description="Final score after merge and boosts.")
+    vector_score: float | None = Field(..., description="Vector-leg score in [0, 1]; null if the leg did not run.")
+    bm25_score: float | None = Field(..., description="Normalised BM25 score in [0, 1]; null if the leg did not run.")
+
+    @classmethod
+    def of_hit(cls, h: RecallHit) -> "RecallHitOut":
+        base = MemoryOut.of(h.memory).model_dump()
+        return cls(**base, score=h.score, vector_score=h.vector_score, bm25_score=h.bm25_score)
+
+
+class RecallOut(BaseModel):
+    results: list[RecallHitOut]
+    legs: list[str] = Field(..., description="Which legs ran: bm25, vector.")
+    took_ms: float
+
+
+class PatchIn(_Strict):
+    """Fields to change; absent fields are untouched. ``who``/``why`` go to the history row."""
+
+    content: str | None = None
+    context: str | None = None
+    type: str | None = None
+    importance: float | None = None
+    confidence: float | None = None
+    project: str | None = None
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    pinned: bool | None = None
+    who: str | None = None
+    why: str | None = None
+
+
+class ActorIn(_Strict):
+    """Optional attribution for delete and recover."""
+
+    who: str | None = None
+    why: str | None = None
+
+
+class HistoryOut(BaseModel):
+    id: int
+    memory_id: str
+    event: str
+    old_content: str | None
+    new_content: str | None
+    changes: dict[str, Any]
+    who: str | None
+    why: str | None
+    created_at: str
+
+    @classmethod
+    def of(cls, h: HistoryEntry) -> "HistoryOut":
+        return cls(**{k: getattr(h, k) for k in cls.model_fields})
+
+
+class ListOut(BaseModel):
+    items: list[MemoryOut]
+    total: int
+    limit: int
+    offset: int
+    stats: dict[str, Any]
