@@ -63,7 +63,12 @@ class MemoryService:
         self.embed_batch = embed_batch
 
     # -- validation ----------------------------------------------------------------------
-    def _validate(self, item: RememberInput) -> RememberInput:
+    def validate(self, item: RememberInput) -> RememberInput:
+        """Check and canonicalise one input.
+
+        Raises:
+            ValidationError / PayloadTooLarge: the input is unacceptable.
+        """
         check_text(item.content, "content", max_chars=self.max_content_chars)
         check_text(item.type, "type", max_chars=MAX_SHORT_CHARS)
         check_unit(item.importance, "importance")
@@ -127,7 +132,7 @@ class MemoryService:
         Raises:
             ValidationError / PayloadTooLarge: an input is unacceptable (nothing is written).
         """
-        items = [self._validate(i) for i in items]
+        items = [self.validate(i) for i in items]
         prepared = []
         for it in items:
             nc = normalize_and_hash(it.content)

@@ -1,0 +1,115 @@
+"""``memlane bench latency``: remember and recall latency through a real daemon process.
+
+Starts ``python -m memlane serve`` on a fresh temporary data directory and a free port, fills
+the store over HTTP in batches (measuring ingest throughput, embeddings included), then
+measures single ``POST /api/memory/remember`` and ``POST /api/memory/recall`` (limit 10)
+requests one at a time, client-side, with LoCoMo questions as queries.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from memlane.bench.corpus import memory_texts, queries
+from memlane.bench.metrics import latency_summary
+
+#: Memories per HTTP batch while filling the store.
+FILL_BATCH = 256
+#: Requests sent before measuring (model and cache warm-up).
+WARMUP = 20
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_daemon(home: Path, port: int, timeout_s: float = 120.0) -> subprocess.Popen:
+    """Start ``memlane serve`` and wait for /health.
+
+    Raises:
+        RuntimeError: the daemon exited or did not answer within ``timeout_s`` seconds.
+    """
+    env = {**os.environ, "MEMLANE_HOME": str(home), "MEMLANE_LOG_LEVEL": "warning"}
+    log = open(home / "daemon.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "memlane", "serve", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}; see {home / 'daemon.log'}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"daemon did not become healthy in {timeout_s:.0f} s")
+
+
+def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
+                port: int = 0, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Fill a fresh daemon with ``n_memories`` texts and time single requests.
+
+    Returns:
+        ``{"store_size", "fill": {memories, seconds, memories_per_s, batch},
+        "recall": latency summary (ms), "remember": latency summary (ms)}``.
+    """
+    texts = memory_texts(data, n_memories + n_remembers)
+    fill, extra = texts[:n_memories], texts[n_memories:]
+    qs = queries(data)
+    port = port or free_port()
+    with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp:
+        proc = start_daemon(Path(tmp), port)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as http:
+                t0 = time.perf_counter()
+                for start in range(0, len(fill), FILL_BATCH):
+                    batch = [{"content": t, "who": "bench"} for t in fill[start:start + FILL_BATCH]]
+                    http.post("/api/memory/remember", json={"memories": batch}).raise_for_status()
+                    if progress:
+                        progress("filling the store", min(start + FILL_BATCH, len(fill)), len(fill))
+                fill_s = time.perf_counter() - t0
+                for q in qs[:WARMUP]:
+                    http.post("/api/memory/recall", json={"query": q, "limit": 10}).raise_for_status()
+                recall_ms = []
+                for i in range(n_queries):
+                    q = qs[(WARMUP + i) % len(qs)]
+                    t = time.perf_counter()
+                    http.post("/api/memory/recall", json={"query": q, "limit": 10}).raise_for_status()
+                    recall_ms.append((time.perf_counter() - t) * 1000)
+                    if progress:
+                        progress("recall", i + 1, n_queries)
+                remember_ms = []
+                for i, text in enumerate(extra):
+                    t = time.perf_counter()
+                    http.post("/api/memory/remember", json={"content": text}).raise_for_status()
+                    remember_ms.append((time.perf_counter() - t) * 1000)
+                    if progress:
+                        progress("remember", i + 1, len(extra))
+                size = http.get("/health").json()["memories"]
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return {
+        "store_size": size,
+        "fill": {"memories": len(fill), "seconds": fill_s, "memories_per_s": len(fill) / fill_s,
+                 "batch": FILL_BATCH},
+        "recall": latency_summary(recall_ms),
+        "remember": latency_summary(remember_ms),
+    }

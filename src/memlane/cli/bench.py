@@ -1,0 +1,118 @@
+"""``memlane bench ...``: the benchmark commands (LoCoMo retrieval, HTTP latency)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+bench_app = typer.Typer(help="Benchmarks on real data (retrieval quality, latency, throughput).",
+                        no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_LOCOMO = Path("../shared/bench-data/locomo/locomo10.json")
+
+
+def _out_path(out: Optional[Path], name: str) -> Path:
+    if out is not None:
+        return out
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("bench-results") / f"{name}-{stamp}.json"
+
+
+@bench_app.command("retrieval")
+def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only locomo)."),
+              data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
+              out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...)."),
+              context_turns: int = typer.Option(2, help="Preceding turns of the same session indexed as context."),
+              alpha: Optional[float] = typer.Option(None, help="Vector weight (default: settings, 0.7)."),
+              context_weight: Optional[float] = typer.Option(None, help="Context weight (default: settings)."),
+              bm25_only: bool = typer.Option(False, "--bm25-only", help="No embeddings: the BM25 leg alone."),
+              max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
+              workdir: Optional[Path] = typer.Option(None, help="Keep the per-conversation stores here.")) -> None:
+    """LoCoMo retrieval: R@5/10/25/50, recall_any/all, NDCG@10 at turn and session level."""
+    from memlane.bench.report import reference_table, render_table, write_json
+    from memlane.bench.retrieval import RetrievalConfig, run
+
+    if dataset != "locomo":
+        err.print(f"[red]error:[/red] unknown dataset {dataset!r} (supported: locomo)")
+        raise typer.Exit(2)
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
+        raise typer.Exit(2)
+    embedder = None
+    if not bm25_only:
+        from memlane.embedding import LocalOnnxEmbedder
+        embedder = LocalOnnxEmbedder()
+        embedder.warmup()
+    cfg = RetrievalConfig(context_turns=context_turns, alpha=alpha, context_weight=context_weight,
+                          use_vectors=not bm25_only, max_conversations=max_conversations)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("locomo", total=None)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        try:
+            report = run(data, embedder=embedder, config=cfg, workdir=workdir, progress=tick)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2)
+    path = write_json(_out_path(out, "locomo-retrieval"), report)
+    console.print(render_table(report["metrics"]))
+    console.print(reference_table())
+    ing, lat = report["ingest"], report["recall_latency_ms"]
+    console.print(f"questions scored: {report['metrics']['overall']['n']} "
+                  f"(excluded, no evidence: {report['metrics']['overall']['excluded']}); "
+                  f"dropped evidence ids: {report['dropped_evidence_ids']}; "
+                  f"turns deduplicated on ingest: {report['deduplicated_turns']}")
+    console.print(f"ingest: {ing['memories']} memories in {ing['seconds']:.1f} s = "
+                  f"{ing['memories_per_s']:.0f} memories/s (embeddings included)")
+    console.print(f"recall (in process, k=50): p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms over {lat['n']} queries")
+    console.print(f"report: {path}")
+
+
+@bench_app.command("latency")
+def latency(memories: int = typer.Option(10_000, help="Memories in the store before measuring."),
+            queries: int = typer.Option(300, help="Recall requests measured."),
+            remembers: int = typer.Option(300, help="Single remember requests measured."),
+            data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
+            port: int = typer.Option(0, help="Daemon port (0 = pick a free one)."),
+            out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Start a real daemon, fill it, and measure remember and recall latency over HTTP."""
+    from memlane.bench.latency import run_latency
+
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found")
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("starting daemon", total=None)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        report = run_latency(data, n_memories=memories, n_queries=queries, n_remembers=remembers,
+                             port=port, progress=tick)
+    path = _out_path(out, "latency")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    from rich.table import Table
+    t = Table(title=f"HTTP latency with {report['store_size']} memories (ms)")
+    for c in ("operation", "n", "p50", "p95", "p99", "mean"):
+        t.add_column(c)
+    for name in ("recall", "remember"):
+        s = report[name]
+        t.add_row(name, str(s["n"]), f"{s['p50']:.1f}", f"{s['p95']:.1f}", f"{s['p99']:.1f}", f"{s['mean']:.1f}")
+    console.print(t)
+    f = report["fill"]
+    console.print(f"fill: {f['memories']} memories in {f['seconds']:.1f} s = {f['memories_per_s']:.0f} memories/s "
+                  f"(batches of {f['batch']} over HTTP, embeddings included)")
+    console.print(f"report: {path}")

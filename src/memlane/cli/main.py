@@ -1,0 +1,181 @@
+"""The ``memlane`` command line (typer). Each command validates, calls one library method
+or one daemon endpoint, and formats; the library never prints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from memlane import __version__
+from memlane.cli.bench import bench_app
+from memlane.cli.client import Client
+from memlane.config import load_settings, public_settings
+from memlane.errors import MemlaneError
+
+app = typer.Typer(name="memlane", help="Local-first memory daemon for AI agents.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(bench_app, name="bench")
+console = Console()
+err = Console(stderr=True)
+
+
+def _settings(home: Optional[Path] = None, **over: Any):  # noqa: ANN202
+    kwargs = {k: v for k, v in over.items() if v is not None}
+    if home is not None:
+        kwargs["home"] = home
+    return load_settings(**kwargs)
+
+
+def _client(url: Optional[str]) -> Client:
+    return Client(url or _settings().url)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(1)
+
+
+HomeOpt = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane).")
+UrlOpt = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437 or MEMLANE_PORT).")
+
+
+@app.command()
+def version() -> None:
+    """Print the memlane version."""
+    console.print(__version__)
+
+
+@app.command()
+def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 127.0.0.1)."),
+          port: Optional[int] = typer.Option(None, help="TCP port (default 7437)."),
+          home: Optional[Path] = HomeOpt) -> None:
+    """Run the daemon in the foreground (HTTP API on 127.0.0.1:7437 by default)."""
+    import uvicorn
+
+    from memlane.api.app import create_app
+    from memlane.container import open_container
+
+    try:
+        settings = _settings(home, host=host, port=port)
+        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
+        container = open_container(settings, warmup=True)
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    err.print(f"memlane listening on http://{settings.host}:{settings.port} (OpenAPI at /docs)")
+    try:
+        uvicorn.run(create_app(container), host=settings.host, port=settings.port,
+                    log_level=settings.log_level.lower(), access_log=False)
+    finally:
+        container.close()
+
+
+@app.command()
+def remember(content: str = typer.Argument(..., help="The memory text ('-' reads stdin)."),
+             type_: str = typer.Option("fact", "--type", help="Memory type."),
+             importance: float = typer.Option(0.5, help="Importance in [0, 1]."),
+             project: Optional[str] = typer.Option(None, help="Project scope."),
+             tag: list[str] = typer.Option([], "--tag", help="A tag (repeatable)."),
+             pinned: bool = typer.Option(False, help="Pin the memory."),
+             url: Optional[str] = UrlOpt) -> None:
+    """Store one memory through the running daemon."""
+    if content == "-":
+        content = sys.stdin.read()
+    try:
+        r = _client(url).request("POST", "/api/memory/remember", json={
+            "content": content, "type": type_, "importance": importance, "project": project,
+            "tags": tag, "pinned": pinned, "who": "cli"})
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    console.print(f"{r['status']} {r['id']}" + ("" if r["embedded"] else " (no vector yet)"))
+
+
+@app.command()
+def recall(query: str = typer.Argument(..., help="What to look for (any text)."),
+           limit: int = typer.Option(10, "--limit", "-k", help="Results, 1..1000."),
+           project: Optional[str] = typer.Option(None, help="Only this project."),
+           type_: list[str] = typer.Option([], "--type", help="Only these types (repeatable)."),
+           as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
+           url: Optional[str] = UrlOpt) -> None:
+    """Recall memories through the running daemon."""
+    try:
+        r = _client(url).request("POST", "/api/memory/recall", json={
+            "query": query, "limit": limit, "project": project, "types": type_})
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        console.print_json(json.dumps(r))
+        return
+    table = Table(title=f"{len(r['results'])} results ({r['took_ms']:.1f} ms, legs: {', '.join(r['legs']) or 'none'})")
+    for col in ("score", "id", "type", "created", "content"):
+        table.add_column(col, overflow="fold")
+    for h in r["results"]:
+        table.add_row(f"{h['score']:.3f}", h["id"][:8], h["type"], h["created_at"][:10], h["content"][:300])
+    console.print(table)
+
+
+@app.command()
+def status(url: Optional[str] = UrlOpt) -> None:
+    """Daemon health and store statistics."""
+    try:
+        c = _client(url)
+        health = c.request("GET", "/health")
+        stats = c.request("GET", "/api/memories", params={"limit": 1})["stats"]
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    console.print(f"[green]ok[/green] memlane {health['version']} up {health['uptime_s']:.0f}s, db {health['db_path']}")
+    console.print(f"memories: {stats['live']} live, {stats['deleted']} deleted, {stats['pinned']} pinned; "
+                  f"embedding model {stats['embedding_model']} ({stats['indexed']} indexed)")
+    if stats["by_type"]:
+        console.print("by type: " + ", ".join(f"{k} {v}" for k, v in stats["by_type"].items()))
+
+
+@app.command("config")
+def config_cmd(home: Optional[Path] = HomeOpt) -> None:
+    """Print the effective settings (defaults < config.yaml < MEMLANE_* environment)."""
+    try:
+        s = _settings(home)
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    console.print_json(json.dumps(public_settings(s)))
+
+
+@app.command("import")
+def import_cmd(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines, one memory per line."),
+               data_dir: Optional[Path] = typer.Option(
+                   None, "--data-dir", help="Write directly into this data directory instead of via the daemon."),
+               batch: int = typer.Option(256, help="Memories per request / transaction."),
+               url: Optional[str] = UrlOpt) -> None:
+    """Import memories from JSON lines (each line: {"content": ..., optional fields as in the API}).
+
+    Bad lines are reported with their line numbers and skipped; the rest are imported."""
+    from memlane.cli.importer import run_import
+
+    try:
+        report = run_import(path, data_dir=data_dir, url=url or (None if data_dir else _settings().url),
+                            batch=batch, console=err)
+    except MemlaneError as exc:
+        _fail(exc)
+        return
+    console.print(f"imported {report['created']} new, {report['deduplicated']} duplicates, "
+                  f"{len(report['errors'])} bad lines")
+    for line_no, msg in report["errors"][:20]:
+        err.print(f"  line {line_no}: {msg}")
+    if report["errors"]:
+        raise typer.Exit(1)
+
+
+def main() -> None:  # pragma: no cover
+    app()
