@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from memlane.config import EmbeddingSettings
-from memlane.embedding.local_onnx import SUB_BATCH, sub_batches
 from memlane.embedding import (
     Embedder,
     LocalOnnxEmbedder,
@@ -25,6 +24,7 @@ from memlane.embedding import (
     OpenAICompatEmbedder,
     build_embedder,
 )
+from memlane.embedding.local_onnx import SUB_BATCH, sub_batches
 from memlane.errors import EmbeddingError
 
 # ---------------------------------------------------------------- local model

@@ -16,9 +16,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-# JavaScript's \s (the seed's regex) covers Unicode whitespace and the BOM; Python's \s
-# covers Unicode whitespace but not U+FEFF, so it is added explicitly.
-_WS = re.compile(r"[\s\ufeff]+")
+# JavaScript's \s (the seed's regex), spelled out: Python's \s differs from it (it lacks the
+# BOM U+FEFF and adds U+001C..U+001F and U+0085, which JavaScript does not treat as space).
+# = TAB LF VT FF CR, every Zs character, LS, PS and U+FEFF.
+_WS = re.compile("[\t\n\x0b\x0c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+")
 _TRAILING_PUNCT = re.compile(r"[.,!?;:]+$")
 
 

@@ -17,7 +17,8 @@ def to_iso(dt: datetime) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     dt = dt.astimezone(timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    # %Y is not zero-padded for years < 1000 on glibc; fromisoformat needs 4 digits.
+    return f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 def parse_iso(value: str, field: str = "timestamp") -> str:
@@ -28,10 +29,11 @@ def parse_iso(value: str, field: str = "timestamp") -> str:
     """
     try:
         dt = datetime.fromisoformat(value.strip())
-    except (ValueError, AttributeError) as exc:
+        # astimezone(utc) overflows for e.g. 9999-12-31T23:59-01:00 or 0001-01-01T00:00+01:00
+        return to_iso(dt)
+    except (ValueError, AttributeError, OverflowError) as exc:
         raise ValidationError(f"{field}: not an ISO-8601 timestamp: {value!r:.80}",
                               details={"field": field}) from exc
-    return to_iso(dt)
 
 
 def age_days(created_at: str, now: datetime) -> float:

@@ -26,7 +26,7 @@ from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.vector_index import IndexEntry, VectorIndex
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RememberInput, RememberResult
-from memlane.services.validation import MAX_SHORT_CHARS, check_text, check_unit
+from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
 from memlane.storage import embeddings as emb_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 #: Memories per write transaction during a batch remember.
 WRITE_CHUNK = 256
+
+#: Largest integer SQLite binds (a larger Python int raises OverflowError).
+_SQLITE_INT_MAX = 2**63 - 1
 
 
 def context_text(content: str, context: str) -> str:
@@ -81,8 +84,7 @@ class MemoryService:
             check_text(tag, "tags[]", max_chars=MAX_SHORT_CHARS)
         if item.context is not None:
             check_text(item.context, "context", max_chars=self.max_content_chars, allow_empty=True)
-        if not isinstance(item.metadata, dict):
-            raise ValidationError("metadata: expected an object", details={"field": "metadata"})
+        check_metadata(item.metadata)
         created = parse_iso(item.created_at, "created_at") if item.created_at else None
         if not normalize_and_hash(item.content).storage_content:
             raise ValidationError("content: must not be empty", details={"field": "content"})
@@ -223,7 +225,15 @@ class MemoryService:
     def list(self, *, limit: int = 50, offset: int = 0, project: str | None = None,
              type_: str | None = None, include_deleted: bool = False, order: str = "newest"
              ) -> tuple[list[Memory], int]:
-        """A page of memories and the total matching count."""
+        """A page of memories and the total matching count.
+
+        Raises:
+            ValidationError: ``limit`` < 1 or ``offset`` < 0, or either past SQLite's 64-bit integers.
+        """
+        for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _SQLITE_INT_MAX:
+                raise ValidationError(f"{name}: must be an integer in [{low}, {_SQLITE_INT_MAX}]",
+                                      details={"field": name})
         return self.db.read(lambda c: mem_sql.list_page(
             c, limit=limit, offset=offset, project=project, type_=type_,
             include_deleted=include_deleted, order=order))
@@ -252,6 +262,7 @@ class MemoryService:
         unknown = set(patch) - allowed
         if unknown:
             raise ValidationError(f"cannot patch {sorted(unknown)}; patchable: {sorted(allowed)}")
+        _check_actor(who, why)
         current = self.get(memory_id)
         if current.is_deleted:
             raise Conflict("memory is deleted; recover it first", details={"id": memory_id})
@@ -259,20 +270,22 @@ class MemoryService:
         for key, value in patch.items():
             if key in ("importance", "confidence"):
                 fields[key] = check_unit(value, key)
-            elif key in ("type", "project"):
-                if value is not None or key == "type":
-                    check_text(value, key, max_chars=MAX_SHORT_CHARS)
+            elif key == "type":
+                fields[key] = check_text(value, key, max_chars=MAX_SHORT_CHARS)
+            elif key == "project":
+                if value is not None:
+                    check_text(value, key, max_chars=MAX_SHORT_CHARS, allow_empty=True)
                 fields[key] = value
             elif key == "tags":
                 if not isinstance(value, (list, tuple)):
                     raise ValidationError("tags: expected a list of strings")
                 fields[key] = tuple(check_text(t, "tags[]", max_chars=MAX_SHORT_CHARS) for t in value)
             elif key == "metadata":
-                if not isinstance(value, dict):
-                    raise ValidationError("metadata: expected an object")
-                fields[key] = value
+                fields[key] = check_metadata(value)
             elif key == "pinned":
-                fields[key] = bool(value)
+                if not isinstance(value, bool):
+                    raise ValidationError("pinned: expected true or false", details={"field": "pinned"})
+                fields[key] = value
             elif key == "context":
                 if value is not None:
                     check_text(value, "context", max_chars=self.max_content_chars, allow_empty=True)
@@ -357,6 +370,7 @@ class MemoryService:
         return self._set_deleted(memory_id, False, who, why)
 
     def _set_deleted(self, memory_id: str, deleted: bool, who: str | None, why: str | None) -> Memory:
+        _check_actor(who, why)
         self.get(memory_id)
         now = now_iso()
 
@@ -380,6 +394,13 @@ class MemoryService:
         if self.index is not None:
             self.index.set_deleted(m.seq, deleted)
         return m
+
+
+def _check_actor(who: str | None, why: str | None) -> None:
+    """Validate the attribution of an update, delete or recover (as remember does)."""
+    for name, value in (("who", who), ("why", why)):
+        if value is not None:
+            check_text(value, name, max_chars=MAX_SHORT_CHARS, allow_empty=True)
 
 
 def _plain(value: Any) -> Any:

@@ -113,20 +113,23 @@ class RecallService:
         merged = merge(vector_scores, bm25_scores, alpha)
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
-        rows = self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, list(merged)))
-        hits: list[RecallHit] = []
-        for seq, (score, leg) in merged.items():
-            m = rows.get(seq)
-            if m is None:
+        fields = self.memories.db.read(lambda c: mem_sql.ranking_fields(c, list(merged)))
+        ranked: list[tuple[float, int]] = []
+        for seq, (score, _) in merged.items():
+            f = fields.get(seq)
+            if f is None:
                 continue
-            final = boost(score, access_count=m.access_count, age_days=age_days(m.created_at, now),
+            final = boost(score, access_count=f[0], age_days=age_days(f[1], now),
                           rehearsal_weight=s.rehearsal_weight, recency_weight=s.recency_weight,
                           recency_half_life_days=s.recency_half_life_days)
             if final <= 0.0 or final < min_score:
                 continue
-            hits.append(RecallHit(m, final, leg.vector, leg.bm25))
-        hits.sort(key=lambda h: (-h.score, -h.memory.seq))
-        hits = hits[: q.limit]
+            ranked.append((final, seq))
+        ranked.sort(key=lambda x: (-x[0], -x[1]))
+        ranked = ranked[: q.limit]
+        rows = self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, [seq for _, seq in ranked]))
+        hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25)
+                for final, seq in ranked if seq in rows]
         if q.touch and hits:
             self._touch([h.memory.id for h in hits])
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)

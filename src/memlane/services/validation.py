@@ -46,6 +46,23 @@ def check_unit(value: float, field: str) -> float:
     return float(value)
 
 
+def check_metadata(value: object, field: str = "metadata") -> dict:
+    """A JSON object SQLite can store as standard JSON (no NaN or Infinity, no surrogates).
+
+    Raises:
+        ValidationError: not an object, or not representable as standard JSON.
+    """
+    import json
+
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field}: expected an object", details={"field": field})
+    try:
+        json.dumps(value, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError, UnicodeEncodeError) as exc:
+        raise ValidationError(f"{field}: not storable as standard JSON ({exc})", details={"field": field}) from exc
+    return value
+
+
 def clean_query(query: str, max_chars: int) -> str:
     """A query SQLite and the tokenizer accept: truncated to ``max_chars``, unpaired
     surrogates replaced by U+FFFD, NULs removed. Never raises for a string."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -109,20 +108,14 @@ def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters
     return [(int(r[0]), float(r[1]) / best) for r in rows]
 
 
-def rebuild(conn: sqlite3.Connection) -> None:
-    """Rebuild the FTS index from the memories table (repair)."""
-    conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')")
-
-
 def integrity_ok(conn: sqlite3.Connection) -> bool:
-    """True when the FTS index agrees with its content table."""
+    """True when the FTS index agrees with the memories table.
+
+    FTS5's integrity-check is issued as an INSERT, so run this as a write job
+    (``db.write(integrity_ok)``); on a read-only connection it always fails.
+    """
     try:
         conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
         return True
     except sqlite3.DatabaseError:
         return False
-
-
-def seqs_of(rows: Sequence[tuple[int, float]]) -> list[int]:
-    """The seq column of search results."""
-    return [r[0] for r in rows]

@@ -46,6 +46,18 @@ def get_by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, Memo
     return out
 
 
+def ranking_fields(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[int, str]]:
+    """``seq -> (access_count, created_at)``: the columns the recall boosts need, without
+    building full Memory objects (recall fetches full rows only for the final top-k)."""
+    out: dict[int, tuple[int, str]] = {}
+    for start in range(0, len(seqs), 500):
+        chunk = list(seqs[start:start + 500])
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(f"SELECT seq, access_count, created_at FROM memories WHERE seq IN ({marks})", chunk):
+            out[r[0]] = (r[1], r[2])
+    return out
+
+
 def find_live_by_hash(conn: sqlite3.Connection, content_hash: str) -> Memory | None:
     """The live (not deleted) memory with this content hash, or None."""
     row = conn.execute(

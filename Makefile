@@ -1,0 +1,30 @@
+# memlane: the two commands of the README are `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test bench-retrieval bench-latency clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install memlane with its test tools
+
+run: $(STAMP)  ## install, then start the daemon on the embedded default (127.0.0.1:7437)
+	$(BIN)/memlane serve
+
+test: $(STAMP)  ## install, then run the whole test suite
+	$(BIN)/python -m pytest -q
+
+bench-retrieval: $(STAMP)  ## LoCoMo retrieval quality (needs ../shared/bench-data)
+	$(BIN)/memlane bench retrieval --dataset locomo --data ../shared/bench-data/locomo/locomo10.json
+
+bench-latency: $(STAMP)  ## HTTP latency with 10,000 memories through a real daemon
+	$(BIN)/memlane bench latency --memories 10000
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache bench-results
