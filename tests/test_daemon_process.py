@@ -20,75 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port  # noqa: F401
 from memlane.normalize import content_hash
 from memlane.services.inputs import RememberInput
-
-READY_TIMEOUT_S = 60
-
-
-class Daemon:
-    """One ``python -m memlane serve`` child process on a loopback port."""
-
-    def __init__(self, home: Path, log: Path, *, provider: str = "local") -> None:
-        self.home = home
-        self.log_path = log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-        env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
-                   MEMLANE_EMBEDDING__PROVIDER=provider, MEMLANE_LOG_LEVEL="warning")
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"daemon exited with {self.proc.returncode} before it was ready:\n{self.log()}")
-            try:
-                r = httpx.get(self.url + "/health", timeout=2)
-                if r.status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"daemon not ready after {READY_TIMEOUT_S}s:\n{self.log()}")
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self._log.close()
-
-
-@pytest.fixture
-def start_daemon(tmp_path):
-    """Factory: ``start_daemon(home, provider=...)`` -> a ready Daemon; all are killed at teardown."""
-    started: list[Daemon] = []
-
-    def start(home: Path | None = None, provider: str = "local") -> Daemon:
-        home = home or tmp_path / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        d = Daemon(home, tmp_path / f"daemon-{len(started)}.log", provider=provider)
-        started.append(d)
-        d.wait_ready()
-        return d
-
-    yield start
-    for d in started:
-        d.kill()
-
 
 def test_daemon_serves_over_the_network(start_daemon):
     d = start_daemon()

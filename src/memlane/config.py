@@ -136,17 +136,25 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, YamlSource(settings_cls))
+        home = init_settings.init_kwargs.get("home") if hasattr(init_settings, "init_kwargs") else None
+        return (init_settings, env_settings, YamlSource(settings_cls, home=home))
 
 
 class YamlSource(PydanticBaseSettingsSource):
-    """Reads ``config.yaml`` from the data directory; a missing file is empty, a broken one a ConfigError."""
+    """Reads ``config.yaml``: ``$MEMLANE_CONFIG`` if set, else ``{home}/config.yaml`` where home is
+    the one given to Settings, else ``$MEMLANE_HOME``, else ``~/.memlane``. A missing file is
+    empty; a broken one is a ConfigError naming the file."""
+
+    def __init__(self, settings_cls: type[BaseSettings], home: Path | str | None = None) -> None:
+        super().__init__(settings_cls)
+        self._home = Path(home).expanduser() if home is not None else None
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        path = Path(os.environ.get("MEMLANE_CONFIG", default_home() / "config.yaml")).expanduser()
+        home = self._home or default_home()
+        path = Path(os.environ.get("MEMLANE_CONFIG", home / "config.yaml")).expanduser()
         if not path.is_file():
             return {}
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -13,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 bench_app = typer.Typer(help="Benchmarks on real data (retrieval quality, latency, throughput).",
                         no_args_is_help=True)
-console = Console()
+# Reports are often redirected to a file: keep the tables readable there too.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 DEFAULT_LOCOMO = Path("../shared/bench-data/locomo/locomo10.json")

@@ -198,8 +198,17 @@ class MemoryService:
         if entries:
             index = self._ensure_index(entries[0].content_vector.shape[0])
             for e in entries:
-                index.upsert(e)
+                self._index_upsert(index, e)
         return results
+
+    def _index_upsert(self, index: VectorIndex, entry: IndexEntry) -> None:
+        # Trigger: a provider returned vectors of a new size after the index was built.
+        # Why: the row is committed; failing the request now would misreport a durable write.
+        # Outcome: the memory is served by BM25 until re-embedded; the mismatch is logged.
+        try:
+            index.upsert(entry)
+        except ValueError as exc:
+            log.error("vector index not updated for seq %d: %s", entry.seq, exc)
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
@@ -347,11 +356,12 @@ class MemoryService:
         cv = vecs.get(m.content_hash)
         if cv is None:
             if self.index is not None:
-                self.index.upsert(IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, None, None))
+                self._index_upsert(self.index, IndexEntry(m.seq, m.project, m.type, m.created_at,
+                                                          m.is_deleted, None, None))
             return
         index = self._ensure_index(cv.shape[0])
-        index.upsert(IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, cv,
-                                vecs.get(m.context_hash) if m.context_hash else None))
+        self._index_upsert(index, IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, cv,
+                                             vecs.get(m.context_hash) if m.context_hash else None))
 
     def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
         """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.

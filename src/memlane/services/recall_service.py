@@ -94,6 +94,9 @@ class RecallService:
         if self.embedder is not None and self.index is not None and len(self.index):
             try:
                 qv = self.embedder.embed([text[:EMBED_QUERY_CHARS]])[0]
+                if qv.shape != (self.index.dimensions,):
+                    log.error("query vector has %s dims, index %d: BM25 only", qv.shape, self.index.dimensions)
+                    qv = None
             except EmbeddingError as exc:
                 log.warning("query embedding failed, BM25 only: %s", exc)
         bm25_scores: dict[int, float] | None = None

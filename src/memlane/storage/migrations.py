@@ -89,8 +89,122 @@ CREATE TABLE memory_history (
 CREATE INDEX idx_history_memory ON memory_history(memory_id, id);
 """
 
+_0002_sessions = """
+CREATE TABLE sessions (
+    session_key     TEXT PRIMARY KEY,
+    project         TEXT,
+    harness         TEXT,
+    cwd             TEXT,
+    context         TEXT,            -- text the similarity pre-filter embedded
+    started_at      TEXT NOT NULL,
+    ended_at        TEXT,
+    status          TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'ended')),
+    prompt_count    INTEGER NOT NULL DEFAULT 0,
+    candidate_count INTEGER NOT NULL DEFAULT 0,
+    injected_count  INTEGER NOT NULL DEFAULT 0,
+    predictor_state TEXT NOT NULL DEFAULT 'collecting'
+);
+CREATE INDEX idx_sessions_project ON sessions(project, started_at);
+
+-- predictive-memory-scorer.md "Phase 0": one row per candidate of a session.
+CREATE TABLE session_memories (
+    id                    INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key           TEXT NOT NULL REFERENCES sessions(session_key) ON DELETE CASCADE,
+    memory_id             TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+    source                TEXT NOT NULL CHECK (source IN ('effective', 'similarity', 'predictor', 'both',
+                                                          'exploration', 'fts_only')),
+    effective_score       REAL,      -- importance x 0.95^days (pinned = 1.0)
+    similarity            REAL,      -- cosine(session context, memory), when both have vectors
+    predictor_score       REAL,      -- null until the predictor scores
+    final_score           REAL NOT NULL,
+    rank                  INTEGER NOT NULL,   -- position in the final (diversity-adjusted) ranking
+    baseline_rank         INTEGER,
+    predictor_rank        INTEGER,
+    was_injected          INTEGER NOT NULL,
+    relevance_score       REAL,      -- continuity scorer, per memory
+    fts_hit_count         INTEGER NOT NULL DEFAULT 0,
+    agent_relevance_score REAL,      -- running mean of agent feedback in [-1, 1]
+    agent_feedback_count  INTEGER NOT NULL DEFAULT 0,
+    agent_preference      TEXT,
+    raw_label             REAL,      -- base label before behavioural adjustments
+    label                 REAL,      -- final training label
+    label_reason          TEXT,      -- JSON list of the rules applied
+    created_at            TEXT NOT NULL,
+    UNIQUE (session_key, memory_id)
+);
+CREATE INDEX idx_session_memories_session ON session_memories(session_key);
+CREATE INDEX idx_session_memories_memory ON session_memories(memory_id);
+
+CREATE TABLE session_scores (
+    session_key          TEXT PRIMARY KEY REFERENCES sessions(session_key) ON DELETE CASCADE,
+    score                REAL NOT NULL,
+    confidence           REAL NOT NULL,
+    memories_recalled    INTEGER NOT NULL DEFAULT 0,
+    memories_used        INTEGER NOT NULL DEFAULT 0,
+    novel_context_count  INTEGER NOT NULL DEFAULT 0,
+    reasoning            TEXT,
+    continuity_reasoning TEXT,
+    scorer               TEXT NOT NULL CHECK (scorer IN ('llm', 'behavioral')),
+    model                TEXT,
+    created_at           TEXT NOT NULL
+);
+
+-- memory-pipeline-v2.md "Lossless Session Transcripts".
+CREATE TABLE session_transcripts (
+    session_key TEXT PRIMARY KEY,
+    content     TEXT NOT NULL,
+    harness     TEXT,
+    project     TEXT,
+    agent_id    TEXT,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX idx_transcripts_project ON session_transcripts(project, created_at);
+
+-- memory-pipeline-v2.md "Session Checkpoints".
+CREATE TABLE session_checkpoints (
+    id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key        TEXT NOT NULL,
+    harness            TEXT,
+    project            TEXT,
+    project_normalized TEXT,
+    trigger            TEXT NOT NULL CHECK (trigger IN ('periodic', 'pre_compaction', 'session_end',
+                                                        'agent', 'explicit')),
+    digest             TEXT NOT NULL,
+    prompt_count       INTEGER NOT NULL DEFAULT 0,
+    memory_queries     TEXT NOT NULL DEFAULT '[]',
+    recent_remembers   TEXT NOT NULL DEFAULT '[]',
+    created_at         TEXT NOT NULL
+);
+CREATE INDEX idx_checkpoints_session ON session_checkpoints(session_key, created_at);
+CREATE INDEX idx_checkpoints_project ON session_checkpoints(project_normalized, created_at);
+
+-- The durable job queue (memory-pipeline-v2.md "Worker Model").
+CREATE TABLE memory_jobs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_type     TEXT NOT NULL,
+    dedup_key    TEXT,
+    memory_id    TEXT,
+    session_key  TEXT,
+    payload      TEXT NOT NULL DEFAULT '{}',
+    status       TEXT NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'leased', 'completed', 'failed', 'dead', 'skipped')),
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 3,
+    leased_until TEXT,
+    run_after    TEXT,
+    error        TEXT,
+    result       TEXT,
+    created_at   TEXT NOT NULL,
+    updated_at   TEXT NOT NULL
+);
+CREATE UNIQUE INDEX idx_jobs_dedup ON memory_jobs(job_type, dedup_key)
+    WHERE dedup_key IS NOT NULL AND status IN ('pending', 'leased');
+CREATE INDEX idx_jobs_status ON memory_jobs(status, job_type, run_after);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_memories_embeddings_fts_history", _0001_memories),
+    ("0002_sessions_scores_transcripts_checkpoints_jobs", _0002_sessions),
 ]
 
 

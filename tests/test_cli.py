@@ -1,0 +1,157 @@
+"""The CLI: in process through typer's runner where no daemon is needed, and against a real
+daemon process for the commands that talk HTTP. Benchmarks run on tiny real inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from memlane.cli.main import app
+from memlane.config import load_settings
+from memlane.container import open_container
+from memlane.services.inputs import RecallQuery
+
+LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench-data" / "locomo" / "locomo10.json"
+needs_locomo = pytest.mark.skipif(not LOCOMO.is_file(), reason=f"LoCoMo not found at {LOCOMO}")
+
+runner = CliRunner()
+
+
+def test_every_command_has_help():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for cmd in ("serve", "remember", "recall", "status", "config", "import", "bench"):
+        assert cmd in result.output
+        sub = runner.invoke(app, [cmd, "--help"])
+        assert sub.exit_code == 0, cmd
+    for cmd in ("retrieval", "latency"):
+        assert runner.invoke(app, ["bench", cmd, "--help"]).exit_code == 0
+
+
+def test_config_prints_effective_settings(tmp_path):
+    result = runner.invoke(app, ["config", "--home", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["home"] == str(tmp_path) and data["recall"]["alpha"] == 0.7
+
+
+def _write_jsonl(path: Path) -> None:
+    lines = [
+        json.dumps({"content": "The staging database is called orion.", "type": "fact", "project": "infra"}),
+        json.dumps("A bare string line is a memory too."),
+        "{not json",
+        json.dumps({"content": 42}),
+        json.dumps({"content": "   "}),
+        "",
+        json.dumps({"content": "The staging database is called orion"}),  # duplicate after normalization
+        json.dumps({"content": "Importance out of range", "importance": 3}),
+        json.dumps([1, 2]),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_import_into_a_data_directory(tmp_path):
+    src = tmp_path / "m.jsonl"
+    _write_jsonl(src)
+    home = tmp_path / "home"
+    result = runner.invoke(app, ["import", str(src), "--data-dir", str(home)])
+    assert result.exit_code == 1  # bad lines were reported
+    assert "imported 2 new, 1 duplicates, 5 bad lines" in result.output
+    for line_no in (3, 4, 5, 8, 9):
+        assert f"line {line_no}:" in result.output
+    c = open_container(load_settings(home=home, embedding={"provider": "none"}))
+    try:
+        hits = c.recall.recall(RecallQuery("staging database", touch=False)).hits
+        assert [h.memory.content for h in hits][0] == "The staging database is called orion."
+        assert c.memories.list()[1] == 2
+    finally:
+        c.close()
+
+
+def test_commands_against_a_real_daemon(start_daemon, tmp_path):
+    d = start_daemon(provider="none")
+    url = ["--url", d.url]
+    r = runner.invoke(app, ["remember", "Release trains leave every Tuesday.", "--type", "process",
+                            "--tag", "release", *url])
+    assert r.exit_code == 0 and r.output.startswith("created ")
+    r = runner.invoke(app, ["remember", "release trains leave every tuesday", *url])
+    assert r.exit_code == 0 and r.output.startswith("deduplicated ")
+    r = runner.invoke(app, ["recall", "when do release trains leave?", "--json", *url])
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    assert data["results"][0]["content"] == "Release trains leave every Tuesday."
+    assert data["results"][0]["tags"] == ["release"]
+    r = runner.invoke(app, ["recall", 'NEAR("x" AND) OR *', *url])
+    assert r.exit_code == 0
+    src = tmp_path / "m.jsonl"
+    _write_jsonl(src)
+    r = runner.invoke(app, ["import", str(src), *url])
+    assert r.exit_code == 1 and "imported 2 new, 1 duplicates, 5 bad lines" in r.output
+    r = runner.invoke(app, ["status", *url])
+    assert r.exit_code == 0 and "3 live" in r.output
+
+
+def test_a_missing_daemon_is_a_clear_error(tmp_path):
+    from conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (["status"], ["recall", "x"], ["remember", "x"]):
+        r = runner.invoke(app, [*args, "--url", url])
+        assert r.exit_code == 1
+        assert "no memlane daemon" in r.output
+
+
+def test_remember_rejected_input_is_reported(start_daemon):
+    d = start_daemon(provider="none")
+    r = runner.invoke(app, ["remember", "x", "--importance", "7", "--url", d.url])
+    assert r.exit_code == 1 and "importance" in r.output
+
+
+@needs_locomo
+def test_bench_retrieval_on_one_conversation(tmp_path):
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, ["bench", "retrieval", "--data", str(LOCOMO), "--max-conversations", "1",
+                            "--context-turns", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.read_text())
+    overall = report["metrics"]["overall"]
+    assert report["summary"]["conversations"] == 1 and overall["n"] > 100
+    for level in ("turn", "session"):
+        for metric in ("R@5", "R@10", "R@25", "R@50", "any@5", "any@10", "all@5", "all@10", "NDCG@10"):
+            assert 0.0 <= overall[level][metric] <= 100.0
+    # the hybrid store must do clearly better than chance on real questions
+    assert overall["turn"]["R@50"] > 50.0
+    assert set(report["metrics"]["by_category"]) == {"1", "2", "3", "4", "5"}
+    assert report["ingest"]["memories"] == report["summary"]["turns"]
+    assert "R@5" in r.output and "DRAGON" in r.output
+
+
+@needs_locomo
+def test_bench_retrieval_bm25_only_and_bad_paths(tmp_path):
+    r = runner.invoke(app, ["bench", "retrieval", "--data", str(LOCOMO), "--max-conversations", "1",
+                            "--bm25-only", "--out", str(tmp_path / "b.json")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "b.json").read_text())["config"]["use_vectors"] is False
+    r = runner.invoke(app, ["bench", "retrieval", "--data", str(tmp_path / "missing.json")])
+    assert r.exit_code == 2 and "not found" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "locomo"}')
+    r = runner.invoke(app, ["bench", "retrieval", "--data", str(bad), "--bm25-only"])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["bench", "retrieval", "--dataset", "msmarco", "--data", str(LOCOMO)])
+    assert r.exit_code == 2 and "unknown dataset" in r.output
+
+
+@needs_locomo
+def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
+    out = tmp_path / "lat.json"
+    r = runner.invoke(app, ["bench", "latency", "--memories", "300", "--queries", "20", "--remembers", "10",
+                            "--data", str(LOCOMO), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.read_text())
+    assert report["store_size"] == 310
+    assert report["recall"]["n"] == 20 and report["remember"]["n"] == 10
+    assert report["recall"]["p50"] > 0 and report["fill"]["memories_per_s"] > 0
