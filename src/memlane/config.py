@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from memlane.errors import ConfigError
+from memlane.providers.settings import LlmSettings
 
 
 def default_home() -> Path:
@@ -88,6 +89,31 @@ class RecallSettings(BaseModel):
     )
 
 
+class SessionSettings(BaseModel):
+    """Session lifecycle: candidate pool, injection and prompt recall
+    (predictive-memory-scorer.md "Candidate Pre-Filtering", "Hook Flow (session-start)")."""
+
+    candidate_pool_size: int = Field(100, ge=1, le=1000, description="Most candidates recorded per session-start.")
+    effective_top: int = Field(50, ge=1, le=1000, description="Candidates taken by effectiveScore.")
+    similarity_top: int = Field(50, ge=0, le=1000, description="Candidates taken by similarity to the session context.")
+    similarity_pool: int = Field(
+        200, ge=1, le=10_000, description="Top memories by effectiveScore among which similarity is computed.")
+    min_effective: float = Field(
+        0.1, ge=0.0, le=1.0, description="Decayed importance below this is excluded from the pool (pinned exempt).")
+    inject_limit: int = Field(10, ge=0, le=100, description="Most memories injected at session-start.")
+    inject_budget_chars: int = Field(4000, ge=0, le=100_000, description="Character budget of the session-start block.")
+    prompt_limit: int = Field(5, ge=0, le=50, description="Most memories injected per prompt.")
+    prompt_budget_chars: int = Field(2000, ge=0, le=100_000, description="Character budget of a prompt block.")
+    prompt_min_score: float = Field(
+        0.45, ge=0.0, le=1.0,
+        description="Prompt recall injects only hits at or above this hybrid score (say nothing rather than pad).")
+    min_training_sessions: int = Field(10, ge=1, le=1000, description="Scored sessions before the predictor may train.")
+    agent_feedback: bool = Field(True, description="Ask the agent to rate injected memories (<memory-feedback>).")
+    max_prompt_chars: int = Field(100_000, ge=1, description="Longest prompt a hook accepts, characters.")
+    max_transcript_chars: int = Field(
+        20_000_000, ge=1, description="Longest transcript stored at session-end, characters (stored losslessly).")
+
+
 class Settings(BaseSettings):
     """Every setting memlane reads. Built once by ``memlane.container``; nothing else reads the environment."""
 
@@ -116,6 +142,8 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="Daemon log level.")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Embedding provider.")
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
+    sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
+    llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
 
     @property
     def db_path(self) -> Path:
@@ -186,7 +214,8 @@ def load_settings(**overrides: Any) -> Settings:
 def public_settings(settings: Settings) -> dict[str, Any]:
     """The settings as JSON-able data with secrets (API keys) masked."""
     data = settings.model_dump(mode="json")
-    if data.get("embedding", {}).get("api_key"):
-        data["embedding"]["api_key"] = "***"
+    for section in ("embedding", "llm"):
+        if data.get(section, {}).get("api_key"):
+            data[section]["api_key"] = "***"
     data["db_path"] = str(settings.db_path)
     return data

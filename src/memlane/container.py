@@ -17,7 +17,9 @@ from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
 from memlane.recall.vector_index import IndexEntry, VectorIndex
 from memlane.services.memory_service import MemoryService
+from memlane.providers import LlmProvider, build_provider
 from memlane.services.recall_service import RecallService
+from memlane.sessions.service import SessionService
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
@@ -34,12 +36,17 @@ class Container:
     embedder: Embedder | None
     memories: MemoryService
     recall: RecallService
+    sessions: SessionService
+    llm: LlmProvider | None = None
 
     def close(self) -> None:
-        """Finish queued writes and close the database and the embedder."""
+        """Finish background judging and queued writes; close the database, embedder and LLM."""
+        self.sessions.close()
         self.db.close()
         if self.embedder is not None:
             self.embedder.close()
+        if self.llm is not None:
+            self.llm.close()
 
 
 def load_index(db: Database, model_id: str) -> VectorIndex | None:
@@ -58,7 +65,7 @@ def load_index(db: Database, model_id: str) -> VectorIndex | None:
         xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
         if xv is not None and xv.shape[0] != index.dimensions:
             xv = None
-        index.upsert(IndexEntry(r.seq, r.project, r.type, r.created_at, r.is_deleted, cv, xv))
+        index.upsert(IndexEntry(r.seq, r.project, r.type, r.created_at, r.is_deleted, cv, xv, r.is_superseded))
     return index
 
 
@@ -85,4 +92,6 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
                              embed_batch=settings.embedding.batch_size)
     recall = RecallService(memories, settings.recall)
-    return Container(settings, db, emb, memories, recall)
+    llm = build_provider(settings.llm)
+    sessions = SessionService(memories, recall, settings.sessions, llm=llm)
+    return Container(settings, db, emb, memories, recall, sessions, llm)

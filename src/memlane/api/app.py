@@ -124,6 +124,9 @@ def create_app(container: Container) -> FastAPI:
         return ListOut(items=[MemoryOut.of(m) for m in items], total=total, limit=limit,
                        offset=offset, stats=mem.stats())
 
+    from memlane.api import hooks
+    app.include_router(hooks.router(container))
+
     @app.get("/api/config", tags=["meta"])
     def get_config() -> dict[str, Any]:
         """The effective settings (secrets masked)."""

@@ -42,6 +42,7 @@ class IndexEntry:
     is_deleted: bool
     content_vector: np.ndarray | None
     context_vector: np.ndarray | None
+    is_superseded: bool = False
 
 
 class VectorIndex:
@@ -70,6 +71,7 @@ class VectorIndex:
         self._type = np.zeros(cap, dtype=np.int32)
         self._created = np.zeros(cap, dtype=np.float64)
         self._deleted = np.zeros(cap, dtype=bool)
+        self._superseded = np.zeros(cap, dtype=bool)
         self._row_of: dict[int, int] = {}
         self._codes: dict[str | None, int] = {None: 0}
 
@@ -90,7 +92,7 @@ class VectorIndex:
             new = np.zeros((cap, self.dimensions), dtype=np.float32)
             new[: arr.shape[0]] = arr
             setattr(self, name, new)
-        for name in ("_has_content", "_has_context", "_seq", "_project", "_type", "_created", "_deleted"):
+        for name in ("_has_content", "_has_context", "_seq", "_project", "_type", "_created", "_deleted", "_superseded"):
             arr = getattr(self, name)
             new = np.zeros(cap, dtype=arr.dtype)
             new[: arr.shape[0]] = arr
@@ -124,6 +126,7 @@ class VectorIndex:
             self._type[row] = self._code("type:" + e.type)
             self._created[row] = iso_to_epoch(e.created_at)
             self._deleted[row] = e.is_deleted
+            self._superseded[row] = e.is_superseded
 
     def set_deleted(self, seq: int, deleted: bool) -> None:
         """Mark a memory deleted (excluded unless a search includes deleted) or recovered."""
@@ -131,6 +134,26 @@ class VectorIndex:
             row = self._row_of.get(seq)
             if row is not None:
                 self._deleted[row] = deleted
+
+    def set_superseded(self, seq: int, superseded: bool) -> None:
+        """Mark a memory superseded (excluded where a search excludes superseded memories)."""
+        with self._lock:
+            row = self._row_of.get(seq)
+            if row is not None:
+                self._superseded[row] = superseded
+
+    def vectors_of(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Content vectors of the given memories, float32 [len(seqs), d], and a bool [len(seqs)]
+        mask of which memories have one (rows without a vector are zero)."""
+        out = np.zeros((len(seqs), self.dimensions), dtype=np.float32)
+        has = np.zeros(len(seqs), dtype=bool)
+        with self._lock:
+            for i, s in enumerate(seqs):
+                row = self._row_of.get(s)
+                if row is not None and self._has_content[row]:
+                    out[i] = self._content[row]
+                    has[i] = True
+        return out, has
 
     def set_meta(self, seq: int, *, project: str | None, type_: str) -> None:
         """Update the filterable fields of a memory after a PATCH."""
@@ -147,9 +170,12 @@ class VectorIndex:
             mask &= ~self._deleted[:n]
         if f.project is not None:
             code = self._codes.get(f.project)
-            if code is None:
-                return np.zeros(n, dtype=bool)
-            mask &= self._project[:n] == code
+            in_project = self._project[:n] == code if code is not None else np.zeros(n, dtype=bool)
+            if f.include_global:
+                in_project |= self._project[:n] == self._codes[None]
+            mask &= in_project
+        if f.exclude_superseded:
+            mask &= ~self._superseded[:n]
         if f.types:
             codes = [self._codes[c] for c in ("type:" + t for t in f.types) if c in self._codes]
             mask &= np.isin(self._type[:n], codes)
@@ -175,16 +201,14 @@ class VectorIndex:
             idx = np.flatnonzero(mask)
             if idx.size == 0:
                 return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-            if idx.size == n:
-                c = self._content[:n] @ q
-                x = self._context[:n] @ q
-            else:
-                c = self._content[idx] @ q
-                x = self._context[idx] @ q
+            c = self._content[:n] @ q if idx.size == n else self._content[idx] @ q
             has_x = self._has_context[idx]
+            if has_x.any():
+                # Context vectors only where they exist (most memories have none).
+                xi = idx[has_x]
+                c[has_x] = (1.0 - context_weight) * c[has_x] + context_weight * (self._context[xi] @ q)
             seqs = self._seq[idx].copy()
-        s = np.where(has_x, (1.0 - context_weight) * c + context_weight * x, c)
-        return seqs, np.clip(s, 0.0, 1.0).astype(np.float32)
+        return seqs, np.clip(c, 0.0, 1.0).astype(np.float32, copy=False)
 
     def score_of(self, query: np.ndarray, seqs: list[int], context_weight: float = 0.5) -> dict[int, float]:
         """Vector scores of the given memories (those without a content vector are absent)."""

@@ -58,6 +58,8 @@ class RecallQuery:
     alpha: float | None = None
     now: str | None = None
     touch: bool = True
+    include_global: bool = False  # with a project: also memories without a project
+    exclude_superseded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,17 @@ class MemoryService:
         self.index = index
         self.max_content_chars = max_content_chars
         self.embed_batch = embed_batch
+        #: Called as ``listener(event, memory)`` after a committed update, delete or recover
+        #: (events: ``updated``, ``deleted``, ``recovered``, ``superseded``). A listener's
+        #: exception is logged, never raised to the caller.
+        self.listeners: list[Callable[[str, Memory], None]] = []
+
+    def _emit(self, event: str, memory: Memory) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event, memory)
+            except Exception:
+                log.exception("listener failed on %s of %s", event, memory.id)
 
     # -- validation ----------------------------------------------------------------------
     def validate(self, item: RememberInput) -> RememberInput:
@@ -345,6 +356,7 @@ class MemoryService:
 
         updated = self.db.write(job)
         self._reindex(updated)
+        self._emit("updated", updated)
         return updated
 
     def _reindex(self, m: Memory) -> None:
@@ -357,11 +369,12 @@ class MemoryService:
         if cv is None:
             if self.index is not None:
                 self._index_upsert(self.index, IndexEntry(m.seq, m.project, m.type, m.created_at,
-                                                          m.is_deleted, None, None))
+                                                          m.is_deleted, None, None, m.superseded_by is not None))
             return
         index = self._ensure_index(cv.shape[0])
         self._index_upsert(index, IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, cv,
-                                             vecs.get(m.context_hash) if m.context_hash else None))
+                                             vecs.get(m.context_hash) if m.context_hash else None,
+                                             m.superseded_by is not None))
 
     def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
         """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.
@@ -403,6 +416,7 @@ class MemoryService:
         m = self.db.write(job)
         if self.index is not None:
             self.index.set_deleted(m.seq, deleted)
+        self._emit("deleted" if deleted else "recovered", m)
         return m
 
 

@@ -80,7 +80,8 @@ class RecallService:
             project=q.project, types=tuple(q.types),
             since=parse_iso(q.since, "since") if q.since else None,
             until=parse_iso(q.until, "until") if q.until else None,
-            include_deleted=q.include_deleted,
+            include_deleted=q.include_deleted, include_global=q.include_global,
+            exclude_superseded=q.exclude_superseded,
         )
         now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(timezone.utc)
         text = clean_query(q.query, s.max_query_chars)

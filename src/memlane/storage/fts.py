@@ -59,6 +59,8 @@ class Filters:
     since: str | None = None
     until: str | None = None
     include_deleted: bool = False
+    include_global: bool = False  # with a project: also memories that have no project
+    exclude_superseded: bool = False
 
     def sql(self, alias: str = "m") -> tuple[str, list]:
         """A WHERE fragment (starting with AND, possibly empty) and its parameters."""
@@ -66,8 +68,13 @@ class Filters:
         if not self.include_deleted:
             parts.append(f"{alias}.is_deleted = 0")
         if self.project is not None:
-            parts.append(f"{alias}.project = ?")
+            if self.include_global:
+                parts.append(f"({alias}.project = ? OR {alias}.project IS NULL)")
+            else:
+                parts.append(f"{alias}.project = ?")
             args.append(self.project)
+        if self.exclude_superseded:
+            parts.append(f"{alias}.superseded_by IS NULL")
         if self.types:
             parts.append(f"{alias}.type IN ({','.join('?' * len(self.types))})")
             args.extend(self.types)

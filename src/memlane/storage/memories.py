@@ -196,7 +196,7 @@ def index_rows(conn: sqlite3.Connection, model: str) -> Iterable[IndexRow]:
     """Every memory with its content and context vectors for ``model`` (None where absent)."""
     cur = conn.execute(
         """SELECT m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted,
-                  e1.vector AS cv, e2.vector AS xv
+                  e1.vector AS cv, e2.vector AS xv, m.superseded_by IS NOT NULL
            FROM memories m
            LEFT JOIN embeddings e1 ON e1.content_hash = m.content_hash AND e1.model = ?
            LEFT JOIN embeddings e2 ON e2.content_hash = m.context_hash AND e2.model = ?
@@ -204,4 +204,4 @@ def index_rows(conn: sqlite3.Connection, model: str) -> Iterable[IndexRow]:
         (model, model),
     )
     for r in cur:
-        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7])
+        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]))

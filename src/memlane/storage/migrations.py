@@ -111,8 +111,8 @@ CREATE TABLE session_memories (
     id                    INTEGER PRIMARY KEY AUTOINCREMENT,
     session_key           TEXT NOT NULL REFERENCES sessions(session_key) ON DELETE CASCADE,
     memory_id             TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
-    source                TEXT NOT NULL CHECK (source IN ('effective', 'similarity', 'predictor', 'both',
-                                                          'exploration', 'fts_only')),
+    source                TEXT NOT NULL CHECK (source IN ('effective', 'predictor', 'both', 'exploration',
+                                                          'fts_only')),
     effective_score       REAL,      -- importance x 0.95^days (pinned = 1.0)
     similarity            REAL,      -- cosine(session context, memory), when both have vectors
     predictor_score       REAL,      -- null until the predictor scores

@@ -109,3 +109,4 @@ class IndexRow:
     is_deleted: bool
     content_vector: bytes | None
     context_vector: bytes | None
+    is_superseded: bool = False

@@ -1,0 +1,125 @@
+"""Hook endpoints (``/api/hooks/*``) and session inspection (``/api/sessions/*``): thin wrappers
+over :class:`memlane.sessions.service.SessionService`.
+
+Hook bodies are strict about types (a wrong type is a 422 naming the field) but ignore unknown
+fields, so a newer connector can talk to an older daemon.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.container import Container
+from memlane.sessions.inputs import EndInput, PromptInput, StartInput
+
+
+class _Hook(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    session_key: str = Field(..., description="The harness's session id.")
+    project: str | None = Field(None, description="Project scope (e.g. the git root).")
+    cwd: str | None = Field(None, description="Working directory.")
+    harness: str | None = Field(None, description="claude-code, opencode, ...")
+    now: str | None = Field(None, description="ISO-8601 time to use instead of the clock (replays).")
+
+
+class SessionStartIn(_Hook):
+    source: str | None = Field(None, description="startup | resume | clear | compact")
+    context: str | None = Field(None, description="Text describing the session, for the similarity pre-filter.")
+
+
+class PromptIn(_Hook):
+    prompt: str = Field(..., description="The user's prompt.")
+    memory_feedback: dict[str, Any] | str | None = Field(
+        None, description="Agent ratings {memory id or 8-char prefix: score in [-1, 1]} (or that object as JSON text).")
+
+
+class SessionEndIn(_Hook):
+    reason: str | None = Field(None, description="clear | logout | prompt_input_exit | other")
+    transcript: str | None = Field(None, description="The session transcript, stored losslessly.")
+    wait: bool = Field(False, description="Wait for the LLM judge instead of scoring in the background.")
+
+
+class PreCompactionIn(_Hook):
+    trigger: str | None = Field(None, description="manual | auto")
+    custom_instructions: str | None = Field(None, description="The user's /compact instructions.")
+    context: str | None = Field(None, description="Current session context to include in the digest.")
+
+
+class CompactionCompleteIn(_Hook):
+    summary: str | None = Field(None, description="The summary the agent wrote.")
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    session_key: str
+    memory_feedback: dict[str, Any] | str
+
+
+def router(container: Container) -> APIRouter:
+    """The hook and session routes over ``container.sessions``."""
+    r = APIRouter()
+    svc = container.sessions
+
+    @r.post("/api/hooks/session-start", tags=["hooks"])
+    def session_start(body: SessionStartIn) -> dict[str, Any]:
+        """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
+        res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
+                                   harness=body.harness, source=body.source, context=body.context, now=body.now))
+        return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
+                "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
+                "injected": res.injected, "took_ms": round(res.took_ms, 3)}
+
+    @r.post("/api/hooks/user-prompt-submit", tags=["hooks"])
+    def user_prompt_submit(body: PromptIn) -> dict[str, Any]:
+        """Recall on the prompt (threshold: nothing rather than padding), FTS-hit tracking, feedback."""
+        res = svc.prompt(PromptInput(session_key=body.session_key, prompt=body.prompt, project=body.project,
+                                     cwd=body.cwd, harness=body.harness, memory_feedback=body.memory_feedback,
+                                     now=body.now))
+        return {"session_key": res.session_key, "inject": res.inject, "matched": res.matched,
+                "injected": res.injected, "feedback": {"applied": res.feedback.applied,
+                                                       "ignored": res.feedback.ignored},
+                "took_ms": round(res.took_ms, 3)}
+
+    @r.post("/api/hooks/session-end", tags=["hooks"])
+    def session_end(body: SessionEndIn) -> dict[str, Any]:
+        """Transcript stored, summary job enqueued, continuity scored, labels built."""
+        res = svc.end(EndInput(session_key=body.session_key, transcript=body.transcript, reason=body.reason,
+                               project=body.project, cwd=body.cwd, harness=body.harness, now=body.now),
+                      wait=body.wait)
+        return {"session_key": res.session_key, "scoring": res.scoring, "scorer": res.scorer, "score": res.score,
+                "confidence": res.confidence, "labels": res.labels, "transcript_stored": res.transcript_stored,
+                "summary_job_id": res.summary_job_id}
+
+    @r.post("/api/hooks/pre-compaction", tags=["hooks"])
+    def pre_compaction(body: PreCompactionIn) -> dict[str, Any]:
+        """A checkpoint now, the summary prompt for the agent, and the recovery digest."""
+        return svc.pre_compaction(body.session_key, project=body.project, harness=body.harness,
+                                  context=body.context or body.custom_instructions)
+
+    @r.post("/api/hooks/compaction-complete", tags=["hooks"])
+    def compaction_complete(body: CompactionCompleteIn) -> dict[str, Any]:
+        """Record the agent's compaction summary as a checkpoint."""
+        return svc.compaction_complete(body.session_key, project=body.project, harness=body.harness,
+                                       summary=body.summary)
+
+    @r.post("/api/sessions/feedback", tags=["sessions"])
+    def feedback(body: FeedbackIn) -> dict[str, int]:
+        """Agent feedback outside a prompt (e.g. the MCP memory_feedback tool)."""
+        res = svc.feedback(body.session_key, body.memory_feedback)
+        return {"applied": res.applied, "ignored": res.ignored}
+
+    @r.get("/api/sessions/summary", tags=["sessions"])
+    def sessions_summary() -> dict[str, Any]:
+        """Counts over all sessions: candidates, injections, hits, ratings, labels, scores."""
+        return svc.summary()
+
+    @r.get("/api/sessions/{session_key}", tags=["sessions"])
+    def get_session(session_key: str) -> dict[str, Any]:
+        """One session: its row, its score and every candidate with raw and final labels."""
+        return svc.get(session_key)
+
+    return r

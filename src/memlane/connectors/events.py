@@ -1,0 +1,146 @@
+"""The harness-neutral hook event and the mapping from Claude Code's hook input.
+
+Claude Code runs a hook command with one JSON object on stdin. Fields used here (from the
+Claude Code hooks reference, code.claude.com/docs/en/hooks):
+
+* every event: ``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``
+  (plus ``permission_mode``, ``model``... which are ignored);
+* ``SessionStart``: ``source`` (startup | resume | clear | compact);
+* ``UserPromptSubmit``: ``prompt``;
+* ``SessionEnd``: ``reason`` (clear | logout | prompt_input_exit | other, ...);
+* ``PreCompact``: ``trigger`` (manual | auto) and ``custom_instructions``.
+
+Unknown extra fields are ignored; a missing ``session_id``, a missing ``prompt`` on
+UserPromptSubmit, or a field of the wrong type is a :class:`ValueError` naming the field.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact")
+
+#: Our event name -> Claude Code's ``hook_event_name``.
+CLAUDE_CODE_NAMES = {
+    "session-start": "SessionStart",
+    "user-prompt-submit": "UserPromptSubmit",
+    "session-end": "SessionEnd",
+    "pre-compact": "PreCompact",
+}
+_FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One hook call, independent of the harness that made it.
+
+    Attributes:
+        event: one of ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``.
+        session_key: the harness's session id (Claude Code's ``session_id``).
+        cwd: the absolute working directory of the session.
+        project: the git root containing ``cwd`` (nearest ancestor with a ``.git`` entry),
+            else ``cwd`` itself; an absolute path string.
+        prompt: the submitted prompt (user-prompt-submit only).
+        source: why the session started (startup | resume | clear | compact).
+        reason: why the session ended.
+        trigger: what started a compaction (manual | auto).
+        custom_instructions: the user's ``/compact`` instructions, if any.
+        transcript_path: the harness's transcript file as given (not yet checked or read).
+        harness: the harness name sent to the daemon.
+    """
+
+    event: str
+    session_key: str
+    cwd: str
+    project: str
+    prompt: str | None = None
+    source: str | None = None
+    reason: str | None = None
+    trigger: str | None = None
+    custom_instructions: str | None = None
+    transcript_path: str | None = None
+    harness: str = "claude-code"
+
+
+def normalize_event_name(name: str) -> str:
+    """``session-start`` or ``SessionStart`` -> ``session-start``.
+
+    Raises:
+        ValueError: not one of the four supported events.
+    """
+    if name in EVENTS:
+        return name
+    if name in _FROM_CLAUDE_CODE:
+        return _FROM_CLAUDE_CODE[name]
+    raise ValueError(f"unknown hook event {name!r}; expected one of {', '.join(EVENTS)}")
+
+
+def find_project_root(cwd: str | os.PathLike[str]) -> str:
+    """The nearest ancestor of ``cwd`` (itself included) holding a ``.git`` entry (a directory,
+    or a file as in worktrees and submodules), else ``cwd``; always an absolute path string."""
+    start = Path(os.path.abspath(os.path.expanduser(os.fspath(cwd))))
+    try:
+        start = start.resolve()
+    except OSError:
+        pass
+    for candidate in (start, *start.parents):
+        try:
+            if (candidate / ".git").exists():
+                return str(candidate)
+        except OSError:
+            continue
+    return str(start)
+
+
+def _opt_str(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"hook input field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
+    """Map Claude Code's hook stdin JSON (already decoded) to a :class:`HookEvent`.
+
+    Args:
+        event_name: our name (``session-start``...) or Claude Code's (``SessionStart``...).
+        payload: the decoded stdin object.
+
+    Raises:
+        ValueError: ``payload`` is not an object; ``session_id`` is missing or empty;
+            ``prompt`` is missing on user-prompt-submit; a field has the wrong type; or
+            ``hook_event_name`` names a different event than ``event_name``.
+    """
+    event = normalize_event_name(event_name)
+    if not isinstance(payload, dict):
+        raise ValueError(f"hook input must be a JSON object, got {type(payload).__name__}")
+    declared = _opt_str(payload, "hook_event_name")
+    if declared and declared != CLAUDE_CODE_NAMES[event]:
+        raise ValueError(
+            f"hook input is for {declared!r} but the command is for {CLAUDE_CODE_NAMES[event]!r}"
+        )
+    session_id = _opt_str(payload, "session_id")
+    if not session_id or not session_id.strip():
+        raise ValueError("hook input has no 'session_id'")
+    cwd = _opt_str(payload, "cwd") or os.getcwd()
+    cwd = os.path.abspath(os.path.expanduser(cwd))
+    prompt = _opt_str(payload, "prompt")
+    if event == "user-prompt-submit" and prompt is None:
+        raise ValueError("UserPromptSubmit hook input has no 'prompt'")
+    return HookEvent(
+        event=event,
+        session_key=session_id.strip(),
+        cwd=cwd,
+        project=find_project_root(cwd),
+        prompt=prompt if event == "user-prompt-submit" else None,
+        source=_opt_str(payload, "source") if event == "session-start" else None,
+        reason=_opt_str(payload, "reason") if event == "session-end" else None,
+        trigger=_opt_str(payload, "trigger") if event == "pre-compact" else None,
+        custom_instructions=_opt_str(payload, "custom_instructions") if event == "pre-compact" else None,
+        transcript_path=_opt_str(payload, "transcript_path") or None,
+    )

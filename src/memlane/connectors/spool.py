@@ -1,0 +1,230 @@
+"""The fail-open spool: hook events the daemon could not take wait on disk for the next hook.
+
+Layout: one JSON file per event in ``$MEMLANE_HOME/spool/``, named
+``<time_ns, 20 digits>-<pid>-<random>.json`` so that name order is time order. Each file holds
+``{"endpoint": "/api/hooks/...", "body": {...}, "spooled_at": ISO-8601, "attempts": int}``.
+Files are written atomically (a hidden temp file in the same directory, then a rename).
+
+Caps (per spool directory): at most :data:`MAX_FILES` files and :data:`MAX_BYTES` bytes; the
+oldest files are dropped, each with a log line. Events the daemon rejects (any 4xx) or that
+failed :data:`MAX_ATTEMPTS` times with a 5xx or a read timeout move to ``spool/rejected/``
+(kept for inspection, capped the same way), so nothing is retried forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 1000
+MAX_BYTES = 50 * 1024 * 1024
+MAX_ATTEMPTS = 5
+REJECTED = "rejected"
+
+
+def spool_dir_for(home: Path) -> Path:
+    """``{home}/spool``."""
+    return Path(home) / "spool"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def spooled_files(spool_dir: Path) -> list[Path]:
+    """The spooled event files in time order (temp files and ``rejected/`` excluded)."""
+    try:
+        names = [n for n in os.listdir(spool_dir) if n.endswith(".json") and not n.startswith(".")]
+    except OSError:
+        return []
+    return [Path(spool_dir) / n for n in sorted(names)]
+
+
+def enforce_caps(spool_dir: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> int:
+    """Drop the oldest files until at most ``max_files`` files and ``max_bytes`` bytes remain.
+
+    Returns the number of files dropped (each logged)."""
+    files = spooled_files(spool_dir)
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    total, count, dropped = sum(sizes), len(files), 0
+    for f, size in zip(files, sizes):
+        if count <= max_files and total <= max_bytes:
+            break
+        try:
+            f.unlink()
+            log.warning("spool full (%d files, %d bytes): dropped the oldest event %s", count, total, f.name)
+            dropped += 1
+        except OSError as exc:
+            log.warning("spool: cannot drop %s (%s)", f.name, exc)
+        count -= 1
+        total -= size
+    return dropped
+
+
+def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
+                max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Path | None:
+    """Save one event for later delivery; returns its file, or ``None`` if it could not be saved
+    (an event larger than ``max_bytes`` on its own, or an I/O error; logged, never raised)."""
+    try:
+        data = json.dumps({"endpoint": endpoint, "body": body, "attempts": 0,
+                           "spooled_at": datetime.now(timezone.utc).isoformat()},
+                          ensure_ascii=False).encode("utf-8")
+        if len(data) > max_bytes:
+            log.warning("spool: an event of %d bytes is over the %d-byte cap; not spooled", len(data), max_bytes)
+            return None
+        spool_dir = Path(spool_dir)
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        path = spool_dir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
+        _atomic_write(path, data)
+        enforce_caps(spool_dir, max_files, max_bytes)
+        return path
+    except (OSError, TypeError, ValueError) as exc:
+        log.warning("spool: cannot save an event for %s (%s)", endpoint, exc)
+        return None
+
+
+def _reject(path: Path, why: str) -> None:
+    target_dir = path.parent / REJECTED
+    try:
+        target_dir.mkdir(exist_ok=True)
+        os.replace(path, target_dir / path.name)
+        log.warning("spool: %s moved to %s/ (%s)", path.name, REJECTED, why)
+        enforce_caps(target_dir)
+    except OSError as exc:
+        log.warning("spool: cannot move %s to %s/ (%s); deleting it", path.name, REJECTED, exc)
+        path.unlink(missing_ok=True)
+
+
+def replay_spool(client: httpx.Client, spool_dir: Path, *, budget_s: float | None = None,
+                 timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
+    """Send the spooled events oldest first through ``client`` (an httpx client whose base URL
+    is the daemon), stopping at the first transient failure so that order is kept.
+
+    * 2xx: delivered, the file is deleted.
+    * 4xx: the daemon rejected it; moved to ``spool/rejected/``.
+    * 5xx or a read timeout: kept with ``attempts + 1``; after ``max_attempts`` moved to
+      ``rejected/``. Replay stops.
+    * connection refused / connect timeout / other transport errors: kept as is; replay stops.
+    * an unreadable or malformed file: moved to ``rejected/``.
+
+    Args:
+        budget_s: wall-clock budget for the whole replay, seconds (``None``: no limit); each
+            request's timeout is cut to what is left.
+        timeout_s: per-request timeout, seconds.
+
+    Returns:
+        ``(sent, failed)``: events delivered, and events rejected or kept after a failed try.
+    """
+    if not spooled_files(spool_dir):
+        return 0, 0
+    with _replay_lock(Path(spool_dir)) as locked:
+        if not locked:  # another hook process is replaying right now
+            return 0, 0
+        return _replay(client, Path(spool_dir), budget_s, timeout_s, max_attempts)
+
+
+@contextlib.contextmanager
+def _replay_lock(spool_dir: Path):  # noqa: ANN202
+    """A non-blocking exclusive lock on ``spool/.replay.lock`` (no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield True
+        return
+    try:
+        f = open(spool_dir / ".replay.lock", "a+b")  # noqa: SIM115
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        f.close()
+
+
+def _replay(client: httpx.Client, spool_dir: Path, budget_s: float | None, timeout_s: float,
+            max_attempts: int) -> tuple[int, int]:
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    sent = failed = 0
+    for path in spooled_files(spool_dir):
+        left = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
+        if left <= 0.01:
+            break
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            endpoint, body = record["endpoint"], record["body"]
+            if not isinstance(endpoint, str) or not endpoint.startswith("/") or not isinstance(body, dict):
+                raise ValueError("bad endpoint or body")
+        except FileNotFoundError:
+            continue  # another hook process replayed it meanwhile
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _reject(path, f"unreadable spool file: {exc}")
+            failed += 1
+            continue
+        try:
+            r = client.post(endpoint, content=json.dumps(body, ensure_ascii=False).encode("utf-8"),
+                            headers={"content-type": "application/json"}, timeout=left)
+        except httpx.ReadTimeout:
+            _count_attempt(path, record, max_attempts, "read timeout")
+            return sent, failed + 1
+        except httpx.HTTPError as exc:
+            log.info("spool replay stopped: %s (%s)", exc.__class__.__name__, endpoint)
+            return sent, failed + 1
+        if 200 <= r.status_code < 300:
+            path.unlink(missing_ok=True)
+            sent += 1
+        elif 400 <= r.status_code < 500:
+            _reject(path, f"HTTP {r.status_code} from {endpoint}: {r.text[:200]}")
+            failed += 1
+        else:
+            _count_attempt(path, record, max_attempts, f"HTTP {r.status_code}")
+            return sent, failed + 1
+    return sent, failed
+
+
+def _count_attempt(path: Path, record: dict[str, Any], max_attempts: int, why: str) -> None:
+    attempts = int(record.get("attempts", 0) or 0) + 1
+    if attempts >= max_attempts:
+        _reject(path, f"{why}, {attempts} attempts")
+        return
+    record["attempts"] = attempts
+    try:
+        if path.exists():
+            _atomic_write(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+    except OSError as exc:
+        log.warning("spool: cannot update %s (%s)", path.name, exc)
+    log.info("spool replay stopped: %s (%s, attempt %d)", why, path.name, attempts)

@@ -1,0 +1,92 @@
+"""Inputs and results of the session lifecycle (plain dataclasses; Pydantic stays at the API edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StartInput:
+    """session-start. ``context`` is the text the similarity pre-filter embeds (default: the
+    project, the working directory and the project's latest checkpoint digest). ``now`` (ISO)
+    replaces the clock (replays)."""
+
+    session_key: str
+    project: str | None = None
+    cwd: str | None = None
+    harness: str | None = None
+    source: str | None = None
+    context: str | None = None
+    now: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    """``status`` is ``new`` or ``existing`` (a repeated start: nothing recorded)."""
+
+    session_key: str
+    status: str
+    inject: str
+    predictor_state: str
+    candidate_count: int = 0
+    injected: list[dict[str, Any]] = field(default_factory=list)
+    took_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptInput:
+    """user-prompt-submit; ``memory_feedback`` maps memory ids (full or 8-char prefixes) to scores
+    in [-1, 1], or is a JSON string of such an object; anything malformed is ignored."""
+
+    session_key: str
+    prompt: str
+    project: str | None = None
+    cwd: str | None = None
+    harness: str | None = None
+    memory_feedback: Any = None
+    now: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackResult:
+    applied: int
+    ignored: int
+
+
+@dataclass(frozen=True, slots=True)
+class PromptResult:
+    session_key: str
+    inject: str
+    matched: list[str]
+    injected: list[str]
+    feedback: FeedbackResult
+    took_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndInput:
+    """session-end; the transcript is stored losslessly (up to the configured cap)."""
+
+    session_key: str
+    transcript: str | None = None
+    reason: str | None = None
+    project: str | None = None
+    cwd: str | None = None
+    harness: str | None = None
+    now: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndResult:
+    """``scorer`` is ``llm`` or ``behavioral``; ``scoring`` is ``done`` or ``queued`` (LLM judging
+    runs in the background unless the caller waits)."""
+
+    session_key: str
+    scoring: str
+    scorer: str | None
+    score: float | None
+    confidence: float | None
+    labels: int
+    transcript_stored: bool
+    summary_job_id: int | None

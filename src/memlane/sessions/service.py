@@ -1,0 +1,458 @@
+"""The session lifecycle service: session-start, prompt-submit, session-end, feedback, labels.
+
+It records what the predictor learns from (predictive-memory-scorer.md "Phase 0"):
+every candidate of a session-start in ``session_memories`` (one transaction), prompt
+matches as ``fts_hit_count`` / ``fts_only`` rows, agent feedback as a running mean, and at
+session-end a continuity score (LLM judge when configured, behaviour otherwise) from which
+the training labels are built (``sessions.labels``). Injection never bumps access counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from memlane.config import SessionSettings
+from memlane.errors import NotFound, ValidationError
+from memlane.providers.base import LlmError, LlmProvider
+from memlane.services.clock import now_iso, parse_iso
+from memlane.services.inputs import RecallQuery
+from memlane.services.memory_service import MemoryService
+from memlane.services.recall_service import RecallService
+from memlane.services.validation import MAX_SHORT_CHARS, check_text
+from memlane.sessions import continuity, labels
+from memlane.sessions.inject import Shown, render_block, select_within_budget, short_id, status_line
+from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
+                                     StartResult)
+from memlane.sessions.start import build_pool, context_vector
+from memlane.storage import jobs as jobs_sql
+from memlane.storage import memories as mem_sql
+from memlane.storage import sessions as sess_sql
+from memlane.storage.models import Memory
+
+log = logging.getLogger(__name__)
+
+#: Longest session key accepted, characters.
+MAX_SESSION_KEY = 256
+#: Recent prompts kept per active session for checkpoint digests.
+RECENT_PROMPTS = 20
+
+
+class SessionService:
+    """Session lifecycle over the memory store.
+
+    Args:
+        memories, recall: the core services (database, embedder, index are shared).
+        settings: session settings.
+        llm: the continuity judge, or None (behavioural scoring only).
+        checkpoints: the checkpoint service, or None.
+    """
+
+    def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
+                 llm: LlmProvider | None = None, checkpoints: Any = None) -> None:
+        self.memories = memories
+        self.recall = recall
+        self.settings = settings
+        self.llm = llm
+        self.checkpoints = checkpoints
+        self.db = memories.db
+        self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-judge")
+        self._pending: dict[str, Future] = {}
+        self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
+        self._lock = threading.Lock()
+        memories.listeners.append(self._on_memory_event)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _key(self, key: Any) -> str:
+        if not isinstance(key, str) or not key.strip():
+            raise ValidationError("session_key: must be a non-empty string", details={"field": "session_key"})
+        return check_text(key, "session_key", max_chars=MAX_SESSION_KEY)
+
+    def _opt(self, value: Any, name: str) -> str | None:
+        if value is None:
+            return None
+        return check_text(value, name, max_chars=4096, allow_empty=True)
+
+    def predictor_state(self) -> tuple[str, int]:
+        """(state, scored sessions). The predictor arrives with its own issue: until then, collecting."""
+        return "collecting", self.db.read(sess_sql.count_scored_sessions)
+
+    # -- session-start ------------------------------------------------------------------
+    def start(self, inp: StartInput) -> StartResult:
+        """Build the candidate pool, record every candidate, return the inject text.
+
+        A repeated start for a known key records nothing and returns a minimal answer (for a
+        ``compact`` restart: the recovery digest).
+
+        Raises:
+            ValidationError: a bad key, project, context or timestamp.
+        """
+        t0 = time.perf_counter()
+        key = self._key(inp.session_key)
+        project = self._opt(inp.project, "project")
+        for name in ("cwd", "harness", "source"):
+            self._opt(getattr(inp, name), name)
+        if inp.context is not None:
+            check_text(inp.context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
+        now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        state, scored = self.predictor_state()
+        existing = self.db.read(lambda c: sess_sql.get_session(c, key))
+        if existing is not None:
+            inject = ""
+            if inp.source == "compact" and self.checkpoints is not None:
+                inject = self.checkpoints.recovery_digest(session_key=key, project=project)
+            return StartResult(key, "existing", inject, existing.predictor_state,
+                               took_ms=(time.perf_counter() - t0) * 1000)
+        s = self.settings
+        context = inp.context or self._default_context(project, inp.cwd)
+        eff = self.db.read(lambda c: sess_sql.top_effective(
+            c, project=project, now_iso=now, limit=max(s.similarity_pool, s.effective_top),
+            min_effective=s.min_effective))
+        cv = context_vector(self.memories.embedder, self.memories.index, context)
+        pool = build_pool(eff, cv, self.memories.index, s)
+        rows = self.db.read(lambda c: mem_sql.get_many(c, [p.memory_id for p in pool]))
+        shown = [Shown(p.memory_id, rows[p.memory_id].created_at, rows[p.memory_id].content)
+                 for p in pool if p.memory_id in rows]
+        chosen = select_within_budget(shown, s.inject_budget_chars, s.inject_limit)
+        chosen_ids = {c.id for c in chosen}
+        cand_rows = [sess_sql.CandidateRow(
+            memory_id=p.memory_id, source="effective", final_score=p.final_score, rank=p.rank,
+            was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
+            baseline_rank=p.baseline_rank) for p in pool]
+
+        def job(conn: sqlite3.Connection) -> bool:
+            if not sess_sql.insert_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd,
+                                           context=context, started_at=now, predictor_state=state):
+                return False
+            sess_sql.record_candidates(conn, key, cand_rows, now)
+            return True
+
+        if not self.db.write(job):  # a concurrent start for the same key won the race
+            return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
+        header = status_line(state, scored, s.min_training_sessions)
+        block = render_block("Relevant memories:", chosen, with_feedback=s.agent_feedback)
+        inject = header + ("\n" + block if block else "\n")
+        return StartResult(key, "new", inject, state, candidate_count=len(pool),
+                           injected=[{"id": c.id, "short_id": short_id(c.id)} for c in chosen],
+                           took_ms=(time.perf_counter() - t0) * 1000)
+
+    def _default_context(self, project: str | None, cwd: str | None) -> str:
+        parts = [f"project: {project}" if project else "", f"directory: {cwd}" if cwd else ""]
+        if self.checkpoints is not None and project:
+            parts.append(self.checkpoints.recovery_digest(project=project) or "")
+        return "\n".join(p for p in parts if p)
+
+    # -- user-prompt-submit ---------------------------------------------------------------
+    def prompt(self, inp: PromptInput) -> PromptResult:
+        """Recall on the prompt; record matches; apply agent feedback; inject only what clears
+        the relevance threshold (nothing rather than padding).
+
+        Raises:
+            ValidationError / PayloadTooLarge: a bad key or an oversize prompt.
+        """
+        t0 = time.perf_counter()
+        s = self.settings
+        key = self._key(inp.session_key)
+        project = self._opt(inp.project, "project")
+        check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
+        now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        self.db.write(lambda c: sess_sql.ensure_session(c, key=key, project=project, harness=inp.harness,
+                                                        cwd=inp.cwd, started_at=now))
+        feedback = self.feedback(key, inp.memory_feedback) if inp.memory_feedback is not None \
+            else FeedbackResult(0, 0)
+        matched: list[tuple[str, float]] = []
+        hits_mem: dict[str, Memory] = {}
+        if inp.prompt.strip():
+            res = self.recall.recall(RecallQuery(
+                query=inp.prompt, limit=max(s.prompt_limit * 2, 5), project=project, include_global=True,
+                exclude_superseded=True, now=now, touch=False, min_score=s.prompt_min_score))
+            for h in res.hits:
+                matched.append((h.memory.id, h.score))
+                hits_mem[h.memory.id] = h.memory
+        seen = self.db.read(lambda c: _shown_before(c, key))
+        self.db.write(lambda c: (sess_sql.track_fts_hits(c, key, matched, now), sess_sql.bump_prompt_count(c, key)))
+        fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched if mid not in seen]
+        chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
+        inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
+        self._note_prompt(key, inp.prompt)
+        if self.checkpoints is not None:
+            count = self.db.read(lambda c: sess_sql.get_session(c, key)).prompt_count
+            if self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
+                self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
+                                       prompt_count_delta=count, queries=self._recent(key), remembers=[])
+        return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
+                            took_ms=(time.perf_counter() - t0) * 1000)
+
+    def _note_prompt(self, key: str, prompt: str) -> None:
+        with self._lock:
+            recent = self._prompts.setdefault(key, [])
+            recent.append(prompt[:500])
+            del recent[:-RECENT_PROMPTS]
+            if len(self._prompts) > 10_000:  # sessions that never ended
+                self._prompts.pop(next(iter(self._prompts)))
+
+    def _recent(self, key: str) -> list[str]:
+        with self._lock:
+            return list(self._prompts.get(key, []))
+
+    # -- compaction -------------------------------------------------------------------------
+    def pre_compaction(self, session_key: str, *, project: str | None, harness: str | None,
+                       context: str | None) -> dict[str, Any]:
+        """Checkpoint now (flushed at once), and return the summary prompt and recovery digest.
+
+        Raises:
+            ValidationError: a bad key.
+        """
+        key = self._key(session_key)
+        project = self._opt(project, "project")
+        if context is not None:
+            check_text(context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
+        if self.checkpoints is None:
+            return {"session_key": key, "inject": "", "summary_prompt": "", "digest": ""}
+        sess = self.db.read(lambda c: sess_sql.get_session(c, key))
+        self.checkpoints.queue(key, "pre_compaction", harness=harness, project=project,
+                               prompt_count_delta=sess.prompt_count if sess else 0, queries=self._recent(key),
+                               remembers=[], context=context)
+        self.checkpoints.flush()
+        digest = self.checkpoints.recovery_digest(session_key=key, project=project)
+        prompt = self.checkpoints.summary_prompt(key, project, context)
+        return {"session_key": key, "inject": f"{prompt}\n\n{digest}".strip(), "summary_prompt": prompt,
+                "digest": digest}
+
+    def compaction_complete(self, session_key: str, *, project: str | None, harness: str | None,
+                            summary: str | None) -> dict[str, Any]:
+        """Store the agent's compaction summary as an ``agent`` checkpoint.
+
+        Raises:
+            ValidationError: a bad key or an oversize summary.
+        """
+        key = self._key(session_key)
+        project = self._opt(project, "project")
+        if summary is not None:
+            check_text(summary, "summary", max_chars=self.settings.max_prompt_chars, allow_empty=True)
+        if self.checkpoints is None or not (summary or "").strip():
+            return {"session_key": key, "recorded": False}
+        self.checkpoints.queue(key, "agent", harness=harness, project=project, prompt_count_delta=0,
+                               queries=self._recent(key), remembers=[], context=summary)
+        self.checkpoints.flush()
+        return {"session_key": key, "recorded": True}
+
+    def feedback(self, session_key: str, raw: Any) -> FeedbackResult:
+        """Apply agent feedback ``{id or 8-char prefix: score in [-1, 1]}`` (or its JSON text) to the
+        session's running means. Unknown ids, non-numbers and malformed input are ignored and
+        counted, never raised (agent-relevance-feedback.md: fail open)."""
+        key = self._key(session_key)
+        if not self.settings.agent_feedback:
+            return FeedbackResult(0, 0)
+        data = raw
+        if isinstance(raw, str):
+            try:
+                data = json.loads(raw)
+            except (json.JSONDecodeError, RecursionError):
+                return FeedbackResult(0, 1)
+        if isinstance(data, dict) and isinstance(data.get("memory_feedback"), dict):
+            data = data["memory_feedback"]
+        if not isinstance(data, dict):
+            return FeedbackResult(0, 1)
+        ids = self.db.read(lambda c: sess_sql.session_memory_ids(c, key))
+        by_prefix: dict[str, str | None] = {}
+        for mid in ids:
+            p = short_id(mid)
+            by_prefix[p] = None if p in by_prefix and by_prefix[p] != mid else mid  # ambiguous -> None
+            by_prefix[mid] = mid
+        scores: dict[str, float] = {}
+        ignored = 0
+        for k, v in list(data.items())[:1000]:
+            mid = by_prefix.get(str(k).strip().strip("[]")) if isinstance(k, str) else None
+            if mid is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                ignored += 1
+                continue
+            scores[mid] = max(-1.0, min(1.0, float(v)))
+        applied = self.db.write(lambda c: sess_sql.apply_feedback(c, key, scores)) if scores else 0
+        return FeedbackResult(applied, ignored + len(scores) - applied)
+
+    # -- session-end ----------------------------------------------------------------------
+    def end(self, inp: EndInput, *, wait: bool = False) -> EndResult:
+        """Store the transcript, enqueue the summary job, score continuity, build labels.
+
+        With an LLM judge the scoring runs on a background thread unless ``wait``; without one
+        the session is scored from behaviour alone, synchronously, and marked ``behavioral``.
+
+        Raises:
+            ValidationError / PayloadTooLarge: a bad key or an oversize transcript.
+        """
+        key = self._key(inp.session_key)
+        project = self._opt(inp.project, "project")
+        self._opt(inp.reason, "reason")
+        if inp.transcript is not None:
+            check_text(inp.transcript, "transcript", max_chars=self.settings.max_transcript_chars, allow_empty=True)
+        now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        transcript = inp.transcript or ""
+        judge = self.llm is not None and len(transcript) >= continuity.MIN_TRANSCRIPT_CHARS
+
+        def job(conn: sqlite3.Connection) -> tuple[bool, int]:
+            sess_sql.ensure_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd, started_at=now)
+            stored = bool(transcript) and sess_sql.write_transcript(conn, key, transcript, harness=inp.harness,
+                                                                    project=project, at=now)
+            sess_sql.end_session(conn, key, now)
+            job_id = jobs_sql.enqueue(
+                conn, "session_summary", at=now, dedup_key=key, session_key=key,
+                payload={"reason": inp.reason, "transcript_chars": len(transcript)},
+                status="pending" if self.llm is not None and transcript else "skipped",
+                error=None if self.llm is not None and transcript else
+                ("no LLM provider configured" if self.llm is None else "no transcript"))
+            return stored, job_id
+
+        stored, job_id = self.db.write(job)
+        if self.checkpoints is not None:
+            count = self.db.read(lambda c: sess_sql.get_session(c, key)).prompt_count
+            self.checkpoints.queue(key, "session_end", harness=inp.harness, project=project,
+                                   prompt_count_delta=count, queries=self._recent(key), remembers=[])
+        with self._lock:
+            self._prompts.pop(key, None)
+        if judge:
+            fut = self._judge.submit(self._score_llm, key, transcript, now)
+            with self._lock:
+                self._pending[key] = fut
+            if not wait:
+                return EndResult(key, "queued", None, None, None, 0, stored, job_id)
+            scorer, score, conf, n = fut.result()
+        else:
+            scorer, score, conf, n = self._score_behavioral(key, now)
+        return EndResult(key, "done", scorer, score, conf, n, stored, job_id)
+
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
+        """Wait for background judging to finish (tests, replays, shutdown)."""
+        with self._lock:
+            futs = list(self._pending.values())
+            self._pending.clear()
+        for f in futs:
+            f.result(timeout=timeout_s)
+
+    def _score_behavioral(self, key: str, now: str, note: str | None = None) -> tuple[str, float, float, int]:
+        rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
+        started = self.db.read(lambda c: sess_sql.get_session(c, key))
+        injected = [self._signals(r, started.started_at if started else now) for r in rows if r.was_injected]
+        outcome = labels.behavioral_outcome(injected)
+        reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + \
+            (f"; {note}" if note else "")
+        used = sum(1 for c in injected if (c.agent_score or 0) > 0 or c.fts_hit_count > 0)
+        self.db.write(lambda c: sess_sql.write_score(
+            c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
+            memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None, at=now))
+        return "behavioral", outcome.score, outcome.confidence, self.relabel(key)
+
+    def _score_llm(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int]:
+        rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
+        injected = [continuity.JudgedMemory(r.memory_id, r.content) for r in rows if r.was_injected]
+        prompt = continuity.build_prompt(injected, transcript)
+        try:
+            reply = self.llm.generate(prompt)  # type: ignore[union-attr]
+            result = continuity.parse_reply(reply, injected)
+            if result is None:
+                raise LlmError("the judge's reply held no JSON object")
+        except LlmError as exc:  # fail open: behaviour scores the session
+            log.warning("continuity judge failed for %s: %s", key, exc)
+            self.db.write(lambda c: _finish_summary(c, key, "failed", now, error=str(exc)[:500]))
+            return self._score_behavioral(key, now, note=f"LLM judge failed: {str(exc)[:200]}")
+
+        def job(conn: sqlite3.Connection) -> None:
+            sess_sql.write_relevance(conn, key, result.per_memory)
+            sess_sql.write_score(conn, key, score=result.score, confidence=result.confidence,
+                                 memories_recalled=len(injected), memories_used=result.memories_used,
+                                 novel_context_count=result.novel_context_count, reasoning=result.reasoning,
+                                 scorer="llm", model=self.llm.name, at=now)  # type: ignore[union-attr]
+            _finish_summary(conn, key, "completed", now, result={"score": result.score})
+
+        self.db.write(job)
+        return "llm", result.score, result.confidence, self.relabel(key)
+
+    # -- labels ---------------------------------------------------------------------------
+    def _signals(self, r: sess_sql.SessionMemory, started_at: str) -> labels.CandidateSignals:
+        deleted_in_window = False
+        if r.was_injected and r.is_deleted and r.deleted_at:
+            delta = _parse(r.deleted_at) - _parse(started_at)
+            deleted_in_window = timedelta(0) <= delta <= timedelta(hours=labels.DELETED_WINDOW_HOURS)
+        return labels.CandidateSignals(
+            was_injected=r.was_injected, fts_hit_count=r.fts_hit_count, similarity=r.similarity,
+            relevance=r.relevance_score, agent_score=r.agent_relevance_score,
+            superseded=r.superseded_by is not None, deleted_within_window=deleted_in_window,
+            access_count=r.access_count, edited_since_start=r.updated_at > started_at)
+
+    def relabel(self, session_key: str) -> int:
+        """(Re)build the labels of a scored session from its current signals; returns rows labelled."""
+        score = self.db.read(lambda c: sess_sql.get_score(c, session_key))
+        sess = self.db.read(lambda c: sess_sql.get_session(c, session_key))
+        if score is None or sess is None:
+            return 0
+        outcome = labels.SessionOutcome(score["score"], score["confidence"], score["novel_context_count"])
+        rows = self.db.read(lambda c: sess_sql.session_memories(c, session_key))
+        out = []
+        for r in rows:
+            lab = labels.build_label(self._signals(r, sess.started_at), outcome)
+            out.append((r.id, lab.raw, lab.value, lab.reasons))
+        self.db.write(lambda c: sess_sql.write_labels(c, out))
+        return len(out)
+
+    def _on_memory_event(self, event: str, memory: Memory) -> None:
+        # Trigger: a memory was deleted or superseded after sessions injected it.
+        # Why: "deleted within 24 h of injection" (-0.5) and "superseded" (-0.3) are labels
+        #      that can only be known after the session ended.
+        # Outcome: the labels of the scored sessions that hold this memory are rebuilt.
+        if event not in ("deleted", "superseded", "recovered"):
+            return
+        keys = self.db.read(lambda c: [r[0] for r in c.execute(
+            "SELECT DISTINCT sm.session_key FROM session_memories sm JOIN session_scores ss "
+            "ON ss.session_key = sm.session_key WHERE sm.memory_id = ?", (memory.id,))])
+        for k in keys:
+            try:
+                self.relabel(k)
+            except Exception:  # a label refresh must never fail the user's delete
+                log.exception("relabel of %s after %s failed", k, event)
+
+    def get(self, session_key: str) -> dict[str, Any]:
+        """A session with its score and candidate rows (inspection API).
+
+        Raises:
+            NotFound: unknown key.
+        """
+        key = self._key(session_key)
+        sess = self.db.read(lambda c: sess_sql.get_session(c, key))
+        if sess is None:
+            raise NotFound(f"no session {key!r:.80}")
+        rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
+        return {"session": sess, "score": self.db.read(lambda c: sess_sql.get_score(c, key)), "memories": rows}
+
+    def summary(self) -> dict[str, Any]:
+        """Counts over every session (reports and status)."""
+        return self.db.read(sess_sql.summary)
+
+    def close(self) -> None:
+        self._judge.shutdown(wait=True)
+
+
+def _parse(ts: str) -> datetime:
+    dt = datetime.fromisoformat(ts)
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _shown_before(conn: sqlite3.Connection, key: str) -> set[str]:
+    """Memories the agent already saw this session: injected at start or matched by a prompt."""
+    return {r[0] for r in conn.execute(
+        "SELECT memory_id FROM session_memories WHERE session_key = ? AND (was_injected = 1 OR fts_hit_count > 0)",
+        (key,))}
+
+
+def _finish_summary(conn: sqlite3.Connection, key: str, status: str, at: str, *, result: dict | None = None,
+                    error: str | None = None) -> None:
+    r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = 'session_summary' AND session_key = ? "
+                     "ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+    if r:
+        jobs_sql.finish(conn, int(r[0]), status=status, at=at, result=result, error=error)

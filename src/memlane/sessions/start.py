@@ -1,0 +1,92 @@
+"""Session-start: the candidate pool, baseline ranking, topic diversity and budgeted selection.
+
+predictive-memory-scorer.md "Candidate Pre-Filtering", "Hook Flow (session-start)",
+"Topic Diversity". Baseline score = effectiveScore (importance x 0.95^days, pinned = 1.0).
+Pool = top ``effective_top`` by effectiveScore U top ``similarity_top`` by cosine to the
+session context among the top ``similarity_pool`` by effectiveScore, deduplicated, at most
+``candidate_pool_size``. The pool is ranked by the baseline (ties broken by similarity),
+attenuated by topic diversity, and the top of it is injected within the character budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memlane.config import SessionSettings
+from memlane.embedding.base import Embedder
+from memlane.errors import EmbeddingError
+from memlane.recall.vector_index import VectorIndex
+from memlane.sessions.diversity import apply_topic_diversity
+from memlane.storage.sessions import EffectiveCandidate
+
+
+@dataclass(frozen=True, slots=True)
+class RankedCandidate:
+    """One pool member after ranking: scores, both ranks (1-based) and its vector flag."""
+
+    memory_id: str
+    seq: int
+    effective_score: float
+    similarity: float | None
+    baseline_score: float
+    final_score: float
+    baseline_rank: int
+    rank: int
+
+
+def context_vector(embedder: Embedder | None, index: VectorIndex | None, context: str) -> np.ndarray | None:
+    """The session context's embedding (float32 [d]), or None without an embedder/index or on failure."""
+    if embedder is None or index is None or not context.strip():
+        return None
+    try:
+        v = embedder.embed([context[:4000]])[0]
+    except EmbeddingError:
+        return None
+    return v if v.shape == (index.dimensions,) else None
+
+
+def build_pool(eff: list[EffectiveCandidate], cv: np.ndarray | None, index: VectorIndex | None,
+               s: SessionSettings) -> list[RankedCandidate]:
+    """Pool, baseline ranking and topic diversity (no I/O beyond the in-memory index).
+
+    Args:
+        eff: the top ``similarity_pool`` memories by effectiveScore, best first.
+        cv: the session context vector [d], or None.
+    """
+    sims = np.full(len(eff), np.nan, dtype=np.float64)
+    vecs = has = None
+    if cv is not None and index is not None and eff:
+        vecs, has = index.vectors_of([e.seq for e in eff])
+        sims[has] = vecs[has] @ cv
+    chosen: dict[int, None] = {i: None for i in range(min(s.effective_top, len(eff)))}
+    if s.similarity_top and np.isfinite(sims).any():
+        order = np.argsort(-np.nan_to_num(sims, nan=-np.inf), kind="stable")
+        for i in order[: s.similarity_top]:
+            if np.isfinite(sims[i]):
+                chosen.setdefault(int(i), None)
+    picked = list(chosen)[: s.candidate_pool_size]
+    if not picked:
+        return []
+    eff_scores = np.array([eff[i].effective_score for i in picked])
+    sim_scores = np.array([sims[i] if np.isfinite(sims[i]) else -1.0 for i in picked])
+    # Baseline = effectiveScore; similarity breaks ties (lexsort: last key is primary).
+    baseline_order = np.lexsort((-sim_scores, -eff_scores))
+    baseline_rank = np.empty(len(picked), dtype=int)
+    baseline_rank[baseline_order] = np.arange(1, len(picked) + 1)
+    # Diversity walks by score; encode the tie-break as a tiny epsilon so it walks baseline order.
+    walk_scores = eff_scores + 1e-9 * (len(picked) - baseline_rank)
+    pool_vecs = vecs[picked] if vecs is not None else None
+    pool_has = has[picked] if has is not None else None
+    adjusted, final_order = apply_topic_diversity(walk_scores, pool_vecs, pool_has)
+    rank = np.empty(len(picked), dtype=int)
+    rank[final_order] = np.arange(1, len(picked) + 1)
+    out = []
+    for j, i in enumerate(picked):
+        out.append(RankedCandidate(
+            memory_id=eff[i].memory_id, seq=eff[i].seq, effective_score=float(eff_scores[j]),
+            similarity=float(sims[i]) if np.isfinite(sims[i]) else None,
+            baseline_score=float(eff_scores[j]), final_score=float(adjusted[j]),
+            baseline_rank=int(baseline_rank[j]), rank=int(rank[j])))
+    return sorted(out, key=lambda c: c.rank)
