@@ -118,7 +118,10 @@ def test_strip_fences(text: str, expected: str) -> None:
         ('a stray "quote { here, then {"b": 2}', {"b": 2}),
         ('prose with {"x": "y"} close } brace', {"x": "y"}),
         ('<think>maybe {"draft": true}</think>{"final": true}', {"final": True}),
-        ('<think>\nI will answer {"wrong": 1}\n</think>\n```json\n{"facts": ["a"], "n": 2}\n```', {"facts": ["a"], "n": 2}),
+        (
+            '<think>\nI will answer {"wrong": 1}\n</think>\n```json\n{"facts": ["a"], "n": 2}\n```',
+            {"facts": ["a"], "n": 2},
+        ),
         ('```json\n{\n  "a": [1, 2],\n  "b": null\n}\n```', {"a": [1, 2], "b": None}),
         ('{"text": "line one\nline two"}', {"text": "line one\nline two"}),  # raw newline in a string
         ('{"emoji": "café ✓ 日本"}', {"emoji": "café ✓ 日本"}),
@@ -161,9 +164,51 @@ def test_extract_json_object_many_stray_braces() -> None:
     # Stray braces in prose are skipped one by one; each is scanned at most once.
     assert extract_json_object("{ " * 3 + '{"a": 1}') == {"a": 1}
     assert extract_json_object("{ " * 100_000 + '{"a": 1}') == {"a": 1}
-    assert extract_json_object('{"' * 50_000 + '{"a": 1}') is None  # braces and quotes interleaved
+    assert extract_json_object('{"' * 50_000 + '{"a": 1}') == {"a": 1}  # braces and quotes interleaved
+    assert extract_json_object('{"' * 50_000 + '"{"a": 1') is None
     assert extract_json_object('{"a": 1} ' + "{ " * 100_000) == {"a": 1}
     assert extract_json_object("{ " * 100_000) is None
+
+
+def _naive_extract(text: str) -> dict[str, Any] | None:
+    """Reference for extract_json_object: a fresh character-by-character scan from every brace."""
+    text = strip_fences(strip_think(text))
+    pos = 0
+    while (start := text.find("{", pos)) >= 0:
+        depth, in_string, escaped, end = 0, False, False, None
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch in "{}":
+                depth += 1 if ch == "{" else -1
+                if depth == 0:
+                    end = i + 1
+                    break
+        if end is None:
+            pos = start + 1
+            continue
+        try:
+            value = json.loads(text[start:end], strict=False)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        pos = end
+    return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='{}"\\:,[]a1 ', max_size=60))
+def test_extract_json_object_matches_naive_reference(text: str) -> None:
+    assert extract_json_object(text) == _naive_extract(text)
 
 
 _PROSE = st.text(alphabet=st.characters(blacklist_characters="{}<`", blacklist_categories=("Cs",)), max_size=40)
@@ -304,7 +349,9 @@ class Kind:
 
 
 KINDS = {
-    "ollama": Kind(lambda url, **kw: OllamaProvider("m", base_url=url, **kw), ollama_body, "/api/generate", "/api/tags"),
+    "ollama": Kind(
+        lambda url, **kw: OllamaProvider("m", base_url=url, **kw), ollama_body, "/api/generate", "/api/tags"
+    ),
     "openai": Kind(
         lambda url, **kw: OpenAICompatProvider("m", base_url=url + "/v1", **kw),
         openai_body,
@@ -491,7 +538,9 @@ def test_ollama_protocol(server: Loopback) -> None:
     bodies = [r["json"] for r in server.requests]
     assert bodies[0] == {"model": "qwen3:4b", "prompt": "no cap", "stream": False}
     assert bodies[1] == {"model": "qwen3:4b", "prompt": "capped", "stream": False, "options": {"num_predict": 64}}
-    assert bodies[2] == {"model": "llama3.2:1b", "prompt": "default cap", "stream": False, "options": {"num_predict": 256}}
+    assert bodies[2] == {
+        "model": "llama3.2:1b", "prompt": "default cap", "stream": False, "options": {"num_predict": 256},
+    }
     assert all(r["path"] == "/api/generate" for r in server.requests)
     assert "authorization" not in {k.lower() for k in server.requests[0]["headers"]}
     p.close()
@@ -633,7 +682,7 @@ def test_claude_model_is_passed(fake_claude: Path) -> None:
     assert json.loads(p.generate("hi"))["model"] == "sonnet"
 
 
-def test_claude_argv_shape(fake_claude: Path) -> None:
+def test_claude_argv_shape() -> None:
     p = ClaudeCodeProvider(command="claude")
     assert p.argv("hello") == [
         "claude", "-p", "hello", "--model", "haiku", "--no-session-persistence", "--output-format", "text",
@@ -797,7 +846,8 @@ def test_build_provider_ollama_defaults_and_overrides() -> None:
         "ollama:qwen3:4b", "http://127.0.0.1:11434/api/generate", 45.0, 1024,
     )
     p.close()
-    q = build_provider(LlmSettings(provider="ollama", model="gemma3:1b", base_url="http://h:1", timeout_s=9, max_tokens=7))
+    s = LlmSettings(provider="ollama", model="gemma3:1b", base_url="http://h:1", timeout_s=9, max_tokens=7)
+    q = build_provider(s)
     assert isinstance(q, OllamaProvider)
     assert (q.name, q.url, q.timeout_s, q.max_tokens) == ("ollama:gemma3:1b", "http://h:1/api/generate", 9.0, 7)
     q.close()

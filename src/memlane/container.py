@@ -15,7 +15,7 @@ import numpy as np
 from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
-from memlane.recall.vector_index import IndexEntry, VectorIndex
+from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
 from memlane.services.recall_service import RecallService
@@ -49,23 +49,20 @@ class Container:
             self.llm.close()
 
 
-def load_index(db: Database, model_id: str) -> VectorIndex | None:
-    """The vector index of ``model_id`` built from stored vectors (None when there are none)."""
-    rows = db.read(lambda c: list(mem_sql.index_rows(c, model_id)))
-    index: VectorIndex | None = None
-    for r in rows:
-        if r.content_vector is None:
-            continue
-        cv = np.frombuffer(r.content_vector, dtype="<f4")
-        if index is None:
-            index = VectorIndex(model_id, cv.shape[0])
-        if cv.shape[0] != index.dimensions:
-            log.warning("skipping vector of memory %s: %d dims, index has %d", r.id, cv.shape[0], index.dimensions)
-            continue
+def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> MemoryIndex:
+    """The in-memory index of every memory, with the vectors of ``model_id`` where stored."""
+    index = MemoryIndex(model_id, dimensions)
+    for r in db.read(lambda c: list(mem_sql.index_rows(c, model_id))):
+        cv = np.frombuffer(r.content_vector, dtype="<f4") if r.content_vector is not None else None
         xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
-        if xv is not None and xv.shape[0] != index.dimensions:
-            xv = None
-        index.upsert(IndexEntry(r.seq, r.project, r.type, r.created_at, r.is_deleted, cv, xv, r.is_superseded))
+        entry = IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, cv, xv,
+                           r.is_superseded, r.importance, r.pinned)
+        try:
+            index.upsert(entry)
+        except ValueError as exc:  # a stored vector of another size: keep the memory, drop the vector
+            log.warning("memory %s: %s; indexed without vectors", r.id, exc)
+            index.upsert(IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, None, None,
+                                    r.is_superseded, r.importance, r.pinned))
     return index
 
 
@@ -88,7 +85,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     emb = embedder if embedder is not None else build_embedder(settings.embedding)
     if warmup and emb is not None and hasattr(emb, "warmup"):
         emb.warmup()
-    index = load_index(db, emb.model_id) if emb is not None else None
+    index = load_index(db, emb.model_id if emb is not None else None,
+                       getattr(emb, "dimensions", 0) if emb is not None else 0)
     memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
                              embed_batch=settings.embedding.batch_size)
     recall = RecallService(memories, settings.recall)

@@ -2,7 +2,7 @@
 
 Sources, in order: raw turns, observations (LLM-written facts), event and session summaries;
 every string deduplicated by content hash. When a benchmark asks for more texts than that,
-the rest are pairs of consecutive turns joined into one memory (still real text).
+the rest are pairs of turns (consecutive, then 2 apart, 3 apart, ...) joined into one memory.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ def memory_texts(path: Path, n: int) -> list[str]:
                     texts.extend(i for i in items if isinstance(i, str))
         texts.extend(s for s in (sample.get("session_summary") or {}).values() if isinstance(s, str))
     turns = [t.text for c in convs for t in c.turns]
-    texts.extend(f"{a} {b}" for a, b in zip(turns, turns[1:]))
+    # Beyond the real strings: pairs of turns at growing distance (still real text), as many
+    # as asked for (a 100,000-memory store needs ~17 distances).
+    distance = 1
+    while len(texts) < n * 1.2 and distance < len(turns):
+        texts.extend(f"{a} {b}" for a, b in zip(turns, turns[distance:]))
+        distance += 1
     seen: set[str] = set()
     out: list[str] = []
     for t in texts:

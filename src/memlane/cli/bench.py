@@ -16,7 +16,7 @@ bench_app = typer.Typer(help="Benchmarks on real data (retrieval quality, latenc
                         no_args_is_help=True)
 # Reports are often redirected to a file: keep the tables readable there too.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_LOCOMO = Path("../shared/bench-data/locomo/locomo10.json")
 
@@ -117,4 +117,43 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
     f = report["fill"]
     console.print(f"fill: {f['memories']} memories in {f['seconds']:.1f} s = {f['memories_per_s']:.0f} memories/s "
                   f"(batches of {f['batch']} over HTTP, embeddings included)")
+    console.print(f"report: {path}")
+
+
+@bench_app.command("sessions")
+def sessions(memories: int = typer.Option(4_000, help="Memories in the store (one project)."),
+             sessions_: int = typer.Option(100, "--sessions", help="Sessions driven (each: start, prompts, end)."),
+             prompts: int = typer.Option(3, help="Prompts per session."),
+             store: Optional[Path] = typer.Option(
+                 None, help="Keep the filled store here and reuse it next time (100k takes long to embed)."),
+             data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
+             out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Session-start and prompt-submit latency through a real daemon, and the candidate pool size."""
+    from memlane.bench.sessions import run_sessions
+
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found")
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("preparing", total=None)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
+                              store=store, progress=tick)
+    path = _out_path(out, f"sessions-{memories}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    from rich.table import Table
+    t = Table(title=f"Hook latency through HTTP with {report['store_size']} memories (ms)")
+    for c in ("hook", "n", "p50", "p95", "p99", "max"):
+        t.add_column(c)
+    for name in ("session_start", "prompt_submit", "session_end"):
+        s = report[name]
+        t.add_row(name, str(s["n"]), f"{s['p50']:.1f}", f"{s['p95']:.1f}", f"{s['p99']:.1f}", f"{s['max']:.1f}")
+    console.print(t)
+    console.print(f"candidate pool: max {report['max_candidate_pool']}, mean {report['mean_candidate_pool']:.1f}; "
+                  f"injected per session: mean {report['mean_injected']:.1f}")
     console.print(f"report: {path}")

@@ -23,7 +23,7 @@ app = typer.Typer(name="memlane", help="Local-first memory daemon for AI agents.
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _settings(home: Optional[Path] = None, **over: Any):  # noqa: ANN202

@@ -71,5 +71,5 @@ def build_provider(settings: LlmSettings) -> LlmProvider | None:
             max_tokens=settings.max_tokens,
         )
     if provider == "claude-code":
-        return ClaudeCodeProvider(settings.model, timeout_s=settings.timeout_s)
+        return ClaudeCodeProvider(settings.model, command=settings.command, timeout_s=settings.timeout_s)
     raise ValueError(f"unknown LLM provider {provider!r}")

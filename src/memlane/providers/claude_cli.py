@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from typing import Any
 
 from memlane.providers.base import BODY_EXCERPT_CHARS, LlmError, LlmTimeout, check_timeout
@@ -29,6 +30,10 @@ ARGV_PROMPT_LIMIT_BYTES = 100_000
 def prompt_via_stdin(prompt: str) -> bool:
     """Whether ``prompt`` must go on stdin: > 100 KB in UTF-8, has a NUL, or starts with ``-``."""
     return prompt.startswith("-") or "\x00" in prompt or len(prompt.encode("utf-8")) > ARGV_PROMPT_LIMIT_BYTES
+
+
+#: Set in the environment of the judge's subprocess; memlane's hook command then does nothing.
+HOOKS_DISABLED_ENV = "MEMLANE_HOOKS_DISABLED"
 
 
 class ClaudeCodeProvider:
@@ -77,12 +82,19 @@ class ClaudeCodeProvider:
         timeout = check_timeout(timeout_s) if timeout_s is not None else self.timeout_s
         stdin_data = prompt.encode("utf-8") if prompt_via_stdin(prompt) else None
         try:
+            # Trigger: the judge is itself a Claude Code session.
+            # Why: run in the daemon's directory it could load that project's CLAUDE.md and hooks,
+            #      and memlane's own hooks would record the judge as a user session (recursion).
+            # Outcome: a neutral working directory, and MEMLANE_HOOKS_DISABLED=1 so our hook
+            #          command answers empty without calling the daemon.
             proc = subprocess.Popen(
                 self.argv(prompt),
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                cwd=tempfile.gettempdir(),
+                env={**os.environ, HOOKS_DISABLED_ENV: "1"},
             )
         except OSError as exc:
             raise self._fail(f"cannot run {self.command!r}: {type(exc).__name__}: {exc}") from exc

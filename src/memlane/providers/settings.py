@@ -29,6 +29,9 @@ class LlmSettings(BaseModel):
     api_key: str = Field(
         "", description="Bearer token for the openai provider, sent only when non-empty (never logged)."
     )
+    command: str = Field(
+        "claude", description="The Claude Code CLI executable for claude-code (a name on PATH or a full path)."
+    )
     timeout_s: float = Field(
         45.0, gt=0, le=600, description="Timeout of one generate call, seconds (claude-code: the whole process run)."
     )

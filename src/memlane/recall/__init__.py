@@ -1,6 +1,7 @@
 """Recall internals: the vector index (vector leg) and the merge and boost rules.
 
 Modules:
-    vector_index  exact cosine KNN over float32 vectors of one model, with filters.
+    memory_index  every memory's ranking fields + one model's vectors: exact cosine KNN with
+                  filters, and the session-start effectiveScore ranking.
     hybrid        alpha-weighted merge of the legs, rehearsal and recency boosts.
 """

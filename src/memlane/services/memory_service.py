@@ -4,7 +4,7 @@ history, list and stats.
 Write path (ARCHITECTURE "The three paths", 1): normalise and hash (memory-pipeline-v2.md
 "Content Normalization") -> embed what has no vector yet, in batches, *outside* the write
 lock -> one write transaction per chunk (memory rows, FTS by trigger, history rows, vectors)
--> the in-memory vector index follows the commit. An exact duplicate (same content_hash as
+-> the in-memory index follows the commit. An exact duplicate (same content_hash as
 a live memory) returns the existing id with status ``deduplicated`` and a history row.
 An embedding failure never loses the write: the memory is stored without a vector.
 """
@@ -23,7 +23,7 @@ import numpy as np
 from memlane.embedding.base import Embedder
 from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
 from memlane.normalize import content_hash, normalize_and_hash
-from memlane.recall.vector_index import IndexEntry, VectorIndex
+from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
@@ -47,17 +47,17 @@ def context_text(content: str, context: str) -> str:
 
 
 class MemoryService:
-    """The memory store's behaviour over one database, one embedder and its vector index.
+    """The memory store's behaviour over one database, one embedder and the in-memory index.
 
     Args:
         db: the database (migrated).
         embedder: the embedding provider, or None for BM25-only.
-        index: the vector index for ``embedder.model_id`` (None when there is no embedder).
+        index: the in-memory index of every memory (vectors of ``embedder.model_id``).
         max_content_chars: largest accepted content, characters.
         embed_batch: texts per embedding call.
     """
 
-    def __init__(self, db: Database, embedder: Embedder | None, index: VectorIndex | None,
+    def __init__(self, db: Database, embedder: Embedder | None, index: MemoryIndex,
                  *, max_content_chars: int = 100_000, embed_batch: int = 64) -> None:
         self.db = db
         self.embedder = embedder
@@ -123,13 +123,6 @@ class MemoryService:
             if progress:
                 progress(len(chunk))
         return out
-
-    def _ensure_index(self, dims: int) -> VectorIndex | None:
-        if self.embedder is None:
-            return None
-        if self.index is None:
-            self.index = VectorIndex(self.embedder.model_id, dims)
-        return self.index
 
     # -- remember ------------------------------------------------------------------------
     def remember(self, item: RememberInput) -> RememberResult:
@@ -200,26 +193,27 @@ class MemoryService:
                 mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=it.who,
                                     why=it.why, at=now)
                 results.append(RememberResult(new.id, "created", nc.content_hash, embedded))
-                if embedded:
-                    entries.append(IndexEntry(seq, new.project, new.type, new.created_at, False,
-                                              vectors[nc.content_hash], vectors.get(ch) if ch else None))
+                entries.append(IndexEntry(seq, new.id, new.project, new.type, new.created_at, False,
+                                          vectors.get(nc.content_hash), vectors.get(ch) if ch else None,
+                                          False, new.importance, new.pinned))
             return results, entries
 
         results, entries = self.db.write(job)
-        if entries:
-            index = self._ensure_index(entries[0].content_vector.shape[0])
-            for e in entries:
-                self._index_upsert(index, e)
+        for e in entries:
+            self._index_upsert(e)
         return results
 
-    def _index_upsert(self, index: VectorIndex, entry: IndexEntry) -> None:
+    def _index_upsert(self, entry: IndexEntry) -> None:
         # Trigger: a provider returned vectors of a new size after the index was built.
         # Why: the row is committed; failing the request now would misreport a durable write.
-        # Outcome: the memory is served by BM25 until re-embedded; the mismatch is logged.
+        # Outcome: the memory is indexed without vectors (BM25 only until re-embedded); logged.
         try:
-            index.upsert(entry)
+            self.index.upsert(entry)
         except ValueError as exc:
-            log.error("vector index not updated for seq %d: %s", entry.seq, exc)
+            log.error("vectors of seq %d not indexed: %s", entry.seq, exc)
+            self.index.upsert(IndexEntry(entry.seq, entry.id, entry.project, entry.type, entry.created_at,
+                                         entry.is_deleted, None, None, entry.is_superseded, entry.importance,
+                                         entry.pinned))
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
@@ -263,7 +257,7 @@ class MemoryService:
         s = self.db.read(mem_sql.stats)
         s["vectors_by_model"] = self.db.read(emb_sql.count)
         s["embedding_model"] = self.embedder.model_id if self.embedder else None
-        s["indexed"] = len(self.index) if self.index is not None else 0
+        s["indexed"] = len(self.index)
         return s
 
     # -- update / delete / recover --------------------------------------------------------
@@ -360,21 +354,15 @@ class MemoryService:
         return updated
 
     def _reindex(self, m: Memory) -> None:
-        if self.embedder is None:
-            return
-        model = self.embedder.model_id
-        hashes = [m.content_hash] + ([m.context_hash] if m.context_hash else [])
-        vecs = self.db.read(lambda c: emb_sql.get_vectors(c, hashes, model))
+        vecs: dict[str, np.ndarray] = {}
+        if self.embedder is not None:
+            hashes = [m.content_hash] + ([m.context_hash] if m.context_hash else [])
+            model = self.embedder.model_id
+            vecs = self.db.read(lambda c: emb_sql.get_vectors(c, hashes, model))
         cv = vecs.get(m.content_hash)
-        if cv is None:
-            if self.index is not None:
-                self._index_upsert(self.index, IndexEntry(m.seq, m.project, m.type, m.created_at,
-                                                          m.is_deleted, None, None, m.superseded_by is not None))
-            return
-        index = self._ensure_index(cv.shape[0])
-        self._index_upsert(index, IndexEntry(m.seq, m.project, m.type, m.created_at, m.is_deleted, cv,
-                                             vecs.get(m.context_hash) if m.context_hash else None,
-                                             m.superseded_by is not None))
+        xv = vecs.get(m.context_hash) if m.context_hash and cv is not None else None
+        self._index_upsert(IndexEntry(m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, cv, xv,
+                                      m.superseded_by is not None, m.importance, m.pinned))
 
     def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
         """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.
@@ -414,8 +402,7 @@ class MemoryService:
             return mem_sql.get(conn, memory_id)  # type: ignore[return-value]
 
         m = self.db.write(job)
-        if self.index is not None:
-            self.index.set_deleted(m.seq, deleted)
+        self.index.set_deleted(m.seq, deleted)
         self._emit("deleted" if deleted else "recovered", m)
         return m
 

@@ -16,7 +16,7 @@ from memlane.config import RecallSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.hybrid import boost, merge
-from memlane.recall.vector_index import VectorIndex
+from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import age_days, now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
@@ -50,7 +50,7 @@ class RecallService:
         return self.memories.embedder
 
     @property
-    def index(self) -> VectorIndex | None:
+    def index(self) -> MemoryIndex:
         return self.memories.index
 
     def recall(self, q: RecallQuery) -> RecallResult:
@@ -92,7 +92,7 @@ class RecallService:
         legs: list[str] = []
         vector_scores: dict[int, float] | None = None
         qv = None
-        if self.embedder is not None and self.index is not None and len(self.index):
+        if self.embedder is not None and len(self.index):
             try:
                 qv = self.embedder.embed([text[:EMBED_QUERY_CHARS]])[0]
                 if qv.shape != (self.index.dimensions,):

@@ -40,13 +40,12 @@ def apply_topic_diversity(scores: np.ndarray, vectors: np.ndarray | None, has_ve
         return adjusted, np.argsort(-adjusted, kind="stable")
     has = np.ones(n, dtype=bool) if has_vector is None else np.asarray(has_vector, dtype=bool)
     walk = np.argsort(-scores, kind="stable")
-    sims = vectors @ vectors.T
-    selected: list[int] = []
-    for i in walk:
-        if has[i] and selected:
-            prev = np.array(selected)
-            k = int(np.count_nonzero(has[prev] & (sims[i, prev] > threshold)))
-            if k:
-                adjusted[i] *= (1.0 - floor) * decay ** k + floor
-        selected.append(int(i))
+    w_vecs = np.asarray(vectors, dtype=np.float32)[walk]
+    w_has = has[walk]
+    sims = w_vecs @ w_vecs.T  # in walk order: row i vs the candidates walked before it
+    earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)
+    overlap = earlier & (sims > threshold) & w_has[None, :] & w_has[:, None]
+    k = overlap.sum(axis=1)
+    factor = np.where(k > 0, (1.0 - floor) * decay ** k + floor, 1.0)
+    adjusted[walk] = scores[walk] * factor
     return adjusted, np.argsort(-adjusted, kind="stable")

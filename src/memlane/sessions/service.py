@@ -28,7 +28,8 @@ from memlane.services.memory_service import MemoryService
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text
 from memlane.sessions import continuity, labels
-from memlane.sessions.inject import Shown, render_block, select_within_budget, short_id, status_line
+from memlane.recall.memory_index import iso_to_epoch
+from memlane.sessions.inject import Shown, render_block, render_line, select_within_budget, short_id, status_line
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
 from memlane.sessions.start import build_pool, context_vector
@@ -112,15 +113,12 @@ class SessionService:
                                took_ms=(time.perf_counter() - t0) * 1000)
         s = self.settings
         context = inp.context or self._default_context(project, inp.cwd)
-        eff = self.db.read(lambda c: sess_sql.top_effective(
-            c, project=project, now_iso=now, limit=max(s.similarity_pool, s.effective_top),
-            min_effective=s.min_effective))
-        cv = context_vector(self.memories.embedder, self.memories.index, context)
-        pool = build_pool(eff, cv, self.memories.index, s)
-        rows = self.db.read(lambda c: mem_sql.get_many(c, [p.memory_id for p in pool]))
-        shown = [Shown(p.memory_id, rows[p.memory_id].created_at, rows[p.memory_id].content)
-                 for p in pool if p.memory_id in rows]
-        chosen = select_within_budget(shown, s.inject_budget_chars, s.inject_limit)
+        index = self.memories.index
+        eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
+                                  limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
+        cv = context_vector(self.memories.embedder, index, context)
+        pool = build_pool(eff, cv, index, s)
+        chosen = self._select(pool, s.inject_budget_chars, s.inject_limit)
         chosen_ids = {c.id for c in chosen}
         cand_rows = [sess_sql.CandidateRow(
             memory_id=p.memory_id, source="effective", final_score=p.final_score, rank=p.rank,
@@ -142,6 +140,20 @@ class SessionService:
         return StartResult(key, "new", inject, state, candidate_count=len(pool),
                            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in chosen],
                            took_ms=(time.perf_counter() - t0) * 1000)
+
+    def _select(self, pool: list, budget_chars: int, limit: int) -> list[Shown]:
+        """Budgeted selection in rank order, reading contents a window at a time (not the whole pool)."""
+        chosen: list[Shown] = []
+        window = max(limit * 3, 10)
+        for start in range(0, len(pool), window):
+            if len(chosen) >= limit:
+                break
+            ids = [p.memory_id for p in pool[start:start + window]]
+            rows = self.db.read(lambda c: mem_sql.contents(c, ids))
+            shown = [Shown(i, rows[i][1], rows[i][0]) for i in ids if i in rows]
+            used = sum(len(render_line(x)) for x in chosen)
+            chosen += select_within_budget(shown, budget_chars - used, limit - len(chosen))
+        return chosen
 
     def _default_context(self, project: str | None, cwd: str | None) -> str:
         parts = [f"project: {project}" if project else "", f"directory: {cwd}" if cwd else ""]

@@ -17,9 +17,8 @@ import numpy as np
 from memlane.config import SessionSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError
-from memlane.recall.vector_index import VectorIndex
+from memlane.recall.memory_index import MemoryIndex
 from memlane.sessions.diversity import apply_topic_diversity
-from memlane.storage.sessions import EffectiveCandidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +35,9 @@ class RankedCandidate:
     rank: int
 
 
-def context_vector(embedder: Embedder | None, index: VectorIndex | None, context: str) -> np.ndarray | None:
+def context_vector(embedder: Embedder | None, index: MemoryIndex, context: str) -> np.ndarray | None:
     """The session context's embedding (float32 [d]), or None without an embedder/index or on failure."""
-    if embedder is None or index is None or not context.strip():
+    if embedder is None or not len(index) or not context.strip():
         return None
     try:
         v = embedder.embed([context[:4000]])[0]
@@ -47,18 +46,19 @@ def context_vector(embedder: Embedder | None, index: VectorIndex | None, context
     return v if v.shape == (index.dimensions,) else None
 
 
-def build_pool(eff: list[EffectiveCandidate], cv: np.ndarray | None, index: VectorIndex | None,
+def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: MemoryIndex,
                s: SessionSettings) -> list[RankedCandidate]:
     """Pool, baseline ranking and topic diversity (no I/O beyond the in-memory index).
 
     Args:
-        eff: the top ``similarity_pool`` memories by effectiveScore, best first.
+        eff: the top ``similarity_pool`` memories by effectiveScore, best first, as
+            (seq, memory id, effective score) (``MemoryIndex.top_effective``).
         cv: the session context vector [d], or None.
     """
     sims = np.full(len(eff), np.nan, dtype=np.float64)
     vecs = has = None
-    if cv is not None and index is not None and eff:
-        vecs, has = index.vectors_of([e.seq for e in eff])
+    if cv is not None and eff:
+        vecs, has = index.vectors_of([e[0] for e in eff])
         sims[has] = vecs[has] @ cv
     chosen: dict[int, None] = {i: None for i in range(min(s.effective_top, len(eff)))}
     if s.similarity_top and np.isfinite(sims).any():
@@ -69,7 +69,7 @@ def build_pool(eff: list[EffectiveCandidate], cv: np.ndarray | None, index: Vect
     picked = list(chosen)[: s.candidate_pool_size]
     if not picked:
         return []
-    eff_scores = np.array([eff[i].effective_score for i in picked])
+    eff_scores = np.array([eff[i][2] for i in picked])
     sim_scores = np.array([sims[i] if np.isfinite(sims[i]) else -1.0 for i in picked])
     # Baseline = effectiveScore; similarity breaks ties (lexsort: last key is primary).
     baseline_order = np.lexsort((-sim_scores, -eff_scores))
@@ -85,7 +85,7 @@ def build_pool(eff: list[EffectiveCandidate], cv: np.ndarray | None, index: Vect
     out = []
     for j, i in enumerate(picked):
         out.append(RankedCandidate(
-            memory_id=eff[i].memory_id, seq=eff[i].seq, effective_score=float(eff_scores[j]),
+            memory_id=eff[i][1], seq=eff[i][0], effective_score=float(eff_scores[j]),
             similarity=float(sims[i]) if np.isfinite(sims[i]) else None,
             baseline_score=float(eff_scores[j]), final_score=float(adjusted[j]),
             baseline_rank=int(baseline_rank[j]), rank=int(rank[j])))

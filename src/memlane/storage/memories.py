@@ -34,6 +34,17 @@ def get_many(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Memory]:
     return out
 
 
+def contents(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``id -> (content, created_at)`` for live or deleted memories (light: no JSON parsing)."""
+    out: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start:start + 500])
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(f"SELECT id, content, created_at FROM memories WHERE id IN ({marks})", chunk):
+            out[r[0]] = (r[1], r[2])
+    return out
+
+
 def get_by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, Memory]:
     """Memories by seq (FTS rowid)."""
     out: dict[int, Memory] = {}
@@ -192,11 +203,11 @@ def stats(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def index_rows(conn: sqlite3.Connection, model: str) -> Iterable[IndexRow]:
+def index_rows(conn: sqlite3.Connection, model: str | None) -> Iterable[IndexRow]:
     """Every memory with its content and context vectors for ``model`` (None where absent)."""
     cur = conn.execute(
         """SELECT m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted,
-                  e1.vector AS cv, e2.vector AS xv, m.superseded_by IS NOT NULL
+                  e1.vector AS cv, e2.vector AS xv, m.superseded_by IS NOT NULL, m.importance, m.pinned
            FROM memories m
            LEFT JOIN embeddings e1 ON e1.content_hash = m.content_hash AND e1.model = ?
            LEFT JOIN embeddings e2 ON e2.content_hash = m.context_hash AND e2.model = ?
@@ -204,4 +215,4 @@ def index_rows(conn: sqlite3.Connection, model: str) -> Iterable[IndexRow]:
         (model, model),
     )
     for r in cur:
-        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]))
+        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), float(r[9]), bool(r[10]))

@@ -99,7 +99,7 @@ class NewMemory:
 
 @dataclass(frozen=True, slots=True)
 class IndexRow:
-    """What the in-memory vector index needs of one memory (see recall.vector_index)."""
+    """What the in-memory index needs of one memory (see recall.memory_index)."""
 
     seq: int
     id: str
@@ -110,3 +110,5 @@ class IndexRow:
     content_vector: bytes | None
     context_vector: bytes | None
     is_superseded: bool = False
+    importance: float = 0.5
+    pinned: bool = False

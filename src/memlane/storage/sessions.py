@@ -260,36 +260,3 @@ def summary(conn: sqlite3.Connection) -> dict[str, Any]:
             "scores_by_scorer": scorers, "mean_score": conf[0], "mean_confidence": conf[1],
             "training_grade_sessions": conf[2] or 0}
 
-
-@dataclass(frozen=True, slots=True)
-class EffectiveCandidate:
-    """A live memory ranked by the baseline effectiveScore."""
-
-    seq: int
-    memory_id: str
-    effective_score: float
-
-
-def top_effective(conn: sqlite3.Connection, *, project: str | None, now_iso: str, limit: int,
-                  min_effective: float) -> list[EffectiveCandidate]:
-    """The top ``limit`` live, not superseded memories of a project (plus global ones) by
-    effectiveScore = importance x 0.95^days since creation (pinned = 1.0), skipping decayed
-    memories below ``min_effective`` (predictive-memory-scorer.md "Candidate Pre-Filtering",
-    "Negative Memory Signals"). ``project=None`` ranks every memory.
-
-    Ages below 0 (a memory dated after ``now``) count as 0 days.
-    """
-    where = ["is_deleted = 0", "superseded_by IS NULL"]
-    args: list[Any] = [now_iso]
-    if project is not None:
-        where.append("(project = ? OR project IS NULL)")
-        args.append(project)
-    args += [min_effective, limit]
-    rows = conn.execute(
-        f"""SELECT seq, id, eff FROM (
-                SELECT seq, id, CASE WHEN pinned = 1 THEN 1.0
-                    ELSE importance * pow(0.95, max(0.0, julianday(?1) - julianday(created_at))) END AS eff
-                FROM memories WHERE {' AND '.join(where)})
-            WHERE eff >= ? ORDER BY eff DESC, seq DESC LIMIT ?""".replace("?1", "?"),
-        args).fetchall()
-    return [EffectiveCandidate(int(r[0]), r[1], float(r[2])) for r in rows]

@@ -1,82 +1,94 @@
-"""The vector leg: an in-memory, brute-force cosine KNN index over one embedding model.
+"""An in-memory index of every memory: ranking fields for all, vectors where they exist.
 
-Vectors live in SQLite (``embeddings``); this index is a dense float32 copy loaded at start
-and kept in step by the memory service after each committed write. Brute force is exact and,
-at d = 384, costs about 1 ms per 10,000 memories on one core (a matrix-vector product), which
-is well inside the recall budget up to ~100k memories.
+SQLite holds the truth; this is a dense copy loaded at start and kept in step by the memory
+service after each committed write. It serves two hot paths with numpy instead of SQL:
 
-Each memory may carry two vectors: its content's and its context's (the content embedded
-with its surrounding text). The vector score is
-``(1 - w) * cos(q, content) + w * cos(q, context)`` when both exist, else ``cos(q, content)``
-(``w`` = context weight); negative cosines count as 0.
+* the vector leg of recall: exact (brute-force) cosine KNN over the vectors of one embedding
+  model, about 1 ms per 10,000 memories at d = 384. Each memory may carry two vectors, its
+  content's and its context's; the vector score is ``(1 - w) * cos(q, content) +
+  w * cos(q, context)`` when both exist, else ``cos(q, content)``; negatives count as 0.
+* the session-start baseline: effectiveScore = importance x 0.95^days (pinned = 1.0) over a
+  project's live memories (predictive-memory-scorer.md "Candidate Pre-Filtering").
+
+Vectors of a model other than ``model_id`` are never added (they are never compared).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 import numpy as np
 
 from memlane.storage.fts import Filters
+
+#: Decay base of effectiveScore per day (seed: importance x 0.95^days).
+DECAY_PER_DAY = 0.95
+
+_FIELDS = {"_has_content": bool, "_has_context": bool, "_seq": np.int64, "_project": np.int32, "_type": np.int32,
+           "_created": np.float64, "_deleted": bool, "_superseded": bool, "_importance": np.float32,
+           "_pinned": bool}
 
 
 def iso_to_epoch(ts: str) -> float:
     """Seconds since the epoch of an ISO-8601 timestamp (``Z`` or offset; naive = UTC)."""
     dt = datetime.fromisoformat(ts)
     if dt.tzinfo is None:
-        from datetime import timezone
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
-    """One memory as the index sees it; vectors float32 of shape [dimensions] or None."""
+    """One memory as the index sees it; vectors float32 of shape [d] or None."""
 
     seq: int
+    id: str
     project: str | None
     type: str
     created_at: str
     is_deleted: bool
-    content_vector: np.ndarray | None
-    context_vector: np.ndarray | None
+    content_vector: np.ndarray | None = None
+    context_vector: np.ndarray | None = None
     is_superseded: bool = False
+    importance: float = 0.5
+    pinned: bool = False
 
 
-class VectorIndex:
-    """Exact cosine KNN over L2-normalised vectors of a single model.
+class MemoryIndex:
+    """Every memory's ranking fields, plus its vectors from one embedding model.
 
     Args:
-        model_id: the embedding model every vector here came from.
-        dimensions: vector size d.
+        model_id: the embedding model of every vector here (None: no vectors at all).
+        dimensions: vector size d; 0 = learn it from the first vector.
 
     Raises (from :meth:`upsert`):
         ValueError: a vector whose shape is not [d].
     """
 
-    def __init__(self, model_id: str, dimensions: int) -> None:
+    def __init__(self, model_id: str | None, dimensions: int = 0) -> None:
         self.model_id = model_id
         self.dimensions = dimensions
         self._lock = threading.RLock()
         self._n = 0
-        cap = 1024
-        self._content = np.zeros((cap, dimensions), dtype=np.float32)
-        self._context = np.zeros((cap, dimensions), dtype=np.float32)
-        self._has_content = np.zeros(cap, dtype=bool)
-        self._has_context = np.zeros(cap, dtype=bool)
-        self._seq = np.zeros(cap, dtype=np.int64)
-        self._project = np.zeros(cap, dtype=np.int32)
-        self._type = np.zeros(cap, dtype=np.int32)
-        self._created = np.zeros(cap, dtype=np.float64)
-        self._deleted = np.zeros(cap, dtype=bool)
-        self._superseded = np.zeros(cap, dtype=bool)
+        self._cap = 1024
+        self._content = np.zeros((self._cap, dimensions), dtype=np.float32)
+        self._context = np.zeros((self._cap, dimensions), dtype=np.float32)
+        for name, dtype in _FIELDS.items():
+            setattr(self, name, np.zeros(self._cap, dtype=dtype))
+        self._ids: list[str] = []
         self._row_of: dict[int, int] = {}
         self._codes: dict[str | None, int] = {None: 0}
 
     def __len__(self) -> int:
+        """Memories with a content vector (those the vector leg can return)."""
         return int(self._has_content[: self._n].sum())
+
+    @property
+    def size(self) -> int:
+        """Every memory in the index, with or without vectors."""
+        return self._n
 
     def _code(self, value: str | None) -> int:
         code = self._codes.get(value)
@@ -86,86 +98,89 @@ class VectorIndex:
         return code
 
     def _grow(self) -> None:
-        cap = self._content.shape[0] * 2
+        cap = self._cap * 2
         for name in ("_content", "_context"):
             arr = getattr(self, name)
             new = np.zeros((cap, self.dimensions), dtype=np.float32)
             new[: arr.shape[0]] = arr
             setattr(self, name, new)
-        for name in ("_has_content", "_has_context", "_seq", "_project", "_type", "_created", "_deleted", "_superseded"):
+        for name in _FIELDS:
             arr = getattr(self, name)
             new = np.zeros(cap, dtype=arr.dtype)
             new[: arr.shape[0]] = arr
             setattr(self, name, new)
+        self._cap = cap
 
     def _check(self, v: np.ndarray | None) -> np.ndarray | None:
         if v is None:
             return None
         v = np.asarray(v, dtype=np.float32)
+        if self.dimensions == 0 and v.ndim == 1 and v.shape[0] > 0 and self.model_id is not None:
+            with self._lock:  # first vector: fix d
+                if self.dimensions == 0:
+                    self.dimensions = int(v.shape[0])
+                    self._content = np.zeros((self._cap, self.dimensions), dtype=np.float32)
+                    self._context = np.zeros((self._cap, self.dimensions), dtype=np.float32)
         if v.shape != (self.dimensions,):
             raise ValueError(f"vector shape {v.shape} != ({self.dimensions},) for model {self.model_id}")
         return v
 
     def upsert(self, e: IndexEntry) -> None:
-        """Add or replace one memory's vectors and metadata."""
+        """Add or replace one memory's fields and vectors."""
         cv, xv = self._check(e.content_vector), self._check(e.context_vector)
         with self._lock:
             row = self._row_of.get(e.seq)
             if row is None:
-                if self._n == self._content.shape[0]:
+                if self._n == self._cap:
                     self._grow()
                 row = self._n
                 self._n += 1
                 self._row_of[e.seq] = row
                 self._seq[row] = e.seq
+                self._ids.append(e.id)
             self._has_content[row] = cv is not None
-            self._content[row] = cv if cv is not None else 0.0
             self._has_context[row] = xv is not None
-            self._context[row] = xv if xv is not None else 0.0
+            if self.dimensions:
+                self._content[row] = cv if cv is not None else 0.0
+                self._context[row] = xv if xv is not None else 0.0
             self._project[row] = self._code(e.project)
             self._type[row] = self._code("type:" + e.type)
             self._created[row] = iso_to_epoch(e.created_at)
             self._deleted[row] = e.is_deleted
             self._superseded[row] = e.is_superseded
+            self._importance[row] = e.importance
+            self._pinned[row] = e.pinned
+
+    def _set(self, seq: int, name: str, value: object) -> None:
+        with self._lock:
+            row = self._row_of.get(seq)
+            if row is not None:
+                getattr(self, name)[row] = value
 
     def set_deleted(self, seq: int, deleted: bool) -> None:
         """Mark a memory deleted (excluded unless a search includes deleted) or recovered."""
-        with self._lock:
-            row = self._row_of.get(seq)
-            if row is not None:
-                self._deleted[row] = deleted
+        self._set(seq, "_deleted", deleted)
 
     def set_superseded(self, seq: int, superseded: bool) -> None:
         """Mark a memory superseded (excluded where a search excludes superseded memories)."""
-        with self._lock:
-            row = self._row_of.get(seq)
-            if row is not None:
-                self._superseded[row] = superseded
+        self._set(seq, "_superseded", superseded)
 
     def vectors_of(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Content vectors of the given memories, float32 [len(seqs), d], and a bool [len(seqs)]
-        mask of which memories have one (rows without a vector are zero)."""
-        out = np.zeros((len(seqs), self.dimensions), dtype=np.float32)
-        has = np.zeros(len(seqs), dtype=bool)
+        mask of which have one (rows without a vector are zero)."""
         with self._lock:
-            for i, s in enumerate(seqs):
-                row = self._row_of.get(s)
-                if row is not None and self._has_content[row]:
-                    out[i] = self._content[row]
-                    has[i] = True
+            rows = np.array([self._row_of.get(s, -1) for s in seqs], dtype=np.int64)
+            ok = rows >= 0
+            has = np.zeros(len(seqs), dtype=bool)
+            has[ok] = self._has_content[rows[ok]]
+            out = np.zeros((len(seqs), self.dimensions), dtype=np.float32)
+            if self.dimensions and has.any():
+                out[has] = self._content[rows[has]]
         return out, has
-
-    def set_meta(self, seq: int, *, project: str | None, type_: str) -> None:
-        """Update the filterable fields of a memory after a PATCH."""
-        with self._lock:
-            row = self._row_of.get(seq)
-            if row is not None:
-                self._project[row] = self._code(project)
-                self._type[row] = self._code("type:" + type_)
 
     def _mask(self, f: Filters) -> np.ndarray:
         n = self._n
-        mask = self._has_content[:n].copy()
+        mask = np.ones(n, dtype=bool)
         if not f.include_deleted:
             mask &= ~self._deleted[:n]
         if f.project is not None:
@@ -185,9 +200,10 @@ class VectorIndex:
             mask &= self._created[:n] < iso_to_epoch(f.until)
         return mask
 
+    # -- the vector leg --------------------------------------------------------------------
     def scores(self, query: np.ndarray, filters: Filters, context_weight: float = 0.5
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Vector scores of every memory passing ``filters``.
+        """Vector scores of every memory with a vector passing ``filters``.
 
         Args:
             query: L2-normalised float32, shape [d].
@@ -197,16 +213,13 @@ class VectorIndex:
         q = self._check(query)
         with self._lock:
             n = self._n
-            mask = self._mask(filters)
-            idx = np.flatnonzero(mask)
+            idx = np.flatnonzero(self._mask(filters) & self._has_content[:n])
             if idx.size == 0:
                 return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
             c = self._content[:n] @ q if idx.size == n else self._content[idx] @ q
             has_x = self._has_context[idx]
-            if has_x.any():
-                # Context vectors only where they exist (most memories have none).
-                xi = idx[has_x]
-                c[has_x] = (1.0 - context_weight) * c[has_x] + context_weight * (self._context[xi] @ q)
+            if has_x.any():  # context vectors only where they exist
+                c[has_x] = (1.0 - context_weight) * c[has_x] + context_weight * (self._context[idx[has_x]] @ q)
             seqs = self._seq[idx].copy()
         return seqs, np.clip(c, 0.0, 1.0).astype(np.float32, copy=False)
 
@@ -235,3 +248,32 @@ class VectorIndex:
         top = np.argpartition(-s, k - 1)[:k]
         top = top[np.argsort(-s[top], kind="stable")]
         return [(int(seqs[i]), float(s[i])) for i in top]
+
+    # -- the session-start baseline ---------------------------------------------------------
+    def top_effective(self, *, project: str | None, now_epoch: float, limit: int, min_effective: float
+                      ) -> list[tuple[int, str, float]]:
+        """Top ``limit`` live, not superseded memories of ``project`` (and global ones; all memories
+        when ``project`` is None) by effectiveScore, best first, skipping those below
+        ``min_effective`` (pinned exempt, scoring 1.0). Ages below 0 count as 0 days.
+
+        Returns:
+            ``[(seq, memory id, effective score)]``; ties broken by newer seq first.
+        """
+        f = Filters(project=project, include_global=True, exclude_superseded=True)
+        with self._lock:
+            n = self._n
+            idx = np.flatnonzero(self._mask(f))
+            if idx.size == 0 or limit <= 0:
+                return []
+            days = np.maximum(0.0, (now_epoch - self._created[idx]) / 86400.0)
+            eff = np.where(self._pinned[idx], 1.0, self._importance[idx] * DECAY_PER_DAY ** days)
+            keep = eff >= min_effective
+            idx, eff = idx[keep], eff[keep]
+            if idx.size == 0:
+                return []
+            k = min(limit, idx.size)
+            part = np.argpartition(-eff, k - 1)[:k] if k < idx.size else np.arange(idx.size)
+            seqs = self._seq[idx[part]]
+            order = np.lexsort((-seqs, -eff[part]))
+            part = part[order]
+            return [(int(self._seq[idx[i]]), self._ids[idx[i]], float(eff[i])) for i in part]

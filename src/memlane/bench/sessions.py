@@ -1,0 +1,118 @@
+"""``memlane bench sessions``: session-start and prompt-submit latency through a real daemon.
+
+Fills a store with ``n`` realistic memories of one project (LoCoMo text, importances and ages
+spread deterministically over 0.3-0.9 and the last 60 days, 1 % pinned) in process, then
+starts ``memlane serve`` on it and drives sessions over HTTP: session-start, prompts (LoCoMo
+questions) and session-end. Reports p50/p95/p99 (ms, client-side) and the largest candidate
+pool seen. A store directory can be kept and reused (``store``): filling 100,000 memories
+embeds every one of them once.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from memlane.bench.corpus import memory_texts, queries
+from memlane.bench.latency import free_port, start_daemon
+from memlane.bench.metrics import latency_summary
+from memlane.config import load_settings
+from memlane.container import open_container
+from memlane.services.clock import to_iso
+from memlane.services.inputs import RememberInput
+
+PROJECT = "/bench/project"
+FILL_CHUNK = 2000
+
+
+def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int], None] | None = None) -> int:
+    """Make ``home`` hold at least ``n`` live memories of PROJECT; returns the live count."""
+    c = open_container(load_settings(home=home, sqlite_synchronous="NORMAL"), warmup=True)
+    try:
+        have = c.memories.stats()["live"]
+        if have >= n:
+            return have
+        texts = memory_texts(data, n)[have:]
+        rng = random.Random(7)
+        now = datetime.now(timezone.utc)
+        done = 0
+        for start in range(0, len(texts), FILL_CHUNK):
+            chunk = texts[start:start + FILL_CHUNK]
+            items = [RememberInput(
+                content=t, project=PROJECT, importance=round(rng.uniform(0.3, 0.9), 2),
+                created_at=to_iso(now - timedelta(days=rng.uniform(0, 60))), pinned=rng.random() < 0.01,
+                who="bench") for t in chunk]
+            c.memories.remember_many(items)
+            done += len(chunk)
+            if progress:
+                progress("filling the store (embedding every memory)", have + done, n)
+        return c.memories.stats()["live"]
+    finally:
+        c.close()
+
+
+def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
+                 store: Path | None = None, progress: Callable[[str, int, int], None] | None = None
+                 ) -> dict[str, Any]:
+    """Fill (or reuse) a store, start a daemon on it and time the hooks.
+
+    Returns:
+        ``{"store_size", "sessions", "session_start": latency ms, "prompt_submit": latency ms,
+        "session_end": latency ms, "max_candidate_pool", "mean_candidate_pool", "mean_injected"}``.
+    """
+    tmp = tempfile.TemporaryDirectory(prefix="memlane-sessions-") if store is None else None
+    home = Path(tmp.name) if tmp else store
+    assert home is not None
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        size = fill_store(home, data, n_memories, progress)
+        qs = queries(data)
+        port = free_port()
+        proc = start_daemon(home, port)
+        starts, prompts, ends, pools, injected = [], [], [], [], []
+        run = f"{int(time.time())}"
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                for w in range(3):  # warm-up, not measured
+                    http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT})
+                for i in range(n_sessions):
+                    key = f"bench-{run}-{i}"
+                    t = time.perf_counter()
+                    r = http.post("/api/hooks/session-start", json={"session_key": key, "project": PROJECT,
+                                                                    "cwd": PROJECT, "harness": "bench"})
+                    starts.append((time.perf_counter() - t) * 1000)
+                    r.raise_for_status()
+                    body = r.json()
+                    pools.append(body["candidate_count"])
+                    injected.append(len(body["injected"]))
+                    for j in range(prompts_per_session):
+                        q = qs[(i * prompts_per_session + j) % len(qs)]
+                        t = time.perf_counter()
+                        http.post("/api/hooks/user-prompt-submit",
+                                  json={"session_key": key, "prompt": q, "project": PROJECT}).raise_for_status()
+                        prompts.append((time.perf_counter() - t) * 1000)
+                    t = time.perf_counter()
+                    http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT,
+                                                              "transcript": "\n".join(qs[i:i + 3])}).raise_for_status()
+                    ends.append((time.perf_counter() - t) * 1000)
+                    if progress:
+                        progress("sessions", i + 1, n_sessions)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except Exception:
+                proc.kill()
+        return {"store_size": size, "sessions": n_sessions, "prompts_per_session": prompts_per_session,
+                "session_start": latency_summary(starts), "prompt_submit": latency_summary(prompts),
+                "session_end": latency_summary(ends), "max_candidate_pool": max(pools),
+                "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected)}
+    finally:
+        if tmp:
+            tmp.cleanup()

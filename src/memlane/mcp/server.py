@@ -1,0 +1,279 @@
+"""The seven memlane MCP tools, defined once over a :class:`Backend`.
+
+``build_server(container)`` serves them in-process (the daemon's ``/mcp`` endpoint);
+:mod:`memlane.mcp.stdio` serves the same definitions over a backend that calls the daemon's HTTP
+API. Tools are thin: argument types and ranges are checked by the SDK against the input schema,
+the rest by the services, and every :class:`MemlaneError` becomes a tool error (``isError``) whose
+text is the error's message. Successful results carry the JSON both as text and as
+``structuredContent`` (matching each tool's ``outputSchema``). Writes are attributed ``who="mcp"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from memlane import __version__
+from memlane.api.schemas import MemoryOut
+from memlane.errors import MemlaneError, ValidationError
+from memlane.services.inputs import RecallQuery, RememberInput
+
+if TYPE_CHECKING:  # the stdio server must stay light: no database, no embedder imports
+    from memlane.container import Container
+
+#: Attribution of every write made through MCP (the history's ``who``).
+WHO = "mcp"
+#: Largest ``limit`` of a search or a list page.
+MAX_LIMIT = 1000
+
+INSTRUCTIONS = (
+    "memlane is the user's long-term memory across sessions. Search it (memory_search) before "
+    "answering questions about the user, their projects, preferences or past decisions; store "
+    "durable facts worth remembering next time (memory_store), one self-contained fact per memory; "
+    "correct stale memories (memory_modify) or retire wrong ones (memory_forget) instead of storing "
+    "contradictions. Rate memories injected into this session with memory_feedback."
+)
+
+
+# -- result shapes (the tools' output schemas) ------------------------------------------------
+class SearchHit(BaseModel):
+    id: str
+    content: str
+    type: str
+    project: str | None
+    score: float = Field(description="Final recall score in [0, 1], higher is more relevant.")
+    created_at: str
+
+
+class StoreResult(BaseModel):
+    id: str
+    status: str = Field(description="created, or deduplicated (the id is the existing identical memory).")
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryOut]
+    total: int = Field(description="Memories matching the filters (all pages).")
+
+
+class ForgetResult(BaseModel):
+    id: str
+    deleted: bool
+
+
+class FeedbackResult(BaseModel):
+    applied: int = Field(description="Ratings recorded.")
+    ignored: int = Field(description="Ratings ignored (unknown id for this session, or not a number).")
+
+
+# -- backends ---------------------------------------------------------------------------------
+class Backend(Protocol):
+    """What the tools need. Methods are blocking, return JSON-able data and raise MemlaneError."""
+
+    def search(self, query: str, *, limit: int, project: str | None, types: list[str]) -> list[dict[str, Any]]: ...
+    def store(self, content: str, *, type: str, importance: float, project: str | None,
+              tags: list[str], who: str) -> dict[str, Any]: ...
+    def get(self, memory_id: str) -> dict[str, Any]: ...
+    def list(self, *, limit: int, offset: int, project: str | None, type: str | None) -> dict[str, Any]: ...
+    def modify(self, memory_id: str, fields: dict[str, Any], *, who: str, why: str | None) -> dict[str, Any]: ...
+    def forget(self, memory_id: str, *, who: str, why: str | None) -> dict[str, Any]: ...
+    def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]: ...
+
+
+def _memory(m: Any) -> dict[str, Any]:
+    return MemoryOut.of(m).model_dump(mode="json")
+
+
+def search_hit(d: dict[str, Any]) -> dict[str, Any]:
+    """The agent-facing subset of a recalled memory."""
+    return {k: d[k] for k in SearchHit.model_fields}
+
+
+class LocalBackend:
+    """The tools over the services of an open container (the daemon's own process)."""
+
+    def __init__(self, container: Container) -> None:
+        self.c = container
+
+    def search(self, query: str, *, limit: int, project: str | None, types: list[str]) -> list[dict[str, Any]]:
+        res = self.c.recall.recall(RecallQuery(query=query, limit=limit, project=project, types=tuple(types)))
+        return [search_hit({**_memory(h.memory), "score": round(h.score, 6)}) for h in res.hits]
+
+    def store(self, content: str, *, type: str, importance: float, project: str | None,
+              tags: list[str], who: str) -> dict[str, Any]:
+        r = self.c.memories.remember(RememberInput(content=content, type=type, importance=importance,
+                                                   project=project, tags=tuple(tags), who=who))
+        return {"id": r.id, "status": r.status}
+
+    def get(self, memory_id: str) -> dict[str, Any]:
+        return _memory(self.c.memories.get(memory_id))
+
+    def list(self, *, limit: int, offset: int, project: str | None, type: str | None) -> dict[str, Any]:
+        items, total = self.c.memories.list(limit=limit, offset=offset, project=project, type_=type)
+        return {"items": [_memory(m) for m in items], "total": total}
+
+    def modify(self, memory_id: str, fields: dict[str, Any], *, who: str, why: str | None) -> dict[str, Any]:
+        return _memory(self.c.memories.update(memory_id, fields, who=who, why=why))
+
+    def forget(self, memory_id: str, *, who: str, why: str | None) -> dict[str, Any]:
+        m = self.c.memories.delete(memory_id, who=who, why=why)
+        return {"id": m.id, "deleted": m.is_deleted}
+
+    def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]:
+        r = self.c.sessions.feedback(session_key, scores)
+        return {"applied": r.applied, "ignored": r.ignored}
+
+
+# -- tool plumbing ----------------------------------------------------------------------------
+def tool_error(message: str) -> CallToolResult:
+    """A tool error the agent reads (the session goes on)."""
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+async def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CallToolResult:
+    """Run a blocking backend call on a worker thread; a MemlaneError becomes a tool error."""
+    try:
+        data = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+    except MemlaneError as exc:
+        return tool_error(exc.message)
+    structured = data if isinstance(data, dict) else {"result": data}
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
+                          structured_content=structured)
+
+
+def _need_id(memory_id: str) -> str:
+    if not memory_id.strip():
+        raise ValidationError("id: must not be empty", details={"field": "id"})
+    return memory_id.strip()
+
+
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"Most results to return, 1..{MAX_LIMIT}.")]
+Project = Annotated[str | None, Field(description="Project scope (e.g. the repository name); null = any/global.")]
+MemoryId = Annotated[str, Field(description="The memory's id, as returned by memory_search, memory_store or memory_list.")]
+Why = Annotated[str | None, Field(description="Short reason, kept in the memory's history.")]
+Importance = Annotated[float, Field(ge=0.0, le=1.0, description="How much this matters, 0..1 (0.5 = ordinary).")]
+Tags = Annotated[list[str] | None, Field(description="Free-form tags.")]
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
+    """An MCP server exposing the seven memory tools over ``backend``."""
+    server = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    @server.tool(annotations=READ)
+    async def memory_search(
+        query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
+        limit: Limit = 10,
+        project: Project = None,
+        types: Annotated[list[str] | None, Field(description="Only these memory types, e.g. [\"preference\"].")] = None,
+    ) -> Annotated[CallToolResult, list[SearchHit]]:
+        """Search long-term memory (hybrid keyword + semantic recall), best match first.
+
+        Use this before answering anything that may depend on what was learned in earlier
+        sessions: the user's preferences, project conventions, past decisions, known pitfalls.
+        Returns [{id, content, type, project, score, created_at}]; an empty list means nothing
+        relevant is stored. Use memory_get with an id for the full record."""
+        return await _run(backend.search, query, limit=limit, project=project, types=list(types or []))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False))
+    async def memory_store(
+        content: Annotated[str, Field(description="The memory: one self-contained fact, in a full sentence.")],
+        type: Annotated[str, Field(description="fact, preference, decision, constraint, procedure, ...")] = "fact",
+        importance: Importance = 0.5,
+        project: Project = None,
+        tags: Tags = None,
+    ) -> Annotated[CallToolResult, StoreResult]:
+        """Store a new long-term memory that should survive this session.
+
+        Use it for durable knowledge: a user preference, a project convention, a decision and
+        its reason, a fix that worked. Do not store transient task state or secrets. Storing
+        exactly the same content again is harmless: it returns the existing id with status
+        "deduplicated". To change an existing memory use memory_modify instead.
+        Returns {id, status}."""
+        return await _run(backend.store, content, type=type, importance=importance, project=project,
+                          tags=list(tags or []), who=WHO)
+
+    @server.tool(annotations=READ)
+    async def memory_get(id: MemoryId) -> Annotated[CallToolResult, MemoryOut]:
+        """Fetch one memory by id with all its fields (tags, importance, timestamps, whether it
+        is deleted or superseded). Use it after memory_search or memory_list when you need the
+        full record."""
+        return await _run(lambda: backend.get(_need_id(id)))
+
+    @server.tool(annotations=READ)
+    async def memory_list(
+        limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"Page size, 1..{MAX_LIMIT}.")] = 20,
+        offset: Annotated[int, Field(ge=0, description="Memories to skip (for paging).")] = 0,
+        project: Project = None,
+        type: Annotated[str | None, Field(description="Only memories of this type.")] = None,
+    ) -> Annotated[CallToolResult, MemoryPage]:
+        """Browse stored memories, newest first, one page at a time. Use it to review what is
+        remembered (e.g. for a project or a type) rather than to find something: for that use
+        memory_search. Returns {items, total}; deleted memories are not listed."""
+        return await _run(backend.list, limit=limit, offset=offset, project=project, type=type)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=False, open_world_hint=False))
+    async def memory_modify(
+        id: MemoryId,
+        content: Annotated[str | None, Field(description="New content (replaces the old text).")] = None,
+        type: Annotated[str | None, Field(description="New type.")] = None,
+        importance: Annotated[float | None, Field(ge=0.0, le=1.0, description="New importance, 0..1.")] = None,
+        tags: Annotated[list[str] | None, Field(description="New tags (replace the old ones).")] = None,
+        pinned: Annotated[bool | None, Field(description="Pinned memories are always offered at session start.")] = None,
+        why: Why = None,
+    ) -> Annotated[CallToolResult, MemoryOut]:
+        """Correct or update an existing memory in place (only the fields you pass change; the
+        old version is kept in its history). Use it when a stored memory is outdated or
+        imprecise, instead of storing a second, contradicting memory. Returns the updated memory."""
+        given = {"content": content, "type": type, "importance": importance, "tags": tags, "pinned": pinned}
+        fields = {k: v for k, v in given.items() if v is not None}
+
+        def call() -> dict[str, Any]:
+            memory_id = _need_id(id)
+            if not fields:
+                raise ValidationError("nothing to change: give at least one of content, type, importance, "
+                                      "tags, pinned")
+            return backend.modify(memory_id, fields, who=WHO, why=why)
+
+        return await _run(call)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=False, open_world_hint=False))
+    async def memory_forget(id: MemoryId, why: Why = None) -> Annotated[CallToolResult, ForgetResult]:
+        """Forget a memory that is wrong, obsolete or unwanted (for example when the user asks
+        you to). This is a soft delete: recall stops returning it, and it can be recovered from
+        the memlane CLI or API. Returns {id, deleted: true}."""
+        return await _run(lambda: backend.forget(_need_id(id), who=WHO, why=why))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=False, open_world_hint=False))
+    async def memory_feedback(
+        session_key: Annotated[str, Field(description="This session's id (as given in the injected memory block).")],
+        feedback: Annotated[dict[str, float], Field(
+            description="{memory id or its 8-character prefix: score}, score in [-1, 1]: "
+                        "1 = it helped, 0 = irrelevant, -1 = wrong or misleading.")],
+    ) -> Annotated[CallToolResult, FeedbackResult]:
+        """Rate the memories that memlane injected into this session, so future recall learns
+        what is useful. Call it once you know whether the injected memories helped. Ids that
+        were not injected into this session are ignored (counted in "ignored"), never an error.
+        Returns {applied, ignored}."""
+        return await _run(backend.feedback, session_key, dict(feedback))
+
+    return server
+
+
+def build_server(container: Container) -> MCPServer:
+    """The MCP server over ``container``'s services (in-process; the caller owns the container).
+
+    Tools: memory_search, memory_store, memory_get, memory_list, memory_modify, memory_forget,
+    memory_feedback (see each tool's description for shapes and errors).
+    """
+    return build_mcp(LocalBackend(container))

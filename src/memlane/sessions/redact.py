@@ -1,0 +1,244 @@
+"""Pattern-based secret scrubbing before storage (memory-pipeline-v2.md "Session Checkpoints":
+"Secrets are redacted before storage using pattern-based scrubbing (Bearer tokens, API keys,
+base64 credential blobs, env variable values)").
+
+``redact(text)`` replaces the secret part of each match with ``[REDACTED]`` and keeps its label,
+so ``Authorization: Bearer abc.def`` becomes ``Authorization: Bearer [REDACTED]`` and
+``api_key = "sk-..."`` becomes ``api_key = "[REDACTED]"``. Vendor keys keep their public prefix
+(``sk-ant-[REDACTED]``, ``ghp_[REDACTED]``, ``AKIA[REDACTED]``). It is idempotent (passes run to a
+fixpoint and no pattern matches a bare ``[REDACTED]``), never raises, and runs in linear time per
+pass (no nested quantifiers).
+
+Rules, in order:
+
+1. PEM private key blocks (``-----BEGIN ... PRIVATE KEY-----`` .. ``-----END ...-----``); a block
+   with no END line is redacted to the end of the text.
+2. JWTs (``eyJ<b64url>.<b64url>.<b64url>``), whole.
+3. URL credentials: ``scheme://user:PASSWORD@host``.
+4. ``Authorization:`` / ``Authorization=`` values: always after a scheme (Bearer, Basic, Token,
+   Digest, Negotiate); without a scheme only when the value is token-like (see ``_tokenish``).
+5. A bare ``bearer <token>`` (any case) when the token is token-like; a bare ``Basic <b64>`` when
+   the base64 decodes to printable ``user:password`` text or is >= 40 characters.
+6. Vendor keys: Anthropic ``sk-ant-``, OpenAI ``sk-``/``sk-proj-`` (body must contain a digit or
+   both cases, so ``sk-learn-compatible-models`` survives), GitHub ``ghp_ gho_ ghu_ ghs_ ghr_
+   github_pat_``, AWS ``AKIA``/``ASIA`` + 16, Slack ``xox[baprs]-`` and ``xapp-``, Google ``AIza``.
+7. Labelled values ``NAME = value`` / ``NAME: value`` / ``"NAME": "value"`` (JSON, YAML, ini,
+   code, ``export NAME=...``, ``.env`` lines). NAME is split into segments (``_ - .`` and
+   camelCase); it is a secret label when a segment is one of ``_SECRET_WORDS`` (``password``,
+   ``token``, ``secret``, ``auth``, ``credentials`` ...) or a pair is ``api key``, ``private key``,
+   ``access key`` ... An ALL-CAPS name (env style) or one after ``export`` is a label when it
+   *contains* KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or PRIVATE. Names whose last
+   segment describes metadata (``max_tokens``, ``token_count``, ``secret_name``, ``password_file``,
+   ``TOKEN_URL`` ...) are not labels. The value is a quoted string (to its closing quote or the
+   end of the line) or an unquoted run of non-space, non-quote characters; it is redacted
+   whatever it looks like (a label says it is secret).
+8. Standalone base64 credential blobs. A run of ``[A-Za-z0-9+/]`` of >= 40 characters (plus ``=``
+   padding) bounded by non-base64 characters is redacted only when it contains an upper-case
+   letter, a lower-case letter and a digit, is not pure hex (git SHAs, sha256 digests stay), and
+   its lower-case runs average under 3 letters. Random base64 averages ~1.7; words, CamelCase
+   identifiers (``AbstractSingletonProxyFactoryBean2``) and paths average 3 or more, so ordinary
+   long words, identifiers and paths survive. About 0.5 % of random 40-character blobs miss
+   this heuristic; blobs under a label (rules 4, 5, 7) are always redacted.
+
+Not covered: secrets with no label and no recognisable shape (``my password is hunter2``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+PLACEHOLDER = "[REDACTED]"
+_MAX_PASSES = 6
+
+_PEM = re.compile(
+    r"(-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]*-----)|\Z)")
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
+_URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(?=@)")
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
+    r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)")
+_BEARER = re.compile(r"(?i)\b(bearer[ \t]+)([A-Za-z0-9\-._~+/]+=*)")
+_BASIC = re.compile(r"\b(Basic[ \t]+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])")
+#: Vendor keys: group 1 (the public prefix) is kept.
+_VENDOR = [re.compile(p) for p in (
+    r"\b(sk-ant-)[A-Za-z0-9_\-]{8,}",
+    r"\b(github_pat_)[A-Za-z0-9_]{20,}",
+    r"\b(gh[pousr]_)[A-Za-z0-9]{20,}",
+    r"\b(AKIA|ASIA)[A-Z0-9]{16}\b",
+    r"\b(xox[baprs]-)[A-Za-z0-9-]{10,}",
+    r"\b(xapp-)[A-Za-z0-9-]{10,}",
+    r"\b(AIza)[0-9A-Za-z_\-]{30,}",
+)]
+_OPENAI = re.compile(r"\b(sk-)((?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})")
+_KV = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<export>export[ \t]+)?(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80})(?P=q)"
+    r"(?P<sep>[ \t]*(?::=|=>|[:=])[ \t]*)"
+    r"(?P<scheme>(?:[Bb]earer|[Bb]asic|[Tt]oken)[ \t]+)?"
+    r"(?P<value>\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?|[^\s\"'`]+)")
+_QUOTED = re.compile(r"([\"'])((?:\\.|(?!\1)[^\\\n])*)(\1?)")
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_-])")
+
+_SECRET_WORDS = frozenset({
+    "password", "passwd", "pwd", "passphrase", "secret", "secrets", "token", "apikey",
+    "credential", "credentials", "creds", "auth", "privatekey", "accesskey", "secretkey",
+})
+#: Secret words only inside a longer name (``db_pass``), not alone (``pass: 2``).
+_SECRET_WORDS_COMPOUND = frozenset({"pass"})
+_SECRET_PAIRS = frozenset({
+    ("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"), ("signing", "key"),
+    ("encryption", "key"), ("master", "key"), ("session", "key"), ("auth", "key"), ("client", "secret"),
+})
+_ENV_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE")
+_META_SUFFIXES = frozenset({
+    "count", "counts", "limit", "limits", "len", "length", "size", "type", "types", "kind", "url",
+    "uri", "endpoint", "file", "path", "dir", "name", "names", "env", "expiry", "expires",
+    "expiration", "ttl", "budget", "usage", "estimate", "max", "min", "header", "field", "policy",
+    "rotation", "hint", "prefix", "format", "required", "enabled",
+})
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def redact(text: str) -> str:
+    """``text`` with every recognised secret replaced by ``[REDACTED]`` (labels kept).
+
+    Idempotent: ``redact(redact(x)) == redact(x)``. Never raises on a ``str``; anything else is
+    converted with ``str()`` first.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    for _ in range(_MAX_PASSES):
+        out = _one_pass(text)
+        if out == text:
+            return out
+        text = out
+    return text
+
+
+def _one_pass(text: str) -> str:
+    if not text:
+        return text
+    text = _PEM.sub(_pem_sub, text)
+    text = _JWT.sub(PLACEHOLDER, text)
+    text = _URL_CRED.sub(lambda m: m.group(1) + PLACEHOLDER, text)
+    text = _scan(_AUTH_HEADER, text, _auth_sub)
+    text = _scan(_BEARER, text, lambda m: _keep(m, 2) if _tokenish(m.group(2)) else None)
+    text = _scan(_BASIC, text, _basic_sub)
+    for pattern in _VENDOR:
+        text = pattern.sub(lambda m: m.group(1) + PLACEHOLDER, text)
+    text = _scan(_OPENAI, text, lambda m: m.group(1) + PLACEHOLDER if _random_body(m.group(2)) else None)
+    text = _scan(_KV, text, _kv_sub)
+    return _scan(_B64_RUN, text, lambda m: PLACEHOLDER if _credential_blob(m.group(0)) else None)
+
+
+def _scan(pattern: re.Pattern[str], text: str, fn) -> str:
+    """Like ``pattern.sub(fn, text)``, but a match ``fn`` declines (None) consumes nothing: the
+    search resumes one character after its start, so ``BEARER bearer <token>`` or
+    ``note: password=x`` still reach the inner match."""
+    out: list[str] = []
+    last = pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        replacement = fn(m)
+        if replacement is None:
+            pos = m.start() + 1
+            continue
+        out.append(text[last:m.start()])
+        out.append(replacement)
+        last = pos = m.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _keep(m: re.Match[str], secret: int) -> str | None:
+    """The match with group ``secret`` replaced (None when it already is the placeholder)."""
+    if m.group(secret) == PLACEHOLDER:
+        return None
+    return m.group(0)[: m.start(secret) - m.start(0)] + PLACEHOLDER + m.group(0)[m.end(secret) - m.start(0):]
+
+
+def _pem_sub(m: re.Match[str]) -> str:
+    end = m.group(3)
+    if end is None:
+        return f"{m.group(1)}\n{PLACEHOLDER}"
+    return f"{m.group(1)}\n{PLACEHOLDER}\n{end}"
+
+
+def _auth_sub(m: re.Match[str]) -> str | None:
+    if m.group(2) is None and not _tokenish(m.group(3)):
+        return None
+    return _keep(m, 3)
+
+
+def _basic_sub(m: re.Match[str]) -> str | None:
+    blob = m.group(2)
+    if len(blob.rstrip("=")) >= 40:
+        return _keep(m, 2)
+    try:
+        raw = base64.b64decode(blob, validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        return None
+    return _keep(m, 2) if ":" in raw and raw.isprintable() else None
+
+
+def _kv_sub(m: re.Match[str]) -> str | None:
+    """Rule 7: the value of a secret label, quotes kept."""
+    if not _is_secret_name(m.group("name"), exported=m.group("export") is not None):
+        return None
+    value = m.group("value")
+    head = m.group(0)[: m.start("value") - m.start(0)]
+    q = _QUOTED.fullmatch(value)
+    if q is None:
+        return None if value == PLACEHOLDER else head + PLACEHOLDER
+    if q.group(2) in ("", PLACEHOLDER):
+        return None
+    return f"{head}{q.group(1)}{PLACEHOLDER}{q.group(3)}"
+
+
+def _segments(name: str) -> list[str]:
+    out: list[str] = []
+    for part in re.split(r"[_.\-]+", name):
+        out.extend(s.lower() for s in _CAMEL.findall(part))
+    return out
+
+
+def _is_secret_name(name: str, *, exported: bool = False) -> bool:
+    """Whether ``name`` labels a secret value (rule 7 of the module docstring)."""
+    segs = _segments(name)
+    if not segs or segs[-1] in _META_SUFFIXES:
+        return False
+    if (exported or (name.upper() == name and any(c.isalpha() for c in name))) and any(
+            w in name.upper() for w in _ENV_WORDS):
+        return True
+    if any(s in _SECRET_WORDS for s in segs):
+        return True
+    if len(segs) > 1 and any(s in _SECRET_WORDS_COMPOUND for s in segs):
+        return True
+    return any((a, b) in _SECRET_PAIRS for a, b in zip(segs, segs[1:]))
+
+
+def _tokenish(value: str) -> bool:
+    """Token-like: >= 20 characters, or >= 8 with a digit, a symbol or an inner capital."""
+    if value == PLACEHOLDER or len(value) < 8:
+        return False
+    if len(value) >= 20:
+        return True
+    return any(c.isdigit() or c in "-._~+/=" for c in value) or any(c.isupper() for c in value[1:])
+
+
+def _random_body(body: str) -> bool:
+    """Key-like body: contains a digit, or both upper- and lower-case letters."""
+    return any(c.isdigit() for c in body) or (any(c.isupper() for c in body) and any(c.islower() for c in body))
+
+
+def _credential_blob(run: str) -> bool:
+    """Rule 8: an unlabelled base64 run that looks random (see the module docstring)."""
+    core = run.rstrip("=")
+    if len(core) < 40:
+        return False
+    if not (any(c.isupper() for c in core) and any(c.islower() for c in core) and any(c.isdigit() for c in core)):
+        return False
+    if re.fullmatch(r"[0-9a-fA-F]+", core):
+        return False
+    lower_runs = re.findall(r"[a-z]+", core)
+    return sum(map(len, lower_runs)) / len(lower_runs) < 3.0
