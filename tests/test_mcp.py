@@ -259,6 +259,27 @@ async def test_http_mount_leaves_the_rest_of_the_daemon_alone(inproc: InProcessD
         assert ok(await s2.call_tool("memory_get", {"id": stored["id"]}))["content"] == "shared between sessions"
 
 
+def test_http_mount_survives_a_restarted_lifespan(tmp_path: Path) -> None:
+    """Each lifespan gets a fresh session manager (the SDK's runs once); none running -> 503."""
+    from fastapi.testclient import TestClient
+
+    c = open_container(load_settings(home=tmp_path / "home", embedding={"provider": "none"}))
+    app = create_app(c)
+    mount(app, c)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        r = TestClient(app, base_url="http://127.0.0.1:7437").post("/mcp", json=init, headers=headers)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "mcp_unavailable"
+        for _ in range(2):
+            with TestClient(app, base_url="http://127.0.0.1:7437") as tc:
+                r = tc.post("/mcp", json=init, headers=headers)
+                assert r.status_code == 200 and r.headers["mcp-session-id"] and '"memlane"' in r.text
+    finally:
+        c.close()
+
+
 # -- stdio, backed by a daemon subprocess -----------------------------------------------------------
 async def test_stdio_against_a_real_daemon(start_daemon, tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path / "daemon-home", provider="none")

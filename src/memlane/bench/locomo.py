@@ -94,6 +94,7 @@ class Question:
     category: int
     evidence: tuple[str, ...]
     dropped_evidence: int
+    answer: str | None = None  # the gold answer (``adversarial_answer`` for category 5)
 
 
 @dataclass
@@ -225,8 +226,9 @@ def _load_conversation(sample: Any, where: str) -> Conversation:
         if isinstance(raw_ev, str):
             raw_ev = [raw_ev]
         evidence, dropped = normalize_evidence(raw_ev, valid)
+        answer = q.get("answer", q.get("adversarial_answer"))
         questions.append(Question(conv_id, qi, str(q["question"]), int(q["category"]),
-                                  tuple(evidence), dropped))
+                                  tuple(evidence), dropped, None if answer is None else str(answer)))
     return Conversation(conv_id, turns, questions)
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from memlane import __version__
 from memlane.cli.bench import bench_app
+from memlane.cli.replay import replay_app
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
@@ -22,6 +23,7 @@ from memlane.errors import MemlaneError
 app = typer.Typer(name="memlane", help="Local-first memory daemon for AI agents.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
+app.add_typer(replay_app, name="replay")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

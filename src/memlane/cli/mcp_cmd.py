@@ -34,8 +34,7 @@ def serve(url: Optional[str] = typer.Option(
           ) -> None:
     """Serve the memory tools over stdio (stdout carries only MCP messages; logs go to stderr).
 
-    Tool calls go to the daemon; while it is down each tool answers with an error telling the
-    agent to start it with `memlane serve`.
+    Tool calls go to the daemon; while it is down, each tool answers with an error saying so.
     """
     from memlane.mcp.stdio import run_stdio
 

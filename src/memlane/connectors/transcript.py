@@ -225,7 +225,10 @@ def _objects(text: str, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _feedback_in_text(text: str) -> dict[str, float] | None:
-    explicit = [o["memory_feedback"] for _, o in _objects(text) if isinstance(o.get("memory_feedback"), dict)]
+    if not _MARKER.search(text):  # cheap pre-check: no mention of memory feedback, no feedback
+        return None
+    explicit = [] if '"memory_feedback"' not in text else [
+        o["memory_feedback"] for _, o in _objects(text) if isinstance(o.get("memory_feedback"), dict)]
     if explicit:
         return _clean(explicit[-1], id_like_only=False) or None
     # A bare {id: score} object: inside <memory-feedback>...</memory-feedback>, right after the

@@ -1,0 +1,75 @@
+"""``memlane replay ...``: real data through the whole session lifecycle of a real daemon."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memlane.cli.bench import DEFAULT_LOCOMO, _out_path
+
+replay_app = typer.Typer(help="Replay real data through the session lifecycle (the predictor's training data).",
+                         no_args_is_help=True)
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
+
+
+@replay_app.command("locomo")
+def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
+           url: Optional[str] = typer.Option(None, help="A running daemon; default: start one on a fresh directory."),
+           keep: Optional[Path] = typer.Option(None, help="Data directory to create and keep (without --url)."),
+           max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
+           max_questions: Optional[int] = typer.Option(None, help="Only the first N questions per conversation."),
+           out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Each LoCoMo session as an agent session, each question as a short session with agent feedback."""
+    from memlane.replay.locomo import run_replay
+
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
+        raise typer.Exit(2)
+    if keep is not None and url is not None:
+        err.print("[red]error:[/red] --keep starts its own daemon; do not combine it with --url")
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        try:
+            report = run_replay(data, url=url, max_conversations=max_conversations, max_questions=max_questions,
+                                keep=keep, progress=tick)
+        except (ValueError, RuntimeError) as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1)
+    path = _out_path(out, "replay-locomo")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str))
+    t = Table(title=f"LoCoMo replay: {report['conversations']} conversations in {report['seconds']:.0f} s "
+                    "(latency per phase, ms, through HTTP)")
+    for c in ("phase", "n", "p50", "p95", "max"):
+        t.add_column(c)
+    for phase, s in report["latency_ms"].items():
+        t.add_row(phase, str(s["n"]), f"{s['p50']:.1f}", f"{s['p95']:.1f}", f"{s['max']:.1f}")
+    console.print(t)
+    c, s = report["counts"], report["sessions"]
+    console.print(f"sessions: {c.get('sessions', 0)} conversation sessions with {c.get('prompts', 0)} prompts, "
+                  f"{c.get('question_sessions', 0)} question sessions; {c.get('ratings', 0)} agent ratings, "
+                  f"{c.get('evidence_shown', 0)} of them on evidence turns")
+    console.print(f"session_memories: {s['candidates']} rows, {s['injected']} injected, {s['fts_only']} fts_only, "
+                  f"{s['fts_hit_rows']} with prompt hits, {s['rated_rows']} rated by the agent; "
+                  f"labels: {s['labelled']} (positive > 0.5: {s['positive_labels']}, negative: "
+                  f"{s['negative_labels']}, mean {s['mean_label'] or 0:.3f})")
+    console.print(f"scores: {s['scores_by_scorer']}; mean score {s['mean_score'] or 0:.3f}, mean confidence "
+                  f"{s['mean_confidence'] or 0:.3f}; training-grade sessions (confidence >= 0.6): "
+                  f"{s['training_grade_sessions']}")
+    if report["data_dir"]:
+        console.print(f"data kept in {report['data_dir']}")
+    console.print(f"report: {path}")
