@@ -134,6 +134,9 @@ class Settings(BaseSettings):
         16 * 1024 * 1024, ge=1024, description="Largest HTTP request body accepted, bytes."
     )
     max_batch: int = Field(1000, ge=1, description="Most memories in one batch remember call.")
+    hook_timeout_s: float = Field(
+        4.0, gt=0, le=55, description="How long a hook command waits for the daemon before spooling the event, "
+        "seconds (Claude Code's own hook timeout is 60 s).")
     read_pool_size: int = Field(4, ge=1, le=64, description="Read connections in the pool.")
     busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy_timeout, ms.")
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(

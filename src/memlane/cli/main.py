@@ -15,6 +15,7 @@ from rich.table import Table
 
 from memlane import __version__
 from memlane.cli.bench import bench_app
+from memlane.cli.hooks import connect_app, disconnect_app, hook_app
 from memlane.cli.replay import replay_app
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
@@ -24,6 +25,9 @@ app = typer.Typer(name="memlane", help="Local-first memory daemon for AI agents.
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
 app.add_typer(replay_app, name="replay")
+app.add_typer(hook_app, name="hook")
+app.add_typer(connect_app, name="connect")
+app.add_typer(disconnect_app, name="disconnect")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

@@ -32,6 +32,7 @@ from memlane.connectors.claude_settings import (  # noqa: F401 - re-exported
 )
 from memlane.connectors.events import CLAUDE_CODE_NAMES, HookEvent, from_claude_code
 from memlane.connectors.spool import replay_spool, spool_dir_for, spool_event
+from memlane.providers.claude_cli import HOOKS_DISABLED_ENV
 from memlane.connectors.transcript import (
     DEFAULT_MAX_BYTES, FEEDBACK_TAIL_BYTES, last_memory_feedback, read_transcript, transcript_text,
 )
@@ -44,7 +45,6 @@ ENDPOINTS = {
     "session-end": "/api/hooks/session-end",
     "pre-compact": "/api/hooks/pre-compaction",
 }
-DEFAULT_TIMEOUT_S = 4.0      # per daemon request (connect, write, read each); Claude Code allows 60 s
 REPLAY_BUDGET_S = 0.5        # wall clock spent replaying the spool before the live request
 _handler: logging.handlers.RotatingFileHandler | None = None
 
@@ -114,8 +114,8 @@ def run_hook(event_name: str, stdin_text: str, settings: Settings, *, timeout_s:
         event_name: ``session-start`` | ``user-prompt-submit`` | ``session-end`` | ``pre-compact``.
         stdin_text: the JSON Claude Code wrote on stdin.
         settings: memlane settings (daemon URL, ``home`` for the spool and the log).
-        timeout_s: per-request timeout, seconds; default ``settings.hook_timeout_s`` if that
-            setting exists, else 4 s.
+        timeout_s: per-request timeout, seconds; default ``settings.hook_timeout_s``
+            (default 4 s).
         transcript_roots: where transcripts may be read from (default ``~/.claude/projects``).
         replay_budget_s: wall-clock budget for replaying spooled events first, seconds.
 
@@ -125,6 +125,11 @@ def run_hook(event_name: str, stdin_text: str, settings: Settings, *, timeout_s:
         _setup_log(settings.home)
     except Exception:  # noqa: BLE001 - logging must not break the hook
         pass
+    if os.environ.get(HOOKS_DISABLED_ENV):
+        # Trigger: this Claude Code process is memlane's own LLM judge (providers.claude_cli).
+        # Why: recording the judge as a user session would feed memlane its own output.
+        # Outcome: the hook does nothing.
+        return ""
     try:
         return _run_hook(event_name, stdin_text, settings, timeout_s, transcript_roots, replay_budget_s)
     except Exception:  # noqa: BLE001 - a hook never fails Claude Code
@@ -142,7 +147,7 @@ def _run_hook(event_name: str, stdin_text: str, settings: Settings, timeout_s: f
         return ""
     body = build_body(event, transcript_roots=roots, max_body_bytes=settings.max_body_bytes)
     endpoint = ENDPOINTS[event.event]
-    timeout = float(timeout_s or getattr(settings, "hook_timeout_s", None) or DEFAULT_TIMEOUT_S)
+    timeout = float(timeout_s or settings.hook_timeout_s)
     spool_dir = spool_dir_for(settings.home)
     with httpx.Client(base_url=settings.url, timeout=httpx.Timeout(timeout), trust_env=False) as client:
         try:

@@ -39,7 +39,6 @@ _OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b")
 MCP_NAME = "memlane"
 
 
-
 class SettingsFileError(MemlaneError):
     """A Claude Code settings file that cannot be edited safely (bad JSON, unexpected shape)."""
 
@@ -70,6 +69,7 @@ def claude_config_dir() -> Path:
 
 
 def default_settings_path() -> Path:
+    """``settings.json`` in :func:`claude_config_dir`."""
     return claude_config_dir() / "settings.json"
 
 
