@@ -157,3 +157,28 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
     console.print(f"candidate pool: max {report['max_candidate_pool']}, mean {report['mean_candidate_pool']:.1f}; "
                   f"injected per session: mean {report['mean_injected']:.1f}")
     console.print(f"report: {path}")
+
+
+@bench_app.command("hooks")
+def hooks(runs: int = typer.Option(10, help="Runs per hook event."),
+          out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """The hook command with the daemon down: time, empty output, event spooled, every run."""
+    from memlane.bench.hooks import run_hooks_down
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("hooks", total=None)
+        report = run_hooks_down(runs, progress=lambda s, d, t: progress.update(task, description=s, completed=d,
+                                                                               total=t))
+    path = _out_path(out, "hooks-down")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    from rich.table import Table
+    t = Table(title="memlane hook <event> with the daemon down (subprocess wall time)")
+    for c in ("event", "runs", "exit 0 + empty", "spooled", "p50 ms", "max s", "timeout s", "all under"):
+        t.add_column(c)
+    for name, e in report["events"].items():
+        t.add_row(name, str(e["runs"]), str(e["exit0_and_empty"]), str(e["spooled"]), f"{e['ms']['p50']:.0f}",
+                  f"{e['max_s']:.2f}", f"{e['timeout_s']:g}", "yes" if e["under_timeout"] else "NO")
+    console.print(t)
+    console.print(f"report: {path}")
