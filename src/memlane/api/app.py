@@ -133,4 +133,6 @@ def create_app(container: Container) -> FastAPI:
         from memlane.config import public_settings
         return public_settings(container.settings)
 
+    from memlane.mcp.http import mount
+    mount(app, container)
     return app

@@ -33,8 +33,11 @@ class SessionStartIn(_Hook):
 
 class PromptIn(_Hook):
     prompt: str = Field(..., description="The user's prompt.")
-    memory_feedback: dict[str, Any] | str | None = Field(
-        None, description="Agent ratings {memory id or 8-char prefix: score in [-1, 1]} (or that object as JSON text).")
+    # Any: malformed feedback is ignored and counted by the service, never a 422 that would lose
+    # the prompt's recall (agent-relevance-feedback.md: fail open).
+    memory_feedback: Any = Field(
+        None, description="Agent ratings {memory id or 8-char prefix: score in [-1, 1]} (or that object as JSON "
+                          "text); anything malformed is ignored.")
 
 
 class SessionEndIn(_Hook):

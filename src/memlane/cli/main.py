@@ -16,6 +16,7 @@ from rich.table import Table
 from memlane import __version__
 from memlane.cli.bench import bench_app
 from memlane.cli.hooks import connect_app, disconnect_app, hook_app
+from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.replay import replay_app
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
@@ -28,6 +29,7 @@ app.add_typer(replay_app, name="replay")
 app.add_typer(hook_app, name="hook")
 app.add_typer(connect_app, name="connect")
 app.add_typer(disconnect_app, name="disconnect")
+app.add_typer(mcp_app, name="mcp")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

@@ -59,7 +59,7 @@ _URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(?=@)")
 _AUTH_HEADER = re.compile(
     r"(?i)\b(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
     r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)")
-_BEARER = re.compile(r"(?i)\b(bearer[ \t]+)([A-Za-z0-9\-._~+/]+=*)")
+_BEARER = re.compile(r"(?i)\b(bearer[ \t]+)([^\s\"'`]+)")
 _BASIC = re.compile(r"\b(Basic[ \t]+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])")
 #: Vendor keys: group 1 (the public prefix) is kept.
 _VENDOR = [re.compile(p) for p in (
