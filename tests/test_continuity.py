@@ -155,3 +155,14 @@ def test_parse_full_ids_resolve() -> None:
     assert r.per_memory[A.id] == 0.4
     assert B.id not in r.per_memory  # ids are case-sensitive
     assert r.unresolved_ids == 1
+
+
+def test_parse_integers_too_large_for_a_float() -> None:
+    """A 400-digit integer once raised OverflowError out of parse_reply (the judge thread died)."""
+    big = "9" * 400
+    r = parse_reply(f'{{"score": {big}, "confidence": -{big}, "memories_used": {big}, "novel_context_count": -{big},'
+                    f' "per_memory": [{{"id": "aaaa1111", "relevance": {big}}}, {{"id": "bbbb2222", "relevance": -{big}}}]}}',
+                    MEMS)
+    assert r is not None
+    assert (r.score, r.confidence, r.memories_used, r.novel_context_count) == (1.0, 0.0, 10_000, 0)
+    assert r.per_memory == {A.id: 1.0, B.id: 0.0}

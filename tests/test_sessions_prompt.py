@@ -234,6 +234,17 @@ def test_feedback_out_of_range_is_clamped(kitchen) -> None:
     assert got[ids["walrus"]].agent_relevance_score == -1.0
 
 
+def test_feedback_huge_integers_are_clamped_not_a_crash(kitchen) -> None:
+    """A JSON integer too large for a float (e.g. 400 nines) once raised OverflowError (HTTP 500)."""
+    c, ids = kitchen
+    assert fb(c, "k", {ids["zebra"][:8]: 10 ** 400, ids["walrus"][:8]: -(10 ** 400)}) == FeedbackResult(2, 0)
+    assert fb(c, "k", json.dumps({ids["okapi"][:8]: 10 ** 400})) == FeedbackResult(1, 0)
+    got = by_id(c, "k")
+    assert got[ids["zebra"]].agent_relevance_score == 1.0
+    assert got[ids["walrus"]].agent_relevance_score == -1.0
+    assert got[ids["okapi"]].agent_relevance_score == 1.0
+
+
 def test_feedback_bracketed_and_padded_ids(kitchen) -> None:
     c, ids = kitchen
     assert fb(c, "k", {f"[{ids['zebra'][:8]}]": 0.3, f" {ids['okapi'][:8]} ": 0.2}) == FeedbackResult(2, 0)

@@ -423,3 +423,16 @@ def test_topic_diversity_near_duplicates_do_not_both_take_top_slots(open_store, 
     p1, p2, _ = _diversity_corpus(plain)
     res = plain.sessions.start(StartInput("div", now=NOW))
     assert [i["id"] for i in res.injected] == [p1, p2]
+
+
+def test_prompt_before_start_does_not_block_the_start(open_store) -> None:
+    c = open_store()
+    for i in range(5):
+        remember(c, f"Fact number {i} about the deploy pipeline and its staging step.")
+    c.sessions.prompt(PromptInput(session_key="early", prompt="deploy pipeline"))
+    res = c.sessions.start(StartInput(session_key="early"))
+    assert res.status == "new" and res.candidate_count == 5
+    injected = [r for r in rows(c, "early") if r.was_injected]
+    assert len(injected) == 5
+    again = c.sessions.start(StartInput(session_key="early"))
+    assert again.status == "existing" and again.inject == ""

@@ -120,7 +120,7 @@ def router(container: Container) -> APIRouter:
         """Counts over all sessions: candidates, injections, hits, ratings, labels, scores."""
         return svc.summary()
 
-    @r.get("/api/sessions/{session_key}", tags=["sessions"])
+    @r.get("/api/sessions/{session_key:path}", tags=["sessions"])  # keys may hold "/" (harness ids)
     def get_session(session_key: str) -> dict[str, Any]:
         """One session: its row, its score and every candidate with raw and final labels."""
         return svc.get(session_key)

@@ -87,11 +87,11 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h {m:02d}m" if h else (f"{m}m {s % 60:02d}s" if m else f"{s}s")
 
 
-def _digest(title: str, meta: list[str], queries: Iterable[str], remembers: Iterable[str],
-            context: str | None = None) -> str:
-    lines = [f"## {title}", *(f"- {m}" for m in meta), "", "### Recent prompts"]
-    qs = [_one_line(q) for q in queries]
-    lines += [f"{i}. {q}" for i, q in enumerate(qs, 1)] or ["- none"]
+def _digest(title: str, prompts: str, project: str | None, duration_s: float | None, queries: Iterable[str],
+            remembers: Iterable[str], context: str | None) -> str:
+    lines = [f"## {title}", f"- Project: {project or 'unknown'}", f"- {prompts}",
+             f"- Duration: {_duration(duration_s)}", "", "### Recent prompts"]
+    lines += [f"{i}. {_one_line(q)}" for i, q in enumerate(queries, 1)] or ["- none"]
     lines += ["", "### Memory activity"]
     lines += [f"- remembered: {_one_line(r)}" for r in remembers] or ["- none"]
     if context and context.strip():
@@ -99,35 +99,34 @@ def _digest(title: str, meta: list[str], queries: Iterable[str], remembers: Iter
     return "\n".join(lines)
 
 
-def _meta(project: str | None, prompts: str, duration_s: float | None) -> list[str]:
-    return [f"Project: {project or 'unknown'}", prompts, f"Duration: {_duration(duration_s)}"]
+def _prompts(prompt_count: int, total_prompts: int | None) -> str:
+    tail = f", {total_prompts} in session" if total_prompts is not None else ""
+    return f"Prompts: {prompt_count} since last checkpoint{tail}"
 
 
 def format_periodic_digest(*, project: str | None, prompt_count: int, duration_s: float | None,
                            queries: Iterable[str] = (), remembers: Iterable[str] = (),
-                           total_prompts: int | None = None, trigger: str = "periodic") -> str:
-    """Markdown: project, prompt count (this checkpoint, and the session total when known),
-    duration (seconds in, ``14m 05s`` out), recent prompts, memory activity."""
-    prompts = f"Prompts: {prompt_count} since last checkpoint"
-    if total_prompts is not None:
-        prompts += f", {total_prompts} in session"
-    return _digest(f"Session checkpoint ({trigger})", _meta(project, prompts, duration_s), queries, remembers)
+                           total_prompts: int | None = None, trigger: str = "periodic",
+                           context: str | None = None) -> str:
+    """Markdown: project, prompt count (and session total), duration (seconds in, ``14m 05s`` out),
+    recent prompts (queries), memory activity (remembers). Also used for the ``agent`` and
+    ``explicit`` triggers, whose ``context`` (e.g. the agent's compaction summary) is appended."""
+    return _digest(f"Session checkpoint ({trigger})", _prompts(prompt_count, total_prompts), project, duration_s,
+                   queries, remembers, context)
 
 
 def format_pre_compaction_digest(*, project: str | None, prompt_count: int, duration_s: float | None,
                                  queries: Iterable[str] = (), remembers: Iterable[str] = (),
                                  total_prompts: int | None = None, context: str | None = None) -> str:
     """The periodic digest titled for pre-compaction, plus the optional session context."""
-    prompts = f"Prompts: {prompt_count} since last checkpoint"
-    if total_prompts is not None:
-        prompts += f", {total_prompts} in session"
-    return _digest("Pre-compaction checkpoint", _meta(project, prompts, duration_s), queries, remembers, context)
+    return _digest("Pre-compaction checkpoint", _prompts(prompt_count, total_prompts), project, duration_s,
+                   queries, remembers, context)
 
 
 def format_session_end_digest(*, project: str | None, total_prompts: int, duration_s: float | None,
                               queries: Iterable[str] = (), remembers: Iterable[str] = ()) -> str:
     """The periodic digest titled for session end, with the total prompt count of the session."""
-    return _digest("Session end", _meta(project, f"Total prompts: {total_prompts}", duration_s), queries, remembers)
+    return _digest("Session end", f"Total prompts: {total_prompts}", project, duration_s, queries, remembers, None)
 
 
 def truncate_lines(text: str, budget_chars: int) -> str:
@@ -191,10 +190,12 @@ class _Pending:
 
 
 def _epoch(iso: str | None) -> float | None:
+    """Seconds since the epoch of an ISO timestamp (naive = UTC); None if absent or unreadable."""
     try:
-        return datetime.fromisoformat(iso).timestamp() if iso else None
+        dt = datetime.fromisoformat(iso) if iso else None
     except ValueError:
         return None
+    return None if dt is None else (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
 class CheckpointService:
@@ -320,7 +321,7 @@ class CheckpointService:
                                                   context=p.context, **common)
         else:
             digest = format_periodic_digest(prompt_count=p.prompt_count, total_prompts=total,
-                                            trigger=p.trigger, **common)
+                                            trigger=p.trigger, context=p.context, **common)
         new_id = store.insert(
             conn, session_key=p.session_key, harness=p.harness, project=p.project,
             project_normalized=normalize_project(p.project), trigger=p.trigger, digest=redact(digest),

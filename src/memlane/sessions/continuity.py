@@ -85,6 +85,8 @@ def _preview(text: str) -> str:
 def _unit(value: Any) -> float:
     try:
         x = float(value)
+    except OverflowError:  # an int too large for a float: out of range
+        x = math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         return 0.0
     return 0.0 if math.isnan(x) else max(0.0, min(1.0, x))
@@ -93,6 +95,8 @@ def _unit(value: Any) -> float:
 def _count(value: Any) -> int:
     try:
         x = float(value)
+    except OverflowError:  # an int too large for a float
+        x = math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         return 0
     return 0 if math.isnan(x) or x < 0 else int(min(x, 10_000))

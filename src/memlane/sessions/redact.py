@@ -6,8 +6,9 @@ base64 credential blobs, env variable values)").
 so ``Authorization: Bearer abc.def`` becomes ``Authorization: Bearer [REDACTED]`` and
 ``api_key = "sk-..."`` becomes ``api_key = "[REDACTED]"``. Vendor keys keep their public prefix
 (``sk-ant-[REDACTED]``, ``ghp_[REDACTED]``, ``AKIA[REDACTED]``). It is idempotent (passes run to a
-fixpoint and no pattern matches a bare ``[REDACTED]``), never raises, and runs in linear time per
-pass (no nested quantifiers).
+fixpoint and no pattern matches a bare ``[REDACTED]``), never raises, and stays near linear in
+the input size (no nested quantifiers, bounded label scans, a value is only scanned after its
+label is accepted). ``session_key`` is deliberately not a secret label.
 
 Rules, in order:
 
@@ -17,7 +18,8 @@ Rules, in order:
 3. URL credentials: ``scheme://user:PASSWORD@host``.
 4. ``Authorization:`` / ``Authorization=`` values: always after a scheme (Bearer, Basic, Token,
    Digest, Negotiate); without a scheme only when the value is token-like (see ``_tokenish``).
-5. A bare ``bearer <token>`` (any case) when the token is token-like; a bare ``Basic <b64>`` when
+5. A bare ``bearer <token>`` (any case; the token is the next non-space run) when it is token-like
+   (>= 20 chars, or >= 8 with a digit, a symbol or an inner capital); a bare ``Basic <b64>`` when
    the base64 decodes to printable ``user:password`` text or is >= 40 characters.
 6. Vendor keys: Anthropic ``sk-ant-``, OpenAI ``sk-``/``sk-proj-`` (body must contain a digit or
    both cases, so ``sk-learn-compatible-models`` survives), GitHub ``ghp_ gho_ ghu_ ghs_ ghr_
@@ -55,7 +57,7 @@ _MAX_PASSES = 6
 _PEM = re.compile(
     r"(-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]*-----)|\Z)")
 _JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
-_URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(?=@)")
+_URL_CRED = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://[^\s:/@]{1,256}:)([^\s@/]{1,256})(?=@)")
 _AUTH_HEADER = re.compile(
     r"(?i)\b(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
     r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)")
@@ -72,10 +74,11 @@ _VENDOR = [re.compile(p) for p in (
     r"\b(AIza)[0-9A-Za-z_\-]{30,}",
 )]
 _OPENAI = re.compile(r"\b(sk-)((?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})")
-_KV = re.compile(
+_KV_LABEL = re.compile(
     r"(?<![A-Za-z0-9_.\-])(?P<export>export[ \t]+)?(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80})(?P=q)"
-    r"(?P<sep>[ \t]*(?::=|=>|[:=])[ \t]*)"
-    r"(?P<scheme>(?:[Bb]earer|[Bb]asic|[Tt]oken)[ \t]+)?"
+    r"[ \t]*(?::=|=>|[:=])[ \t]*")
+_KV_VALUE = re.compile(
+    r"(?:(?:[Bb]earer|[Bb]asic|[Tt]oken)[ \t]+)?"
     r"(?P<value>\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?|[^\s\"'`]+)")
 _QUOTED = re.compile(r"([\"'])((?:\\.|(?!\1)[^\\\n])*)(\1?)")
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_-])")
@@ -88,7 +91,7 @@ _SECRET_WORDS = frozenset({
 _SECRET_WORDS_COMPOUND = frozenset({"pass"})
 _SECRET_PAIRS = frozenset({
     ("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"), ("signing", "key"),
-    ("encryption", "key"), ("master", "key"), ("session", "key"), ("auth", "key"), ("client", "secret"),
+    ("encryption", "key"), ("master", "key"), ("auth", "key"), ("client", "secret"),
 })
 _ENV_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE")
 _META_SUFFIXES = frozenset({
@@ -127,12 +130,14 @@ def _one_pass(text: str) -> str:
     text = _scan(_BASIC, text, _basic_sub)
     for pattern in _VENDOR:
         text = pattern.sub(lambda m: m.group(1) + PLACEHOLDER, text)
-    text = _scan(_OPENAI, text, lambda m: m.group(1) + PLACEHOLDER if _random_body(m.group(2)) else None)
-    text = _scan(_KV, text, _kv_sub)
+    # a rejected body holds no random sub-body either: resume after it (linear on sk-aaa-sk-aaa...)
+    text = _scan(_OPENAI, text, lambda m: m.group(1) + PLACEHOLDER if _random_body(m.group(2)) else None,
+                 resume_after_reject=True)
+    text = _kv_redact(text)
     return _scan(_B64_RUN, text, lambda m: PLACEHOLDER if _credential_blob(m.group(0)) else None)
 
 
-def _scan(pattern: re.Pattern[str], text: str, fn) -> str:
+def _scan(pattern: re.Pattern[str], text: str, fn, *, resume_after_reject: bool = False) -> str:
     """Like ``pattern.sub(fn, text)``, but a match ``fn`` declines (None) consumes nothing: the
     search resumes one character after its start, so ``BEARER bearer <token>`` or
     ``note: password=x`` still reach the inner match."""
@@ -141,7 +146,7 @@ def _scan(pattern: re.Pattern[str], text: str, fn) -> str:
     while (m := pattern.search(text, pos)) is not None:
         replacement = fn(m)
         if replacement is None:
-            pos = m.start() + 1
+            pos = m.end() if resume_after_reject else m.start() + 1
             continue
         out.append(text[last:m.start()])
         out.append(replacement)
@@ -181,18 +186,35 @@ def _basic_sub(m: re.Match[str]) -> str | None:
     return _keep(m, 2) if ":" in raw and raw.isprintable() else None
 
 
-def _kv_sub(m: re.Match[str]) -> str | None:
-    """Rule 7: the value of a secret label, quotes kept."""
-    if not _is_secret_name(m.group("name"), exported=m.group("export") is not None):
-        return None
-    value = m.group("value")
-    head = m.group(0)[: m.start("value") - m.start(0)]
+def _kv_redact(text: str) -> str:
+    """Rule 7. The label is matched first and the value only after a secret label, so a
+    rejected label costs its own length (linear time on ``a=a=a=...``)."""
+    out: list[str] = []
+    last = pos = 0
+    while (m := _KV_LABEL.search(text, pos)) is not None:
+        v = (_KV_VALUE.match(text, m.end())
+             if _is_secret_name(m.group("name"), exported=m.group("export") is not None) else None)
+        if v is None:
+            pos = m.start() + 1
+            continue
+        replacement = _value_replacement(v.group("value"))
+        if replacement is not None:
+            out.append(text[last:v.start("value")])
+            out.append(replacement)
+            last = v.end()
+        pos = v.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _value_replacement(value: str) -> str | None:
+    """``[REDACTED]`` keeping the quotes; None when there is nothing left to redact."""
     q = _QUOTED.fullmatch(value)
     if q is None:
-        return None if value == PLACEHOLDER else head + PLACEHOLDER
+        return None if value == PLACEHOLDER else PLACEHOLDER
     if q.group(2) in ("", PLACEHOLDER):
         return None
-    return f"{head}{q.group(1)}{PLACEHOLDER}{q.group(3)}"
+    return f"{q.group(1)}{PLACEHOLDER}{q.group(3)}"
 
 
 def _segments(name: str) -> list[str]:

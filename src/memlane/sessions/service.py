@@ -105,7 +105,7 @@ class SessionService:
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
         state, scored = self.predictor_state()
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
-        if existing is not None:
+        if existing is not None and existing.started:
             inject = ""
             if inp.source == "compact" and self.checkpoints is not None:
                 inject = self.checkpoints.recovery_digest(session_key=key, project=project)
@@ -283,10 +283,11 @@ class SessionService:
         ignored = 0
         for k, v in list(data.items())[:1000]:
             mid = by_prefix.get(str(k).strip().strip("[]")) if isinstance(k, str) else None
-            if mid is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if mid is None or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or (isinstance(v, float) and not math.isfinite(v)):
                 ignored += 1
                 continue
-            scores[mid] = max(-1.0, min(1.0, float(v)))
+            scores[mid] = float(max(-1.0, min(1.0, v)))  # clamp before float(): a huge int would overflow
         applied = self.db.write(lambda c: sess_sql.apply_feedback(c, key, scores)) if scores else 0
         return FeedbackResult(applied, ignored + len(scores) - applied)
 
@@ -317,9 +318,10 @@ class SessionService:
             job_id = jobs_sql.enqueue(
                 conn, "session_summary", at=now, dedup_key=key, session_key=key,
                 payload={"reason": inp.reason, "transcript_chars": len(transcript)},
-                status="pending" if self.llm is not None and transcript else "skipped",
-                error=None if self.llm is not None and transcript else
-                ("no LLM provider configured" if self.llm is None else "no transcript"))
+                status="pending" if judge else "skipped",
+                error=None if judge else
+                ("no LLM provider configured" if self.llm is None else "no transcript" if not transcript else
+                 f"transcript under {continuity.MIN_TRANSCRIPT_CHARS} characters: not judged"))
             return stored, job_id
 
         stored, job_id = self.db.write(job)
@@ -396,7 +398,8 @@ class SessionService:
             was_injected=r.was_injected, fts_hit_count=r.fts_hit_count, similarity=r.similarity,
             relevance=r.relevance_score, agent_score=r.agent_relevance_score,
             superseded=r.superseded_by is not None, deleted_within_window=deleted_in_window,
-            access_count=r.access_count, edited_since_start=r.updated_at > started_at)
+            access_count=r.access_count,
+            edited_since_start=r.last_edited_at is not None and r.last_edited_at > started_at)
 
     def relabel(self, session_key: str) -> int:
         """(Re)build the labels of a scored session from its current signals; returns rows labelled."""

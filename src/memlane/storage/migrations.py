@@ -99,6 +99,7 @@ CREATE TABLE sessions (
     started_at      TEXT NOT NULL,
     ended_at        TEXT,
     status          TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'ended')),
+    started         INTEGER NOT NULL DEFAULT 0,  -- 1 once a session-start recorded its candidates
     prompt_count    INTEGER NOT NULL DEFAULT 0,
     candidate_count INTEGER NOT NULL DEFAULT 0,
     injected_count  INTEGER NOT NULL DEFAULT 0,

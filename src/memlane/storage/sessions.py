@@ -21,6 +21,7 @@ class SessionRow:
     started_at: str
     ended_at: str | None
     status: str
+    started: int
     prompt_count: int
     candidate_count: int
     injected_count: int
@@ -73,7 +74,7 @@ class SessionMemory:
     superseded_by: str | None
     is_deleted: bool
     deleted_at: str | None
-    updated_at: str
+    last_edited_at: str | None  # latest 'updated' history event (content or fields), if any
 
 
 def get_session(conn: sqlite3.Connection, key: str) -> SessionRow | None:
@@ -84,10 +85,15 @@ def get_session(conn: sqlite3.Connection, key: str) -> SessionRow | None:
 
 def insert_session(conn: sqlite3.Connection, *, key: str, project: str | None, harness: str | None,
                    cwd: str | None, context: str | None, started_at: str, predictor_state: str) -> bool:
-    """Create a session; False if it already exists (idempotent session-start)."""
+    """Create a started session, or start one that a prompt or end created implicitly; False if it
+    was already started (idempotent session-start)."""
     cur = conn.execute(
-        """INSERT OR IGNORE INTO sessions (session_key, project, harness, cwd, context, started_at, predictor_state)
-           VALUES (?,?,?,?,?,?,?)""", (key, project, harness, cwd, context, started_at, predictor_state))
+        """INSERT INTO sessions (session_key, project, harness, cwd, context, started_at, predictor_state, started)
+           VALUES (?,?,?,?,?,?,?,1)
+           ON CONFLICT(session_key) DO UPDATE SET project = coalesce(excluded.project, project),
+               harness = coalesce(excluded.harness, harness), cwd = coalesce(excluded.cwd, cwd),
+               context = excluded.context, predictor_state = excluded.predictor_state, started = 1
+           WHERE started = 0""", (key, project, harness, cwd, context, started_at, predictor_state))
     return cur.rowcount == 1
 
 
@@ -100,14 +106,21 @@ def ensure_session(conn: sqlite3.Connection, *, key: str, project: str | None, h
 
 
 def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[CandidateRow], at: str) -> int:
-    """Insert every candidate of a session-start; existing (session, memory) pairs are kept.
+    """Record every candidate of a session-start.
 
-    Returns the number of rows inserted.
+    A (session, memory) row a prompt already created (``fts_only``, when prompts arrived before
+    the start) takes the candidate's scores and ranks and keeps its hit and feedback counts.
+    Returns the number of rows written.
     """
     cur = conn.executemany(
-        """INSERT OR IGNORE INTO session_memories (session_key, memory_id, source, effective_score, similarity,
+        """INSERT INTO session_memories (session_key, memory_id, source, effective_score, similarity,
                predictor_score, final_score, rank, baseline_rank, predictor_rank, was_injected, created_at)
-           VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
+           VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+           ON CONFLICT(session_key, memory_id) DO UPDATE SET source = excluded.source,
+               effective_score = excluded.effective_score, similarity = excluded.similarity,
+               predictor_score = excluded.predictor_score, final_score = excluded.final_score,
+               rank = excluded.rank, baseline_rank = excluded.baseline_rank,
+               predictor_rank = excluded.predictor_rank, was_injected = excluded.was_injected""",
         [(key, r.memory_id, r.source, r.effective_score, r.similarity, r.predictor_score, r.final_score,
           r.rank, r.baseline_rank, r.predictor_rank, int(r.was_injected), at) for r in rows])
     injected = sum(r.was_injected for r in rows)
@@ -172,7 +185,9 @@ def session_memory_ids(conn: sqlite3.Connection, key: str, *, injected_only: boo
 def session_memories(conn: sqlite3.Connection, key: str) -> list[SessionMemory]:
     """Every candidate row of a session with the memory state the label rules read, by rank."""
     rows = conn.execute(
-        """SELECT sm.*, m.content, m.access_count, m.superseded_by, m.is_deleted, m.deleted_at, m.updated_at
+        """SELECT sm.*, m.content, m.access_count, m.superseded_by, m.is_deleted, m.deleted_at,
+                  (SELECT max(h.created_at) FROM memory_history h
+                   WHERE h.memory_id = m.id AND h.event = 'updated') AS last_edited_at
            FROM session_memories sm JOIN memories m ON m.id = sm.memory_id
            WHERE sm.session_key = ? ORDER BY sm.rank""", (key,)).fetchall()
     out = []
@@ -225,10 +240,14 @@ def get_score(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
 
 def write_transcript(conn: sqlite3.Connection, key: str, content: str, *, harness: str | None,
                      project: str | None, at: str) -> bool:
-    """Store a transcript losslessly, once per session (INSERT OR IGNORE). True if stored now."""
+    """Store a transcript losslessly: the first one, replaced only by a longer one (a resumed
+    session ends again with its whole conversation). True if stored now."""
     return conn.execute(
-        """INSERT OR IGNORE INTO session_transcripts (session_key, content, harness, project, created_at)
-           VALUES (?,?,?,?,?)""", (key, content, harness, project, at)).rowcount == 1
+        """INSERT INTO session_transcripts (session_key, content, harness, project, created_at)
+           VALUES (?,?,?,?,?)
+           ON CONFLICT(session_key) DO UPDATE SET content = excluded.content, created_at = excluded.created_at
+           WHERE length(excluded.content) > length(session_transcripts.content)""",
+        (key, content, harness, project, at)).rowcount == 1
 
 
 def get_transcript(conn: sqlite3.Connection, key: str) -> str | None:
