@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 from memlane.errors import ConfigError
 from memlane.providers.settings import LlmSettings
+from memlane.sessions.checkpoints import CheckpointSettings
 
 
 def default_home() -> Path:
@@ -147,6 +148,8 @@ class Settings(BaseSettings):
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
     sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
     llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
+    continuity: CheckpointSettings = Field(
+        default_factory=CheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
 
     @property
     def db_path(self) -> Path:

@@ -19,6 +19,7 @@ from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
 from memlane.services.recall_service import RecallService
+from memlane.sessions.checkpoints import CheckpointService
 from memlane.sessions.service import SessionService
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
@@ -37,11 +38,14 @@ class Container:
     memories: MemoryService
     recall: RecallService
     sessions: SessionService
+    checkpoints: CheckpointService
     llm: LlmProvider | None = None
 
     def close(self) -> None:
-        """Finish background judging and queued writes; close the database, embedder and LLM."""
+        """Finish background judging, pending checkpoints and queued writes; close the database,
+        the embedder and the LLM provider."""
         self.sessions.close()
+        self.checkpoints.close()
         self.db.close()
         if self.embedder is not None:
             self.embedder.close()
@@ -91,5 +95,6 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
                              embed_batch=settings.embedding.batch_size)
     recall = RecallService(memories, settings.recall)
     llm = build_provider(settings.llm)
-    sessions = SessionService(memories, recall, settings.sessions, llm=llm)
-    return Container(settings, db, emb, memories, recall, sessions, llm)
+    checkpoints = CheckpointService(db, settings.continuity)
+    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints)
+    return Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)

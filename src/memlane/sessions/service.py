@@ -67,6 +67,7 @@ class SessionService:
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-judge")
         self._pending: dict[str, Future] = {}
         self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
+        self._unsaved: dict[str, int] = {}  # prompts since the session's last checkpoint
         self._lock = threading.Lock()
         memories.listeners.append(self._on_memory_event)
 
@@ -198,7 +199,8 @@ class SessionService:
             count = self.db.read(lambda c: sess_sql.get_session(c, key)).prompt_count
             if self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
                 self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
-                                       prompt_count_delta=count, queries=self._recent(key), remembers=[])
+                                       prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                                       remembers=[])
         return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
                             took_ms=(time.perf_counter() - t0) * 1000)
 
@@ -206,9 +208,17 @@ class SessionService:
         with self._lock:
             recent = self._prompts.setdefault(key, [])
             recent.append(prompt[:500])
+            self._unsaved[key] = self._unsaved.get(key, 0) + 1
             del recent[:-RECENT_PROMPTS]
             if len(self._prompts) > 10_000:  # sessions that never ended
-                self._prompts.pop(next(iter(self._prompts)))
+                oldest = next(iter(self._prompts))
+                self._prompts.pop(oldest)
+                self._unsaved.pop(oldest, None)
+
+    def _take_unsaved(self, key: str) -> int:
+        """Prompts since this session's last checkpoint (checkpoint prompt counts are deltas)."""
+        with self._lock:
+            return self._unsaved.pop(key, 0)
 
     def _recent(self, key: str) -> list[str]:
         with self._lock:
@@ -228,9 +238,8 @@ class SessionService:
             check_text(context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
         if self.checkpoints is None:
             return {"session_key": key, "inject": "", "summary_prompt": "", "digest": ""}
-        sess = self.db.read(lambda c: sess_sql.get_session(c, key))
         self.checkpoints.queue(key, "pre_compaction", harness=harness, project=project,
-                               prompt_count_delta=sess.prompt_count if sess else 0, queries=self._recent(key),
+                               prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
                                remembers=[], context=context)
         self.checkpoints.flush()
         digest = self.checkpoints.recovery_digest(session_key=key, project=project)
@@ -326,11 +335,12 @@ class SessionService:
 
         stored, job_id = self.db.write(job)
         if self.checkpoints is not None:
-            count = self.db.read(lambda c: sess_sql.get_session(c, key)).prompt_count
             self.checkpoints.queue(key, "session_end", harness=inp.harness, project=project,
-                                   prompt_count_delta=count, queries=self._recent(key), remembers=[])
+                                   prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                                   remembers=[])
         with self._lock:
             self._prompts.pop(key, None)
+            self._unsaved.pop(key, None)
         if judge:
             fut = self._judge.submit(self._score_llm, key, transcript, now)
             with self._lock:
