@@ -1,0 +1,188 @@
+"""The versioned feature schema shared by training and scoring.
+
+Seed "Model: Cross-Attention Memory Scorer" -> "Additional scoring signals" lists the 12
+signals concatenated before the final gate; memlane adds four signals of its own baseline
+recall (its score, its rank, the candidate's similarity to the session context, pinned).
+A checkpoint records :data:`SCHEMA_VERSION` and :data:`SCHEMA_HASH`; a model is never served
+a feature matrix built by another schema (see :mod:`memlane.predictor.checkpoint`).
+
+Changing :data:`FEATURE_NAMES` (order included) or the scaling in
+:func:`build_feature_matrix` means bumping :data:`SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+__all__ = [
+    "CURRENT_SCHEMA",
+    "FEATURE_INDEX",
+    "FEATURE_NAMES",
+    "NUM_FEATURES",
+    "SCHEMA_HASH",
+    "SCHEMA_VERSION",
+    "CandidateFeatures",
+    "FeatureSchema",
+    "build_feature_matrix",
+]
+
+SCHEMA_VERSION = "1"
+
+#: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
+FEATURE_NAMES: tuple[str, ...] = (
+    "log_age_days",  # log(1 + age in days)
+    "importance",  # memory importance as stored, nominally [0, 1]
+    "log_access_count",  # log(1 + access count)
+    "tod_sin",  # time of day of the session, sin/cos of 2*pi*(hours/24)
+    "tod_cos",
+    "dow_sin",  # day of week of the session (Monday=0), sin/cos of 2*pi*(day/7)
+    "dow_cos",
+    "moy_sin",  # month of year of the session (January=0), sin/cos of 2*pi*(month/12)
+    "moy_cos",
+    "log_session_gap_hours",  # log(1 + hours since the previous session)
+    "is_embedded",  # 1 when the candidate is scored from its stored embedding
+    "is_superseded",  # 1 when the memory was superseded or deprecated
+    "baseline_score",  # the baseline recall's own score for the candidate
+    "baseline_rank_inv",  # 1 / (1 + 0-based baseline rank); 0 when unranked
+    "context_similarity",  # cosine similarity of the candidate to the session context
+    "pinned",  # 1 when the user pinned the memory
+)
+NUM_FEATURES = len(FEATURE_NAMES)
+FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
+
+def _schema_hash(version: str, names: Sequence[str]) -> str:
+    payload = json.dumps({"version": version, "names": list(names)}, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
+#: First 16 hex chars of sha256 over the version and the ordered names.
+SCHEMA_HASH = _schema_hash(SCHEMA_VERSION, FEATURE_NAMES)
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """A feature schema as recorded in a checkpoint (version, hash, ordered names)."""
+
+    version: str
+    hash: str
+    names: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"version": self.version, "hash": self.hash, "names": list(self.names)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, object]) -> FeatureSchema:
+        names = raw.get("names") or ()
+        return cls(version=str(raw["version"]), hash=str(raw["hash"]), names=tuple(names))  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return f"v{self.version} (hash {self.hash}, {len(self.names)} features)"
+
+
+CURRENT_SCHEMA = FeatureSchema(SCHEMA_VERSION, SCHEMA_HASH, FEATURE_NAMES)
+
+
+@dataclass(frozen=True)
+class CandidateFeatures:
+    """Raw, unscaled signals of one candidate memory for one session.
+
+    Attributes:
+        age_days: days since the memory was created (float, >= 0; negative clock skew is
+            clamped to 0).
+        importance: stored importance, nominally [0, 1].
+        access_count: times the memory was recalled (count, >= 0).
+        session_gap_hours: hours since the previous session (same value for every
+            candidate of a session; >= 0).
+        is_embedded: the candidate has a stored embedding (scored on the embedding path).
+        is_superseded: the memory was superseded or deprecated (seed "Negative Memory Signals").
+        baseline_score: the baseline recall's score (hybrid BM25 + vector), unitless.
+        baseline_rank: 0-based rank in the baseline's list; ``None`` when the baseline did
+            not rank it.
+        context_similarity: cosine similarity of the candidate embedding to the session
+            context embedding, [-1, 1]; ``None`` when either embedding is missing (-> 0).
+        pinned: the user pinned the memory.
+    """
+
+    age_days: float
+    importance: float
+    access_count: int
+    session_gap_hours: float
+    is_embedded: bool
+    is_superseded: bool = False
+    baseline_score: float = 0.0
+    baseline_rank: int | None = None
+    context_similarity: float | None = None
+    pinned: bool = False
+
+
+def _cyclic(fraction: float) -> tuple[float, float]:
+    angle = 2.0 * math.pi * fraction
+    return math.sin(angle), math.cos(angle)
+
+
+def _time_features(session_time: datetime) -> list[float]:
+    hours = session_time.hour + session_time.minute / 60.0 + session_time.second / 3600.0
+    return [
+        *_cyclic(hours / 24.0),
+        *_cyclic(session_time.weekday() / 7.0),
+        *_cyclic((session_time.month - 1) / 12.0),
+    ]
+
+
+def _finite(value: float, field: str, index: int) -> float:
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"candidate {index}: {field} is not finite ({value!r})")
+    return out
+
+
+def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: datetime) -> np.ndarray:
+    """Scale the candidates' signals into the model's feature matrix.
+
+    Scaling (seed "Additional scoring signals"): counts and durations are log-scaled as
+    ``log(1 + x)`` (the seed writes ``log(age_days)``; ``log1p`` keeps a memory created
+    today finite), cyclic times as sin/cos pairs, indicators as 0/1, the baseline rank as
+    ``1 / (1 + rank)``.
+
+    Args:
+        candidates: one :class:`CandidateFeatures` per candidate, in slate order.
+        session_time: session start; time of day, weekday and month are read from its wall
+            clock as given, so pass the user's local time. Identical for every row.
+
+    Returns:
+        float32 array, shape ``[len(candidates), NUM_FEATURES]``, columns in
+        :data:`FEATURE_NAMES` order; ``[0, NUM_FEATURES]`` for no candidates.
+
+    Raises:
+        ValueError: a non-finite number in any field (the message names field and index).
+    """
+    rows = np.zeros((len(candidates), NUM_FEATURES), dtype=np.float32)
+    times = _time_features(session_time)
+    for i, c in enumerate(candidates):
+        age = max(_finite(c.age_days, "age_days", i), 0.0)
+        access = max(_finite(c.access_count, "access_count", i), 0.0)
+        gap = max(_finite(c.session_gap_hours, "session_gap_hours", i), 0.0)
+        rank_inv = 0.0 if c.baseline_rank is None else 1.0 / (1.0 + max(int(c.baseline_rank), 0))
+        sim = 0.0 if c.context_similarity is None else _finite(c.context_similarity, "context_similarity", i)
+        rows[i] = [
+            math.log1p(age),
+            _finite(c.importance, "importance", i),
+            math.log1p(access),
+            *times,
+            math.log1p(gap),
+            float(bool(c.is_embedded)),
+            float(bool(c.is_superseded)),
+            _finite(c.baseline_score, "baseline_score", i),
+            rank_inv,
+            sim,
+            float(bool(c.pinned)),
+        ]
+    return rows

@@ -1,0 +1,166 @@
+"""Validation gates a retrained model must pass before it replaces the live one.
+
+Seed "Negative Memory Signals" -> "Training schedule" and "Canary Evaluation Set": after
+training, the candidate model is compared with the previous model on a fixed canary set::
+
+    losses_finite        every training loss is finite (no NaN/Inf)
+    parameters_finite    every candidate parameter is finite
+    score_variance       mean per-session score variance on the canary > 0 (not collapsed)
+    top5_overlap         mean top-5 overlap with the previous model >= 0.6 (no forgetting)
+    ndcg_drop            canary NDCG@10 (previous - candidate) <= 0.15
+
+The swap is all or nothing: the caller replaces the live model only if :attr:`GateReport.passed`.
+Gates that cannot apply are reported as skipped (and pass): the canary gates without a canary
+set, the two comparison gates while the previous model is untrained (cold start), and the
+NDCG gate on a canary without positive labels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from memlane.predictor.data import SessionBatch
+from memlane.predictor.metrics import ndcg_at_k, topk_overlap
+from memlane.predictor.model import MemoryScorer
+
+__all__ = ["GateReport", "GateResult", "GateThresholds", "evaluate_gates"]
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """Thresholds of the gates (seed defaults)."""
+
+    min_score_variance: float = 1e-10
+    min_topk_overlap: float = 0.6
+    max_ndcg_drop: float = 0.15
+    top_k: int = 5
+    ndcg_k: int = 10
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate: its measured value, its threshold and the verdict."""
+
+    name: str
+    passed: bool
+    value: float | None = None
+    threshold: float | None = None
+    skipped: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """All gates of one training run plus the canary figures the training log stores."""
+
+    gates: tuple[GateResult, ...]
+    canary_ndcg: float | None = None
+    previous_canary_ndcg: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+    @property
+    def failed(self) -> list[str]:
+        return [g.name for g in self.gates if not g.passed]
+
+    def gate(self, name: str) -> GateResult:
+        return next(g for g in self.gates if g.name == name)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "passed": self.passed,
+            "gates": [asdict(g) for g in self.gates],
+            "canary_ndcg": self.canary_ndcg,
+            "previous_canary_ndcg": self.previous_canary_ndcg,
+        }
+
+
+def _skip(name: str, detail: str, threshold: float | None = None) -> GateResult:
+    return GateResult(name, passed=True, threshold=threshold, skipped=True, detail=detail)
+
+
+def _scores(model: MemoryScorer, canary: Sequence[SessionBatch]) -> list[torch.Tensor]:
+    return [model.score(b) for b in canary]
+
+
+def _score_variance(scores: list[torch.Tensor], canary: Sequence[SessionBatch]) -> float:
+    per_session: list[torch.Tensor] = []
+    for s, b in zip(scores, canary):
+        n = b.mask.sum(dim=-1)
+        mean = torch.where(b.mask, s, 0.0).sum(dim=-1) / n.clamp_min(1)
+        var = torch.where(b.mask, (s - mean.unsqueeze(-1)) ** 2, 0.0).sum(dim=-1) / n.clamp_min(1)
+        per_session.append(var[n >= 2])
+    values = torch.cat(per_session) if per_session else torch.empty(0)
+    return float(values.to(torch.float64).mean()) if values.numel() else float("nan")
+
+
+def _mean_ndcg(scores: list[torch.Tensor], canary: Sequence[SessionBatch], k: int) -> float:
+    """Mean NDCG@k over canary sessions with a positive gain; NaN when there are none."""
+    total, count = 0.0, 0
+    for s, b in zip(scores, canary):
+        informative = b.labels.clamp_min(0.0).amax(dim=-1) > 0
+        if bool(informative.any()):
+            total += float(ndcg_at_k(s, b.labels, k)[informative].sum())
+            count += int(informative.sum())
+    return total / count if count else float("nan")
+
+
+def evaluate_gates(
+    candidate: MemoryScorer,
+    previous: MemoryScorer,
+    canary: Sequence[SessionBatch] | None,
+    losses: Sequence[float],
+    *,
+    thresholds: GateThresholds = GateThresholds(),
+    previous_is_trained: bool = True,
+) -> GateReport:
+    """Run every gate; never raises on a bad model (a bad model fails gates).
+
+    Args:
+        candidate: the retrained model.
+        previous: the live model it would replace.
+        canary: canary batches (labels ``[B, N]`` padded with ``PADDED_Y_VALUE``), or ``None``.
+        losses: every training-step loss of the run (nats).
+        thresholds: the gate thresholds.
+        previous_is_trained: False at cold start: the comparison gates are skipped.
+
+    Returns:
+        a :class:`GateReport`; ``report.passed`` decides the swap.
+    """
+    bad_losses = sum(1 for x in losses if not math.isfinite(x))
+    gates = [GateResult("losses_finite", bad_losses == 0, float(bad_losses), 0.0, detail="non-finite losses")]
+    bad_params = sum(int((~torch.isfinite(p)).sum()) for p in candidate.parameters())
+    gates.append(GateResult("parameters_finite", bad_params == 0, float(bad_params), 0.0, detail="non-finite params"))
+    t = thresholds
+    if not canary:
+        gates += [_skip(n, "no canary set") for n in ("score_variance", "top5_overlap", "ndcg_drop")]
+        return GateReport(tuple(gates))
+    new_scores = _scores(candidate, canary)
+    variance = _score_variance(new_scores, canary)
+    gates.append(GateResult("score_variance", variance > t.min_score_variance, variance, t.min_score_variance))
+    old_scores = _scores(previous, canary)
+    new_ndcg = _mean_ndcg(new_scores, canary, t.ndcg_k)
+    old_ndcg = _mean_ndcg(old_scores, canary, t.ndcg_k)
+    if not previous_is_trained:
+        gates.append(_skip("top5_overlap", "previous model untrained (cold start)", t.min_topk_overlap))
+        gates.append(_skip("ndcg_drop", "previous model untrained (cold start)", t.max_ndcg_drop))
+    else:
+        overlaps = [topk_overlap(n, o, b.mask, t.top_k) for n, o, b in zip(new_scores, old_scores, canary)]
+        overlap = float(torch.cat(overlaps).mean())
+        gates.append(GateResult("top5_overlap", overlap >= t.min_topk_overlap, overlap, t.min_topk_overlap))
+        if math.isnan(old_ndcg) and math.isnan(new_ndcg):
+            gates.append(_skip("ndcg_drop", "canary has no positive labels", t.max_ndcg_drop))
+        else:
+            drop = old_ndcg - new_ndcg
+            gates.append(GateResult("ndcg_drop", drop <= t.max_ndcg_drop, drop, t.max_ndcg_drop))
+    return GateReport(
+        tuple(gates),
+        canary_ndcg=None if math.isnan(new_ndcg) else new_ndcg,
+        previous_canary_ndcg=None if math.isnan(old_ndcg) else old_ndcg,
+    )

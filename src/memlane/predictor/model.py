@@ -1,0 +1,184 @@
+"""The cross-attention memory scorer (seed "Model: Cross-Attention Memory Scorer").
+
+Architecture after ACAN (Hong & He, "Enhancing Memory Retrieval in Generative Agents through
+LLM-Trained Cross Attention Networks", 2025): the session context is the query, the
+candidate memories are keys and values, and scaled dot-product attention (Vaswani et al.
+2017) scores each candidate. Memlane's additions follow the seed: two encoding paths with
+per-path LayerNorm, a 32-slot project embedding, and a learned gate over attention,
+similarity, value and feature signals that outputs one score per candidate.
+
+No dropout and no batch statistics: ``train()`` and ``eval()`` compute the same function, so
+an immutable live model can be scored from any thread while a clone trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memlane.predictor.data import SessionBatch
+from memlane.predictor.features import NUM_FEATURES
+from memlane.predictor.tokenizer import MAX_TOKENS, NUM_BUCKETS, PAD_TOKEN_ID, PROJECT_SLOTS
+
+__all__ = ["MemoryScorer", "ScorerConfig", "configure_threads"]
+
+# Fill for padded attention logits: finite, so a fully padded row stays NaN-free.
+_MASKED_LOGIT = -1.0e9
+
+
+@dataclass(frozen=True)
+class ScorerConfig:
+    """Hyper-parameters of :class:`MemoryScorer` (seed "Parameter Budget", d=64).
+
+    Attributes:
+        native_dim: width of the embedding model's vectors (384 for all-MiniLM-L6-v2).
+        d_model: internal dimension ``d`` of Q, K and both encoding paths.
+        d_value: width of the value projection.
+        num_buckets: HashTrick buckets (fixed at 16,384 so base weights transfer).
+        project_slots: rows of the project embedding table.
+        num_features: feature columns (the feature schema's length).
+        gate_hidden: hidden width of the gate MLP.
+        max_tokens: token cap per text on the text path.
+    """
+
+    native_dim: int = 384
+    d_model: int = 64
+    d_value: int = 32
+    num_buckets: int = NUM_BUCKETS
+    project_slots: int = PROJECT_SLOTS
+    num_features: int = NUM_FEATURES
+    gate_hidden: int = 32
+    max_tokens: int = MAX_TOKENS
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, int]) -> ScorerConfig:
+        return cls(**{k: int(v) for k, v in raw.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def gate_inputs(self) -> int:
+        """attention logit, cosine, project interaction, value alignment, value, features."""
+        return 4 + self.d_value + self.num_features
+
+
+class MemoryScorer(nn.Module):
+    """Scores each candidate memory of each session; higher = more likely to help.
+
+    Args:
+        config: the hyper-parameters.
+        seed: initialisation seed; the same seed gives bit-identical weights (the global
+            torch RNG is left untouched).
+    """
+
+    def __init__(self, config: ScorerConfig | None = None, *, seed: int = 0) -> None:
+        super().__init__()
+        self.config = cfg = config or ScorerConfig()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            # Two encoding paths into the shared d-space, each with its own LayerNorm (seed "Path normalization").
+            self.down_projection = nn.Linear(cfg.native_dim, cfg.d_model)
+            self.norm_embedded = nn.LayerNorm(cfg.d_model)
+            self.text_embedding = nn.EmbeddingBag(
+                cfg.num_buckets + 1, cfg.d_model, mode="mean", padding_idx=PAD_TOKEN_ID
+            )
+            self.norm_text = nn.LayerNorm(cfg.d_model)
+            self.query = nn.Linear(cfg.d_model, cfg.d_model)
+            self.key = nn.Linear(cfg.d_model, cfg.d_model)
+            self.value = nn.Linear(cfg.d_model, cfg.d_value)
+            self.project_embedding = nn.Embedding(cfg.project_slots, cfg.d_model)
+            self.gate_hidden = nn.Linear(cfg.gate_inputs, cfg.gate_hidden)
+            self.gate_out = nn.Linear(cfg.gate_hidden, 1)
+            self.gate_linear = nn.Linear(cfg.gate_inputs, 1)
+
+    def count_parameters(self) -> int:
+        """Number of trainable scalars (seed budget: under 2M)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def encode(self, embeddings: torch.Tensor, tokens: torch.Tensor, is_embedded: torch.Tensor) -> torch.Tensor:
+        """Project items into the shared ``d`` space by their own path.
+
+        Args:
+            embeddings: float ``[*lead, native_dim]`` (ignored where not embedded).
+            tokens: int64 ``[*lead, T]`` HashTrick ids, PAD = 0 (mean-pooled; all-PAD -> 0).
+            is_embedded: bool ``[*lead]``: True takes the embedding path.
+
+        Returns:
+            float ``[*lead, d_model]``, LayerNorm-ed per path.
+        """
+        lead = is_embedded.shape
+        dense = self.norm_embedded(self.down_projection(embeddings))
+        pooled = self.text_embedding(tokens.reshape(-1, tokens.shape[-1]))
+        text = self.norm_text(pooled).reshape(*lead, self.config.d_model)
+        return torch.where(is_embedded.unsqueeze(-1), dense, text)
+
+    def forward(self, batch: SessionBatch) -> torch.Tensor:
+        """Score a padded batch of sessions.
+
+        Args:
+            batch: a :class:`SessionBatch` with ``B`` sessions of up to ``N`` candidates.
+
+        Returns:
+            float32 scores ``[B, N]`` (unbounded logits; 0.0 at padded slots). Only the order
+            within a session is meaningful (the model is trained with a listwise loss).
+        """
+        d = self.config.d_model
+        ctx = self.encode(batch.context_embedding, batch.context_tokens, batch.context_is_embedded)  # [B, d]
+        cand = self.encode(
+            batch.candidate_embeddings, batch.candidate_tokens, batch.candidate_is_embedded
+        )  # [B, N, d]
+        q = self.query(ctx)  # [B, d]
+        k = self.key(cand)  # [B, N, d]
+        v = self.value(cand)  # [B, N, d_value]
+        # Scaled dot-product attention logits q.k / sqrt(d) (seed diagram; Vaswani et al. 2017).
+        attn_logit = torch.einsum("bd,bnd->bn", q, k) / d**0.5
+        cosine = F.cosine_similarity(cand, ctx.unsqueeze(1).expand_as(cand), dim=-1, eps=1e-6)
+        project = self.project_embedding(batch.project_slots)  # [B, d]
+        project_interaction = torch.einsum("bd,bnd->bn", project, k) / d**0.5
+        # ACAN's attended memory summary; each candidate's value is compared with it.
+        weights = torch.softmax(attn_logit.masked_fill(~batch.mask, _MASKED_LOGIT), dim=-1)
+        summary = torch.einsum("bn,bnv->bv", weights, v)  # [B, d_value]
+        value_alignment = torch.einsum("bv,bnv->bn", summary, v) / self.config.d_value**0.5
+        gate_in = torch.cat(
+            [
+                attn_logit.unsqueeze(-1),
+                cosine.unsqueeze(-1),
+                project_interaction.unsqueeze(-1),
+                value_alignment.unsqueeze(-1),
+                v,
+                batch.features,
+            ],
+            dim=-1,
+        )  # [B, N, gate_inputs]
+        score = self.gate_out(F.gelu(self.gate_hidden(gate_in))) + self.gate_linear(gate_in)
+        return score.squeeze(-1).masked_fill(~batch.mask, 0.0)
+
+    def score(self, batch: SessionBatch) -> torch.Tensor:
+        """:meth:`forward` without autograd (``torch.inference_mode``); scores ``[B, N]``."""
+        with torch.inference_mode():
+            return self(batch)
+
+
+def configure_threads(num_threads: int = 1) -> None:
+    """Pin torch's CPU thread pools for the daemon.
+
+    One thread by default: a slate of ~100 candidates is a handful of 64x64 matmuls, where
+    handing work to a second intra-op thread costs more than it saves; the daemon already
+    runs HTTP workers and the ONNX embedder's own pool on the same cores, so more torch
+    threads only add contention and jitter to session-start latency. Call once at startup,
+    before any torch work (the inter-op pool can be sized only once per process).
+
+    Args:
+        num_threads: intra-op threads, >= 1.
+    """
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    torch.set_num_threads(num_threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already sized, or parallel work already started
+        pass

@@ -1,0 +1,189 @@
+"""``fit()``: train a clone of the live model, then run the validation gates.
+
+Seed "Negative Memory Signals" -> "Training schedule": training runs on a cloned parameter
+set, never the live one; at most 30 s; replayed older sessions are mixed in (~20 %); the
+result is offered for an all-or-nothing swap only if every gate of
+:mod:`memlane.predictor.gates` passes. ``fit`` is handed the model, optimiser, loss and
+batches (allRank style) and builds none of them::
+
+    result = fit(live, torch.optim.Adam(live.parameters(), lr=3e-3), listnet_loss, batches,
+                 max_epochs=50, early_stop_patience=5, canary=canary_batches)
+    if result.accepted:
+        live = result.model          # atomic pointer swap; otherwise keep serving `live`
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from memlane.predictor.data import SessionBatch
+from memlane.predictor.gates import GateReport, GateThresholds, evaluate_gates
+from memlane.predictor.losses import LossFn
+from memlane.predictor.model import MemoryScorer
+
+__all__ = ["FitResult", "fit"]
+
+
+@dataclass
+class FitResult:
+    """Outcome of one :func:`fit` run.
+
+    Attributes:
+        model: the trained clone (the candidate); the live model is never modified.
+        optimizer: the clone's optimiser (its state can seed the next run).
+        gates: the validation gate report; swap only if ``gates.passed``.
+        step_losses: loss of every optimiser step (nats), in order.
+        epoch_losses: mean loss of every finished epoch (nats).
+        epochs: epochs started.
+        steps: optimiser steps taken.
+        stop_reason: ``"max_epochs"``, ``"early_stop"``, ``"time_cap"``,
+            ``"non_finite_loss"`` or ``"no_data"``.
+        elapsed_seconds: wall time of training, gates excluded (s).
+    """
+
+    model: MemoryScorer
+    optimizer: torch.optim.Optimizer
+    gates: GateReport
+    step_losses: list[float] = field(default_factory=list)
+    epoch_losses: list[float] = field(default_factory=list)
+    epochs: int = 0
+    steps: int = 0
+    stop_reason: str = "max_epochs"
+    elapsed_seconds: float = 0.0
+
+    @property
+    def accepted(self) -> bool:
+        """True when every gate passed (the caller may swap the live model)."""
+        return self.gates.passed
+
+
+def _clone(model: MemoryScorer, optimizer: torch.optim.Optimizer) -> tuple[MemoryScorer, torch.optim.Optimizer]:
+    # One deepcopy with a shared memo: the copied optimiser points at the copied parameters.
+    clone, clone_opt = copy.deepcopy((model, optimizer))
+    owned = {id(p) for p in clone.parameters()}
+    if not all(id(p) in owned for g in clone_opt.param_groups for p in g["params"]):
+        raise ValueError("optimizer must be built on the model's own parameters")
+    return clone, clone_opt
+
+
+def _epoch_plan(
+    train: Sequence[SessionBatch], replay: Sequence[SessionBatch], share: float, rng: random.Random
+) -> list[SessionBatch]:
+    plan = list(train)
+    if replay and share > 0:
+        n_replay = max(1, round(len(train) * share / (1.0 - share)))
+        if n_replay <= len(replay):
+            plan += rng.sample(list(replay), n_replay)
+        else:
+            plan += rng.choices(list(replay), k=n_replay)
+    rng.shuffle(plan)
+    return plan
+
+
+def fit(
+    model: MemoryScorer,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    train_batches: Sequence[SessionBatch],
+    *,
+    max_seconds: float = 30.0,
+    max_epochs: int = 50,
+    early_stop_patience: int = 5,
+    canary: Sequence[SessionBatch] | None = None,
+    replay_batches: Sequence[SessionBatch] | None = None,
+    replay_share: float = 0.2,
+    previous_is_trained: bool = True,
+    thresholds: GateThresholds = GateThresholds(),
+    max_grad_norm: float | None = 5.0,
+    min_improvement: float = 1e-4,
+    seed: int = 0,
+) -> FitResult:
+    """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
+
+    Args:
+        model: the live model; read only (its clone trains).
+        optimizer: an optimiser over ``model.parameters()``; cloned together with the model.
+        loss_fn: ``(y_pred [B, N], y_true [B, N], session_weights [B]) -> scalar``, e.g.
+            :func:`~memlane.predictor.losses.listnet_loss`; called with ``batch.confidence``.
+        train_batches: new sessions, collated.
+        max_seconds: wall-clock cap on training (s); checked before every step.
+        max_epochs: passes over ``train_batches``.
+        early_stop_patience: epochs without the mean epoch loss improving by
+            ``min_improvement`` (nats) before stopping.
+        canary: canary batches for the gates (seed "Canary Evaluation Set").
+        replay_batches: older sessions to rehearse; each epoch adds
+            ``round(len(train) * share / (1 - share))`` of them, so they make ~``replay_share``
+            of the steps.
+        replay_share: share of replayed batches per epoch, in ``[0, 1)``.
+        previous_is_trained: False at cold start (the comparison gates are skipped).
+        thresholds: gate thresholds.
+        max_grad_norm: gradient-norm clip, or ``None``.
+        min_improvement: see ``early_stop_patience``.
+        seed: seeds the batch order and replay sampling.
+
+    Returns:
+        a :class:`FitResult`; training stops at the first non-finite loss (the
+        ``losses_finite`` gate then fails).
+
+    Raises:
+        ValueError: bad arguments, or an optimiser not built on ``model``'s parameters.
+    """
+    if not 0.0 <= replay_share < 1.0:
+        raise ValueError(f"replay_share must be in [0, 1), got {replay_share}")
+    if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
+        raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
+    candidate, cand_opt = _clone(model, optimizer)
+    result = FitResult(candidate, cand_opt, GateReport(()))
+    rng = random.Random(seed)
+    start = time.monotonic()
+    best, stale = math.inf, 0
+    if not train_batches:
+        result.stop_reason = "no_data"
+    candidate.train()
+    while train_batches and result.epochs < max_epochs and result.stop_reason == "max_epochs":
+        result.epochs += 1
+        epoch: list[float] = []
+        for batch in _epoch_plan(train_batches, replay_batches or (), replay_share, rng):
+            if time.monotonic() - start >= max_seconds:
+                result.stop_reason = "time_cap"
+                break
+            loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
+            value = float(loss.detach())
+            result.step_losses.append(value)
+            epoch.append(value)
+            if not math.isfinite(value):
+                result.stop_reason = "non_finite_loss"
+                break
+            cand_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(candidate.parameters(), max_grad_norm)
+            cand_opt.step()
+            result.steps += 1
+        if epoch and result.stop_reason == "max_epochs":
+            mean = sum(epoch) / len(epoch)
+            result.epoch_losses.append(mean)
+            if mean < best - min_improvement:
+                best, stale = mean, 0
+            else:
+                stale += 1
+                if stale >= early_stop_patience:
+                    result.stop_reason = "early_stop"
+    result.elapsed_seconds = time.monotonic() - start
+    candidate.eval()
+    result.gates = evaluate_gates(
+        candidate,
+        model,
+        canary,
+        result.step_losses,
+        thresholds=thresholds,
+        previous_is_trained=previous_is_trained,
+    )
+    return result

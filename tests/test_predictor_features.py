@@ -1,0 +1,141 @@
+"""Feature schema, feature matrix scaling and the HashTrick tokenizer."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from datetime import datetime
+
+import numpy as np
+import pytest
+import torch
+
+from memlane.predictor import features as F
+from memlane.predictor.features import CandidateFeatures, build_feature_matrix
+from memlane.predictor.tokenizer import (
+    NUM_BUCKETS,
+    PAD_TOKEN_ID,
+    PROJECT_SLOTS,
+    encode_batch,
+    fnv1a_64,
+    project_slot,
+    token_ids,
+)
+
+
+def test_schema_is_versioned_and_hashed():
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 16
+    assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
+    assert len(F.SCHEMA_HASH) == 16
+    # The hash follows the names and their order.
+    assert F._schema_hash(F.SCHEMA_VERSION, tuple(reversed(F.FEATURE_NAMES))) != F.SCHEMA_HASH
+    assert F._schema_hash("2", F.FEATURE_NAMES) != F.SCHEMA_HASH
+    assert F.FeatureSchema.from_dict(F.CURRENT_SCHEMA.to_dict()) == F.CURRENT_SCHEMA
+
+
+def test_feature_matrix_hand_computed():
+    # Wednesday 2026-03-04 18:00 -> tod 0.75 of a day, dow 2/7, month index 2/12.
+    when = datetime(2026, 3, 4, 18, 0)
+    cand = CandidateFeatures(
+        age_days=math.e - 1,
+        importance=0.8,
+        access_count=0,
+        session_gap_hours=math.e**2 - 1,
+        is_embedded=True,
+        is_superseded=True,
+        baseline_score=0.42,
+        baseline_rank=3,
+        context_similarity=0.5,
+        pinned=True,
+    )
+    row = build_feature_matrix([cand], when)[0]
+    got = dict(zip(F.FEATURE_NAMES, row.tolist()))
+    expected = {
+        "log_age_days": 1.0,
+        "importance": 0.8,
+        "log_access_count": 0.0,
+        "tod_sin": -1.0,
+        "tod_cos": 0.0,
+        "dow_sin": math.sin(2 * math.pi * 2 / 7),
+        "dow_cos": math.cos(2 * math.pi * 2 / 7),
+        "moy_sin": math.sin(2 * math.pi * 2 / 12),
+        "moy_cos": 0.5,
+        "log_session_gap_hours": 2.0,
+        "is_embedded": 1.0,
+        "is_superseded": 1.0,
+        "baseline_score": 0.42,
+        "baseline_rank_inv": 0.25,
+        "context_similarity": 0.5,
+        "pinned": 1.0,
+    }
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_feature_matrix_defaults_and_clamps():
+    cand = CandidateFeatures(age_days=-3.0, importance=0.1, access_count=9, session_gap_hours=0.0, is_embedded=False)
+    m = build_feature_matrix([cand, cand], datetime(2026, 1, 1))
+    assert m.shape == (2, F.NUM_FEATURES) and m.dtype == np.float32
+    i = F.FEATURE_INDEX
+    assert m[0, i["log_age_days"]] == 0.0  # clock skew clamped
+    assert m[0, i["log_access_count"]] == pytest.approx(math.log(10))
+    assert m[0, i["baseline_rank_inv"]] == 0.0 and m[0, i["context_similarity"]] == 0.0
+    assert build_feature_matrix([], datetime(2026, 1, 1)).shape == (0, F.NUM_FEATURES)
+
+
+@pytest.mark.parametrize(
+    "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity"]
+)
+def test_feature_matrix_rejects_non_finite(field):
+    base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)
+    base[field] = float("nan")
+    with pytest.raises(ValueError, match=field):
+        build_feature_matrix([CandidateFeatures(**base)], datetime(2026, 1, 1))
+
+
+def test_fnv1a_known_vectors():
+    # Reference values of the 64-bit FNV-1a test suite.
+    assert fnv1a_64(b"") == 0xCBF29CE484222325
+    assert fnv1a_64(b"a") == 0xAF63DC4C8601EC8C
+    assert fnv1a_64(b"foobar") == 0x85944171F73967E8
+
+
+def test_token_ids_lowercase_range_and_cap():
+    ids = token_ids("Deploy the API; deploy_api v2 ÜBER")
+    assert ids == token_ids("deploy THE api deploy_api V2 über")
+    assert len(ids) == 6 and ids[0] != ids[3]  # deploy_api is one token, not deploy + api
+    assert all(1 <= i <= NUM_BUCKETS for i in ids)
+    assert len(token_ids("w " * 500)) == 128
+    assert len(token_ids("a b c d", max_tokens=2)) == 2
+    assert token_ids("  ,;  ") == []
+    with pytest.raises(ValueError):
+        token_ids("x", max_tokens=0)
+
+
+def test_token_ids_are_stable_across_processes():
+    # Python's own str hash is salted per process; FNV-1a must not be.
+    code = (
+        "from memlane.predictor.tokenizer import token_ids, project_slot; "
+        "print(token_ids('stable hashing here'), project_slot('memlane'))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out == f"{token_ids('stable hashing here')} {project_slot('memlane')}\n"
+
+
+def test_encode_batch_pads_and_masks():
+    ids, mask = encode_batch(["one two three", "", "four"])
+    assert ids.shape == mask.shape == (3, 3) and ids.dtype == torch.long
+    assert mask.tolist() == [[True] * 3, [False] * 3, [True, False, False]]
+    assert bool((ids[~mask] == PAD_TOKEN_ID).all())
+    ids, mask = encode_batch(["", ""])
+    assert ids.shape == (2, 1) and not bool(mask.any())
+
+
+def test_project_slot():
+    assert project_slot(None) == project_slot("") == 0
+    assert project_slot("memlane") == project_slot("memlane")
+    slots = {project_slot(f"p{i}") for i in range(200)}
+    assert slots <= set(range(PROJECT_SLOTS)) and len(slots) > 20
