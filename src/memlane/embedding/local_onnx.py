@@ -100,6 +100,22 @@ def sub_batches(lengths: np.ndarray) -> list[list[int]]:
     return groups
 
 
+def _session(ort: Any, threads: int) -> Any:
+    """An onnxruntime session of the model with ``threads`` intra-op threads."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    # Trigger: onnxruntime's worker threads spin-wait after every run by default.
+    # Why: on a 2-core machine the spinning steals the CPU from SQLite, numpy and
+    #      the HTTP server for the next milliseconds (measured: +8 ms per recall).
+    # Outcome: workers sleep when idle; a run pays a few microseconds to wake them.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model_path()), sess_options=options, providers=["CPUExecutionProvider"])
+
+
 class LocalOnnxEmbedder:
     """Local, offline 384-dimensional sentence embeddings (all-MiniLM-L6-v2, int8 ONNX).
 
@@ -107,8 +123,11 @@ class LocalOnnxEmbedder:
         threads: onnxruntime intra-op threads; 0 = ``os.cpu_count()``.
         max_length: tokens per text after truncation (1..512; the model was trained with 256).
 
-    The tokenizer and the session load on first use (or :meth:`warmup`). Thread-safe:
-    loading and each onnxruntime run hold a lock; tokenisation runs outside it.
+    The tokenizer and the sessions load on first use (or :meth:`warmup`). Two sessions share
+    the model file: batches run on one with ``threads`` intra-op threads; a single text (a
+    recall query) runs on a single-threaded one with its own lock, so a query never waits
+    behind an ingest batch and leaves the other core to the BM25 leg (about 90 MB more RSS).
+    Thread-safe: loading and each run hold a lock; tokenisation runs outside it.
 
     Attributes:
         model_id: ``"all-MiniLM-L6-v2-onnx-int8"``.
@@ -127,8 +146,10 @@ class LocalOnnxEmbedder:
         self.max_length = max_length
         self._load_lock = threading.Lock()
         self._run_lock = threading.Lock()
+        self._query_lock = threading.Lock()
         self._tokenizer: Any = None
         self._session: Any = None
+        self._query_session: Any = None
         self._with_token_types = False
 
     def _load(self) -> tuple[Any, Any]:
@@ -146,26 +167,15 @@ class LocalOnnxEmbedder:
                 tokenizer = Tokenizer.from_file(str(tokenizer_path()))
                 tokenizer.enable_truncation(max_length=self.max_length)
                 tokenizer.no_padding()  # the file pads to a fixed 128; we pad per sub-batch
-                options = ort.SessionOptions()
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.intra_op_num_threads = self.threads
-                options.inter_op_num_threads = 1
-                options.log_severity_level = 3
-                # Trigger: onnxruntime's worker threads spin-wait after every run by default.
-                # Why: on a 2-core machine the spinning steals the CPU from SQLite, numpy and
-                #      the HTTP server for the next milliseconds (measured: +8 ms per recall).
-                # Outcome: workers sleep when idle; a run pays a few microseconds to wake them.
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-                session = ort.InferenceSession(
-                    str(model_path()), sess_options=options, providers=["CPUExecutionProvider"]
-                )
+                session = _session(ort, self.threads)
+                query_session = _session(ort, 1)
             except EmbeddingError:
                 raise
             except Exception as exc:  # onnxruntime / tokenizers raise their own types
                 raise EmbeddingError(f"{MODEL_ID}: cannot load the model: {exc}") from exc
             self._with_token_types = any(i.name == "token_type_ids" for i in session.get_inputs())
             self._tokenizer = tokenizer
+            self._query_session = query_session
             self._session = session
             return tokenizer, session
 
@@ -200,11 +210,15 @@ class LocalOnnxEmbedder:
         encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        if len(texts) == 1:  # a query: its own single-threaded session, never queued behind ingest
+            out[0] = self._run(self._query_session, encodings, int(lengths[0]), self._query_lock)[0]
+            return out
         for chunk in sub_batches(lengths):
             out[chunk] = self._run(session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
         return out
 
-    def _run(self, session: Any, encodings: list[Any], width: int) -> np.ndarray:
+    def _run(self, session: Any, encodings: list[Any], width: int, lock: threading.Lock | None = None
+             ) -> np.ndarray:
         ids = np.zeros((len(encodings), width), dtype=np.int64)  # [PAD] is id 0
         mask = np.zeros((len(encodings), width), dtype=np.int64)
         for row, enc in enumerate(encodings):
@@ -214,7 +228,7 @@ class LocalOnnxEmbedder:
         if self._with_token_types:
             feeds["token_type_ids"] = np.zeros_like(ids)
         try:
-            with self._run_lock:
+            with lock or self._run_lock:
                 hidden = session.run(None, feeds)[0]  # [b, width, 384]
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_ID}: onnxruntime failed: {exc}") from exc
@@ -225,8 +239,9 @@ class LocalOnnxEmbedder:
 
     def close(self) -> None:
         """Drop the session and tokenizer (a later :meth:`embed` loads them again)."""
-        with self._load_lock, self._run_lock:
+        with self._load_lock, self._run_lock, self._query_lock:
             self._session = None
+            self._query_session = None
             self._tokenizer = None
 
     def __repr__(self) -> str:

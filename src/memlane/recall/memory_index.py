@@ -200,6 +200,15 @@ class MemoryIndex:
             mask &= self._created[:n] < iso_to_epoch(f.until)
         return mask
 
+    def allowed(self, seqs: list[int], filters: Filters) -> np.ndarray:
+        """bool [len(seqs)]: which of these memories pass ``filters`` (unknown seqs do not)."""
+        with self._lock:
+            rows = np.array([self._row_of.get(s, -1) for s in seqs], dtype=np.int64)
+            ok = rows >= 0
+            if ok.any():
+                ok[ok] = self._mask(filters)[rows[ok]]
+        return ok
+
     # -- the vector leg --------------------------------------------------------------------
     def scores(self, query: np.ndarray, filters: Filters, context_weight: float = 0.5
                ) -> tuple[np.ndarray, np.ndarray]:

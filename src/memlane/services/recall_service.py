@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from memlane.config import RecallSettings
@@ -44,6 +45,7 @@ class RecallService:
     def __init__(self, memories: MemoryService, settings: RecallSettings) -> None:
         self.memories = memories
         self.settings = settings
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
 
     @property
     def embedder(self) -> Embedder | None:
@@ -90,6 +92,10 @@ class RecallService:
 
         n_cand = max(q.limit * s.candidate_multiplier, 50)
         legs: list[str] = []
+        # The BM25 leg runs on a worker while this thread embeds the query: SQLite and
+        # onnxruntime both release the GIL, so on 2 cores the legs overlap.
+        expr = fts.match_expression(text)
+        bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters) if expr is not None else None
         vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
@@ -101,17 +107,15 @@ class RecallService:
             except EmbeddingError as exc:
                 log.warning("query embedding failed, BM25 only: %s", exc)
         bm25_scores: dict[int, float] | None = None
-        if fts.match_expression(text) is not None:
-            rows = self.memories.db.read(lambda c: fts.search(
-                c, text, limit=n_cand, filters=filters, context_weight=s.context_weight))
-            bm25_scores = dict(rows)
+        if bm25_future is not None:
+            bm25_scores = dict(bm25_future.result())
             legs.append("bm25")
         if qv is not None:
-            top = self.index.search(qv, n_cand, filters, s.context_weight)  # type: ignore[union-attr]
+            top = self.index.search(qv, n_cand, filters, s.context_weight)
             vector_scores = dict(top)
             if bm25_scores:
                 missing = [x for x in bm25_scores if x not in vector_scores]
-                vector_scores.update(self.index.score_of(qv, missing, s.context_weight))  # type: ignore[union-attr]
+                vector_scores.update(self.index.score_of(qv, missing, s.context_weight))
             legs.append("vector")
 
         merged = merge(vector_scores, bm25_scores, alpha)
@@ -137,6 +141,19 @@ class RecallService:
         if q.touch and hits:
             self._touch([h.memory.id for h in hits])
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
+
+    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters) -> list[tuple[int, float]]:
+        """The BM25 leg: FTS alone, filtered by the in-memory index; the filtered SQL join when
+        the filters leave fewer than ``n_cand`` of a full page (restrictive filters)."""
+        fetch = n_cand * 3
+        raw = self.memories.db.read(lambda c: fts.search_raw(c, expr, limit=fetch,
+                                                             context_weight=self.settings.context_weight))
+        keep = self.index.allowed([r[0] for r in raw], filters)
+        rows = [r for r, k in zip(raw, keep) if k][:n_cand]
+        if len(rows) < n_cand and len(raw) == fetch:
+            return self.memories.db.read(lambda c: fts.search(
+                c, expr, limit=n_cand, filters=filters, context_weight=self.settings.context_weight, raw_expr=True))
+        return fts.normalise(rows)
 
     def _touch(self, ids: list[str]) -> None:
         at = now_iso()

@@ -88,7 +88,7 @@ class Filters:
 
 
 def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters,
-           context_weight: float = 0.5) -> list[tuple[int, float]]:
+           context_weight: float = 0.5, raw_expr: bool = False) -> list[tuple[int, float]]:
     """BM25 search: ``(seq, score)`` pairs, best first, scores normalised to [0, 1].
 
     FTS5's ``bm25()`` is negative (more negative = better); each score is divided by the
@@ -96,7 +96,7 @@ def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters
     ``1 / (1 + |score|)`` would invert the order, so it is not used). Column weights:
     normalized_content 1.0, context ``context_weight``.
     """
-    expr = match_expression(query)
+    expr = query if raw_expr else match_expression(query)
     if expr is None or limit <= 0:
         return []
     where, args = filters.sql("m")
@@ -107,12 +107,29 @@ def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters
             ORDER BY s LIMIT ?""",
         (float(context_weight), expr, *args, int(limit)),
     ).fetchall()
+    return normalise([(int(r[0]), float(r[1])) for r in rows])
+
+
+def search_raw(conn: sqlite3.Connection, expr: str, *, limit: int, context_weight: float = 0.5
+               ) -> list[tuple[int, float]]:
+    """FTS5 alone (no join, no filters): ``(seq, bm25)`` pairs, best (most negative) first.
+
+    ``expr`` comes from :func:`match_expression`. The caller filters with the in-memory index
+    and normalises; this skips a B-tree lookup into ``memories`` per matching row.
+    """
+    return [(int(r[0]), float(r[1])) for r in conn.execute(
+        """SELECT rowid, bm25(memories_fts, 1.0, ?) AS s FROM memories_fts
+           WHERE memories_fts MATCH ? ORDER BY s LIMIT ?""", (float(context_weight), expr, int(limit)))]
+
+
+def normalise(rows: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Divide bm25 scores by the best one: the top hit is 1.0, order kept, all in [0, 1]."""
     if not rows:
         return []
     best = rows[0][1]
     if best >= 0:  # degenerate (all zero): equal scores
-        return [(int(r[0]), 1.0) for r in rows]
-    return [(int(r[0]), float(r[1]) / best) for r in rows]
+        return [(s, 1.0) for s, _ in rows]
+    return [(s, v / best) for s, v in rows]
 
 
 def integrity_ok(conn: sqlite3.Connection) -> bool:
