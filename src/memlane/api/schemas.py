@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memlane.services.inputs import RecallHit, RememberInput, RememberResult
+from memlane.services.inputs import RememberInput, RememberResult
 from memlane.storage.models import HistoryEntry, Memory
 
 
@@ -120,15 +120,23 @@ class MemoryOut(BaseModel):
         )
 
 
+def memory_dict(m: Memory) -> dict[str, Any]:
+    """The JSON object of a memory, as MemoryOut documents it (built directly: recall is hot)."""
+    return {
+        "id": m.id, "type": m.type, "content": m.content, "context": m.context, "content_hash": m.content_hash,
+        "importance": m.importance, "confidence": m.confidence, "project": m.project, "tags": list(m.tags),
+        "metadata": m.metadata, "who": m.who, "why": m.why, "source_type": m.source_type,
+        "source_id": m.source_id, "created_at": m.created_at, "updated_at": m.updated_at,
+        "last_accessed": m.last_accessed, "access_count": m.access_count, "pinned": m.pinned,
+        "is_deleted": m.is_deleted, "deleted_at": m.deleted_at, "superseded_by": m.superseded_by,
+        "embedding_model": m.embedding_model, "extraction_status": m.extraction_status,
+    }
+
+
 class RecallHitOut(MemoryOut):
     score: float = Field(..., description="Final score after merge and boosts.")
     vector_score: float | None = Field(..., description="Vector-leg score in [0, 1]; null if the leg did not run.")
     bm25_score: float | None = Field(..., description="Normalised BM25 score in [0, 1]; null if the leg did not run.")
-
-    @classmethod
-    def of_hit(cls, h: RecallHit) -> "RecallHitOut":
-        base = MemoryOut.of(h.memory).model_dump()
-        return cls(**base, score=h.score, vector_score=h.vector_score, bm25_score=h.bm25_score)
 
 
 class RecallOut(BaseModel):

@@ -21,6 +21,12 @@ from memlane.recall.memory_index import MemoryIndex
 from memlane.sessions.diversity import apply_topic_diversity
 
 
+#: Characters of the session context that are embedded (~150 tokens). The embedding's cost grows
+#: with its length (a 2,000-character checkpoint digest took ~30 ms on 2 cores); the head of the
+#: context (project, directory, the latest digest's first lines) carries the topic.
+CONTEXT_EMBED_CHARS = 600
+
+
 @dataclass(frozen=True, slots=True)
 class RankedCandidate:
     """One pool member after ranking: scores, both ranks (1-based) and its vector flag."""
@@ -40,7 +46,7 @@ def context_vector(embedder: Embedder | None, index: MemoryIndex, context: str) 
     if embedder is None or not len(index) or not context.strip():
         return None
     try:
-        v = embedder.embed([context[:4000]])[0]
+        v = embedder.embed([context[:CONTEXT_EMBED_CHARS]])[0]
     except EmbeddingError:
         return None
     return v if v.shape == (index.dimensions,) else None
