@@ -26,6 +26,7 @@ from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import render_line, Shown
 from memlane.sessions.inputs import EndInput, PromptInput, StartInput
 from memlane.sessions.service import SessionService
+from memlane.sessions.start import CONTEXT_EMBED_CHARS
 from memlane.storage import sessions as sess_sql
 
 NOW = "2026-03-01T12:00:00.000Z"
@@ -177,7 +178,7 @@ def test_phase0_2_prefilter_pool_bounded_with_4000_memories(open_store, embed_se
         pool = {r.memory_id for r in rows(c, f"big-{k}")}
         sizes.append(len(pool))
         assert res.candidate_count == len(pool) <= 100
-        cv = np.array(fake_vector(context[:4000]))
+        cv = np.array(fake_vector(context[:CONTEXT_EMBED_CHARS]))
         sims = vecs[top200] @ cv
         by_sim = [top200[j] for j in np.argsort(-sims, kind="stable")[:50]]
         expected = {ids[i] for i in order[:50]} | {ids[i] for i in by_sim}
