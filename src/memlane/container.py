@@ -60,13 +60,13 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
         cv = np.frombuffer(r.content_vector, dtype="<f4") if r.content_vector is not None else None
         xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
         entry = IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, cv, xv,
-                           r.is_superseded, r.importance, r.pinned)
+                           r.is_superseded, r.importance, r.pinned, r.access_count)
         try:
             index.upsert(entry)
         except ValueError as exc:  # a stored vector of another size: keep the memory, drop the vector
             log.warning("memory %s: %s; indexed without vectors", r.id, exc)
             index.upsert(IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, None, None,
-                                    r.is_superseded, r.importance, r.pinned))
+                                    r.is_superseded, r.importance, r.pinned, r.access_count))
     return index
 
 

@@ -10,6 +10,9 @@ Then the boosts multiply (see :func:`boost`), ``min_score`` cuts, and the top ``
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 from dataclasses import dataclass
 
 
@@ -46,15 +49,15 @@ def merge(vector: dict[int, float] | None, bm25: dict[int, float] | None, alpha:
     return out
 
 
-def boost(score: float, *, access_count: int, age_days: float, rehearsal_weight: float,
-          recency_weight: float, recency_half_life_days: float) -> float:
-    """Rehearsal and recency boosts, multiplicative.
+def boost(score: Any, *, access_count: Any, age_days: Any, rehearsal_weight: float,
+          recency_weight: float, recency_half_life_days: float) -> Any:
+    """Rehearsal and recency boosts, multiplicative; scalars or numpy arrays of one shape [m].
 
     ``score * (1 + rehearsal_weight * min(1, ln(1 + access_count) / ln(51)))
            * (1 + recency_weight * 0.5 ** (age_days / half_life))``.
     A memory recalled 50 times gets the full rehearsal boost; one created now the full
     recency boost, halving every ``recency_half_life_days`` (days). Ages below 0 count as 0.
     """
-    r = rehearsal_weight * min(1.0, math.log1p(max(access_count, 0)) / math.log(51.0))
-    t = recency_weight * 0.5 ** (max(age_days, 0.0) / recency_half_life_days)
+    r = rehearsal_weight * np.minimum(1.0, np.log1p(np.maximum(access_count, 0)) / math.log(51.0))
+    t = recency_weight * 0.5 ** (np.maximum(age_days, 0.0) / recency_half_life_days)
     return score * (1.0 + r) * (1.0 + t)

@@ -28,7 +28,7 @@ DECAY_PER_DAY = 0.95
 
 _FIELDS = {"_has_content": bool, "_has_context": bool, "_seq": np.int64, "_project": np.int32, "_type": np.int32,
            "_created": np.float64, "_deleted": bool, "_superseded": bool, "_importance": np.float32,
-           "_pinned": bool}
+           "_pinned": bool, "_access": np.int64}
 
 
 def iso_to_epoch(ts: str) -> float:
@@ -54,6 +54,7 @@ class IndexEntry:
     is_superseded: bool = False
     importance: float = 0.5
     pinned: bool = False
+    access_count: int = 0
 
 
 class MemoryIndex:
@@ -150,6 +151,7 @@ class MemoryIndex:
             self._superseded[row] = e.is_superseded
             self._importance[row] = e.importance
             self._pinned[row] = e.pinned
+            self._access[row] = e.access_count
 
     def _set(self, seq: int, name: str, value: object) -> None:
         with self._lock:
@@ -164,6 +166,22 @@ class MemoryIndex:
     def set_superseded(self, seq: int, superseded: bool) -> None:
         """Mark a memory superseded (excluded where a search excludes superseded memories)."""
         self._set(seq, "_superseded", superseded)
+
+    def add_access(self, seqs: list[int]) -> None:
+        """Count one more access (recall rehearsal) for each memory, after the write committed."""
+        with self._lock:
+            for s in seqs:
+                row = self._row_of.get(s)
+                if row is not None:
+                    self._access[row] += 1
+
+    def ranking_fields(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(known bool [m], access_count int64 [m], created epoch s float64 [m]) of the memories."""
+        with self._lock:
+            rows = np.array([self._row_of.get(s, -1) for s in seqs], dtype=np.int64)
+            known = rows >= 0
+            safe = np.where(known, rows, 0)
+            return known, self._access[safe].copy(), self._created[safe].copy()
 
     def vectors_of(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Content vectors of the given memories, float32 [len(seqs), d], and a bool [len(seqs)]

@@ -213,7 +213,7 @@ class MemoryService:
             log.error("vectors of seq %d not indexed: %s", entry.seq, exc)
             self.index.upsert(IndexEntry(entry.seq, entry.id, entry.project, entry.type, entry.created_at,
                                          entry.is_deleted, None, None, entry.is_superseded, entry.importance,
-                                         entry.pinned))
+                                         entry.pinned, entry.access_count))
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
@@ -362,7 +362,7 @@ class MemoryService:
         cv = vecs.get(m.content_hash)
         xv = vecs.get(m.context_hash) if m.context_hash and cv is not None else None
         self._index_upsert(IndexEntry(m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, cv, xv,
-                                      m.superseded_by is not None, m.importance, m.pinned))
+                                      m.superseded_by is not None, m.importance, m.pinned, m.access_count))
 
     def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
         """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.

@@ -12,13 +12,16 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
 
 from memlane.config import RecallSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex
-from memlane.services.clock import age_days, now_iso, parse_iso
+from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text, clean_query
@@ -121,25 +124,19 @@ class RecallService:
         merged = merge(vector_scores, bm25_scores, alpha)
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
-        fields = self.memories.db.read(lambda c: mem_sql.ranking_fields(c, list(merged)))
-        ranked: list[tuple[float, int]] = []
-        for seq, (score, _) in merged.items():
-            f = fields.get(seq)
-            if f is None:
-                continue
-            final = boost(score, access_count=f[0], age_days=age_days(f[1], now),
-                          rehearsal_weight=s.rehearsal_weight, recency_weight=s.recency_weight,
-                          recency_half_life_days=s.recency_half_life_days)
-            if final <= 0.0 or final < min_score:
-                continue
-            ranked.append((final, seq))
-        ranked.sort(key=lambda x: (-x[0], -x[1]))
-        ranked = ranked[: q.limit]
+        seqs = list(merged)
+        known, access, created = self.index.ranking_fields(seqs)
+        final = boost(np.array([merged[x][0] for x in seqs]), access_count=access,
+                      age_days=(now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
+                      recency_weight=s.recency_weight, recency_half_life_days=s.recency_half_life_days)
+        ok = known & (final > 0.0) & (final >= min_score)
+        order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][: q.limit]
+        ranked = [(float(final[i]), seqs[i]) for i in order]
         rows = self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, [seq for _, seq in ranked]))
         hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25)
                 for final, seq in ranked if seq in rows]
         if q.touch and hits:
-            self._touch([h.memory.id for h in hits])
+            self._touch(hits)
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
 
     def _bm25(self, expr: str, n_cand: int, filters: fts.Filters) -> list[tuple[int, float]]:
@@ -155,7 +152,16 @@ class RecallService:
                 c, expr, limit=n_cand, filters=filters, context_weight=self.settings.context_weight, raw_expr=True))
         return fts.normalise(rows)
 
-    def _touch(self, ids: list[str]) -> None:
+    def _touch(self, hits: list[RecallHit]) -> None:
+        """Rehearsal: bump access counts in a background write; the index follows the commit."""
         at = now_iso()
+        ids, seqs = [h.memory.id for h in hits], [h.memory.seq for h in hits]
         fut = self.memories.db.submit(lambda c: mem_sql.touch(c, ids, at))
-        fut.add_done_callback(lambda f: f.exception() and log.warning("touch failed: %s", f.exception()))
+
+        def done(f: Any) -> None:
+            if f.exception() is not None:
+                log.warning("touch failed: %s", f.exception())
+            else:
+                self.index.add_access(seqs)
+
+        fut.add_done_callback(done)

@@ -57,18 +57,6 @@ def get_by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, Memo
     return out
 
 
-def ranking_fields(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[int, str]]:
-    """``seq -> (access_count, created_at)``: the columns the recall boosts need, without
-    building full Memory objects (recall fetches full rows only for the final top-k)."""
-    out: dict[int, tuple[int, str]] = {}
-    for start in range(0, len(seqs), 500):
-        chunk = list(seqs[start:start + 500])
-        marks = ",".join("?" * len(chunk))
-        for r in conn.execute(f"SELECT seq, access_count, created_at FROM memories WHERE seq IN ({marks})", chunk):
-            out[r[0]] = (r[1], r[2])
-    return out
-
-
 def find_live_by_hash(conn: sqlite3.Connection, content_hash: str) -> Memory | None:
     """The live (not deleted) memory with this content hash, or None."""
     row = conn.execute(
@@ -207,7 +195,8 @@ def index_rows(conn: sqlite3.Connection, model: str | None) -> Iterable[IndexRow
     """Every memory with its content and context vectors for ``model`` (None where absent)."""
     cur = conn.execute(
         """SELECT m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted,
-                  e1.vector AS cv, e2.vector AS xv, m.superseded_by IS NOT NULL, m.importance, m.pinned
+                  e1.vector AS cv, e2.vector AS xv, m.superseded_by IS NOT NULL, m.importance, m.pinned,
+                  m.access_count
            FROM memories m
            LEFT JOIN embeddings e1 ON e1.content_hash = m.content_hash AND e1.model = ?
            LEFT JOIN embeddings e2 ON e2.content_hash = m.context_hash AND e2.model = ?
@@ -215,4 +204,5 @@ def index_rows(conn: sqlite3.Connection, model: str | None) -> Iterable[IndexRow
         (model, model),
     )
     for r in cur:
-        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), float(r[9]), bool(r[10]))
+        yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), float(r[9]), bool(r[10]),
+                       int(r[11]))

@@ -112,3 +112,4 @@ class IndexRow:
     is_superseded: bool = False
     importance: float = 0.5
     pinned: bool = False
+    access_count: int = 0
