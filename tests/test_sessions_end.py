@@ -623,3 +623,15 @@ def test_edit_boost_needs_an_update_event_not_a_delete(open_store) -> None:
     reasons = {r.memory_id: r.label_reason for r in c.db.read(lambda conn: sess_sql.session_memories(conn, "e"))}
     assert "edited:recently+0.05" in reasons[a]
     assert "edited:recently+0.05" not in reasons[b]
+
+
+def test_session_end_warms_the_next_context(open_store) -> None:
+    c = open_store(embedding="local")
+    c.memories.remember(RememberInput(content="The staging cluster is called orion.", project="/repo"))
+    c.sessions.start(StartInput(session_key="w1", project="/repo", cwd="/repo"))
+    c.sessions.prompt(PromptInput(session_key="w1", prompt="where is staging?", project="/repo"))
+    c.sessions.end(EndInput("w1", project="/repo", cwd="/repo"))
+    c.sessions._warmer.submit(lambda: None).result(timeout=60)  # the warm-up job ran
+    hits = c.sessions.contexts.hits
+    c.sessions.start(StartInput(session_key="w2", project="/repo", cwd="/repo"))
+    assert c.sessions.contexts.hits == hits + 1

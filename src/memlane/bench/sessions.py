@@ -98,7 +98,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                                   json={"session_key": key, "prompt": q, "project": PROJECT}).raise_for_status()
                         prompts.append((time.perf_counter() - t) * 1000)
                     t = time.perf_counter()
-                    http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT,
+                    http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT, "cwd": PROJECT,
                                                               "transcript": "\n".join(qs[i:i + 3])}).raise_for_status()
                     ends.append((time.perf_counter() - t) * 1000)
                     if progress:

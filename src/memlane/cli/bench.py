@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from memlane.cli.progress import stage_progress
 
 bench_app = typer.Typer(help="Benchmarks on real data (retrieval quality, latency, throughput).",
                         no_args_is_help=True)
@@ -55,13 +55,7 @@ def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only loc
         embedder.warmup()
     cfg = RetrievalConfig(context_turns=context_turns, alpha=alpha, context_weight=context_weight,
                           use_vectors=not bm25_only, max_conversations=max_conversations)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("locomo", total=None)
-
-        def tick(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
-
+    with stage_progress(err, "locomo") as tick:
         try:
             report = run(data, embedder=embedder, config=cfg, workdir=workdir, progress=tick)
         except ValueError as exc:
@@ -94,13 +88,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
     if not data.is_file():
         err.print(f"[red]error:[/red] {data} not found")
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("starting daemon", total=None)
-
-        def tick(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
-
+    with stage_progress(err, "starting daemon") as tick:
         report = run_latency(data, n_memories=memories, n_queries=queries, n_remembers=remembers,
                              port=port, progress=tick)
     path = _out_path(out, "latency")
@@ -134,13 +122,7 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
     if not data.is_file():
         err.print(f"[red]error:[/red] {data} not found")
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("preparing", total=None)
-
-        def tick(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
-
+    with stage_progress(err, "preparing") as tick:
         report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
                               store=store, progress=tick)
     path = _out_path(out, f"sessions-{memories}")
@@ -165,11 +147,8 @@ def hooks(runs: int = typer.Option(10, help="Runs per hook event."),
     """The hook command with the daemon down: time, empty output, event spooled, every run."""
     from memlane.bench.hooks import run_hooks_down
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("hooks", total=None)
-        report = run_hooks_down(runs, progress=lambda s, d, t: progress.update(task, description=s, completed=d,
-                                                                               total=t))
+    with stage_progress(err, "hooks") as tick:
+        report = run_hooks_down(runs, progress=tick)
     path = _out_path(out, "hooks-down")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))

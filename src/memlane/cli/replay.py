@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from memlane.cli.progress import stage_progress
 from rich.table import Table
 
 from memlane.cli.bench import DEFAULT_LOCOMO, _out_path
@@ -36,13 +36,7 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
     if keep is not None and url is not None:
         err.print("[red]error:[/red] --keep starts its own daemon; do not combine it with --url")
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("starting", total=None)
-
-        def tick(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
-
+    with stage_progress(err, "starting") as tick:
         try:
             report = run_replay(data, url=url, max_conversations=max_conversations, max_questions=max_questions,
                                 keep=keep, progress=tick)

@@ -32,7 +32,7 @@ from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inject import Shown, render_block, render_line, select_within_budget, short_id, status_line
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
-from memlane.sessions.start import build_pool, context_vector
+from memlane.sessions.start import ContextVectors, build_pool
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import sessions as sess_sql
@@ -65,6 +65,8 @@ class SessionService:
         self.checkpoints = checkpoints
         self.db = memories.db
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-judge")
+        self._warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-context")
+        self.contexts = ContextVectors(memories.embedder, memories.index)
         self._pending: dict[str, Future] = {}
         self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
         self._unsaved: dict[str, int] = {}  # prompts since the session's last checkpoint
@@ -117,7 +119,7 @@ class SessionService:
         index = self.memories.index
         eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
                                   limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
-        cv = context_vector(self.memories.embedder, index, context)
+        cv = self.contexts.get(context)
         pool = build_pool(eff, cv, index, s)
         chosen = self._select(pool, s.inject_budget_chars, s.inject_limit)
         chosen_ids = {c.id for c in chosen}
@@ -155,6 +157,19 @@ class SessionService:
             used = sum(len(render_line(x)) for x in chosen)
             chosen += select_within_budget(shown, budget_chars - used, limit - len(chosen))
         return chosen
+
+    def _warm_next_context(self, key: str, project: str | None, cwd: str | None) -> None:
+        # Trigger: a session ended; its checkpoint is about to become the project's latest.
+        # Why: the next session-start of this project embeds that new default context.
+        # Outcome: it is embedded now, in the background, and session-start finds it cached.
+        try:
+            if self.checkpoints is not None:
+                self.checkpoints.flush()
+            sess = self.db.read(lambda c: sess_sql.get_session(c, key))
+            self.contexts.warm(self._default_context(project or (sess.project if sess else None),
+                                                     cwd or (sess.cwd if sess else None)))
+        except Exception:  # a warm-up must never disturb the daemon
+            log.exception("warming the next session context of %s failed", key)
 
     def _default_context(self, project: str | None, cwd: str | None) -> str:
         parts = [f"project: {project}" if project else "", f"directory: {cwd}" if cwd else ""]
@@ -341,6 +356,7 @@ class SessionService:
         with self._lock:
             self._prompts.pop(key, None)
             self._unsaved.pop(key, None)
+        self._warmer.submit(self._warm_next_context, key, project, inp.cwd)
         if judge:
             fut = self._judge.submit(self._score_llm, key, transcript, now)
             with self._lock:
@@ -460,6 +476,7 @@ class SessionService:
         return self.db.read(sess_sql.summary)
 
     def close(self) -> None:
+        self._warmer.shutdown(wait=True)
         self._judge.shutdown(wait=True)
 
 

@@ -10,6 +10,8 @@ attenuated by topic diversity, and the top of it is injected within the characte
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,15 +43,49 @@ class RankedCandidate:
     rank: int
 
 
-def context_vector(embedder: Embedder | None, index: MemoryIndex, context: str) -> np.ndarray | None:
-    """The session context's embedding (float32 [d]), or None without an embedder/index or on failure."""
-    if embedder is None or not len(index) or not context.strip():
-        return None
-    try:
-        v = embedder.embed([context[:CONTEXT_EMBED_CHARS]])[0]
-    except EmbeddingError:
-        return None
-    return v if v.shape == (index.dimensions,) else None
+class ContextVectors:
+    """Session-context embeddings with a small LRU cache keyed by the embedded text.
+
+    The default context of a project changes when a session ends (its checkpoint becomes the
+    latest), so :meth:`warm` embeds the next session's context right after a session-end,
+    off the session-start hot path (a context of ~150 tokens costs tens of ms on 2 cores).
+    """
+
+    def __init__(self, embedder: Embedder | None, index: MemoryIndex, size: int = 256) -> None:
+        self.embedder = embedder
+        self.index = index
+        self.size = size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, context: str) -> np.ndarray | None:
+        """The context's embedding (float32 [d]), or None without an embedder or on failure."""
+        text = context[:CONTEXT_EMBED_CHARS]
+        if self.embedder is None or not len(self.index) or not text.strip():
+            return None
+        with self._lock:
+            v = self._cache.get(text)
+            if v is not None:
+                self._cache.move_to_end(text)
+                self.hits += 1
+                return v
+            self.misses += 1
+        try:
+            v = self.embedder.embed([text])[0]
+        except EmbeddingError:
+            return None
+        if v.shape != (self.index.dimensions,):
+            return None
+        with self._lock:
+            self._cache[text] = v
+            while len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return v
+
+    def warm(self, context: str) -> None:
+        """Embed and cache ``context`` now (called off the hot path)."""
+        self.get(context)
 
 
 def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: MemoryIndex,
