@@ -58,9 +58,13 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
 
 
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
-                 store: Path | None = None, progress: Callable[[str, int, int], None] | None = None
-                 ) -> dict[str, Any]:
+                 store: Path | None = None, gap_s: float = 0.5,
+                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Fill (or reuse) a store, start a daemon on it and time the hooks.
+
+    ``gap_s`` (seconds) passes between one session's end and the next start, as between real
+    sessions; in it the daemon embeds the next session's context (with 0 the start races that
+    work and usually embeds the context itself).
 
     Returns:
         ``{"store_size", "sessions", "session_start": latency ms, "prompt_submit": latency ms,
@@ -101,6 +105,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                     http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT, "cwd": PROJECT,
                                                               "transcript": "\n".join(qs[i:i + 3])}).raise_for_status()
                     ends.append((time.perf_counter() - t) * 1000)
+                    time.sleep(gap_s)
                     if progress:
                         progress("sessions", i + 1, n_sessions)
         finally:
@@ -110,6 +115,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
             except Exception:
                 proc.kill()
         return {"store_size": size, "sessions": n_sessions, "prompts_per_session": prompts_per_session,
+                "gap_s": gap_s,
                 "session_start": latency_summary(starts), "prompt_submit": latency_summary(prompts),
                 "session_end": latency_summary(ends), "max_candidate_pool": max(pools),
                 "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected)}

@@ -112,6 +112,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
 def sessions(memories: int = typer.Option(4_000, help="Memories in the store (one project)."),
              sessions_: int = typer.Option(100, "--sessions", help="Sessions driven (each: start, prompts, end)."),
              prompts: int = typer.Option(3, help="Prompts per session."),
+             gap: float = typer.Option(0.5, help="Seconds between a session's end and the next start."),
              store: Optional[Path] = typer.Option(
                  None, help="Keep the filled store here and reuse it next time (100k takes long to embed)."),
              data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
@@ -124,7 +125,7 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
         raise typer.Exit(2)
     with stage_progress(err, "preparing") as tick:
         report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
-                              store=store, progress=tick)
+                              store=store, gap_s=gap, progress=tick)
     path = _out_path(out, f"sessions-{memories}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
