@@ -191,10 +191,9 @@ class SessionService:
         project = self._opt(inp.project, "project")
         check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
-        self.db.write(lambda c: sess_sql.ensure_session(c, key=key, project=project, harness=inp.harness,
-                                                        cwd=inp.cwd, started_at=now))
-        feedback = self.feedback(key, inp.memory_feedback) if inp.memory_feedback is not None \
-            else FeedbackResult(0, 0)
+        shown = self.db.read(lambda c: _shown_state(c, key))  # memory id -> already seen by the agent
+        scores, ignored = self._resolve_feedback(list(shown), inp.memory_feedback) \
+            if inp.memory_feedback is not None else ({}, 0)
         matched: list[tuple[str, float]] = []
         hits_mem: dict[str, Memory] = {}
         if inp.prompt.strip():
@@ -204,18 +203,25 @@ class SessionService:
             for h in res.hits:
                 matched.append((h.memory.id, h.score))
                 hits_mem[h.memory.id] = h.memory
-        seen = self.db.read(lambda c: _shown_before(c, key))
-        self.db.write(lambda c: (sess_sql.track_fts_hits(c, key, matched, now), sess_sql.bump_prompt_count(c, key)))
-        fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched if mid not in seen]
+
+        def job(c: sqlite3.Connection) -> tuple[int, int]:  # one transaction for the whole prompt
+            sess_sql.ensure_session(c, key=key, project=project, harness=inp.harness, cwd=inp.cwd, started_at=now)
+            applied = sess_sql.apply_feedback(c, key, scores) if scores else 0
+            sess_sql.track_fts_hits(c, key, matched, now)
+            sess_sql.bump_prompt_count(c, key)
+            return applied, sess_sql.get_session(c, key).prompt_count  # type: ignore[union-attr]
+
+        applied, count = self.db.write(job)
+        feedback = FeedbackResult(applied, ignored + len(scores) - applied)
+        fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched
+                 if not shown.get(mid)]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
         inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
         self._note_prompt(key, inp.prompt)
-        if self.checkpoints is not None:
-            count = self.db.read(lambda c: sess_sql.get_session(c, key)).prompt_count
-            if self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
-                self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
-                                       prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
-                                       remembers=[])
+        if self.checkpoints is not None and self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
+            self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
+                                   prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                                   remembers=[])
         return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
                             took_ms=(time.perf_counter() - t0) * 1000)
 
@@ -287,17 +293,26 @@ class SessionService:
         key = self._key(session_key)
         if not self.settings.agent_feedback:
             return FeedbackResult(0, 0)
+        ids = self.db.read(lambda c: sess_sql.session_memory_ids(c, key))
+        scores, ignored = self._resolve_feedback(ids, raw)
+        applied = self.db.write(lambda c: sess_sql.apply_feedback(c, key, scores)) if scores else 0
+        return FeedbackResult(applied, ignored + len(scores) - applied)
+
+    def _resolve_feedback(self, ids: list[str], raw: Any) -> tuple[dict[str, float], int]:
+        """Map feedback ``{id or 8-char prefix: score}`` (or its JSON text) onto the session's memory
+        ids: (full id -> score clamped to [-1, 1], number of entries ignored)."""
+        if not self.settings.agent_feedback:
+            return {}, 0
         data = raw
         if isinstance(raw, str):
             try:
                 data = json.loads(raw)
             except (json.JSONDecodeError, RecursionError):
-                return FeedbackResult(0, 1)
+                return {}, 1
         if isinstance(data, dict) and isinstance(data.get("memory_feedback"), dict):
             data = data["memory_feedback"]
         if not isinstance(data, dict):
-            return FeedbackResult(0, 1)
-        ids = self.db.read(lambda c: sess_sql.session_memory_ids(c, key))
+            return {}, 1
         by_prefix: dict[str, str | None] = {}
         for mid in ids:
             p = short_id(mid)
@@ -312,8 +327,7 @@ class SessionService:
                 ignored += 1
                 continue
             scores[mid] = float(max(-1.0, min(1.0, v)))  # clamp before float(): a huge int would overflow
-        applied = self.db.write(lambda c: sess_sql.apply_feedback(c, key, scores)) if scores else 0
-        return FeedbackResult(applied, ignored + len(scores) - applied)
+        return scores, ignored
 
     # -- session-end ----------------------------------------------------------------------
     def end(self, inp: EndInput, *, wait: bool = False) -> EndResult:
@@ -485,10 +499,11 @@ def _parse(ts: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
-def _shown_before(conn: sqlite3.Connection, key: str) -> set[str]:
-    """Memories the agent already saw this session: injected at start or matched by a prompt."""
-    return {r[0] for r in conn.execute(
-        "SELECT memory_id FROM session_memories WHERE session_key = ? AND (was_injected = 1 OR fts_hit_count > 0)",
+def _shown_state(conn: sqlite3.Connection, key: str) -> dict[str, bool]:
+    """The session's memories -> whether the agent already saw them (injected at start or matched
+    by an earlier prompt)."""
+    return {r[0]: bool(r[1]) for r in conn.execute(
+        "SELECT memory_id, was_injected = 1 OR fts_hit_count > 0 FROM session_memories WHERE session_key = ?",
         (key,))}
 
 
