@@ -59,16 +59,6 @@ def empty_matrix(dimensions: int) -> np.ndarray:
     return np.zeros((0, dimensions), dtype=np.float32)
 
 
-def l2_normalise(matrix: np.ndarray) -> np.ndarray:
-    """Rows of ``matrix`` (shape ``[n, d]``) scaled to unit L2 norm, as float32.
-
-    A zero row stays zero (callers that cannot accept one check for it first).
-    """
-    matrix = np.asarray(matrix, dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
-
-
 def excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
     """The first ``limit`` characters of ``text`` (an error body, a bad reply)."""
     return text[:limit]

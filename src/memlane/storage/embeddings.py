@@ -8,19 +8,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 
-def existing_hashes(conn: sqlite3.Connection, hashes: Sequence[str], model: str) -> set[str]:
-    """The subset of ``hashes`` that already have a vector for ``model``."""
-    found: set[str] = set()
-    uniq = list(dict.fromkeys(hashes))
-    for start in range(0, len(uniq), 500):
-        chunk = uniq[start:start + 500]
-        marks = ",".join("?" * len(chunk))
-        found.update(r[0] for r in conn.execute(
-            f"SELECT content_hash FROM embeddings WHERE model = ? AND content_hash IN ({marks})",
-            (model, *chunk)))
-    return found
-
-
 def get_vectors(conn: sqlite3.Connection, hashes: Sequence[str], model: str) -> dict[str, np.ndarray]:
     """Vectors by hash for ``model``; each float32 of shape [dimensions]."""
     out: dict[str, np.ndarray] = {}

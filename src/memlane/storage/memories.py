@@ -22,18 +22,6 @@ def get(conn: sqlite3.Connection, memory_id: str) -> Memory | None:
     return Memory.from_row(row) if row else None
 
 
-def get_many(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Memory]:
-    """Memories by id; missing ids are absent from the result."""
-    out: dict[str, Memory] = {}
-    for start in range(0, len(ids), 500):
-        chunk = list(ids[start:start + 500])
-        marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT * FROM memories WHERE id IN ({marks})", chunk):
-            m = Memory.from_row(row)
-            out[m.id] = m
-    return out
-
-
 def contents(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     """``id -> (content, created_at)`` for live or deleted memories (light: no JSON parsing)."""
     out: dict[str, tuple[str, str]] = {}
