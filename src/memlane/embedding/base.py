@@ -9,6 +9,8 @@ compared. :class:`HttpEmbedder` is the common part of the HTTP providers
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import json
 import math
 import threading
@@ -64,7 +66,7 @@ def excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
     return text[:limit]
 
 
-class HttpEmbedder:
+class HttpEmbedder(ABC):
     """Common part of the HTTP providers; subclasses set the URL, the payload and the parser.
 
     Args:
@@ -105,9 +107,9 @@ class HttpEmbedder:
     def _payload(self, texts: list[str]) -> dict[str, Any]:
         return {"model": self.model, "input": texts}
 
-    def _vectors(self, reply: Any) -> list[Any]:  # pragma: no cover - abstract
+    @abstractmethod
+    def _vectors(self, reply: Any) -> list[Any]:
         """The list of vectors in a decoded JSON reply, in input order; raise via ``_fail``."""
-        raise NotImplementedError
 
     # -- shared -----------------------------------------------------------
 

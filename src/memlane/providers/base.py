@@ -8,6 +8,8 @@ out with :func:`extract_json_object`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import json
 import math
 import re
@@ -89,7 +91,7 @@ def check_max_tokens(max_tokens: int | None) -> int | None:
 # ---------------------------------------------------------------- shared HTTP part
 
 
-class HttpLlmProvider:
+class HttpLlmProvider(ABC):
     """Common part of the HTTP providers: one POST per ``generate``, errors mapped to LlmError.
 
     Subclasses set ``kind`` and implement ``_payload`` and ``_text``.
@@ -131,12 +133,13 @@ class HttpLlmProvider:
 
     # -- to override ------------------------------------------------------
 
-    def _payload(self, prompt: str, max_tokens: int | None) -> dict[str, Any]:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _payload(self, prompt: str, max_tokens: int | None) -> dict[str, Any]:
+        """The JSON request body for one generate call."""
 
-    def _text(self, reply: Any) -> str:  # pragma: no cover - abstract
+    @abstractmethod
+    def _text(self, reply: Any) -> str:
         """The generated text in a decoded JSON reply; raise via ``_fail`` on a wrong shape."""
-        raise NotImplementedError
 
     # -- shared -----------------------------------------------------------
 
