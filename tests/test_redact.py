@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from memlane.sessions.redact import PLACEHOLDER, redact
+from memlane.sessions.redact import REDACTED_MARK, redact
 
-R = PLACEHOLDER
+R = REDACTED_MARK
 
 # -- each rule: exact output ------------------------------------------------------------------
 
@@ -245,7 +245,7 @@ def planted(draw) -> tuple[str, str]:
        secret=planted())
 def test_planted_secret_never_survives(prefix, suffix, sep, secret):
     text, part = secret
-    assume(part not in prefix and part not in suffix and part not in PLACEHOLDER)
+    assume(part not in prefix and part not in suffix and part not in REDACTED_MARK)
     out = redact(prefix + sep + text + sep + suffix)
     assert part not in out
-    assert PLACEHOLDER in out
+    assert REDACTED_MARK in out

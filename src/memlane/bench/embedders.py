@@ -89,9 +89,9 @@ def _closure(roots: list[str]) -> set[str]:
 
     env = default_environment()
     seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = canonicalize_name(todo.pop())
+    pending = list(roots)
+    while pending:
+        name = canonicalize_name(pending.pop())
         if name in seen:
             continue
         try:
@@ -103,7 +103,7 @@ def _closure(roots: list[str]) -> set[str]:
             req = Requirement(spec)
             if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
                 continue
-            todo.append(req.name)
+            pending.append(req.name)
     return seen
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, is_dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any, Mapping
 from rich.table import Table
 
 from memlane.bench.metrics import LEVELS, METRICS
+from memlane.fsutil import atomic_write
 
 __all__ = ["REFERENCE", "reference_table", "render_table", "write_json"]
 
@@ -110,12 +109,5 @@ def write_json(path: str | Path, payload: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(payload, indent=2, ensure_ascii=False, default=_default)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, (text + "\n").encode("utf-8"), mode=0o644, sync_dir=False)
     return path

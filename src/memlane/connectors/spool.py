@@ -18,13 +18,14 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from memlane.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +38,6 @@ REJECTED = "rejected"
 def spool_dir_for(home: Path) -> Path:
     """``{home}/spool``."""
     return Path(home) / "spool"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def spooled_files(spool_dir: Path) -> list[Path]:
@@ -104,7 +89,7 @@ def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
         spool_dir = Path(spool_dir)
         spool_dir.mkdir(parents=True, exist_ok=True)
         path = spool_dir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
-        _atomic_write(path, data)
+        atomic_write(path, data)
         enforce_caps(spool_dir, max_files, max_bytes)
         return path
     except (OSError, TypeError, ValueError) as exc:
@@ -224,7 +209,7 @@ def _count_attempt(path: Path, record: dict[str, Any], max_attempts: int, why: s
     record["attempts"] = attempts
     try:
         if path.exists():
-            _atomic_write(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+            atomic_write(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
     except OSError as exc:
         log.warning("spool: cannot update %s (%s)", path.name, exc)
     log.info("spool replay stopped: %s (%s, attempt %d)", why, path.name, attempts)

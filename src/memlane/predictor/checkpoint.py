@@ -23,9 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 
 import torch
 
+from memlane.fsutil import atomic_write
 from memlane.predictor.errors import (
     CheckpointError,
     CheckpointFormatError,
@@ -147,21 +146,7 @@ def save(
     path = Path(path)
     data = _encode(model, meta, flags)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, data, mode=0o600)
     return hashlib.sha256(data).hexdigest()
 
 

@@ -113,10 +113,10 @@ class MemoryService:
             return {}
         model = self.embedder.model_id
         have = self.db.read(lambda c: emb_sql.get_vectors(c, list(texts), model))
-        todo = [(h, t) for h, t in texts.items() if h not in have]
+        missing = [(h, t) for h, t in texts.items() if h not in have]
         out = dict(have)
-        for start in range(0, len(todo), self.embed_batch):
-            chunk = todo[start:start + self.embed_batch]
+        for start in range(0, len(missing), self.embed_batch):
+            chunk = missing[start:start + self.embed_batch]
             vecs = self.embedder.embed([t for _, t in chunk])
             for (h, _), v in zip(chunk, vecs):
                 out[h] = np.asarray(v, dtype=np.float32)

@@ -51,7 +51,7 @@ import base64
 import binascii
 import re
 
-PLACEHOLDER = "[REDACTED]"
+REDACTED_MARK = "[REDACTED]"
 _MAX_PASSES = 6
 
 _PEM = re.compile(
@@ -123,18 +123,18 @@ def _one_pass(text: str) -> str:
     if not text:
         return text
     text = _PEM.sub(_pem_sub, text)
-    text = _JWT.sub(PLACEHOLDER, text)
-    text = _URL_CRED.sub(lambda m: m.group(1) + PLACEHOLDER, text)
+    text = _JWT.sub(REDACTED_MARK, text)
+    text = _URL_CRED.sub(lambda m: m.group(1) + REDACTED_MARK, text)
     text = _scan(_AUTH_HEADER, text, _auth_sub)
     text = _scan(_BEARER, text, lambda m: _keep(m, 2) if _tokenish(m.group(2)) else None)
     text = _scan(_BASIC, text, _basic_sub)
     for pattern in _VENDOR:
-        text = pattern.sub(lambda m: m.group(1) + PLACEHOLDER, text)
+        text = pattern.sub(lambda m: m.group(1) + REDACTED_MARK, text)
     # a rejected body holds no random sub-body either: resume after it (linear on sk-aaa-sk-aaa...)
-    text = _scan(_OPENAI, text, lambda m: m.group(1) + PLACEHOLDER if _random_body(m.group(2)) else None,
+    text = _scan(_OPENAI, text, lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
                  resume_after_reject=True)
     text = _kv_redact(text)
-    return _scan(_B64_RUN, text, lambda m: PLACEHOLDER if _credential_blob(m.group(0)) else None)
+    return _scan(_B64_RUN, text, lambda m: REDACTED_MARK if _credential_blob(m.group(0)) else None)
 
 
 def _scan(pattern: re.Pattern[str], text: str, fn, *, resume_after_reject: bool = False) -> str:
@@ -157,16 +157,16 @@ def _scan(pattern: re.Pattern[str], text: str, fn, *, resume_after_reject: bool 
 
 def _keep(m: re.Match[str], secret: int) -> str | None:
     """The match with group ``secret`` replaced (None when it already is the placeholder)."""
-    if m.group(secret) == PLACEHOLDER:
+    if m.group(secret) == REDACTED_MARK:
         return None
-    return m.group(0)[: m.start(secret) - m.start(0)] + PLACEHOLDER + m.group(0)[m.end(secret) - m.start(0):]
+    return m.group(0)[: m.start(secret) - m.start(0)] + REDACTED_MARK + m.group(0)[m.end(secret) - m.start(0):]
 
 
 def _pem_sub(m: re.Match[str]) -> str:
     end = m.group(3)
     if end is None:
-        return f"{m.group(1)}\n{PLACEHOLDER}"
-    return f"{m.group(1)}\n{PLACEHOLDER}\n{end}"
+        return f"{m.group(1)}\n{REDACTED_MARK}"
+    return f"{m.group(1)}\n{REDACTED_MARK}\n{end}"
 
 
 def _auth_sub(m: re.Match[str]) -> str | None:
@@ -211,10 +211,10 @@ def _value_replacement(value: str) -> str | None:
     """``[REDACTED]`` keeping the quotes; None when there is nothing left to redact."""
     q = _QUOTED.fullmatch(value)
     if q is None:
-        return None if value == PLACEHOLDER else PLACEHOLDER
-    if q.group(2) in ("", PLACEHOLDER):
+        return None if value == REDACTED_MARK else REDACTED_MARK
+    if q.group(2) in ("", REDACTED_MARK):
         return None
-    return f"{q.group(1)}{PLACEHOLDER}{q.group(3)}"
+    return f"{q.group(1)}{REDACTED_MARK}{q.group(3)}"
 
 
 def _segments(name: str) -> list[str]:
@@ -241,7 +241,7 @@ def _is_secret_name(name: str, *, exported: bool = False) -> bool:
 
 def _tokenish(value: str) -> bool:
     """Token-like: >= 20 characters, or >= 8 with a digit, a symbol or an inner capital."""
-    if value == PLACEHOLDER or len(value) < 8:
+    if value == REDACTED_MARK or len(value) < 8:
         return False
     if len(value) >= 20:
         return True
