@@ -109,15 +109,7 @@ class MemoryOut(BaseModel):
 
     @classmethod
     def of(cls, m: Memory) -> "MemoryOut":
-        return cls(
-            id=m.id, type=m.type, content=m.content, context=m.context, content_hash=m.content_hash,
-            importance=m.importance, confidence=m.confidence, project=m.project, tags=list(m.tags),
-            metadata=m.metadata, who=m.who, why=m.why, source_type=m.source_type, source_id=m.source_id,
-            created_at=m.created_at, updated_at=m.updated_at, last_accessed=m.last_accessed,
-            access_count=m.access_count, pinned=m.pinned, is_deleted=m.is_deleted, deleted_at=m.deleted_at,
-            superseded_by=m.superseded_by, embedding_model=m.embedding_model,
-            extraction_status=m.extraction_status,
-        )
+        return cls(**memory_dict(m))
 
 
 def memory_dict(m: Memory) -> dict[str, Any]:

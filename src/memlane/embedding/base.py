@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-import json
 import math
 import threading
 from collections.abc import Sequence
@@ -21,10 +20,7 @@ import httpx
 import numpy as np
 
 from memlane.errors import EmbeddingError
-
-#: Characters of an HTTP error body quoted in an error message.
-BODY_EXCERPT_CHARS = 200
-
+from memlane.httpjson import post_json
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -59,11 +55,6 @@ class Embedder(Protocol):
 def empty_matrix(dimensions: int) -> np.ndarray:
     """A float32 array of shape ``[0, dimensions]``."""
     return np.zeros((0, dimensions), dtype=np.float32)
-
-
-def excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
-    """The first ``limit`` characters of ``text`` (an error body, a bad reply)."""
-    return text[:limit]
 
 
 class HttpEmbedder(ABC):
@@ -135,29 +126,8 @@ class HttpEmbedder(ABC):
         texts = list(texts)
         if not texts:
             return empty_matrix(self.dimensions)
-        try:
-            response = self._client.post(self.url, json=self._payload(texts))
-        except httpx.TimeoutException as exc:
-            raise self._fail(
-                f"timed out after {self.timeout_s:g}s waiting for {self.url} "
-                f"(timeout_s={self.timeout_s:g})",
-                timeout_s=self.timeout_s,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise self._fail(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            body = excerpt(response.text)
-            raise self._fail(
-                f"{self.url} answered HTTP {response.status_code}: {body}",
-                status=response.status_code,
-                body=body,
-            )
-        try:
-            reply = json.loads(response.content)
-        except ValueError as exc:
-            raise self._fail(
-                f"reply is not valid JSON: {excerpt(response.text)!r}", status=response.status_code
-            ) from exc
+        reply = post_json(self._client, self.url, self._payload(texts), timeout_s=self.timeout_s,
+                          fail=lambda message, timed_out, **details: self._fail(message, **details))
         return self._to_matrix(self._vectors(reply), len(texts))
 
     def _to_matrix(self, vectors: list[Any], expected_rows: int) -> np.ndarray:

@@ -18,9 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from memlane.errors import MemlaneError
+from memlane.httpjson import post_json
 
-#: Characters of an HTTP error body (or a bad reply) quoted in an error message.
-BODY_EXCERPT_CHARS = 200
 #: Timeout of every ``available()`` probe, seconds.
 PROBE_TIMEOUT_S = 3.0
 
@@ -162,32 +161,9 @@ class HttpLlmProvider(ABC):
         """
         timeout = check_timeout(timeout_s) if timeout_s is not None else self.timeout_s
         tokens = check_max_tokens(max_tokens) if max_tokens is not None else self.max_tokens
-        try:
-            response = self._client.post(
-                self.url, json=self._payload(prompt, tokens), timeout=httpx.Timeout(timeout)
-            )
-        except httpx.TimeoutException as exc:
-            raise self._fail(
-                f"timed out after {timeout:g} s waiting for {self.url} (timeout_s={timeout:g})",
-                LlmTimeout,
-                timeout_s=timeout,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise self._fail(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            body = response.text[:BODY_EXCERPT_CHARS]
-            raise self._fail(
-                f"{self.url} answered HTTP {response.status_code}: {body}",
-                status=response.status_code,
-                body=body,
-            )
-        try:
-            reply = json.loads(response.content)
-        except ValueError as exc:
-            raise self._fail(
-                f"reply is not valid JSON: {response.text[:BODY_EXCERPT_CHARS]!r}",
-                status=response.status_code,
-            ) from exc
+        reply = post_json(self._client, self.url, self._payload(prompt, tokens), timeout_s=timeout,
+                          fail=lambda message, timed_out, **details: self._fail(
+                              message, LlmTimeout if timed_out else LlmError, **details))
         return self._text(reply)
 
     def available(self) -> bool:

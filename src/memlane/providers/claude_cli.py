@@ -19,7 +19,8 @@ import subprocess
 import tempfile
 from typing import Any
 
-from memlane.providers.base import BODY_EXCERPT_CHARS, LlmError, LlmTimeout, check_timeout
+from memlane.httpjson import BODY_EXCERPT_CHARS
+from memlane.providers.base import LlmError, LlmTimeout, check_timeout
 
 DEFAULT_MODEL = "haiku"
 DEFAULT_COMMAND = "claude"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlane.providers.base import BODY_EXCERPT_CHARS, HttpLlmProvider
+from memlane.httpjson import BODY_EXCERPT_CHARS
+from memlane.providers.base import HttpLlmProvider
 
 DEFAULT_MODEL = "qwen3:4b"
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"

@@ -156,7 +156,7 @@ def _scan(pattern: re.Pattern[str], text: str, fn, *, resume_after_reject: bool 
 
 
 def _keep(m: re.Match[str], secret: int) -> str | None:
-    """The match with group ``secret`` replaced (None when it already is the placeholder)."""
+    """The match with group ``secret`` replaced (None when it already is the redaction mark)."""
     if m.group(secret) == REDACTED_MARK:
         return None
     return m.group(0)[: m.start(secret) - m.start(0)] + REDACTED_MARK + m.group(0)[m.end(secret) - m.start(0):]
