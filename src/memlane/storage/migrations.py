@@ -1,14 +1,20 @@
 """Named, ordered schema migrations, recorded in ``schema_migrations``.
 
 Each migration is a (name, SQL script) pair applied once, in list order, inside the
-writer's transaction. Never edit a shipped migration: append a new one.
+writer's transaction. Never edit a shipped migration: append a new one. 0001 and 0002 are
+built in; later ones are modules ``memlane.storage.schema.mNNNN_xxx`` (``NAME``, ``SQL``)
+found by :func:`discover` and appended sorted by module name.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 import sqlite3
 from datetime import datetime, timezone
 
+from memlane.errors import StorageError
 from memlane.storage.db import Database
 
 _0001_memories = """
@@ -203,10 +209,46 @@ CREATE UNIQUE INDEX idx_jobs_dedup ON memory_jobs(job_type, dedup_key)
 CREATE INDEX idx_jobs_status ON memory_jobs(status, job_type, run_after);
 """
 
-MIGRATIONS: list[tuple[str, str]] = [
+BUILTIN: list[tuple[str, str]] = [
     ("0001_memories_embeddings_fts_history", _0001_memories),
     ("0002_sessions_scores_transcripts_checkpoints_jobs", _0002_sessions),
 ]
+
+_MODULE_NAME = re.compile(r"^m(\d{4})_\w+$")
+
+
+def discover(package: str = "memlane.storage.schema") -> list[tuple[str, str]]:
+    """The migrations defined as modules of ``package``, sorted by module name.
+
+    Each module ``mNNNN_xxx`` defines ``NAME: str`` (starting with ``NNNN_``) and ``SQL: str``;
+    this lets several migrations be added without touching this file. Modules whose name does
+    not match ``mNNNN_*`` are ignored (helpers).
+
+    Raises:
+        StorageError: a module lacks NAME/SQL, its NAME does not start with its number, or two
+            modules share a NAME.
+    """
+    pkg = importlib.import_module(package)
+    found: list[tuple[str, str]] = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        m = _MODULE_NAME.match(info.name)
+        if not m:
+            continue
+        mod = importlib.import_module(f"{package}.{info.name}")
+        name, sql = getattr(mod, "NAME", None), getattr(mod, "SQL", None)
+        if not isinstance(name, str) or not isinstance(sql, str):
+            raise StorageError(f"migration module {info.name}: must define NAME: str and SQL: str")
+        if not name.startswith(m.group(1) + "_"):
+            raise StorageError(f"migration module {info.name}: NAME {name!r} must start with {m.group(1)}_")
+        found.append((name, sql))
+    names = [n for n, _ in BUILTIN + found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise StorageError(f"duplicate migration names: {', '.join(dup)}")
+    return found
+
+
+MIGRATIONS: list[tuple[str, str]] = BUILTIN + discover()
 
 
 def applied(conn: sqlite3.Connection) -> list[str]:
