@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from memlane.errors import ConfigError
+from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
 from memlane.sessions.checkpoints import CheckpointSettings
 
@@ -150,6 +151,8 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
     continuity: CheckpointSettings = Field(
         default_factory=CheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
+    memory: MemorySettings = Field(
+        default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.pipeline.config).")
 
     @property
     def db_path(self) -> Path:
@@ -197,9 +200,23 @@ class YamlSource(PydanticBaseSettingsSource):
             raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
-        # Keys under `memory:` (the seeds' layout) are accepted beside top-level keys.
-        flat = {k: v for k, v in data.items() if k != "memory"}
-        return flat
+        return yaml_settings_data(data)
+
+
+def yaml_settings_data(data: dict[str, Any]) -> dict[str, Any]:
+    """config.yaml's mapping as Settings input. Keys under ``memory:`` (the seeds' layout) are
+    accepted beside top-level keys (a top-level key wins), except ``memory.pipelineV2`` (or
+    ``pipeline_v2``), which becomes ``memory.pipeline_v2`` with snake_case keys, so that
+    ``MEMLANE_MEMORY__PIPELINE_V2__*`` environment variables override it key by key."""
+    flat = {k: v for k, v in data.items() if k != "memory"}
+    memory = data.get("memory")
+    if isinstance(memory, dict):
+        for k, v in memory.items():
+            if k in ("pipelineV2", "pipeline_v2"):
+                flat["memory"] = {"pipeline_v2": snake_keys(v) if isinstance(v, dict) else v}
+            else:
+                flat.setdefault(k, v)
+    return flat
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -213,8 +230,8 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except PydValidationError as exc:
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid settings: " + "; ".join(parts)) from exc
+        parts = error_lines(exc)
+        raise ConfigError("invalid settings: " + "; ".join(parts), details={"errors": parts}) from exc
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:
