@@ -8,13 +8,16 @@ the vector index for the embedder's model from the stored vectors, and returns a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
+from memlane.pipeline.config import extraction_llm_settings
+from memlane.pipeline.jobs import extraction_hook
+from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
@@ -40,10 +43,15 @@ class Container:
     sessions: SessionService
     checkpoints: CheckpointService
     llm: LlmProvider | None = None
+    #: Background workers (memlane.pipeline.runtime); started only by open_container(start_workers=True).
+    workers: WorkerRegistry = field(default_factory=WorkerRegistry)
+    #: The LLM extraction uses (settings.llm unless memory.pipelineV2.extraction overrides it).
+    extraction_llm: LlmProvider | None = None
 
     def close(self) -> None:
-        """Finish background judging, pending checkpoints and queued writes; close the database,
-        the embedder and the LLM provider."""
+        """Stop the workers; finish background judging, pending checkpoints and queued writes;
+        close the database, the embedder and the LLM providers."""
+        self.workers.stop_all()
         self.sessions.close()
         self.checkpoints.close()
         self.db.close()
@@ -51,6 +59,8 @@ class Container:
             self.embedder.close()
         if self.llm is not None:
             self.llm.close()
+        if self.extraction_llm is not None and self.extraction_llm is not self.llm:
+            self.extraction_llm.close()
 
 
 def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> MemoryIndex:
@@ -70,7 +80,8 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
     return index
 
 
-def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False) -> Container:
+def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False,
+                   start_workers: bool = False) -> Container:
     """Open the data directory of ``settings`` and wire the services.
 
     Args:
@@ -78,6 +89,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         embedder: use this embedder instead of building one from settings (shared by benchmarks
             that open many stores).
         warmup: load the local embedding model now rather than on the first call.
+        start_workers: start the background workers (the daemon does; CLI one-shots and tests
+            do not unless they ask). Workers are registered either way.
 
     Raises:
         StorageError: the database cannot be opened or migrated.
@@ -97,4 +110,23 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     llm = build_provider(settings.llm)
     checkpoints = CheckpointService(db, settings.continuity)
     sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints)
-    return Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)
+    container = Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)
+    _wire_pipeline(container)
+    if start_workers:
+        container.workers.start_all()
+    return container
+
+
+def _wire_pipeline(c: Container) -> None:
+    """memory-pipeline-v2: the extraction LLM, the enqueue hook on remember, the extraction job
+    worker (handlers are registered on it by the pipeline modules: ``c.workers.get("extraction")
+    .register(EXTRACT, handler)``) and the stale-lease reaper. Settings are read at use time
+    (``c.settings.memory.pipeline_v2``), so hot flags (enabled...) take effect without a restart."""
+    pipeline = lambda: c.settings.memory.pipeline_v2  # noqa: E731
+    ex = extraction_llm_settings(pipeline(), c.settings.llm)
+    c.extraction_llm = c.llm if ex == c.settings.llm else build_provider(ex)
+    c.memories.created_hooks.append(extraction_hook(pipeline))
+    c.workers.add(JobWorker(c.db, "extraction", poll_ms=lambda: pipeline().worker.poll_ms,
+                            lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
+                            enabled=lambda: pipeline().enabled))
+    c.workers.add(StaleLeaseReaper(c.db))

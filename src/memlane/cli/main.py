@@ -74,7 +74,7 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
         settings = _settings(home, host=host, port=port)
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
-        container = open_container(settings, warmup=True)
+        container = open_container(settings, warmup=True, start_workers=True)
     except MemlaneError as exc:
         _fail(exc)
         return

@@ -68,6 +68,10 @@ class MemoryService:
         #: (events: ``updated``, ``deleted``, ``recovered``, ``superseded``). A listener's
         #: exception is logged, never raised to the caller.
         self.listeners: list[Callable[[str, Memory], None]] = []
+        #: Called as ``hook(conn, new_memory, at)`` for each created memory INSIDE its write
+        #: transaction, after the raw row is inserted: SQL only (no network), e.g. enqueueing the
+        #: pipeline's extraction job. An exception rolls the whole chunk back.
+        self.created_hooks: list[Callable[[sqlite3.Connection, NewMemory, str], None]] = []
 
     def _emit(self, event: str, memory: Memory) -> None:
         for listener in list(self.listeners):
@@ -192,6 +196,8 @@ class MemoryService:
                 seq = mem_sql.insert(conn, new)
                 mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=it.who,
                                     why=it.why, at=now)
+                for hook in self.created_hooks:
+                    hook(conn, new, now)
                 results.append(RememberResult(new.id, "created", nc.content_hash, embedded))
                 entries.append(IndexEntry(seq, new.id, new.project, new.type, new.created_at, False,
                                           vectors.get(nc.content_hash), vectors.get(ch) if ch else None,
