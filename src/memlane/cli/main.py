@@ -17,6 +17,7 @@ from memlane import __version__
 from memlane.cli.bench import bench_app
 from memlane.cli.hooks import connect_app, disconnect_app, hook_app
 from memlane.cli.mcp_cmd import mcp_app
+from memlane.cli.predictor_cmd import predictor_app
 from memlane.cli.replay import replay_app
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
@@ -30,6 +31,7 @@ app.add_typer(hook_app, name="hook")
 app.add_typer(connect_app, name="connect")
 app.add_typer(disconnect_app, name="disconnect")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(predictor_app, name="predictor")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

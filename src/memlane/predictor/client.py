@@ -1,0 +1,274 @@
+"""The daemon's side of the sidecar: spawn, JSON-RPC calls with deadlines, restarts, fail-open.
+
+predictive-memory-scorer.md "Daemon Communication Protocol" and Phase 5 (scoreTimeoutMs,
+crashDisableThreshold). Every failure - not started yet, a reply later than the deadline,
+a crash (EOF on stdout), a malformed reply - raises :class:`PredictorUnavailable` at once so
+the caller serves the baseline ranking; the error is recorded. A crashed sidecar is started
+again on the next call; ``crash_threshold`` crashes within an hour disable it until a
+cool-down has passed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from memlane.predictor import settings as C
+from memlane.predictor.errors import PredictorError
+
+__all__ = ["PredictorRpcError", "PredictorUnavailable", "SidecarClient", "sidecar_command"]
+
+log = logging.getLogger(__name__)
+
+
+class PredictorUnavailable(PredictorError):
+    """No usable answer (not ready, timeout, crash, malformed reply, disabled): use the baseline."""
+
+    code = "predictor_unavailable"
+
+
+class PredictorRpcError(PredictorError):
+    """The sidecar answered with a JSON-RPC error object (``details`` has code and message)."""
+
+    code = "predictor_rpc_error"
+
+
+def sidecar_command(*, db_path: str | Path, model_dir: str | Path, embedding_model_id: str, native_dim: int,
+                    base_weights: str = "", threads: int = 1) -> list[str]:
+    """argv of ``memlane predictor serve`` run by this interpreter."""
+    argv = [sys.executable, "-m", "memlane", "predictor", "serve", "--db", str(db_path),
+            "--model-dir", str(model_dir), "--embedding-model", embedding_model_id,
+            "--native-dim", str(native_dim), "--threads", str(threads)]
+    if base_weights:
+        argv += ["--base-weights", base_weights]
+    return argv
+
+
+class SidecarClient:
+    """A JSON-RPC 2.0 client over a child process's stdin/stdout.
+
+    Args:
+        argv: the sidecar command (:func:`sidecar_command`).
+        crash_threshold: crashes within ``crash_window_s`` that disable the sidecar.
+        crash_window_s: crash counting window (s).
+        cooldown_s: how long the sidecar stays disabled (s).
+        stderr_path: file receiving the sidecar's stderr (appended), or None (discarded).
+        clock: monotonic clock in seconds (tests may pass their own).
+    """
+
+    def __init__(self, argv: Sequence[str], *, crash_threshold: int = 3, crash_window_s: float = C.CRASH_WINDOW_S,
+                 cooldown_s: float = C.CRASH_COOLDOWN_S, stderr_path: str | Path | None = None,
+                 clock: Callable[[], float] = time.monotonic, env: dict[str, str] | None = None) -> None:
+        self.argv = list(argv)
+        self.crash_threshold = crash_threshold
+        self.crash_window_s = crash_window_s
+        self.cooldown_s = cooldown_s
+        self.stderr_path = Path(stderr_path) if stderr_path else None
+        self.clock = clock
+        self.env = env
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._pending: dict[int, Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._ready = threading.Event()
+        self._closing = False
+        self.crashes: deque[float] = deque()
+        self.disabled_until: float | None = None
+        self.restarts = 0
+        self.ready_status: dict[str, Any] | None = None
+        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self.error_counts: Counter[str] = Counter()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def disabled(self) -> bool:
+        """True while crash-disabled; re-enables (and forgets old crashes) after the cool-down."""
+        with self._lock:
+            if self.disabled_until is None:
+                return False
+            if self.clock() >= self.disabled_until:
+                self.disabled_until = None
+                self.crashes.clear()
+                return False
+            return True
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and self._ready.is_set()
+
+    def crashes_last_window(self) -> int:
+        now = self.clock()
+        return sum(1 for t in self.crashes if now - t <= self.crash_window_s)
+
+    def start(self) -> None:
+        """Spawn the sidecar unless it runs or is disabled (returns at once; readiness is async)."""
+        with self._lock:
+            if self._closing or self.alive or self.disabled:
+                return
+            if self._proc is not None:
+                self.restarts += 1
+            self._ready.clear()
+            err: IO[Any] | int = subprocess.DEVNULL
+            if self.stderr_path is not None:
+                self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+                err = open(self.stderr_path, "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
+            env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
+            try:
+                self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                              text=True, encoding="utf-8", bufsize=1, env=env)
+            except OSError as exc:
+                self._record("spawn", str(exc))
+                self._crash()
+                return
+            finally:
+                if err is not subprocess.DEVNULL:
+                    err.close()  # type: ignore[union-attr]
+            threading.Thread(target=self._read_loop, args=(self._proc,), name="predictor-reader", daemon=True).start()
+
+    def wait_ready(self, timeout_s: float = C.START_TIMEOUT_S) -> bool:
+        """Block until the sidecar announced readiness (start-up, benchmarks, tests)."""
+        self.start()
+        return self._ready.wait(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Close stdin (the sidecar exits after its current request) and reap it."""
+        with self._lock:
+            self._closing = True
+            proc = self._proc
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=5)
+        self._fail_pending(PredictorUnavailable("predictor sidecar closed"))
+
+    def kill(self) -> None:
+        """SIGKILL the sidecar (tests and the cool-down path); counts as a crash when noticed."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+
+    # -- calls --------------------------------------------------------------------------
+    def call(self, method: str, params: Any = None, *, timeout_s: float) -> Any:
+        """Send one request and wait for its result.
+
+        Raises:
+            PredictorUnavailable: disabled, not ready, deadline passed, crash or malformed reply.
+            PredictorRpcError: the sidecar returned a JSON-RPC error.
+        """
+        if self.disabled:
+            raise PredictorUnavailable("predictor disabled after repeated crashes",
+                                       details={"crashes": self.crashes_last_window()})
+        if not self.alive:
+            self.start()
+        if not self._ready.is_set():
+            self._record("not_ready", f"{method}: sidecar starting")
+            raise PredictorUnavailable("predictor sidecar is starting")
+        rid = next(self._ids)
+        fut: Future[Any] = Future()
+        line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}},
+                          separators=(",", ":"), allow_nan=False)
+        with self._lock:
+            proc = self._proc
+            self._pending[rid] = fut
+        try:
+            assert proc is not None and proc.stdin is not None
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+        except (OSError, ValueError, AssertionError) as exc:
+            self._pending.pop(rid, None)
+            self._record("write", str(exc))
+            raise PredictorUnavailable(f"predictor sidecar unreachable: {exc}") from exc
+        try:
+            return fut.result(timeout=timeout_s)
+        except FutureTimeout:
+            self._pending.pop(rid, None)
+            self._record("timeout", f"{method}: no reply within {timeout_s * 1000:.0f} ms")
+            raise PredictorUnavailable(f"predictor {method} timed out after {timeout_s * 1000:.0f} ms") from None
+
+    # -- internals ------------------------------------------------------------------------
+    def _read_loop(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                self._record("malformed", f"unparseable reply: {line[:200]!r}")
+                continue
+            if not isinstance(msg, dict):
+                self._record("malformed", f"reply is not an object: {line[:200]!r}")
+                continue
+            if msg.get("method") == "ready":
+                self.ready_status = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+                self._ready.set()
+                continue
+            fut = self._pending.pop(msg.get("id"), None) if isinstance(msg.get("id"), int) else None
+            if fut is None:
+                if msg.get("id") is None and "error" in msg:
+                    self._record("rpc_error", str(msg.get("error"))[:300])
+                continue  # a late reply to a request that already timed out
+            if isinstance(msg.get("error"), dict):
+                err = msg["error"]
+                self._record("rpc_error", str(err.get("message"))[:300])
+                fut.set_exception(PredictorRpcError(str(err.get("message")), details={"code": err.get("code")}))
+            elif "result" in msg:
+                fut.set_result(msg["result"])
+            else:
+                self._record("malformed", "reply without result or error")
+                fut.set_exception(PredictorUnavailable("malformed predictor reply"))
+        proc.wait()
+        self._ready.clear()
+        if not self._closing:
+            self._record("crash", f"sidecar exited with code {proc.returncode}")
+            self._crash()
+        self._fail_pending(PredictorUnavailable("predictor sidecar exited"))
+
+    def _fail_pending(self, exc: Exception) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _crash(self) -> None:
+        with self._lock:
+            now = self.clock()
+            self.crashes.append(now)
+            while self.crashes and now - self.crashes[0] > self.crash_window_s:
+                self.crashes.popleft()
+            if len(self.crashes) >= self.crash_threshold and self.disabled_until is None:
+                self.disabled_until = now + self.cooldown_s
+                log.error("predictor disabled for %.0f s after %d crashes within %.0f s",
+                          self.cooldown_s, len(self.crashes), self.crash_window_s)
+
+    def _record(self, kind: str, message: str) -> None:
+        self.error_counts[kind] += 1
+        self.errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind, "message": message})
+        log.warning("predictor %s: %s", kind, message)
+
+    def status(self) -> dict[str, Any]:
+        """Process and error state for /api/predictor/status."""
+        return {"alive": self.alive, "ready": self.ready, "disabled": self.disabled,
+                "crashes_last_hour": self.crashes_last_window(), "restarts": self.restarts,
+                "pid": self._proc.pid if self._proc is not None else None,
+                "error_counts": dict(self.error_counts), "recent_errors": list(self.errors)[-10:]}

@@ -1,0 +1,282 @@
+"""The predictor engine: the live model, scoring, gated training and checkpoints.
+
+One :class:`PredictorEngine` lives in the sidecar process (``memlane predictor serve``) and,
+for benchmarks, may live in process. Scoring reads the live model, which is never modified:
+training fits a deep copy (:func:`memlane.predictor.train.fit`) and the live reference is
+replaced in one assignment only when every gate passes, then written to ``model.bin``
+atomically (predictive-memory-scorer.md "Training schedule", "Phase 6").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from memlane.predictor import checkpoint as ckpt
+from memlane.predictor import settings as C
+from memlane.predictor.data import Session, batched, collate
+from memlane.predictor.errors import CheckpointError
+from memlane.predictor.features import CURRENT_SCHEMA
+from memlane.predictor.gates import GateReport
+from memlane.predictor.losses import listnet_loss
+from memlane.predictor.metrics import topk_overlap
+from memlane.predictor.model import MemoryScorer, ScorerConfig
+from memlane.predictor.train import fit
+
+__all__ = ["PredictorEngine", "TrainReport"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "model.bin"
+
+
+@dataclass
+class TrainReport:
+    """The outcome of one training run (what ``predictor_training_log`` stores).
+
+    Attributes:
+        accepted: the candidate passed every gate and now serves.
+        model_version: the version serving after the run.
+        loss: mean loss of the last finished epoch (nats), or None.
+        steps: optimiser steps.
+        sample_count: sessions trained on (replayed ones excluded).
+        duration_ms: training and gates, ms.
+        stop_reason: see :class:`memlane.predictor.train.FitResult`.
+        gates: the gate report as a dict.
+        canary_ndcg: candidate's mean canary NDCG@10, or None.
+        canary_ndcg_delta: candidate minus previous canary NDCG@10, or None.
+        canary_score_variance: mean per-session canary score variance, or None.
+        canary_topk_churn: share of canary sessions whose top-5 changed, or None.
+        error: why nothing was trained (no data), else None.
+    """
+
+    accepted: bool
+    model_version: int
+    loss: float | None = None
+    steps: int = 0
+    sample_count: int = 0
+    duration_ms: float = 0.0
+    stop_reason: str = ""
+    gates: dict[str, Any] = field(default_factory=dict)
+    canary_ndcg: float | None = None
+    canary_ndcg_delta: float | None = None
+    canary_score_variance: float | None = None
+    canary_topk_churn: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class PredictorEngine:
+    """Holds the live :class:`MemoryScorer` of one user and trains it.
+
+    Args:
+        model_dir: directory of ``model.bin`` (created on first save).
+        embedding_model_id: the serving embedder's model id (checked against checkpoints).
+        native_dim: the embedder's vector width E.
+        base_weights: Phase 6 base checkpoint used when ``model.bin`` does not exist.
+        seed: initialisation and batch-order seed.
+
+    Raises:
+        CheckpointError: ``model.bin`` exists but cannot be served (corrupt, other feature
+            schema, other embedder): refused loudly rather than silently retrained over.
+    """
+
+    def __init__(self, model_dir: str | Path, *, embedding_model_id: str, native_dim: int,
+                 base_weights: str | Path | None = None, seed: int = 0) -> None:
+        self.model_dir = Path(model_dir)
+        self.embedding_model_id = embedding_model_id
+        self.native_dim = int(native_dim)
+        self.seed = seed
+        self._train_lock = threading.Lock()
+        self.trained = False
+        self.model_version = 0
+        self.last_trained: str | None = None
+        self.training_pairs = 0
+        self.steps_total = 0
+        self.is_finetuned_from_base = False
+        self.base_digest: str | None = None
+        path = self.checkpoint_path
+        if path.exists():
+            loaded = ckpt.load(path, CURRENT_SCHEMA, embedding_model_id=embedding_model_id, native_dim=native_dim)
+            self.model = loaded.model
+            t = loaded.meta.training
+            self.trained = bool(t.get("trained", True))
+            self.model_version = int(t.get("model_version", 1))
+            self.last_trained = t.get("last_trained")
+            self.training_pairs = int(t.get("training_pairs", 0))
+            self.steps_total = int(t.get("steps_total", 0))
+            self.is_finetuned_from_base = loaded.flags.is_finetuned
+        elif base_weights:
+            loaded = ckpt.load(Path(base_weights), CURRENT_SCHEMA, embedding_model_id=embedding_model_id,
+                               native_dim=native_dim)
+            self.model = loaded.model
+            self.base_digest = loaded.digest
+            # A base model ranks, but it has not learned this user: it still earns alpha.
+            self.trained = True
+            self.model_version = 1
+        else:
+            self.model = MemoryScorer(ScorerConfig(native_dim=self.native_dim), seed=seed)
+        self.model.eval()
+        self.optimizer = self._new_optimizer(self.model)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.model_dir / CHECKPOINT_NAME
+
+    @staticmethod
+    def _new_optimizer(model: MemoryScorer) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=C.LEARNING_RATE)
+
+    # -- scoring ------------------------------------------------------------------------
+    def score(self, session: Session) -> np.ndarray:
+        """Scores of one session's candidates, float64 ``[n]`` (higher = more useful).
+
+        Raises:
+            ValueError: inconsistent shapes (an embedding width other than ``native_dim``).
+        """
+        model = self.model  # one read: a concurrent swap never mixes two models
+        batch = collate([session], native_dim=self.native_dim)
+        return model.score(batch)[0, : session.num_candidates].double().numpy()
+
+    # -- training -------------------------------------------------------------------------
+    def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
+              replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
+              max_epochs: int = C.MAX_EPOCHS, save: bool = True) -> TrainReport:
+        """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
+
+        Only one training runs at a time; scoring continues on the live model meanwhile.
+
+        Args:
+            sessions: labelled training sessions.
+            canary: labelled canary sessions for the gates.
+            replay: replay-buffer sessions (seed "Phase 5b").
+            max_seconds: training wall-clock cap (s).
+            max_epochs: epoch cap.
+            save: write ``model.bin`` after an accepted run.
+
+        Returns:
+            a :class:`TrainReport`.
+        """
+        with self._train_lock:
+            t0 = time.perf_counter()
+            labelled = [s for s in sessions if s.labels is not None]
+            if not labelled:
+                return TrainReport(False, self.model_version, error="no labelled sessions",
+                                   duration_ms=(time.perf_counter() - t0) * 1000)
+            nd = self.native_dim
+            train_batches = batched(labelled, batch_size=C.BATCH_SIZE, native_dim=nd)
+            replay_batches = batched([s for s in replay if s.labels is not None], batch_size=C.BATCH_SIZE,
+                                     native_dim=nd) if replay else []
+            canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
+                                     native_dim=nd) if canary else []
+            live = self.model
+            result = fit(live, self.optimizer, listnet_loss, train_batches, max_seconds=max_seconds,
+                         max_epochs=max_epochs, early_stop_patience=C.EARLY_STOP_PATIENCE,
+                         canary=canary_batches or None, replay_batches=replay_batches or None,
+                         replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
+                         seed=self.seed + self.model_version)
+            variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
+            report = TrainReport(
+                accepted=result.accepted, model_version=self.model_version,
+                loss=result.epoch_losses[-1] if result.epoch_losses else (
+                    result.step_losses[-1] if result.step_losses else None),
+                steps=result.steps, sample_count=len(labelled), stop_reason=result.stop_reason,
+                gates=result.gates.to_dict(), canary_ndcg=result.gates.canary_ndcg,
+                canary_ndcg_delta=(result.gates.canary_ndcg - result.gates.previous_canary_ndcg)
+                if result.gates.canary_ndcg is not None and result.gates.previous_canary_ndcg is not None
+                and self.trained else None,
+                canary_score_variance=variance, canary_topk_churn=churn)
+            if result.accepted:
+                result.model.eval()
+                self.model = result.model            # the atomic swap
+                self.optimizer = result.optimizer
+                self.trained = True
+                self.model_version += 1
+                self.last_trained = datetime.now(timezone.utc).isoformat()
+                self.training_pairs = len(labelled)
+                self.steps_total += result.steps
+                if self.base_digest is not None:
+                    self.is_finetuned_from_base = True
+                report.model_version = self.model_version
+                if save:
+                    self.save_checkpoint()
+            else:
+                log.warning("predictor training rejected by gates %s", result.gates.failed)
+            report.duration_ms = (time.perf_counter() - t0) * 1000
+            return report
+
+    def save_checkpoint(self) -> str:
+        """Write the live model to ``model.bin`` atomically; returns its sha256 (hex).
+
+        Raises:
+            OSError: the file could not be written.
+        """
+        meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
+            "trained": self.trained, "model_version": self.model_version, "last_trained": self.last_trained,
+            "training_pairs": self.training_pairs, "steps_total": self.steps_total,
+            "base_digest": self.base_digest})
+        flags = ckpt.CheckpointFlags(is_pretrained_base=False, is_finetuned=self.is_finetuned_from_base)
+        return ckpt.save(self.checkpoint_path, self.model, meta, flags)
+
+    def save_base(self, path: str | Path) -> str:
+        """Write the live model as a Phase 6 base checkpoint (flag is_pretrained_base)."""
+        meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
+            "trained": True, "model_version": self.model_version, "training_pairs": self.training_pairs})
+        return ckpt.save(path, self.model, meta, ckpt.CheckpointFlags(is_pretrained_base=True, is_finetuned=False))
+
+    def status(self) -> dict[str, Any]:
+        """The seed's status reply: trained, training_pairs, model_version, last_trained, and more."""
+        return {
+            "trained": self.trained, "model_ready": self.trained, "training_pairs": self.training_pairs,
+            "model_version": self.model_version, "last_trained": self.last_trained,
+            "steps_total": self.steps_total, "parameters": self.model.count_parameters(),
+            "feature_schema": CURRENT_SCHEMA.to_dict(), "embedding_model_id": self.embedding_model_id,
+            "native_dim": self.native_dim, "checkpoint": str(self.checkpoint_path),
+            "finetuned_from_base": self.is_finetuned_from_base,
+        }
+
+
+def _canary_stats(candidate: MemoryScorer, previous: MemoryScorer, canary: Sequence[Any],
+                  gates: GateReport) -> tuple[float | None, float | None]:
+    """(score variance, top-5 churn) on the canary set; churn = share of sessions whose top-5 changed."""
+    if not canary:
+        return None, None
+    variance = next((g.value for g in gates.gates if g.name == "score_variance" and not g.skipped), None)
+    changed, total = 0, 0
+    for b in canary:
+        overlap = topk_overlap(candidate.score(b), previous.score(b), b.mask, 5)
+        changed += int((overlap < 1.0).sum())
+        total += int(overlap.numel())
+    return variance, (changed / total if total else None)
+
+
+def load_or_fresh(model_dir: str | Path, *, embedding_model_id: str, native_dim: int,
+                  base_weights: str | None = None) -> tuple[PredictorEngine, str | None]:
+    """Build an engine; a checkpoint that cannot be served is moved aside and reported.
+
+    Returns:
+        ``(engine, error)``: ``error`` says why a stored checkpoint was set aside (renamed to
+        ``model.bin.rejected-<time>``), else None.
+    """
+    try:
+        return PredictorEngine(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim,
+                               base_weights=base_weights or None), None
+    except CheckpointError as exc:
+        path = Path(model_dir) / CHECKPOINT_NAME
+        aside = path.with_name(f"{CHECKPOINT_NAME}.rejected-{int(time.time())}")
+        if path.exists():
+            path.rename(aside)
+        log.error("predictor checkpoint refused (%s); kept as %s, starting untrained", exc, aside)
+        engine = PredictorEngine(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim)
+        return engine, f"{exc} (kept as {aside.name})"

@@ -1,0 +1,261 @@
+"""How much the predictor may influence a ranking: RRF fusion, the success-rate EMA, alpha.
+
+Pure functions and one state record, no I/O (predictive-memory-scorer.md "Ranking Fusion",
+"Success Rate Tracking", "Cold Start", "Exploration Sampling", "Phase 5b: Concept Drift
+Detection"). The daemon keeps a :class:`PolicyState` in ``predictor_state`` and updates it
+once per session-end comparison with :func:`record_comparison`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memlane.predictor import settings as C
+
+__all__ = [
+    "ComparisonOutcome",
+    "PolicyState",
+    "alpha_for",
+    "evaluation_ndcg",
+    "ndcg_of_ranking",
+    "phase_of",
+    "pick_exploration",
+    "record_comparison",
+    "rrf_fuse",
+]
+
+
+@dataclass
+class PolicyState:
+    """The daemon's view of the predictor's track record (persisted as JSON).
+
+    Attributes:
+        success_rate: EMA (factor 0.1) of session wins, [0, 1]; starts at 0 (no record).
+        comparisons: EMA-eligible comparisons seen.
+        recent_wins: wins (1/0) of the last ``COLD_START_WINDOW`` eligible comparisons.
+        trained: a training run has been accepted at least once.
+        model_version: version of the model serving (0 = untrained).
+        cold_start_exited: all three exit conditions were met once (reset by drift).
+        sessions_since_exit: eligible sessions since cold start exited (drives the floors).
+        low_streak: consecutive eligible sessions with success_rate < 0.3.
+        drift_resets: drift resets so far.
+        drifting: a drift reset happened and its retrain has not completed yet.
+        training_sessions: training-grade sessions seen (confidence >= 0.6).
+        sessions_since_train: training-grade sessions since the last training run.
+        project_rates: per-project ``{project: [ema, count]}`` slices (at most 5, newest kept).
+        last_trained: ISO time of the last accepted training run.
+    """
+
+    success_rate: float = 0.0
+    comparisons: int = 0
+    recent_wins: list[int] = field(default_factory=list)
+    trained: bool = False
+    model_version: int = 0
+    cold_start_exited: bool = False
+    sessions_since_exit: int = 0
+    low_streak: int = 0
+    drift_resets: int = 0
+    drifting: bool = False
+    training_sessions: int = 0
+    sessions_since_train: int = 0
+    project_rates: dict[str, list[float]] = field(default_factory=dict)
+    last_trained: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> "PolicyState":
+        if not raw:
+            return cls()
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def phase_of(state: PolicyState, *, disabled: bool = False, min_training_sessions: int = 10) -> str:
+    """The status-line phase: disabled, retraining, collecting, warming or active (seed 4.x)."""
+    if disabled:
+        return "disabled"
+    if state.drifting:
+        return "retraining"
+    if not state.trained or state.training_sessions < min_training_sessions:
+        return "collecting"
+    return "active" if state.cold_start_exited else "warming"
+
+
+def alpha_for(state: PolicyState) -> float:
+    """The baseline's weight alpha in [0, 1] (seed "Success Rate Tracking" and "Cold Start").
+
+    ``alpha = 1 - success_rate`` once cold start has exited, never below the early-active
+    floors (0.8 for the first 10 sessions after exit, 0.6 for sessions 11-20); 1.0 before
+    exit and while a drift retrain is pending.
+    """
+    if not state.cold_start_exited or state.drifting:
+        return 1.0
+    alpha = 1.0 - state.success_rate
+    n = state.sessions_since_exit
+    step = C.EARLY_ACTIVE_RAMP_SESSIONS // len(C.EARLY_ACTIVE_ALPHA_FLOORS)
+    for i, floor in enumerate(C.EARLY_ACTIVE_ALPHA_FLOORS):
+        if n < step * (i + 1):
+            return max(alpha, floor)
+    return min(max(alpha, 0.0), 1.0)
+
+
+def rrf_fuse(baseline: Sequence[str], predictor: Sequence[str], alpha: float, k: float = 12.0) -> dict[str, float]:
+    """Reciprocal Rank Fusion of two rankings (seed "Ranking Fusion"; Cormack et al. 2009).
+
+    ``score = alpha / (k + rank_baseline) + (1 - alpha) / (k + rank_predictor)`` with 1-based
+    ranks; a memory missing from one ranking takes rank ``N + 1`` there (N = number of
+    distinct candidates).
+
+    Args:
+        baseline: memory ids, best first.
+        predictor: memory ids, best first.
+        alpha: the baseline's weight in [0, 1].
+        k: the RRF constant (> 0).
+
+    Returns:
+        ``{memory_id: fused score}`` over the union of both rankings.
+
+    Raises:
+        ValueError: alpha outside [0, 1] or k <= 0.
+    """
+    if not 0.0 <= alpha <= 1.0 or k <= 0:
+        raise ValueError(f"alpha must be in [0, 1] and k > 0, got alpha={alpha}, k={k}")
+    ids = list(dict.fromkeys([*baseline, *predictor]))
+    missing = len(ids) + 1
+    rb = {m: i + 1 for i, m in enumerate(baseline)}
+    rp = {m: i + 1 for i, m in enumerate(predictor)}
+    return {m: alpha / (k + rb.get(m, missing)) + (1.0 - alpha) / (k + rp.get(m, missing)) for m in ids}
+
+
+def ndcg_of_ranking(ranking: Sequence[str], relevance: Mapping[str, float], k: int = C.NDCG_K) -> float | None:
+    """NDCG@k of a ranking against graded relevance (seed "NDCG": DCG = sum rel_i / log2(i + 2)).
+
+    Negative labels count as 0 gain; memories missing from ``relevance`` have gain 0.
+
+    Returns:
+        NDCG in [0, 1], or ``None`` when no memory has positive relevance (undefined).
+    """
+    gains = sorted((max(float(v), 0.0) for v in relevance.values()), reverse=True)
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains[:k]))
+    if ideal <= 0:
+        return None
+    dcg = sum(max(float(relevance.get(m, 0.0)), 0.0) / math.log2(i + 2) for i, m in enumerate(ranking[:k]))
+    return dcg / ideal
+
+
+def evaluation_ndcg(baseline: Sequence[str], predictor: Sequence[str], injected: Sequence[str],
+                    labels: Mapping[str, float], k: int = C.NDCG_K) -> tuple[float | None, float | None, dict[str, float]]:
+    """NDCG@k of both rankings over one evaluation pool (seed "Success Rate Tracking").
+
+    ``pool = top-k(baseline) U top-k(predictor) U injected``; each memory's relevance is its
+    label (0.0 when it has none). Each ranking is restricted to the pool.
+
+    Returns:
+        ``(predictor_ndcg, baseline_ndcg, relevance)``; both NDCGs are None when nothing in
+        the pool has positive relevance.
+    """
+    pool = list(dict.fromkeys([*baseline[:k], *predictor[:k], *injected]))
+    relevance = {m: float(labels.get(m, 0.0) or 0.0) for m in pool}
+    members = set(pool)
+    p = ndcg_of_ranking([m for m in predictor if m in members], relevance, k)
+    b = ndcg_of_ranking([m for m in baseline if m in members], relevance, k)
+    return p, b, relevance
+
+
+@dataclass(frozen=True)
+class ComparisonOutcome:
+    """What :func:`record_comparison` decided for one session."""
+
+    ema_updated: bool
+    won: bool | None
+    exited_cold_start: bool = False
+    drift_reset: bool = False
+    retrain_due: bool = False
+
+
+def _ema(old: float, x: float) -> float:
+    return (1.0 - C.EMA_ALPHA) * old + C.EMA_ALPHA * x
+
+
+def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, baseline_ndcg: float | None,
+                      confidence: float, predictor_scored: bool, project: str | None,
+                      min_training_sessions: int, train_interval_sessions: int,
+                      drift_reset_window: int) -> ComparisonOutcome:
+    """Update ``state`` in place after a session-end comparison.
+
+    The EMA moves only when the session is confident (>= 0.6), the predictor scored the
+    session, and the pool held a relevant memory; a win is ``predictor_ndcg > baseline_ndcg``
+    (seed "Success Rate Tracking"). Cold start exits when trained, at least
+    ``min_training_sessions`` training-grade sessions were seen and more than 40 % of the last
+    10 comparisons were wins. A drift reset (success rate < 0.3 for ``drift_reset_window``
+    consecutive sessions after exit) sets alpha back to 1.0, the EMA to 0.5 and asks for a
+    retrain (seed "Phase 5b"). Every training-grade session counts toward the retrain interval.
+    """
+    confident = confidence >= C.MIN_SCORER_CONFIDENCE
+    if confident:
+        state.training_sessions += 1
+        state.sessions_since_train += 1
+    eligible = confident and predictor_scored and predictor_ndcg is not None and baseline_ndcg is not None
+    won: bool | None = None
+    exited = drift = False
+    if eligible:
+        won = bool(predictor_ndcg > baseline_ndcg)  # type: ignore[operator]
+        state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
+        state.comparisons += 1
+        state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
+        if project:
+            ema, n = state.project_rates.pop(project, [0.0, 0])
+            state.project_rates[project] = [_ema(ema, 1.0 if won else 0.0), n + 1]
+            while len(state.project_rates) > C.MAX_PROJECT_SLICES:
+                state.project_rates.pop(next(iter(state.project_rates)))
+        if state.cold_start_exited:
+            state.sessions_since_exit += 1
+            state.low_streak = state.low_streak + 1 if state.success_rate < C.DRIFT_RESET_THRESHOLD else 0
+            if state.low_streak >= drift_reset_window:
+                drift = True
+                state.drift_resets += 1
+                state.drifting = True
+                state.cold_start_exited = False
+                state.sessions_since_exit = 0
+                state.low_streak = 0
+                state.success_rate = C.DRIFT_RESET_EMA
+                state.recent_wins = []
+        elif (state.trained and not state.drifting and state.training_sessions >= min_training_sessions
+              and len(state.recent_wins) >= C.COLD_START_WINDOW
+              and sum(state.recent_wins) / len(state.recent_wins) > C.COLD_START_MIN_SUCCESS):
+            state.cold_start_exited = True
+            state.sessions_since_exit = 0
+            exited = True
+    due = drift or (confident and state.sessions_since_train >= train_interval_sessions)
+    return ComparisonOutcome(ema_updated=eligible, won=won, exited_cold_start=exited, drift_reset=drift,
+                             retrain_due=due)
+
+
+def pick_exploration(injected: Sequence[str], candidates: Sequence[str], baseline_rank: Mapping[str, int],
+                     predictor_rank: Mapping[str, int], rate: float, rng: random.Random) -> tuple[str, str] | None:
+    """Epsilon-greedy exploration (seed "Exploration Sampling").
+
+    With probability ``rate``, the lowest injected memory is replaced by the non-injected
+    candidate with the largest ``|baseline_rank - predictor_rank|``.
+
+    Returns:
+        ``(replaced_id, explored_id)`` or None (no draw, nothing injected, or no candidate
+        ranked by both).
+    """
+    if not injected or rate <= 0 or rng.random() >= rate:
+        return None
+    shown = set(injected)
+    best, best_delta = None, -1
+    for m in candidates:
+        if m in shown or m not in baseline_rank or m not in predictor_rank:
+            continue
+        delta = abs(baseline_rank[m] - predictor_rank[m])
+        if delta > best_delta:
+            best, best_delta = m, delta
+    return (injected[-1], best) if best is not None else None

@@ -1,0 +1,68 @@
+"""Predictor configuration: the seed's eight exposed keys and its hard-coded constants.
+
+predictive-memory-scorer.md "Phase 5: Config" exposes eight keys (``predictor:`` in
+config.yaml, camelCase or snake_case; env ``MEMLANE_PREDICTOR__RRF_K=12``) and fixes the rest
+as constants. memlane adds ``base_weights`` (Phase 6: start from a base checkpoint) and
+``threads``. The seed ships the predictor disabled ("rollout: off by default"); memlane
+enables it by default because it cannot change a ranking before it has earned influence
+(alpha stays 1.0 until cold start exits), and a predictor that never runs by default never
+collects the evidence that would let it help.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# -- hard-coded defaults (seed "Phase 5: Config", not user-configurable) ------------------
+INTERNAL_DIM = 64
+HASH_BUCKETS = 16_384
+EMA_ALPHA = 0.1                     # success-rate smoothing factor
+DRIFT_RESET_THRESHOLD = 0.3         # success rate below which a drift reset counts
+REPLAY_BUFFER_SIZE = 20             # top historical sessions mixed into training
+REPLAY_SHARE = 0.2                  # ~20 % of training batches come from the replay buffer
+MIN_SCORER_CONFIDENCE = 0.6         # continuity-scorer confidence gate (training and EMA)
+LOSS_TEMPERATURE = 0.5
+SHARP_LOSS_TEMPERATURE = 0.3
+MAX_PROJECT_SLICES = 5              # per-project EMA slices kept
+EARLY_ACTIVE_RAMP_SESSIONS = 20     # sessions after cold-start exit before the influence cap lifts
+EARLY_ACTIVE_ALPHA_FLOORS = (0.8, 0.6)   # alpha floors for sessions 1-10 and 11-20 after exit
+COLD_START_WINDOW = 10              # "success_rate > 0.4 over last 10 comparisons"
+COLD_START_MIN_SUCCESS = 0.4
+DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
+CANARY_SIZE = 25
+CANARY_REFRESH_DAYS = 7
+MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
+MAX_TRAINING_SECONDS = 30.0
+MAX_EPOCHS = 50
+EARLY_STOP_PATIENCE = 5
+LEARNING_RATE = 3e-3
+BATCH_SIZE = 32
+NDCG_K = 10
+CRASH_WINDOW_S = 3600.0             # crashes counted over one hour
+CRASH_COOLDOWN_S = 3600.0           # disabled this long after the threshold is reached
+START_TIMEOUT_S = 60.0              # sidecar start-up (torch import) budget
+TRAIN_TIMEOUT_S = 120.0             # a training request's reply budget
+
+
+class PredictorSettings(BaseModel):
+    """The predictor's exposed configuration (seed "Phase 5: Config")."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    enabled: bool = Field(True, description="Run the predictor sidecar (it earns influence before it has any).")
+    train_interval_sessions: int = Field(10, ge=1, le=10_000, description="Retrain every N training-grade sessions.")
+    min_training_sessions: int = Field(
+        10, ge=1, le=10_000, description="Sessions before the predictor may influence injection.")
+    score_timeout_ms: float = Field(
+        120.0, gt=0, le=60_000, description="A score reply later than this means the baseline ranking, ms.")
+    crash_disable_threshold: int = Field(
+        3, ge=1, le=1000, description="Crashes within an hour that disable the predictor until a cool-down.")
+    rrf_k: float = Field(12.0, gt=0, le=1000, description="RRF constant k (tuned for ~50-100 candidates).")
+    exploration_rate: float = Field(
+        0.05, ge=0.0, le=1.0, description="Probability that a session's lowest injected slot explores.")
+    drift_reset_window: int = Field(
+        10, ge=1, le=1000, description="Consecutive sessions with success rate < 0.3 before a drift reset.")
+    base_weights: str = Field(
+        "", description="Phase 6: a base checkpoint to start from when no user checkpoint exists ('' = none).")
+    threads: int = Field(1, ge=1, le=64, description="torch threads in the sidecar.")

@@ -1,0 +1,370 @@
+"""``memlane predictor serve``: the predictor sidecar, newline-delimited JSON-RPC 2.0 on stdio.
+
+predictive-memory-scorer.md "Daemon Communication Protocol". One request per line on stdin,
+one response per line on stdout (responses may arrive out of order: a ``score`` is answered
+while a ``train`` runs on the training thread). Methods:
+
+``score``            rank one session's candidates (see :func:`parse_score_params`)
+``train``            fit on sessions given inline (seed single-session form or ``sessions``)
+``train_from_db``    fit on the stored training-grade sessions, canary and replay buffer
+``status``           trained, training_pairs, model_version, last_trained, ...
+``save_checkpoint``  write ``model.bin`` now
+
+Errors use the JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 method not
+found, -32602 invalid params, -32603 internal error. After loading its model the sidecar
+sends one notification ``{"method": "ready", "params": <status>}``. The database is opened
+read-only (``mode=ro`` and ``PRAGMA query_only``): the sidecar cannot write it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from memlane.predictor import settings as C
+from memlane.predictor.dataset import build_session, load_sessions
+from memlane.predictor.engine import PredictorEngine, load_or_fresh
+from memlane.storage import predictor as pred_sql
+
+__all__ = ["InvalidParams", "Sidecar", "parse_score_params", "serve"]
+
+log = logging.getLogger(__name__)
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+MAX_LINE_BYTES = 32 * 1024 * 1024
+MAX_CANDIDATES = 1000
+
+
+class InvalidParams(ValueError):
+    """Bad ``params`` of a known method (JSON-RPC -32602)."""
+
+
+def open_readonly(path: str | Path) -> sqlite3.Connection:
+    """A read-only connection (URI ``mode=ro`` plus ``PRAGMA query_only``)."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+def _floats(raw: Any, name: str, dim: int | None = None) -> np.ndarray:
+    try:
+        v = np.asarray(raw, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParams(f"{name} must be an array of numbers") from exc
+    if v.ndim != 1 or (dim is not None and v.shape[0] != dim) or not np.isfinite(v).all():
+        raise InvalidParams(f"{name} must be {dim or 'n'} finite numbers")
+    return v
+
+
+def _b64_matrix(raw: Any, name: str, rows: int, dim: int) -> np.ndarray:
+    if not isinstance(raw, str):
+        raise InvalidParams(f"{name} must be a base64 string")
+    try:
+        m = np.frombuffer(base64.b64decode(raw, validate=True), dtype="<f4")
+    except (ValueError, TypeError) as exc:
+        raise InvalidParams(f"{name} is not valid base64") from exc
+    if m.size != rows * dim:
+        raise InvalidParams(f"{name} holds {m.size} floats, expected {rows} x {dim}")
+    return m.reshape(rows, dim)
+
+
+def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
+                       labels_key: str | None = None) -> tuple[list[str], Any]:
+    """Validate ``score`` params and build the :class:`~memlane.predictor.data.Session`.
+
+    Params (all JSON)::
+
+        candidate_ids        [n] memory ids (required, 1..1000, unique)
+        candidates           [n] raw signal objects (CandidateFeatures fields); default {} each
+        session_time         ISO-8601 local time of the session (default: now)
+        session_gap_hours    hours since the previous session (default 0)
+        project              project name or null
+        context_embedding    [E] floats, or context_embedding_b64 (float32 LE); or null
+        context_text         text for the text path when there is no context embedding
+        candidate_embeddings [n][E] floats, or candidate_embeddings_b64 ([n*E] float32 LE)
+                             with candidate_is_embedded [n] bools; absent -> read from the DB
+        candidate_texts      [n] texts for candidates without embeddings (absent -> the DB)
+
+    Returns:
+        ``(candidate_ids, session)``.
+
+    Raises:
+        InvalidParams: any violation, with a message naming the field.
+    """
+    if not isinstance(p, dict):
+        raise InvalidParams("params must be an object")
+    ids = p.get("candidate_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise InvalidParams("candidate_ids must be a non-empty array of strings")
+    if len(ids) > MAX_CANDIDATES or len(set(ids)) != len(ids):
+        raise InvalidParams(f"candidate_ids must be unique and at most {MAX_CANDIDATES}")
+    n = len(ids)
+    raw = p.get("candidates") or [{} for _ in ids]
+    if not isinstance(raw, list) or len(raw) != n or not all(isinstance(r, dict) for r in raw):
+        raise InvalidParams(f"candidates must be {n} objects")
+    defaults = {"age_days": 0.0, "importance": 0.5, "access_count": 0, "is_embedded": True}
+    raw = [{**defaults, **r} for r in raw]
+    try:
+        when = datetime.fromisoformat(str(p["session_time"]).replace("Z", "+00:00")) if p.get("session_time") \
+            else datetime.now().astimezone()
+        gap = float(p.get("session_gap_hours") or 0.0)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParams(f"session_time / session_gap_hours: {exc}") from exc
+    project = p.get("project")
+    if project is not None and not isinstance(project, str):
+        raise InvalidParams("project must be a string or null")
+    ctx = None
+    if p.get("context_embedding_b64") is not None:
+        ctx = _b64_matrix(p["context_embedding_b64"], "context_embedding_b64", 1, native_dim)[0]
+    elif p.get("context_embedding") is not None:
+        ctx = _floats(p["context_embedding"], "context_embedding", native_dim)
+    context_text = p.get("context_text") or ""
+    if not isinstance(context_text, str):
+        raise InvalidParams("context_text must be a string")
+    vectors: list[np.ndarray | None]
+    texts = p.get("candidate_texts")
+    if p.get("candidate_embeddings_b64") is not None:
+        m = _b64_matrix(p["candidate_embeddings_b64"], "candidate_embeddings_b64", n, native_dim)
+        flags = p.get("candidate_is_embedded") or [True] * n
+        if not isinstance(flags, list) or len(flags) != n:
+            raise InvalidParams(f"candidate_is_embedded must be {n} booleans")
+        vectors = [m[i] if flags[i] else None for i in range(n)]
+    elif p.get("candidate_embeddings") is not None:
+        rows = p["candidate_embeddings"]
+        if not isinstance(rows, list) or len(rows) != n:
+            raise InvalidParams(f"candidate_embeddings must be {n} arrays")
+        vectors = [None if r is None else _floats(r, "candidate_embeddings[]", native_dim) for r in rows]
+    else:
+        stored = lookup(ids)
+        vectors = [None] * n
+        for i, mid in enumerate(ids):
+            blob = stored.get(mid, ("", None))[1]
+            if blob is not None and len(blob) == native_dim * 4:
+                vectors[i] = np.frombuffer(blob, dtype="<f4")
+        if texts is None:
+            texts = [stored.get(mid, ("", None))[0] for mid in ids]
+    if texts is None:
+        texts = [""] * n
+    if not isinstance(texts, list) or len(texts) != n or not all(isinstance(t, str) for t in texts):
+        raise InvalidParams(f"candidate_texts must be {n} strings")
+    labels = None
+    if labels_key is not None:
+        lab = p.get(labels_key)
+        if not isinstance(lab, list) or len(lab) != n:
+            raise InvalidParams(f"{labels_key} must be {n} numbers")
+        labels = _floats(lab, labels_key, n)
+    try:
+        session = build_session(candidates=raw, session_time=when, session_gap_hours=gap, candidate_vectors=vectors,
+                                candidate_texts=texts, context_vector=ctx, context_text=context_text,
+                                project=project, native_dim=native_dim, labels=labels,
+                                confidence=_confidence(p))
+    except ValueError as exc:
+        raise InvalidParams(str(exc)) from exc
+    return ids, session
+
+
+def _confidence(p: dict[str, Any]) -> float:
+    raw = p.get("continuity_score", p.get("confidence"))
+    try:
+        value = 1.0 if raw is None else float(raw)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParams("continuity_score must be a number") from exc
+    if not 0.0 <= value <= 1.0:
+        raise InvalidParams("continuity_score must be in [0, 1]")
+    return value
+
+
+class Sidecar:
+    """Dispatches JSON-RPC requests to a :class:`PredictorEngine` (one per process).
+
+    Args:
+        engine: the engine serving scores.
+        db_path: the daemon's database, opened read-only for ``train_from_db`` and lookups.
+        out: where responses are written (stdout).
+        load_error: why a stored checkpoint was set aside at start-up (reported by status).
+    """
+
+    def __init__(self, engine: PredictorEngine, db_path: str | Path | None, out: IO[str],
+                 load_error: str | None = None) -> None:
+        self.engine = engine
+        self.db_path = db_path
+        self.out = out
+        self.load_error = load_error
+        self._write_lock = threading.Lock()
+        self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor-train")
+        self._training = threading.Event()
+        self._local = threading.local()
+        self.methods: dict[str, Callable[[Any], Any]] = {
+            "score": self.score, "train": self.train, "train_from_db": self.train_from_db,
+            "status": self.status, "save_checkpoint": self.save_checkpoint}
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if not self.db_path:
+                raise InvalidParams("the sidecar was started without --db")
+            conn = self._local.conn = open_readonly(self.db_path)
+        return conn
+
+    def send(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":"), allow_nan=False)
+        with self._write_lock:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def _reply(self, rid: Any, result: Any = None, error: tuple[int, str] | None = None) -> None:
+        if error is not None:
+            self.send({"jsonrpc": "2.0", "id": rid, "error": {"code": error[0], "message": error[1]}})
+        else:
+            self.send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    def handle_line(self, line: str) -> None:
+        """Parse one request line and answer it (training requests answer later)."""
+        if len(line) > MAX_LINE_BYTES:
+            return self._reply(None, error=(INVALID_REQUEST, f"request line over {MAX_LINE_BYTES} bytes"))
+        try:
+            req = json.loads(line)
+        except ValueError as exc:
+            return self._reply(None, error=(PARSE_ERROR, f"parse error: {exc}"))
+        if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
+            rid = req.get("id") if isinstance(req, dict) else None
+            return self._reply(rid if isinstance(rid, (str, int)) else None,
+                               error=(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object"))
+        rid = req.get("id")
+        if rid is not None and not isinstance(rid, (str, int)):
+            return self._reply(None, error=(INVALID_REQUEST, "id must be a string or an integer"))
+        method = self.methods.get(req["method"])
+        if method is None:
+            return self._reply(rid, error=(METHOD_NOT_FOUND, f"method not found: {req['method']}"))
+        params = req.get("params", {})
+        if req["method"] in ("train", "train_from_db"):
+            self._trainer.submit(self._run, rid, method, params)
+        else:
+            self._run(rid, method, params)
+
+    def _run(self, rid: Any, method: Callable[[Any], Any], params: Any) -> None:
+        try:
+            result = method(params)
+        except InvalidParams as exc:
+            err: tuple[int, str] | None = (INVALID_PARAMS, str(exc))
+        except Exception as exc:  # never let one request kill the sidecar
+            log.exception("predictor request failed")
+            err = (INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            err = None
+        if rid is not None:  # notifications get no reply
+            self._reply(rid, result, err) if err is None else self._reply(rid, error=err)
+
+    # -- methods ------------------------------------------------------------------------
+    def score(self, p: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
+        ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup)
+        scores = self.engine.score(session)
+        return {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
+                "model_version": self.engine.model_version, "trained": self.engine.trained,
+                "took_ms": round((time.perf_counter() - t0) * 1000, 3)}
+
+    def train(self, p: Any) -> dict[str, Any]:
+        if not isinstance(p, dict):
+            raise InvalidParams("params must be an object")
+        items = p.get("sessions") if "sessions" in p else [p]
+        if not isinstance(items, list) or not items:
+            raise InvalidParams("sessions must be a non-empty array")
+        lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
+        sessions = [parse_score_params(s, native_dim=self.engine.native_dim, lookup=lookup, labels_key="labels")[1]
+                    for s in items]
+        self._training.set()
+        try:
+            report = self.engine.train(sessions, max_epochs=int(p.get("epochs", C.MAX_EPOCHS)))
+        finally:
+            self._training.clear()
+        out = report.to_dict()
+        out.update(step=self.engine.steps_total, loss=report.loss)
+        return out
+
+    def train_from_db(self, p: Any) -> dict[str, Any]:
+        p = p if isinstance(p, dict) else {}
+        try:
+            limit = int(p.get("limit", C.MAX_TRAINING_SESSIONS))
+            epochs = int(p.get("epochs", C.MAX_EPOCHS))
+            max_seconds = float(p.get("max_seconds", C.MAX_TRAINING_SECONDS))
+        except (TypeError, ValueError) as exc:
+            raise InvalidParams(f"limit / epochs / max_seconds: {exc}") from exc
+        if not (1 <= limit <= 100_000 and 1 <= epochs <= 1000 and 0 < max_seconds <= 3600):
+            raise InvalidParams("limit in [1, 100000], epochs in [1, 1000], max_seconds in (0, 3600]")
+        e = self.engine
+        conn = self._conn()
+        t0 = time.perf_counter()
+        kw = dict(embedding_model=e.embedding_model_id, native_dim=e.native_dim, min_confidence=C.MIN_SCORER_CONFIDENCE)
+        canary_keys = pred_sql.canary_keys(conn)
+        canary = load_sessions(conn, keys=canary_keys, limit=len(canary_keys) or 1, **kw) if canary_keys else []
+        skip = set(canary_keys)
+        sessions = [s for s in load_sessions(conn, limit=limit, **kw) if s.session_id not in skip]
+        replay_keys = pred_sql.replay_keys(conn, size=C.REPLAY_BUFFER_SIZE, min_confidence=C.MIN_SCORER_CONFIDENCE)
+        recent = {s.session_id for s in sessions}
+        replay = load_sessions(conn, keys=[k for k in replay_keys if k not in skip], limit=C.REPLAY_BUFFER_SIZE, **kw)
+        replay = [s for s in replay if s.session_id not in recent] or replay
+        load_ms = (time.perf_counter() - t0) * 1000
+        self._training.set()
+        try:
+            report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds, max_epochs=epochs)
+        finally:
+            self._training.clear()
+        out = report.to_dict()
+        out.update(load_ms=round(load_ms, 1), canary_sessions=len(canary), replay_sessions=len(replay),
+                   step=e.steps_total)
+        return out
+
+    def status(self, _p: Any = None) -> dict[str, Any]:
+        out = self.engine.status()
+        out.update(busy_training=self._training.is_set(), pid=os.getpid(), db=str(self.db_path or ""),
+                   checkpoint_error=self.load_error)
+        return out
+
+    def save_checkpoint(self, _p: Any = None) -> dict[str, Any]:
+        digest = self.engine.save_checkpoint()
+        return {"path": str(self.engine.checkpoint_path), "sha256": digest, "model_version": self.engine.model_version}
+
+    def close(self) -> None:
+        self._trainer.shutdown(wait=True)
+
+
+def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, native_dim: int,
+          base_weights: str | None = None, threads: int = 1, stdin: IO[str] | None = None,
+          stdout: IO[str] | None = None) -> int:
+    """Run the sidecar until stdin closes; returns the process exit code (0)."""
+    from memlane.predictor.model import configure_threads
+
+    configure_threads(threads)
+    out = stdout or sys.stdout
+    inp = stdin or sys.stdin
+    engine, load_error = load_or_fresh(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim,
+                                       base_weights=base_weights)
+    sidecar = Sidecar(engine, db_path, out, load_error)
+    # Warm the scoring path once (first-call allocations), then announce readiness.
+    sidecar.score({"candidate_ids": ["warm-a", "warm-b"], "candidate_texts": ["a", "b"],
+                   "candidate_embeddings": [None, None], "context_text": "warm up"})
+    sidecar.send({"jsonrpc": "2.0", "method": "ready", "params": sidecar.status()})
+    try:
+        for line in inp:
+            if line.strip():
+                sidecar.handle_line(line)
+    finally:
+        sidecar.close()
+    return 0

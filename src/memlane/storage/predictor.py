@@ -1,0 +1,218 @@
+"""SQL for the predictor: training sessions, comparisons, training log, canary set, state.
+
+SQL only. The sidecar reads through :func:`training_sessions`, :func:`session_candidates` and
+:func:`canary_keys` on a read-only connection; everything that writes is the daemon's.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSessionRow:
+    """A labelled, scored session: the inputs the predictor was served plus its outcome."""
+
+    session_key: str
+    project: str | None
+    context: str | None
+    context_vector: bytes | None
+    context_model: str | None
+    signals: dict[str, Any]
+    score: float
+    confidence: float
+    started_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTrainingRow:
+    """One candidate of a training session with its logged features, label and vector."""
+
+    memory_id: str
+    features: dict[str, Any] | None
+    label: float | None
+    content: str
+    vector: bytes | None
+
+
+def training_sessions(conn: sqlite3.Connection, *, min_confidence: float, limit: int,
+                      keys: Sequence[str] | None = None) -> list[TrainingSessionRow]:
+    """Newest scored sessions with confidence >= ``min_confidence`` whose candidates have
+    logged features and labels (or exactly ``keys`` when given), newest first."""
+    where = ["ss.confidence >= ?", "s.signals IS NOT NULL"]
+    args: list[Any] = [min_confidence]
+    if keys is not None:
+        if not keys:
+            return []
+        where.append(f"s.session_key IN ({','.join('?' * len(keys))})")
+        args += list(keys)
+    args.append(limit)
+    rows = conn.execute(
+        f"""SELECT s.session_key, s.project, s.context, s.context_vector, s.context_model, s.signals,
+                   ss.score, ss.confidence, s.started_at
+            FROM sessions s JOIN session_scores ss ON ss.session_key = s.session_key
+            WHERE {' AND '.join(where)}
+            ORDER BY s.started_at DESC, s.rowid DESC LIMIT ?""", args).fetchall()
+    return [TrainingSessionRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), float(r[6]),
+                               float(r[7]), r[8]) for r in rows]
+
+
+def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | None) -> list[CandidateTrainingRow]:
+    """Candidates of a session with logged features (fts_only rows have none), in rank order,
+    with each memory's content vector of ``model`` when stored."""
+    rows = conn.execute(
+        """SELECT sm.memory_id, sm.features, sm.label, m.content, e.vector
+           FROM session_memories sm JOIN memories m ON m.id = sm.memory_id
+           LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
+           WHERE sm.session_key = ? AND sm.features IS NOT NULL ORDER BY sm.rank, sm.id""",
+        (model or "", session_key)).fetchall()
+    return [CandidateTrainingRow(r[0], json.loads(r[1]) if r[1] else None, r[2], r[3], r[4]) for r in rows]
+
+
+def memory_inputs(conn: sqlite3.Connection, ids: Sequence[str], model: str | None) -> dict[str, tuple[str, bytes | None]]:
+    """``{memory_id: (content, content vector blob or None)}`` for scoring by id."""
+    out: dict[str, tuple[str, bytes | None]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i:i + 500])
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(
+                f"""SELECT m.id, m.content, e.vector FROM memories m
+                    LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
+                    WHERE m.id IN ({marks})""", [model or "", *chunk]):
+            out[r[0]] = (r[1], r[2])
+    return out
+
+
+def canary_keys(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key")]
+
+
+def canary_refreshed_at(conn: sqlite3.Connection) -> str | None:
+    r = conn.execute("SELECT max(added_at) FROM predictor_canary").fetchone()
+    return r[0] if r else None
+
+
+def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str) -> list[str]:
+    """Fill the canary set to ``size`` sessions, replacing the oldest members with the most
+    confident recent sessions not in it (seed "Canary Evaluation Set"). Returns the keys."""
+    current = conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key").fetchall()
+    fresh = conn.execute(
+        """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
+           WHERE ss.confidence >= ? AND s.signals IS NOT NULL
+             AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
+           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, size)).fetchall()
+    if not fresh:
+        return [r[0] for r in current]
+    room = size - len(current)
+    replace = max(0, min(len(fresh) - max(room, 0), len(current)))
+    for r in current[:replace]:
+        conn.execute("DELETE FROM predictor_canary WHERE session_key = ?", (r[0],))
+    for key, conf in fresh[: max(room, 0) + replace]:
+        conn.execute("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
+                     (key, conf, at))
+    return canary_keys(conn)
+
+
+def replay_keys(conn: sqlite3.Connection, *, size: int, min_confidence: float) -> list[str]:
+    """The replay buffer: the ``size`` best sessions by continuity score (seed "Phase 5b")."""
+    return [r[0] for r in conn.execute(
+        """SELECT s.session_key FROM sessions s JOIN session_scores ss USING (session_key)
+           WHERE ss.confidence >= ? AND s.signals IS NOT NULL
+           ORDER BY ss.score DESC, ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, size))]
+
+
+def set_session_inputs(conn: sqlite3.Connection, key: str, *, context_vector: np.ndarray | None,
+                       context_model: str | None, signals: Mapping[str, Any]) -> None:
+    """Record the session-level inputs the candidates were scored with."""
+    blob = None if context_vector is None else np.asarray(context_vector, dtype="<f4").tobytes()
+    conn.execute("UPDATE sessions SET context_vector = ?, context_model = ?, signals = ? WHERE session_key = ?",
+                 (blob, context_model, json.dumps(dict(signals)), key))
+
+
+def set_candidate_features(conn: sqlite3.Connection, key: str, features: Mapping[str, Mapping[str, Any]]) -> None:
+    """Log each candidate's raw scoring signals (``{memory_id: {...}}``) on its session row."""
+    conn.executemany("UPDATE session_memories SET features = ? WHERE session_key = ? AND memory_id = ?",
+                     [(json.dumps(dict(v)), key, m) for m, v in features.items()])
+
+
+def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+    r = conn.execute("SELECT signals FROM sessions WHERE session_key = ?", (key,)).fetchone()
+    return json.loads(r[0]) if r and r[0] else None
+
+
+def last_session_start(conn: sqlite3.Connection, *, before: str, project: str | None) -> str | None:
+    """Start time of the latest session before ``before`` (any project), for the session gap."""
+    r = conn.execute("SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
+                     (before,)).fetchone()
+    return r[0] if r else None
+
+
+def insert_comparison(conn: sqlite3.Connection, row: Mapping[str, Any]) -> str:
+    """Insert (or replace, for a re-scored session) one ``predictor_comparisons`` row."""
+    cid = row.get("id") or str(uuid.uuid4())
+    cols = ["id", "session_key", "project", "predictor_ndcg", "baseline_ndcg", "predictor_won", "margin",
+            "scorer_confidence", "ema_updated", "success_rate", "alpha", "predictor_top_ids", "baseline_top_ids",
+            "relevance_scores", "fts_overlap_score", "model_version", "predictor_state", "created_at"]
+    values = {**row, "id": cid}
+    for k in ("predictor_top_ids", "baseline_top_ids", "relevance_scores"):
+        if not isinstance(values[k], str):
+            values[k] = json.dumps(values[k])
+    conn.execute(f"INSERT OR REPLACE INTO predictor_comparisons ({','.join(cols)}) VALUES "
+                 f"({','.join('?' * len(cols))})", [values.get(c) for c in cols])
+    return cid
+
+
+def comparisons(conn: sqlite3.Connection, *, limit: int = 100) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM predictor_comparisons ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                        (limit,)).fetchall()
+    out = []
+    for r in rows:
+        d = dict(r)
+        for k in ("predictor_top_ids", "baseline_top_ids", "relevance_scores"):
+            d[k] = json.loads(d[k])
+        out.append(d)
+    return out
+
+
+def has_comparison(conn: sqlite3.Connection, key: str) -> bool:
+    return conn.execute("SELECT 1 FROM predictor_comparisons WHERE session_key = ?", (key,)).fetchone() is not None
+
+
+def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int:
+    cols = ["model_version", "trigger", "accepted", "loss", "steps", "sample_count", "duration_ms", "stop_reason",
+            "gates", "canary_ndcg", "canary_ndcg_delta", "canary_score_variance", "canary_topk_churn",
+            "drift_resets", "error", "created_at"]
+    values = dict(row)
+    if values.get("gates") is not None and not isinstance(values["gates"], str):
+        values["gates"] = json.dumps(values["gates"])
+    cur = conn.execute(f"INSERT INTO predictor_training_log ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                       [values.get(c) for c in cols])
+    return int(cur.lastrowid)
+
+
+def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM predictor_training_log ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["gates"] = json.loads(d["gates"]) if d["gates"] else None
+        out.append(d)
+    return out
+
+
+def load_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    r = conn.execute("SELECT state FROM predictor_state WHERE id = 1").fetchone()
+    return json.loads(r[0]) if r else None
+
+
+def save_state(conn: sqlite3.Connection, state: Mapping[str, Any], at: str) -> None:
+    conn.execute("INSERT INTO predictor_state(id, state, updated_at) VALUES (1, ?, ?) "
+                 "ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+                 (json.dumps(dict(state)), at))
