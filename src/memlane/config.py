@@ -240,5 +240,8 @@ def public_settings(settings: Settings) -> dict[str, Any]:
     for section in ("embedding", "llm"):
         if data.get(section, {}).get("api_key"):
             data[section]["api_key"] = "***"
+    tele = data.get("memory", {}).get("pipeline_v2", {}).get("telemetry", {})
+    if tele.get("posthog_api_key"):
+        tele["posthog_api_key"] = "***"
     data["db_path"] = str(settings.db_path)
     return data

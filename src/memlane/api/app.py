@@ -129,14 +129,10 @@ def create_app(container: Container) -> FastAPI:
         return ListOut(items=[MemoryOut.of(m) for m in items], total=total, limit=limit,
                        offset=offset, stats=mem.stats())
 
-    from memlane.api import hooks
+    from memlane.api import config_routes, hooks, pipeline_routes
     app.include_router(hooks.router(container))
-
-    @app.get("/api/config", tags=["meta"])
-    def get_config() -> dict[str, Any]:
-        """The effective settings (secrets masked)."""
-        from memlane.config import public_settings
-        return public_settings(container.settings)
+    app.include_router(config_routes.router(container))
+    app.include_router(pipeline_routes.router(container))
 
     from memlane.mcp.http import mount
     mount(app, container)

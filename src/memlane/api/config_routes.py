@@ -1,0 +1,42 @@
+"""``GET /api/config`` (the effective settings, secrets masked) and ``POST /api/config`` (change them).
+
+The POST body is a partial config shaped like config.yaml (camelCase or snake_case keys). It is
+validated (400 ``config_error`` naming the key path, nothing written), merged into
+``$MEMLANE_HOME/config.yaml`` atomically, and the pipeline's hot flags are applied at once; the
+answer lists ``applied`` and ``restart_required`` keys (see memlane.services.config_service).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body
+
+from memlane.config import public_settings
+from memlane.container import Container
+from memlane.services.config_service import update_config
+
+
+def router(container: Container) -> APIRouter:
+    """The config routes over ``container.settings``."""
+    r = APIRouter(tags=["meta"])
+
+    @r.get("/api/config")
+    def get_config() -> dict[str, Any]:
+        """The effective settings (secrets masked)."""
+        return public_settings(container.settings)
+
+    @r.post("/api/config")
+    def post_config(patch: Any = Body(..., openapi_examples={
+            "shadow": {"value": {"memory": {"pipelineV2": {"shadowMode": True}}}},
+            "recall": {"value": {"recall": {"alpha": 0.6}}}})) -> dict[str, Any]:
+        """Validate a partial config, merge it into config.yaml (atomic write), apply the pipeline's
+        hot flags now. Returns ``path``, ``applied``, ``restart_required``, ``unchanged``,
+        ``warnings``, the pipeline ``mode`` and the effective ``config``."""
+        change = update_config(container.settings, patch)
+        return {"path": str(change.path), "applied": change.applied, "restart_required": change.restart_required,
+                "unchanged": change.unchanged, "warnings": change.warnings,
+                "pipeline": container.settings.memory.pipeline_v2.flags(),
+                "config": public_settings(container.settings)}
+
+    return r
