@@ -25,6 +25,7 @@ from memlane.errors import ConfigError
 from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
 from memlane.sessions.checkpoints import CheckpointSettings
+from memlane.predictor.settings import PredictorSettings
 
 
 def default_home() -> Path:
@@ -153,6 +154,8 @@ class Settings(BaseSettings):
         default_factory=CheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
     memory: MemorySettings = Field(
         default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.pipeline.config).")
+    predictor: PredictorSettings = Field(
+        default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
 
     @property
     def db_path(self) -> Path:

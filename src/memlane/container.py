@@ -21,6 +21,7 @@ from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
+from memlane.services.predictor_service import PredictorService, sidecar_for
 from memlane.services.recall_service import RecallService
 from memlane.sessions.checkpoints import CheckpointService
 from memlane.sessions.service import SessionService
@@ -47,12 +48,16 @@ class Container:
     workers: WorkerRegistry = field(default_factory=WorkerRegistry)
     #: The LLM extraction uses (settings.llm unless memory.pipelineV2.extraction overrides it).
     extraction_llm: LlmProvider | None = None
+    #: The predictor (memlane.services.predictor_service), or None when it does not run here.
+    predictor: PredictorService | None = None
 
     def close(self) -> None:
         """Stop the workers; finish background judging, pending checkpoints and queued writes;
         close the database, the embedder and the LLM providers."""
         self.workers.stop_all()
         self.sessions.close()
+        if self.predictor is not None:
+            self.predictor.close()
         self.checkpoints.close()
         self.db.close()
         if self.embedder is not None:
@@ -81,7 +86,7 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
 
 
 def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False,
-                   start_workers: bool = False) -> Container:
+                   start_workers: bool = False, predictor: bool | None = None) -> Container:
     """Open the data directory of ``settings`` and wire the services.
 
     Args:
@@ -91,6 +96,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         warmup: load the local embedding model now rather than on the first call.
         start_workers: start the background workers (the daemon does; CLI one-shots and tests
             do not unless they ask). Workers are registered either way.
+        predictor: run the predictor sidecar (default: with ``start_workers``, i.e. in the daemon)
+            when ``settings.predictor.enabled``.
 
     Raises:
         StorageError: the database cannot be opened or migrated.
@@ -109,8 +116,16 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     recall = RecallService(memories, settings.recall)
     llm = build_provider(settings.llm)
     checkpoints = CheckpointService(db, settings.continuity)
-    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints)
+    pred = None
+    if (start_workers if predictor is None else predictor) and settings.predictor.enabled:
+        backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,
+                              embedding_model_id=emb.model_id if emb is not None else "none",
+                              native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1)
+        pred = PredictorService(db, index, backend, settings.predictor)
+        pred.start()
+    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred)
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)
+    container.predictor = pred
     _wire_pipeline(container)
     if start_workers:
         container.workers.start_all()

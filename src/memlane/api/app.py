@@ -133,6 +133,8 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(hooks.router(container))
     app.include_router(config_routes.router(container))
     app.include_router(pipeline_routes.router(container))
+    from memlane.api import predictor_routes
+    app.include_router(predictor_routes.router(container))
 
     from memlane.mcp.http import mount
     mount(app, container)

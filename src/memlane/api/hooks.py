@@ -7,7 +7,7 @@ fields, so a newer connector can talk to an older daemon.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +29,9 @@ class _Hook(BaseModel):
 class SessionStartIn(_Hook):
     source: str | None = Field(None, description="startup | resume | clear | compact")
     context: str | None = Field(None, description="Text describing the session, for the similarity pre-filter.")
+    ranking: Literal["effective", "relevance"] = Field(
+        "effective", description="effective = effectiveScore pool (default); relevance = the pool is the "
+                                 "hybrid-recall hits of `context` (sessions that start with a real request).")
 
 
 class PromptIn(_Hook):
@@ -71,7 +74,8 @@ def router(container: Container) -> APIRouter:
     def session_start(body: SessionStartIn) -> dict[str, Any]:
         """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
         res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
-                                   harness=body.harness, source=body.source, context=body.context, now=body.now))
+                                   harness=body.harness, source=body.source, context=body.context, now=body.now,
+                                   ranking=body.ranking))
         return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
                 "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
                 "injected": res.injected, "took_ms": round(res.took_ms, 3)}

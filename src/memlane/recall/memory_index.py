@@ -183,6 +183,19 @@ class MemoryIndex:
             safe = np.where(known, rows, 0)
             return known, self._access[safe].copy(), self._created[safe].copy()
 
+    def candidate_fields(self, seqs: list[int]) -> list[dict[str, float | bool] | None]:
+        """Per memory (None if unknown): created (epoch s), importance, access_count, superseded,
+        pinned - the stored signals the predictor scores with."""
+        with self._lock:
+            out: list[dict[str, float | bool] | None] = []
+            for s in seqs:
+                row = self._row_of.get(s, -1)
+                out.append(None if row < 0 else {
+                    "created": float(self._created[row]), "importance": float(self._importance[row]),
+                    "access_count": int(self._access[row]), "superseded": bool(self._superseded[row]),
+                    "pinned": bool(self._pinned[row])})
+            return out
+
     def vectors_of(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Content vectors of the given memories, float32 [len(seqs), d], and a bool [len(seqs)]
         mask of which have one (rows without a vector are zero)."""

@@ -19,6 +19,9 @@ class StartInput:
     source: str | None = None
     context: str | None = None
     now: str | None = None
+    #: "effective" (default: effectiveScore pool, seed baseline) or "relevance" (the pool is the
+    #: hybrid-recall hits of ``context``: for sessions that start with a real request).
+    ranking: str = "effective"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,9 @@ from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inject import Shown, render_block, render_line, select_within_budget, short_id, status_line
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
+from memlane.sessions import ranking
 from memlane.sessions.start import ContextVectors, build_pool
+from memlane.storage import predictor as pred_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import sessions as sess_sql
@@ -57,8 +59,9 @@ class SessionService:
     """
 
     def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
-                 llm: LlmProvider | None = None, checkpoints: Any = None) -> None:
+                 llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None) -> None:
         self.memories = memories
+        self.predictor = predictor  # PredictorService or None
         self.recall = recall
         self.settings = settings
         self.llm = llm
@@ -85,8 +88,9 @@ class SessionService:
         return check_text(value, name, max_chars=4096, allow_empty=True)
 
     def predictor_state(self) -> tuple[str, int]:
-        """(state, scored sessions). The predictor arrives with its own issue: until then, collecting."""
-        return "collecting", self.db.read(sess_sql.count_scored_sessions)
+        """(phase, scored sessions): collecting, warming, active, disabled or retraining."""
+        scored = self.db.read(sess_sql.count_scored_sessions)
+        return (self.predictor.phase() if self.predictor is not None else "collecting"), scored
 
     # -- session-start ------------------------------------------------------------------
     def start(self, inp: StartInput) -> StartResult:
@@ -105,6 +109,8 @@ class SessionService:
             self._opt(getattr(inp, name), name)
         if inp.context is not None:
             check_text(inp.context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
+        if inp.ranking not in ("effective", "relevance"):
+            raise ValidationError("ranking: must be 'effective' or 'relevance'", details={"field": "ranking"})
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
         state, scored = self.predictor_state()
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
@@ -120,24 +126,52 @@ class SessionService:
         eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
                                   limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
         cv = self.contexts.get(context)
-        pool = build_pool(eff, cv, index, s)
+        if inp.ranking == "relevance" and inp.context:
+            pool = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
+                                          now=now, now_epoch=iso_to_epoch(now))
+        else:
+            pool = build_pool(eff, cv, index, s)
+        decision = None
+        if self.predictor is not None and pool:
+            last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now, project=project))
+            decision = self.predictor.rank(pool=ranking.pool_members(pool), context_vector=cv, context_text=context,
+                                           project=project, now=now, last_start=last)
+            state = decision.phase
+            if decision.alpha < 1.0 and decision.predictor_rank:
+                pool = ranking.fuse_pool(pool, decision, index)
         chosen = self._select(pool, s.inject_budget_chars, s.inject_limit)
+        explored = self.predictor.explore([c.id for c in chosen], decision) if decision is not None else None
+        if explored is not None:
+            rows = self.db.read(lambda c: mem_sql.contents(c, [explored[1]]))
+            chosen = ranking.explored_shown(chosen, explored[0], explored[1], rows)
+            decision.signals["exploration"] = {"replaced": explored[0], "explored": explored[1]}
         chosen_ids = {c.id for c in chosen}
+        p_scores = decision.predictor_scores if decision is not None else {}
+        p_ranks = decision.predictor_rank if decision is not None else {}
         cand_rows = [sess_sql.CandidateRow(
-            memory_id=p.memory_id, source="effective", final_score=p.final_score, rank=p.rank,
+            memory_id=p.memory_id,
+            source="exploration" if explored is not None and p.memory_id == explored[1] else "effective",
+            final_score=p.final_score, rank=p.rank,
             was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
-            baseline_rank=p.baseline_rank) for p in pool]
+            predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
+            predictor_rank=p_ranks.get(p.memory_id)) for p in pool]
+        model_id = self.memories.embedder.model_id if self.memories.embedder is not None else None
 
         def job(conn: sqlite3.Connection) -> bool:
             if not sess_sql.insert_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd,
                                            context=context, started_at=now, predictor_state=state):
                 return False
             sess_sql.record_candidates(conn, key, cand_rows, now)
+            if decision is not None:
+                pred_sql.set_session_inputs(conn, key, context_vector=cv, context_model=model_id,
+                                            signals=decision.signals)
+                pred_sql.set_candidate_features(conn, key, decision.features)
             return True
 
         if not self.db.write(job):  # a concurrent start for the same key won the race
             return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
-        header = status_line(state, scored, s.min_training_sessions)
+        header = self.predictor.status_line() if self.predictor is not None else \
+            status_line(state, scored, s.min_training_sessions)
         block = render_block("Relevant memories:", chosen, with_feedback=s.agent_feedback)
         inject = header + ("\n" + block if block else "\n")
         return StartResult(key, "new", inject, state, candidate_count=len(pool),
@@ -401,7 +435,9 @@ class SessionService:
         self.db.write(lambda c: sess_sql.write_score(
             c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
             memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None, at=now))
-        return "behavioral", outcome.score, outcome.confidence, self.relabel(key)
+        n = self.relabel(key)
+        self._after_labels(key)
+        return "behavioral", outcome.score, outcome.confidence, n
 
     def _score_llm(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int]:
         rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
@@ -426,7 +462,18 @@ class SessionService:
             _finish_summary(conn, key, "completed", now, result={"score": result.score})
 
         self.db.write(job)
-        return "llm", result.score, result.confidence, self.relabel(key)
+        n = self.relabel(key)
+        self._after_labels(key)
+        return "llm", result.score, result.confidence, n
+
+    def _after_labels(self, key: str) -> None:
+        """Hand the labelled session to the predictor (comparison, EMA, retrain schedule)."""
+        if self.predictor is None:
+            return
+        try:
+            self.predictor.on_session_scored(key)
+        except Exception:  # the predictor never breaks a session-end
+            log.exception("predictor comparison for %s failed", key)
 
     # -- labels ---------------------------------------------------------------------------
     def _signals(self, r: sess_sql.SessionMemory, started_at: str) -> labels.CandidateSignals:

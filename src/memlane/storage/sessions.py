@@ -80,7 +80,12 @@ class SessionMemory:
 def get_session(conn: sqlite3.Connection, key: str) -> SessionRow | None:
     """The session with this key, or None."""
     r = conn.execute("SELECT * FROM sessions WHERE session_key = ?", (key,)).fetchone()
-    return SessionRow(**dict(r)) if r else None
+    if r is None:
+        return None
+    d = dict(r)
+    for k in ("context_vector", "context_model", "signals"):  # the predictor's inputs (storage.predictor)
+        d.pop(k, None)
+    return SessionRow(**d)
 
 
 def insert_session(conn: sqlite3.Connection, *, key: str, project: str | None, harness: str | None,
@@ -197,6 +202,7 @@ def session_memories(conn: sqlite3.Connection, key: str) -> list[SessionMemory]:
         d["is_deleted"] = bool(d["is_deleted"])
         d["label_reason"] = json.loads(d["label_reason"]) if d["label_reason"] else None
         d.pop("agent_preference", None)
+        d.pop("features", None)  # the predictor's logged signals (memlane.storage.predictor)
         out.append(SessionMemory(**d))
     return out
 
