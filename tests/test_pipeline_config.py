@@ -275,6 +275,7 @@ def test_post_config_round_trip(api, monkeypatch):
     ({"recall": {"alpha": "high"}}, 400, "recall.alpha"),
     ({"recall": {"nope": 1}}, 400, "recall.nope: unknown key"),
     ({"nope": 1}, 400, "nope: unknown key"),
+    ({"memory": 5}, 400, "memory: must be a mapping"),
     ({"home": "/tmp/elsewhere"}, 400, "home"),
     ([1, 2], 400, "JSON object"),
     ("text", 400, "JSON object"),

@@ -118,6 +118,9 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
     """
     if not isinstance(patch, dict):
         raise ConfigError("the body must be a JSON object shaped like config.yaml")
+    memory = patch.get("memory")
+    if memory is not None and not isinstance(memory, dict):
+        raise ConfigError("memory: must be a mapping (e.g. {\"pipelineV2\": {...}})")
     body = _normalize(patch)
     bad = sorted(set(body) & _FIXED)
     if bad:
