@@ -6,4 +6,5 @@ Modules:
     clock            timestamps.
     memory_service   remember, get, update, delete, recover, history, list, stats.
     recall_service   hybrid recall.
+    config_service   POST /api/config: validate a partial config, write config.yaml, apply hot flags.
 """
