@@ -16,7 +16,7 @@ which habit is in play. The personal patterns, each one a real developer's store
     from ``change_at``) all have parallel notes on 8 topics (deploy, migrations, tests, auth,
     logging, ci, deps, config): "Deploys go out via make release to fly.io" vs "... via the
     deploy.yml workflow to the EKS cluster through Argo CD". ~60 % of them name the project.
-    People do the same chores in several codebases. ~42 % of contexts are vague ("fix the
+    People do the same chores in several codebases. ~42 % of contexts (30-55 % per seed) are vague ("fix the
     failing build", "continue with the migration"): they name the topic only, so recall ranks
     every project's notes on it alike while only the session project's are relevant.
 (b) Time-of-day habits (``HABITS``, ``TOPIC_BIAS``). Weekday mornings: the main work project
