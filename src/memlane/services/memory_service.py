@@ -386,6 +386,33 @@ class MemoryService:
         """
         return self._set_deleted(memory_id, False, who, why)
 
+    def supersede(self, old_id: str, new_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
+        """Mark ``old_id`` superseded by ``new_id``: the row stays (nothing is lost), a
+        ``superseded`` history row records it, recall and session pools that exclude superseded
+        memories skip it; listeners get ``superseded``.
+
+        Raises:
+            NotFound: either id is unknown. Conflict: old is deleted, already superseded, or is new.
+        """
+        _check_actor(who, why)
+        now = now_iso()
+
+        def job(conn: sqlite3.Connection) -> Memory:
+            return supersede_in_tx(conn, old_id, new_id, who=who, why=why, at=now)
+
+        m = self.db.write(job)
+        self.after_commit(superseded=[m])
+        return m
+
+    def after_commit(self, *, created: Sequence[IndexEntry] = (), superseded: Sequence[Memory] = ()) -> None:
+        """Bring the index and listeners in step with rows another service committed in its own
+        transaction (the pipeline's derived memories and supersessions)."""
+        for e in created:
+            self._index_upsert(e)
+        for m in superseded:
+            self.index.set_superseded(m.seq, m.superseded_by is not None)
+            self._emit("superseded", m)
+
     def _set_deleted(self, memory_id: str, deleted: bool, who: str | None, why: str | None) -> Memory:
         _check_actor(who, why)
         self.get(memory_id)
@@ -411,6 +438,28 @@ class MemoryService:
         self.index.set_deleted(m.seq, deleted)
         self._emit("deleted" if deleted else "recovered", m)
         return m
+
+
+def supersede_in_tx(conn: sqlite3.Connection, old_id: str, new_id: str, *, who: str | None, why: str | None,
+                    at: str) -> Memory:
+    """Inside the caller's write transaction: set ``old.superseded_by = new_id`` and add the
+    ``superseded`` history row. Returns the old memory as updated (call
+    :meth:`MemoryService.after_commit` with it once the transaction commits).
+
+    Raises:
+        NotFound: either id is unknown. Conflict: old is deleted, already superseded, or is new.
+    """
+    old, new = mem_sql.get(conn, old_id), mem_sql.get(conn, new_id)
+    if old is None or new is None:
+        missing = old_id if old is None else new_id
+        raise NotFound(f"no memory with id {missing!r:.80}", details={"id": missing[:80]})
+    if old_id == new_id or old.is_deleted or old.superseded_by is not None:
+        raise Conflict("memory cannot be superseded (deleted, already superseded, or by itself)",
+                       details={"id": old_id, "superseded_by": old.superseded_by})
+    mem_sql.update_fields(conn, old_id, {"superseded_by": new_id}, at)
+    mem_sql.add_history(conn, old_id, "superseded", old_content=old.content, new_content=new.content,
+                        changes={"superseded_by": [None, new_id]}, who=who, why=why, at=at)
+    return mem_sql.get(conn, old_id)  # type: ignore[return-value]
 
 
 def _check_actor(who: str | None, why: str | None) -> None:
