@@ -16,9 +16,11 @@ from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
 from memlane.pipeline.config import extraction_llm_settings
+from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
 from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
+from memlane.recall import stages as recall_stages
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
 from memlane.services.predictor_service import PredictorService, sidecar_for
@@ -145,3 +147,5 @@ def _wire_pipeline(c: Container) -> None:
                             lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
                             enabled=lambda: pipeline().enabled))
     c.workers.add(StaleLeaseReaper(c.db))
+    recall_stages.wire(c)  # hints worker + hook; hints merge, dampening, reranker in recall
+    extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes

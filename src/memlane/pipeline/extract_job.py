@@ -1,0 +1,114 @@
+"""The ``extract`` job handler: one memory through extraction, decisions and controlled writes
+(memory-pipeline-v2.md "Worker Model", "Extraction Stage", "Decision Stage", "Controlled Writes").
+
+``wire(container)`` registers :func:`make_handler`'s handler on the container's ``extraction``
+JobWorker. Per job, outside any transaction: read the source memory -> extract (LLM) -> embed the
+facts -> decide per fact (hybrid candidates + LLM) -> contradiction checks; then one write
+transaction (:func:`memlane.pipeline.writes.apply_writes`).
+
+Outcomes: ``completed`` with the report as the job result; ``skipped`` (:class:`SkipJob`) when
+there is no LLM provider (``extraction_status='skipped'``, recorded in history; the raw memory is
+untouched and nothing blocks), the source is gone/deleted or is itself a derived memory; an LLM
+failure raises (the worker retries with backoff) and on the last attempt marks the memory
+``failed``. An attempt whose transaction committed but whose job completion was lost (crash in
+between) is recognised by its ``extraction`` history row and not applied twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memlane.pipeline.decision import run_shadow_decisions
+from memlane.pipeline.extraction import extract
+from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT
+from memlane.pipeline.runtime import JobWorker, SkipJob
+from memlane.pipeline.writes import apply_writes, assess_contradictions, prefetch_vectors, record_status
+from memlane.providers.base import LlmError
+from memlane.services.clock import now_iso
+from memlane.storage import memories as mem_sql
+from memlane.storage import pipeline_audit as audit_sql
+from memlane.storage.jobs import Job
+
+if TYPE_CHECKING:
+    from memlane.container import Container
+
+NO_LLM_REASON = "no LLM provider configured"
+#: Warnings kept in a job result (the full list is counted).
+MAX_RESULT_WARNINGS = 50
+
+
+def make_handler(c: Container, *, now: Callable[[], str] = now_iso) -> Callable[[Job], dict[str, Any]]:
+    """The ``extract`` handler over container ``c`` (settings read per job: hot flags apply at once).
+
+    Args:
+        now: the clock for audit timestamps (ISO-8601 UTC).
+    """
+
+    def handle_extract(job: Job) -> dict[str, Any]:
+        """Process one ``extract`` job; returns the result stored on the job.
+
+        Raises:
+            SkipJob: no LLM provider, source memory missing/deleted/derived.
+            LlmError: the provider failed (retried by the worker).
+        """
+        pipeline = c.settings.memory.pipeline_v2
+        memories = c.memories
+        source = memories.db.read(lambda conn: mem_sql.get(conn, job.memory_id)) if job.memory_id else None
+        if source is None:
+            raise SkipJob("source memory not found")
+        done = memories.db.read(lambda conn: audit_sql.job_summary(conn, source.id, job.id))
+        if done is not None:  # an earlier attempt committed; only its job completion was lost
+            if done.get("status") in ("skipped", "failed"):
+                raise SkipJob(str(done.get("reason", done.get("status"))))
+            return {**done, "replayed": True}
+        if source.is_deleted or source.source_type == DERIVED_SOURCE_TYPE:
+            reason = "source memory deleted" if source.is_deleted else "derived memory (not re-extracted)"
+            record_status(memories, source.id, job.id, "skipped", reason, now())
+            raise SkipJob(reason)
+        llm = c.extraction_llm
+        if llm is None:
+            # Trigger: no LLM is configured (llm.provider none).
+            # Why: the raw memory is already durable; extraction is an optional layer on top.
+            # Outcome: recorded as skipped (status + history row), job skipped, nothing blocks.
+            record_status(memories, source.id, job.id, "skipped", NO_LLM_REASON, now())
+            raise SkipJob(NO_LLM_REASON)
+        timeout_s = pipeline.extraction.timeout / 1000.0
+        model = getattr(llm, "name", type(llm).__name__)
+        try:
+            extraction = extract(llm, source.content, timeout_s=timeout_s)
+            vectors = prefetch_vectors(memories, extraction.facts)
+            decisions = run_shadow_decisions(llm, memories, c.settings.recall, extraction.facts, vectors,
+                                             project=source.project, exclude_ids={source.id}, timeout_s=timeout_s)
+        except LlmError as exc:
+            if job.attempts >= job.max_attempts:
+                record_status(memories, source.id, job.id, "failed", f"{type(exc).__name__}: {exc}"[:500], now(),
+                              {"attempts": job.attempts})
+            raise
+        assessments = assess_contradictions(decisions.proposals, pipeline, llm)
+        warnings = extraction.warnings + decisions.warnings
+        summary = {"warnings": warnings[:MAX_RESULT_WARNINGS], "warning_count": len(warnings),
+                   "llm_calls": 1 + decisions.llm_calls, "input_truncated": extraction.input_truncated,
+                   "proposals": dict(Counter(p.action for p in decisions.proposals)),
+                   "entities": [e.as_dict() for e in extraction.entities][:MAX_RESULT_WARNINGS]}
+        report = apply_writes(memories, source=source, job_id=job.id, extraction=extraction,
+                              proposals=decisions.proposals, assessments=assessments, pipeline=pipeline,
+                              vectors=vectors, extraction_model=model, at=now(), summary=summary)
+        return {"status": "shadow" if report.mode == "shadow" else "completed", "mode": report.mode,
+                "model": model, "facts": len(extraction.facts), "entity_count": len(extraction.entities),
+                "proposals": summary["proposals"], "outcomes": report.counts(), "created_ids": report.created_ids,
+                "superseded_ids": report.superseded_ids, "review_needed": sum(bool(a and a.review_needed)
+                                                                              for a in assessments),
+                "graph_persisted": report.graph_persisted, "warnings": summary["warnings"],
+                "warning_count": len(warnings), "llm_calls": summary["llm_calls"]}
+
+    return handle_extract
+
+
+def wire(c: Container) -> None:
+    """Register the ``extract`` handler on the container's ``extraction`` JobWorker (called by
+    ``container._wire_pipeline``)."""
+    worker = c.workers.get("extraction")
+    assert isinstance(worker, JobWorker)
+    worker.register(EXTRACT, make_handler(c))
