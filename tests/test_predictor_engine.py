@@ -1,0 +1,451 @@
+"""PredictorEngine (gated training, swap, checkpoints, refusal) and dataset.load_sessions round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from memlane.predictor import checkpoint as ckpt
+from memlane.predictor.checkpoint import CheckpointMeta
+from memlane.predictor.data import collate
+from memlane.predictor.dataset import build_session, load_sessions
+from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine, load_or_fresh
+from memlane.predictor.errors import (
+    CheckpointError,
+    CheckpointFormatError,
+    EmbeddingMismatchError,
+    FeatureSchemaMismatchError,
+)
+from memlane.predictor.features import (
+    CURRENT_SCHEMA,
+    NUM_FEATURES,
+    CandidateFeatures,
+    FeatureSchema,
+    build_feature_matrix,
+)
+from memlane.predictor.model import MemoryScorer, ScorerConfig
+from memlane.predictor.sidecar import open_readonly, parse_score_params
+from memlane.predictor.synthetic import make_sessions
+from memlane.storage import predictor as pred_sql
+from memlane.storage import sessions as sess_sql
+from memlane.storage.db import Database
+from memlane.storage.embeddings import upsert as upsert_embeddings
+from memlane.storage.migrations import migrate
+
+torch.set_num_threads(1)
+DIM = 8
+MODEL_ID = "test-8"
+
+
+def new_engine(model_dir: Path, **kw) -> PredictorEngine:
+    kw.setdefault("embedding_model_id", MODEL_ID)
+    kw.setdefault("native_dim", DIM)
+    return PredictorEngine(model_dir, **kw)
+
+
+def synthetic(n: int = 12, seed: int = 0):
+    return make_sessions(n, native_dim=DIM, n_candidates=12, n_relevant=3, seed=seed)
+
+
+def scores_of(engine: PredictorEngine, sessions) -> list[np.ndarray]:
+    return [engine.score(s) for s in sessions]
+
+
+def assert_same_scores(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture()
+def trained(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    report = engine.train(synthetic(12), canary=synthetic(4, seed=9), max_epochs=2)
+    return engine, report
+
+
+# -- training, swap, checkpoint ------------------------------------------------------------------
+
+
+def test_fresh_engine_is_untrained_and_scores(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    assert not engine.trained and engine.model_version == 0
+    status = engine.status()
+    assert status["trained"] is False and status["model_ready"] is False and status["model_version"] == 0
+    assert status["embedding_model_id"] == MODEL_ID and status["native_dim"] == DIM
+    assert status["feature_schema"]["hash"] == CURRENT_SCHEMA.hash
+    s = synthetic(1)[0]
+    scores = engine.score(s)
+    assert scores.shape == (s.num_candidates,) and scores.dtype == np.float64 and np.isfinite(scores).all()
+    assert not engine.checkpoint_path.exists()
+
+
+def test_accepted_training_bumps_version_and_writes_checkpoint(trained):
+    engine, report = trained
+    assert report.accepted, report.gates
+    assert report.model_version == engine.model_version == 1
+    assert report.sample_count == 12 and report.steps > 0 and report.error is None
+    assert report.loss is not None and np.isfinite(report.loss)
+    assert report.gates["passed"] is True
+    assert {g["name"] for g in report.gates["gates"]} >= {"losses_finite", "parameters_finite", "score_variance"}
+    assert report.canary_ndcg is not None and report.canary_score_variance is not None
+    assert engine.trained and engine.training_pairs == 12 and engine.last_trained
+    assert engine.checkpoint_path == engine.model_dir / CHECKPOINT_NAME
+    assert engine.checkpoint_path.is_file()
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+def test_reloaded_engine_serves_identical_scores(trained):
+    engine, _ = trained
+    probe = synthetic(3, seed=5)
+    again = new_engine(engine.model_dir)
+    assert again.trained and again.model_version == 1
+    assert again.training_pairs == engine.training_pairs and again.steps_total == engine.steps_total
+    assert again.last_trained == engine.last_trained
+    assert_same_scores(scores_of(engine, probe), scores_of(again, probe))
+    for (name, a), (_, b) in zip(engine.model.state_dict().items(), again.model.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_training_changes_the_served_model(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    probe = synthetic(2, seed=5)
+    before = scores_of(engine, probe)
+    old_model = engine.model
+    report = engine.train(synthetic(12), max_epochs=2)
+    assert report.accepted
+    assert engine.model is not old_model  # swapped, not modified in place
+    assert not all(np.array_equal(a, b) for a, b in zip(before, scores_of(engine, probe)))
+    assert_same_scores(before, [old_model.score(collate([s], native_dim=DIM))[0].double().numpy() for s in probe])
+
+
+def test_save_false_does_not_write(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    assert engine.train(synthetic(8), max_epochs=1, save=False).accepted
+    assert engine.model_version == 1 and not engine.checkpoint_path.exists()
+    digest = engine.save_checkpoint()
+    assert hashlib.sha256(engine.checkpoint_path.read_bytes()).hexdigest() == digest
+
+
+def test_nan_labels_trip_losses_finite_and_keep_the_live_model(trained):
+    engine, _ = trained
+    probe = synthetic(3, seed=5)
+    before = scores_of(engine, probe)
+    live = engine.model
+    file_before = engine.checkpoint_path.read_bytes()
+    corrupt = [dataclasses.replace(s, labels=np.full_like(s.labels, np.nan)) for s in synthetic(6, seed=2)]
+    report = engine.train(corrupt, canary=synthetic(4, seed=9), max_epochs=2)
+    assert not report.accepted
+    assert report.stop_reason == "non_finite_loss"
+    failed = [g["name"] for g in report.gates["gates"] if not g["passed"]]
+    assert "losses_finite" in failed
+    assert report.model_version == engine.model_version == 1
+    assert engine.model is live
+    assert_same_scores(before, scores_of(engine, probe))
+    assert engine.checkpoint_path.read_bytes() == file_before
+
+
+def test_rejected_report_is_json_serialisable(tmp_path):
+    # The sidecar sends TrainReport.to_dict() with json.dumps(allow_nan=False): a NaN loss in
+    # a rejected run must not make the reply unserialisable (it would never be answered).
+    engine = new_engine(tmp_path / "predictor")
+    corrupt = [dataclasses.replace(s, labels=np.full_like(s.labels, np.nan)) for s in synthetic(4)]
+    report = engine.train(corrupt, max_epochs=1)
+    assert not report.accepted
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+def test_no_labelled_sessions_is_reported_not_raised(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    unlabelled = [dataclasses.replace(s, labels=None) for s in synthetic(3)]
+    report = engine.train(unlabelled)
+    assert not report.accepted and report.error == "no labelled sessions" and report.model_version == 0
+    assert not engine.checkpoint_path.exists()
+
+
+def test_score_rejects_wrong_embedding_width(tmp_path):
+    engine = new_engine(tmp_path / "predictor")
+    wide = make_sessions(1, native_dim=DIM + 1, n_candidates=5, n_relevant=1)[0]
+    with pytest.raises(ValueError):
+        engine.score(wide)
+
+
+# -- checkpoint refusal --------------------------------------------------------------------------
+
+
+def write_foreign_checkpoint(model_dir: Path, *, model_id: str = MODEL_ID, native_dim: int = DIM,
+                             schema: FeatureSchema = CURRENT_SCHEMA) -> Path:
+    path = model_dir / CHECKPOINT_NAME
+    ckpt.save(path, MemoryScorer(ScorerConfig(native_dim=native_dim), seed=3),
+              CheckpointMeta(model_id, feature_schema=schema, training={"trained": True, "model_version": 7}))
+    return path
+
+
+OTHER_SCHEMA = FeatureSchema("2", "0123456789abcdef", CURRENT_SCHEMA.names + ("new_feature",))
+
+
+@pytest.mark.parametrize("kind,error", [
+    ("embedding_model", EmbeddingMismatchError),
+    ("native_dim", EmbeddingMismatchError),
+    ("feature_schema", FeatureSchemaMismatchError),
+    ("garbage", CheckpointFormatError),
+])
+def test_foreign_checkpoint_is_refused(tmp_path, kind, error):
+    model_dir = tmp_path / "predictor"
+    if kind == "embedding_model":
+        write_foreign_checkpoint(model_dir, model_id="other-embedder")
+    elif kind == "native_dim":
+        write_foreign_checkpoint(model_dir, native_dim=DIM * 2)
+    elif kind == "feature_schema":
+        write_foreign_checkpoint(model_dir, schema=OTHER_SCHEMA)
+    else:
+        model_dir.mkdir(parents=True)
+        (model_dir / CHECKPOINT_NAME).write_bytes(b"not a checkpoint at all")
+    with pytest.raises(error) as err:
+        new_engine(model_dir)
+    assert isinstance(err.value, CheckpointError)
+
+
+@pytest.mark.parametrize("kind", ["embedding_model", "feature_schema"])
+def test_load_or_fresh_sets_a_refused_checkpoint_aside(tmp_path, kind):
+    model_dir = tmp_path / "predictor"
+    if kind == "embedding_model":
+        path = write_foreign_checkpoint(model_dir, model_id="other-embedder")
+    else:
+        path = write_foreign_checkpoint(model_dir, schema=OTHER_SCHEMA)
+    original = path.read_bytes()
+    engine, error = load_or_fresh(model_dir, embedding_model_id=MODEL_ID, native_dim=DIM)
+    assert error is not None and "kept as model.bin.rejected-" in error
+    assert ("other-embedder" in error) if kind == "embedding_model" else ("v2" in error)
+    assert not engine.trained and engine.model_version == 0
+    assert not path.exists()
+    aside = [p for p in model_dir.iterdir() if p.name.startswith(f"{CHECKPOINT_NAME}.rejected-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == original
+    # The fresh engine trains and saves over the empty slot; the set-aside file is kept.
+    assert engine.train(synthetic(6), max_epochs=1).accepted
+    assert new_engine(model_dir).model_version == 1 and aside[0].exists()
+
+
+def test_load_or_fresh_without_problem_reports_none(trained):
+    engine, _ = trained
+    again, error = load_or_fresh(engine.model_dir, embedding_model_id=MODEL_ID, native_dim=DIM)
+    assert error is None and again.model_version == 1
+
+
+def test_load_or_fresh_with_unusable_base_weights_starts_fresh(tmp_path):
+    base = tmp_path / "base.bin"
+    ckpt.save(base, MemoryScorer(ScorerConfig(native_dim=DIM)), CheckpointMeta("other-embedder"))
+    base_bytes = base.read_bytes()
+    engine, error = load_or_fresh(tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM,
+                                  base_weights=str(base))
+    assert error is not None and "other-embedder" in error
+    assert not engine.trained and engine.base_digest is None
+    assert base.read_bytes() == base_bytes
+
+
+def test_base_weights_start_trained_and_finetune(tmp_path):
+    donor = new_engine(tmp_path / "donor")
+    assert donor.train(synthetic(8), max_epochs=1).accepted
+    base = tmp_path / "base.bin"
+    donor.save_base(base)
+    engine = new_engine(tmp_path / "predictor", base_weights=base)
+    assert engine.trained and engine.model_version == 1 and engine.base_digest
+    probe = synthetic(2, seed=5)
+    assert_same_scores(scores_of(donor, probe), scores_of(engine, probe))
+    assert engine.train(synthetic(8, seed=1), max_epochs=1).model_version in (1, 2)
+
+
+# -- dataset.load_sessions round trip ------------------------------------------------------------
+
+
+AT = "2026-02-03T10:00:00.000Z"
+
+
+def unit(rng: np.random.Generator, n: int = DIM) -> np.ndarray:
+    v = rng.normal(size=n).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def insert_memory(conn: sqlite3.Connection, mid: str, content: str, vector: np.ndarray | None,
+                  model: str = MODEL_ID) -> None:
+    h = hashlib.sha256(content.encode()).hexdigest()
+    conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, created_at, updated_at)
+                    VALUES (?,?,?,?,?,?)""", (mid, content, content.lower(), h, AT, AT))
+    if vector is not None:
+        upsert_embeddings(conn, [(h, vector)], model, AT)
+
+
+def seed_session(conn: sqlite3.Connection, key: str, *, started_at: str, rows: list[tuple],
+                 confidence: float, context_vector: np.ndarray | None, context_model: str | None = MODEL_ID,
+                 signals: dict | None = None, project: str | None = "proj", context: str = "context text") -> None:
+    """rows: (memory_id, features dict or None, label or None)."""
+    sess_sql.insert_session(conn, key=key, project=project, harness="test", cwd=None, context=context,
+                            started_at=started_at, predictor_state="collecting")
+    sess_sql.record_candidates(conn, key, [
+        sess_sql.CandidateRow(memory_id=m, source="effective" if f is not None else "fts_only",
+                              final_score=1.0 / (i + 1), rank=i, was_injected=i < 3)
+        for i, (m, f, _) in enumerate(rows)], started_at)
+    if signals is not None:
+        pred_sql.set_session_inputs(conn, key, context_vector=context_vector, context_model=context_model,
+                                    signals=signals)
+    pred_sql.set_candidate_features(conn, key, {m: f for m, f, _ in rows if f is not None})
+    ids = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall())
+    sess_sql.write_labels(conn, [(ids[m], lab, lab, ["test"]) for m, _, lab in rows if lab is not None])
+    sess_sql.write_score(conn, key, score=0.8, confidence=confidence, memories_recalled=3, memories_used=1,
+                         novel_context_count=0, reasoning=None, scorer="llm", model=None, at=started_at)
+
+
+def feats(i: int, **over) -> dict:
+    base = {"age_days": 2.0 + i, "importance": 0.1 * (i % 10), "access_count": i, "is_embedded": True,
+            "baseline_score": 1.0 / (i + 1), "baseline_rank": i, "context_similarity": 0.05 * i,
+            "is_superseded": i == 4, "pinned": i == 0}
+    return {**base, **over}
+
+
+@pytest.fixture()
+def seeded_db(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "memlane.db"
+    db = Database(path)
+    migrate(db)
+    vectors = {f"m{i}": unit(rng) for i in range(8)}
+    ctx = unit(rng)
+
+    def fill(conn: sqlite3.Connection) -> None:
+        for i in range(8):
+            # m5 has only a vector of another embedder; m6 has none: both take the text path.
+            if i == 5:
+                insert_memory(conn, f"m{i}", "memory five text", vectors[f"m{i}"], model="other-embedder")
+            elif i == 6:
+                insert_memory(conn, f"m{i}", "memory six text", None)
+            else:
+                insert_memory(conn, f"m{i}", f"memory {i} text", vectors[f"m{i}"])
+        good_rows = [(f"m{i}", feats(i), lab) for i, lab in enumerate([1.0, 0.0, 0.5, -0.3, 0.0, 0.8, 0.2])]
+        good_rows.append(("m7", None, 1.0))  # an fts_only hit without logged features
+        seed_session(conn, "good", started_at="2026-02-03T09:30:00.000Z", rows=good_rows, confidence=0.9,
+                     context_vector=ctx, signals={"session_time": "2026-02-03T09:30:00+01:00",
+                                                  "session_gap_hours": 6.5})
+        seed_session(conn, "other-ctx-model", started_at="2026-02-02T09:00:00.000Z",
+                     rows=[("m0", feats(0), 0.0), ("m1", feats(1), 1.0), ("m2", feats(2), None)], confidence=0.6,
+                     context_vector=unit(rng), context_model="other-embedder",
+                     signals={"session_time": "2026-02-02T21:15:00", "session_gap_hours": 1.0}, project=None)
+        seed_session(conn, "low-confidence", started_at="2026-02-04T09:00:00.000Z",
+                     rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)], confidence=0.59, context_vector=ctx,
+                     signals={"session_gap_hours": 1.0})
+        seed_session(conn, "constant-labels", started_at="2026-02-05T09:00:00.000Z",
+                     rows=[("m0", feats(0), 0.3), ("m1", feats(1), 0.3), ("m2", feats(2), 0.3)], confidence=0.9,
+                     context_vector=ctx, signals={"session_gap_hours": 1.0})
+        seed_session(conn, "no-labels", started_at="2026-02-05T10:00:00.000Z",
+                     rows=[("m0", feats(0), None), ("m1", feats(1), None)], confidence=0.9, context_vector=ctx,
+                     signals={"session_gap_hours": 1.0})
+        seed_session(conn, "one-candidate", started_at="2026-02-05T11:00:00.000Z",
+                     rows=[("m0", feats(0), 1.0), ("m1", None, 0.0)], confidence=0.9, context_vector=ctx,
+                     signals={"session_gap_hours": 1.0})
+        seed_session(conn, "no-signals", started_at="2026-02-05T12:00:00.000Z",
+                     rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)], confidence=0.9, context_vector=ctx,
+                     signals=None)
+        seed_session(conn, "malformed-features", started_at="2026-02-05T13:00:00.000Z",
+                     rows=[("m0", {"age_days": 1.0}, 1.0), ("m1", feats(1), 0.0)], confidence=0.9,
+                     context_vector=ctx, signals={"session_gap_hours": 1.0})
+
+    db.write(fill)
+    db.close()
+    return path, vectors, ctx
+
+
+def test_load_sessions_round_trip(seeded_db):
+    path, vectors, ctx = seeded_db
+    conn = open_readonly(path)
+    sessions = load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM, min_confidence=0.6)
+    assert [s.session_id for s in sessions] == ["good", "other-ctx-model"]  # newest first
+    good = sessions[0]
+    assert good.features.shape == (7, NUM_FEATURES) and good.num_candidates == 7
+    np.testing.assert_allclose(good.labels, [1.0, 0.0, 0.5, -0.3, 0.0, 0.8, 0.2], rtol=1e-6)
+    assert good.labels.dtype == np.float32
+    assert good.confidence == pytest.approx(0.9) and good.project == "proj"
+    assert good.is_embedded().tolist() == [True, True, True, True, True, False, False]
+    assert good.candidate_embeddings.shape == (7, DIM)
+    for i in (0, 1, 2, 3, 4):
+        np.testing.assert_array_equal(good.candidate_embeddings[i], vectors[f"m{i}"])
+    assert list(good.candidate_texts) == ["", "", "", "", "", "memory five text", "memory six text"]
+    np.testing.assert_array_equal(good.context_embedding, ctx)
+    assert good.context_text == ""
+    # The exact feature matrix serving would build: local session time and the logged gap.
+    when = datetime.fromisoformat("2026-02-03T09:30:00+01:00")
+    expected = build_feature_matrix([CandidateFeatures(
+        age_days=2.0 + i, importance=0.1 * i, access_count=i, session_gap_hours=6.5, is_embedded=i < 5,
+        is_superseded=i == 4, baseline_score=1.0 / (i + 1), baseline_rank=i, context_similarity=0.05 * i,
+        pinned=i == 0) for i in range(7)], when)
+    np.testing.assert_array_equal(good.features, expected)
+
+    other = sessions[1]
+    assert other.num_candidates == 3 and other.project is None
+    np.testing.assert_array_equal(other.labels, [0.0, 1.0, 0.0])  # a missing label counts as 0
+    assert other.context_embedding is None and other.context_text == "context text"
+    assert other.confidence == pytest.approx(0.6)
+
+
+def test_load_sessions_confidence_filter_keys_and_limit(seeded_db):
+    path, _, _ = seeded_db
+    conn = open_readonly(path)
+    kw = dict(embedding_model=MODEL_ID, native_dim=DIM)
+    assert "low-confidence" in [s.session_id for s in load_sessions(conn, min_confidence=0.5, **kw)]
+    assert "low-confidence" not in [s.session_id for s in load_sessions(conn, min_confidence=0.6, **kw)]
+    assert [s.session_id for s in load_sessions(conn, min_confidence=0.6, keys=["good"], **kw)] == ["good"]
+    assert load_sessions(conn, min_confidence=0.6, keys=[], **kw) == []
+    assert load_sessions(conn, min_confidence=0.6, keys=["constant-labels", "no-labels"], **kw) == []
+    # limit counts stored sessions, newest first; the skipped ones use up slots.
+    assert load_sessions(conn, min_confidence=0.6, limit=1, **kw) == []
+
+
+def test_load_sessions_with_another_native_dim_takes_the_text_path(seeded_db):
+    path, _, _ = seeded_db
+    conn = open_readonly(path)
+    sessions = load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM * 2, min_confidence=0.6)
+    good = sessions[0]
+    assert not good.is_embedded().any() and good.candidate_embeddings is None
+    assert good.candidate_texts[0] == "memory 0 text" and good.context_text == "context text"
+
+
+def test_scoring_path_builds_the_same_session_as_training(seeded_db):
+    path, _, _ = seeded_db
+    conn = open_readonly(path)
+    stored = load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM, min_confidence=0.6, keys=["good"])[0]
+    ctx = conn.execute("SELECT context_vector FROM sessions WHERE session_key = 'good'").fetchone()[0]
+    ids = [f"m{i}" for i in range(7)]
+    params = {"candidate_ids": ids, "candidates": [feats(i) for i in range(7)],
+              "session_time": "2026-02-03T09:30:00+01:00", "session_gap_hours": 6.5, "project": "proj",
+              "context_embedding": np.frombuffer(ctx, dtype="<f4").tolist()}
+    got_ids, served = parse_score_params(
+        params, native_dim=DIM, lookup=lambda m: pred_sql.memory_inputs(conn, m, MODEL_ID))
+    assert got_ids == ids
+    np.testing.assert_array_equal(served.features, stored.features)
+    np.testing.assert_array_equal(served.candidate_embeddings, stored.candidate_embeddings)
+    assert list(served.candidate_texts) == list(stored.candidate_texts)
+    np.testing.assert_array_equal(served.context_embedding, stored.context_embedding)
+    engine = PredictorEngine(path.parent / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM)
+    np.testing.assert_array_equal(engine.score(served), engine.score(stored))
+
+
+def test_engine_trains_on_loaded_sessions(seeded_db, tmp_path):
+    path, _, _ = seeded_db
+    conn = open_readonly(path)
+    sessions = load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM, min_confidence=0.6)
+    engine = new_engine(tmp_path / "predictor")
+    report = engine.train(sessions, max_epochs=2)
+    assert report.accepted and report.sample_count == 2 and engine.model_version == 1
+
+
+def test_build_session_rejects_mismatched_lengths():
+    with pytest.raises(ValueError):
+        build_session(candidates=[feats(0), feats(1)], session_time=datetime(2026, 1, 1), session_gap_hours=0,
+                      candidate_vectors=[None], candidate_texts=["a", "b"], context_vector=None, context_text="",
+                      project=None, native_dim=DIM)

@@ -1,0 +1,454 @@
+"""Predictor policy: RRF fusion, success-rate EMA, cold start, alpha floors, drift, exploration, NDCG."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memlane.predictor import settings as C
+from memlane.predictor.policy import (
+    PolicyState,
+    alpha_for,
+    evaluation_ndcg,
+    ndcg_of_ranking,
+    phase_of,
+    pick_exploration,
+    record_comparison,
+    rrf_fuse,
+)
+
+WIN = {"predictor_ndcg": 0.9, "baseline_ndcg": 0.5}
+LOSS = {"predictor_ndcg": 0.4, "baseline_ndcg": 0.5}
+TIE = {"predictor_ndcg": 0.5, "baseline_ndcg": 0.5}
+
+
+def record(state: PolicyState, outcome: dict, *, confidence: float = 0.9, project: str | None = None,
+           predictor_scored: bool = True, min_training_sessions: int = 10, train_interval_sessions: int = 1000,
+           drift_reset_window: int = 10):
+    return record_comparison(state, **outcome, confidence=confidence, predictor_scored=predictor_scored,
+                             project=project, min_training_sessions=min_training_sessions,
+                             train_interval_sessions=train_interval_sessions,
+                             drift_reset_window=drift_reset_window)
+
+
+def exited_state(success_rate: float, sessions_since_exit: int = 0) -> PolicyState:
+    return PolicyState(success_rate=success_rate, trained=True, model_version=1, cold_start_exited=True,
+                       sessions_since_exit=sessions_since_exit, training_sessions=50, comparisons=50)
+
+
+# -- RRF ---------------------------------------------------------------------------------------
+
+
+def test_rrf_matches_hand_computation_with_missing_rank_n_plus_1():
+    fused = rrf_fuse(["a", "b", "c"], ["c", "a", "d"], alpha=0.7, k=12)
+    # 4 distinct candidates -> a memory missing from one ranking takes rank 5 there.
+    expected = {
+        "a": 0.7 / 13 + 0.3 / 14,
+        "b": 0.7 / 14 + 0.3 / 17,
+        "c": 0.7 / 15 + 0.3 / 13,
+        "d": 0.7 / 17 + 0.3 / 15,
+    }
+    assert list(fused) == ["a", "b", "c", "d"]
+    assert fused == pytest.approx(expected, rel=1e-12)
+
+
+def test_rrf_alpha_one_is_pure_baseline_and_alpha_zero_pure_predictor():
+    baseline, predictor = ["a", "b", "c"], ["c", "d", "a"]
+    only_baseline = rrf_fuse(baseline, predictor, alpha=1.0, k=12)
+    assert only_baseline == pytest.approx({"a": 1 / 13, "b": 1 / 14, "c": 1 / 15, "d": 1 / 17}, rel=1e-12)
+    only_predictor = rrf_fuse(baseline, predictor, alpha=0.0, k=12)
+    assert only_predictor == pytest.approx({"a": 1 / 15, "b": 1 / 17, "c": 1 / 13, "d": 1 / 14}, rel=1e-12)
+    assert sorted(only_predictor, key=only_predictor.__getitem__, reverse=True) == ["c", "d", "a", "b"]
+
+
+def test_rrf_k_changes_the_spread():
+    fused = rrf_fuse(["a", "b"], ["a", "b"], alpha=0.5, k=60)
+    assert fused == pytest.approx({"a": 1 / 61, "b": 1 / 62}, rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha,k", [(-0.01, 12), (1.01, 12), (0.5, 0), (0.5, -1)])
+def test_rrf_rejects_bad_alpha_or_k(alpha, k):
+    with pytest.raises(ValueError):
+        rrf_fuse(["a"], ["a"], alpha=alpha, k=k)
+
+
+def test_rrf_of_empty_rankings_is_empty():
+    assert rrf_fuse([], [], alpha=0.5) == {}
+
+
+ids_strategy = st.lists(st.sampled_from([f"m{i}" for i in range(12)]), unique=True, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(baseline=ids_strategy, predictor=ids_strategy, alpha=st.floats(0.0, 1.0),
+       k=st.floats(0.5, 100.0))
+def test_rrf_is_monotone_in_both_ranks(baseline, predictor, alpha, k):
+    fused = rrf_fuse(baseline, predictor, alpha=alpha, k=k)
+    assert set(fused) == set(baseline) | set(predictor)
+    n = len(fused)
+    rb = {m: baseline.index(m) + 1 if m in baseline else n + 1 for m in fused}
+    rp = {m: predictor.index(m) + 1 if m in predictor else n + 1 for m in fused}
+    for a in fused:
+        for b in fused:
+            if rb[a] <= rb[b] and rp[a] <= rp[b]:
+                assert fused[a] >= fused[b] - 1e-15
+            if alpha >= 1e-6 and rb[a] < rb[b] and rp[a] <= rp[b]:  # strict (no underflow)
+                assert fused[a] > fused[b]
+    for v in fused.values():
+        assert 0 < v <= 1 / (k + 1) + 1e-15
+
+
+# -- EMA and confidence gate ------------------------------------------------------------------
+
+
+def test_ema_arithmetic_win_win_loss():
+    s = PolicyState()
+    out = record(s, WIN)
+    assert out.ema_updated and out.won is True
+    assert s.success_rate == pytest.approx(0.1)
+    record(s, WIN)
+    assert s.success_rate == pytest.approx(0.19)
+    out = record(s, LOSS)
+    assert out.won is False
+    assert s.success_rate == pytest.approx(0.171)
+    assert s.comparisons == 3 and s.recent_wins == [1, 1, 0]
+
+
+def test_tie_is_not_a_win():
+    s = PolicyState(success_rate=0.5)
+    out = record(s, TIE)
+    assert out.won is False and s.success_rate == pytest.approx(0.45)
+
+
+def test_confidence_gate_059_skipped_06_counted():
+    s = PolicyState(success_rate=0.3)
+    out = record(s, WIN, confidence=0.59)
+    assert not out.ema_updated and out.won is None
+    assert s.success_rate == 0.3 and s.comparisons == 0 and s.recent_wins == []
+    assert s.training_sessions == 0 and s.sessions_since_train == 0
+    out = record(s, WIN, confidence=0.6)
+    assert out.ema_updated and out.won is True
+    assert s.success_rate == pytest.approx(0.37)
+    assert s.comparisons == 1 and s.training_sessions == 1
+
+
+def test_unscored_or_undefined_ndcg_counts_for_training_but_not_the_ema():
+    s = PolicyState()
+    assert not record(s, WIN, predictor_scored=False).ema_updated
+    assert not record(s, {"predictor_ndcg": None, "baseline_ndcg": None}).ema_updated
+    assert not record(s, {"predictor_ndcg": 0.5, "baseline_ndcg": None}).ema_updated
+    assert s.comparisons == 0 and s.success_rate == 0.0
+    assert s.training_sessions == 3 and s.sessions_since_train == 3
+
+
+def test_retrain_due_after_train_interval_confident_sessions():
+    s = PolicyState()
+    assert not record(s, WIN, train_interval_sessions=3).retrain_due
+    assert not record(s, WIN, confidence=0.2, train_interval_sessions=3).retrain_due
+    assert not record(s, WIN, train_interval_sessions=3).retrain_due
+    assert record(s, WIN, train_interval_sessions=3).retrain_due
+    assert s.sessions_since_train == 3
+
+
+# -- cold start --------------------------------------------------------------------------------
+
+
+def run_comparisons(s: PolicyState, wins: int, total: int, **kw):
+    outs = []
+    for i in range(total):
+        outs.append(record(s, WIN if i < wins else LOSS, **kw))
+    return outs
+
+
+def test_cold_start_exits_when_all_three_conditions_hold():
+    s = PolicyState(trained=True, model_version=1)
+    outs = run_comparisons(s, wins=5, total=10)
+    assert [o.exited_cold_start for o in outs] == [False] * 9 + [True]
+    assert s.cold_start_exited and s.sessions_since_exit == 0
+    assert alpha_for(s) == pytest.approx(0.8)  # the early-active floor, not 1 - success_rate
+    assert phase_of(s) == "active"
+
+
+def test_cold_start_needs_a_completed_training():
+    s = PolicyState(trained=False)
+    outs = run_comparisons(s, wins=10, total=10)
+    assert not any(o.exited_cold_start for o in outs) and not s.cold_start_exited
+    assert alpha_for(s) == 1.0 and phase_of(s) == "collecting"
+
+
+def test_cold_start_needs_min_training_sessions():
+    s = PolicyState(trained=True, model_version=1)
+    outs = run_comparisons(s, wins=10, total=10, min_training_sessions=11)
+    assert not any(o.exited_cold_start for o in outs) and not s.cold_start_exited
+    assert phase_of(s, min_training_sessions=11) == "collecting"
+    assert record(s, WIN, min_training_sessions=11).exited_cold_start  # the 11th session
+
+
+def test_cold_start_needs_more_than_40_percent_wins_over_last_10():
+    s = PolicyState(trained=True, model_version=1)
+    outs = [record(s, LOSS) for _ in range(6)] + [record(s, WIN) for _ in range(4)]
+    assert s.recent_wins == [0] * 6 + [1] * 4  # exactly 40 %: not more than 40 %
+    assert not any(o.exited_cold_start for o in outs) and not s.cold_start_exited
+    assert alpha_for(s) == 1.0 and phase_of(s) == "warming"
+    assert record(s, WIN).exited_cold_start  # the window slides to 5/10
+    assert s.recent_wins == [0] * 5 + [1] * 5
+
+
+def test_cold_start_needs_ten_comparisons_in_the_window():
+    s = PolicyState(trained=True, model_version=1, training_sessions=100)
+    outs = run_comparisons(s, wins=9, total=9)
+    assert not any(o.exited_cold_start for o in outs)
+    assert record(s, WIN).exited_cold_start
+
+
+def test_low_confidence_sessions_do_not_count_toward_cold_start():
+    s = PolicyState(trained=True, model_version=1)
+    run_comparisons(s, wins=10, total=10, confidence=0.5)
+    assert s.training_sessions == 0 and s.recent_wins == [] and not s.cold_start_exited
+
+
+def test_alpha_is_one_before_exit_whatever_the_success_rate():
+    s = PolicyState(success_rate=0.95, trained=True, training_sessions=100)
+    assert alpha_for(s) == 1.0
+
+
+# -- alpha floors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sessions_since_exit,expected", [(0, 0.8), (9, 0.8), (10, 0.6), (19, 0.6), (20, 0.1),
+                                                          (100, 0.1)])
+def test_alpha_floors_after_exit(sessions_since_exit, expected):
+    assert alpha_for(exited_state(0.9, sessions_since_exit)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("sessions_since_exit", [0, 9, 10, 19, 20])
+def test_floor_never_lowers_alpha(sessions_since_exit):
+    assert alpha_for(exited_state(0.1, sessions_since_exit)) == pytest.approx(0.9)
+
+
+def test_floors_follow_the_session_counter_through_record_comparison():
+    s = exited_state(0.9, 0)
+    alphas = []
+    for _ in range(21):
+        alphas.append(alpha_for(s))
+        record(s, WIN)
+    assert alphas[:10] == [pytest.approx(0.8)] * 10
+    assert alphas[10:20] == [pytest.approx(0.6)] * 10
+    assert alphas[20] < 0.1  # session 21 after exit: no floor, alpha = 1 - success_rate
+    assert s.sessions_since_exit == 21
+    assert alpha_for(s) == pytest.approx(1 - s.success_rate) and alpha_for(s) < 0.6
+
+
+def test_alpha_is_one_while_drifting():
+    s = exited_state(0.9, 50)
+    s.drifting = True
+    assert alpha_for(s) == 1.0 and phase_of(s) == "retraining"
+    assert phase_of(s, disabled=True) == "disabled"
+
+
+# -- drift -------------------------------------------------------------------------------------
+
+
+def test_drift_reset_after_window_sessions_below_point_three():
+    s = exited_state(0.35, 30)
+    s.recent_wins = [1] * 10
+    rates, outs = [], []
+    for _ in range(4):
+        outs.append(record(s, LOSS, drift_reset_window=3, project="p"))
+        rates.append(s.success_rate)
+    # 0.315 (not low), 0.2835 (1), 0.25515 (2), 0.229635 (3 -> reset)
+    assert [o.drift_reset for o in outs] == [False, False, False, True]
+    assert [o.retrain_due for o in outs] == [False, False, False, True]
+    assert rates[:3] == pytest.approx([0.315, 0.2835, 0.25515])
+    assert s.success_rate == 0.5 and rates[3] == 0.5
+    assert s.drift_resets == 1 and s.drifting and not s.cold_start_exited
+    assert s.sessions_since_exit == 0 and s.low_streak == 0 and s.recent_wins == []
+    assert alpha_for(s) == 1.0 and phase_of(s) == "retraining"
+
+
+def test_a_rate_back_above_threshold_restarts_the_low_streak():
+    s = exited_state(0.3, 30)
+    record(s, LOSS, drift_reset_window=3)   # 0.27 -> 1
+    record(s, LOSS, drift_reset_window=3)   # 0.243 -> 2
+    assert s.low_streak == 2
+    record(s, WIN, drift_reset_window=3)    # 0.3187 -> reset to 0
+    assert s.low_streak == 0
+    outs = [record(s, LOSS, drift_reset_window=3) for _ in range(3)]  # 0.287, 0.258, 0.232
+    assert [o.drift_reset for o in outs] == [False, False, True]
+
+
+def test_no_cold_start_exit_while_a_drift_retrain_is_pending():
+    s = PolicyState(trained=True, model_version=2, drifting=True, training_sessions=100)
+    outs = run_comparisons(s, wins=10, total=10)
+    assert not any(o.exited_cold_start for o in outs) and not s.cold_start_exited
+    s.drifting = False  # the retrain completed
+    assert record(s, WIN).exited_cold_start
+
+
+def test_drift_is_not_counted_before_cold_start_exit():
+    s = PolicyState(trained=True, model_version=1, success_rate=0.1)
+    outs = run_comparisons(s, wins=0, total=15, drift_reset_window=3)
+    assert not any(o.drift_reset for o in outs) and s.drift_resets == 0 and s.low_streak == 0
+
+
+# -- per-project slices ------------------------------------------------------------------------
+
+
+def test_project_slices_are_capped_at_five_newest_kept():
+    s = PolicyState()
+    for p in ["p0", "p1", "p2", "p3", "p4"]:
+        record(s, WIN, project=p)
+    assert list(s.project_rates) == ["p0", "p1", "p2", "p3", "p4"]
+    assert s.project_rates["p0"] == [pytest.approx(0.1), 1]
+    record(s, LOSS, project="p0")  # refreshes p0
+    assert list(s.project_rates) == ["p1", "p2", "p3", "p4", "p0"]
+    assert s.project_rates["p0"] == [pytest.approx(0.09), 2]
+    record(s, WIN, project="p5")
+    assert len(s.project_rates) == C.MAX_PROJECT_SLICES == 5
+    assert list(s.project_rates) == ["p2", "p3", "p4", "p0", "p5"]
+
+
+def test_project_slice_skipped_without_project_or_confidence():
+    s = PolicyState()
+    record(s, WIN, project=None)
+    record(s, WIN, project="p", confidence=0.1)
+    assert s.project_rates == {}
+
+
+def test_state_round_trips_through_dict():
+    s = exited_state(0.42, 7)
+    record(s, WIN, project="x")
+    again = PolicyState.from_dict({**s.to_dict(), "unknown_future_key": 1})
+    assert again == s
+    assert PolicyState.from_dict(None) == PolicyState()
+
+
+# -- alpha property tests -------------------------------------------------------------------------
+
+
+outcome_strategy = st.fixed_dictionaries({
+    "predictor_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
+    "baseline_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
+    "confidence": st.floats(0.0, 1.0),
+    "predictor_scored": st.booleans(),
+    "project": st.sampled_from([None, "a", "b", "c", "d", "e", "f", "g"]),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(outcomes=st.lists(outcome_strategy, max_size=80), trained=st.booleans(),
+       window=st.integers(1, 12), min_sessions=st.integers(1, 15))
+def test_alpha_and_success_rate_stay_in_unit_interval(outcomes, trained, window, min_sessions):
+    s = PolicyState(trained=trained, model_version=int(trained))
+    for o in outcomes:
+        assert 0.0 <= alpha_for(s) <= 1.0
+        record_comparison(s, min_training_sessions=min_sessions, train_interval_sessions=10,
+                          drift_reset_window=window, **o)
+        assert 0.0 <= s.success_rate <= 1.0
+        assert 0.0 <= alpha_for(s) <= 1.0
+        assert len(s.project_rates) <= C.MAX_PROJECT_SLICES
+        assert len(s.recent_wins) <= C.COLD_START_WINDOW
+        if s.cold_start_exited and s.sessions_since_exit < 10 and not s.drifting:
+            assert alpha_for(s) >= 0.8
+        elif s.cold_start_exited and s.sessions_since_exit < 20 and not s.drifting:
+            assert alpha_for(s) >= 0.6
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.floats(0.0, 1.0), n=st.integers(0, 1000), exited=st.booleans(), drifting=st.booleans())
+def test_alpha_for_in_unit_interval_for_any_valid_state(rate, n, exited, drifting):
+    s = PolicyState(success_rate=rate, cold_start_exited=exited, sessions_since_exit=n, drifting=drifting)
+    a = alpha_for(s)
+    assert 0.0 <= a <= 1.0
+    if not exited or drifting:
+        assert a == 1.0
+
+
+# -- exploration ----------------------------------------------------------------------------------
+
+
+BASE_RANK = {"i1": 1, "i2": 2, "x": 3, "y": 4, "z": 5, "w": 6, "only_b": 7}
+PRED_RANK = {"i1": 30, "i2": 1, "x": 4, "y": 11, "z": 12, "w": 5, "only_p": 40}
+
+
+def test_exploration_picks_largest_rank_disagreement_and_replaces_lowest_injected():
+    candidates = ["i1", "i2", "x", "y", "z", "w", "only_b", "only_p"]
+    picked = pick_exploration(["i1", "i2"], candidates, BASE_RANK, PRED_RANK, rate=1.0, rng=random.Random(0))
+    # i1 disagrees most (29) but is injected; y and z tie at 7 -> the first in candidate order;
+    # only_b / only_p are not ranked by both systems.
+    assert picked == ("i2", "y")
+    picked = pick_exploration(["i1", "i2"], ["z", "y", "x"], BASE_RANK, PRED_RANK, rate=1.0, rng=random.Random(0))
+    assert picked == ("i2", "z")
+
+
+def test_exploration_rate_zero_never_and_rate_one_always():
+    candidates = ["x", "y", "z"]
+    for seed in range(200):
+        rng = random.Random(seed)
+        assert pick_exploration(["i1"], candidates, BASE_RANK, PRED_RANK, rate=0.0, rng=rng) is None
+        assert pick_exploration(["i1"], candidates, BASE_RANK, PRED_RANK, rate=1.0, rng=rng) == ("i1", "y")
+
+
+def test_exploration_none_without_injected_or_eligible_candidate():
+    rng = random.Random(0)
+    assert pick_exploration([], ["x"], BASE_RANK, PRED_RANK, rate=1.0, rng=rng) is None
+    assert pick_exploration(["i1"], ["i1", "only_b", "only_p"], BASE_RANK, PRED_RANK, rate=1.0, rng=rng) is None
+
+
+def test_exploration_is_deterministic_with_a_seeded_rng():
+    def decisions(seed: int) -> list:
+        rng = random.Random(seed)
+        return [pick_exploration(["i1"], ["x", "y"], BASE_RANK, PRED_RANK, rate=0.3, rng=rng) for _ in range(300)]
+
+    first, second = decisions(7), decisions(7)
+    assert first == second
+    draws = random.Random(7)
+    assert [d is not None for d in first] == [draws.random() < 0.3 for _ in range(300)]
+    assert any(first) and not all(first)
+    assert decisions(8) != first
+
+
+# -- NDCG ---------------------------------------------------------------------------------------
+
+
+def test_ndcg_against_hand_computation():
+    relevance = {"a": 1.0, "b": 0.5, "c": 0.0, "d": 0.8}
+    # DCG = sum rel_i / log2(i + 2), i from 0.
+    dcg = 0.0 / 1.0 + 1.0 / math.log2(3) + 0.8 / 2.0 + 0.5 / math.log2(5)
+    idcg = 1.0 / 1.0 + 0.8 / math.log2(3) + 0.5 / 2.0 + 0.0 / math.log2(5)
+    assert ndcg_of_ranking(["c", "a", "d", "b"], relevance) == pytest.approx(dcg / idcg, rel=1e-12)
+    assert dcg / idcg == pytest.approx(0.71023, abs=1e-5)
+    assert ndcg_of_ranking(["a", "d", "b", "c"], relevance) == pytest.approx(1.0)
+
+
+def test_ndcg_truncates_at_10_and_clamps_negative_labels():
+    ranking = [f"n{i}" for i in range(10)] + ["hit"]
+    assert ndcg_of_ranking(ranking, {"hit": 1.0}) == 0.0  # 11th position does not count
+    assert ndcg_of_ranking(ranking[1:], {"hit": 1.0}) == pytest.approx(1 / math.log2(11))
+    relevance = {"good": 1.0, "bad": -0.5}
+    assert ndcg_of_ranking(["bad", "good"], relevance) == pytest.approx(1 / math.log2(3))
+    assert ndcg_of_ranking(["x"], {"x": 0.0, "y": -1.0}) is None
+    assert ndcg_of_ranking(["x"], {}) is None
+    assert ndcg_of_ranking(["unlabelled", "a"], {"a": 1.0}) == pytest.approx(1 / math.log2(3))
+
+
+def test_evaluation_ndcg_uses_one_pool_for_both_rankings():
+    baseline, predictor, injected = ["a", "b", "c", "d"], ["d", "c", "b", "a"], ["a", "e"]
+    labels = {"a": 1.0, "b": 0.2, "d": 0.5, "x": 1.0}
+    p, b, relevance = evaluation_ndcg(baseline, predictor, injected, labels, k=2)
+    # pool = top2(baseline) U top2(predictor) U injected = {a, b, d, c, e}; x is outside it.
+    assert relevance == {"a": 1.0, "b": 0.2, "d": 0.5, "c": 0.0, "e": 0.0}
+    idcg = 1.0 + 0.5 / math.log2(3)
+    assert p == pytest.approx((0.5 + 0.0 / math.log2(3)) / idcg)
+    assert b == pytest.approx((1.0 + 0.2 / math.log2(3)) / idcg)
+
+
+def test_evaluation_ndcg_none_without_relevant_memory_in_pool():
+    p, b, relevance = evaluation_ndcg(["a"], ["b"], ["a"], {"z": 1.0})
+    assert p is None and b is None and relevance == {"a": 0.0, "b": 0.0}
+    s = PolicyState()
+    assert not record(s, {"predictor_ndcg": p, "baseline_ndcg": b}).ema_updated
