@@ -15,9 +15,11 @@ import numpy as np
 from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
+from memlane.graph.wiring import wire as wire_graph
 from memlane.pipeline.config import extraction_llm_settings
 from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
+from memlane.pipeline import wiring_docs
 from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
@@ -147,5 +149,7 @@ def _wire_pipeline(c: Container) -> None:
                             lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
                             enabled=lambda: pipeline().enabled))
     c.workers.add(StaleLeaseReaper(c.db))
+    wire_graph(c)  # knowledge graph: inline linker, graph boost, classify + aspect-feedback workers
     recall_stages.wire(c)  # hints worker + hook; hints merge, dampening, reranker in recall
     extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
+    wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers

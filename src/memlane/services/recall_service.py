@@ -49,6 +49,9 @@ class RecallService:
         self.memories = memories
         self.settings = settings
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
+        #: memory-pipeline-v2 graph boost ``(query, merged) -> merged``, never raises (memlane.graph.search
+        #: .GraphBooster); set by memlane.graph.wiring.wire.
+        self.graph_boost: Any = None
 
     @property
     def embedder(self) -> Embedder | None:
@@ -124,6 +127,8 @@ class RecallService:
         merged = merge(vector_scores, bm25_scores, alpha)
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
+        if self.graph_boost is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
+            merged = self.graph_boost(text, merged)
         seqs = list(merged)
         known, access, created = self.index.ranking_fields(seqs)
         final = boost(np.array([merged[x][0] for x in seqs]), access_count=access,
