@@ -1,0 +1,211 @@
+"""The optional recall stages of memory-pipeline-v2, in the order recall runs them:
+
+hybrid merge -> **hints merge** (max, :mod:`memlane.recall.hints`) -> graph boost -> rehearsal and
+recency boosts -> **dampening** (:mod:`memlane.recall.dampening`) -> **reranker**
+(:mod:`memlane.recall.rerank`) -> ``limit``.
+
+:class:`RecallStages` is what :class:`~memlane.services.recall_service.RecallService` calls. Every
+flag is read from ``pipeline_v2`` at call time (hot config). Nothing here raises into recall: a
+failing stage is skipped and the previous scores and order are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memlane.pipeline.config import PipelineV2Settings
+from memlane.recall.dampening import Dampener, any_enabled, max_gain
+from memlane.recall.hints import merge_hints, search_hints
+from memlane.recall.hybrid import LegScores
+from memlane.recall.memory_index import MemoryIndex
+from memlane.recall.rerank import RerankCandidate, Reranker, build_reranker, rerank
+from memlane.storage.db import Database
+from memlane.storage.fts import Filters
+from memlane.storage.models import Memory
+
+if TYPE_CHECKING:
+    from memlane.container import Container
+
+log = logging.getLogger(__name__)
+
+#: Smallest candidate pool dampening rescores.
+MIN_POOL = 20
+#: Per-stage timing samples kept (ms), for benchmarks and status.
+TIMING_SAMPLES = 1000
+
+Merged = dict[int, tuple[float, LegScores]]
+
+
+class RecallStages:
+    """Hints merge, dampening and reranking for one store.
+
+    Args:
+        db: the database (hint search, hub statistics).
+        index: the in-memory index (filters, stored vectors).
+        pipeline: returns the current ``pipeline_v2`` settings.
+        reranker: use this reranker instead of the one ``reranker.model`` names.
+    """
+
+    def __init__(self, db: Database, index: MemoryIndex, pipeline: Callable[[], PipelineV2Settings],
+                 reranker: Reranker | None = None) -> None:
+        self.db = db
+        self.index = index
+        self.pipeline = pipeline
+        self.reranker = reranker
+        self.dampener = Dampener(db)
+        self._built: tuple[str, Reranker | None] | None = None
+        self._rerank_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-rerank")
+        #: stage name -> recent durations, ms (``hints`` = waiting for the hint leg + merging).
+        self.timings: dict[str, deque[float]] = {k: deque(maxlen=TIMING_SAMPLES)
+                                                 for k in ("hints", "dampening", "rerank")}
+        #: rerank outcome -> count (ok, timeout, error, invalid).
+        self.rerank_outcomes: dict[str, int] = {}
+
+    # -- hints --------------------------------------------------------------------------
+    def submit_hints(self, pool: ThreadPoolExecutor, expr: str | None, n_cand: int, filters: Filters
+                     ) -> Future | None:
+        """Start the hint leg on ``pool`` when ``hints.enabled`` (None otherwise)."""
+        try:
+            if expr is None or not self.pipeline().hints.enabled:
+                return None
+            return pool.submit(search_hints, self.db, self.index, expr, n_cand, filters)
+        except Exception as exc:
+            log.warning("hint search not started: %s", exc)
+            return None
+
+    def merge_hints(self, merged: Merged, future: Future | None, alpha: float, query_vector: np.ndarray | None,
+                    context_weight: float) -> Merged:
+        """``merged`` with the hint leg merged in by max (see :func:`memlane.recall.hints.merge_hints`);
+        ``merged`` unchanged when no hint search ran or it failed."""
+        if future is None:
+            return merged
+        t0 = time.perf_counter()
+        try:
+            scores = future.result()
+            vector_of = None
+            if query_vector is not None:
+                vector_of = lambda seqs: self.index.score_of(query_vector, seqs, context_weight)  # noqa: E731
+            out = merge_hints(merged, scores, alpha, vector_of)
+        except Exception as exc:
+            log.warning("hints merge skipped: %s", exc)
+            out = merged
+        self.timings["hints"].append((time.perf_counter() - t0) * 1000)
+        return out
+
+    # -- dampening + rerank -------------------------------------------------------------
+    def active(self) -> bool:
+        """Whether :meth:`rank` changes anything now (a dampening stage or the reranker is on)."""
+        p = self.pipeline()
+        return any_enabled(p.dampening) or p.reranker.enabled
+
+    def rank(self, query: str, query_vector: np.ndarray | None, seqs: list[int], final: np.ndarray,
+             known: np.ndarray, merged: Merged, min_score: float, limit: int,
+             fetch: Callable[[list[int]], dict[int, Memory]]
+             ) -> tuple[list[tuple[float, int]], dict[int, Memory]] | None:
+        """The final ranking with dampening and the reranker, or None to let the caller rank as
+        before (no stage active, or an unexpected failure).
+
+        Args:
+            query: the (cleaned) query text.
+            query_vector: float32 [d] or None.
+            seqs: candidate seqs, length m; final: their boosted fused scores [m];
+            known: bool [m], in the index; merged: seq -> (score, LegScores) (BM25 leg > 0 = lexical).
+            min_score: the cut applied to the final score (dampened, then reranked when the
+                reranker runs); limit: hits returned.
+            fetch: seqs -> {seq: Memory} (one read).
+        Returns:
+            ([(score, seq)] best first, at most ``limit``; {seq: Memory} covering them).
+        """
+        try:
+            p = self.pipeline()
+            damp, rr = any_enabled(p.dampening), p.reranker.enabled
+            if not (damp or rr):
+                return None
+            # The min_score cut applies to the score reported: after the reranker when it runs.
+            ranked, rows = self._dampened(query, seqs, final, known, merged, 0.0 if rr else min_score,
+                                          max(limit, p.reranker.top_n if rr else 0), p, fetch)
+            if rr and ranked:
+                ranked = [(sc, sq) for sc, sq in self._rerank(query, query_vector, ranked, rows, p)
+                          if sc > 0.0 and sc >= min_score]
+            return ranked[:limit], rows
+        except Exception as exc:
+            log.warning("recall stages failed, baseline ranking kept: %s", exc)
+            return None
+
+    def _dampened(self, query: str, seqs: list[int], final: np.ndarray, known: np.ndarray, merged: Merged,
+                  min_score: float, need: int, p: PipelineV2Settings,
+                  fetch: Callable[[list[int]], dict[int, Memory]]
+                  ) -> tuple[list[tuple[float, int]], dict[int, Memory]]:
+        """Dampen a pool of the best candidates, growing it until no candidate outside could
+        enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score)."""
+        t0 = time.perf_counter()
+        seq_arr = np.asarray(seqs, dtype=np.int64)
+        idx = np.flatnonzero(known & (final > 0.0))
+        order = idx[np.lexsort((-seq_arr[idx], -final[idx]))]
+        damp, gain = any_enabled(p.dampening), max_gain(p.dampening)
+        rows: dict[int, Memory] = {}
+        size = max(2 * need, MIN_POOL)
+        while True:
+            pool = order[:size]
+            want = [int(seq_arr[i]) for i in pool if int(seq_arr[i]) not in rows]
+            if want:
+                rows.update(fetch(want))
+            pool = np.array([i for i in pool if int(seq_arr[i]) in rows], dtype=np.int64)
+            scores = final[pool].astype(np.float64)
+            if damp and pool.size:
+                mems = [rows[int(seq_arr[i])] for i in pool]
+                lexical = np.array([(merged[int(seq_arr[i])][1].bm25 or 0.0) > 0.0 for i in pool], dtype=bool)
+                scores = scores * self.dampener.factors(query, mems, scores, lexical, p.dampening)
+            keep = (scores > 0.0) & (scores >= min_score)
+            pool, scores = pool[keep], scores[keep]
+            o = np.lexsort((-seq_arr[pool], -scores))
+            pool, scores = pool[o], scores[o]
+            if size >= order.size:
+                break
+            # Trigger: the pool is smaller than the candidate list.
+            # Why: dampening may lift a candidate by up to ``gain`` and drop those above it.
+            # Outcome: stop when the need-th dampened score beats any outsider's best case.
+            if scores.size >= need and scores[need - 1] >= gain * final[order[size]]:
+                break
+            size *= 2
+        self.timings["dampening"].append((time.perf_counter() - t0) * 1000)
+        return [(float(s), int(seq_arr[i])) for s, i in zip(scores, pool)], rows
+
+    def _rerank(self, query: str, query_vector: np.ndarray | None, ranked: list[tuple[float, int]],
+                rows: dict[int, Memory], p: PipelineV2Settings) -> list[tuple[float, int]]:
+        reranker = self._reranker(p.reranker.model)
+        if reranker is None:
+            return ranked
+        t0 = time.perf_counter()
+        cands = [RerankCandidate(seq, rows[seq].id, rows[seq].content, score) for score, seq in ranked]
+        out, status = rerank(query, cands, reranker, top_n=p.reranker.top_n, timeout_ms=p.reranker.timeout_ms,
+                             pool=self._rerank_pool, query_vector=query_vector)
+        self.rerank_outcomes[status] = self.rerank_outcomes.get(status, 0) + 1
+        self.timings["rerank"].append((time.perf_counter() - t0) * 1000)
+        return [(c.score, c.seq) for c in out]
+
+    def _reranker(self, model: str) -> Reranker | None:
+        if self.reranker is not None:
+            return self.reranker
+        if self._built is None or self._built[0] != model:
+            self._built = (model, build_reranker(model, self.index))
+        return self._built[1]
+
+    def close(self) -> None:
+        """Stop waiting for reranker threads (a stuck one is abandoned)."""
+        self._rerank_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def wire(c: "Container") -> None:
+    """Give ``c.recall`` its stages (settings read at call time) and register the hints worker."""
+    from memlane.recall import hints
+
+    c.recall.stages = RecallStages(c.db, c.recall.index, lambda: c.settings.memory.pipeline_v2)
+    hints.wire(c)
