@@ -82,7 +82,7 @@ def set_job(conn: sqlite3.Connection, document_id: str, job_id: int) -> None:
 
 
 def _memory_count_sql() -> str:
-    return ("(SELECT count(*) FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
+    return ("(SELECT count(DISTINCT dm.memory_id) FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
             "WHERE dm.document_id = documents.id AND m.is_deleted = 0) AS memory_count")
 
 
