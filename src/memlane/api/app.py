@@ -135,6 +135,9 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(pipeline_routes.router(container))
     from memlane.api import predictor_routes
     app.include_router(predictor_routes.router(container))
+    from memlane.api import documents_routes, repair_routes
+    app.include_router(documents_routes.router(container))
+    app.include_router(repair_routes.router(container))
 
     from memlane.mcp.http import mount
     mount(app, container)
