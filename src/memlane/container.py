@@ -20,7 +20,6 @@ from memlane.pipeline.config import extraction_llm_settings
 from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
 from memlane.pipeline import wiring_docs
-from memlane.pipeline import wiring_docs
 from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
@@ -153,5 +152,4 @@ def _wire_pipeline(c: Container) -> None:
     wire_graph(c)  # knowledge graph: inline linker, graph boost, classify + aspect-feedback workers
     recall_stages.wire(c)  # hints worker + hook; hints merge, dampening, reranker in recall
     extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
-    wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers
     wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers
