@@ -138,6 +138,8 @@ def create_app(container: Container) -> FastAPI:
     from memlane.api import documents_routes, repair_routes
     app.include_router(documents_routes.router(container))
     app.include_router(repair_routes.router(container))
+    from memlane.api import knowledge_routes
+    app.include_router(knowledge_routes.router(container))
 
     from memlane.mcp.http import mount
     mount(app, container)
