@@ -15,6 +15,12 @@ from memlane.graph.protection import (
 from memlane.services.inputs import RememberInput
 
 
+def set_graph(c, **values: Any) -> None:
+    """Swap in graph settings the way POST /api/config applies hot keys (a validated copy)."""
+    p = c.settings.memory.pipeline_v2
+    c.settings.memory.pipeline_v2 = p.model_copy(update={"graph": p.graph.model_copy(update=values)})
+
+
 def rows(c, sql: str, *args: Any) -> list[dict]:
     return c.db.read(lambda conn: [dict(r) for r in conn.execute(sql, args)])
 
@@ -149,7 +155,7 @@ def test_linker_is_off_when_graph_disabled_and_follows_the_flag_hot(open_store) 
     c = open_store(memory={"pipelineV2": {"graph": {"enabled": False}}})
     c.memories.remember(RememberInput(content="Kafka carries the events."))
     assert rows(c, "SELECT * FROM entities") == []
-    c.settings.memory.pipeline_v2.graph.enabled = True
+    set_graph(c, enabled=True)
     c.memories.remember(RememberInput(content="Kafka carries all the events."))
     assert [r["name"] for r in rows(c, "SELECT name FROM entities")] == ["Kafka"]
 
