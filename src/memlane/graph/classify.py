@@ -92,7 +92,9 @@ def parse_reply(text: str, n_facts: int) -> tuple[dict[int, tuple[str, str]], st
     invalid items are dropped (never raises)."""
     body = strip_fences(strip_think(text or "")).strip()
     data: Any = None
-    for opener, closer in (("[", "]"), ("{", "}")):
+    # The outermost JSON value: whichever of "[" and "{" comes first.
+    pairs = sorted((("[", "]"), ("{", "}")), key=lambda p: body.find(p[0]) % (len(body) + 1))
+    for opener, closer in pairs:
         i, j = body.find(opener), body.rfind(closer)
         if 0 <= i < j:
             try:

@@ -339,9 +339,10 @@ def attributes_of_entity(conn: sqlite3.Connection, entity_id: str, *, aspect_id:
 
 
 def unclassified_attributes(conn: sqlite3.Connection, entity_id: str, limit: int) -> list[Attribute]:
-    """Active attributes of the entity with no aspect yet, oldest first, at most ``limit``."""
+    """Active attributes of the entity with no aspect yet, oldest (then first inserted) first, at most
+    ``limit``."""
     rows = conn.execute("SELECT * FROM entity_attributes WHERE entity_id = ? AND aspect_id IS NULL "
-                        "AND status = 'active' ORDER BY created_at, id LIMIT ?", (entity_id, limit)).fetchall()
+                        "AND status = 'active' ORDER BY created_at, rowid LIMIT ?", (entity_id, limit)).fetchall()
     return [_of(Attribute, r) for r in rows]
 
 
