@@ -81,11 +81,12 @@ def test_layout_and_atomic_write(saved, tmp_path):
 
 def test_feature_schema_mismatch_names_both_versions(saved):
     _, path, _ = saved
-    newer = FeatureSchema("2", "0123456789abcdef", CURRENT_SCHEMA.names + ("new_feature",))
+    newer = FeatureSchema("99", "0123456789abcdef", CURRENT_SCHEMA.names + ("new_feature",))
     with pytest.raises(FeatureSchemaMismatchError) as err:
         _load(path, expected_schema=newer)
-    assert f"v{CURRENT_SCHEMA.version}" in str(err.value) and "v2" in str(err.value)
-    assert err.value.details["found"]["version"] == "1" and err.value.details["expected"]["version"] == "2"
+    assert f"v{CURRENT_SCHEMA.version}" in str(err.value) and "v99" in str(err.value)
+    assert err.value.details["found"]["version"] == CURRENT_SCHEMA.version
+    assert err.value.details["expected"]["version"] == "99"
     same_version_other_hash = FeatureSchema(CURRENT_SCHEMA.version, "ffffffffffffffff", CURRENT_SCHEMA.names)
     with pytest.raises(FeatureSchemaMismatchError):
         _load(path, expected_schema=same_version_other_hash)

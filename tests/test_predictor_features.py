@@ -26,12 +26,12 @@ from memlane.predictor.tokenizer import (
 
 
 def test_schema_is_versioned_and_hashed():
-    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 16
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 18
     assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
     assert len(F.SCHEMA_HASH) == 16
     # The hash follows the names and their order.
     assert F._schema_hash(F.SCHEMA_VERSION, tuple(reversed(F.FEATURE_NAMES))) != F.SCHEMA_HASH
-    assert F._schema_hash("2", F.FEATURE_NAMES) != F.SCHEMA_HASH
+    assert F._schema_hash(F.SCHEMA_VERSION + "x", F.FEATURE_NAMES) != F.SCHEMA_HASH
     assert F.FeatureSchema.from_dict(F.CURRENT_SCHEMA.to_dict()) == F.CURRENT_SCHEMA
 
 
@@ -49,6 +49,8 @@ def test_feature_matrix_hand_computed():
         baseline_rank=3,
         context_similarity=0.5,
         pinned=True,
+        bm25_score=0.3,
+        vector_score=None,
     )
     row = build_feature_matrix([cand], when)[0]
     got = dict(zip(F.FEATURE_NAMES, row.tolist()))
@@ -69,6 +71,8 @@ def test_feature_matrix_hand_computed():
         "baseline_rank_inv": 0.25,
         "context_similarity": 0.5,
         "pinned": 1.0,
+        "bm25_score": 0.3,
+        "vector_score": 0.0,
     }
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, abs=1e-6), name

@@ -52,7 +52,7 @@ def test_learns_planted_signal(signal):
     rng = torch.Generator().manual_seed(0)
     shape = held_out.labels.shape
     random_ndcg = np.mean([mean_ndcg_at_k(torch.rand(shape, generator=rng), held_out.labels) for _ in range(20)])
-    result = fit(live, _adam(live), listnet_loss, train, max_epochs=12, early_stop_patience=3,
+    result = fit(live, _adam(live), listnet_loss, train, max_epochs=20, early_stop_patience=3,
                  canary=canary, previous_is_trained=False)
     after = mean_ndcg_at_k(result.model.score(held_out), held_out.labels)
     print(f"{signal}: random {random_ndcg:.3f} untrained {mean_ndcg_at_k(live.score(held_out), held_out.labels):.3f} "

@@ -3,7 +3,8 @@
 predictive-memory-scorer.md "Daemon Communication Protocol" and Phase 5 (scoreTimeoutMs,
 crashDisableThreshold). Every failure - not started yet, a reply later than the deadline,
 a crash (EOF on stdout), a malformed reply - raises :class:`PredictorUnavailable` at once so
-the caller serves the baseline ranking; the error is recorded. A crashed sidecar is started
+the caller serves the baseline ranking; the error is recorded (an unparseable reply line is
+recorded at once; the request it belonged to fails at its deadline). A crashed sidecar is started
 again on the next call; ``crash_threshold`` crashes within an hour disable it until a
 cool-down has passed.
 """
@@ -237,6 +238,8 @@ class SidecarClient:
                 self._record("malformed", "reply without result or error")
                 fut.set_exception(PredictorUnavailable("malformed predictor reply"))
         proc.wait()
+        if self._proc is not proc:  # a restarted sidecar already took over
+            return
         self._ready.clear()
         if not self._closing:
             self._record("crash", f"sidecar exited with code {proc.returncode}")

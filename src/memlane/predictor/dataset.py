@@ -41,7 +41,9 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             baseline_score=float(raw.get("baseline_score", 0.0)),
             baseline_rank=None if raw.get("baseline_rank") is None else int(raw["baseline_rank"]),
             context_similarity=None if raw.get("context_similarity") is None else float(raw["context_similarity"]),
-            pinned=bool(raw.get("pinned", False)))
+            pinned=bool(raw.get("pinned", False)),
+            bm25_score=None if raw.get("bm25_score") is None else float(raw["bm25_score"]),
+            vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 

@@ -10,6 +10,7 @@ atomically (predictive-memory-scorer.md "Training schedule", "Phase 6").
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -152,7 +153,7 @@ class PredictorEngine:
     # -- training -------------------------------------------------------------------------
     def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
               replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
-              max_epochs: int = C.MAX_EPOCHS, save: bool = True) -> TrainReport:
+              max_epochs: int = C.MAX_EPOCHS, save: bool = True, influential: bool = True) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
         Only one training runs at a time; scoring continues on the live model meanwhile.
@@ -164,6 +165,8 @@ class PredictorEngine:
             max_seconds: training wall-clock cap (s).
             max_epochs: epoch cap.
             save: write ``model.bin`` after an accepted run.
+            influential: the live model currently influences rankings (alpha < 1); only then
+                is the top-5 overlap gate enforced.
 
         Returns:
             a :class:`TrainReport`.
@@ -185,12 +188,12 @@ class PredictorEngine:
                          max_epochs=max_epochs, early_stop_patience=C.EARLY_STOP_PATIENCE,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
+                         check_overlap=influential,
                          seed=self.seed + self.model_version)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
-                loss=result.epoch_losses[-1] if result.epoch_losses else (
-                    result.step_losses[-1] if result.step_losses else None),
+                loss=next((x for x in reversed(result.epoch_losses or result.step_losses) if math.isfinite(x)), None),
                 steps=result.steps, sample_count=len(labelled), stop_reason=result.stop_reason,
                 gates=result.gates.to_dict(), canary_ndcg=result.gates.canary_ndcg,
                 canary_ndcg_delta=(result.gates.canary_ndcg - result.gates.previous_canary_ndcg)

@@ -33,7 +33,7 @@ __all__ = [
     "build_feature_matrix",
 ]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -53,6 +53,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "baseline_rank_inv",  # 1 / (1 + 0-based baseline rank); 0 when unranked
     "context_similarity",  # cosine similarity of the candidate to the session context
     "pinned",  # 1 when the user pinned the memory
+    "bm25_score",  # the BM25 leg's normalised score in [0, 1]; 0 when the leg did not rank it
+    "vector_score",  # the vector leg's score (cosine); 0 when the leg did not rank it
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -109,6 +111,11 @@ class CandidateFeatures:
         context_similarity: cosine similarity of the candidate embedding to the session
             context embedding, [-1, 1]; ``None`` when either embedding is missing (-> 0).
         pinned: the user pinned the memory.
+        bm25_score: the recall's BM25 leg score in [0, 1] (None: not ranked by that leg).
+        vector_score: the recall's vector leg score (None: not ranked by that leg).
+
+    Schema v2 added the two recall legs: a relevance pool's hybrid score mixes them with a
+    fixed weight (alpha 0.7); given both, the model can learn a better mix for its user.
     """
 
     age_days: float
@@ -121,6 +128,8 @@ class CandidateFeatures:
     baseline_rank: int | None = None
     context_similarity: float | None = None
     pinned: bool = False
+    bm25_score: float | None = None
+    vector_score: float | None = None
 
 
 def _cyclic(fraction: float) -> tuple[float, float]:
@@ -184,5 +193,7 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             rank_inv,
             sim,
             float(bool(c.pinned)),
+            0.0 if c.bm25_score is None else _finite(c.bm25_score, "bm25_score", i),
+            0.0 if c.vector_score is None else _finite(c.vector_score, "vector_score", i),
         ]
     return rows

@@ -119,6 +119,7 @@ def evaluate_gates(
     *,
     thresholds: GateThresholds = GateThresholds(),
     previous_is_trained: bool = True,
+    check_overlap: bool = True,
 ) -> GateReport:
     """Run every gate; never raises on a bad model (a bad model fails gates).
 
@@ -129,6 +130,9 @@ def evaluate_gates(
         losses: every training-step loss of the run (nats).
         thresholds: the gate thresholds.
         previous_is_trained: False at cold start: the comparison gates are skipped.
+        check_overlap: False while the live model has no influence on rankings (alpha = 1):
+            top-5 churn then changes nothing a user sees, and holding a weak first model's
+            top-5 against better successors would freeze learning; the NDCG gate still applies.
 
     Returns:
         a :class:`GateReport`; ``report.passed`` decides the swap.
@@ -153,7 +157,11 @@ def evaluate_gates(
     else:
         overlaps = [topk_overlap(n, o, b.mask, t.top_k) for n, o, b in zip(new_scores, old_scores, canary)]
         overlap = float(torch.cat(overlaps).mean())
-        gates.append(GateResult("top5_overlap", overlap >= t.min_topk_overlap, overlap, t.min_topk_overlap))
+        if check_overlap:
+            gates.append(GateResult("top5_overlap", overlap >= t.min_topk_overlap, overlap, t.min_topk_overlap))
+        else:
+            gates.append(GateResult("top5_overlap", True, overlap, t.min_topk_overlap, skipped=True,
+                                    detail="live model has no influence yet (alpha = 1)"))
         if math.isnan(old_ndcg) and math.isnan(new_ndcg):
             gates.append(_skip("ndcg_drop", "canary has no positive labels", t.max_ndcg_drop))
         else:

@@ -20,10 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from memlane.predictor.data import SessionBatch
-from memlane.predictor.features import NUM_FEATURES
+from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
 from memlane.predictor.tokenizer import MAX_TOKENS, NUM_BUCKETS, PAD_TOKEN_ID, PROJECT_SLOTS
 
 __all__ = ["MemoryScorer", "ScorerConfig", "configure_threads"]
+
+#: Initial weights of the baseline's own signals in the linear gate (see MemoryScorer.__init__).
+BASELINE_PRIOR = {"baseline_score": 5.0, "baseline_rank_inv": 2.0}
 
 # Fill for padded attention logits: finite, so a fully padded row stays NaN-free.
 _MASKED_LOGIT = -1.0e9
@@ -94,6 +97,13 @@ class MemoryScorer(nn.Module):
             self.gate_hidden = nn.Linear(cfg.gate_inputs, cfg.gate_hidden)
             self.gate_out = nn.Linear(cfg.gate_hidden, 1)
             self.gate_linear = nn.Linear(cfg.gate_inputs, 1)
+            # Baseline prior: the untrained model ranks as the baseline does (a residual
+            # re-ranker, as in learning-to-rank over a first-stage score); training moves it
+            # away only where the sessions disagree with the baseline.
+            offset = 4 + cfg.d_value
+            if cfg.num_features == NUM_FEATURES:
+                for name, weight in BASELINE_PRIOR.items():
+                    self.gate_linear.weight.data[0, offset + FEATURE_INDEX[name]] = weight
 
     def count_parameters(self) -> int:
         """Number of trainable scalars (seed budget: under 2M)."""

@@ -268,7 +268,10 @@ class Sidecar:
         else:
             err = None
         if rid is not None:  # notifications get no reply
-            self._reply(rid, result, err) if err is None else self._reply(rid, error=err)
+            try:
+                self._reply(rid, result, err) if err is None else self._reply(rid, error=err)
+            except ValueError as exc:  # a non-finite number in the result is not JSON
+                self._reply(rid, error=(INTERNAL_ERROR, f"result is not valid JSON: {exc}"))
 
     # -- methods ------------------------------------------------------------------------
     def score(self, p: Any) -> dict[str, Any]:
@@ -323,7 +326,8 @@ class Sidecar:
         load_ms = (time.perf_counter() - t0) * 1000
         self._training.set()
         try:
-            report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds, max_epochs=epochs)
+            report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds, max_epochs=epochs,
+                             influential=bool(p.get("influential", True)))
         finally:
             self._training.clear()
         out = report.to_dict()

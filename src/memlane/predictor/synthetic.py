@@ -85,7 +85,7 @@ def make_sessions(
                 session_gap_hours=8.0,
                 is_embedded=signal != "text",
                 is_superseded=bool(superseded[j]),
-                baseline_score=float(rng.uniform(0, 1)),
+                baseline_score=0.0,  # an uninformative baseline: only the planted signal can be learned
                 baseline_rank=int(ranks[j]),
                 context_similarity=None,  # keep the embedding signal out of the features
             )

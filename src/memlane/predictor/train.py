@@ -100,6 +100,7 @@ def fit(
     replay_batches: Sequence[SessionBatch] | None = None,
     replay_share: float = 0.2,
     previous_is_trained: bool = True,
+    check_overlap: bool = True,
     thresholds: GateThresholds = GateThresholds(),
     max_grad_norm: float | None = 5.0,
     min_improvement: float = 1e-4,
@@ -123,6 +124,7 @@ def fit(
             of the steps.
         replay_share: share of replayed batches per epoch, in ``[0, 1)``.
         previous_is_trained: False at cold start (the comparison gates are skipped).
+        check_overlap: enforce the top-5 overlap gate (see :func:`evaluate_gates`).
         thresholds: gate thresholds.
         max_grad_norm: gradient-norm clip, or ``None``.
         min_improvement: see ``early_stop_patience``.
@@ -185,5 +187,6 @@ def fit(
         result.step_losses,
         thresholds=thresholds,
         previous_is_trained=previous_is_trained,
+        check_overlap=check_overlap,
     )
     return result

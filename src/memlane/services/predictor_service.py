@@ -93,6 +93,8 @@ class PoolMember:
     baseline_score: float
     baseline_rank: int
     similarity: float | None
+    bm25_score: float | None = None
+    vector_score: float | None = None
 
 
 class PredictorService:
@@ -178,6 +180,7 @@ class PredictorService:
                 "baseline_score": float(p.baseline_score),
                 "baseline_rank": int(p.baseline_rank) - 1,
                 "context_similarity": None if p.similarity is None else float(p.similarity),
+                "bm25_score": p.bm25_score, "vector_score": p.vector_score,
             }
         return out
 
@@ -364,17 +367,23 @@ class PredictorService:
         now = now_iso()
         refreshed = self.db.read(pred_sql.canary_refreshed_at)
         keys = self.db.read(pred_sql.canary_keys)
-        if len(keys) < C.CANARY_SIZE or refreshed is None or \
-                iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400:
-            self.db.write(lambda c: pred_sql.refresh_canary(c, size=C.CANARY_SIZE,
-                                                            min_confidence=C.MIN_SCORER_CONFIDENCE, at=now))
+        with self._lock:
+            # The canary never takes more than a fifth of the training-grade sessions: early on a
+            # 25-session canary would leave nothing to train on.
+            size = min(C.CANARY_SIZE, self.state.training_sessions // 5)
+            influential = policy.alpha_for(self.state) < 1.0
+        if size and (len(keys) < size or refreshed is None or
+                     iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400):
+            self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
+                                                            at=now))
         with self._lock:
             sessions_before = self.state.sessions_since_train
             self.state.sessions_since_train = 0
         report: dict[str, Any]
         try:
             assert self.backend is not None
-            report = self.backend.call("train_from_db", {"trigger": trigger}, timeout_s=C.TRAIN_TIMEOUT_S)
+            report = self.backend.call("train_from_db", {"trigger": trigger, "influential": influential},
+                                       timeout_s=C.TRAIN_TIMEOUT_S)
             error = report.get("error")
         except Exception as exc:
             report, error = {}, f"{type(exc).__name__}: {exc}"

@@ -25,25 +25,32 @@ from memlane.sessions.start import RankedCandidate, build_pool
 __all__ = ["explored_shown", "fuse_pool", "pool_members", "relevance_pool"]
 
 
-def pool_members(pool: Sequence[RankedCandidate]) -> list[PoolMember]:
-    """The pool in baseline order as the predictor sees it."""
-    return [PoolMember(p.memory_id, p.seq, p.baseline_score, p.baseline_rank, p.similarity)
+def pool_members(pool: Sequence[RankedCandidate],
+                 legs: dict[str, tuple[float | None, float | None]] | None = None) -> list[PoolMember]:
+    """The pool in baseline order as the predictor sees it (``legs``: ``{id: (bm25, vector)}``)."""
+    legs = legs or {}
+    return [PoolMember(p.memory_id, p.seq, p.baseline_score, p.baseline_rank, p.similarity,
+                       *legs.get(p.memory_id, (None, None)))
             for p in sorted(pool, key=lambda p: p.baseline_rank)]
 
 
 def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, project: str | None,
-                   cv: np.ndarray | None, s: SessionSettings, now: str, now_epoch: float) -> list[RankedCandidate]:
+                   cv: np.ndarray | None, s: SessionSettings, now: str, now_epoch: float
+                   ) -> tuple[list[RankedCandidate], dict[str, tuple[float | None, float | None]]]:
     """A pool ranked by hybrid relevance to ``context`` (``ranking="relevance"`` starts).
 
     For clients that start a session with a real request (a question, a task): the pool is
     the top ``candidate_pool_size`` hybrid-recall hits of the context (project and global
     memories, superseded excluded), the baseline score is the recall score, and the
     ``effective_score`` column keeps the memory's effectiveScore.
+
+    Returns:
+        ``(pool, legs)``: the ranked pool and each hit's ``(bm25_score, vector_score)``.
     """
     hits = recall.recall(RecallQuery(query=context, limit=s.candidate_pool_size, project=project,
                                      include_global=True, exclude_superseded=True, now=now, touch=False)).hits
     if not hits:
-        return []
+        return [], {}
     ranked = [(h.memory.seq, h.memory.id, float(h.score)) for h in hits]
     wide = s.model_copy(update={"effective_top": len(ranked), "similarity_top": 0})
     pool = build_pool(ranked, cv, index, wide)
@@ -52,7 +59,8 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
         m = h.memory
         days = max(0.0, (now_epoch - _epoch(m.created_at)) / 86400.0)
         eff[m.id] = 1.0 if m.pinned else float(m.importance) * DECAY_PER_DAY ** days
-    return [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool]
+    legs = {h.memory.id: (h.bm25_score, h.vector_score) for h in hits}
+    return [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool], legs
 
 
 def _epoch(iso: str) -> float:

@@ -126,15 +126,16 @@ class SessionService:
         eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
                                   limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
         cv = self.contexts.get(context)
+        legs: dict[str, tuple[float | None, float | None]] = {}
         if inp.ranking == "relevance" and inp.context:
-            pool = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
+            pool, legs = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
                                           now=now, now_epoch=iso_to_epoch(now))
         else:
             pool = build_pool(eff, cv, index, s)
         decision = None
         if self.predictor is not None and pool:
             last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now, project=project))
-            decision = self.predictor.rank(pool=ranking.pool_members(pool), context_vector=cv, context_text=context,
+            decision = self.predictor.rank(pool=ranking.pool_members(pool, legs), context_vector=cv, context_text=context,
                                            project=project, now=now, last_start=last)
             state = decision.phase
             if decision.alpha < 1.0 and decision.predictor_rank:

@@ -1,0 +1,78 @@
+"""``memlane bench predictor``: does the predictor help (LoCoMo or a simulated user)?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from memlane.cli.bench import DEFAULT_LOCOMO, _out_path, bench_app, console, err
+from memlane.cli.progress import stage_progress
+
+
+def _ci(d: dict[str, Any]) -> str:
+    return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
+def _locomo_table(title: str, summary: dict[str, Any]) -> Table:
+    t = Table(title=title)
+    for c in ("conversation", "n", "alpha", "NDCG@10 base", "pred", "fused", "fused-base [95% CI]",
+              "R@5 base", "pred", "fused"):
+        t.add_column(c)
+    rows = list(summary["per_conversation"].items()) + [("overall", summary["overall"])]
+    for name, b in rows:
+        if not b["n"]:
+            continue
+        t.add_row(name, str(b["n"]), f"{b['alpha_mean']:.2f}", f"{b['ndcg10_baseline']:.3f}",
+                  f"{b['ndcg10_predictor']:.3f}", f"{b['ndcg10_fused']:.3f}", _ci(b["ndcg10_fused_vs_baseline"]),
+                  f"{b['r5_baseline']:.3f}", f"{b['r5_predictor']:.3f}", f"{b['r5_fused']:.3f}")
+    return t
+
+
+@bench_app.command("predictor")
+def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated."),
+              data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json (locomo)."),
+              out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...)."),
+              workdir: Path = typer.Option(Path("bench-results/predictor-work"),
+                                           help="Stores, sidecar models and base models (reused between runs)."),
+              max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
+              base: bool = typer.Option(True, "--base/--no-base", help="Also run the Phase 6 base-model path."),
+              sessions: int = typer.Option(200, help="Simulated sessions (simulated)."),
+              seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user).")) -> None:
+    """Baseline vs predictor vs fused ranking on held-out sessions, with paired bootstrap 95% CIs."""
+    from memlane.bench.report import write_json
+    from memlane.embedding import LocalOnnxEmbedder
+
+    if dataset not in ("locomo", "simulated"):
+        err.print(f"[red]error:[/red] unknown dataset {dataset!r} (supported: locomo, simulated)")
+        raise typer.Exit(2)
+    if dataset == "locomo" and not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
+        raise typer.Exit(2)
+    embedder = LocalOnnxEmbedder()
+    embedder.warmup()
+    if dataset == "simulated":
+        from memlane.bench.predictor_simulated import render, run_simulated
+
+        with stage_progress(err, "simulated") as tick:
+            report = run_simulated(embedder=embedder, workdir=workdir, sessions=sessions, seed=seed, progress=tick)
+        path = write_json(_out_path(out, "predictor-simulated"), report)
+        render(console, report)
+        console.print(f"report: {path}")
+        return
+    from memlane.bench.predictor_locomo import PredictorBenchConfig, run
+
+    cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations)
+    with stage_progress(err, "predictor") as tick:
+        report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick)
+    path = write_json(_out_path(out, "predictor-locomo"), report)
+    console.print(_locomo_table("LoCoMo held-out questions: learned from scratch", report["from_scratch"]))
+    t = report["from_scratch"]["targets"]
+    console.print(f"targets: fused >= baseline + 0.05 overall: {t['fused_ge_baseline_plus_0.05']}; "
+                  f"no conversation below baseline - 0.01: {t['no_conversation_below_baseline_minus_0.01']} "
+                  f"(worst {report['from_scratch']['worst_conversation_fused_minus_baseline']:+.3f})")
+    if "phase6" in report:
+        console.print(_locomo_table("Phase 6: base model (other nine conversations), fine-tuned", report["phase6"]))
+    console.print(f"{report['seconds']:.0f} s; report: {path}")
