@@ -21,6 +21,7 @@ from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex
+from memlane.recall.stages import RecallStages
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
@@ -49,6 +50,8 @@ class RecallService:
         self.memories = memories
         self.settings = settings
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
+        #: memory-pipeline-v2 hints / dampening / reranker (memlane.recall.stages); set by the container.
+        self.stages: RecallStages | None = None
         #: memory-pipeline-v2 graph boost ``(query, merged) -> merged``, never raises (memlane.graph.search
         #: .GraphBooster); set by memlane.graph.wiring.wire.
         self.graph_boost: Any = None
@@ -102,6 +105,7 @@ class RecallService:
         # onnxruntime both release the GIL, so on 2 cores the legs overlap.
         expr = fts.match_expression(text)
         bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters) if expr is not None else None
+        hint_future = self.stages.submit_hints(self._pool, expr, n_cand, filters) if self.stages else None
         vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
@@ -125,6 +129,8 @@ class RecallService:
             legs.append("vector")
 
         merged = merge(vector_scores, bm25_scores, alpha)
+        if self.stages is not None:  # hints merge (max), before the graph boost
+            merged = self.stages.merge_hints(merged, hint_future, alpha, qv, s.context_weight)
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
         if self.graph_boost is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
@@ -134,10 +140,17 @@ class RecallService:
         final = boost(np.array([merged[x][0] for x in seqs]), access_count=access,
                       age_days=(now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
                       recency_weight=s.recency_weight, recency_half_life_days=s.recency_half_life_days)
-        ok = known & (final > 0.0) & (final >= min_score)
-        order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][: q.limit]
-        ranked = [(float(final[i]), seqs[i]) for i in order]
-        rows = self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, [seq for _, seq in ranked]))
+        fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
+        # dampening -> reranker (None: baseline ranking); alpha 0 = no vector signal, in the reranker too
+        staged = self.stages.rank(text, qv if alpha > 0 else None, seqs, final, known, merged, min_score, q.limit,
+                                  fetch) if self.stages is not None else None
+        if staged is not None:
+            ranked, rows = staged
+        else:
+            ok = known & (final > 0.0) & (final >= min_score)
+            order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][: q.limit]
+            ranked = [(float(final[i]), seqs[i]) for i in order]
+            rows = fetch([seq for _, seq in ranked])
         hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25)
                 for final, seq in ranked if seq in rows]
         if q.touch and hits:
