@@ -52,6 +52,7 @@ class ScriptedLlmServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in separate writes
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -150,3 +151,18 @@ def instant_pipeline_reply(prompt: str) -> str:
     if CONTRADICTION_MARKER in prompt:
         return '{"contradicts": false, "confidence": 0.5, "reasoning": "compatible"}'
     return "{}"
+
+
+def main() -> None:  # pragma: no cover - exercised by the benchmark as a subprocess
+    """``python -m memlane.bench.scripted_llm``: serve :func:`instant_pipeline_reply` until stdin
+    closes, printing the base URL as the first stdout line (a separate process: the benchmark
+    measures memlane, not this server competing for memlane's GIL)."""
+    import sys
+
+    with ScriptedLlmServer(instant_pipeline_reply) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from memlane import __version__
 from memlane.cli.bench import bench_app
+import memlane.cli.bench_pipeline  # noqa: F401  (registers `bench pipeline`)
 import memlane.cli.bench_predictor  # noqa: F401  (registers `bench predictor`)
 from memlane.cli.hooks import connect_app, disconnect_app, hook_app
 from memlane.cli.mcp_cmd import mcp_app

@@ -26,13 +26,21 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
            keep: Optional[Path] = typer.Option(None, help="Data directory to create and keep (without --url)."),
            max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
            max_questions: Optional[int] = typer.Option(None, help="Only the first N questions per conversation."),
-           out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+           out: Optional[Path] = typer.Option(None, help="JSON report path."),
+           extract: bool = typer.Option(False, "--extract", help="Instead: run pipeline v2 extraction over each "
+                                        "session through the configured LLM provider; report facts, entities, "
+                                        "decisions and dedup counts (exits 0 with a message when no provider).")
+           ) -> None:
     """Each LoCoMo session as an agent session, each question as a short session with agent feedback."""
     from memlane.replay.locomo import run_replay
 
     if not data.is_file():
         err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
         raise typer.Exit(2)
+    if extract:
+        from memlane.replay.extract import run_extract_cli
+        raise typer.Exit(run_extract_cli(data, keep=keep, max_conversations=max_conversations, out=out,
+                                         console=console, err=err))
     if keep is not None and url is not None:
         err.print("[red]error:[/red] --keep starts its own daemon; do not combine it with --url")
         raise typer.Exit(2)

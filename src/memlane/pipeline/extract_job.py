@@ -112,3 +112,28 @@ def wire(c: Container) -> None:
     worker = c.workers.get("extraction")
     assert isinstance(worker, JobWorker)
     worker.register(EXTRACT, make_handler(c))
+
+
+def add_workers(c: Container, total: int) -> list[str]:
+    """Run ``total`` extraction workers in all: adds JobWorkers ``extraction-2`` ... ``extraction-{total}``
+    sharing the first one's handler, lease length, poll interval and enabled switch. Safe because a
+    lease is one atomic transaction (seed "Worker Model": no two workers lease the same job);
+    writes stay serialised by the single writer. Returns the names added (started at once if
+    the registry is running).
+
+    Args:
+        total: workers wanted (>= 1); with 2 cores, 2 overlap one job's LLM wait with another's writes.
+    """
+    first = c.workers.get("extraction")
+    assert isinstance(first, JobWorker)
+    added = []
+    for i in range(2, total + 1):
+        name = f"extraction-{i}"
+        if name in c.workers:
+            continue
+        w = JobWorker(c.db, name, lease_timeout_ms=first._lease_timeout_ms, poll_ms=first._poll_ms,
+                      enabled=first._enabled)
+        w.register(EXTRACT, first._handlers[EXTRACT])
+        c.workers.add(w)
+        added.append(name)
+    return added
