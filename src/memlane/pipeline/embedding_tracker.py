@@ -96,7 +96,7 @@ class EmbeddingTracker(PollingWorker):
         if self.embedder is None:
             return {"embedded": 0, "failed": 0, "remaining": 0}
         model = self.embedder.model_id
-        self._failed_at = {k: c for k, c in self._failed_at.items() if self._cycle - c < RETRY_AFTER_CYCLES}
+        self._failed_at = {k: c for k, c in self._failed_at.items() if self._cycle - c <= RETRY_AFTER_CYCLES}
         n = _value(self._batch) if limit is None else int(limit)
         rows = self.db.read(lambda c: mnt_sql.stale_memories(c, model, limit=n, exclude=list(self._failed_at)))
         vectors: dict[str, np.ndarray] = {}
