@@ -48,6 +48,10 @@ class Protection(NamedTuple):
     importance: float
 
 
+#: The battery as one alternation: one scan decides "any match" (the write-path check).
+_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in DECISION_PATTERNS), re.IGNORECASE)
+
+
 def decision_patterns(content: str) -> list[str]:
     """Names of the :data:`DECISION_PATTERNS` that match ``content``, in battery order."""
     return [name for name, rx in DECISION_PATTERNS if rx.search(content)]
@@ -55,7 +59,7 @@ def decision_patterns(content: str) -> list[str]:
 
 def is_decision_content(content: str) -> bool:
     """True when any of the 14 decision patterns matches (seed: isDecisionContent)."""
-    return any(rx.search(content) for _, rx in DECISION_PATTERNS)
+    return _ANY.search(content) is not None
 
 
 def protection_for(content: str) -> Protection:

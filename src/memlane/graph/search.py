@@ -8,9 +8,10 @@ BM25 + vector merge and before any other boost or dampening. Three steps, each o
    ``node.js``) matched exactly against ``entities.canonical_name`` (the UNIQUE index), most
    mentioned first, at most :data:`MAX_ENTITY_HITS` (20) entities;
 2. one hop through ``relations`` in both directions: at most :data:`MAX_NEIGHBOURS` (50) more;
-3. the candidate pool's links in ``memory_entity_mentions`` (rowid, then primary-key lookups:
-   the cost follows the pool size, never a hub entity's fan-out), at most
-   :data:`MAX_MEMORIES` (200) live memories.
+3. the candidates linked to any of those entities in ``memory_entity_mentions`` (rowid, then
+   primary-key probes: the cost follows the pool size, never a hub entity's fan-out), at most
+   :data:`MAX_MEMORIES` (200) live memories. Only candidates are looked at: the boost is added
+   to hybrid scores, so a memory outside the pool has nothing to add it to.
 
 A monotonic-clock deadline (``graph.boost_timeout_ms``) is checked before the first step and
 after each one; past it, what was accumulated so far is used (``timed_out``). Any exception
@@ -80,12 +81,7 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
         if clock() >= deadline:
             out.timed_out = True
             return out
-        wanted = set(out.entity_ids) | set(out.neighbour_ids)
-        for seq, eid in graph_sql.entity_links_of_seqs(conn, candidate_seqs):
-            if eid in wanted:
-                out.seqs.add(seq)
-                if len(out.seqs) >= MAX_MEMORIES:
-                    break
+        out.seqs = set(graph_sql.linked_seqs(conn, candidate_seqs, out.entity_ids + out.neighbour_ids)[:MAX_MEMORIES])
         if clock() >= deadline:
             # Trigger: step 3 finished past the deadline. Why: the seed returns what it has
             # accumulated with timedOut set. Outcome: the links found are still used.

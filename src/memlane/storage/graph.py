@@ -185,16 +185,20 @@ def neighbours(conn: sqlite3.Connection, entity_ids: Sequence[str], limit: int) 
     return [r[0] for r in rows]
 
 
-def entity_links_of_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> list[tuple[int, str]]:
-    """``(memory seq, entity id)`` for every live memory among ``seqs`` (rowid lookups, then the
-    mention primary key: cost grows with the candidate pool, not with hub entities)."""
-    out: list[tuple[int, str]] = []
+def linked_seqs(conn: sqlite3.Connection, seqs: Sequence[int], entity_ids: Sequence[str]) -> list[int]:
+    """The live memories among ``seqs`` linked to any of ``entity_ids`` (rowid lookups, then
+    primary-key probes on the mentions: the cost follows the pool size, never a hub's fan-out)."""
+    if not entity_ids:
+        return []
+    ents = list(entity_ids)[:_CHUNK]
     seqs = list(seqs)
+    out: list[int] = []
     for start in range(0, len(seqs), _CHUNK):
         chunk = seqs[start:start + _CHUNK]
-        out.extend((r[0], r[1]) for r in conn.execute(
-            f"SELECT m.seq, mm.entity_id FROM memories m JOIN memory_entity_mentions mm ON mm.memory_id = m.id "
-            f"WHERE m.seq IN ({_marks(len(chunk))}) AND m.is_deleted = 0", chunk))
+        out.extend(r[0] for r in conn.execute(
+            f"SELECT m.seq FROM memories m WHERE m.seq IN ({_marks(len(chunk))}) AND m.is_deleted = 0 AND EXISTS "
+            f"(SELECT 1 FROM memory_entity_mentions mm WHERE mm.memory_id = m.id AND mm.entity_id IN "
+            f"({_marks(len(ents))}))", (*chunk, *ents)))
     return out
 
 

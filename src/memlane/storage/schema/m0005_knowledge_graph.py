@@ -88,7 +88,7 @@ CREATE TABLE entity_attributes (
     created_at         TEXT NOT NULL,
     updated_at         TEXT NOT NULL
 );
-CREATE INDEX idx_attributes_entity ON entity_attributes(entity_id, aspect_id);
+CREATE INDEX idx_attributes_entity ON entity_attributes(entity_id, normalized_content);
 CREATE INDEX idx_attributes_aspect ON entity_attributes(aspect_id);
 CREATE INDEX idx_attributes_memory ON entity_attributes(memory_id);
 
