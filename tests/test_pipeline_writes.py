@@ -4,13 +4,21 @@ audit rows, no LLM -> skipped, failures and replays. The LLM is a loopback HTTP 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memlane.bench.pipeline import run_pipeline_bench
 from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from memlane.config import load_settings
 from memlane.pipeline.extract_job import NO_LLM_REASON, make_handler
+from memlane.replay.extract import NO_PROVIDER, render, run_extract_replay
 from memlane.services.inputs import RecallQuery, RememberInput
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings
 
@@ -273,3 +281,45 @@ def test_with_embeddings_vectors_are_prefetched_and_indexed(pstore, script: Stag
     res = c.recall.recall(RecallQuery(query="which database does billing run on", limit=3, touch=False))
     assert "vector" in res.legs and m.id in [h.memory.id for h in res.hits]
     assert audit(c, src)[0]["changes"]["outcome"] == "created"
+
+
+# ---------------------------------------------------------------- surfaces: replay --extract, bench pipeline
+
+LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench-data" / "locomo" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.is_file(), reason="LoCoMo not present in ../shared/bench-data")
+def test_replay_locomo_extract(tmp_path: Path, server: ScriptedLlmServer, script: StageScript) -> None:
+    script.defaults["extraction"] = json.dumps(facts(F1, F2, entities=[
+        {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}]))
+    s = load_settings(home=tmp_path / "unused", embedding={"provider": "none"}, llm=llm_settings(server))
+    report = run_extract_replay(LOCOMO, settings=s, max_conversations=1, max_sessions=3)
+    assert report["sessions"] == 3 and report["jobs"] == {"completed": 3}
+    assert report["facts"] == 6 and report["entities"] == 3
+    assert report["outcomes"] == {"created": 2, "deduped": 4} and report["deduped"] == 4
+    assert report["derived_memories"] == 2 and sum(report["decisions"].values()) == 6
+    assert any("facts: 6" in line for line in render(report))
+    none = run_extract_replay(LOCOMO, settings=load_settings(home=tmp_path / "x", embedding={"provider": "none"}),
+                              max_conversations=1, max_sessions=1)
+    assert none["provider"] is None and render(none) == [f"extraction not run: {NO_PROVIDER}"]
+
+
+def test_replay_extract_cli_without_provider_exits_0(tmp_path: Path) -> None:
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I adopted a dog named Rex."}]}, "qa": []}]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
+    env.update(MEMLANE_HOME=str(tmp_path / "home"), MEMLANE_CONFIG=str(tmp_path / "none.yaml"),
+               MEMLANE_EMBEDDING__PROVIDER="none")
+    r = subprocess.run([sys.executable, "-m", "memlane", "replay", "locomo", "--extract", "--data", str(data)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "no LLM provider configured" in r.stdout
+
+
+def test_bench_pipeline_small_run() -> None:
+    report = run_pipeline_bench(jobs=12, repeats=1, workers=2, data=None)
+    [run] = report["runs"]
+    assert run["status"] == {"completed": 12} and run["facts"] == 24 and run["llm_calls"] >= 12
+    assert report["corpus"] == "synthetic" and report["median_jobs_per_s"] > 0 and report["workers"] == 2

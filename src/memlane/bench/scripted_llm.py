@@ -139,13 +139,17 @@ def prompt_input(prompt: str) -> str:
 
 
 def instant_pipeline_reply(prompt: str) -> str:
-    """The benchmark script: two facts + one triple per memory, ADD for every decision."""
+    """The benchmark script: two ~12-word facts + one triple per memory, ADD for every decision."""
     if EXTRACTION_MARKER in prompt:
-        text = prompt_input(prompt)[:300] or "empty input"
+        # One-sentence facts of about a dozen words, like a model's (the input's words, so the
+        # decision stage finds the source's neighbours as candidates).
+        words = prompt_input(prompt).split() or ["empty", "input"]
+        first, second = " ".join(words[:12]), " ".join(words[12:24]) or " ".join(words[:6])
         return json.dumps({"facts": [
-            {"content": f"Stated fact: {text}", "type": "fact", "confidence": 0.9},
-            {"content": f"User preference noted: {text[:150]}", "type": "preference", "confidence": 0.8}],
-            "entities": [{"source": "user", "relationship": "said", "target": text[:40], "confidence": 0.8}]})
+            {"content": f"Stated fact: {first}", "type": "fact", "confidence": 0.9},
+            {"content": f"Preference noted: {second}", "type": "preference", "confidence": 0.8}],
+            "entities": [{"source": words[0].strip(":"), "relationship": "said", "target": " ".join(words[1:4]),
+                          "confidence": 0.8}]})
     if DECISION_MARKER in prompt:
         return '{"action": "ADD", "confidence": 0.9, "reason": "new information"}'
     if CONTRADICTION_MARKER in prompt:
