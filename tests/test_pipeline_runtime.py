@@ -176,7 +176,7 @@ def _home(tmp_path: Path, **pipeline) -> dict:
 def test_container_enqueues_extraction_on_remember_and_never_for_derived_facts(tmp_path):
     c = open_container(load_settings(**_home(tmp_path, worker={"maxRetries": 5})))
     try:
-        assert [w["name"] for w in c.workers.status()] == ["extraction", "lease-reaper"]
+        assert {"extraction", "lease-reaper"} <= {w["name"] for w in c.workers.status()}
         assert not c.workers.started and not c.workers.get("extraction").running
         mid = c.memories.remember(RememberInput(content="The deploy script lives in ops/deploy.sh")).id
         c.memories.remember(RememberInput(content="a derived fact", source_type=DERIVED_SOURCE_TYPE))
@@ -216,8 +216,8 @@ def test_status_and_job_endpoints(tmp_path):
         with TestClient(create_app(c), raise_server_exceptions=False) as client:
             s = client.get("/api/pipeline/status").json()
             assert s["mode"] == "shadow" and s["mutationsAllowed"] is False
-            assert s["jobs"] == {EXTRACT: {"pending": 1}}
-            assert {w["name"] for w in s["workers"]} == {"extraction", "lease-reaper"}
+            assert s["jobs"][EXTRACT] == {"pending": 1}
+            assert {"extraction", "lease-reaper"} <= {w["name"] for w in s["workers"]}
             jid = c.db.read(lambda conn: J.list_jobs(conn))[0].id
             r = client.get(f"/api/memory/jobs/{jid}")
             assert r.status_code == 200 and r.json()["memory_id"] == mid and r.json()["status"] == "pending"
