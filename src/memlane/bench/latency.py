@@ -21,6 +21,7 @@ import httpx
 
 from memlane.bench.corpus import memory_texts, queries
 from memlane.bench.metrics import latency_summary
+from memlane.bench.stages import restart_with_hints, stage_overhead, write_stage_config
 
 #: Memories per HTTP batch while filling the store.
 FILL_BATCH = 256
@@ -35,13 +36,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_daemon(home: Path, port: int, timeout_s: float = 120.0) -> subprocess.Popen:
+def start_daemon(home: Path, port: int, timeout_s: float = 120.0, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``memlane serve`` and wait for /health.
 
     Raises:
         RuntimeError: the daemon exited or did not answer within ``timeout_s`` seconds.
     """
-    env = {**os.environ, "MEMLANE_HOME": str(home), "MEMLANE_LOG_LEVEL": "warning"}
+    env = {**os.environ, "MEMLANE_HOME": str(home), "MEMLANE_LOG_LEVEL": "warning", **(env or {})}
     log = open(home / "daemon.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "memlane", "serve", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -60,18 +61,27 @@ def start_daemon(home: Path, port: int, timeout_s: float = 120.0) -> subprocess.
 
 
 def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
-                port: int = 0, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                port: int = 0, progress: Callable[[str, int, int], None] | None = None,
+                pipeline_stages: bool | None = None) -> dict[str, Any]:
     """Fill a fresh daemon with ``n_memories`` texts and time single requests.
+
+    ``pipeline_stages``: True = hints (with synthetic hints), graph boost, dampening and the
+    reranker on, plus their in-process overhead (``memlane.bench.stages``); False = all off;
+    None = the defaults.
 
     Returns:
         ``{"store_size", "fill": {memories, seconds, memories_per_s, batch},
-        "recall": latency summary (ms), "remember": latency summary (ms)}``.
+        "recall": latency summary (ms), "remember": latency summary (ms), "pipeline_stages": None or
+        {"enabled", "hints_written", "in_process"}}``.
     """
     texts = memory_texts(data, n_memories + n_remembers)
     fill, extra = texts[:n_memories], texts[n_memories:]
     qs = queries(data)
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp:
+        stages: dict[str, Any] | None = None if pipeline_stages is None else {"enabled": pipeline_stages}
+        if pipeline_stages is not None:
+            write_stage_config(Path(tmp), pipeline_stages)
         proc = start_daemon(Path(tmp), port)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as http:
@@ -82,6 +92,8 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                     if progress:
                         progress("filling the store", min(start + FILL_BATCH, len(fill)), len(fill))
                 fill_s = time.perf_counter() - t0
+                if pipeline_stages:  # no LLM here: synthetic hints, written with the daemon stopped
+                    proc, stages["hints_written"] = restart_with_hints(proc, Path(tmp), port, qs, start_daemon)
                 for q in qs[:WARMUP]:
                     http.post("/api/memory/recall", json={"query": q, "limit": 10}).raise_for_status()
                 recall_ms = []
@@ -106,10 +118,13 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if pipeline_stages:
+            stages["in_process"] = stage_overhead(Path(tmp), qs, min(n_queries, 200))
     return {
         "store_size": size,
         "fill": {"memories": len(fill), "seconds": fill_s, "memories_per_s": len(fill) / fill_s,
                  "batch": FILL_BATCH},
         "recall": latency_summary(recall_ms),
         "remember": latency_summary(remember_ms),
+        "pipeline_stages": stages,
     }

@@ -58,13 +58,15 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
 
 
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
-                 store: Path | None = None, gap_s: float = 0.5,
+                 store: Path | None = None, gap_s: float = 0.5, predictor: bool = True,
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Fill (or reuse) a store, start a daemon on it and time the hooks.
 
     ``gap_s`` (seconds) passes between one session's end and the next start, as between real
     sessions; in it the daemon embeds the next session's context (with 0 the start races that
-    work and usually embeds the context itself).
+    work and usually embeds the context itself). With ``predictor`` the daemon runs its
+    predictor sidecar and every session-start is scored by it (measuring starts only once
+    the sidecar is ready); without it the predictor is disabled.
 
     Returns:
         ``{"store_size", "sessions", "session_start": latency ms, "prompt_submit": latency ms,
@@ -78,11 +80,17 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         size = fill_store(home, data, n_memories, progress)
         qs = queries(data)
         port = free_port()
-        proc = start_daemon(home, port)
+        proc = start_daemon(home, port, env={"MEMLANE_PREDICTOR__ENABLED": "true" if predictor else "false"})
         starts, prompts, ends, pools, injected = [], [], [], [], []
         run = f"{int(time.time())}"
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                if predictor:
+                    deadline = time.monotonic() + 120
+                    while not http.get("/api/predictor/status").json().get("sidecar", {}).get("ready"):
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("the predictor sidecar did not become ready in 120 s")
+                        time.sleep(0.2)
                 for w in range(3):  # warm-up, not measured
                     http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT})
                 for i in range(n_sessions):
@@ -108,6 +116,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                     time.sleep(gap_s)
                     if progress:
                         progress("sessions", i + 1, n_sessions)
+                pstatus = http.get("/api/predictor/status").json()
         finally:
             proc.terminate()
             try:
@@ -118,7 +127,9 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                 "gap_s": gap_s,
                 "session_start": latency_summary(starts), "prompt_submit": latency_summary(prompts),
                 "session_end": latency_summary(ends), "max_candidate_pool": max(pools),
-                "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected)}
+                "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected),
+                "predictor": {"enabled": predictor, "scored_sessions": pstatus.get("scored_sessions"),
+                              "score_errors": pstatus.get("score_errors"), "phase": pstatus.get("phase")}}
     finally:
         if tmp:
             tmp.cleanup()

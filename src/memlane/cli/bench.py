@@ -81,6 +81,10 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
             remembers: int = typer.Option(300, help="Single remember requests measured."),
             data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
             port: int = typer.Option(0, help="Daemon port (0 = pick a free one)."),
+            pipeline_stages: Optional[bool] = typer.Option(
+                None, "--pipeline-stages/--no-pipeline-stages",
+                help="Recall with hints (synthetic, 3 per memory), graph boost, dampening and reranker all on "
+                     "(plus their in-process overhead), or all off; default: the configured defaults."),
             out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
     """Start a real daemon, fill it, and measure remember and recall latency over HTTP."""
     from memlane.bench.latency import run_latency
@@ -90,7 +94,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
         raise typer.Exit(2)
     with stage_progress(err, "starting daemon") as tick:
         report = run_latency(data, n_memories=memories, n_queries=queries, n_remembers=remembers,
-                             port=port, progress=tick)
+                             port=port, progress=tick, pipeline_stages=pipeline_stages)
     path = _out_path(out, "latency")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
@@ -105,6 +109,9 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
     f = report["fill"]
     console.print(f"fill: {f['memories']} memories in {f['seconds']:.1f} s = {f['memories_per_s']:.0f} memories/s "
                   f"(batches of {f['batch']} over HTTP, embeddings included)")
+    if report["pipeline_stages"] is not None:
+        from memlane.bench.stages import render_stages
+        console.print(render_stages(report["pipeline_stages"]))
     console.print(f"report: {path}")
 
 
@@ -116,6 +123,8 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
              store: Optional[Path] = typer.Option(
                  None, help="Keep the filled store here and reuse it next time (100k takes long to embed)."),
              data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
+             predictor: bool = typer.Option(True, "--predictor/--no-predictor",
+                                            help="Run the predictor sidecar (scores every session-start)."),
              out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
     """Session-start and prompt-submit latency through a real daemon, and the candidate pool size."""
     from memlane.bench.sessions import run_sessions
@@ -125,7 +134,7 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
         raise typer.Exit(2)
     with stage_progress(err, "preparing") as tick:
         report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
-                              store=store, gap_s=gap, progress=tick)
+                              store=store, gap_s=gap, predictor=predictor, progress=tick)
     path = _out_path(out, f"sessions-{memories}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
@@ -139,6 +148,9 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
     console.print(t)
     console.print(f"candidate pool: max {report['max_candidate_pool']}, mean {report['mean_candidate_pool']:.1f}; "
                   f"injected per session: mean {report['mean_injected']:.1f}")
+    p = report["predictor"]
+    console.print(f"predictor: {'on' if p['enabled'] else 'off'}; sessions scored {p['scored_sessions']}, "
+                  f"score errors (baseline served) {p['score_errors']}, phase {p['phase']}")
     console.print(f"report: {path}")
 
 

@@ -76,3 +76,34 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
     if "phase6" in report:
         console.print(_locomo_table("Phase 6: base model (other nine conversations), fine-tuned", report["phase6"]))
     console.print(f"{report['seconds']:.0f} s; report: {path}")
+
+
+@bench_app.command("predictor-latency")
+def predictor_latency(scores: int = typer.Option(300, help="Score requests timed (each path)."),
+                      sessions: int = typer.Option(500, help="Labelled sessions for train_from_db."),
+                      epochs: int = typer.Option(50, help="Training epochs (early stopping off)."),
+                      data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
+                      out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Predictor cost: scoring 100 candidates in process and through the sidecar; train_from_db time."""
+    from memlane.bench.predictor_latency import run_predictor_latency
+    from memlane.bench.report import write_json
+
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found")
+        raise typer.Exit(2)
+    with stage_progress(err, "predictor latency") as tick:
+        report = run_predictor_latency(data, n_scores=scores, n_sessions=sessions, epochs=epochs, progress=tick)
+    path = write_json(_out_path(out, "predictor-latency"), report)
+    t = Table(title="Predictor scoring of 100 candidates (ms)")
+    for c in ("path", "n", "p50", "p95", "p99"):
+        t.add_column(c)
+    for name, key in (("in process", "score_in_process_ms"), ("through the sidecar (client)", "score_sidecar_ms"),
+                      ("sidecar's own time", "score_sidecar_server_ms")):
+        s = report[key]
+        t.add_row(name, str(s["n"]), f"{s['p50']:.2f}", f"{s['p95']:.2f}", f"{s['p99']:.2f}")
+    console.print(t)
+    tr = report["train_from_db"]
+    console.print(f"train_from_db: {tr['sessions']} sessions x {tr['epochs']} epochs, {tr['steps']} steps "
+                  f"({tr['stop_reason']}): load {tr['load_ms']:.0f} ms + training {tr['train_ms'] / 1000:.1f} s; "
+                  f"client wall {tr['client_s']:.1f} s")
+    console.print(f"report: {path}")

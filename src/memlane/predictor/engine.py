@@ -153,7 +153,8 @@ class PredictorEngine:
     # -- training -------------------------------------------------------------------------
     def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
               replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
-              max_epochs: int = C.MAX_EPOCHS, save: bool = True, influential: bool = True) -> TrainReport:
+              max_epochs: int = C.MAX_EPOCHS, save: bool = True, influential: bool = True,
+              early_stop_patience: int = C.EARLY_STOP_PATIENCE) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
         Only one training runs at a time; scoring continues on the live model meanwhile.
@@ -164,6 +165,7 @@ class PredictorEngine:
             replay: replay-buffer sessions (seed "Phase 5b").
             max_seconds: training wall-clock cap (s).
             max_epochs: epoch cap.
+            early_stop_patience: epochs without improvement before stopping.
             save: write ``model.bin`` after an accepted run.
             influential: the live model currently influences rankings (alpha < 1); only then
                 is the top-5 overlap gate enforced.
@@ -185,7 +187,7 @@ class PredictorEngine:
                                      native_dim=nd) if canary else []
             live = self.model
             result = fit(live, self.optimizer, listnet_loss, train_batches, max_seconds=max_seconds,
-                         max_epochs=max_epochs, early_stop_patience=C.EARLY_STOP_PATIENCE,
+                         max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
                          check_overlap=influential,

@@ -307,10 +307,12 @@ class Sidecar:
             limit = int(p.get("limit", C.MAX_TRAINING_SESSIONS))
             epochs = int(p.get("epochs", C.MAX_EPOCHS))
             max_seconds = float(p.get("max_seconds", C.MAX_TRAINING_SECONDS))
+            patience = int(p.get("early_stop_patience", C.EARLY_STOP_PATIENCE))
         except (TypeError, ValueError) as exc:
             raise InvalidParams(f"limit / epochs / max_seconds: {exc}") from exc
-        if not (1 <= limit <= 100_000 and 1 <= epochs <= 1000 and 0 < max_seconds <= 3600):
-            raise InvalidParams("limit in [1, 100000], epochs in [1, 1000], max_seconds in (0, 3600]")
+        if not (1 <= limit <= 100_000 and 1 <= epochs <= 1000 and 0 < max_seconds <= 3600 and 1 <= patience <= 1001):
+            raise InvalidParams("limit in [1, 100000], epochs in [1, 1000], max_seconds in (0, 3600], "
+                                "early_stop_patience in [1, 1001]")
         e = self.engine
         conn = self._conn()
         t0 = time.perf_counter()
@@ -327,7 +329,7 @@ class Sidecar:
         self._training.set()
         try:
             report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds, max_epochs=epochs,
-                             influential=bool(p.get("influential", True)))
+                             influential=bool(p.get("influential", True)), early_stop_patience=patience)
         finally:
             self._training.clear()
         out = report.to_dict()
