@@ -55,6 +55,15 @@ def test_list_and_search_entities(api) -> None:
     assert client.get("/api/knowledge/entities", params={"type": "person"}).json()["total"] == 0
 
 
+def test_status_counts_and_boost_telemetry(api) -> None:
+    client, _ = api
+    client.post("/api/memory/recall", json={"query": "alice smith"})
+    body = client.get("/api/knowledge/status").json()
+    assert body["counts"]["entities"] == 4 and body["counts"]["relations"] == 1
+    assert body["boost"]["calls"] == 1 and body["boost"]["boosted"] == 1
+    assert body["graph"] == {"enabled": True, "boost_weight": 0.15, "boost_timeout_ms": 500}
+
+
 def test_get_one_entity_with_mentions_and_relations(api) -> None:
     client, mid = api
     e = client.get(f"/api/knowledge/entities/{entity_id(client, 'Alice Smith')}").json()

@@ -20,6 +20,13 @@ def router(container: Container) -> APIRouter:
     r = APIRouter(tags=["knowledge"])
     svc = KnowledgeService(container.db)
 
+    @r.get("/api/knowledge/status")
+    def knowledge_status() -> dict[str, Any]:
+        """Graph table row counts, the graph settings, and the recall boost's telemetry."""
+        g = container.settings.memory.pipeline_v2.graph
+        return {**svc.status(getattr(container.recall, "graph_boost", None)),
+                "graph": {"enabled": g.enabled, "boost_weight": g.boost_weight, "boost_timeout_ms": g.boost_timeout_ms}}
+
     @r.get("/api/knowledge/entities")
     def list_entities(q: str | None = Query(None, max_length=200, description="Substring of the entity name."),
                       type: str | None = Query(None, max_length=64, description="Entity type, e.g. tool, person."),

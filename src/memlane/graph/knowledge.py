@@ -32,6 +32,14 @@ class KnowledgeService:
             raise NotFound(f"no entity with id {entity_id!r:.80}", details={"id": entity_id[:80]})
         return e
 
+    def status(self, boost: Any = None) -> dict[str, Any]:
+        """Row counts of the graph tables and, when given, the recall boost's telemetry
+        (calls, boosted, timeouts, errors)."""
+        out: dict[str, Any] = {"counts": self.db.read(graph_sql.counts)}
+        if boost is not None and hasattr(boost, "telemetry"):
+            out["boost"] = boost.telemetry()
+        return out
+
     def list_entities(self, *, q: str | None = None, entity_type: str | None = None, limit: int = 50,
                       offset: int = 0) -> dict[str, Any]:
         """A page of entities, most mentioned first; ``q`` is a substring of the canonical name."""
