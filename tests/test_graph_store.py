@@ -76,13 +76,14 @@ def test_reprocessing_a_memory_is_idempotent_for_links_and_mentions(store) -> No
 
 def test_mention_confidence_rules(store) -> None:
     m = remember(store, "a memory with triples")
-    persist(store, m, entities=[{"name": "Alpha"}, {"name": "Gamma", "confidence": 7}],
+    persist(store, m, entities=[{"name": "Alpha"}, {"name": "Omega"}, {"name": "Gamma", "confidence": 7}],
             relations=[{"source": "Alpha", "target": "Beta", "relation": "uses", "confidence": 0.9},
                        {"source": "Beta", "target": "Delta", "relation": "uses", "confidence": 0.3}])
     conf = {r["mention_text"]: r["confidence"] for r in rows(store, "SELECT * FROM memory_entity_mentions")}
-    # An entity without a confidence gets the default; out-of-range values are clamped; a
-    # triple's confidence goes to its endpoints; the first link of a pair wins (INSERT OR IGNORE).
-    assert conf == {"Alpha": DEFAULT_CONFIDENCE, "Gamma": 1.0, "Beta": 0.9, "Delta": 0.3}
+    # An entity without a confidence takes its best triple's (Alpha) or the default (Omega);
+    # out-of-range values are clamped (Gamma); triples' endpoints get the triple's confidence, the
+    # first link of a pair winning (INSERT OR IGNORE: Beta keeps 0.9).
+    assert conf == {"Alpha": 0.9, "Omega": DEFAULT_CONFIDENCE, "Gamma": 1.0, "Beta": 0.9, "Delta": 0.3}
 
 
 def test_relation_repeat_increments_mentions_and_averages_confidence(store) -> None:

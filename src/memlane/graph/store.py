@@ -9,9 +9,10 @@ Rules:
   new ``memory_entity_mentions`` row is written, so re-processing a memory (INSERT OR IGNORE on
   the link) changes nothing, and the retention worker can decrement it per purged link.
 * Mention links store ``mention_text`` (the raw string before canonicalisation) and a confidence
-  in [0, 1]: the triple's confidence for extracted relations (default
-  :data:`DEFAULT_CONFIDENCE`), :data:`memlane.graph.linker.LINKER_CONFIDENCE` for the inline
-  linker. The first link of a (memory, entity) pair wins.
+  in [0, 1]: for extraction, an entity's own confidence when given, else the highest confidence
+  of the triples naming it, else :data:`DEFAULT_CONFIDENCE` (0.5); for the inline linker
+  :data:`memlane.graph.linker.LINKER_CONFIDENCE` (0.8). The first link of a (memory, entity)
+  pair wins (INSERT OR IGNORE).
 * Relations: one row per (source, target, relation type), ``strength`` fixed at 1.0; a repeat
   increments ``mentions`` and sets ``confidence = (old * n + new) / (n + 1)``. Self-relations
   (same canonical name) are dropped.
@@ -157,6 +158,12 @@ def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations
              out: dict[str, Any]) -> None:
     linked: set[str] = set()
     types: dict[str, str] = {}
+    triples = [_triple(r) for r in list(relations)[:MAX_RELATIONS]]
+    best: dict[str, float] = {}  # canonical name -> highest confidence of a triple naming it
+    for t in triples:
+        for name in t[:2] if t else ():
+            c = names.canonical_name(name)
+            best[c] = max(best.get(c, 0.0), t[3])
     for e in list(entities)[:MAX_ENTITIES]:
         name = e.get("name") if isinstance(e, dict) else None
         if not isinstance(name, str) or not name.strip():
@@ -169,12 +176,12 @@ def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations
         if eid is None:
             out["skipped"] += 1
             continue
+        conf = _confidence(e) if "confidence" in e else best.get(names.canonical_name(name), DEFAULT_CONFIDENCE)
         out["mentions"] += link_memory(conn, memory_id=memory_id, entity_id=eid, mention_text=name,
-                                       confidence=_confidence(e), at=at)
+                                       confidence=conf, at=at)
         linked.add(eid)
     classify: set[str] = set()
-    for r in list(relations)[:MAX_RELATIONS]:
-        triple = _triple(r)
+    for triple in triples:
         if triple is None:
             out["skipped"] += 1
             continue
