@@ -34,6 +34,7 @@ from memlane.pipeline.config import DampeningSettings
 from memlane.storage import hubs as hubs_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import STOP_WORDS
+from memlane.storage.candidates import CandidateRow
 from memlane.storage.models import Memory
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,11 @@ HUB_STATS_TTL_S = 60.0
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
-_MONTHS = re.compile(r"\b(?:january|february|march|april|june|july|august|september|october|november"
-                     r"|december)\b", re.IGNORECASE)
+_MONTH_NAMES = ("january", "february", "march", "april", "june", "july", "august", "september", "october",
+                "november", "december")
+_MONTH = re.compile(r"\b(?:" + "|".join(_MONTH_NAMES) + r")\b")
 # "may" is also a verb: the month only next to a number ("May 2024", "3 May", "May 3rd").
-_MAY = re.compile(r"\b\d{1,4}(?:st|nd|rd|th)?\s+May\b|\bMay\s+\d{1,4}", re.IGNORECASE)
+_MAY = re.compile(r"\b\d{1,4}(?:st|nd|rd|th)?\s+may\b|\bmay\s+\d{1,4}")
 
 
 # ------------------------------------------------------------------------------ stage 1
@@ -126,30 +128,48 @@ class HubStats:
         self._at = -math.inf
         self._degrees: dict[str, int] = {}
         self._sorted = np.zeros(0)
+        self._thresholds: dict[float, float] = {}
 
     def degrees(self) -> tuple[dict[str, int], np.ndarray]:
-        """(entity id -> mention count, counts [n_entities])."""
+        """(entity id -> mention count, the counts sorted ascending [n_entities])."""
         with self._lock:
             if self._clock() - self._at > HUB_STATS_TTL_S:
                 self._degrees = self.db.read(hubs_sql.entity_degrees)
-                self._sorted = np.fromiter(self._degrees.values(), dtype=np.float64, count=len(self._degrees))
+                self._sorted = np.sort(np.fromiter(self._degrees.values(), dtype=np.float64,
+                                                   count=len(self._degrees)))
+                self._thresholds = {}
                 self._at = self._clock()
             return self._degrees, self._sorted
 
+    def threshold(self, percentile: float) -> float:
+        """The hub threshold at ``percentile`` (cached with the degrees)."""
+        _, counts = self.degrees()
+        with self._lock:
+            t = self._thresholds.get(percentile)
+            if t is None:
+                t = self._thresholds[percentile] = hub_threshold(counts, percentile)
+            return t
+
     def factors(self, memory_ids: Sequence[str], percentile: float, penalty: float) -> np.ndarray:
         """Stage 2 factors, float64 [m], for the given memories."""
-        degrees, counts = self.degrees()
+        degrees, _ = self.degrees()
         if not degrees:
             return np.ones(len(memory_ids), dtype=np.float64)
+        threshold = self.threshold(percentile)
         links = self.db.read(lambda c: hubs_sql.entities_of(c, list(memory_ids)))
-        return hub_factors([links.get(i, set()) for i in memory_ids], degrees, hub_threshold(counts, percentile),
-                           penalty)
+        return hub_factors([links.get(i, set()) for i in memory_ids], degrees, threshold, penalty)
 
 
 # ------------------------------------------------------------------------------ stage 3
 def has_temporal_anchor(text: str) -> bool:
     """An ISO date (``2025-03-14``) or a month name (``May`` only next to a number)."""
-    return bool(_ISO_DATE.search(text) or _MONTHS.search(text) or _MAY.search(text))
+    # Plain substring tests first (C speed); the regexes only confirm word boundaries.
+    if "-" in text and _ISO_DATE.search(text):
+        return True
+    low = text.lower()
+    if any(m in low for m in _MONTH_NAMES) and _MONTH.search(low):
+        return True
+    return "may" in low and _MAY.search(low) is not None
 
 
 def resolution_factors(types: Sequence[str], contents: Sequence[str], boost: float) -> np.ndarray:
@@ -189,13 +209,13 @@ class Dampener:
     def __init__(self, db: Database, hub_stats: HubStats | None = None) -> None:
         self.hubs = hub_stats or HubStats(db)
 
-    def factors(self, query: str, memories: Sequence[Memory], scores: np.ndarray, lexical: np.ndarray,
+    def factors(self, query: str, memories: Sequence[CandidateRow | Memory], scores: np.ndarray, lexical: np.ndarray,
                 cfg: DampeningSettings) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
 
         Args:
             query: the recall query text.
-            memories: the candidates, length m.
+            memories: the candidates (``.id``, ``.type``, ``.content``), length m.
             scores: their fused scores, [m].
             lexical: bool [m], True where the content or a hint matched in BM25.
         """

@@ -26,6 +26,8 @@ from memlane.recall.hints import merge_hints, search_hints
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.rerank import RerankCandidate, Reranker, build_reranker, rerank
+from memlane.storage import candidates as candidates_sql
+from memlane.storage.candidates import CandidateRow
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters
 from memlane.storage.models import Memory
@@ -119,7 +121,7 @@ class RecallStages:
             known: bool [m], in the index; merged: seq -> (score, LegScores) (BM25 leg > 0 = lexical).
             min_score: the cut applied to the final score (dampened, then reranked when the
                 reranker runs); limit: hits returned.
-            fetch: seqs -> {seq: Memory} (one read).
+            fetch: seqs -> {seq: Memory} (one read), for the hits returned.
         Returns:
             ([(score, seq)] best first, at most ``limit``; {seq: Memory} covering them).
         """
@@ -130,19 +132,19 @@ class RecallStages:
                 return None
             # The min_score cut applies to the score reported: after the reranker when it runs.
             ranked, rows = self._dampened(query, seqs, final, known, merged, 0.0 if rr else min_score,
-                                          max(limit, p.reranker.top_n if rr else 0), p, fetch)
+                                          max(limit, p.reranker.top_n if rr else 0), p)
             if rr and ranked:
                 ranked = [(sc, sq) for sc, sq in self._rerank(query, query_vector, ranked, rows, p)
                           if sc > 0.0 and sc >= min_score]
-            return ranked[:limit], rows
+            ranked = ranked[:limit]
+            return ranked, fetch([seq for _, seq in ranked])
         except Exception as exc:
             log.warning("recall stages failed, baseline ranking kept: %s", exc)
             return None
 
     def _dampened(self, query: str, seqs: list[int], final: np.ndarray, known: np.ndarray, merged: Merged,
-                  min_score: float, need: int, p: PipelineV2Settings,
-                  fetch: Callable[[list[int]], dict[int, Memory]]
-                  ) -> tuple[list[tuple[float, int]], dict[int, Memory]]:
+                  min_score: float, need: int, p: PipelineV2Settings
+                  ) -> tuple[list[tuple[float, int]], dict[int, CandidateRow]]:
         """Dampen a pool of the best candidates, growing it until no candidate outside could
         enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score)."""
         t0 = time.perf_counter()
@@ -150,36 +152,39 @@ class RecallStages:
         idx = np.flatnonzero(known & (final > 0.0))
         order = idx[np.lexsort((-seq_arr[idx], -final[idx]))]
         damp, gain = any_enabled(p.dampening), max_gain(p.dampening)
-        rows: dict[int, Memory] = {}
+        rows: dict[int, CandidateRow] = {}
+        factor = np.ones(len(seqs), dtype=np.float64)  # per candidate; each one's factor is its own
+        done = 0  # candidates of ``order`` already fetched and dampened
         size = max(2 * need, MIN_POOL)
         while True:
-            pool = order[:size]
-            want = [int(seq_arr[i]) for i in pool if int(seq_arr[i]) not in rows]
-            if want:
-                rows.update(fetch(want))
-            pool = np.array([i for i in pool if int(seq_arr[i]) in rows], dtype=np.int64)
-            scores = final[pool].astype(np.float64)
-            if damp and pool.size:
-                mems = [rows[int(seq_arr[i])] for i in pool]
-                lexical = np.array([(merged[int(seq_arr[i])][1].bm25 or 0.0) > 0.0 for i in pool], dtype=bool)
-                scores = scores * self.dampener.factors(query, mems, scores, lexical, p.dampening)
+            new = order[done:size]
+            want = [int(seq_arr[i]) for i in new]
+            rows.update(self.db.read(lambda c: candidates_sql.by_seqs(c, want)))
+            new = np.array([i for i in new if int(seq_arr[i]) in rows], dtype=np.int64)
+            if damp and new.size:
+                mems = [rows[int(seq_arr[i])] for i in new]
+                lexical = np.array([(merged[int(seq_arr[i])][1].bm25 or 0.0) > 0.0 for i in new], dtype=bool)
+                factor[new] = self.dampener.factors(query, mems, final[new], lexical, p.dampening)
+            done = min(size, order.size)
+            pool = np.array([i for i in order[:done] if int(seq_arr[i]) in rows], dtype=np.int64)
+            scores = final[pool] * factor[pool]
             keep = (scores > 0.0) & (scores >= min_score)
             pool, scores = pool[keep], scores[keep]
             o = np.lexsort((-seq_arr[pool], -scores))
             pool, scores = pool[o], scores[o]
-            if size >= order.size:
+            if done >= order.size:
                 break
             # Trigger: the pool is smaller than the candidate list.
             # Why: dampening may lift a candidate by up to ``gain`` and drop those above it.
             # Outcome: stop when the need-th dampened score beats any outsider's best case.
-            if scores.size >= need and scores[need - 1] >= gain * final[order[size]]:
+            if scores.size >= need and scores[need - 1] >= gain * final[order[done]]:
                 break
             size *= 2
         self.timings["dampening"].append((time.perf_counter() - t0) * 1000)
         return [(float(s), int(seq_arr[i])) for s, i in zip(scores, pool)], rows
 
     def _rerank(self, query: str, query_vector: np.ndarray | None, ranked: list[tuple[float, int]],
-                rows: dict[int, Memory], p: PipelineV2Settings) -> list[tuple[float, int]]:
+                rows: dict[int, CandidateRow], p: PipelineV2Settings) -> list[tuple[float, int]]:
         reranker = self._reranker(p.reranker.model)
         if reranker is None:
             return ranked

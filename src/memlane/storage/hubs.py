@@ -27,14 +27,17 @@ def entity_degrees(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def entities_of(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[str, set[str]]:
-    """``memory_id -> {entity_id}`` of the given memories (memories without mentions absent)."""
+    """``memory_id -> {entity_id}`` of the given memories (memories without mentions absent; all
+    absent when the table does not exist)."""
     out: dict[str, set[str]] = {}
-    if not memory_ids or not has_mentions(conn):
-        return out
     for start in range(0, len(memory_ids), 500):
         chunk = list(memory_ids[start:start + 500])
         marks = ",".join("?" * len(chunk))
-        for mid, eid in conn.execute(
-                f"SELECT memory_id, entity_id FROM {MENTIONS_TABLE} WHERE memory_id IN ({marks})", chunk):
+        try:
+            rows = conn.execute(
+                f"SELECT memory_id, entity_id FROM {MENTIONS_TABLE} WHERE memory_id IN ({marks})", chunk).fetchall()
+        except sqlite3.OperationalError:  # no graph table (yet)
+            return {}
+        for mid, eid in rows:
             out.setdefault(str(mid), set()).add(str(eid))
     return out
