@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ class TrainReport:
     canary_score_variance: float | None = None
     canary_topk_churn: float | None = None
     error: str | None = None
+    validation_ndcg: list[float] = field(default_factory=list)
+    best_epoch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -180,13 +183,19 @@ class PredictorEngine:
                 return TrainReport(False, self.model_version, error="no labelled sessions",
                                    duration_ms=(time.perf_counter() - t0) * 1000)
             nd = self.native_dim
+            # The newest fifth (callers pass newest first) validates: it picks the epoch whose
+            # weights are kept and stops training when held-out NDCG stops improving.
+            n_val = len(labelled) // 5 if len(labelled) >= C.MIN_VALIDATION_SESSIONS * 5 else 0
+            validation = batched(labelled[:n_val], batch_size=C.BATCH_SIZE, native_dim=nd) if n_val else []
+            labelled = labelled[n_val:]
             train_batches = batched(labelled, batch_size=C.BATCH_SIZE, native_dim=nd)
             replay_batches = batched([s for s in replay if s.labels is not None], batch_size=C.BATCH_SIZE,
                                      native_dim=nd) if replay else []
             canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
                                      native_dim=nd) if canary else []
             live = self.model
-            result = fit(live, self.optimizer, listnet_loss, train_batches, max_seconds=max_seconds,
+            result = fit(live, self.optimizer, partial(listnet_loss, label_scale=C.LABEL_SCALE), train_batches,
+                         max_seconds=max_seconds, validation=validation or None,
                          max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
@@ -202,7 +211,11 @@ class PredictorEngine:
                 if result.gates.canary_ndcg is not None and result.gates.previous_canary_ndcg is not None
                 and self.trained else None,
                 canary_score_variance=variance, canary_topk_churn=churn)
-            if result.accepted:
+            if not result.improved:
+                report.accepted = False
+                report.error = (f"no validation gain: held-out NDCG@10 {result.validation_ndcg[0]:.3f} "
+                                f"before training was never beaten")
+            elif result.accepted:
                 result.model.eval()
                 self.model = result.model            # the atomic swap
                 self.optimizer = result.optimizer
@@ -218,6 +231,8 @@ class PredictorEngine:
                     self.save_checkpoint()
             else:
                 log.warning("predictor training rejected by gates %s", result.gates.failed)
+            report.validation_ndcg = result.validation_ndcg
+            report.best_epoch = result.best_epoch
             report.duration_ms = (time.perf_counter() - t0) * 1000
             return report
 

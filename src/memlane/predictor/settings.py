@@ -38,6 +38,8 @@ MAX_EPOCHS = 50
 EARLY_STOP_PATIENCE = 5
 LEARNING_RATE = 3e-3
 BATCH_SIZE = 32
+LABEL_SCALE = 5.0                   # ListNet target sharpening (losses/listnet.py explains why)
+MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
 NDCG_K = 10
 CRASH_WINDOW_S = 3600.0             # crashes counted over one hour
 CRASH_COOLDOWN_S = 3600.0           # disabled this long after the threshold is reached

@@ -26,9 +26,22 @@ import torch
 from memlane.predictor.data import SessionBatch
 from memlane.predictor.gates import GateReport, GateThresholds, evaluate_gates
 from memlane.predictor.losses import LossFn
+from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer
 
 __all__ = ["FitResult", "fit"]
+
+
+def _validation_ndcg(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> float:
+    """Mean NDCG@k over validation sessions with a positive label (0.0 when none)."""
+    model.eval()
+    total, count = 0.0, 0
+    for b in batches:
+        informative = b.labels.clamp_min(0.0).amax(dim=-1) > 0
+        if bool(informative.any()):
+            total += float(ndcg_at_k(model.score(b), b.labels, k)[informative].sum())
+            count += int(informative.sum())
+    return total / count if count else 0.0
 
 
 @dataclass
@@ -46,7 +59,15 @@ class FitResult:
         stop_reason: ``"max_epochs"``, ``"early_stop"``, ``"time_cap"``,
             ``"non_finite_loss"`` or ``"no_data"``.
         elapsed_seconds: wall time of training, gates excluded (s).
+        validation_ndcg: mean validation NDCG@10 before training (index 0) and after each epoch.
+        best_epoch: the epoch whose weights the candidate carries (0 = the starting weights);
+            None without a validation set.
     """
+
+    @property
+    def improved(self) -> bool:
+        """False when a validation set showed no epoch better than the starting weights."""
+        return self.best_epoch is None or self.best_epoch > 0
 
     model: MemoryScorer
     optimizer: torch.optim.Optimizer
@@ -57,6 +78,8 @@ class FitResult:
     steps: int = 0
     stop_reason: str = "max_epochs"
     elapsed_seconds: float = 0.0
+    validation_ndcg: list[float] = field(default_factory=list)
+    best_epoch: int | None = None
 
     @property
     def accepted(self) -> bool:
@@ -105,6 +128,7 @@ def fit(
     max_grad_norm: float | None = 5.0,
     min_improvement: float = 1e-4,
     seed: int = 0,
+    validation: Sequence[SessionBatch] | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -129,6 +153,9 @@ def fit(
         max_grad_norm: gradient-norm clip, or ``None``.
         min_improvement: see ``early_stop_patience``.
         seed: seeds the batch order and replay sampling.
+        validation: held-out batches; when given, early stopping and the returned weights
+            follow their mean NDCG@10 (the best epoch is restored; patience in epochs) instead
+            of the training loss.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -148,6 +175,12 @@ def fit(
     best, stale = math.inf, 0
     if not train_batches:
         result.stop_reason = "no_data"
+    best_state = None
+    best_val = -math.inf
+    if validation:
+        best_val = _validation_ndcg(candidate, validation)
+        result.validation_ndcg.append(best_val)
+        best_state, result.best_epoch = copy.deepcopy(candidate.state_dict()), 0
     candidate.train()
     while train_batches and result.epochs < max_epochs and result.stop_reason == "max_epochs":
         result.epochs += 1
@@ -172,12 +205,25 @@ def fit(
         if epoch and result.stop_reason == "max_epochs":
             mean = sum(epoch) / len(epoch)
             result.epoch_losses.append(mean)
-            if mean < best - min_improvement:
+            if validation:
+                val = _validation_ndcg(candidate, validation)
+                candidate.train()
+                result.validation_ndcg.append(val)
+                if val > best_val + min_improvement:
+                    best_val, stale = val, 0
+                    best_state, result.best_epoch = copy.deepcopy(candidate.state_dict()), result.epochs
+                else:
+                    stale += 1
+                    if stale >= early_stop_patience:
+                        result.stop_reason = "early_stop"
+            elif mean < best - min_improvement:
                 best, stale = mean, 0
             else:
                 stale += 1
                 if stale >= early_stop_patience:
                     result.stop_reason = "early_stop"
+    if best_state is not None and result.stop_reason != "non_finite_loss":
+        candidate.load_state_dict(best_state)
     result.elapsed_seconds = time.monotonic() - start
     candidate.eval()
     result.gates = evaluate_gates(
