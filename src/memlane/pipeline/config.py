@@ -60,7 +60,9 @@ class _Group(BaseModel):
         # Trigger: the same key may arrive as pollMs (YAML, seed layout) or poll_ms (env, API).
         # Why: errors must name the seed's camelCase path whatever the input spelling.
         # Outcome: keys become camelCase (the aliases) before validation.
-        if isinstance(data, dict):
+        # (validate_assignment re-validates the whole field dict by snake_case name: converting
+        # that would leave camelCase attributes behind, so a dict of field names stays as is.)
+        if isinstance(data, dict) and not set(data) <= set(cls.model_fields):
             return {camel(str(k)): v for k, v in data.items()}
         return data
 
