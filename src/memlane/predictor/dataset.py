@@ -43,7 +43,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             context_similarity=None if raw.get("context_similarity") is None else float(raw["context_similarity"]),
             pinned=bool(raw.get("pinned", False)),
             bm25_score=None if raw.get("bm25_score") is None else float(raw["bm25_score"]),
-            vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]))
+            vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]),
+            mentions_project=bool(raw.get("mentions_project", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 

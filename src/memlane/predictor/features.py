@@ -33,7 +33,7 @@ __all__ = [
     "build_feature_matrix",
 ]
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -55,6 +55,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "pinned",  # 1 when the user pinned the memory
     "bm25_score",  # the BM25 leg's normalised score in [0, 1]; 0 when the leg did not rank it
     "vector_score",  # the vector leg's score (cosine); 0 when the leg did not rank it
+    "mentions_project",  # 1 when the memory belongs to or names the session's project
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -114,7 +115,12 @@ class CandidateFeatures:
         bm25_score: the recall's BM25 leg score in [0, 1] (None: not ranked by that leg).
         vector_score: the recall's vector leg score (None: not ranked by that leg).
 
-    Schema v2 added the two recall legs: a relevance pool's hybrid score mixes them with a
+        mentions_project: the memory is stored under the session's project or its text names
+            the project (e.g. "acme-api" for /home/me/src/acme-api).
+
+    Schema v3 added ``mentions_project``: a session that starts vaguely ("fix the failing
+    build") says nothing about its project in the text the baseline searches with, while the
+    user's memories about that project name it. Schema v2 added the two recall legs: a relevance pool's hybrid score mixes them with a
     fixed weight (alpha 0.7); given both, the model can learn a better mix for its user.
     """
 
@@ -130,6 +136,7 @@ class CandidateFeatures:
     pinned: bool = False
     bm25_score: float | None = None
     vector_score: float | None = None
+    mentions_project: bool = False
 
 
 def _cyclic(fraction: float) -> tuple[float, float]:
@@ -195,5 +202,6 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             float(bool(c.pinned)),
             0.0 if c.bm25_score is None else _finite(c.bm25_score, "bm25_score", i),
             0.0 if c.vector_score is None else _finite(c.vector_score, "vector_score", i),
+            float(bool(c.mentions_project)),
         ]
     return rows

@@ -44,6 +44,22 @@ __all__ = ["PredictorBackend", "PredictorService", "RankDecision"]
 log = logging.getLogger(__name__)
 
 
+def project_name(project: str | None) -> str | None:
+    """The name a memory would use for ``project``: the last path component, lower-cased
+    (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
+    if not project:
+        return None
+    name = project.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
+    return name if len(name) >= 3 else None
+
+
+def _mentions(row: tuple[str, str | None] | None, project: str | None, name: str | None) -> bool:
+    if row is None or not project:
+        return False
+    content, mem_project = row
+    return mem_project == project or (name is not None and name in content.lower())
+
+
 class PredictorBackend(Protocol):
     """What the service needs from a sidecar client (:class:`SidecarClient` or in-process)."""
 
@@ -166,9 +182,13 @@ class PredictorService:
                    f"model_v{s.model_version} | {s.training_sessions} sessions]"
 
     # -- session-start ------------------------------------------------------------------
-    def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float) -> dict[str, dict[str, Any]]:
+    def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float,
+                          project: str | None = None) -> dict[str, dict[str, Any]]:
         """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`)."""
         fields = self.index.candidate_fields([p.seq for p in pool])
+        name = project_name(project)
+        texts = self.db.read(lambda c: pred_sql.contents_and_projects(c, [p.memory_id for p in pool])) \
+            if project else {}
         out: dict[str, dict[str, Any]] = {}
         for p, f in zip(pool, fields):
             out[p.memory_id] = {
@@ -181,6 +201,7 @@ class PredictorService:
                 "baseline_rank": int(p.baseline_rank) - 1,
                 "context_similarity": None if p.similarity is None else float(p.similarity),
                 "bm25_score": p.bm25_score, "vector_score": p.vector_score,
+                "mentions_project": _mentions(texts.get(p.memory_id), project, name),
             }
         return out
 
@@ -204,7 +225,7 @@ class PredictorService:
         baseline = [p.memory_id for p in pool]
         local = datetime.fromtimestamp(now_epoch, tz=timezone.utc).astimezone()
         gap = max(0.0, (now_epoch - iso_to_epoch(last_start)) / 3600.0) if last_start else 0.0
-        features = self.candidate_signals(pool, now_epoch)
+        features = self.candidate_signals(pool, now_epoch, project)
         with self._lock:
             alpha = 1.0 if self.disabled else policy.alpha_for(self.state)
             phase = policy.phase_of(self.state, disabled=self.disabled,

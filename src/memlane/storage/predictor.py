@@ -90,6 +90,17 @@ def memory_inputs(conn: sqlite3.Connection, ids: Sequence[str], model: str | Non
     return out
 
 
+def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """``{memory_id: (content, project)}``."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i:i + 500])
+        for r in conn.execute(f"SELECT id, content, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
+                              chunk):
+            out[r[0]] = (r[1], r[2])
+    return out
+
+
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key")]
 
