@@ -8,6 +8,7 @@ requests one at a time, client-side, with LoCoMo questions as queries.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import httpx
 
 from memlane.bench.corpus import memory_texts, queries
 from memlane.bench.metrics import latency_summary
-from memlane.bench.stages import restart_with_hints, stage_overhead, write_stage_config
+from memlane.bench.stages import restart_with_hints, stage_config, stage_overhead
 
 #: Memories per HTTP batch while filling the store.
 FILL_BATCH = 256
@@ -78,10 +79,10 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
     fill, extra = texts[:n_memories], texts[n_memories:]
     qs = queries(data)
     port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp, contextlib.ExitStack() as stack:
         stages: dict[str, Any] | None = None if pipeline_stages is None else {"enabled": pipeline_stages}
         if pipeline_stages is not None:
-            write_stage_config(Path(tmp), pipeline_stages)
+            stack.enter_context(stage_config(Path(tmp), pipeline_stages))
         proc = start_daemon(Path(tmp), port)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as http:

@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,23 @@ def write_stage_config(home: Path, on: bool) -> Path:
     path = home / "config.yaml"
     path.write_text(yaml.safe_dump({"memory": {"pipelineV2": stage_flags(on)}}), encoding="utf-8")
     return path
+
+
+@contextmanager
+def stage_config(home: Path, on: bool) -> Iterator[Path]:
+    """Write the stage config (:func:`write_stage_config`) and point ``MEMLANE_CONFIG`` at it while
+    the context lasts (the daemon subprocess and in-process stores read it even when the caller's
+    environment names another config file); restored on exit."""
+    path = write_stage_config(home, on)
+    old = os.environ.get("MEMLANE_CONFIG")
+    os.environ["MEMLANE_CONFIG"] = str(path)
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("MEMLANE_CONFIG", None)
+        else:
+            os.environ["MEMLANE_CONFIG"] = old
 
 
 def add_synthetic_hints(db_path: Path, questions: list[str], per_memory: int = HINTS_PER_MEMORY,
