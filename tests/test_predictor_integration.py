@@ -1,0 +1,412 @@
+"""The predictor wired into the daemon, with a REAL sidecar subprocess (``memlane predictor serve``).
+
+predictive-memory-scorer.md "Hook Flow (session-start)", "Ranking Fusion", "Success Rate
+Tracking", "Exploration Sampling", "Cold Start", the ``predictor_comparisons`` table and the
+agent-facing status lines. One store of 30 real memories (local ONNX embedder) is shared by
+the module: the first container (one sidecar) runs the session, comparison, retrain and
+exploration checks in file order, then is closed and reopened on the same home (second
+sidecar) for persistence, fail-open (SIGKILL, third sidecar) and API checks. Tests that need
+a trained predictor drive it there themselves (:func:`drive_to_warming`), so each also runs
+alone. The score deadline is raised to 30 s wherever a scored session is expected, so no
+assertion depends on machine speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from memlane.api.app import create_app
+from memlane.config import load_settings
+from memlane.container import Container, open_container
+from memlane.services.inputs import RememberInput
+from memlane.sessions.inject import short_id
+from memlane.sessions.inputs import EndInput, StartInput
+from memlane.storage import predictor as pred_sql
+
+PROJECT = "atlas"
+READY_S = 120
+COMPONENTS = ["billing", "search", "auth", "ingest", "reporting", "notifications"]
+FACTS = [
+    "runs on Python 3.11 inside a slim Docker image pushed to the staging registry",
+    "keeps its schema migrations under db/migrations and applies them at deploy time",
+    "pages the on-call engineer when the p99 latency exceeds the agreed budget",
+    "was rewritten last quarter to replace the cron jobs with a durable task queue",
+    "stores user uploads in an S3 bucket with a 30 day lifecycle policy",
+]
+CORPUS = [f"The {comp} service {fact}." for comp in COMPONENTS for fact in FACTS]  # 30 memories
+CONTEXTS = ["Fixing the deploy pipeline for the billing service", "Tuning search latency alerts",
+            "Migrating auth to the new task queue", "Cleaning up S3 lifecycle rules for uploads",
+            "Reviewing database migrations before the release"]
+NOT_NULL = ("predictor_ndcg", "baseline_ndcg", "margin", "scorer_confidence", "ema_updated", "success_rate",
+            "alpha", "predictor_top_ids", "baseline_top_ids", "relevance_scores", "created_at")
+COLLECTING = re.compile(r"^\[predictor: collecting \| (\d+)/10 sessions \| baseline only\]$")
+
+
+class World:
+    """The shared home and its currently open container (one real sidecar at a time)."""
+
+    def __init__(self, home: Path, embedder) -> None:
+        self.home, self.embedder, self.c = home, embedder, None
+        self.n = 0
+
+    def open(self, **predictor) -> Container:
+        settings = load_settings(home=self.home, sessions={"inject_limit": 5},
+                                 predictor={"score_timeout_ms": 30_000, **predictor})
+        self.c = open_container(settings, embedder=self.embedder, predictor=True)
+        assert self.c.predictor is not None and self.c.predictor.backend.wait_ready(READY_S)
+        return self.c
+
+    def close(self) -> None:
+        if self.c is not None:
+            self.c.predictor.wait_training(300)
+            self.c.embedder = None  # the session-scoped embedder outlives this container
+            self.c.close()
+            self.c = None
+
+    def key(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}-{self.n}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, shared_embedder):
+    with pytest.MonkeyPatch.context() as mp:  # the autouse env isolation is function-scoped
+        for k in list(os.environ):
+            if k.startswith("MEMLANE_"):
+                mp.delenv(k)
+        mp.setenv("MEMLANE_CONFIG", str(tmp_path_factory.getbasetemp() / "no-such-config.yaml"))
+        w = World(tmp_path_factory.mktemp("predictor-home"), shared_embedder)
+        c = w.open()
+        c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i)
+                                  for i, t in enumerate(CORPUS)])
+        yield w
+        w.close()
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def rows(c: Container, key: str) -> list[dict]:
+    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
+        "SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))])
+
+
+def signals(c: Container, key: str) -> dict:
+    return c.db.read(lambda conn: pred_sql.session_signals(conn, key))
+
+
+def comparison_rows(c: Container, key: str) -> list[dict]:
+    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
+        "SELECT * FROM predictor_comparisons WHERE session_key = ?", (key,))])
+
+
+def training_rows(c: Container) -> list[dict]:
+    return c.db.read(lambda conn: [dict(r) for r in conn.execute("SELECT * FROM predictor_training_log ORDER BY id")])
+
+
+def start(w: World, prefix: str, i: int = 0, project: str = PROJECT):
+    key = w.key(prefix)
+    return key, w.c.sessions.start(StartInput(key, project=project, context=CONTEXTS[i % len(CONTEXTS)]))
+
+
+def labelled_session(w: World, prefix: str, i: int = 0) -> str:
+    """A session the agent rated (every injected memory 1.0: confidence 1.0, training-grade)."""
+    key, res = start(w, prefix, i)
+    assert w.c.sessions.feedback(key, {m["id"]: 1.0 for m in res.injected}).applied == len(res.injected)
+    w.c.sessions.end(EndInput(key, project=PROJECT), wait=True)
+    w.c.predictor.wait_training(300)
+    return key
+
+
+def drive_to_warming(w: World) -> None:
+    """Exit 'collecting' by driving the real pipeline (no PolicyState is constructed by hand):
+    min_training_sessions=1 and train_interval_sessions=1, then rated sessions until a retrain
+    is accepted. 'active' would also need > 40 % wins over 10 comparisons, which rated baseline
+    picks cannot give (the baseline then has NDCG 1 and a tie is not a win); 'warming' is enough
+    for exploration, which only cold start ('collecting') and 'disabled' switch off."""
+    p = w.c.predictor
+    p.settings = p.settings.model_copy(update={"min_training_sessions": 1, "train_interval_sessions": 1})
+    for i in range(4):
+        if p.phase() in ("warming", "active"):
+            return
+        labelled_session(w, "drive", i)
+    assert p.phase() in ("warming", "active"), (p.status(), training_rows(w.c))
+
+
+def score_request(ids: list[str]) -> dict:
+    return {"candidate_ids": ids, "session_time": "2026-03-01T12:00:00+00:00", "session_gap_hours": 5.0,
+            "project": PROJECT, "context_text": "deploying the billing service"}
+
+
+# ------------------------------------------------------------------------------ 1. session-start
+
+
+def test_start_records_both_rankings_features_signals_and_the_status_line(world):
+    c = world.c
+    n = c.predictor.state.training_sessions
+    key, res = start(world, "start")
+    got = rows(c, key)
+    assert res.status == "new" and len(got) == res.candidate_count == len(CORPUS)
+    for r in got:  # the predictor scored every candidate, during cold start too (recorded, no influence)
+        assert r["predictor_score"] is not None and r["predictor_rank"] is not None and r["baseline_rank"] is not None
+        feats = json.loads(r["features"])
+        assert feats["baseline_rank"] == r["baseline_rank"] - 1  # raw signals, 0-based rank
+        assert {"age_days", "importance", "access_count", "is_superseded", "baseline_score",
+                "context_similarity"} <= set(feats)
+    assert sorted(r["predictor_rank"] for r in got) == list(range(1, len(got) + 1))
+    assert sorted(r["baseline_rank"] for r in got) == list(range(1, len(got) + 1))
+    # alpha = 1 in cold start: injection follows the baseline
+    assert {r["memory_id"] for r in got if r["was_injected"]} == \
+        {r["memory_id"] for r in got if r["baseline_rank"] <= 5}
+    sig = signals(c, key)
+    assert {"session_time", "session_gap_hours", "alpha", "phase", "model_version"} <= set(sig)
+    assert sig["alpha"] == 1.0 and sig["phase"] == "collecting" and "predictor_error" not in sig
+    line = res.inject.splitlines()[0]
+    m = COLLECTING.match(line)
+    assert m and int(m.group(1)) == min(n, 10), line
+    assert line == c.predictor.status_line()
+
+
+# ------------------------------------------------------------------------------ 3. comparisons
+
+
+def test_end_records_a_full_comparison_and_moves_the_ema_once(world):
+    c = world.c
+    rated = labelled_session(world, "rated", 1)
+    key, _ = start(world, "unrated", 2)  # no feedback: confidence 0.3, excluded from the EMA
+    c.sessions.end(EndInput(key, project=PROJECT), wait=True)
+    for k, updated in ((rated, 1), (key, 0)):
+        (row,) = comparison_rows(c, k)
+        assert all(row[col] is not None for col in NOT_NULL), row
+        assert row["ema_updated"] == updated
+        assert (row["predictor_won"] is None) == (row["ema_updated"] == 0)
+        top_p, top_b = json.loads(row["predictor_top_ids"]), json.loads(row["baseline_top_ids"])
+        assert len(top_p) == len(top_b) == 10 and set(json.loads(row["relevance_scores"])) >= set(top_b)
+        assert row["margin"] == pytest.approx(row["predictor_ndcg"] - row["baseline_ndcg"])
+    assert comparison_rows(c, rated)[0]["scorer_confidence"] >= 0.6 > comparison_rows(c, key)[0]["scorer_confidence"]
+    assert comparison_rows(c, rated)[0]["success_rate"] == pytest.approx(c.db.read(pred_sql.load_state)["success_rate"])
+
+    # a second end of the same session: re-scored, but the EMA and counters do not move again
+    c.predictor.wait_training(300)
+    before = c.predictor.state.to_dict()
+    first = comparison_rows(c, rated)
+    c.sessions.end(EndInput(rated, project=PROJECT), wait=True)
+    c.predictor.wait_training(300)
+    assert c.predictor.state.to_dict() == before
+    assert comparison_rows(c, rated) == first
+
+
+# ------------------------------------------------------------------------------ 4. retraining
+
+
+def test_retrain_every_interval_writes_a_log_row_and_model_bin(world):
+    c = world.c
+    p = c.predictor
+    p.wait_training(300)
+    p.settings = p.settings.model_copy(update={"train_interval_sessions": 2, "min_training_sessions": 1})
+    for i in range(3):
+        since, logged = p.state.sessions_since_train, len(training_rows(c))
+        labelled_session(world, "interval", i)
+        new = training_rows(c)[logged:]
+        assert len(new) == (1 if since + 1 >= 2 else 0), (since, new)
+        assert p.state.sessions_since_train == (0 if new else since + 1)
+    runs = [r for r in training_rows(c) if r["trigger"] == "interval"]
+    assert runs
+    for r in runs:
+        assert r["loss"] is not None and r["steps"] > 0 and r["sample_count"] > 0 and r["duration_ms"] > 0
+        gates = json.loads(r["gates"])
+        assert isinstance(gates["passed"], bool) and {g["name"] for g in gates["gates"]} >= {"losses_finite"}
+        assert r["error"] is None
+    accepted = [r for r in runs if r["accepted"]]
+    assert accepted, runs
+    assert (world.home / "predictor" / "model.bin").is_file()
+    assert p.state.trained and p.state.model_version == accepted[-1]["model_version"] >= 1
+    assert p.phase() == "warming"
+    assert p.status_line().startswith("[predictor: warming | success_rate=")
+
+
+# ------------------------------------------------------------------------------ 2. exploration
+
+
+def test_exploration_injects_the_disagreement_candidate_instead_of_the_last_slot(world):
+    c = world.c
+    drive_to_warming(world)
+    p = c.predictor
+    old = p.settings
+    p.settings = old.model_copy(update={"exploration_rate": 1.0})
+    try:
+        key, res = start(world, "explore", 3)
+    finally:
+        p.settings = old
+    sig = signals(c, key)
+    assert sig["phase"] in ("warming", "active") and "predictor_error" not in sig
+    replaced, explored = sig["exploration"]["replaced"], sig["exploration"]["explored"]
+    by_id = {r["memory_id"]: r for r in rows(c, key)}
+    assert by_id[explored]["source"] == "exploration" and by_id[explored]["was_injected"] == 1
+    assert by_id[replaced]["was_injected"] == 0 and by_id[replaced]["source"] == "effective"
+    assert [r["memory_id"] for r in by_id.values() if r["source"] == "exploration"] == [explored]
+    ids = [m["id"] for m in res.injected]
+    assert ids[-1] == explored and replaced not in ids and f"[{short_id(explored)}]" in res.inject
+    # the explored memory is the non-injected candidate with the largest rank disagreement
+    delta = {m: abs(r["baseline_rank"] - r["predictor_rank"]) for m, r in by_id.items()
+             if m == explored or (not r["was_injected"] and m != replaced)}
+    assert delta[explored] == max(delta.values())
+
+
+# ------------------------------------------------------------------------------ 5. persistence
+
+
+def test_state_and_model_survive_a_daemon_restart(world):
+    drive_to_warming(world)
+    c = world.c
+    ids = c.db.read(lambda conn: [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY seq LIMIT 12")])
+    req = score_request(ids)
+    c.predictor.wait_training(300)
+    state = c.predictor.state.to_dict()
+    status = c.predictor.backend.call("status", timeout_s=60)
+    scores = c.predictor.backend.call("score", req, timeout_s=60)
+    assert state["trained"] and status["model_version"] == state["model_version"] >= 1
+    assert scores["model_version"] == state["model_version"]
+    world.close()
+
+    c2 = world.open(min_training_sessions=1, train_interval_sessions=1)
+    assert c2.predictor.state.to_dict() == state  # restored from predictor_state
+    assert c2.db.read(pred_sql.load_state) == state
+    assert c2.predictor.phase() == "warming"
+    status2 = c2.predictor.backend.call("status", timeout_s=60)
+    assert status2["model_version"] == status["model_version"] and status2["trained"]
+    assert status2.get("checkpoint_error") is None
+    assert c2.predictor.backend.call("score", req, timeout_s=60)["scores"] == scores["scores"]
+
+
+# ------------------------------------------------------------------------------ 6-7. fail-open
+
+
+def ready(world) -> Container:
+    """The current container (the reopened one in file order) with its sidecar ready."""
+    assert world.c.predictor.backend.wait_ready(READY_S)
+    return world.c
+
+
+def assert_baseline_session(c: Container, key: str, res) -> dict:
+    got = rows(c, key)
+    assert res.status == "new" and got and all(r["predictor_rank"] is None and r["predictor_score"] is None
+                                               for r in got)
+    assert {r["memory_id"] for r in got if r["was_injected"]} == \
+        {r["memory_id"] for r in got if r["baseline_rank"] <= 5}
+    assert res.inject.startswith("[predictor: ")
+    sig = signals(c, key)
+    assert sig["predictor_error"]
+    return sig
+
+
+def test_sigkilled_sidecar_means_baseline_then_a_restart_scores_again(world):
+    c = ready(world)
+    backend = c.predictor.backend
+    crashes = backend.error_counts.get("crash", 0)
+    pid = backend.status()["pid"]
+    backend.kill()
+    # Let the reader thread see the EOF before the start. Without this wait the test is racy: a
+    # call() that finds the process already reaped restarts it first, and the reader then skips
+    # recording the crash (SidecarClient._read_loop: "a restarted sidecar already took over").
+    with TestClient(create_app(c)) as client:
+        for _ in range(400):
+            side = client.get("/api/predictor/status").json()["sidecar"]
+            if side["error_counts"].get("crash", 0) > crashes:
+                break
+            time.sleep(0.05)
+        assert side["error_counts"]["crash"] == crashes + 1 and not side["alive"], side
+        key, res = start(world, "killed")  # the sidecar is dead: this start fails open
+        assert_baseline_session(c, key, res)
+        side = client.get("/api/predictor/status").json()["sidecar"]
+        assert side["error_counts"]["crash"] == crashes + 1 and side["crashes_last_hour"] >= 1
+        assert not side["disabled"] and any(e["kind"] == "crash" for e in side["recent_errors"])
+    assert backend.wait_ready(READY_S)  # the start spawned a new sidecar
+    assert backend.status()["pid"] != pid and backend.restarts >= 1
+    key, _ = start(world, "after-restart")
+    assert all(r["predictor_rank"] is not None for r in rows(c, key))
+    assert "predictor_error" not in signals(c, key)
+
+
+def test_reply_later_than_score_timeout_means_baseline_and_a_timeout_error(world):
+    c = ready(world)
+    p = c.predictor
+    # A three-memory project keeps the score request far below the 64 KiB pipe buffer, so the
+    # request is written even while the sidecar is stopped (a larger one blocks in call()'s
+    # write, which no deadline covers).
+    if not c.db.read(lambda conn: conn.execute("SELECT 1 FROM memories WHERE project = 'tiny'").fetchone()):
+        c.memories.remember_many([RememberInput(content=f"Tiny project note {i}: {t}", project="tiny")
+                                  for i, t in enumerate(CORPUS[:3])])
+    timeouts = p.backend.error_counts.get("timeout", 0)
+    old = p.settings
+    p.settings = old.model_copy(update={"score_timeout_ms": 0.001})  # the settings allow any value > 0
+    # SIGSTOP makes "late" certain: with only a tiny deadline, a loaded machine could deschedule
+    # this thread past the deadline check while the reply is being read.
+    pid = p.backend.status()["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        key, res = start(world, "late", project="tiny")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        p.settings = old
+    assert res.candidate_count == 3
+    sig = assert_baseline_session(c, key, res)
+    assert "timed out" in sig["predictor_error"]
+    assert p.backend.error_counts["timeout"] == timeouts + 1
+    assert p.backend.error_counts.get("crash", 0) <= 1  # a late reply is not a crash
+    key, _ = start(world, "in-time")  # the late reply is dropped; the next call gets its own
+    assert all(r["predictor_rank"] is not None for r in rows(c, key))
+
+
+# ------------------------------------------------------------------------------ 8. API
+
+
+def test_api_status_comparisons_training_and_manual_train(world):
+    c = ready(world)
+    labelled_session(world, "api", 4)  # at least one comparison and one training run exist
+    with TestClient(create_app(c)) as client:
+        st = client.get("/api/predictor/status").json()
+        assert st["enabled"] is True and {"phase", "alpha", "status_line", "state", "sidecar"} <= set(st)
+        assert st["phase"] == c.predictor.phase() and st["alpha"] == 1.0
+        assert st["status_line"] == c.predictor.status_line()
+        assert st["state"] == c.predictor.state.to_dict()
+        assert st["sidecar"]["alive"] and st["sidecar"]["ready"]
+        comps = client.get("/api/predictor/comparisons", params={"limit": 5}).json()
+        assert 1 <= len(comps) <= 5 and all(isinstance(x["predictor_top_ids"], list) for x in comps)
+        assert comps[0]["session_key"].startswith("api-")
+        before = client.get("/api/predictor/training").json()
+        assert before and isinstance(before[0]["gates"], dict)
+        r = client.post("/api/predictor/train")
+        assert r.status_code == 200, r.text
+        row = r.json()
+        assert row["trigger"] == "manual" and row["error"] is None and row["steps"] > 0
+        assert {"model_version", "accepted", "loss", "sample_count", "duration_ms", "gates"} <= set(row)
+        after = client.get("/api/predictor/training").json()
+        assert len(after) == len(before) + 1 and after[0]["trigger"] == "manual"
+        assert after[0]["model_version"] == row["model_version"] == c.predictor.state.model_version
+        assert client.get("/api/predictor/comparisons", params={"limit": 0}).status_code == 422
+
+
+def test_api_without_predictor_reports_disabled_and_refuses_train(tmp_path):
+    c = open_container(load_settings(home=tmp_path / "off", embedding={"provider": "none"}), predictor=False)
+    try:
+        assert c.predictor is None
+        with TestClient(create_app(c)) as client:
+            st = client.get("/api/predictor/status").json()
+            assert st["enabled"] is False and st["alpha"] == 1.0
+            r = client.post("/api/predictor/train")
+            assert r.status_code == 409
+            err = r.json()["error"]
+            assert err["code"] == "predictor_off" and err["message"] and err["details"] == {}
+            assert client.get("/api/predictor/comparisons").json() == []
+            assert client.get("/api/predictor/training").json() == []
+    finally:
+        c.close()
