@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -85,6 +86,7 @@ class SidecarClient:
         self._pending: dict[int, Future[Any]] = {}
         self._ids = itertools.count(1)
         self._ready = threading.Event()
+        self._outq: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._closing = False
         self.crashes: deque[float] = deque()
         self.disabled_until: float | None = None
@@ -142,6 +144,11 @@ class SidecarClient:
                 if err is not subprocess.DEVNULL:
                     err.close()  # type: ignore[union-attr]
             threading.Thread(target=self._read_loop, args=(self._proc,), name="predictor-reader", daemon=True).start()
+            # Requests are written by their own thread, so a sidecar that stops reading (hung,
+            # paused, busy) can fill the pipe without blocking a caller past its deadline.
+            self._outq = queue.SimpleQueue()
+            threading.Thread(target=self._write_loop, args=(self._proc, self._outq), name="predictor-writer",
+                             daemon=True).start()
 
     def wait_ready(self, timeout_s: float = C.START_TIMEOUT_S) -> bool:
         """Block until the sidecar announced readiness (start-up, benchmarks, tests)."""
@@ -156,6 +163,7 @@ class SidecarClient:
         if proc is None:
             return
         try:
+            self._outq.put(None)
             if proc.stdin:
                 proc.stdin.close()
             proc.wait(timeout=timeout_s)
@@ -190,16 +198,8 @@ class SidecarClient:
         line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}},
                           separators=(",", ":"), allow_nan=False)
         with self._lock:
-            proc = self._proc
             self._pending[rid] = fut
-        try:
-            assert proc is not None and proc.stdin is not None
-            proc.stdin.write(line + "\n")
-            proc.stdin.flush()
-        except (OSError, ValueError, AssertionError) as exc:
-            self._pending.pop(rid, None)
-            self._record("write", str(exc))
-            raise PredictorUnavailable(f"predictor sidecar unreachable: {exc}") from exc
+            self._outq.put(line + "\n")
         try:
             return fut.result(timeout=timeout_s)
         except FutureTimeout:
@@ -208,6 +208,19 @@ class SidecarClient:
             raise PredictorUnavailable(f"predictor {method} timed out after {timeout_s * 1000:.0f} ms") from None
 
     # -- internals ------------------------------------------------------------------------
+    def _write_loop(self, proc: subprocess.Popen[str], q: queue.SimpleQueue[str | None]) -> None:
+        while True:
+            line = q.get()
+            if line is None:
+                return
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (OSError, ValueError, AssertionError) as exc:
+                self._record("write", str(exc))
+                return  # the reader notices the exit; pending calls fail or time out
+
     def _read_loop(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -238,12 +251,12 @@ class SidecarClient:
                 self._record("malformed", "reply without result or error")
                 fut.set_exception(PredictorUnavailable("malformed predictor reply"))
         proc.wait()
-        if self._proc is not proc:  # a restarted sidecar already took over
-            return
-        self._ready.clear()
         if not self._closing:
             self._record("crash", f"sidecar exited with code {proc.returncode}")
             self._crash()
+        if self._proc is not proc:  # a restarted sidecar already took over: leave its state alone
+            return
+        self._ready.clear()
         self._fail_pending(PredictorUnavailable("predictor sidecar exited"))
 
     def _fail_pending(self, exc: Exception) -> None:
