@@ -168,7 +168,7 @@ def test_dampener_multiplies_the_enabled_stages(open_store) -> None:
     _mention(c, mems[0].id, "hub")  # counts sorted [1 x9, 6]; P50: index 5 -> threshold 1
     scores = np.array([0.8, 0.8])
     lexical = np.array([False, False])
-    cfg = DampeningSettings(hub_percentile=0.5)
+    cfg = DampeningSettings(hub_percentile=0.5, hub_enabled=True)
     got = Dampener(c.db).factors("payment card logging", mems, scores, lexical, cfg)
     # memory 0: overlap ("payment", "card") -> 1; hub-only (6 > 1) -> 0.7; constraint >= 50 chars -> 1.2
     # memory 1: no overlap, semantic, 0.8 > 0.3 -> 0.5; no entities; no anchor -> 1
@@ -212,7 +212,8 @@ def test_recall_resolution_reorders_and_flags_toggle_at_call_time(open_store) ->
 def test_recall_pool_grows_until_exact(open_store) -> None:
     """Equal BM25 scores (same length, same match): ties go to the newest, so the oldest memory
     ranks last, far below the first pool; it alone is not a hub memory and must come first."""
-    c = open_store(recall=NO_BOOSTS, memory=pipeline({"gravity_enabled": False, "resolution_enabled": False}))
+    c = open_store(recall=NO_BOOSTS, memory=pipeline({"gravity_enabled": False, "resolution_enabled": False,
+                                                      "hub_enabled": True}))
     res = c.memories.remember_many([RememberInput(f"kiwi note n{i:02d}") for i in range(40)])
     ids = [r.id for r in res]
     for i in range(1, 40):  # all but the oldest link only the hub entity (40 < 50 BM25 candidates)

@@ -33,7 +33,7 @@ def test_seed_defaults():
         (None, "", 45_000, 0.7)
     assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms) == (2_000, 3, 300_000)
     assert (p.graph.enabled, p.graph.boost_weight, p.graph.boost_timeout_ms) == (True, 0.15, 500)
-    assert (p.reranker.enabled, p.reranker.model, p.reranker.top_n, p.reranker.timeout_ms) == (True, "", 20, 2_000)
+    assert (p.reranker.enabled, p.reranker.model, p.reranker.top_n, p.reranker.timeout_ms) == (False, "", 20, 2_000)
     a = p.autonomous
     assert (a.enabled, a.frozen, a.allow_update_delete, a.maintenance_interval_ms, a.maintenance_mode) == \
         (True, False, True, 1_800_000, "execute")
@@ -57,7 +57,7 @@ def test_seed_defaults():
     assert (h.enabled, h.max, h.timeout, h.poll) == (False, 5, 45_000, 5_000)
     dm = p.dampening
     assert (dm.gravity_enabled, dm.hub_enabled, dm.resolution_enabled, dm.hub_percentile, dm.hub_penalty,
-            dm.gravity_penalty, dm.resolution_boost) == (True, True, True, 0.9, 0.7, 0.5, 1.2)
+            dm.gravity_penalty, dm.resolution_boost) == (True, False, True, 0.9, 0.7, 0.5, 1.2)
 
 
 def _models(model: type[BaseModel]) -> list[type[BaseModel]]:

@@ -154,6 +154,9 @@ def test_min_score(corpus):
 
 def test_alpha_changes_leg_influence(corpus):
     c, _ = corpus
+    # The merge formula alone: no graph boost (pipeline v2's stages are tested in their own files).
+    p = c.settings.memory.pipeline_v2
+    c.settings.memory.pipeline_v2 = p.model_copy(update={"graph": p.graph.model_copy(update={"enabled": False})})
     q = "coffee deployments"
     vec_only = recall(c, q, alpha=1.0, limit=50)
     bm25_only = recall(c, q, alpha=0.0, limit=50)
