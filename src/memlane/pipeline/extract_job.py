@@ -63,16 +63,19 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso) -> Callable[
             if done.get("status") in ("skipped", "failed"):
                 raise SkipJob(str(done.get("reason", done.get("status"))))
             return {**done, "replayed": True}
-        if source.is_deleted or source.source_type == DERIVED_SOURCE_TYPE:
-            reason = "source memory deleted" if source.is_deleted else "derived memory (not re-extracted)"
+        if source.is_deleted:
+            raise SkipJob("source memory deleted")  # its history ends with the deletion, nothing added
+        if source.source_type == DERIVED_SOURCE_TYPE:
+            reason = "derived memory (not re-extracted)"
             record_status(memories, source.id, job.id, "skipped", reason, now())
             raise SkipJob(reason)
         llm = c.extraction_llm
         if llm is None:
             # Trigger: no LLM is configured (llm.provider none).
             # Why: the raw memory is already durable; extraction is an optional layer on top.
-            # Outcome: recorded as skipped (status + history row), job skipped, nothing blocks.
-            record_status(memories, source.id, job.id, "skipped", NO_LLM_REASON, now())
+            # Outcome: recorded as skipped (extraction_status and the job's status and reason; no
+            # history row, which would add one line to every memory's history), nothing blocks.
+            record_status(memories, source.id, job.id, "skipped", NO_LLM_REASON, now(), audit=False)
             raise SkipJob(NO_LLM_REASON)
         timeout_s = pipeline.extraction.timeout / 1000.0
         model = getattr(llm, "name", type(llm).__name__)

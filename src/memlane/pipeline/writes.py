@@ -259,14 +259,15 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
 
 
 def record_status(memories: MemoryService, source_id: str, job_id: int, status: str, reason: str, at: str,
-                  extra: dict[str, Any] | None = None) -> None:
-    """Without proposals: set ``extraction_status`` (``skipped`` / ``failed``) and add the job's
-    ``extraction`` history row with the reason, in one write transaction."""
+                  extra: dict[str, Any] | None = None, audit: bool = True) -> None:
+    """Without proposals: set ``extraction_status`` (``skipped`` / ``failed``) and, with ``audit``,
+    add the job's ``extraction`` history row with the reason, in one write transaction."""
     def job(conn: sqlite3.Connection) -> None:
         if mem_sql.get(conn, source_id) is None:
             return
-        audit_sql.add_event(conn, source_id, "extraction", at=at, who=WHO, why=reason,
-                            changes={"job_id": job_id, "status": status, "reason": reason, **(extra or {})})
+        if audit:
+            audit_sql.add_event(conn, source_id, "extraction", at=at, who=WHO, why=reason,
+                                changes={"job_id": job_id, "status": status, "reason": reason, **(extra or {})})
         audit_sql.set_extraction_status(conn, source_id, status)
 
     memories.db.write(job)
