@@ -27,6 +27,7 @@ starting from it.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -202,12 +203,15 @@ def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: s
 
     sessions = []
     for h in homes:
-        conn = sqlite3.connect(f"{(h / 'memories.db').resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(h / "memories.db")  # closed stores; query_only keeps them unchanged
         try:
+            conn.execute("PRAGMA query_only = ON")
             sessions += load_sessions(conn, embedding_model=model_id, native_dim=native_dim,
                                       min_confidence=C.MIN_SCORER_CONFIDENCE, limit=100_000)
         finally:
             conn.close()
+    if not sessions:
+        raise RuntimeError(f"no training-grade sessions in {[str(h) for h in homes]}: no base model to train")
     tmp = out.parent / f"{out.stem}-work"
     shutil.rmtree(tmp, ignore_errors=True)
     engine = PredictorEngine(tmp, embedding_model_id=model_id, native_dim=native_dim, seed=seed)
@@ -254,15 +258,28 @@ def summarize(results: Sequence[dict[str, Any]], *, seed: int = 0) -> dict[str, 
 
 
 def run(data: Path, *, embedder: Embedder, workdir: Path, cfg: PredictorBenchConfig = PredictorBenchConfig(),
-        progress: Progress | None = None) -> dict[str, Any]:
-    """The whole benchmark (first pass, then the Phase 6 pass when ``cfg.base``)."""
+        progress: Progress | None = None, reuse: bool = False) -> dict[str, Any]:
+    """The whole benchmark (first pass, then the Phase 6 pass when ``cfg.base``).
+
+    The first pass's results are kept in ``workdir/first-pass.json``; with ``reuse`` a later run
+    with the same configuration takes them (and their stores) instead of running it again.
+    """
     t_start = time.perf_counter()
     convs = load_locomo(data)
     if cfg.max_conversations:
         convs = convs[: cfg.max_conversations]
     workdir.mkdir(parents=True, exist_ok=True)
-    first = [run_conversation(conv, root=workdir, embedder=embedder, cfg=cfg, tag="user", progress=progress)
-             for conv in convs]
+    saved = workdir / "first-pass.json"
+    key = {"config": {k: v for k, v in cfg.__dict__.items() if k != "base"}, "conversations": [c.id for c in convs]}
+    first = None
+    if reuse and saved.exists():
+        cached = json.loads(saved.read_text())
+        if cached.get("key") == key and all(Path(r["home"]).exists() for r in cached["results"]):
+            first = cached["results"]
+    if first is None:
+        first = [run_conversation(conv, root=workdir, embedder=embedder, cfg=cfg, tag="user", progress=progress)
+                 for conv in convs]
+        saved.write_text(json.dumps({"key": key, "results": first}))
     report: dict[str, Any] = {"dataset": "locomo", "data": str(data), "config": cfg.__dict__,
                               "embedding_model": embedder.model_id, "from_scratch": summarize(first, seed=cfg.seed),
                               "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in first],

@@ -40,6 +40,7 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
               max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
               base: bool = typer.Option(True, "--base/--no-base", help="Also run the Phase 6 base-model path."),
               sessions: int = typer.Option(200, help="Simulated sessions (simulated)."),
+              reuse: bool = typer.Option(False, "--reuse", help="LoCoMo: reuse the first pass kept in --workdir."),
               seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user).")) -> None:
     """Baseline vs predictor vs fused ranking on held-out sessions, with paired bootstrap 95% CIs."""
     from memlane.bench.report import write_json
@@ -66,7 +67,7 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
 
     cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations)
     with stage_progress(err, "predictor") as tick:
-        report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick)
+        report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick, reuse=reuse)
     path = write_json(_out_path(out, "predictor-locomo"), report)
     console.print(_locomo_table("LoCoMo held-out questions: learned from scratch", report["from_scratch"]))
     t = report["from_scratch"]["targets"]
