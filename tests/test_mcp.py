@@ -132,7 +132,7 @@ async def round_trip(s: ClientSession, daemon_url: str) -> str:
     hits = ok(await s.call_tool("memory_search", {"query": "tabs spaces python", "limit": 5}))
     assert hits and hits[0]["id"] == mid
     assert set(hits[0]) == {"id", "content", "type", "project", "score", "created_at"}
-    assert hits[0]["project"] == "memlane" and hits[0]["type"] == "preference" and 0 < hits[0]["score"] <= 1
+    assert hits[0]["project"] == "memlane" and hits[0]["type"] == "preference" and 0 < hits[0]["score"] <= 1.5
     assert ok(await s.call_tool("memory_search", {"query": "tabs", "types": ["decision"]})) == []
     assert ok(await s.call_tool("memory_search", {"query": "tabs", "project": "elsewhere"})) == []
 

@@ -98,7 +98,7 @@ def test_phase0_5_fts_only_inserts(open_store) -> None:
         assert row.fts_hit_count == 1
         assert row.effective_score is None and row.similarity is None and row.baseline_rank is None
         assert row.rank > got[pooled].rank
-        assert 0.45 <= row.final_score <= 1.05  # the prompt recall score
+        assert 0.45 <= row.final_score <= 1.5  # the prompt recall score (graph / resolution boosts may lift it above 1)
     assert got[faded].rank != got[late].rank
     prompt(c, "f", "flamingo again")
     got2 = by_id(c, "f")

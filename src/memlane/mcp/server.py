@@ -48,7 +48,8 @@ class SearchHit(BaseModel):
     content: str
     type: str
     project: str | None
-    score: float = Field(description="Final recall score in [0, 1], higher is more relevant.")
+    score: float = Field(description="Final recall score, higher is more relevant: the hybrid score in [0, 1], "
+                                     "which the graph boost (+0.15) and the resolution boost (x1.2) may lift above 1.")
     created_at: str
 
 
