@@ -140,7 +140,9 @@ class PredictorEngine:
 
     @staticmethod
     def _new_optimizer(model: MemoryScorer) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.parameters(), lr=C.LEARNING_RATE)
+        # fused=True: one kernel for the whole update; on this 2-core CPU it halves a training
+        # step (34.6 -> 17.7 ms for 32 sessions x 50 candidates; the 1.05 M-entry hash table dominates).
+        return torch.optim.Adam(model.parameters(), lr=C.LEARNING_RATE, fused=True)
 
     # -- scoring ------------------------------------------------------------------------
     def score(self, session: Session) -> np.ndarray:
