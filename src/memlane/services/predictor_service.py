@@ -267,8 +267,9 @@ class PredictorService:
     def _score_params(self, pool: Sequence[PoolMember], features: dict[str, dict[str, Any]],
                       context_vector: np.ndarray | None, context_text: str, project: str | None,
                       local: datetime, gap: float) -> dict[str, Any]:
-        seqs = [p.seq for p in pool]
-        vecs, has = self.index.vectors_of(seqs)
+        """The ``score`` request. Candidate vectors and texts are not sent: the sidecar reads
+        them from its read-only connection (0.7 ms for 90 candidates, against ~6 ms to encode,
+        pipe and decode 90 x 384 floats)."""
         params: dict[str, Any] = {
             "candidate_ids": [p.memory_id for p in pool],
             "candidates": [features[p.memory_id] for p in pool],
@@ -278,15 +279,6 @@ class PredictorService:
         if context_vector is not None:
             params["context_embedding_b64"] = base64.b64encode(
                 np.asarray(context_vector, dtype="<f4").tobytes()).decode("ascii")
-        if vecs is not None and len(seqs):
-            params["candidate_embeddings_b64"] = base64.b64encode(
-                np.ascontiguousarray(vecs, dtype="<f4").tobytes()).decode("ascii")
-            params["candidate_is_embedded"] = [bool(x) for x in has]
-            if not bool(np.all(has)):
-                missing = [p.memory_id for p, h in zip(pool, has) if not h]
-                texts = self.db.read(lambda c: pred_sql.memory_inputs(c, missing, None))
-                params["candidate_texts"] = [texts.get(p.memory_id, ("", None))[0] if not h else ""
-                                             for p, h in zip(pool, has)]
         return params
 
     def explore(self, injected: Sequence[str], decision: RankDecision) -> tuple[str, str] | None:
