@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import Path, APIRouter
 
 from memlane.container import Container
 from memlane.errors import NotFound
@@ -26,7 +26,7 @@ def router(container: Container) -> APIRouter:
                 "jobs": container.db.read(jobs_sql.counts_by_status)}
 
     @r.get("/api/memory/jobs/{job_id}")
-    def get_job(job_id: int) -> dict[str, Any]:
+    def get_job(job_id: int = Path(..., ge=1, le=2**63 - 1, description="Job id.")) -> dict[str, Any]:
         """One ``memory_jobs`` row: type, status, attempts, lease, run_after, error, result."""
         job = container.db.read(lambda c: jobs_sql.get(c, job_id))
         if job is None:
