@@ -452,3 +452,21 @@ def test_evaluation_ndcg_none_without_relevant_memory_in_pool():
     assert p is None and b is None and relevance == {"a": 0.0, "b": 0.0}
     s = PolicyState()
     assert not record(s, {"predictor_ndcg": p, "baseline_ndcg": b}).ema_updated
+
+
+def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
+    from memlane.predictor.policy import PolicyState, alpha_for, record_comparison
+
+    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
+    assert alpha_for(s) == pytest.approx(0.4)
+    # one small win and one large loss: the EMA of the margin turns negative -> no influence
+    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
+              train_interval_sessions=10, drift_reset_window=10)
+    record_comparison(s, predictor_ndcg=0.55, baseline_ndcg=0.50, **kw)
+    record_comparison(s, predictor_ndcg=0.10, baseline_ndcg=0.60, **kw)
+    assert s.margin_ema < 0 and alpha_for(s) == 1.0
+    # cold start cannot be exited with a negative margin either
+    fresh = PolicyState(trained=True, training_sessions=20, recent_wins=[1] * 10, margin_ema=-0.01)
+    record_comparison(fresh, predictor_ndcg=0.7, baseline_ndcg=0.6, **kw)
+    assert fresh.margin_ema < 0 or fresh.cold_start_exited
+    assert not (fresh.cold_start_exited and fresh.margin_ema < 0)

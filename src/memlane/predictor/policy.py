@@ -48,6 +48,8 @@ class PolicyState:
         sessions_since_train: training-grade sessions since the last training run.
         project_rates: per-project ``{project: [ema, count]}`` slices (at most 5, newest kept).
         last_trained: ISO time of the last accepted training run.
+        margin_ema: EMA (factor 0.1) of ``predictor_ndcg - baseline_ndcg`` over the same
+            sessions as the success rate (memlane's margin guard, see :func:`alpha_for`).
     """
 
     success_rate: float = 0.0
@@ -64,6 +66,7 @@ class PolicyState:
     sessions_since_train: int = 0
     project_rates: dict[str, list[float]] = field(default_factory=dict)
     last_trained: str | None = None
+    margin_ema: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,8 +96,13 @@ def alpha_for(state: PolicyState) -> float:
     ``alpha = 1 - success_rate`` once cold start has exited, never below the early-active
     floors (0.8 for the first 10 sessions after exit, 0.6 for sessions 11-20); 1.0 before
     exit and while a drift retrain is pending.
+
+    memlane adds a margin guard: alpha is 1.0 while the EMA of the NDCG margin is negative.
+    The seed's success rate counts wins, not their size: on LoCoMo a predictor that won ~45 %
+    of sessions by small margins and lost the rest by large ones earned alpha ~0.6 and cost
+    the user NDCG; a model that loses on average has no influence.
     """
-    if not state.cold_start_exited or state.drifting:
+    if not state.cold_start_exited or state.drifting or state.margin_ema < 0:
         return 1.0
     alpha = 1.0 - state.success_rate
     n = state.sessions_since_exit
@@ -207,6 +215,7 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     if eligible:
         won = bool(predictor_ndcg > baseline_ndcg)  # type: ignore[operator]
         state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
+        state.margin_ema = _ema(state.margin_ema, float(predictor_ndcg) - float(baseline_ndcg))  # type: ignore[arg-type]
         state.comparisons += 1
         state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
         if project:
@@ -227,7 +236,7 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
                 state.success_rate = C.DRIFT_RESET_EMA
                 state.recent_wins = []
         elif (state.trained and not state.drifting and state.training_sessions >= min_training_sessions
-              and len(state.recent_wins) >= C.COLD_START_WINDOW
+              and state.margin_ema >= 0 and len(state.recent_wins) >= C.COLD_START_WINDOW
               and sum(state.recent_wins) / len(state.recent_wins) > C.COLD_START_MIN_SUCCESS):
             state.cold_start_exited = True
             state.sessions_since_exit = 0
