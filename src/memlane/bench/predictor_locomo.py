@@ -79,6 +79,24 @@ def _recall_at(order: Sequence[str], relevant: set[str], n_relevant: int, k: int
     return sum(1 for m in order[:k] if m in relevant) / n_relevant if n_relevant else 0.0
 
 
+def session_rankings(cands: Sequence[Any], signals: dict[str, Any], rrf_k: float
+                     ) -> tuple[list[str], list[str], list[str], float]:
+    """A recorded session's three rankings of one pool: (baseline, predictor, fused, alpha).
+
+    ``cands`` are its ``session_memories`` rows; the fused order is RRF with the session's alpha,
+    before topic diversity; without predictor ranks it is the baseline order.
+    """
+    baseline = [r.memory_id for r in sorted(cands, key=lambda r: r.baseline_rank or 0)]
+    scored = [r for r in cands if r.predictor_rank is not None]
+    predictor = [r.memory_id for r in sorted(scored, key=lambda r: r.predictor_rank or 0)]
+    alpha = float(signals.get("alpha", 1.0))
+    fused = baseline
+    if predictor:
+        scores = policy.rrf_fuse(baseline, predictor, alpha, rrf_k)
+        fused = sorted(baseline, key=lambda m: -scores[m])
+    return baseline, predictor, fused, alpha
+
+
 def ordered_questions(conv: Conversation) -> list[Question]:
     """Questions with evidence, by the position of their last evidence turn (then their index)."""
     pos = {t.dia_id: i for i, t in enumerate(conv.turns)}
@@ -153,15 +171,7 @@ def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg:
             signals = c.db.read(lambda conn: pred_sql.session_signals(conn, key)) or {}
             evidence = {mem_of[e] for e in q.evidence if e in mem_of}
             n_rel = len(evidence)
-            baseline = [r.memory_id for r in sorted(cands, key=lambda r: r.baseline_rank or 0)]
-            scored = [r for r in cands if r.predictor_rank is not None]
-            predictor = [r.memory_id for r in sorted(scored, key=lambda r: r.predictor_rank or 0)]
-            alpha = float(signals.get("alpha", 1.0))
-            if predictor:
-                fused_scores = policy.rrf_fuse(baseline, predictor, alpha, c.settings.predictor.rrf_k)
-                fused = sorted(baseline, key=lambda m: -fused_scores[m])
-            else:
-                fused = baseline
+            baseline, predictor, fused, alpha = session_rankings(cands, signals, c.settings.predictor.rrf_k)
             held_out = i >= n_train
             row = {"conversation": conv.id, "question": q.index, "category": q.category, "order": i,
                    "held_out": held_out, "alpha": alpha, "phase": signals.get("phase"),

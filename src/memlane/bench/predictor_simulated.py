@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from memlane.bench.bootstrap import paired_bootstrap
+from memlane.bench.predictor_locomo import session_rankings
 from memlane.bench.simulated_user import SimulatedUser, generate
 from memlane.config import Settings
 from memlane.container import open_container
 from memlane.embedding.base import Embedder
-from memlane.predictor import policy
 from memlane.services.clock import to_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, StartInput
@@ -96,14 +96,7 @@ def run_simulated(*, embedder: Embedder, workdir: Path, sessions: int = 200, see
             cands = c.db.read(lambda conn: sess_sql.session_memories(conn, key))
             signals = c.db.read(lambda conn: pred_sql.session_signals(conn, key)) or {}
             relevance = {ids[k]: v for k, v in s.relevant.items() if k in ids}
-            baseline = [r.memory_id for r in sorted(cands, key=lambda r: r.baseline_rank or 0)]
-            scored = [r for r in cands if r.predictor_rank is not None]
-            predictor = [r.memory_id for r in sorted(scored, key=lambda r: r.predictor_rank or 0)]
-            alpha = float(signals.get("alpha", 1.0))
-            fused = baseline
-            if predictor:
-                f = policy.rrf_fuse(baseline, predictor, alpha, c.settings.predictor.rrf_k)
-                fused = sorted(baseline, key=lambda m: -f[m])
+            baseline, predictor, fused, alpha = session_rankings(cands, signals, c.settings.predictor.rrf_k)
             served = [r.memory_id for r in sorted(cands, key=lambda r: r.rank)]
             injected = [r.memory_id for r in cands if r.was_injected]
             in_pool = set(baseline)

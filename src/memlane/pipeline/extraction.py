@@ -102,6 +102,18 @@ def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _capped_list(obj: dict[str, Any], key: str, cap: int, warnings: list[str]) -> list[Any]:
+    """``obj[key]`` as a list of at most ``cap`` items; a non-list or an overflow is a warning."""
+    items = obj.get(key, [])
+    if not isinstance(items, list):
+        warnings.append(f"{key}: expected a list, got {type(items).__name__}")
+        return []
+    if len(items) > cap:
+        warnings.append(f"{key}: {len(items)} returned, capped at {cap}")
+        return items[:cap]
+    return items
+
+
 def parse_json_reply(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     """The JSON object of a model reply, or ``(None, warning)``. Think blocks and fences are
     stripped first; if the remaining text is not one JSON object, the first balanced object in
@@ -133,14 +145,7 @@ def parse_extraction(raw: str) -> ExtractionResult:
     if obj is None:
         out.warnings.append(f"extraction: {problem}")
         return out
-    facts = obj.get("facts", [])
-    if not isinstance(facts, list):
-        out.warnings.append(f"facts: expected a list, got {type(facts).__name__}")
-        facts = []
-    if len(facts) > MAX_FACTS:
-        out.warnings.append(f"facts: {len(facts)} returned, capped at {MAX_FACTS}")
-        facts = facts[:MAX_FACTS]
-    for i, f in enumerate(facts):
+    for i, f in enumerate(_capped_list(obj, "facts", MAX_FACTS, out.warnings)):
         where = f"facts[{i}]"
         if isinstance(f, str):  # a bare string: content only
             f = {"content": f}
@@ -159,14 +164,7 @@ def parse_extraction(raw: str) -> ExtractionResult:
             out.warnings.append(f"{where}: unknown type {f.get('type')!r}; coerced to fact")
             ftype = "fact"
         out.facts.append(Fact(content, ftype, _confidence(f.get("confidence"), where, out.warnings)))
-    entities = obj.get("entities", [])
-    if not isinstance(entities, list):
-        out.warnings.append(f"entities: expected a list, got {type(entities).__name__}")
-        entities = []
-    if len(entities) > MAX_ENTITIES:
-        out.warnings.append(f"entities: {len(entities)} returned, capped at {MAX_ENTITIES}")
-        entities = entities[:MAX_ENTITIES]
-    for i, e in enumerate(entities):
+    for i, e in enumerate(_capped_list(obj, "entities", MAX_ENTITIES, out.warnings)):
         where = f"entities[{i}]"
         if not isinstance(e, dict):
             out.warnings.append(f"{where}: not an object; dropped")

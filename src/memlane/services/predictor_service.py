@@ -252,7 +252,8 @@ class PredictorService:
             decision.signals["predictor_error"] = decision.error[:300]
             return self._done(decision, t0)
         self.scored += 1
-        ranked = sorted(baseline, key=lambda m: (-scores[m], baseline.index(m)))
+        # sorted() is stable: equal scores keep their baseline order
+        ranked = sorted(baseline, key=lambda m: -scores[m])
         decision.predictor_scores = scores
         decision.predictor_rank = {m: i + 1 for i, m in enumerate(ranked)}
         decision.fused = policy.rrf_fuse(baseline, ranked, alpha, self.settings.rrf_k)
@@ -289,8 +290,7 @@ class PredictorService:
         """
         if not decision.predictor_rank or decision.phase in ("collecting", "disabled"):
             return None
-        baseline_rank = {m: i + 1 for i, m in enumerate(sorted(decision.features,
-                         key=lambda m: decision.features[m]["baseline_rank"]))}
+        baseline_rank = {m: f["baseline_rank"] + 1 for m, f in decision.features.items()}
         return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank,
                                        self.settings.exploration_rate, self.rng)
 
@@ -301,11 +301,16 @@ class PredictorService:
         Called once labels are written. Returns the comparison row, or None when the session
         has no candidates.
         """
-        if self.db.read(lambda c: pred_sql.has_comparison(c, session_key)):
-            return None  # compared once; a re-scored session never moves the EMA twice
-        rows = self.db.read(lambda c: sess_sql.session_memories(c, session_key))
-        score = self.db.read(lambda c: sess_sql.get_score(c, session_key))
-        sess = self.db.read(lambda c: sess_sql.get_session(c, session_key))
+        def read(c: Any) -> tuple[Any, ...] | None:
+            if pred_sql.has_comparison(c, session_key):
+                return None  # compared once; a re-scored session never moves the EMA twice
+            return (sess_sql.session_memories(c, session_key), sess_sql.get_score(c, session_key),
+                    sess_sql.get_session(c, session_key), pred_sql.session_signals(c, session_key) or {})
+
+        found = self.db.read(read)
+        if found is None:
+            return None
+        rows, score, sess, signals = found
         ranked = [r for r in rows if r.baseline_rank is not None]
         if not ranked or score is None or sess is None:
             return None
@@ -317,7 +322,6 @@ class PredictorService:
         p_ndcg, b_ndcg, relevance = policy.evaluation_ndcg(baseline, predictor, injected, labels)
         matched = sum(1 for r in ranked if r.was_injected and r.fts_hit_count > 0)
         fts_overlap = matched / len(injected) if injected else None
-        signals = self.db.read(lambda c: pred_sql.session_signals(c, session_key)) or {}
         confidence = float(score["confidence"])
         with self._lock:
             outcome = policy.record_comparison(

@@ -134,7 +134,7 @@ class SessionService:
             pool = build_pool(eff, cv, index, s)
         decision = None
         if self.predictor is not None and pool:
-            last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now, project=project))
+            last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
             decision = self.predictor.rank(pool=ranking.pool_members(pool, legs), context_vector=cv, context_text=context,
                                            project=project, now=now, last_start=last)
             state = decision.phase

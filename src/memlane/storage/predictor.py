@@ -158,7 +158,7 @@ def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None
     return json.loads(r[0]) if r and r[0] else None
 
 
-def last_session_start(conn: sqlite3.Connection, *, before: str, project: str | None) -> str | None:
+def last_session_start(conn: sqlite3.Connection, *, before: str) -> str | None:
     """Start time of the latest session before ``before`` (any project), for the session gap."""
     r = conn.execute("SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
                      (before,)).fetchone()
