@@ -24,6 +24,7 @@ from memlane.normalize import normalize_and_hash
 from memlane.pipeline.extraction import Fact, parse_json_reply
 from memlane.pipeline.prompts import decision_prompt
 from memlane.providers.base import LlmProvider
+from memlane.recall.bm25 import bm25_leg
 from memlane.recall.hybrid import merge
 from memlane.services.memory_service import MemoryService
 from memlane.storage import fts
@@ -86,8 +87,7 @@ def find_candidates(memories: MemoryService, recall: RecallSettings, text: str, 
     expr = fts.match_expression(text)
     bm25 = None
     if expr is not None:
-        bm25 = dict(memories.db.read(lambda c: fts.search(c, expr, limit=n, filters=filters, raw_expr=True,
-                                                           context_weight=recall.context_weight)))
+        bm25 = dict(bm25_leg(memories.db, memories.index, expr, n, filters, recall.context_weight))
     vec = None
     index = memories.index
     if vector is not None and len(index) and vector.shape == (index.dimensions,):

@@ -19,6 +19,7 @@ import numpy as np
 from memlane.config import RecallSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
+from memlane.recall.bm25 import bm25_leg
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.stages import RecallStages
@@ -158,17 +159,8 @@ class RecallService:
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
 
     def _bm25(self, expr: str, n_cand: int, filters: fts.Filters) -> list[tuple[int, float]]:
-        """The BM25 leg: FTS alone, filtered by the in-memory index; the filtered SQL join when
-        the filters leave fewer than ``n_cand`` of a full page (restrictive filters)."""
-        fetch = n_cand * 3
-        raw = self.memories.db.read(lambda c: fts.search_raw(c, expr, limit=fetch,
-                                                             context_weight=self.settings.context_weight))
-        keep = self.index.allowed([r[0] for r in raw], filters)
-        rows = [r for r, k in zip(raw, keep) if k][:n_cand]
-        if len(rows) < n_cand and len(raw) == fetch:
-            return self.memories.db.read(lambda c: fts.search(
-                c, expr, limit=n_cand, filters=filters, context_weight=self.settings.context_weight, raw_expr=True))
-        return fts.normalise(rows)
+        """The BM25 leg (``memlane.recall.bm25.bm25_leg``)."""
+        return bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight)
 
     def _touch(self, hits: list[RecallHit]) -> None:
         """Rehearsal: bump access counts in a background write; the index follows the commit."""
