@@ -226,3 +226,89 @@ def test_status_and_job_endpoints(tmp_path):
             assert client.get("/api/memory/jobs/abc").status_code == 422
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- completion in the handler's transaction, lease-ahead
+
+
+def _chained_handler(db: Database, seen: list[int], fail_on: int | None = None):
+    """A handler that, like the extract handler, writes its effect, completes its job and leases
+    the worker's next one in ONE transaction."""
+    from memlane.pipeline.runtime import CompletedInTransaction, lease_ahead_hook
+
+    def handle(j: J.Job):
+        lease_next = lease_ahead_hook()
+
+        def tx(c):
+            c.execute("INSERT INTO kv_effects VALUES (?)", (j.id,))
+            J.complete(c, j.id, now=T0, result={"ok": j.id})
+            if lease_next is not None:
+                lease_next(c)
+            if fail_on == j.id:
+                raise RuntimeError("failed after leasing ahead")
+
+        db.write(tx)
+        seen.append(j.id)
+        return CompletedInTransaction({"ok": j.id})
+
+    return handle
+
+
+@pytest.fixture
+def effects_db(db: Database) -> Database:
+    db.write(lambda c: c.execute("CREATE TABLE kv_effects (job_id INTEGER)"))
+    return db
+
+
+def test_handler_completing_in_its_transaction_leases_ahead_one_commit_per_job(effects_db: Database):
+    db = effects_db
+    ids = [db.write(lambda c, i=i: J.enqueue(c, "t", dedup_key=f"k{i}", at=T0)) for i in range(5)]
+    seen: list[int] = []
+    w = JobWorker(db, "w", now=lambda: T0)
+    w.register("t", _chained_handler(db, seen))
+    commits0 = db.commits
+    while w.run_once():
+        pass
+    assert seen == ids
+    assert all(job(db, i).status == "completed" and job(db, i).result == {"ok": i} for i in ids)
+    assert all(job(db, i).attempts == 1 for i in ids)
+    # one lease write for the first job, then one transaction per job (effect + completion + next lease)
+    assert db.commits - commits0 <= len(ids) + 2
+    assert w.leased_ahead == len(ids) - 1
+    assert db.read(lambda c: c.execute("SELECT count(*) FROM kv_effects").fetchone()[0]) == len(ids)
+
+
+def test_a_job_leased_ahead_is_given_back_when_the_worker_stops(effects_db: Database):
+    db = effects_db
+    ids = [db.write(lambda c, i=i: J.enqueue(c, "t", dedup_key=f"k{i}", at=T0)) for i in range(3)]
+    seen: list[int] = []
+    w = JobWorker(db, "w", now=lambda: T0)
+    w.register("t", _chained_handler(db, seen))
+    assert w.run_once() is True  # job 1 done, job 2 leased ahead
+    assert job(db, ids[1]).status == "leased"
+    w.release_ahead()
+    j2 = job(db, ids[1])
+    assert j2.status == "pending" and j2.attempts == 0 and j2.leased_until is None
+    # and a thread that stops gives its lease back too
+    w.start()
+    deadline = threading.Event()
+    for _ in range(int(WAIT_S / 0.01)):
+        if job(db, ids[2]).status == "completed":
+            break
+        deadline.wait(0.01)
+    assert w.stop(WAIT_S)
+    assert [job(db, i).status for i in ids] == ["completed"] * 3 and seen == ids
+
+
+def test_a_handler_failing_after_leasing_ahead_leaves_no_orphan_lease(effects_db: Database):
+    db = effects_db
+    ids = [db.write(lambda c, i=i: J.enqueue(c, "t", dedup_key=f"k{i}", at=T0)) for i in range(2)]
+    seen: list[int] = []
+    w = JobWorker(db, "w", now=lambda: T0, rng=random.Random(0))
+    w.register("t", _chained_handler(db, seen, fail_on=ids[0]))
+    assert w.run_once() is False  # the transaction (effect, completion, next lease) rolled back
+    first, second = job(db, ids[0]), job(db, ids[1])
+    assert first.status == "pending" and "failed after leasing ahead" in first.error
+    assert second.status == "pending" and second.attempts == 0  # its lease rolled back with the rest
+    assert w._ahead is None
+    assert db.read(lambda c: c.execute("SELECT count(*) FROM kv_effects").fetchone()[0]) == 0

@@ -18,6 +18,7 @@ from memlane.bench.pipeline import run_pipeline_bench
 from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
 from memlane.config import load_settings
 from memlane.pipeline.extract_job import NO_LLM_REASON, make_handler
+from memlane.pipeline.runtime import CompletedInTransaction
 from memlane.replay.extract import NO_PROVIDER, render, run_extract_replay
 from memlane.services.inputs import RecallQuery, RememberInput
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings
@@ -265,8 +266,13 @@ def test_a_committed_attempt_is_never_applied_twice(pstore, script: StageScript)
     handler = make_handler(c)
     job = job_of(c, src)
     first = handler(job)
-    again = handler(job)  # the crash-between-commit-and-complete case: the job is leased again
-    assert first["outcomes"]["created"] == 2 and again["replayed"] is True
+    # the writes and the job's completion committed together, with the result
+    assert isinstance(first, CompletedInTransaction) and first.result["outcomes"]["created"] == 2
+    stored = job_of(c, src)
+    assert stored.status == "completed" and stored.result == first.result
+    # leased again anyway (e.g. the reaper reset a lease that outlived its timeout): not re-applied
+    again = handler(job)
+    assert again["replayed"] is True
     assert len(derived(c)) == 2 and len(audit(c, src, "extraction")) == 1
 
 

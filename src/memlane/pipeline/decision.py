@@ -99,13 +99,13 @@ def find_candidates(memories: MemoryService, recall: RecallSettings, text: str, 
                     key=lambda t: (-t[0], -t[1]))[: k + len(exclude_ids)]
     if not ranked:
         return []
-    rows = memories.db.read(lambda c: mem_sql.get_by_seqs(c, [s for _, s in ranked]))
+    rows = memories.db.read(lambda c: mem_sql.live_briefs_by_seqs(c, [s for _, s in ranked]))
     out = []
     for sc, seq in ranked:
-        m = rows.get(seq)
-        if m is None or m.id in exclude_ids or m.is_deleted or m.superseded_by is not None:
+        brief = rows.get(seq)  # None: deleted or superseded since the index saw it
+        if brief is None or brief[0] in exclude_ids:
             continue
-        out.append(Candidate(m.id, m.seq, m.type, m.content, float(sc)))
+        out.append(Candidate(brief[0], seq, brief[1], brief[2], float(sc)))
     return out[:k]
 
 

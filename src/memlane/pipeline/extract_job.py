@@ -16,6 +16,7 @@ between) is recognised by its ``extraction`` history row and not applied twice.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 from memlane.pipeline.decision import run_shadow_decisions
 from memlane.pipeline.extraction import extract
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT
-from memlane.pipeline.runtime import JobWorker, SkipJob
-from memlane.pipeline.writes import apply_writes, assess_contradictions, prefetch_vectors, record_status
+from memlane.pipeline.runtime import CompletedInTransaction, JobWorker, SkipJob, lease_ahead_hook
+from memlane.pipeline.writes import (WriteReport, apply_writes, assess_contradictions, prefetch_vectors,
+                                     record_status)
 from memlane.providers.base import LlmError
 from memlane.services.clock import now_iso
 from memlane.storage import memories as mem_sql
+from memlane.storage import jobs as jobs_sql
 from memlane.storage import pipeline_audit as audit_sql
 from memlane.storage.jobs import Job
 
@@ -39,7 +42,8 @@ NO_LLM_REASON = "no LLM provider configured"
 MAX_RESULT_WARNINGS = 50
 
 
-def make_handler(c: Container, *, now: Callable[[], str] = now_iso) -> Callable[[Job], dict[str, Any]]:
+def make_handler(c: Container, *, now: Callable[[], str] = now_iso
+                 ) -> Callable[[Job], dict[str, Any] | CompletedInTransaction]:
     """The ``extract`` handler over container ``c`` (settings read per job: hot flags apply at once).
 
     Args:
@@ -47,7 +51,9 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso) -> Callable[
     """
 
     def handle_extract(job: Job) -> dict[str, Any]:
-        """Process one ``extract`` job; returns the result stored on the job.
+        """Process one ``extract`` job. The writes and the job's completion (with its result)
+        commit in one transaction; returns :class:`CompletedInTransaction` carrying that result
+        (or the earlier attempt's summary when it had committed but its completion was lost).
 
         Raises:
             SkipJob: no LLM provider, source memory missing/deleted/derived.
@@ -95,16 +101,26 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso) -> Callable[
                    "llm_calls": 1 + decisions.llm_calls, "input_truncated": extraction.input_truncated,
                    "proposals": dict(Counter(p.action for p in decisions.proposals)),
                    "entities": [e.as_dict() for e in extraction.entities][:MAX_RESULT_WARNINGS]}
+        def result_of(report: WriteReport) -> dict[str, Any]:
+            return {"status": "shadow" if report.mode == "shadow" else "completed", "mode": report.mode,
+                    "model": model, "facts": len(extraction.facts), "entity_count": len(extraction.entities),
+                    "proposals": summary["proposals"], "outcomes": report.counts(),
+                    "created_ids": report.created_ids, "superseded_ids": report.superseded_ids,
+                    "review_needed": sum(bool(a and a.review_needed) for a in assessments),
+                    "graph_persisted": report.graph_persisted, "warnings": summary["warnings"],
+                    "warning_count": len(warnings), "llm_calls": summary["llm_calls"]}
+
+        lease_next = lease_ahead_hook()
+
+        def finish(conn: sqlite3.Connection, report: WriteReport) -> None:
+            jobs_sql.complete(conn, job.id, now=now(), result=result_of(report))
+            if lease_next is not None:  # the worker's next job, in this same transaction
+                lease_next(conn)
+
         report = apply_writes(memories, source=source, job_id=job.id, extraction=extraction,
                               proposals=decisions.proposals, assessments=assessments, pipeline=pipeline,
-                              vectors=vectors, extraction_model=model, at=now(), summary=summary)
-        return {"status": "shadow" if report.mode == "shadow" else "completed", "mode": report.mode,
-                "model": model, "facts": len(extraction.facts), "entity_count": len(extraction.entities),
-                "proposals": summary["proposals"], "outcomes": report.counts(), "created_ids": report.created_ids,
-                "superseded_ids": report.superseded_ids, "review_needed": sum(bool(a and a.review_needed)
-                                                                              for a in assessments),
-                "graph_persisted": report.graph_persisted, "warnings": summary["warnings"],
-                "warning_count": len(warnings), "llm_calls": summary["llm_calls"]}
+                              vectors=vectors, extraction_model=model, at=now(), summary=summary, finish=finish)
+        return CompletedInTransaction(result_of(report))
 
     return handle_extract
 

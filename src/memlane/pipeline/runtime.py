@@ -11,14 +11,16 @@ stale-lease reaper and the registry the container owns (memory-pipeline-v2.md "W
 * :class:`WorkerRegistry` -- ``container.workers``: add, get, start_all, stop_all, status.
 
 Register a handler: ``container.workers.get("extraction").register("extract", handler)`` where
-``handler(job: Job) -> dict`` returns the result stored on the job, raises :class:`SkipJob`
-(status ``skipped``) or any other exception (a failed attempt).
+``handler(job: Job) -> dict`` returns the result stored on the job (or
+:class:`CompletedInTransaction` when it completed the job in its own write), raises
+:class:`SkipJob` (status ``skipped``) or any other exception (a failed attempt).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +34,7 @@ from memlane.storage.jobs import Job
 
 log = logging.getLogger(__name__)
 
-JobHandler = Callable[[Job], "dict[str, Any] | None"]
+JobHandler = Callable[[Job], "dict[str, Any] | CompletedInTransaction | None"]
 REAPER_INTERVAL_MS = 60_000
 
 
@@ -43,6 +45,32 @@ class SkipJob(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class CompletedInTransaction:
+    """Returned by a handler that has already marked its job ``completed`` inside its own write
+    transaction (``jobs_sql.complete`` in the same ``Database.write`` as its effects): the worker
+    then writes nothing more. Effects and completion commit together, so a crash can never leave
+    the effects without the completion (one transaction per job instead of two)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        self.result = result
+
+
+_current = threading.local()
+
+
+def lease_ahead_hook() -> Callable[[sqlite3.Connection], None] | None:
+    """For a handler running on a :class:`JobWorker` thread: a function to call inside the
+    handler's final write transaction (on the writer connection) that leases the worker's next
+    job in that same transaction, so one transaction both finishes a job and leases the next
+    (one COMMIT per job instead of two). The lease is only used if that transaction commits
+    (the handler returned normally); otherwise the next tick leases as usual. None outside a
+    JobWorker thread (tests calling a handler directly)."""
+    worker = getattr(_current, "worker", None)
+    return worker._lease_ahead_fn() if worker is not None else None
 
 
 def _value(v: float | Callable[[], float]) -> float:
@@ -183,6 +211,11 @@ class JobWorker(PollingWorker):
         self._handlers: dict[str, JobHandler] = {}
         self.outcomes = {"completed": 0, "skipped": 0, "retried": 0, "dead": 0}
         self.last_job_id: int | None = None
+        #: a job leased by the last handler's own transaction (:func:`lease_ahead_hook`), worked next.
+        self._ahead: Job | None = None
+        self._ahead_pending: list[Job] = []
+        #: jobs that came leased ahead (telemetry).
+        self.leased_ahead = 0
 
     def register(self, job_type: str, handler: JobHandler) -> None:
         """Handle jobs of ``job_type`` with ``handler(job) -> dict | None`` (replaces an earlier one)."""
@@ -193,36 +226,101 @@ class JobWorker(PollingWorker):
         """The job types this worker leases (those with a handler)."""
         return sorted(self._handlers)
 
+    def _lease_ahead_fn(self) -> Callable[[sqlite3.Connection], None]:
+        holder = self._ahead_pending
+        holder.clear()
+
+        def lease_next(conn: sqlite3.Connection) -> None:
+            if self._stop.is_set() or (self._enabled is not None and not self._enabled()):
+                return
+            nxt = jobs_sql.lease(conn, self.job_types, now=self._now(),
+                                 lease_timeout_ms=int(_value(self._lease_timeout_ms)))
+            if nxt is not None:
+                holder.append(nxt)
+
+        return lease_next
+
     def tick(self) -> bool:
-        """Lease one due job, run its handler outside any transaction, record the outcome."""
+        """Lease one due job (or take the one leased ahead), run its handler outside any
+        transaction, record the outcome."""
         types = self.job_types
         if not types:
             return False
-        lease_ms = int(_value(self._lease_timeout_ms))
-        job = self.db.write(lambda c: jobs_sql.lease(c, types, now=self._now(), lease_timeout_ms=lease_ms))
+        job, self._ahead = self._ahead, None
+        if job is None:
+            lease_ms = int(_value(self._lease_timeout_ms))
+            job = self.db.write(lambda c: jobs_sql.lease(c, types, now=self._now(), lease_timeout_ms=lease_ms))
+        else:
+            self.leased_ahead += 1
         if job is None:
             return False
         self.last_job_id = job.id
+        self._ahead_pending.clear()
+        _current.worker = self
         try:
             result = self._handlers[job.job_type](job)
         except SkipJob as s:
+            self._drop_pending_ahead()
             self.db.write(lambda c: jobs_sql.skip(c, job.id, s.reason, now=self._now()))
             self.outcomes["skipped"] += 1
             return True
         except Exception as exc:
+            self._drop_pending_ahead()
             error = f"{type(exc).__name__}: {exc}"
             delay = backoff_ms(job.attempts, rng=self._rng)
             status = self.db.write(lambda c: jobs_sql.fail(c, job, error, now=self._now(), backoff_ms=delay))
             self.outcomes["dead" if status == "dead" else "retried"] += 1
             raise
-        self.db.write(lambda c: jobs_sql.complete(c, job.id, now=self._now(), result=dict(result or {})))
+        finally:
+            _current.worker = None
+        if not isinstance(result, CompletedInTransaction):
+            self.db.write(lambda c: jobs_sql.complete(c, job.id, now=self._now(), result=dict(result or {})))
+        elif self._ahead_pending:  # the handler's transaction committed with the next lease in it
+            self._ahead = self._ahead_pending.pop()
+        self._ahead_pending.clear()
         self.outcomes["completed"] += 1
         return True
+
+    def _drop_pending_ahead(self) -> None:
+        """The handler failed after its transaction may have leased ahead: give back any such lease
+        that is still ours (same ``leased_at``); one rolled back is pending already."""
+        pending = list(self._ahead_pending)
+        self._ahead_pending.clear()
+        for j in pending:
+            def job(c: sqlite3.Connection, j: Job = j) -> None:
+                cur = jobs_sql.get(c, j.id)
+                if cur is not None and cur.status == "leased" and cur.leased_at == j.leased_at:
+                    jobs_sql.release(c, j.id, now=self._now())
+            try:
+                self.db.write(job)
+            except Exception as exc:  # the reaper frees it after the lease timeout
+                log.warning("worker %s: could not release job %s leased ahead: %s", self.name, j.id, exc)
+
+    def release_ahead(self) -> None:
+        """Give back a job leased ahead and not worked on (pending again, attempt not counted)."""
+        job, self._ahead = self._ahead, None
+        if job is not None:
+            try:
+                self.db.write(lambda c: jobs_sql.release(c, job.id, now=self._now()))
+            except Exception as exc:  # the reaper frees it after the lease timeout
+                log.warning("worker %s: could not release job %s leased ahead: %s", self.name, job.id, exc)
+
+    def run_once(self) -> bool:
+        """:meth:`PollingWorker.run_once`; a job leased ahead is released when the worker is disabled."""
+        if self._ahead is not None and self._enabled is not None and not self._enabled():
+            self.release_ahead()
+        return super().run_once()
+
+    def _loop(self) -> None:
+        try:
+            super()._loop()
+        finally:
+            self.release_ahead()
 
     def telemetry(self) -> dict[str, Any]:
         """:meth:`PollingWorker.telemetry` plus job_types, outcomes and last_job_id."""
         return {**super().telemetry(), "job_types": self.job_types, "outcomes": dict(self.outcomes),
-                "last_job_id": self.last_job_id}
+                "last_job_id": self.last_job_id, "leased_ahead": self.leased_ahead}
 
 
 class StaleLeaseReaper(PollingWorker):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,13 +158,16 @@ def _new_memory(source: Memory, fact: Fact, nc: Any, model: str | None, embedded
 def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extraction: ExtractionResult,
                  proposals: Sequence[Proposal], assessments: Sequence[Assessment | None],
                  pipeline: PipelineV2Settings, vectors: dict[str, np.ndarray], extraction_model: str, at: str,
-                 summary: dict[str, Any]) -> WriteReport:
+                 summary: dict[str, Any],
+                 finish: Callable[[sqlite3.Connection, WriteReport], None] | None = None) -> WriteReport:
     """Apply or record ``proposals`` of the memory ``source`` in one write transaction (see module doc).
 
     Args:
         vectors: content_hash -> float32 [d], from :func:`prefetch_vectors` (upserted with new memories).
         assessments: from :func:`assess_contradictions`, aligned with ``proposals``.
         summary: extra keys stored on the job's ``extraction`` history row (warnings, llm_calls...).
+        finish: called last inside the same transaction with the finished report (the extract
+            handler completes its job there, so effects and completion commit together).
     Returns:
         the report; the index and listeners are already in step when it returns.
     """
@@ -251,6 +254,8 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
             "superseded_ids": report.superseded_ids, "graph_persisted": report.graph_persisted,
             "graph": report.graph})
         audit_sql.set_extraction_status(conn, source.id, status)
+        if finish is not None:
+            finish(conn, report)
         return entries, superseded
 
     entries, superseded = memories.db.write(job)

@@ -1,8 +1,9 @@
 """SQLite connections: one writer thread fed by one queue, and a pool of readers (WAL).
 
-The pattern of datasette: every write job runs on the single write connection, each under
+The pattern of datasette: every write job runs on the single write connection under
 ``BEGIN IMMEDIATE``, its result handed back through a future; reads borrow a connection
-from a fixed pool. PRAGMAs: ``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``,
+from a fixed pool. Jobs that queue up while the writer is busy share one transaction, each
+in its own SAVEPOINT, and one COMMIT (group commit: one fsync for many writers). PRAGMAs: ``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``,
 ``synchronous`` configurable (FULL by default: an acknowledged write survives power loss,
 not only a process kill).
 """
@@ -25,6 +26,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _STOP = object()
+
+#: Most queued write jobs that share one transaction (group commit).
+MAX_GROUP_COMMIT = 64
 
 
 def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False,
@@ -69,7 +73,8 @@ class Database:
         synchronous: ``FULL`` (default) or ``NORMAL``.
 
     ``write(fn)`` runs ``fn(conn)`` on the writer thread inside ``BEGIN IMMEDIATE`` and commits
-    (rolls back if ``fn`` raises, re-raising it in the caller). ``read(fn)`` runs ``fn(conn)``
+    (rolls back if ``fn`` raises, re-raising it in the caller). Jobs queued while the writer is
+    busy share one transaction, each in its own SAVEPOINT (group commit, :meth:`_run_group`). ``read(fn)`` runs ``fn(conn)``
     on a pooled reader in the calling thread.
     """
 
@@ -81,6 +86,9 @@ class Database:
         self._writer_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
+        #: COMMITs done by the writer, and the write jobs they carried (group-commit telemetry).
+        self.commits = 0
+        self.grouped_jobs = 0
         self._writer = threading.Thread(target=self._write_loop, name="memlane-writer", daemon=True)
         self._writer.start()
         self._pool: queue.Queue[sqlite3.Connection] = queue.Queue()
@@ -93,31 +101,69 @@ class Database:
 
     # -- writes ------------------------------------------------------------------------
     def _write_loop(self) -> None:
-        conn = self._writer_conn
-        while True:
+        stop = False
+        while not stop:
             item = self._jobs.get()
             if item is _STOP:
                 break
-            fn, fut = item
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                conn.execute("BEGIN IMMEDIATE")
+            batch = [item]
+            while len(batch) < MAX_GROUP_COMMIT:  # group commit: whatever is already queued
+                try:
+                    nxt = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._run_group([(fn, fut) for fn, fut in batch if fut.set_running_or_notify_cancel()])
+
+    def _run_group(self, batch: list[tuple[Callable[[sqlite3.Connection], object], Future]]) -> None:
+        """Run queued write jobs in ONE ``BEGIN IMMEDIATE`` transaction, each in its own SAVEPOINT,
+        and COMMIT once (group commit: one fsync for the lot).
+
+        A job that raises is rolled back to its savepoint and gets its exception; the others are
+        unaffected. No future is resolved before the COMMIT returns, so a job reported done is
+        durable. If the COMMIT fails, or SQLite aborts the whole transaction inside a job (disk
+        full, I/O error), every job of the group gets the error: none was acknowledged.
+        """
+        if not batch:
+            return
+        conn = self._writer_conn
+        outcomes: list[tuple[Future, bool, object]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, fut in batch:
+                conn.execute("SAVEPOINT memlane_job")
                 try:
                     result = fn(conn)
-                except BaseException:
+                except BaseException as exc:
+                    if not conn.in_transaction:  # SQLite rolled everything back
+                        raise
+                    conn.execute("ROLLBACK TO memlane_job")
+                    conn.execute("RELEASE memlane_job")
+                    outcomes.append((fut, False, exc))
+                else:
+                    conn.execute("RELEASE memlane_job")
+                    outcomes.append((fut, True, result))
+            conn.execute("COMMIT")
+        except BaseException as exc:  # the group is lost: nobody was acknowledged
+            if conn.in_transaction:
+                try:
                     conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except BaseException as exc:  # handed to the caller
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                fut.set_exception(exc)
+                except sqlite3.Error:
+                    pass
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        self.commits += 1
+        self.grouped_jobs += len(batch)
+        for fut, ok, value in outcomes:
+            if ok:
+                fut.set_result(value)
             else:
-                fut.set_result(result)
+                fut.set_exception(value)  # type: ignore[arg-type]
 
     def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future:
         """Queue a write job without waiting; returns its future.

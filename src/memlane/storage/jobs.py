@@ -168,6 +168,15 @@ def fail(conn: sqlite3.Connection, job: Job, error: str, *, now: str, backoff_ms
     return status
 
 
+def release(conn: sqlite3.Connection, job_id: int, *, now: str) -> bool:
+    """Give back a lease that was never worked on (a worker stopping with a job leased ahead):
+    ``pending`` again, the attempt the lease counted taken back. Returns whether it was leased."""
+    cur = conn.execute(
+        "UPDATE memory_jobs SET status = 'pending', leased_until = NULL, leased_at = NULL, "
+        "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND status = 'leased'", (now, job_id))
+    return cur.rowcount == 1
+
+
 def reap_stale(conn: sqlite3.Connection, now: str) -> int:
     """Return every job leased past its ``leased_until`` to ``pending`` (a crashed worker's
     lease); the attempt it used stays counted. Returns how many were reset.

@@ -45,6 +45,19 @@ def get_by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, Memo
     return out
 
 
+def live_briefs_by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, tuple[str, str, str]]:
+    """``seq -> (id, type, content)`` of the live (not deleted, not superseded) memories among
+    ``seqs``: the few columns a candidate list needs, without building full :class:`Memory` rows."""
+    out: dict[int, tuple[str, str, str]] = {}
+    for start in range(0, len(seqs), 500):
+        chunk = list(seqs[start:start + 500])
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(f"SELECT seq, id, type, content FROM memories WHERE seq IN ({marks}) "
+                              "AND is_deleted = 0 AND superseded_by IS NULL", chunk):
+            out[r[0]] = (r[1], r[2], r[3])
+    return out
+
+
 def find_live_by_hash(conn: sqlite3.Connection, content_hash: str) -> Memory | None:
     """The live (not deleted) memory with this content hash, or None."""
     row = conn.execute(
