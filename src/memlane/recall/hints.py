@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from memlane.pipeline.config import PipelineV2Settings
 from memlane.pipeline.runtime import JobWorker, SkipJob
 from memlane.providers import LlmError, LlmProvider, extract_json_object, strip_fences, strip_think
+from memlane.recall.fts_cache import HINTS, FtsCache
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import now_iso
@@ -161,16 +162,52 @@ def wire(c: "Container") -> None:
 
 
 # ------------------------------------------------------------------------------ recall
-def search_hints(db: Database, index: MemoryIndex, expr: str, n_cand: int, filters: Filters
-                 ) -> dict[int, float]:
+def search_hints(db: Database, index: MemoryIndex, expr: str, n_cand: int, filters: Filters,
+                 cache: FtsCache | None = None) -> dict[int, float]:
     """The hint leg: ``seq -> normalised hint BM25 in [0, 1]`` (best hint match 1.0) of at most
-    ``n_cand`` memories passing ``filters``; ``expr`` is the content leg's FTS expression."""
+    ``n_cand`` memories passing ``filters``; ``expr`` is the content leg's FTS expression.
+
+    ``cache``: in-memory FTS5 statistics (:mod:`memlane.recall.fts_cache`), used while its
+    snapshot is current (the same result without SQL).
+
+    Raises:
+        StorageError: SQLite failed.
+    """
+    if cache is not None:
+        fast = cached_search_hints(cache, index, expr, n_cand, filters)
+        if fast is not None:
+            return fast
     raw = db.read(lambda c: hints_sql.search_raw(c, expr, limit=n_cand * HINT_FETCH_FACTOR))
     if not raw:
         return {}
     keep = index.allowed([s for s, _ in raw], filters)
     rows = [r for r, k in zip(raw, keep) if k][:n_cand]
     return dict(normalise(rows))
+
+
+def cached_search_hints(cache: FtsCache, index: MemoryIndex, expr: str, n_cand: int, filters: Filters
+                        ) -> dict[int, float] | None:
+    """:func:`search_hints` from ``cache``'s snapshot (None when it cannot answer): the best
+    ``3 n_cand`` hint rows, each memory's best of them (hints of a missing memory dropped), best
+    first (ties by seq), filtered by the index, the first ``n_cand``, normalised."""
+    snap = cache.current()
+    if snap is None:
+        return None
+    terms = cache.terms(expr, HINTS.name)
+    if terms is None:
+        return None
+    table = snap[HINTS.name]
+    hit, bm = table.scores(terms, ())
+    top, tb = table.top(hit, bm, n_cand * HINT_FETCH_FACTOR)
+    best: dict[int, float] = {}
+    for seq, v in zip(table.extra[top].tolist(), tb.tolist()):  # best first: the first is the min
+        if seq >= 0 and seq not in best:
+            best[seq] = v
+    if not best:
+        return {}
+    raw = sorted(best.items(), key=lambda kv: (kv[1], kv[0]))
+    keep = index.allowed([s for s, _ in raw], filters)
+    return dict(normalise([r for r, k in zip(raw, keep.tolist()) if k][:n_cand]))
 
 
 def merge_hints(merged: dict[int, tuple[float, LegScores]], hint_scores: dict[int, float], alpha: float,

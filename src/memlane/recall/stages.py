@@ -22,6 +22,7 @@ import numpy as np
 
 from memlane.pipeline.config import PipelineV2Settings
 from memlane.recall.dampening import Dampener, any_enabled, max_gain
+from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hints import merge_hints, search_hints
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
@@ -62,6 +63,8 @@ class RecallStages:
         self.pipeline = pipeline
         self.reranker = reranker
         self.dampener = Dampener(db)
+        #: returns the in-memory FTS statistics for the hint leg, or None (SQL); set by :func:`wire`.
+        self.fts: Callable[[], FtsCache | None] = lambda: None
         self._built: tuple[str, Reranker | None] | None = None
         self._rerank_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-rerank")
         #: stage name -> recent durations, ms (``hints`` = waiting for the hint leg + merging).
@@ -77,7 +80,7 @@ class RecallStages:
         try:
             if expr is None or not self.pipeline().hints.enabled:
                 return None
-            return pool.submit(search_hints, self.db, self.index, expr, n_cand, filters)
+            return pool.submit(search_hints, self.db, self.index, expr, n_cand, filters, self.fts())
         except Exception as exc:
             log.warning("hint search not started: %s", exc)
             return None
@@ -213,4 +216,5 @@ def wire(c: "Container") -> None:
     from memlane.recall import hints
 
     c.recall.stages = RecallStages(c.db, c.recall.index, lambda: c.settings.memory.pipeline_v2)
+    c.recall.stages.fts = c.recall.fts_cache
     hints.wire(c)

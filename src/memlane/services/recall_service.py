@@ -20,6 +20,7 @@ from memlane.config import RecallSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.bm25 import bm25_leg
+from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.stages import RecallStages
@@ -38,6 +39,10 @@ EMBED_QUERY_CHARS = 4000
 #: Largest ``limit`` a recall may ask for.
 MAX_LIMIT = 1000
 
+#: Stores with fewer memories (deleted included) keep BM25 in SQL: it is fast there, and the
+#: in-memory FTS statistics (memlane.recall.fts_cache) would be rebuilt after every write.
+FTS_CACHE_MIN_MEMORIES = 2000
+
 
 class RecallService:
     """Recall over the memory store.
@@ -51,6 +56,8 @@ class RecallService:
         self.memories = memories
         self.settings = settings
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
+        #: In-memory FTS5 statistics for the BM25 and hint legs (see :meth:`fts_cache`).
+        self.fts = FtsCache(memories.db)
         #: memory-pipeline-v2 hints / dampening / reranker (memlane.recall.stages); set by the container.
         self.stages: RecallStages | None = None
         #: memory-pipeline-v2 graph boost ``(query, merged) -> merged``, never raises (memlane.graph.search
@@ -64,6 +71,11 @@ class RecallService:
     @property
     def index(self) -> MemoryIndex:
         return self.memories.index
+
+    def fts_cache(self) -> FtsCache | None:
+        """The in-memory FTS statistics when the store is large enough to use them
+        (:data:`FTS_CACHE_MIN_MEMORIES`), else None (SQL)."""
+        return self.fts if self.index.size >= FTS_CACHE_MIN_MEMORIES else None
 
     def recall(self, q: RecallQuery) -> RecallResult:
         """Run one recall.
@@ -160,7 +172,8 @@ class RecallService:
 
     def _bm25(self, expr: str, n_cand: int, filters: fts.Filters) -> list[tuple[int, float]]:
         """The BM25 leg (``memlane.recall.bm25.bm25_leg``)."""
-        return bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight)
+        return bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight,
+                        cache=self.fts_cache())
 
     def _touch(self, hits: list[RecallHit]) -> None:
         """Rehearsal: bump access counts in a background write; the index follows the commit."""
