@@ -233,3 +233,52 @@ def test_recall_pool_grows_until_exact(open_store) -> None:
     assert [h.memory.id for h in got.hits] == [i for _, i in expected]
     assert got.hits[0].memory.id == ids[0]
     assert [h.score for h in got.hits] == pytest.approx([s for s, _ in expected])
+
+
+def test_dampener_with_links_read_ahead_equals_reading_them(open_store) -> None:
+    c = open_store()
+    mems = [c.memories.get(i) for i in _memories(c, 6, "linked")]
+    for m in mems[:4]:
+        _mention(c, m.id, "hub")
+    _mention(c, mems[4].id, "niche")
+    cfg = DampeningSettings(hub_percentile=0.0, hub_enabled=True)
+    scores, lexical = np.full(6, 0.8), np.zeros(6, dtype=bool)
+    links = c.db.read(lambda conn: hubs_sql.entities_of(conn, [m.id for m in mems]))
+    a = Dampener(c.db).factors("linked filler", mems, scores, lexical, cfg)
+    b = Dampener(c.db).factors("linked filler", mems, scores, lexical, cfg, links=links)
+    assert a.tolist() == b.tolist() and 0.7 in a.tolist()
+
+
+def test_content_features_match_the_stage_functions() -> None:
+    from memlane.recall.dampening import ContentFeatures, content_tokens, has_temporal_anchor
+
+    feats = ContentFeatures(max_entries=3)
+    texts = ["Released on 2025-03-14 after the freeze, which took a long time to plan.", "short May 3",
+             "You may want to restart the server first before the long deploy finishes tonight.",
+             "Über café naïve tokens_with_underscores and CAPS, and a date of 3 May in the middle."]
+    for _ in range(2):  # the second round is partly cached, partly re-computed (max 3 entries)
+        for t in texts:
+            tokens, long, anchored = feats.get(t)
+            assert tokens == content_tokens(t) and long == (len(t) >= 50)
+            assert anchored == (long and has_temporal_anchor(t))
+
+
+def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store) -> None:
+    c = open_store(recall=NO_BOOSTS, memory=pipeline({"hub_enabled": True, "hub_percentile": 0.0}, rerank=True))
+    words = "staging database host deploy review schema release branch coffee".split()
+    ids = [r.id for r in c.memories.remember_many([
+        RememberInput(" ".join(words[(i + k) % len(words)] for k in range(1 + i % 5)) + f" note {i} " + "x" * (i % 60),
+                      type="decision" if i % 7 == 0 else "fact") for i in range(80)])]
+    for i, m in enumerate(ids):
+        _mention(c, m, "hub" if i % 2 else f"e{i % 5}")
+    stages = c.recall.stages
+    for query in ("staging database", "deploy review", "coffee", "release branch schema"):
+        q = RecallQuery(query, limit=5, touch=False)
+        ahead = [(h.memory.id, h.score) for h in c.recall.recall(q).hits]
+        real = stages.prefetch_rows
+        stages.prefetch_rows = lambda seqs: None  # nothing read ahead: the stage reads every row
+        try:
+            inline = [(h.memory.id, h.score) for h in c.recall.recall(q).hits]
+        finally:
+            stages.prefetch_rows = real
+        assert ahead == inline and ahead

@@ -150,13 +150,20 @@ class HubStats:
                 t = self._thresholds[percentile] = hub_threshold(counts, percentile)
             return t
 
-    def factors(self, memory_ids: Sequence[str], percentile: float, penalty: float) -> np.ndarray:
-        """Stage 2 factors, float64 [m], for the given memories."""
+    def factors(self, memory_ids: Sequence[str], percentile: float, penalty: float,
+                links: dict[str, set[str]] | None = None) -> np.ndarray:
+        """Stage 2 factors, float64 [m], for the given memories.
+
+        Args:
+            links: memory id -> linked entity ids, read by the caller for (at least) these
+                memories (``hubs_sql.entities_of``); None: read here.
+        """
         degrees, _ = self.degrees()
         if not degrees:
             return np.ones(len(memory_ids), dtype=np.float64)
         threshold = self.threshold(percentile)
-        links = self.db.read(lambda c: hubs_sql.entities_of(c, list(memory_ids)))
+        if links is None:
+            links = self.db.read(lambda c: hubs_sql.entities_of(c, list(memory_ids)))
         return hub_factors([links.get(i, set()) for i in memory_ids], degrees, threshold, penalty)
 
 
@@ -199,6 +206,30 @@ def any_enabled(cfg: DampeningSettings) -> bool:
     return cfg.gravity_enabled or cfg.hub_enabled or cfg.resolution_enabled
 
 
+#: Contents whose features are cached (cleared when full).
+MAX_CACHED_CONTENTS = 100_000
+
+
+class ContentFeatures:
+    """What stages 1 and 3 read of a content, computed once per distinct content string:
+    ``(content_tokens, len >= RESOLUTION_MIN_CHARS, has_temporal_anchor)``. Keyed by the text
+    itself, so an edited memory never reuses its old features. Thread-safe (dict operations)."""
+
+    def __init__(self, max_entries: int = MAX_CACHED_CONTENTS) -> None:
+        self.max_entries = max_entries
+        self._d: dict[str, tuple[frozenset[str], bool, bool]] = {}
+
+    def get(self, content: str) -> tuple[frozenset[str], bool, bool]:
+        """The features of ``content`` (tokens, long enough for the resolution boost, anchored)."""
+        f = self._d.get(content)
+        if f is None:
+            if len(self._d) >= self.max_entries:
+                self._d.clear()
+            long = len(content) >= RESOLUTION_MIN_CHARS
+            f = self._d[content] = (frozenset(content_tokens(content)), long, long and has_temporal_anchor(content))
+        return f
+
+
 class Dampener:
     """The three stages over one recall's candidate pool.
 
@@ -208,26 +239,60 @@ class Dampener:
 
     def __init__(self, db: Database, hub_stats: HubStats | None = None) -> None:
         self.hubs = hub_stats or HubStats(db)
+        self.features = ContentFeatures()
 
     def factors(self, query: str, memories: Sequence[CandidateRow | Memory], scores: np.ndarray, lexical: np.ndarray,
-                cfg: DampeningSettings) -> np.ndarray:
+                cfg: DampeningSettings, links: dict[str, set[str]] | None = None) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
+        Equal to :func:`gravity_factors` x :meth:`HubStats.factors` x :func:`resolution_factors`;
+        the content-derived parts come from :class:`ContentFeatures`.
 
         Args:
             query: the recall query text.
             memories: the candidates (``.id``, ``.type``, ``.content``), length m.
             scores: their fused scores, [m].
             lexical: bool [m], True where the content or a hint matched in BM25.
+            links: memory id -> linked entity ids for these memories, already read (hub stage);
+                None: the hub stage reads them.
         """
         m = len(memories)
         total = np.ones(m, dtype=np.float64)
+        feats: list[tuple[frozenset[str], bool, bool]] = []
+
+        def features() -> list[tuple[frozenset[str], bool, bool]]:
+            if not feats:
+                feats.extend(self.features.get(x.content) for x in memories)
+            return feats
+
+        def gravity() -> np.ndarray:
+            out = np.ones(m, dtype=np.float64)
+            q = content_tokens(query)
+            if not q:
+                return out
+            check = ~np.asarray(lexical, dtype=bool) & (np.asarray(scores, dtype=np.float64) > GRAVITY_MIN_SCORE)
+            f = features()
+            for i in np.flatnonzero(check).tolist():
+                if q.isdisjoint(f[i][0]):
+                    out[i] = cfg.gravity_penalty
+            return out
+
+        def resolution() -> np.ndarray:
+            out = np.ones(m, dtype=np.float64)
+            boost = cfg.resolution_boost
+            half = 1.0 + (boost - 1.0) * 0.5
+            for i, (x, (_, long, anchored)) in enumerate(zip(memories, features())):
+                if long:
+                    if x.type in RESOLUTION_TYPES:
+                        out[i] = boost
+                    elif anchored:
+                        out[i] = half
+            return out
+
         stages: list[tuple[str, bool, Callable[[], np.ndarray]]] = [
-            ("gravity", cfg.gravity_enabled, lambda: gravity_factors(
-                content_tokens(query), [x.content for x in memories], scores, lexical, cfg.gravity_penalty)),
+            ("gravity", cfg.gravity_enabled, gravity),
             ("hub", cfg.hub_enabled, lambda: self.hubs.factors(
-                [x.id for x in memories], cfg.hub_percentile, cfg.hub_penalty)),
-            ("resolution", cfg.resolution_enabled, lambda: resolution_factors(
-                [x.type for x in memories], [x.content for x in memories], cfg.resolution_boost)),
+                [x.id for x in memories], cfg.hub_percentile, cfg.hub_penalty, links)),
+            ("resolution", cfg.resolution_enabled, resolution),
         ]
         for name, on, run in stages:
             if not on or m == 0:

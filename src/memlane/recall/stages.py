@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,7 @@ from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.rerank import RerankCandidate, Reranker, build_reranker, rerank
 from memlane.storage import candidates as candidates_sql
+from memlane.storage import hubs as hubs_sql
 from memlane.storage.candidates import CandidateRow
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters
@@ -44,6 +46,30 @@ MIN_POOL = 20
 TIMING_SAMPLES = 1000
 
 Merged = dict[int, tuple[float, LegScores]]
+
+
+@dataclass
+class Prefetched:
+    """Candidate rows read ahead (on the leg workers, while the query is embedded).
+
+    Attributes:
+        rows: seq -> CandidateRow.
+        links: memory id -> linked entity ids, covering every row in ``rows`` (hub dampening),
+            or None when they were not read.
+    """
+
+    rows: dict[int, CandidateRow] = field(default_factory=dict)
+    links: dict[str, set[str]] | None = None
+
+    def add(self, other: "Prefetched | None") -> None:
+        """Take ``other``'s rows (and links; links become None unless both have them)."""
+        if other is None:
+            return
+        self.rows.update(other.rows)
+        if self.links is not None and other.links is not None:
+            self.links.update(other.links)
+        else:
+            self.links = None
 
 
 class RecallStages:
@@ -74,16 +100,50 @@ class RecallStages:
         self.rerank_outcomes: dict[str, int] = {}
 
     # -- hints --------------------------------------------------------------------------
-    def submit_hints(self, pool: ThreadPoolExecutor, expr: str | None, n_cand: int, filters: Filters
-                     ) -> Future | None:
-        """Start the hint leg on ``pool`` when ``hints.enabled`` (None otherwise)."""
+    def submit_hints(self, pool: ThreadPoolExecutor, expr: str | None, n_cand: int, filters: Filters,
+                     prefetch: bool = False) -> Future | None:
+        """Start the hint leg on ``pool`` when ``hints.enabled`` (None otherwise). The future's
+        result is ``(seq -> hint score, Prefetched of those memories or None)``; rows are read
+        only with ``prefetch`` (see :meth:`prefetch_rows`)."""
         try:
             if expr is None or not self.pipeline().hints.enabled:
                 return None
-            return pool.submit(search_hints, self.db, self.index, expr, n_cand, filters, self.fts())
+            cache = self.fts()
+
+            def leg() -> tuple[dict[int, float], Prefetched | None]:
+                scores = search_hints(self.db, self.index, expr, n_cand, filters, cache)
+                return scores, self.prefetch_rows(list(scores)) if prefetch else None
+
+            return pool.submit(leg)
         except Exception as exc:
             log.warning("hint search not started: %s", exc)
             return None
+
+    @staticmethod
+    def hint_rows(future: Future | None) -> Prefetched | None:
+        """The rows the hint leg read ahead (None if none, or the leg failed)."""
+        try:
+            return future.result()[1] if future is not None else None
+        except Exception:
+            return None
+
+    def prefetch_rows(self, seqs: list[int]) -> Prefetched | None:
+        """Candidate rows (and, with hub dampening on, their entity links) for ``seqs`` in one
+        read, for :meth:`rank`; None when it failed or nothing needs them. Never raises."""
+        try:
+            p = self.pipeline()
+            if not (any_enabled(p.dampening) or p.reranker.enabled):
+                return None
+            hub = p.dampening.hub_enabled
+            return self.db.read(lambda c: self._read(c, seqs, hub))
+        except Exception as exc:
+            log.warning("candidate prefetch skipped: %s", exc)
+            return None
+
+    @staticmethod
+    def _read(conn, seqs: list[int], links: bool) -> Prefetched:
+        rows = candidates_sql.by_seqs(conn, seqs)
+        return Prefetched(rows, hubs_sql.entities_of(conn, [r.id for r in rows.values()]) if links else None)
 
     def merge_hints(self, merged: Merged, future: Future | None, alpha: float, query_vector: np.ndarray | None,
                     context_weight: float) -> Merged:
@@ -93,7 +153,7 @@ class RecallStages:
             return merged
         t0 = time.perf_counter()
         try:
-            scores = future.result()
+            scores = future.result()[0]
             vector_of = None
             if query_vector is not None:
                 vector_of = lambda seqs: self.index.score_of(query_vector, seqs, context_weight)  # noqa: E731
@@ -106,13 +166,18 @@ class RecallStages:
 
     # -- dampening + rerank -------------------------------------------------------------
     def active(self) -> bool:
-        """Whether :meth:`rank` changes anything now (a dampening stage or the reranker is on)."""
-        p = self.pipeline()
-        return any_enabled(p.dampening) or p.reranker.enabled
+        """Whether :meth:`rank` changes anything now (a dampening stage or the reranker is on).
+        Never raises: False when the settings cannot be read."""
+        try:
+            p = self.pipeline()
+            return any_enabled(p.dampening) or p.reranker.enabled
+        except Exception as exc:
+            log.warning("recall stage settings unreadable: %s", exc)
+            return False
 
     def rank(self, query: str, query_vector: np.ndarray | None, seqs: list[int], final: np.ndarray,
              known: np.ndarray, merged: Merged, min_score: float, limit: int,
-             fetch: Callable[[list[int]], dict[int, Memory]]
+             fetch: Callable[[list[int]], dict[int, Memory]], prefetched: Prefetched | None = None
              ) -> tuple[list[tuple[float, int]], dict[int, Memory]] | None:
         """The final ranking with dampening and the reranker, or None to let the caller rank as
         before (no stage active, or an unexpected failure).
@@ -125,6 +190,7 @@ class RecallStages:
             min_score: the cut applied to the final score (dampened, then reranked when the
                 reranker runs); limit: hits returned.
             fetch: seqs -> {seq: Memory} (one read), for the hits returned.
+            prefetched: candidate rows already read (:meth:`prefetch_rows`); the rest are read here.
         Returns:
             ([(score, seq)] best first, at most ``limit``; {seq: Memory} covering them).
         """
@@ -135,7 +201,7 @@ class RecallStages:
                 return None
             # The min_score cut applies to the score reported: after the reranker when it runs.
             ranked, rows = self._dampened(query, seqs, final, known, merged, 0.0 if rr else min_score,
-                                          max(limit, p.reranker.top_n if rr else 0), p)
+                                          max(limit, p.reranker.top_n if rr else 0), p, prefetched)
             if rr and ranked:
                 ranked = [(sc, sq) for sc, sq in self._rerank(query, query_vector, ranked, rows, p)
                           if sc > 0.0 and sc >= min_score]
@@ -146,30 +212,46 @@ class RecallStages:
             return None
 
     def _dampened(self, query: str, seqs: list[int], final: np.ndarray, known: np.ndarray, merged: Merged,
-                  min_score: float, need: int, p: PipelineV2Settings
+                  min_score: float, need: int, p: PipelineV2Settings, prefetched: Prefetched | None = None
                   ) -> tuple[list[tuple[float, int]], dict[int, CandidateRow]]:
         """Dampen a pool of the best candidates, growing it until no candidate outside could
-        enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score)."""
+        enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score). Rows in
+        ``prefetched`` are not read again."""
         t0 = time.perf_counter()
         seq_arr = np.asarray(seqs, dtype=np.int64)
         idx = np.flatnonzero(known & (final > 0.0))
         order = idx[np.lexsort((-seq_arr[idx], -final[idx]))]
         damp, gain = any_enabled(p.dampening), max_gain(p.dampening)
-        rows: dict[int, CandidateRow] = {}
+        hub = damp and p.dampening.hub_enabled
+        have = Prefetched(links={} if hub else None)
+        if prefetched is not None:
+            have.rows.update(prefetched.rows)
+            if hub and prefetched.links is not None:
+                have.links.update(prefetched.links)
+            elif hub:  # the links of those rows were not read
+                have.links = None
+        rows = have.rows
         factor = np.ones(len(seqs), dtype=np.float64)  # per candidate; each one's factor is its own
         done = 0  # candidates of ``order`` already fetched and dampened
         size = max(2 * need, MIN_POOL)
+        seq_list = seq_arr.tolist()
         while True:
             new = order[done:size]
-            want = [int(seq_arr[i]) for i in new]
-            rows.update(self.db.read(lambda c: candidates_sql.by_seqs(c, want)))
-            new = np.array([i for i in new if int(seq_arr[i]) in rows], dtype=np.int64)
+            want = [seq_list[i] for i in new.tolist()]
+            missing = [s for s in want if s not in rows]
+            if missing:
+                got = self.db.read(lambda c: self._read(c, missing, have.links is not None))
+                rows.update(got.rows)
+                if have.links is not None:
+                    have.links.update(got.links or {})
+            new = np.array([i for i in new.tolist() if seq_list[i] in rows], dtype=np.int64)
             if damp and new.size:
-                mems = [rows[int(seq_arr[i])] for i in new]
-                lexical = np.array([(merged[int(seq_arr[i])][1].bm25 or 0.0) > 0.0 for i in new], dtype=bool)
-                factor[new] = self.dampener.factors(query, mems, final[new], lexical, p.dampening)
+                mems = [rows[seq_list[i]] for i in new.tolist()]
+                lexical = np.array([(merged[seq_list[i]][1].bm25 or 0.0) > 0.0 for i in new.tolist()], dtype=bool)
+                factor[new] = self.dampener.factors(query, mems, final[new], lexical, p.dampening,
+                                                    links=have.links if hub else None)
             done = min(size, order.size)
-            pool = np.array([i for i in order[:done] if int(seq_arr[i]) in rows], dtype=np.int64)
+            pool = np.array([i for i in order[:done].tolist() if seq_list[i] in rows], dtype=np.int64)
             scores = final[pool] * factor[pool]
             keep = (scores > 0.0) & (scores >= min_score)
             pool, scores = pool[keep], scores[keep]
@@ -184,7 +266,7 @@ class RecallStages:
                 break
             size *= 2
         self.timings["dampening"].append((time.perf_counter() - t0) * 1000)
-        return [(float(s), int(seq_arr[i])) for s, i in zip(scores, pool)], rows
+        return [(float(s), seq_list[i]) for s, i in zip(scores.tolist(), pool.tolist())], rows
 
     def _rerank(self, query: str, query_vector: np.ndarray | None, ranked: list[tuple[float, int]],
                 rows: dict[int, CandidateRow], p: PipelineV2Settings) -> list[tuple[float, int]]:

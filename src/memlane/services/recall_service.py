@@ -23,7 +23,7 @@ from memlane.recall.bm25 import bm25_leg
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex
-from memlane.recall.stages import RecallStages
+from memlane.recall.stages import Prefetched, RecallStages
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
@@ -117,8 +117,11 @@ class RecallService:
         # The BM25 leg runs on a worker while this thread embeds the query: SQLite and
         # onnxruntime both release the GIL, so on 2 cores the legs overlap.
         expr = fts.match_expression(text)
-        bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters) if expr is not None else None
-        hint_future = self.stages.submit_hints(self._pool, expr, n_cand, filters) if self.stages else None
+        # With dampening or the reranker on, the legs also read their candidates' rows while the
+        # query is embedded (the stages need them; one read per leg, off the critical path).
+        prefetch = self.stages is not None and self.stages.active()
+        bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters, prefetch) if expr is not None else None
+        hint_future = self.stages.submit_hints(self._pool, expr, n_cand, filters, prefetch) if self.stages else None
         vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
@@ -130,9 +133,13 @@ class RecallService:
             except EmbeddingError as exc:
                 log.warning("query embedding failed, BM25 only: %s", exc)
         bm25_scores: dict[int, float] | None = None
+        prefetched = Prefetched(links={}) if prefetch else None
         if bm25_future is not None:
-            bm25_scores = dict(bm25_future.result())
+            pairs, rows_ahead = bm25_future.result()
+            bm25_scores = dict(pairs)
             legs.append("bm25")
+            if prefetched is not None:
+                prefetched.add(rows_ahead or Prefetched())
         if qv is not None:
             top = self.index.search(qv, n_cand, filters, s.context_weight)
             vector_scores = dict(top)
@@ -144,6 +151,8 @@ class RecallService:
         merged = merge(vector_scores, bm25_scores, alpha)
         if self.stages is not None:  # hints merge (max), before the graph boost
             merged = self.stages.merge_hints(merged, hint_future, alpha, qv, s.context_weight)
+            if prefetched is not None and hint_future is not None:
+                prefetched.add(self.stages.hint_rows(hint_future) or Prefetched())
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
         if self.graph_boost is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
@@ -156,7 +165,7 @@ class RecallService:
         fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
         # dampening -> reranker (None: baseline ranking); alpha 0 = no vector signal, in the reranker too
         staged = self.stages.rank(text, qv if alpha > 0 else None, seqs, final, known, merged, min_score, q.limit,
-                                  fetch) if self.stages is not None else None
+                                  fetch, prefetched) if self.stages is not None else None
         if staged is not None:
             ranked, rows = staged
         else:
@@ -170,10 +179,14 @@ class RecallService:
             self._touch(hits)
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
 
-    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters) -> list[tuple[int, float]]:
-        """The BM25 leg (``memlane.recall.bm25.bm25_leg``)."""
-        return bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight,
-                        cache=self.fts_cache())
+    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False
+              ) -> tuple[list[tuple[int, float]], Prefetched | None]:
+        """The BM25 leg (``memlane.recall.bm25.bm25_leg``) and, with ``prefetch``, its candidates'
+        rows for the recall stages (``RecallStages.prefetch_rows``)."""
+        pairs = bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight,
+                         cache=self.fts_cache())
+        rows = self.stages.prefetch_rows([s for s, _ in pairs]) if prefetch and self.stages is not None else None
+        return pairs, rows
 
     def _touch(self, hits: list[RecallHit]) -> None:
         """Rehearsal: bump access counts in a background write; the index follows the commit."""
