@@ -22,6 +22,27 @@ def _model(seed: int = 0) -> MemoryScorer:
     return MemoryScorer(ScorerConfig(native_dim=DIM), seed=seed)
 
 
+def _wired(seed: int = 0) -> MemoryScorer:
+    """A model whose zero-initialised residual (gate MLP output, non-prior gate weights) has
+    random weights, as after training: every path then reaches the score."""
+    model = _model(seed)
+    gen = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for p in (model.gate_out.weight, model.gate_out.bias, model.gate_linear.weight, model.gate_linear.bias):
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return model
+
+
+def test_untrained_model_ranks_exactly_like_the_baseline():
+    from memlane.predictor.features import FEATURE_INDEX
+    from memlane.predictor.model import BASELINE_PRIOR
+
+    s = _session(12, seed=11)
+    scores = _model().score(collate([s], native_dim=DIM))[0].numpy()
+    prior = sum(w * s.features[:, FEATURE_INDEX[k]] for k, w in BASELINE_PRIOR.items())
+    np.testing.assert_allclose(scores, prior, rtol=1e-5, atol=1e-5)
+
+
 def _session(n: int, *, seed: int = 0, embedded: bool = True, texts: bool = True) -> Session:
     rng = np.random.default_rng(seed)
     return Session(
@@ -70,7 +91,7 @@ def test_output_shape_and_padding():
 
 
 def test_embedding_path_ignores_text_and_text_path_ignores_embedding():
-    model = _model()
+    model = _wired()
     base = _session(6, seed=3)
     flags = np.array([True, True, True, False, False, False])
     s1 = dataclasses.replace(base, candidate_is_embedded=flags)
@@ -89,7 +110,7 @@ def test_embedding_path_ignores_text_and_text_path_ignores_embedding():
 
 
 def test_context_paths_and_project():
-    model = _model()
+    model = _wired()
     s = _session(5, seed=4)
     a = model.score(collate([s], native_dim=DIM))
     # An embedded context ignores its text; a text-only context uses it.
@@ -104,7 +125,7 @@ def test_context_paths_and_project():
 
 
 def test_text_only_sessions_and_gradients_reach_both_paths():
-    model = _model()
+    model = _wired()
     batch = collate([_session(4, seed=5, embedded=False), _session(7, seed=6)], native_dim=DIM)
     scores = model(batch)
     assert bool(torch.isfinite(scores).all())

@@ -35,8 +35,8 @@ CANARY_REFRESH_DAYS = 7
 MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
 MAX_TRAINING_SECONDS = 30.0
 MAX_EPOCHS = 50
-EARLY_STOP_PATIENCE = 5
-LEARNING_RATE = 3e-3
+EARLY_STOP_PATIENCE = 15            # epochs without validation gain (a few batches each at 100-500 sessions)
+LEARNING_RATE = 1e-2                # Adam; with the zero-initialised residual (model.py), see docs/predictor.md
 BATCH_SIZE = 32
 LABEL_SCALE = 5.0                   # ListNet target sharpening (losses/listnet.py explains why)
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
