@@ -158,3 +158,25 @@ def test_apply_boost_is_additive_and_copies() -> None:
     out = apply_boost(merged, {1, 3}, 0.15)
     assert out == {1: (pytest.approx(0.35), "a"), 2: (0.4, "b")} and merged[1] == (0.2, "a")
     assert apply_boost(merged, set(), 0.15) is merged
+
+
+def test_steps_one_and_two_ahead_give_the_same_boost(store) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memlane.graph.search import graph_entities
+
+    c, _ = store
+    booster = GraphBooster(c.db, lambda: c.settings.memory.pipeline_v2.graph)
+    merged = merged_for(c)
+    with ThreadPoolExecutor(1) as pool:
+        ahead = booster.boost(QUERY, merged, prepared=booster.submit(pool, QUERY))
+        none = booster.boost("nothing known here", merged, prepared=booster.submit(pool, "nothing known here"))
+    assert ahead == booster.boost(QUERY, merged) != merged
+    assert none == merged
+    ents = c.db.read(lambda conn: graph_entities(conn, QUERY, deadline=float("inf")))
+    assert ents.entity_ids and ents.seqs == set()
+    late = c.db.read(lambda conn: graph_linked_seqs(conn, QUERY, list(merged), deadline=0.0, entities=ents))
+    assert late.timed_out and late.seqs == set()  # the deadline still bounds step 3
+    set_graph(c, enabled=False)
+    with ThreadPoolExecutor(1) as pool:
+        assert booster.submit(pool, QUERY) is None

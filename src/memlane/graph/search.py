@@ -26,6 +26,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +53,34 @@ class GraphLookup:
     error: str | None = None
 
 
+def graph_entities(conn: sqlite3.Connection, query: str, *, deadline: float,
+                   clock: Callable[[], float] = time.monotonic) -> GraphLookup:
+    """Steps 1 and 2 of :func:`graph_linked_seqs` (they do not need the candidates): the query's
+    entities and their one-hop neighbours. Never raises (an error sets ``error``)."""
+    out = GraphLookup()
+    try:
+        if clock() >= deadline:
+            out.timed_out = True
+            return out
+        out.entity_ids = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query),
+                                                                            MAX_ENTITY_HITS)]
+        if not out.entity_ids:
+            return out
+        if clock() >= deadline:
+            out.timed_out = True
+            return out
+        out.neighbour_ids = graph_sql.neighbours(conn, out.entity_ids, MAX_NEIGHBOURS)
+        if clock() >= deadline:
+            out.timed_out = True
+        return out
+    except Exception as exc:  # additive only: an error means no boost
+        log.warning("graph lookup failed: %s", exc)
+        return GraphLookup(error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequence[int], *,
-                      deadline: float, clock: Callable[[], float] = time.monotonic) -> GraphLookup:
+                      deadline: float, clock: Callable[[], float] = time.monotonic,
+                      entities: GraphLookup | None = None) -> GraphLookup:
     """The candidates (memory seqs) linked to the query's entities or their neighbours.
 
     Args:
@@ -62,22 +89,31 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
         candidate_seqs: the merged candidate pool (memory seqs).
         deadline: ``clock()`` value (seconds) after which the lookup stops.
         clock: monotonic clock, seconds (tests pass a fake one).
+        entities: steps 1 and 2 already done (:func:`graph_entities`, e.g. while the query was
+            embedded); only step 3 runs here.
     Returns:
         a :class:`GraphLookup`; never raises (an error gives an empty ``seqs`` and ``error``).
     """
+    if entities is not None and (entities.error is not None or entities.timed_out or not entities.entity_ids):
+        return entities
     out = GraphLookup()
     try:
-        if clock() >= deadline:
-            out.timed_out = True
-            return out
-        out.entity_ids = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query),
-                                                                            MAX_ENTITY_HITS)]
-        if not out.entity_ids or not candidate_seqs:
-            return out
-        if clock() >= deadline:
-            out.timed_out = True
-            return out
-        out.neighbour_ids = graph_sql.neighbours(conn, out.entity_ids, MAX_NEIGHBOURS)
+        if entities is not None:
+            out.entity_ids, out.neighbour_ids = list(entities.entity_ids), list(entities.neighbour_ids)
+            if not candidate_seqs:
+                return out
+        else:
+            if clock() >= deadline:
+                out.timed_out = True
+                return out
+            out.entity_ids = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query),
+                                                                                MAX_ENTITY_HITS)]
+            if not out.entity_ids or not candidate_seqs:
+                return out
+            if clock() >= deadline:
+                out.timed_out = True
+                return out
+            out.neighbour_ids = graph_sql.neighbours(conn, out.entity_ids, MAX_NEIGHBOURS)
         if clock() >= deadline:
             out.timed_out = True
             return out
@@ -126,23 +162,44 @@ class GraphBooster:
     def __call__(self, query: str, merged: dict[int, tuple[float, Any]]) -> dict[int, tuple[float, Any]]:
         return self.boost(query, merged)
 
-    def boost(self, query: str, merged: dict[int, tuple[float, Any]], *, timeout_ms: float | None = None
-              ) -> dict[int, tuple[float, Any]]:
+    def submit(self, pool: Executor, query: str) -> Future | None:
+        """Start steps 1 and 2 (the query's entities and neighbours) on ``pool`` and return the
+        future to hand to :meth:`boost` as ``prepared``; None when the boost is off. The deadline
+        starts now. Never raises."""
+        try:
+            g = self.settings()
+            if not g.enabled or g.boost_weight <= 0:
+                return None
+            deadline = self.clock() + g.boost_timeout_ms / 1000.0
+            return pool.submit(lambda: (deadline, self.db.read(
+                lambda c: graph_entities(c, query, deadline=deadline, clock=self.clock))))
+        except Exception as exc:
+            log.warning("graph lookup not started: %s", exc)
+            return None
+
+    def boost(self, query: str, merged: dict[int, tuple[float, Any]], *, timeout_ms: float | None = None,
+              prepared: Future | None = None) -> dict[int, tuple[float, Any]]:
         """``merged`` with graph-linked candidates boosted.
 
         Args:
             query: the recall query.
             merged: seq -> (hybrid score, leg scores), from ``recall.hybrid.merge``.
-            timeout_ms: the deadline, ms (default ``graph.boost_timeout_ms``).
+            timeout_ms: the deadline, ms (default ``graph.boost_timeout_ms``); ignored with
+                ``prepared`` (its deadline started at :meth:`submit`).
+            prepared: the future of :meth:`submit` for this query: only step 3 runs here.
         """
         try:
             g = self.settings()
             if not g.enabled or g.boost_weight <= 0 or not merged:
                 return merged
-            budget_ms = g.boost_timeout_ms if timeout_ms is None else timeout_ms
-            deadline = self.clock() + budget_ms / 1000.0
+            entities = None
+            if prepared is not None:
+                deadline, entities = prepared.result()
+            else:
+                budget_ms = g.boost_timeout_ms if timeout_ms is None else timeout_ms
+                deadline = self.clock() + budget_ms / 1000.0
             found = self.db.read(lambda c: graph_linked_seqs(c, query, list(merged), deadline=deadline,
-                                                             clock=self.clock))
+                                                             clock=self.clock, entities=entities))
             self._count(found)
             return apply_boost(merged, found.seqs, g.boost_weight)
         except Exception as exc:  # recall must never fail because of the graph

@@ -122,6 +122,9 @@ class RecallService:
         prefetch = self.stages is not None and self.stages.active()
         bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters, prefetch) if expr is not None else None
         hint_future = self.stages.submit_hints(self._pool, expr, n_cand, filters, prefetch) if self.stages else None
+        # The graph lookup's first two steps (query entities, neighbours) need no candidates.
+        graph_submit = getattr(self.graph_boost, "submit", None)
+        graph_future = graph_submit(self._pool, text) if graph_submit is not None else None
         vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
@@ -155,7 +158,9 @@ class RecallService:
                 prefetched.add(self.stages.hint_rows(hint_future) or Prefetched())
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
-        if self.graph_boost is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
+        if graph_future is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
+            merged = self.graph_boost.boost(text, merged, prepared=graph_future)
+        elif self.graph_boost is not None:
             merged = self.graph_boost(text, merged)
         seqs = list(merged)
         known, access, created = self.index.ranking_fields(seqs)
