@@ -8,7 +8,9 @@ exploration checks in file order, then is closed and reopened on the same home (
 sidecar) for persistence, fail-open (SIGKILL, third sidecar) and API checks. Tests that need
 a trained predictor drive it there themselves (:func:`drive_to_warming`), so each also runs
 alone. The score deadline is raised to 30 s wherever a scored session is expected, so no
-assertion depends on machine speed.
+assertion depends on machine speed. Deferred session-starts (``defer_predictor``: the answer
+goes out before the predictor's ranking, which is recorded right after) are made certain to
+answer first by stopping the sidecar (SIGSTOP) while they run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import json
 import os
 import re
 import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,7 @@ from fastapi.testclient import TestClient
 from memlane.api.app import create_app
 from memlane.config import load_settings
 from memlane.container import Container, open_container
+from memlane.services.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput
@@ -117,6 +122,34 @@ def start(w: World, prefix: str, i: int = 0, project: str = PROJECT):
     return key, w.c.sessions.start(StartInput(key, project=project, context=CONTEXTS[i % len(CONTEXTS)]))
 
 
+def start_deferred(w: World, prefix: str, i: int = 0, project: str = PROJECT, now: str | None = None):
+    """A session-start as the HTTP hook makes it: the predictor's ranking may be recorded after it."""
+    key = w.key(prefix)
+    return key, w.c.sessions.start(StartInput(key, project=project, context=CONTEXTS[i % len(CONTEXTS)], now=now),
+                                   defer_predictor=True)
+
+
+@contextmanager
+def sidecar_stopped(c: Container):
+    """SIGSTOP the sidecar for the block (a reply cannot arrive before the block ends)."""
+    pid = c.predictor.backend.status()["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def recorded(c: Container, key: str) -> dict[str, tuple]:
+    """{memory id: everything a session-start records about the candidate}."""
+    return {r["memory_id"]: (r["predictor_score"], r["predictor_rank"], r["baseline_rank"], r["rank"],
+                             r["final_score"], r["was_injected"], r["source"], json.loads(r["features"]))
+            for r in rows(c, key)}
+
+
 def labelled_session(w: World, prefix: str, i: int = 0) -> str:
     """A session the agent rated (every injected memory 1.0: confidence 1.0, training-grade)."""
     key, res = start(w, prefix, i)
@@ -173,6 +206,54 @@ def test_start_records_both_rankings_features_signals_and_the_status_line(world)
     m = COLLECTING.match(line)
     assert m and int(m.group(1)) == min(n, 10), line
     assert line == c.predictor.status_line()
+
+
+def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_start_records(world):
+    c = world.c
+    assert c.predictor.phase() == "collecting" and c.predictor.alpha() == 1.0
+    now = now_iso()  # both starts see the same pool, signals and previous session
+    scored = c.predictor.scored
+    with sidecar_stopped(c):
+        key, res = start_deferred(world, "deferred", 0, now=now)
+        # the answer (and the committed candidates) did not wait for the predictor
+        assert res.status == "new" and res.candidate_count == len(CORPUS)
+        got = rows(c, key)
+        assert len(got) == len(CORPUS) and all(r["predictor_rank"] is None for r in got)
+        assert all(json.loads(r["features"])["baseline_rank"] == r["baseline_rank"] - 1 for r in got)
+        assert c.predictor.pending_records() == 1
+    assert c.predictor.wait_recorded(key, timeout_s=60) and c.predictor.pending_records() == 0
+    assert c.predictor.scored == scored + 1
+    key2 = world.key("waited")  # the same start, waiting for the predictor
+    res2 = c.sessions.start(StartInput(key2, project=PROJECT, context=CONTEXTS[0], now=now))
+    assert recorded(c, key) == recorded(c, key2)
+    assert all(v[1] is not None for v in recorded(c, key).values())
+    assert signals(c, key) == signals(c, key2) and "predictor_error" not in signals(c, key)
+    assert res.injected == res2.injected and res.inject == res2.inject
+
+
+def test_end_right_after_a_deferred_start_compares_on_the_recorded_ranking(world):
+    c = world.c
+    assert c.predictor.alpha() == 1.0
+    with sidecar_stopped(c) as pid:
+        key, res = start_deferred(world, "end-now", 1)
+        assert all(r["predictor_rank"] is None for r in rows(c, key))
+        assert c.sessions.feedback(key, {m["id"]: 1.0 for m in res.injected}).applied == len(res.injected)
+        # the sidecar answers 0.3 s into the session-end, which must wait for the ranking
+        resume = threading.Timer(0.3, os.kill, (pid, signal.SIGCONT))
+        resume.start()
+        try:
+            c.sessions.end(EndInput(key, project=PROJECT), wait=True)
+        finally:
+            resume.join()
+    c.predictor.wait_training(300)
+    got = rows(c, key)
+    assert all(r["predictor_rank"] is not None and r["label"] is not None for r in got)
+    (row,) = comparison_rows(c, key)
+    by_pred = [r["memory_id"] for r in sorted(got, key=lambda r: r["predictor_rank"])]
+    by_base = [r["memory_id"] for r in sorted(got, key=lambda r: r["baseline_rank"])]
+    assert json.loads(row["predictor_top_ids"]) == by_pred[:10]
+    assert json.loads(row["baseline_top_ids"]) == by_base[:10]
+    assert row["ema_updated"] == 1 and row["scorer_confidence"] >= 0.6
 
 
 # ------------------------------------------------------------------------------ 3. comparisons
@@ -244,8 +325,17 @@ def test_exploration_injects_the_disagreement_candidate_instead_of_the_last_slot
     p.settings = old.model_copy(update={"exploration_rate": 1.0})
     try:
         key, res = start(world, "explore", 3)
+        # A start that could answer before the predictor (alpha = 1) but drew exploration needs
+        # the predictor's ranking now: it explores the same way and records everything at once.
+        assert p.alpha() == 1.0
+        key_d, res_d = start_deferred(world, "explore-deferred", 3)
+        assert p.pending_records() == 0
     finally:
         p.settings = old
+    sig_d = signals(c, key_d)
+    assert "predictor_error" not in sig_d and sig_d["exploration"]["explored"] == res_d.injected[-1]["id"]
+    assert all(r["predictor_rank"] is not None for r in rows(c, key_d))
+    assert [r["memory_id"] for r in rows(c, key_d) if r["source"] == "exploration"] == [sig_d["exploration"]["explored"]]
     sig = signals(c, key)
     assert sig["phase"] in ("warming", "active") and "predictor_error" not in sig
     replaced, explored = sig["exploration"]["replaced"], sig["exploration"]["explored"]
@@ -366,6 +456,55 @@ def test_reply_later_than_score_timeout_means_baseline_and_a_timeout_error(world
     assert all(r["predictor_rank"] is not None for r in rows(c, key))
 
 
+def test_deferred_record_fails_open_on_a_timeout_and_on_a_sidecar_killed_mid_flight(world):
+    c = ready(world)
+    p = c.predictor
+    backend = p.backend
+    old = p.settings
+    p.settings = old.model_copy(update={"exploration_rate": 0.0})  # no start may wait for the predictor
+    try:
+        _deferred_fail_open(world, c, p, backend)
+    finally:
+        p.settings = old
+
+
+def _deferred_fail_open(world, c, p, backend) -> None:
+    # 1. a late reply: the deadline counts from the request, as for a start that waits
+    timeouts = backend.error_counts.get("timeout", 0)
+    settings = p.settings
+    p.settings = settings.model_copy(update={"score_timeout_ms": 0.001})
+    try:
+        with sidecar_stopped(c):
+            key, res = start_deferred(world, "deferred-late")
+            assert p.wait_recorded(key, timeout_s=60)
+    finally:
+        p.settings = settings
+    sig = assert_baseline_session(c, key, res)
+    assert "timed out" in sig["predictor_error"] and backend.error_counts["timeout"] == timeouts + 1
+    # 2. the sidecar dies while the request is in flight: the record fails open, the session
+    # ends without a comparison (the predictor did not score it), the next start scores again
+    crashes = backend.error_counts.get("crash", 0)
+    with sidecar_stopped(c) as pid:
+        key, res = start_deferred(world, "deferred-killed", 2)
+        for _ in range(600):  # the request reached the (stopped) sidecar
+            if backend._pending:
+                break
+            time.sleep(0.01)
+        assert backend._pending and all(r["predictor_rank"] is None for r in rows(c, key))
+        os.kill(pid, signal.SIGKILL)
+        assert p.wait_recorded(key, timeout_s=60) and p.pending_records() == 0
+    sig = assert_baseline_session(c, key, res)
+    assert "PredictorUnavailable" in sig["predictor_error"]
+    assert backend.error_counts["crash"] == crashes + 1
+    c.sessions.feedback(key, {m["id"]: 1.0 for m in res.injected})
+    c.sessions.end(EndInput(key, project=PROJECT), wait=True)
+    assert comparison_rows(c, key) == [] and all(r["label"] is not None for r in rows(c, key))
+    assert backend.wait_ready(READY_S)
+    key, _ = start_deferred(world, "deferred-after-kill")
+    assert p.wait_recorded(key, timeout_s=60)
+    assert all(r["predictor_rank"] is not None for r in rows(c, key)) and "predictor_error" not in signals(c, key)
+
+
 # ------------------------------------------------------------------------------ 8. API
 
 
@@ -393,6 +532,14 @@ def test_api_status_comparisons_training_and_manual_train(world):
         assert len(after) == len(before) + 1 and after[0]["trigger"] == "manual"
         assert after[0]["model_version"] == row["model_version"] == c.predictor.state.model_version
         assert client.get("/api/predictor/comparisons", params={"limit": 0}).status_code == 422
+        # the session-start hook answers before the predictor at alpha = 1; its ranking follows
+        scored = c.predictor.scored
+        r = client.post("/api/hooks/session-start", json={"session_key": "api-hook", "project": PROJECT,
+                                                          "context": CONTEXTS[0]})
+        assert r.status_code == 200 and r.json()["status"] == "new"
+        assert c.predictor.wait_recorded("api-hook", timeout_s=60) and c.predictor.scored == scored + 1
+        got = rows(c, "api-hook")
+        assert got and sorted(x["predictor_rank"] for x in got) == list(range(1, len(got) + 1))
 
 
 def test_api_without_predictor_reports_disabled_and_refuses_train(tmp_path):

@@ -16,6 +16,7 @@ from memlane.predictor.policy import (
     evaluation_ndcg,
     ndcg_of_ranking,
     phase_of,
+    exploration_target,
     pick_exploration,
     record_comparison,
     rrf_fuse,
@@ -397,6 +398,15 @@ def test_exploration_none_without_injected_or_eligible_candidate():
     rng = random.Random(0)
     assert pick_exploration([], ["x"], BASE_RANK, PRED_RANK, rate=1.0, rng=rng) is None
     assert pick_exploration(["i1"], ["i1", "only_b", "only_p"], BASE_RANK, PRED_RANK, rate=1.0, rng=rng) is None
+
+
+def test_exploration_target_is_the_pick_without_the_draw():
+    """Deferred session-starts draw first and pick later: the pick is the same function."""
+    candidates = ["i1", "i2", "x", "y", "z", "w", "only_b", "only_p"]
+    assert exploration_target(["i1", "i2"], candidates, BASE_RANK, PRED_RANK) == \
+        pick_exploration(["i1", "i2"], candidates, BASE_RANK, PRED_RANK, rate=1.0, rng=random.Random(0)) == ("i2", "y")
+    assert exploration_target([], candidates, BASE_RANK, PRED_RANK) is None
+    assert exploration_target(["i1"], ["i1", "only_b", "only_p"], BASE_RANK, PRED_RANK) is None
 
 
 def test_exploration_is_deterministic_with_a_seeded_rng():

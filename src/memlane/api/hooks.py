@@ -73,9 +73,10 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/hooks/session-start", tags=["hooks"])
     def session_start(body: SessionStartIn) -> dict[str, Any]:
         """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
+        # defer_predictor: at alpha = 1 the predictor's ranking is recorded just after the answer.
         res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
                                    harness=body.harness, source=body.source, context=body.context, now=body.now,
-                                   ranking=body.ranking))
+                                   ranking=body.ranking), defer_predictor=True)
         return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
                 "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
                 "injected": res.injected, "took_ms": round(res.took_ms, 3)}

@@ -21,6 +21,7 @@ __all__ = [
     "PolicyState",
     "alpha_for",
     "evaluation_ndcg",
+    "exploration_target",
     "ndcg_of_ranking",
     "phase_of",
     "pick_exploration",
@@ -251,13 +252,23 @@ def pick_exploration(injected: Sequence[str], candidates: Sequence[str], baselin
     """Epsilon-greedy exploration (seed "Exploration Sampling").
 
     With probability ``rate``, the lowest injected memory is replaced by the non-injected
-    candidate with the largest ``|baseline_rank - predictor_rank|``.
+    candidate with the largest ``|baseline_rank - predictor_rank|`` (:func:`exploration_target`).
 
     Returns:
         ``(replaced_id, explored_id)`` or None (no draw, nothing injected, or no candidate
         ranked by both).
     """
     if not injected or rate <= 0 or rng.random() >= rate:
+        return None
+    return exploration_target(injected, candidates, baseline_rank, predictor_rank)
+
+
+def exploration_target(injected: Sequence[str], candidates: Sequence[str], baseline_rank: Mapping[str, int],
+                       predictor_rank: Mapping[str, int]) -> tuple[str, str] | None:
+    """The exploration swap once the draw said explore: ``(lowest injected id, the non-injected
+    candidate with the largest |baseline_rank - predictor_rank|)`` (first in ``candidates`` order
+    on a tie), or None when nothing is injected or no candidate is ranked by both."""
+    if not injected:
         return None
     shown = set(injected)
     best, best_delta = None, -1

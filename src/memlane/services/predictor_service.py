@@ -7,9 +7,13 @@ means the baseline ranking for that request, never an error to the caller.
 
 At session-start :meth:`PredictorService.rank` logs every candidate's raw signals, asks the
 sidecar for scores within ``score_timeout_ms``, fuses both rankings with RRF (alpha = the
-baseline's earned weight) and may swap one injected slot for exploration. At session-end,
-once labels exist, :meth:`on_session_scored` computes NDCG@10 of both rankings over one
-evaluation pool, updates the success-rate EMA, records a ``predictor_comparisons`` row and
+baseline's earned weight) and may swap one injected slot for exploration. When alpha is 1 the
+scores cannot change what is injected, so the session-start may answer first and record the
+predictor's ranking right after (:meth:`score_async` and :meth:`record_later`; the same request,
+deadline and fail-open rules). At session-end, once labels exist, :meth:`on_session_scored`
+(or :meth:`prepare_comparison` and :meth:`write_comparison` inside the session-end's own
+transaction) waits for a ranking still being recorded, computes NDCG@10 of both rankings over
+one evaluation pool, updates the success-rate EMA, records a ``predictor_comparisons`` row and
 schedules a retrain every ``train_interval_sessions`` training-grade sessions.
 """
 
@@ -21,8 +25,9 @@ import math
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +44,7 @@ from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.db import Database
 
-__all__ = ["PredictorBackend", "PredictorService", "RankDecision"]
+__all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,8 @@ class RankDecision:
         signals: session-level signals (local time, gap hours, alpha, phase, model version).
         error: why the predictor did not score, if it did not.
         took_ms: time spent, ms.
+        request: the ``score`` request params (:meth:`PredictorService.prepare`), or None when
+            there is nothing to ask (no pool, predictor off). Not recorded.
     """
 
     order: list[str]
@@ -98,6 +105,40 @@ class RankDecision:
     signals: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     took_ms: float = 0.0
+    request: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """One ``score`` request's outcome.
+
+    Attributes:
+        scores: ``{memory_id: model score}`` of every candidate; empty on failure.
+        rank: ``{memory_id: 1-based predictor rank}`` (stable: equal scores keep baseline order).
+        ranked: memory ids by predictor rank, best first.
+        error: ``"<ExceptionType>: <message>"`` when the predictor did not score.
+        took_ms: the request's duration as the daemon saw it, ms.
+    """
+
+    scores: dict[str, float]
+    rank: dict[str, int]
+    ranked: list[str]
+    error: str | None = None
+    took_ms: float = 0.0
+
+
+@dataclass
+class Comparison:
+    """A session-end comparison computed in memory (:meth:`PredictorService.prepare_comparison`):
+    the ``predictor_comparisons`` row (written only when the predictor scored the session,
+    ``scored``), the policy state to save, and what the policy decided."""
+
+    session_key: str
+    row: dict[str, Any]
+    scored: bool
+    state: dict[str, Any]
+    outcome: policy.ComparisonOutcome
+    at: str
 
 
 @dataclass(frozen=True)
@@ -135,6 +176,10 @@ class PredictorService:
         self.state = policy.PolicyState.from_dict(db.read(pred_sql.load_state))
         self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-predictor-train")
         self._training: Future[Any] | None = None
+        # Score requests sent ahead of the session-start's own work (score_async).
+        self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
+        # session key -> rankings still being recorded after their session-start answered.
+        self._records: dict[str, list[Future[int]]] = {}
         self.score_errors = 0
         self.scored = 0
 
@@ -145,6 +190,9 @@ class PredictorService:
             self.backend.start()
 
     def close(self) -> None:
+        """Record the rankings still pending, finish a running retrain, stop the sidecar."""
+        self.wait_recorded(None, timeout_s=60.0)
+        self._scorer.shutdown(wait=True)
         self._trainer.shutdown(wait=True)
         if self.backend is not None:
             self.backend.close()
@@ -209,6 +257,8 @@ class PredictorService:
              project: str | None, now: str, last_start: str | None) -> RankDecision:
         """Score ``pool`` and fuse it with the baseline ranking (never raises for predictor faults).
 
+        :meth:`prepare` then :meth:`score_now`.
+
         Args:
             pool: the candidates in baseline order.
             context_vector: the session context embedding ``[E]``, or None.
@@ -219,6 +269,21 @@ class PredictorService:
 
         Returns:
             a :class:`RankDecision`.
+        """
+        t0 = time.perf_counter()
+        decision = self.prepare(pool=pool, context_vector=context_vector, context_text=context_text,
+                                project=project, now=now, last_start=last_start)
+        self.score_now(decision)
+        return self._done(decision, t0)
+
+    def prepare(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
+                project: str | None, now: str, last_start: str | None) -> RankDecision:
+        """Everything of :meth:`rank` but the scores: the candidates' raw signals, the session
+        signals, alpha, the phase and the ``score`` request (``decision.request``).
+
+        The decision's ``order`` and ``fused`` are the baseline's until :meth:`apply` (or
+        :meth:`score_now`) adds the predictor's ranking. Arguments as :meth:`rank`. One read
+        (memory contents, when there is a project); never raises for predictor faults.
         """
         t0 = time.perf_counter()
         now_epoch = iso_to_epoch(now)
@@ -238,27 +303,160 @@ class PredictorService:
                                 alpha=alpha, phase=phase, features=features, signals=signals)
         if not pool or self.backend is None:
             decision.error = "predictor off" if self.backend is None else None
-            return self._done(decision, t0)
+        else:
+            decision.request = self._score_params(pool, features, context_vector, context_text, project, local, gap)
+        return self._done(decision, t0)
+
+    def score_now(self, decision: RankDecision) -> RankDecision:
+        """Ask the sidecar for ``decision``'s scores on this thread (within ``score_timeout_ms``)
+        and :meth:`apply` them; a failure leaves the baseline and sets ``decision.error``."""
+        if decision.request is not None:
+            self.apply(decision, self._score(decision.request))
+        return decision
+
+    def score_async(self, decision: RankDecision) -> Future[ScoreResult] | None:
+        """Send ``decision``'s score request from a worker thread; None when there is none.
+
+        The future never raises: a timeout (``score_timeout_ms`` from the moment the request is
+        sent), a crash or a malformed reply is a :class:`ScoreResult` with ``error``.
+        """
+        if decision.request is None:
+            return None
+        return self._scorer.submit(self._score, decision.request)
+
+    def can_defer(self, decision: RankDecision) -> bool:
+        """True when the predictor's scores cannot change this start's injected list (alpha = 1:
+        the fused ranking is the baseline's) and there is a request to send, so the start may
+        answer before they arrive and record them with :meth:`record_later`."""
+        return decision.request is not None and decision.alpha >= 1.0
+
+    def _score(self, request: dict[str, Any]) -> ScoreResult:
+        t0 = time.perf_counter()
+        baseline = request["candidate_ids"]
         try:
-            reply = self.backend.call("score", self._score_params(pool, features, context_vector, context_text,
-                                                                  project, local, gap),
-                                      timeout_s=self.settings.score_timeout_ms / 1000.0)
+            assert self.backend is not None
+            reply = self.backend.call("score", request, timeout_s=self.settings.score_timeout_ms / 1000.0)
             scores = {s["id"]: float(s["score"]) for s in reply["scores"]}
             if set(scores) != set(baseline) or not all(math.isfinite(v) for v in scores.values()):
                 raise ValueError("reply does not score exactly the candidates with finite numbers")
         except Exception as exc:  # PredictorUnavailable, PredictorRpcError, a malformed reply
-            self.score_errors += 1
-            decision.error = f"{type(exc).__name__}: {exc}"
-            decision.signals["predictor_error"] = decision.error[:300]
-            return self._done(decision, t0)
-        self.scored += 1
+            with self._lock:
+                self.score_errors += 1
+            return ScoreResult({}, {}, [], error=f"{type(exc).__name__}: {exc}",
+                               took_ms=(time.perf_counter() - t0) * 1000)
+        with self._lock:
+            self.scored += 1
         # sorted() is stable: equal scores keep their baseline order
         ranked = sorted(baseline, key=lambda m: -scores[m])
-        decision.predictor_scores = scores
-        decision.predictor_rank = {m: i + 1 for i, m in enumerate(ranked)}
-        decision.fused = policy.rrf_fuse(baseline, ranked, alpha, self.settings.rrf_k)
+        return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked,
+                           took_ms=(time.perf_counter() - t0) * 1000)
+
+    def apply(self, decision: RankDecision, result: ScoreResult) -> RankDecision:
+        """Put ``result`` into ``decision``: scores, predictor ranks, RRF-fused scores and order;
+        on failure ``error`` and the ``predictor_error`` signal (the baseline stays)."""
+        if result.error is not None:
+            decision.error = result.error
+            decision.signals["predictor_error"] = result.error[:300]
+            return decision
+        baseline = decision.request["candidate_ids"] if decision.request is not None else decision.order
+        decision.predictor_scores = result.scores
+        decision.predictor_rank = result.rank
+        decision.fused = policy.rrf_fuse(baseline, result.ranked, decision.alpha, self.settings.rrf_k)
         decision.order = sorted(baseline, key=lambda m: -decision.fused[m])
-        return self._done(decision, t0)
+        return decision
+
+    # -- the deferred ranking --------------------------------------------------------------
+    def record_later(self, session_key: str, decision: RankDecision, committed: Future[bool],
+                     scores: Future[ScoreResult] | None = None) -> Future[int]:
+        """Record the predictor's ranking of a session-start that answered without it.
+
+        Call it before the start's own write; the caller sets ``committed`` when that write is
+        done (True: its candidate rows are committed). Then the score request is sent (or
+        ``scores``, one sent earlier with :meth:`score_async`, is awaited) and one write stores
+        every candidate's ``predictor_score`` and ``predictor_rank`` - exactly what
+        :meth:`score_now` would have recorded: the same request, deadline and fail-open rules -
+        or, when the predictor failed, the session's signals with ``predictor_error``.
+        ``committed`` False (the start lost a race, or its write failed) records nothing.
+        ``decision`` must not change after this call. Session-end waits for the record
+        (:meth:`wait_recorded`); a daemon that stops before it ran leaves the candidates
+        without predictor ranks, which the comparison treats as a session the predictor did
+        not score.
+
+        Returns:
+            a future of the number of candidate rows updated (it raises what the write raised).
+        """
+        done: Future[int] = Future()
+        with self._lock:
+            self._records.setdefault(session_key, []).append(done)
+        signals = dict(decision.signals)
+
+        def fail(exc: BaseException) -> None:
+            log.warning("recording the predictor ranking of %s failed: %s", session_key, exc)
+            if not done.done():
+                done.set_exception(exc)
+            self._forget(session_key, done)
+
+        def written(f: Future[Any]) -> None:
+            if f.exception() is not None:
+                return fail(f.exception())  # type: ignore[arg-type]
+            done.set_result(int(f.result()))
+            self._forget(session_key, done)
+
+        def scored(f: Future[ScoreResult]) -> None:
+            try:
+                result = f.result()
+                sig = None if result.error is None else {**signals, "predictor_error": result.error[:300]}
+                wf = self.db.submit(lambda conn: pred_sql.set_predictor_ranking(
+                    conn, session_key, result.scores, result.rank, signals=sig))
+            except BaseException as exc:  # noqa: BLE001 - e.g. the database is closed
+                return fail(exc)
+            wf.add_done_callback(written)
+
+        def on_commit(f: Future[bool]) -> None:
+            try:
+                if f.exception() is not None or not f.result():
+                    done.set_result(0)  # the start recorded nothing: neither does this
+                    self._forget(session_key, done)
+                    return
+                pending = scores if scores is not None else self.score_async(decision)
+                assert pending is not None, "record_later needs a decision with a request"
+            except BaseException as exc:  # noqa: BLE001 - e.g. the executor is shut down
+                return fail(exc)
+            pending.add_done_callback(scored)
+
+        committed.add_done_callback(on_commit)
+        return done
+
+    def _forget(self, session_key: str, fut: Future[int]) -> None:
+        with self._lock:
+            pending = self._records.get(session_key)
+            if pending is not None:
+                pending[:] = [f for f in pending if f is not fut]
+                if not pending:
+                    del self._records[session_key]
+
+    def pending_records(self) -> int:
+        """Rankings still being recorded after their session-start answered."""
+        with self._lock:
+            return sum(len(v) for v in self._records.values())
+
+    def wait_recorded(self, session_key: str | None, timeout_s: float = 30.0) -> bool:
+        """Wait until the predictor ranking of ``session_key`` (None: of every session) that a
+        session-start deferred is recorded or failed; True when none is pending any more.
+
+        Returns at once when nothing is pending. A failed record is logged, not raised.
+        """
+        with self._lock:
+            futs = [f for k, v in self._records.items() if session_key is None or k == session_key for f in v]
+        deadline = time.monotonic() + timeout_s
+        for f in futs:
+            try:
+                f.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                return False
+            except Exception:  # logged by record_later
+                pass
+        return True
 
     @staticmethod
     def _done(decision: RankDecision, t0: float) -> RankDecision:
@@ -282,51 +480,80 @@ class PredictorService:
                 np.asarray(context_vector, dtype="<f4").tobytes()).decode("ascii")
         return params
 
-    def explore(self, injected: Sequence[str], decision: RankDecision) -> tuple[str, str] | None:
+    def explore(self, injected: Sequence[str], decision: RankDecision, *,
+                drawn: bool | None = None) -> tuple[str, str] | None:
         """Maybe swap the lowest injected memory for the largest-disagreement candidate.
 
         Disabled during cold start and whenever the predictor did not score (seed
-        "Exploration Sampling"). Returns ``(replaced_id, explored_id)`` or None.
+        "Exploration Sampling"). ``drawn``: the outcome of :meth:`exploration_drawn` when the
+        draw was made before the predictor's ranking was known (deferred starts); None draws now.
+        Returns ``(replaced_id, explored_id)`` or None.
         """
         if not decision.predictor_rank or decision.phase in ("collecting", "disabled"):
             return None
         baseline_rank = {m: f["baseline_rank"] + 1 for m, f in decision.features.items()}
-        return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank,
-                                       self.settings.exploration_rate, self.rng)
+        if drawn is None:
+            return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank,
+                                           self.settings.exploration_rate, self.rng)
+        if not drawn:
+            return None
+        return policy.exploration_target(injected, decision.order, baseline_rank, decision.predictor_rank)
+
+    def exploration_drawn(self, injected: Sequence[str], decision: RankDecision) -> bool:
+        """The epsilon draw of exploration, made before the predictor's ranking is known.
+
+        True with probability ``exploration_rate`` when the phase allows exploration (not
+        'collecting' or 'disabled') and something is injected; a start that draws True needs
+        the predictor's ranking now (:meth:`explore` with ``drawn=True``), the others may
+        record it later. The draw consumes the same ``rng`` as :meth:`explore`.
+        """
+        rate = self.settings.exploration_rate
+        if not injected or rate <= 0 or decision.phase in ("collecting", "disabled"):
+            return False
+        return self.rng.random() < rate
 
     # -- session-end ----------------------------------------------------------------------
-    def on_session_scored(self, session_key: str) -> dict[str, Any] | None:
-        """Compare both rankings on the session's labels, update the EMA, maybe retrain.
-
-        Called once labels are written. Returns the comparison row, or None when the session
-        has no candidates.
-        """
-        def read(c: Any) -> tuple[Any, ...] | None:
-            if pred_sql.has_comparison(c, session_key):
-                return None  # compared once; a re-scored session never moves the EMA twice
-            return (sess_sql.session_memories(c, session_key), sess_sql.get_score(c, session_key),
-                    sess_sql.get_session(c, session_key), pred_sql.session_signals(c, session_key) or {})
-
-        found = self.db.read(read)
-        if found is None:
+    def comparison_inputs(self, conn: Any, session_key: str) -> dict[str, Any] | None:
+        """SQL part of a comparison, run inside the caller's read: the session's logged signals
+        (``{}`` when none), or None when the session was already compared (a re-scored session
+        never moves the EMA twice)."""
+        if pred_sql.has_comparison(conn, session_key):
             return None
-        rows, score, sess, signals = found
+        return pred_sql.session_signals(conn, session_key) or {}
+
+    def prepare_comparison(self, session_key: str, rows: Sequence[Any], labels: Mapping[str, float], *,
+                           confidence: float, project: str | None, signals: Mapping[str, Any]) -> Comparison | None:
+        """Compare both rankings on the session's labels and update the policy state in memory.
+
+        NDCG@10 of both rankings over one evaluation pool, the success-rate EMA and the
+        margin EMA (seed "Success Rate Tracking"). The caller writes the result with
+        :meth:`write_comparison` (in its own transaction) and then calls :meth:`after_comparison`.
+
+        Args:
+            rows: the session's candidates (``memory_id``, ``baseline_rank``, ``predictor_rank``,
+                ``was_injected``, ``fts_hit_count``), any order.
+            labels: ``{memory_id: label}`` of the labelled rows.
+            confidence: the session's continuity-score confidence in [0, 1].
+            signals: the session's logged signals (:meth:`comparison_inputs`).
+
+        Returns:
+            the :class:`Comparison`, or None when no candidate has a baseline rank.
+        """
         ranked = [r for r in rows if r.baseline_rank is not None]
-        if not ranked or score is None or sess is None:
+        if not ranked:
             return None
         baseline = [r.memory_id for r in sorted(ranked, key=lambda r: r.baseline_rank or 0)]
         by_pred = [r for r in ranked if r.predictor_rank is not None]
         predictor = [r.memory_id for r in sorted(by_pred, key=lambda r: r.predictor_rank or 0)]
         injected = [r.memory_id for r in ranked if r.was_injected]
-        labels = {r.memory_id: float(r.label) for r in rows if r.label is not None}
         p_ndcg, b_ndcg, relevance = policy.evaluation_ndcg(baseline, predictor, injected, labels)
         matched = sum(1 for r in ranked if r.was_injected and r.fts_hit_count > 0)
         fts_overlap = matched / len(injected) if injected else None
-        confidence = float(score["confidence"])
+        confidence = float(confidence)
         with self._lock:
             outcome = policy.record_comparison(
                 self.state, predictor_ndcg=p_ndcg if predictor else None, baseline_ndcg=b_ndcg,
-                confidence=confidence, predictor_scored=bool(predictor), project=sess.project,
+                confidence=confidence, predictor_scored=bool(predictor), project=project,
                 min_training_sessions=self.settings.min_training_sessions,
                 train_interval_sessions=self.settings.train_interval_sessions,
                 drift_reset_window=self.settings.drift_reset_window)
@@ -335,7 +562,7 @@ class PredictorService:
                                     min_training_sessions=self.settings.min_training_sessions)
         now = now_iso()
         row = {
-            "session_key": session_key, "project": sess.project,
+            "session_key": session_key, "project": project,
             "predictor_ndcg": p_ndcg if (p_ndcg is not None and predictor) else 0.0,
             "baseline_ndcg": b_ndcg if b_ndcg is not None else 0.0,
             "predictor_won": None if outcome.won is None else int(outcome.won),
@@ -345,18 +572,54 @@ class PredictorService:
             "predictor_top_ids": predictor[:10], "baseline_top_ids": baseline[:10], "relevance_scores": relevance,
             "fts_overlap_score": fts_overlap, "model_version": signals.get("model_version"),
             "predictor_state": phase, "created_at": now}
+        return Comparison(session_key, row, bool(predictor), state, outcome, now)
 
-        def job(conn: Any) -> None:
-            if predictor:
-                pred_sql.insert_comparison(conn, row)
-            pred_sql.save_state(conn, state, now)
+    @staticmethod
+    def write_comparison(conn: Any, comparison: Comparison) -> None:
+        """Write a prepared comparison (its row, when the predictor scored, and the policy state)."""
+        if comparison.scored:
+            pred_sql.insert_comparison(conn, comparison.row)
+        pred_sql.save_state(conn, comparison.state, comparison.at)
 
-        self.db.write(job)
+    def after_comparison(self, comparison: Comparison) -> None:
+        """After the comparison was written: log a drift reset, schedule a due retrain."""
+        outcome = comparison.outcome
         if outcome.drift_reset:
             log.warning("predictor drift detected: alpha back to 1.0, retraining with the replay buffer")
         if outcome.retrain_due:
             self.schedule_retrain("drift" if outcome.drift_reset else "interval")
-        return {**row, "outcome": outcome.__dict__}
+
+    def on_session_scored(self, session_key: str) -> dict[str, Any] | None:
+        """Compare both rankings on the session's labels, update the EMA, maybe retrain.
+
+        Called once labels are written (one read, one write). Waits first for a predictor
+        ranking its session-start is still recording (:meth:`wait_recorded`). Returns the
+        comparison row (with ``outcome``), or None when the session was compared already or
+        has no ranked candidates or no score.
+        """
+        self.wait_recorded(session_key)
+
+        def read(c: Any) -> tuple[Any, ...] | None:
+            signals = self.comparison_inputs(c, session_key)
+            if signals is None:
+                return None
+            return (sess_sql.session_memories(c, session_key), sess_sql.get_score(c, session_key),
+                    sess_sql.get_session(c, session_key), signals)
+
+        found = self.db.read(read)
+        if found is None:
+            return None
+        rows, score, sess, signals = found
+        if score is None or sess is None:
+            return None
+        labels = {r.memory_id: float(r.label) for r in rows if r.label is not None}
+        cmp = self.prepare_comparison(session_key, rows, labels, confidence=float(score["confidence"]),
+                                      project=sess.project, signals=signals)
+        if cmp is None:
+            return None
+        self.db.write(lambda conn: self.write_comparison(conn, cmp))
+        self.after_comparison(cmp)
+        return {**cmp.row, "outcome": cmp.outcome.__dict__}
 
     # -- training -------------------------------------------------------------------------
     def schedule_retrain(self, trigger: str) -> Future[Any] | None:

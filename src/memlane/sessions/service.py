@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -93,11 +94,20 @@ class SessionService:
         return (self.predictor.phase() if self.predictor is not None else "collecting"), scored
 
     # -- session-start ------------------------------------------------------------------
-    def start(self, inp: StartInput) -> StartResult:
+    def start(self, inp: StartInput, *, defer_predictor: bool = False) -> StartResult:
         """Build the candidate pool, record every candidate, return the inject text.
 
         A repeated start for a known key records nothing and returns a minimal answer (for a
         ``compact`` restart: the recovery digest).
+
+        Args:
+            inp: the start.
+            defer_predictor: when the predictor's scores cannot change what is injected
+                (alpha = 1: cold start, warming, the margin guard) and exploration did not draw
+                this session, answer without them: the score request is sent once the
+                candidates are committed and the predictor's ranking is recorded when it
+                answers (:meth:`PredictorService.record_later`; session-end waits for it). The HTTP hook does this; in-process callers that read the rows
+                right away leave it False (the ranking is recorded before this returns).
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
@@ -112,7 +122,10 @@ class SessionService:
         if inp.ranking not in ("effective", "relevance"):
             raise ValidationError("ranking: must be 'effective' or 'relevance'", details={"field": "ranking"})
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
-        state, scored = self.predictor_state()
+        if self.predictor is not None:  # the status line is the predictor's: no count of scored sessions
+            state, scored = self.predictor.phase(), 0
+        else:
+            state, scored = self.predictor_state()
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
         if existing is not None and existing.started:
             inject = ""
@@ -123,25 +136,38 @@ class SessionService:
         s = self.settings
         context = inp.context or self._default_context(project, inp.cwd)
         index = self.memories.index
-        eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
-                                  limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
         cv = self.contexts.get(context)
         legs: dict[str, tuple[float | None, float | None]] = {}
         if inp.ranking == "relevance" and inp.context:
             pool, legs = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
-                                          now=now, now_epoch=iso_to_epoch(now))
+                                                now=now, now_epoch=iso_to_epoch(now))
         else:
+            eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
+                                      limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
             pool = build_pool(eff, cv, index, s)
         decision = None
+        deferred = False  # the predictor's ranking is recorded after the answer (record_later)
         if self.predictor is not None and pool:
             last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
-            decision = self.predictor.rank(pool=ranking.pool_members(pool, legs), context_vector=cv, context_text=context,
-                                           project=project, now=now, last_start=last)
+            decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
+                                              context_text=context, project=project, now=now, last_start=last)
             state = decision.phase
-            if decision.alpha < 1.0 and decision.predictor_rank:
-                pool = ranking.fuse_pool(pool, decision, index)
+            deferred = defer_predictor and self.predictor.can_defer(decision)
+            if not deferred:
+                self.predictor.score_now(decision)
+                if decision.alpha < 1.0 and decision.predictor_rank:
+                    pool = ranking.fuse_pool(pool, decision, index)
         chosen = self._select(pool, s.inject_budget_chars, s.inject_limit)
-        explored = self.predictor.explore([c.id for c in chosen], decision) if decision is not None else None
+        explored = None
+        if decision is not None:
+            ids = [c.id for c in chosen]
+            if not deferred:
+                explored = self.predictor.explore(ids, decision)
+            elif self.predictor.exploration_drawn(ids, decision):
+                # Exploration swaps a slot by the predictor's ranking: this start needs it now.
+                deferred = False
+                self.predictor.score_now(decision)
+                explored = self.predictor.explore(ids, decision, drawn=True)
         if explored is not None:
             rows = self.db.read(lambda c: mem_sql.contents(c, [explored[1]]))
             chosen = ranking.explored_shown(chosen, explored[0], explored[1], rows)
@@ -149,27 +175,37 @@ class SessionService:
         chosen_ids = {c.id for c in chosen}
         p_scores = decision.predictor_scores if decision is not None else {}
         p_ranks = decision.predictor_rank if decision is not None else {}
+        feats = decision.features if decision is not None else {}
         cand_rows = [sess_sql.CandidateRow(
             memory_id=p.memory_id,
             source="exploration" if explored is not None and p.memory_id == explored[1] else "effective",
             final_score=p.final_score, rank=p.rank,
             was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
             predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
-            predictor_rank=p_ranks.get(p.memory_id)) for p in pool]
+            predictor_rank=p_ranks.get(p.memory_id), features=feats.get(p.memory_id)) for p in pool]
         model_id = self.memories.embedder.model_id if self.memories.embedder is not None else None
+        signals = dict(decision.signals) if decision is not None else None
 
-        def job(conn: sqlite3.Connection) -> bool:
+        def job(conn: sqlite3.Connection) -> bool:  # one transaction: the session, candidates, features
             if not sess_sql.insert_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd,
                                            context=context, started_at=now, predictor_state=state):
                 return False
             sess_sql.record_candidates(conn, key, cand_rows, now)
-            if decision is not None:
-                pred_sql.set_session_inputs(conn, key, context_vector=cv, context_model=model_id,
-                                            signals=decision.signals)
-                pred_sql.set_candidate_features(conn, key, decision.features)
+            if signals is not None:
+                pred_sql.set_session_inputs(conn, key, context_vector=cv, context_model=model_id, signals=signals)
             return True
 
-        if not self.db.write(job):  # a concurrent start for the same key won the race
+        committed: Future[bool] | None = None
+        if deferred:  # registered before the write: a session-end never misses it
+            committed = Future()
+            self.predictor.record_later(key, decision, committed)
+        won = False
+        try:
+            won = self.db.write(job)
+        finally:
+            if committed is not None:
+                committed.set_result(won)
+        if not won:  # a concurrent start for the same key won the race
             return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
         header = self.predictor.status_line() if self.predictor is not None else \
             status_line(state, scored, s.min_training_sessions)
@@ -405,16 +441,20 @@ class SessionService:
         with self._lock:
             self._prompts.pop(key, None)
             self._unsaved.pop(key, None)
-        self._warmer.submit(self._warm_next_context, key, project, inp.cwd)
-        if judge:
-            fut = self._judge.submit(self._score_llm, key, transcript, now)
-            with self._lock:
-                self._pending[key] = fut
-            if not wait:
-                return EndResult(key, "queued", None, None, None, 0, stored, job_id)
-            scorer, score, conf, n = fut.result()
-        else:
-            scorer, score, conf, n = self._score_behavioral(key, now)
+        try:
+            if judge:
+                fut = self._judge.submit(self._score_llm, key, transcript, now)
+                with self._lock:
+                    self._pending[key] = fut
+                if not wait:
+                    return EndResult(key, "queued", None, None, None, 0, stored, job_id)
+                scorer, score, conf, n = fut.result()
+            else:
+                scorer, score, conf, n = self._score_behavioral(key, now)
+        finally:
+            # After the scoring, not alongside it: the warm-up flushes checkpoints and embeds
+            # (~10-30 ms of CPU on 2 cores), which the session-end would otherwise wait behind.
+            self._warmer.submit(self._warm_next_context, key, project, inp.cwd)
         return EndResult(key, "done", scorer, score, conf, n, stored, job_id)
 
     def wait_idle(self, timeout_s: float = 120.0) -> None:
@@ -426,18 +466,24 @@ class SessionService:
             f.result(timeout=timeout_s)
 
     def _score_behavioral(self, key: str, now: str, note: str | None = None) -> tuple[str, float, float, int]:
-        rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
-        started = self.db.read(lambda c: sess_sql.get_session(c, key))
-        injected = [self._signals(r, started.started_at if started else now) for r in rows if r.was_injected]
+        """Score from behaviour: one read, labels and the predictor comparison in memory, one write."""
+        rows, sess, compare = self._read_for_labels(key)
+        started_at = sess.started_at if sess else now
+        sigs = [self._signals(r, started_at) for r in rows]
+        injected = [c for r, c in zip(rows, sigs) if r.was_injected]
         outcome = labels.behavioral_outcome(injected)
         reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + \
             (f"; {note}" if note else "")
         used = sum(1 for c in injected if (c.agent_score or 0) > 0 or c.fts_hit_count > 0)
-        self.db.write(lambda c: sess_sql.write_score(
-            c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
-            memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None, at=now))
-        n = self.relabel(key)
-        self._after_labels(key)
+
+        def write_score(c: sqlite3.Connection) -> None:
+            sess_sql.write_score(
+                c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
+                memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None,
+                at=now)
+
+        n = self._conclude(key, rows, sess, sigs, compare, labels.SessionOutcome(outcome.score, outcome.confidence, 0),
+                           write_score)
         return "behavioral", outcome.score, outcome.confidence, n
 
     def _score_llm(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int]:
@@ -454,7 +500,14 @@ class SessionService:
             self.db.write(lambda c: _finish_summary(c, key, "failed", now, error=str(exc)[:500]))
             return self._score_behavioral(key, now, note=f"LLM judge failed: {str(exc)[:200]}")
 
-        def job(conn: sqlite3.Connection) -> None:
+        # Labels are built from the rows as they are now (the judge took a while), with the
+        # judge's per-memory relevance in place of the stored one.
+        rows, sess, compare = self._read_for_labels(key)
+        rel = {m: float(v) for m, v in result.per_memory.items()}
+        rows = [replace(r, relevance_score=rel[r.memory_id]) if r.memory_id in rel else r for r in rows]
+        sigs = [self._signals(r, sess.started_at) for r in rows] if sess is not None else []
+
+        def write_score(conn: sqlite3.Connection) -> None:
             sess_sql.write_relevance(conn, key, result.per_memory)
             sess_sql.write_score(conn, key, score=result.score, confidence=result.confidence,
                                  memories_recalled=len(injected), memories_used=result.memories_used,
@@ -462,19 +515,67 @@ class SessionService:
                                  scorer="llm", model=self.llm.name, at=now)  # type: ignore[union-attr]
             _finish_summary(conn, key, "completed", now, result={"score": result.score})
 
-        self.db.write(job)
-        n = self.relabel(key)
-        self._after_labels(key)
+        n = self._conclude(key, rows, sess, sigs, compare,
+                           labels.SessionOutcome(result.score, result.confidence, result.novel_context_count),
+                           write_score)
         return "llm", result.score, result.confidence, n
 
-    def _after_labels(self, key: str) -> None:
-        """Hand the labelled session to the predictor (comparison, EMA, retrain schedule)."""
-        if self.predictor is None:
-            return
-        try:
-            self.predictor.on_session_scored(key)
-        except Exception:  # the predictor never breaks a session-end
-            log.exception("predictor comparison for %s failed", key)
+    def _read_for_labels(self, key: str) -> tuple[list[sess_sql.SessionMemory], sess_sql.SessionRow | None,
+                                                  dict[str, Any] | None]:
+        """One read for a session-end: the candidate rows, the session and, with a predictor,
+        its comparison inputs (None when compared already). Waits first for a predictor ranking
+        the session-start is still recording."""
+        pred = self.predictor
+        if pred is not None:
+            pred.wait_recorded(key)
+        return self.db.read(lambda c: (sess_sql.session_memories(c, key), sess_sql.get_session(c, key),
+                                       pred.comparison_inputs(c, key) if pred is not None else None))
+
+    def _conclude(self, key: str, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None,
+                  sigs: list[labels.CandidateSignals], compare: dict[str, Any] | None,
+                  outcome: labels.SessionOutcome, write_score: Any) -> int:
+        """Labels and the predictor's comparison in memory, then ONE write: ``write_score``, the
+        labels, the comparison row and the policy state. Returns the rows labelled.
+
+        The comparison runs in a savepoint: a failure there is logged and rolls back only the
+        comparison (the predictor never breaks a session-end).
+        """
+        out = []
+        if sess is not None:
+            for r, c in zip(rows, sigs):
+                lab = labels.build_label(c, outcome)
+                out.append((r.id, lab.raw, lab.value, lab.reasons))
+        cmp = None
+        if self.predictor is not None and compare is not None and sess is not None:
+            try:
+                cmp = self.predictor.prepare_comparison(
+                    key, rows, {r.memory_id: float(lab[2]) for r, lab in zip(rows, out)},
+                    confidence=outcome.confidence, project=sess.project, signals=compare)
+            except Exception:  # the predictor never breaks a session-end
+                log.exception("predictor comparison for %s failed", key)
+
+        def job(conn: sqlite3.Connection) -> bool:
+            write_score(conn)
+            sess_sql.write_labels(conn, out)
+            if cmp is None:
+                return False
+            conn.execute("SAVEPOINT memlane_comparison")
+            try:
+                self.predictor.write_comparison(conn, cmp)  # type: ignore[union-attr]
+            except Exception:
+                conn.execute("ROLLBACK TO memlane_comparison")
+                conn.execute("RELEASE memlane_comparison")
+                log.exception("writing the predictor comparison of %s failed", key)
+                return False
+            conn.execute("RELEASE memlane_comparison")
+            return True
+
+        if self.db.write(job) and cmp is not None:
+            try:
+                self.predictor.after_comparison(cmp)  # type: ignore[union-attr]
+            except Exception:
+                log.exception("scheduling a retrain after %s failed", key)
+        return len(out)
 
     # -- labels ---------------------------------------------------------------------------
     def _signals(self, r: sess_sql.SessionMemory, started_at: str) -> labels.CandidateSignals:

@@ -144,13 +144,38 @@ def set_session_inputs(conn: sqlite3.Connection, key: str, *, context_vector: np
     """Record the session-level inputs the candidates were scored with."""
     blob = None if context_vector is None else np.asarray(context_vector, dtype="<f4").tobytes()
     conn.execute("UPDATE sessions SET context_vector = ?, context_model = ?, signals = ? WHERE session_key = ?",
-                 (blob, context_model, json.dumps(dict(signals)), key))
+                 (blob, context_model, json.dumps(dict(signals), separators=(",", ":")), key))
 
 
 def set_candidate_features(conn: sqlite3.Connection, key: str, features: Mapping[str, Mapping[str, Any]]) -> None:
     """Log each candidate's raw scoring signals (``{memory_id: {...}}``) on its session row."""
     conn.executemany("UPDATE session_memories SET features = ? WHERE session_key = ? AND memory_id = ?",
-                     [(json.dumps(dict(v)), key, m) for m, v in features.items()])
+                     [(json.dumps(dict(v), separators=(",", ":")), key, m) for m, v in features.items()])
+
+
+def set_predictor_ranking(conn: sqlite3.Connection, key: str, scores: Mapping[str, float],
+                          ranks: Mapping[str, int], *, signals: Mapping[str, Any] | None = None) -> int:
+    """Record the predictor's ranking of a session's candidates after the session-start answered
+    (the deferred path of :meth:`memlane.services.predictor_service.PredictorService.record_later`).
+
+    Args:
+        scores: ``{memory_id: model score}``; empty when the predictor did not score.
+        ranks: ``{memory_id: 1-based predictor rank}``.
+        signals: the session's signals to store instead (a failed score adds ``predictor_error``);
+            None keeps them.
+
+    Returns:
+        the number of candidate rows updated.
+    """
+    n = 0
+    if scores:
+        n = conn.executemany(
+            "UPDATE session_memories SET predictor_score = ?, predictor_rank = ? WHERE session_key = ? AND memory_id = ?",
+            [(float(v), int(ranks[m]), key, m) for m, v in scores.items()]).rowcount
+    if signals is not None:
+        conn.execute("UPDATE sessions SET signals = ? WHERE session_key = ?",
+                     (json.dumps(dict(signals), separators=(",", ":")), key))
+    return n
 
 
 def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
