@@ -6,6 +6,11 @@ starts ``memlane serve`` on it and drives sessions over HTTP: session-start, pro
 questions) and session-end. Reports p50/p95/p99 (ms, client-side) and the largest candidate
 pool seen. A store directory can be kept and reused (``store``): filling 100,000 memories
 embeds every one of them once.
+
+With the predictor on, a fresh store is in cold start (alpha = 1): the session-start hook
+answers before the predictor's scores and records its ranking right after. ``alpha`` < 1
+seeds an earned policy state instead (cold start exited, that alpha), so every start waits
+for the predictor's scores and fuses them, as once the predictor has influence.
 """
 
 from __future__ import annotations
@@ -57,8 +62,40 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
         c.close()
 
 
+def seed_alpha(home: Path, alpha: float) -> None:
+    """Store a policy state whose alpha is ``alpha`` (trained, cold start exited, past the early
+    floors, a non-negative margin EMA) in ``home``'s database, read by the next daemon.
+
+    The bench's sessions carry no agent feedback (confidence < 0.6), so none of them moves the
+    EMA or counts toward a retrain: alpha stays put for the whole run.
+
+    Raises:
+        ValueError: ``alpha`` outside [0, 1).
+    """
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+    from memlane.predictor import policy
+    from memlane.predictor import settings as C
+    from memlane.storage import predictor as pred_sql
+    from memlane.storage.db import connect
+
+    state = policy.PolicyState(success_rate=1.0 - alpha, comparisons=C.COLD_START_WINDOW,
+                               recent_wins=[1] * C.COLD_START_WINDOW, trained=True, model_version=1,
+                               cold_start_exited=True, sessions_since_exit=C.EARLY_ACTIVE_RAMP_SESSIONS,
+                               training_sessions=1000, margin_ema=0.01)
+    assert abs(policy.alpha_for(state) - alpha) < 1e-9
+    conn = connect(home / "memories.db")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        pred_sql.save_state(conn, state.to_dict(), to_iso(datetime.now(timezone.utc)))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
                  store: Path | None = None, gap_s: float = 0.5, predictor: bool = True,
+                 alpha: float | None = None,
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Fill (or reuse) a store, start a daemon on it and time the hooks.
 
@@ -66,7 +103,9 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
     sessions; in it the daemon embeds the next session's context (with 0 the start races that
     work and usually embeds the context itself). With ``predictor`` the daemon runs its
     predictor sidecar and every session-start is scored by it (measuring starts only once
-    the sidecar is ready); without it the predictor is disabled.
+    the sidecar is ready); without it the predictor is disabled. ``alpha`` (< 1, with the
+    predictor) seeds an earned policy state (:func:`seed_alpha`) so every start waits for and
+    fuses the predictor's scores.
 
     Returns:
         ``{"store_size", "sessions", "session_start": latency ms, "prompt_submit": latency ms,
@@ -78,6 +117,8 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
     home.mkdir(parents=True, exist_ok=True)
     try:
         size = fill_store(home, data, n_memories, progress)
+        if predictor and alpha is not None:
+            seed_alpha(home, alpha)
         qs = queries(data)
         port = free_port()
         proc = start_daemon(home, port, env={"MEMLANE_PREDICTOR__ENABLED": "true" if predictor else "false"})
@@ -129,7 +170,9 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                 "session_end": latency_summary(ends), "max_candidate_pool": max(pools),
                 "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected),
                 "predictor": {"enabled": predictor, "scored_sessions": pstatus.get("scored_sessions"),
-                              "score_errors": pstatus.get("score_errors"), "phase": pstatus.get("phase")}}
+                              "score_errors": pstatus.get("score_errors"), "phase": pstatus.get("phase"),
+                              "alpha": pstatus.get("alpha"), "deferred_sessions": pstatus.get("deferred_sessions"),
+                              "pending_records": pstatus.get("pending_records")}}
     finally:
         if tmp:
             tmp.cleanup()

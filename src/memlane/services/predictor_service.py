@@ -182,6 +182,7 @@ class PredictorService:
         self._records: dict[str, list[Future[int]]] = {}
         self.score_errors = 0
         self.scored = 0
+        self.deferred = 0  # session-starts that answered before the predictor's ranking
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -388,6 +389,7 @@ class PredictorService:
         done: Future[int] = Future()
         with self._lock:
             self._records.setdefault(session_key, []).append(done)
+            self.deferred += 1
         signals = dict(decision.signals)
 
         def fail(exc: BaseException) -> None:
@@ -699,12 +701,17 @@ class PredictorService:
 
     # -- observability ------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """Phase, alpha, EMA, per-project slices, counters and the sidecar's health."""
+        """Phase, alpha, EMA, per-project slices, counters and the sidecar's health.
+
+        Counters: ``scored_sessions`` and ``score_errors`` (score requests answered / failed),
+        ``deferred_sessions`` (starts that answered before the predictor's ranking, recorded
+        after) and ``pending_records`` (of those, not recorded yet)."""
         with self._lock:
             s = self.state.to_dict()
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
                "status_line": self.status_line(), "state": s, "scored_sessions": self.scored,
-               "score_errors": self.score_errors,
+               "score_errors": self.score_errors, "deferred_sessions": self.deferred,
+               "pending_records": self.pending_records(),
                "training": self._training is not None and not self._training.done(),
                "settings": self.settings.model_dump()}
         if self.backend is not None:
