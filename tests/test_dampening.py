@@ -276,7 +276,7 @@ def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store
         q = RecallQuery(query, limit=5, touch=False)
         ahead = [(h.memory.id, h.score) for h in c.recall.recall(q).hits]
         real = stages.prefetch_rows
-        stages.prefetch_rows = lambda seqs: None  # nothing read ahead: the stage reads every row
+        stages.prefetch_rows = lambda seqs, links=False: None  # no rows read ahead: the stages and graph read them
         try:
             inline = [(h.memory.id, h.score) for h in c.recall.recall(q).hits]
         finally:

@@ -180,3 +180,22 @@ def test_steps_one_and_two_ahead_give_the_same_boost(store) -> None:
     set_graph(c, enabled=False)
     with ThreadPoolExecutor(1) as pool:
         assert booster.submit(pool, QUERY) is None
+
+
+def test_step_three_from_links_read_ahead_equals_the_sql(store) -> None:
+    from memlane.graph.search import graph_entities, linked_from
+    from memlane.recall.stages import read_candidates
+
+    c, ids = store
+    c.memories.delete(ids["source"])  # deleted: never boosted, by either path
+    merged = merged_for(c)
+    ents = c.db.read(lambda conn: graph_entities(conn, QUERY, deadline=float("inf")))
+    ahead = c.db.read(lambda conn: read_candidates(conn, list(merged), True))
+    fast = linked_from(ents, list(merged), ahead.seq_links(), deadline=float("inf"))
+    sql = c.db.read(lambda conn: graph_linked_seqs(conn, QUERY, list(merged), deadline=float("inf")))
+    assert fast.seqs == sql.seqs and len(fast.seqs) == 1
+    booster = GraphBooster(c.db, lambda: c.settings.memory.pipeline_v2.graph)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        assert booster.boost(QUERY, merged, prepared=booster.submit(pool, QUERY), links=ahead.seq_links()) \
+            == booster.boost(QUERY, merged)

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 MAX_ENTITY_HITS = 20
 MAX_NEIGHBOURS = 50
 MAX_MEMORIES = 200
+#: Candidates per step-3 query in ``storage.graph.linked_seqs`` (its output order, chunk by chunk).
+SQL_CHUNK = 500
 
 
 @dataclass
@@ -128,6 +130,33 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
         return GraphLookup(error=f"{type(exc).__name__}: {exc}"[:300])
 
 
+def linked_from(entities: GraphLookup, candidate_seqs: Sequence[int], links: dict[int, set[str]], *,
+                deadline: float, clock: Callable[[], float] = time.monotonic) -> GraphLookup:
+    """Step 3 of :func:`graph_linked_seqs` from links already read: the live candidates linked to
+    any of ``entities``' entity or neighbour ids, in the order the SQL gives them (ascending seq
+    within each chunk of 500 candidates), at most :data:`MAX_MEMORIES`.
+
+    Args:
+        entities: steps 1 and 2 (:func:`graph_entities`).
+        links: seq -> linked entity ids, for every live candidate (deleted ones absent).
+    """
+    if entities.error is not None or entities.timed_out or not entities.entity_ids:
+        return entities
+    out = GraphLookup(list(entities.entity_ids), list(entities.neighbour_ids))
+    if not candidate_seqs:
+        return out
+    if clock() >= deadline:
+        out.timed_out = True
+        return out
+    wanted = set(out.entity_ids) | set(out.neighbour_ids)
+    found: list[int] = []
+    for start in range(0, len(candidate_seqs), SQL_CHUNK):
+        found.extend(s for s in sorted(candidate_seqs[start:start + SQL_CHUNK])
+                     if not wanted.isdisjoint(links.get(s, ())))
+    out.seqs = set(found[:MAX_MEMORIES])
+    return out
+
+
 def apply_boost(merged: dict[int, tuple[float, Any]], seqs: set[int], weight: float
                 ) -> dict[int, tuple[float, Any]]:
     """A copy of ``merged`` (seq -> (hybrid score, leg scores)) with ``weight`` added to the
@@ -178,7 +207,8 @@ class GraphBooster:
             return None
 
     def boost(self, query: str, merged: dict[int, tuple[float, Any]], *, timeout_ms: float | None = None,
-              prepared: Future | None = None) -> dict[int, tuple[float, Any]]:
+              prepared: Future | None = None, links: dict[int, set[str]] | None = None
+              ) -> dict[int, tuple[float, Any]]:
         """``merged`` with graph-linked candidates boosted.
 
         Args:
@@ -187,6 +217,9 @@ class GraphBooster:
             timeout_ms: the deadline, ms (default ``graph.boost_timeout_ms``); ignored with
                 ``prepared`` (its deadline started at :meth:`submit`).
             prepared: the future of :meth:`submit` for this query: only step 3 runs here.
+            links: with ``prepared``, seq -> linked entity ids of every live candidate in
+                ``merged`` (deleted ones absent), already read: step 3 is
+                :func:`linked_from` instead of SQL.
         """
         try:
             g = self.settings()
@@ -198,8 +231,11 @@ class GraphBooster:
             else:
                 budget_ms = g.boost_timeout_ms if timeout_ms is None else timeout_ms
                 deadline = self.clock() + budget_ms / 1000.0
-            found = self.db.read(lambda c: graph_linked_seqs(c, query, list(merged), deadline=deadline,
-                                                             clock=self.clock, entities=entities))
+            if entities is not None and links is not None:
+                found = linked_from(entities, list(merged), links, deadline=deadline, clock=self.clock)
+            else:
+                found = self.db.read(lambda c: graph_linked_seqs(c, query, list(merged), deadline=deadline,
+                                                                 clock=self.clock, entities=entities))
             self._count(found)
             return apply_boost(merged, found.seqs, g.boost_weight)
         except Exception as exc:  # recall must never fail because of the graph

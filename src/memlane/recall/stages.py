@@ -12,12 +12,13 @@ failing stage is skipped and the previous scores and order are kept.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -28,9 +29,7 @@ from memlane.recall.hints import merge_hints, search_hints
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.rerank import RerankCandidate, Reranker, build_reranker, rerank
-from memlane.storage import candidates as candidates_sql
 from memlane.storage import hubs as hubs_sql
-from memlane.storage.candidates import CandidateRow
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters
 from memlane.storage.models import Memory
@@ -48,22 +47,62 @@ TIMING_SAMPLES = 1000
 Merged = dict[int, tuple[float, LegScores]]
 
 
+class CandRow(NamedTuple):
+    """What the recall stages and the graph boost read of a candidate memory."""
+
+    seq: int
+    id: str
+    type: str
+    content: str
+    is_deleted: int
+
+
+def read_candidates(conn: sqlite3.Connection, seqs: list[int], links: bool) -> "Prefetched":
+    """Rows of ``seqs`` (unknown seqs absent) and, with ``links``, their memories' entity links
+    (``memory_entity_mentions``), in one read.
+
+    Raises:
+        sqlite3.Error: SQLite failed.
+    """
+    rows: dict[int, CandRow] = {}
+    cur = conn.cursor()
+    cur.row_factory = None  # plain tuples
+    for start in range(0, len(seqs), 500):
+        chunk = [int(x) for x in seqs[start:start + 500]]
+        for r in cur.execute(f"SELECT seq, id, type, content, is_deleted FROM memories WHERE seq IN "
+                             f"({','.join('?' * len(chunk))})", chunk):
+            rows[r[0]] = CandRow._make(r)
+    return Prefetched(rows, hubs_sql.entities_of(conn, [r.id for r in rows.values()]) if links else None)
+
+
 @dataclass
 class Prefetched:
-    """Candidate rows read ahead (on the leg workers, while the query is embedded).
+    """Candidate rows read ahead (on the leg worker while the query is embedded, then the rest
+    in one read after the merge).
 
     Attributes:
-        rows: seq -> CandidateRow.
-        links: memory id -> linked entity ids, covering every row in ``rows`` (hub dampening),
-            or None when they were not read.
+        rows: seq -> CandRow.
+        links: memory id -> linked entity ids, covering every row in ``rows`` (memories without
+            links absent), or None when they were not read (for all of them).
     """
 
-    rows: dict[int, CandidateRow] = field(default_factory=dict)
+    rows: dict[int, CandRow] = field(default_factory=dict)
     links: dict[str, set[str]] | None = None
+    #: False once a read failed: rows may be missing for candidates that exist.
+    complete: bool = True
+
+    def seq_links(self) -> dict[int, set[str]] | None:
+        """seq -> linked entity ids of every live row; None without links or when a read failed
+        (the caller must then read them itself)."""
+        if self.links is None or not self.complete:
+            return None
+        return {s: self.links.get(r.id, set()) for s, r in self.rows.items() if not r.is_deleted}
 
     def add(self, other: "Prefetched | None") -> None:
-        """Take ``other``'s rows (and links; links become None unless both have them)."""
+        """Take ``other``'s rows (and links; links become None unless both have them). None: a
+        read that failed (``complete`` becomes False)."""
         if other is None:
+            self.complete = False
             return
         self.rows.update(other.rows)
         if self.links is not None and other.links is not None:
@@ -100,11 +139,11 @@ class RecallStages:
         self.rerank_outcomes: dict[str, int] = {}
 
     # -- hints --------------------------------------------------------------------------
-    def submit_hints(self, pool: ThreadPoolExecutor, expr: str | None, n_cand: int, filters: Filters,
-                     prefetch: bool = False) -> Future | None:
+    def submit_hints(self, pool: Executor, expr: str | None, n_cand: int, filters: Filters,
+                     prefetch: bool = False, links: bool = False) -> Future | None:
         """Start the hint leg on ``pool`` when ``hints.enabled`` (None otherwise). The future's
-        result is ``(seq -> hint score, Prefetched of those memories or None)``; rows are read
-        only with ``prefetch`` (see :meth:`prefetch_rows`)."""
+        result is ``(seq -> hint score, Prefetched of those memories or None)``; rows (and with
+        ``links`` their entity links) are read only with ``prefetch`` (:meth:`prefetch_rows`)."""
         try:
             if expr is None or not self.pipeline().hints.enabled:
                 return None
@@ -112,7 +151,7 @@ class RecallStages:
 
             def leg() -> tuple[dict[int, float], Prefetched | None]:
                 scores = search_hints(self.db, self.index, expr, n_cand, filters, cache)
-                return scores, self.prefetch_rows(list(scores)) if prefetch else None
+                return scores, self.prefetch_rows(list(scores), links) if prefetch else None
 
             return pool.submit(leg)
         except Exception as exc:
@@ -127,23 +166,23 @@ class RecallStages:
         except Exception:
             return None
 
-    def prefetch_rows(self, seqs: list[int]) -> Prefetched | None:
-        """Candidate rows (and, with hub dampening on, their entity links) for ``seqs`` in one
-        read, for :meth:`rank`; None when it failed or nothing needs them. Never raises."""
+    def prefetch_rows(self, seqs: list[int], links: bool = False) -> Prefetched | None:
+        """Candidate rows (and with ``links`` their entity links) for ``seqs`` in one read
+        (:func:`read_candidates`), for :meth:`rank` and the graph boost; None when it failed.
+        Never raises."""
         try:
-            p = self.pipeline()
-            if not (any_enabled(p.dampening) or p.reranker.enabled):
-                return None
-            hub = p.dampening.hub_enabled
-            return self.db.read(lambda c: self._read(c, seqs, hub))
+            return self.db.read(lambda c: read_candidates(c, seqs, links))
         except Exception as exc:
             log.warning("candidate prefetch skipped: %s", exc)
             return None
 
-    @staticmethod
-    def _read(conn, seqs: list[int], links: bool) -> Prefetched:
-        rows = candidates_sql.by_seqs(conn, seqs)
-        return Prefetched(rows, hubs_sql.entities_of(conn, [r.id for r in rows.values()]) if links else None)
+    def hub_active(self) -> bool:
+        """Whether hub dampening is on now (it reads entity links). Never raises."""
+        try:
+            p = self.pipeline().dampening
+            return p.hub_enabled
+        except Exception:
+            return False
 
     def merge_hints(self, merged: Merged, future: Future | None, alpha: float, query_vector: np.ndarray | None,
                     context_weight: float) -> Merged:
@@ -213,7 +252,7 @@ class RecallStages:
 
     def _dampened(self, query: str, seqs: list[int], final: np.ndarray, known: np.ndarray, merged: Merged,
                   min_score: float, need: int, p: PipelineV2Settings, prefetched: Prefetched | None = None
-                  ) -> tuple[list[tuple[float, int]], dict[int, CandidateRow]]:
+                  ) -> tuple[list[tuple[float, int]], dict[int, CandRow]]:
         """Dampen a pool of the best candidates, growing it until no candidate outside could
         enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score). Rows in
         ``prefetched`` are not read again."""
@@ -240,7 +279,7 @@ class RecallStages:
             want = [seq_list[i] for i in new.tolist()]
             missing = [s for s in want if s not in rows]
             if missing:
-                got = self.db.read(lambda c: self._read(c, missing, have.links is not None))
+                got = self.db.read(lambda c: read_candidates(c, missing, have.links is not None))
                 rows.update(got.rows)
                 if have.links is not None:
                     have.links.update(got.links or {})
@@ -269,7 +308,7 @@ class RecallStages:
         return [(float(s), seq_list[i]) for s, i in zip(scores.tolist(), pool.tolist())], rows
 
     def _rerank(self, query: str, query_vector: np.ndarray | None, ranked: list[tuple[float, int]],
-                rows: dict[int, CandidateRow], p: PipelineV2Settings) -> list[tuple[float, int]]:
+                rows: dict[int, CandRow], p: PipelineV2Settings) -> list[tuple[float, int]]:
         reranker = self._reranker(p.reranker.model)
         if reranker is None:
             return ranked

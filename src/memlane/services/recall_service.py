@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +23,7 @@ from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.bm25 import bm25_leg
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
-from memlane.recall.memory_index import MemoryIndex
+from memlane.recall.memory_index import MemoryIndex, single_threaded_blas
 from memlane.recall.stages import Prefetched, RecallStages
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
@@ -44,6 +45,42 @@ MAX_LIMIT = 1000
 FTS_CACHE_MIN_MEMORIES = 2000
 
 
+class SerialBatch(Executor):
+    """An executor that collects calls and, once :meth:`start` ed, runs them in submission order
+    on one worker of another executor (each call's future completes as it finishes)."""
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[Future, Callable[..., Any], tuple, dict]] = []
+        self._started = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """Queue ``fn(*args, **kwargs)``; its future completes when the batch reaches it.
+
+        Raises:
+            RuntimeError: the batch has started.
+        """
+        if self._started:
+            raise RuntimeError("batch already started")
+        fut: Future = Future()
+        self._calls.append((fut, fn, args, kwargs))
+        return fut
+
+    def start(self, pool: Executor) -> None:
+        """Run the queued calls on one worker of ``pool`` (nothing to do: no worker used)."""
+        self._started = True
+        if self._calls:
+            pool.submit(self._run)
+
+    def _run(self) -> None:
+        for fut, fn, args, kwargs in self._calls:
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to whoever waits on it
+                fut.set_exception(exc)
+
+
 class RecallService:
     """Recall over the memory store.
 
@@ -55,6 +92,7 @@ class RecallService:
     def __init__(self, memories: MemoryService, settings: RecallSettings) -> None:
         self.memories = memories
         self.settings = settings
+        single_threaded_blas()  # the vector leg's matrix-vector product (see there)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
         #: In-memory FTS5 statistics for the BM25 and hint legs (see :meth:`fts_cache`).
         self.fts = FtsCache(memories.db)
@@ -114,17 +152,25 @@ class RecallService:
 
         n_cand = max(q.limit * s.candidate_multiplier, 50)
         legs: list[str] = []
-        # The BM25 leg runs on a worker while this thread embeds the query: SQLite and
-        # onnxruntime both release the GIL, so on 2 cores the legs overlap.
+        # Everything that does not need the query vector runs, in order, on one worker while this
+        # thread embeds the query (onnxruntime and SQLite release the GIL: on 2 cores they
+        # overlap): the BM25 leg, the hint leg, the graph's entity lookup. One worker, not one
+        # each: fewer thread wake-ups, and together they take less than the embedding.
         expr = fts.match_expression(text)
-        # With dampening or the reranker on, the legs also read their candidates' rows while the
-        # query is embedded (the stages need them; one read per leg, off the critical path).
-        prefetch = self.stages is not None and self.stages.active()
-        bm25_future = self._pool.submit(self._bm25, expr, n_cand, filters, prefetch) if expr is not None else None
-        hint_future = self.stages.submit_hints(self._pool, expr, n_cand, filters, prefetch) if self.stages else None
+        ahead = SerialBatch()
         # The graph lookup's first two steps (query entities, neighbours) need no candidates.
         graph_submit = getattr(self.graph_boost, "submit", None)
-        graph_future = graph_submit(self._pool, text) if graph_submit is not None else None
+        graph_future = graph_submit(ahead, text) if graph_submit is not None else None
+        # Dampening and the reranker read the candidates' rows, hub dampening and the graph boost
+        # their entity links: each leg reads its own candidates' on the worker, the rest are read
+        # in one query after the merge.
+        rows_needed = self.stages is not None and self.stages.active()
+        links = self.stages is not None and (graph_future is not None or (rows_needed and self.stages.hub_active()))
+        prefetch = rows_needed or links
+        bm25_future = ahead.submit(self._bm25, expr, n_cand, filters, prefetch, links) if expr is not None else None
+        hint_future = (self.stages.submit_hints(ahead, expr, n_cand, filters, prefetch, links)
+                       if self.stages else None)
+        ahead.start(self._pool)
         vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
@@ -136,13 +182,13 @@ class RecallService:
             except EmbeddingError as exc:
                 log.warning("query embedding failed, BM25 only: %s", exc)
         bm25_scores: dict[int, float] | None = None
-        prefetched = Prefetched(links={}) if prefetch else None
+        prefetched = Prefetched(links={} if links else None) if prefetch else None
         if bm25_future is not None:
             pairs, rows_ahead = bm25_future.result()
             bm25_scores = dict(pairs)
             legs.append("bm25")
             if prefetched is not None:
-                prefetched.add(rows_ahead or Prefetched())
+                prefetched.add(rows_ahead)
         if qv is not None:
             top = self.index.search(qv, n_cand, filters, s.context_weight)
             vector_scores = dict(top)
@@ -155,11 +201,16 @@ class RecallService:
         if self.stages is not None:  # hints merge (max), before the graph boost
             merged = self.stages.merge_hints(merged, hint_future, alpha, qv, s.context_weight)
             if prefetched is not None and hint_future is not None:
-                prefetched.add(self.stages.hint_rows(hint_future) or Prefetched())
+                prefetched.add(self.stages.hint_rows(hint_future))
         if not merged:
             return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
+        if prefetched is not None and self.stages is not None:  # the rest of the candidates' rows
+            missing = [x for x in merged if x not in prefetched.rows]
+            if missing:
+                prefetched.add(self.stages.prefetch_rows(missing, links))
         if graph_future is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
-            merged = self.graph_boost.boost(text, merged, prepared=graph_future)
+            merged = self.graph_boost.boost(text, merged, prepared=graph_future,
+                                            links=prefetched.seq_links() if prefetched is not None else None)
         elif self.graph_boost is not None:
             merged = self.graph_boost(text, merged)
         seqs = list(merged)
@@ -184,13 +235,15 @@ class RecallService:
             self._touch(hits)
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
 
-    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False
+    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False, links: bool = False
               ) -> tuple[list[tuple[int, float]], Prefetched | None]:
         """The BM25 leg (``memlane.recall.bm25.bm25_leg``) and, with ``prefetch``, its candidates'
-        rows for the recall stages (``RecallStages.prefetch_rows``)."""
+        rows (and with ``links`` their entity links) for the stages and the graph boost
+        (``RecallStages.prefetch_rows``)."""
         pairs = bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight,
                          cache=self.fts_cache())
-        rows = self.stages.prefetch_rows([s for s, _ in pairs]) if prefetch and self.stages is not None else None
+        rows = (self.stages.prefetch_rows([s for s, _ in pairs], links)
+                if prefetch and self.stages is not None else None)
         return pairs, rows
 
     def _touch(self, hits: list[RecallHit]) -> None:
