@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memlane.pipeline.config import DampeningSettings
 from memlane.recall.dampening import (
@@ -250,7 +252,7 @@ def test_dampener_with_links_read_ahead_equals_reading_them(open_store) -> None:
 
 
 def test_content_features_match_the_stage_functions() -> None:
-    from memlane.recall.dampening import ContentFeatures, content_tokens, has_temporal_anchor
+    from memlane.recall.dampening import ContentFeatures
 
     feats = ContentFeatures(max_entries=3)
     texts = ["Released on 2025-03-14 after the freeze, which took a long time to plan.", "short May 3",
@@ -258,9 +260,27 @@ def test_content_features_match_the_stage_functions() -> None:
              "Über café naïve tokens_with_underscores and CAPS, and a date of 3 May in the middle."]
     for _ in range(2):  # the second round is partly cached, partly re-computed (max 3 entries)
         for t in texts:
-            tokens, long, anchored = feats.get(t)
-            assert tokens == content_tokens(t) and long == (len(t) >= 50)
-            assert anchored == (long and has_temporal_anchor(t))
+            long, anchored = feats.get(t)
+            assert long == (len(t) >= 50) and anchored == (long and has_temporal_anchor(t))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40),
+       st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40))
+def test_token_matcher_is_token_overlap(query: str, content: str) -> None:
+    from memlane.recall.dampening import token_matcher
+
+    q = content_tokens(query)
+    assert token_matcher(q)(content) == (not q.isdisjoint(content_tokens(content)))
+
+
+def test_token_matcher_prefixes_and_words() -> None:
+    from memlane.recall.dampening import token_matcher
+
+    m = token_matcher({"cat", "catalog"})
+    assert m("the Catalog is here") and m("a cat.") and not m("category") and not m("bobcat")
+    assert m("cat_alog")  # "_" splits tokens: "cat" is a token there
+    assert not token_matcher(set())("anything")
 
 
 def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store) -> None:

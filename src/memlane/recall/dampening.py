@@ -211,23 +211,36 @@ MAX_CACHED_CONTENTS = 100_000
 
 
 class ContentFeatures:
-    """What stages 1 and 3 read of a content, computed once per distinct content string:
-    ``(content_tokens, len >= RESOLUTION_MIN_CHARS, has_temporal_anchor)``. Keyed by the text
-    itself, so an edited memory never reuses its old features. Thread-safe (dict operations)."""
+    """What stage 3 reads of a content, computed once per distinct content string:
+    ``(len >= RESOLUTION_MIN_CHARS, has_temporal_anchor)``. Keyed by the text itself, so an
+    edited memory never reuses its old features. Thread-safe (dict operations)."""
 
     def __init__(self, max_entries: int = MAX_CACHED_CONTENTS) -> None:
         self.max_entries = max_entries
-        self._d: dict[str, tuple[frozenset[str], bool, bool]] = {}
+        self._d: dict[str, tuple[bool, bool]] = {}
 
-    def get(self, content: str) -> tuple[frozenset[str], bool, bool]:
-        """The features of ``content`` (tokens, long enough for the resolution boost, anchored)."""
+    def get(self, content: str) -> tuple[bool, bool]:
+        """(long enough for the resolution boost, has a temporal anchor) of ``content``."""
         f = self._d.get(content)
         if f is None:
             if len(self._d) >= self.max_entries:
                 self._d.clear()
             long = len(content) >= RESOLUTION_MIN_CHARS
-            f = self._d[content] = (frozenset(content_tokens(content)), long, long and has_temporal_anchor(content))
+            f = self._d[content] = (long, long and has_temporal_anchor(content))
         return f
+
+
+def token_matcher(tokens: set[str]) -> Callable[[str], bool]:
+    """``matches(text)``: whether ``content_tokens(text)`` shares a token with ``tokens`` (a set of
+    :func:`content_tokens` output: lowercase runs of letters and digits, no stop words), without
+    tokenising ``text``: one regex search for any of them as a whole run in ``text.lower()``."""
+    if not tokens:
+        return lambda text: False
+    # Longest first: an alternative that is a prefix of another must not shadow it (the
+    # lookahead would reject the short one and the search would move on).
+    alt = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+    pattern = re.compile(r"(?<![^\W_])(?:" + alt + r")(?![^\W_])")
+    return lambda text: pattern.search(text.lower()) is not None
 
 
 class Dampener:
@@ -245,7 +258,7 @@ class Dampener:
                 cfg: DampeningSettings, links: dict[str, set[str]] | None = None) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
         Equal to :func:`gravity_factors` x :meth:`HubStats.factors` x :func:`resolution_factors`;
-        the content-derived parts come from :class:`ContentFeatures`.
+        stage 1 tests token overlap with :func:`token_matcher`, stage 3 reads :class:`ContentFeatures`.
 
         Args:
             query: the recall query text.
@@ -257,12 +270,6 @@ class Dampener:
         """
         m = len(memories)
         total = np.ones(m, dtype=np.float64)
-        feats: list[tuple[frozenset[str], bool, bool]] = []
-
-        def features() -> list[tuple[frozenset[str], bool, bool]]:
-            if not feats:
-                feats.extend(self.features.get(x.content) for x in memories)
-            return feats
 
         def gravity() -> np.ndarray:
             out = np.ones(m, dtype=np.float64)
@@ -270,9 +277,9 @@ class Dampener:
             if not q:
                 return out
             check = ~np.asarray(lexical, dtype=bool) & (np.asarray(scores, dtype=np.float64) > GRAVITY_MIN_SCORE)
-            f = features()
+            shares = token_matcher(q)
             for i in np.flatnonzero(check).tolist():
-                if q.isdisjoint(f[i][0]):
+                if not shares(memories[i].content):
                     out[i] = cfg.gravity_penalty
             return out
 
@@ -280,7 +287,9 @@ class Dampener:
             out = np.ones(m, dtype=np.float64)
             boost = cfg.resolution_boost
             half = 1.0 + (boost - 1.0) * 0.5
-            for i, (x, (_, long, anchored)) in enumerate(zip(memories, features())):
+            feats = self.features.get
+            for i, x in enumerate(memories):
+                long, anchored = feats(x.content)
                 if long:
                     if x.type in RESOLUTION_TYPES:
                         out[i] = boost

@@ -274,6 +274,11 @@ class RecallStages:
         done = 0  # candidates of ``order`` already fetched and dampened
         size = max(2 * need, MIN_POOL)
         seq_list = seq_arr.tolist()
+        if all(seq_list[i] in rows for i in order.tolist()):
+            # Every row is at hand (read ahead): one pass over all candidates costs less than
+            # growing the pool, and ranks the same (the growth only ever stops early when the
+            # candidates left out cannot reach the top ``need``).
+            size = max(size, int(order.size))
         while True:
             new = order[done:size]
             want = [seq_list[i] for i in new.tolist()]
