@@ -129,6 +129,7 @@ class HubStats:
         self._degrees: dict[str, int] = {}
         self._sorted = np.zeros(0)
         self._thresholds: dict[float, float] = {}
+        self._hubs: dict[float, frozenset[str]] = {}
 
     def degrees(self) -> tuple[dict[str, int], np.ndarray]:
         """(entity id -> mention count, the counts sorted ascending [n_entities])."""
@@ -138,6 +139,7 @@ class HubStats:
                 self._sorted = np.sort(np.fromiter(self._degrees.values(), dtype=np.float64,
                                                    count=len(self._degrees)))
                 self._thresholds = {}
+                self._hubs = {}
                 self._at = self._clock()
             return self._degrees, self._sorted
 
@@ -164,7 +166,20 @@ class HubStats:
         threshold = self.threshold(percentile)
         if links is None:
             links = self.db.read(lambda c: hubs_sql.entities_of(c, list(memory_ids)))
-        return hub_factors([links.get(i, set()) for i in memory_ids], degrees, threshold, penalty)
+        if threshold < 0:  # (cannot happen with counts; an unknown entity's 0 would be above it)
+            return hub_factors([links.get(i, set()) for i in memory_ids], degrees, threshold, penalty)
+        # hub_factors' test as a subset test against the entities above the threshold (cached).
+        with self._lock:
+            hubs = self._hubs.get(percentile)
+            if hubs is None:
+                hubs = self._hubs[percentile] = frozenset(e for e, d in degrees.items() if d > threshold)
+        out = np.ones(len(memory_ids), dtype=np.float64)
+        empty: frozenset[str] = frozenset()
+        for i, mid in enumerate(memory_ids):
+            ents = links.get(mid, empty)
+            if ents and ents <= hubs:
+                out[i] = penalty
+        return out
 
 
 # ------------------------------------------------------------------------------ stage 3
