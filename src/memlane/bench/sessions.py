@@ -172,7 +172,8 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                 "predictor": {"enabled": predictor, "scored_sessions": pstatus.get("scored_sessions"),
                               "score_errors": pstatus.get("score_errors"), "phase": pstatus.get("phase"),
                               "alpha": pstatus.get("alpha"), "deferred_sessions": pstatus.get("deferred_sessions"),
-                              "pending_records": pstatus.get("pending_records")}}
+                              "pending_records": pstatus.get("pending_records"),
+                              "score_latency_ms": pstatus.get("score_latency_ms")}}
     finally:
         if tmp:
             tmp.cleanup()

@@ -25,6 +25,7 @@ import math
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -47,6 +48,9 @@ from memlane.storage.db import Database
 __all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
 
 log = logging.getLogger(__name__)
+
+#: Score request durations kept for ``status()["score_latency_ms"]``.
+SCORE_LATENCY_WINDOW = 500
 
 
 def project_name(project: str | None) -> str | None:
@@ -183,6 +187,8 @@ class PredictorService:
         self.score_errors = 0
         self.scored = 0
         self.deferred = 0  # session-starts that answered before the predictor's ranking
+        # Score request durations as the daemon saw them (ms, JSON and pipe included; seed 4.2).
+        self._score_ms: deque[float] = deque(maxlen=SCORE_LATENCY_WINDOW)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,7 +242,7 @@ class PredictorService:
         """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`)."""
         fields = self.index.candidate_fields([p.seq for p in pool])
         name = project_name(project)
-        texts = self.db.read(lambda c: pred_sql.contents_and_projects(c, [p.memory_id for p in pool])) \
+        texts = self.db.read(lambda c: pred_sql.mention_inputs(c, [p.memory_id for p in pool], project)) \
             if project else {}
         out: dict[str, dict[str, Any]] = {}
         for p, f in zip(pool, fields):
@@ -345,12 +351,13 @@ class PredictorService:
                 self.score_errors += 1
             return ScoreResult({}, {}, [], error=f"{type(exc).__name__}: {exc}",
                                took_ms=(time.perf_counter() - t0) * 1000)
+        took = (time.perf_counter() - t0) * 1000
         with self._lock:
             self.scored += 1
+            self._score_ms.append(took)
         # sorted() is stable: equal scores keep their baseline order
         ranked = sorted(baseline, key=lambda m: -scores[m])
-        return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked,
-                           took_ms=(time.perf_counter() - t0) * 1000)
+        return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took)
 
     def apply(self, decision: RankDecision, result: ScoreResult) -> RankDecision:
         """Put ``result`` into ``decision``: scores, predictor ranks, RRF-fused scores and order;
@@ -705,13 +712,17 @@ class PredictorService:
 
         Counters: ``scored_sessions`` and ``score_errors`` (score requests answered / failed),
         ``deferred_sessions`` (starts that answered before the predictor's ranking, recorded
-        after) and ``pending_records`` (of those, not recorded yet)."""
+        after) and ``pending_records`` (of those, not recorded yet); ``score_latency_ms``: p50,
+        p95 and p99 of the last answered score requests as the daemon saw them (ms)."""
         with self._lock:
             s = self.state.to_dict()
+            lat = sorted(self._score_ms)
+        pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
                "status_line": self.status_line(), "state": s, "scored_sessions": self.scored,
                "score_errors": self.score_errors, "deferred_sessions": self.deferred,
                "pending_records": self.pending_records(),
+               "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
                "training": self._training is not None and not self._training.done(),
                "settings": self.settings.model_dump()}
         if self.backend is not None:

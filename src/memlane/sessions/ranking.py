@@ -77,7 +77,8 @@ def fuse_pool(pool: Sequence[RankedCandidate], decision: RankDecision, index: Me
     adjusted, order = apply_topic_diversity(fused, vecs if has.any() else None, has)
     rank = np.empty(len(ids), dtype=int)
     rank[order] = np.arange(1, len(ids) + 1)
-    out = [replace(p, final_score=float(adjusted[j]), rank=int(rank[j])) for j, p in enumerate(pool)]
+    adj, ranks = adjusted.tolist(), rank.tolist()  # plain numbers: no numpy scalar per candidate
+    out = [replace(p, final_score=adj[j], rank=ranks[j]) for j, p in enumerate(pool)]
     return sorted(out, key=lambda c: c.rank)
 
 

@@ -10,6 +10,7 @@ attenuated by topic diversity, and the top of it is injected within the characte
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -102,17 +103,18 @@ def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: 
     if cv is not None and eff:
         vecs, has = index.vectors_of([e[0] for e in eff])
         sims[has] = vecs[has] @ cv
+    finite = np.isfinite(sims)
     chosen: dict[int, None] = {i: None for i in range(min(s.effective_top, len(eff)))}
-    if s.similarity_top and np.isfinite(sims).any():
-        order = np.argsort(-np.nan_to_num(sims, nan=-np.inf), kind="stable")
-        for i in order[: s.similarity_top]:
-            if np.isfinite(sims[i]):
-                chosen.setdefault(int(i), None)
+    if s.similarity_top and finite.any():
+        order = np.argsort(-np.nan_to_num(sims, nan=-np.inf), kind="stable")[: s.similarity_top]
+        for i in order[finite[order]].tolist():
+            chosen.setdefault(i, None)
     picked = list(chosen)[: s.candidate_pool_size]
     if not picked:
         return []
     eff_scores = np.array([eff[i][2] for i in picked])
-    sim_scores = np.array([sims[i] if np.isfinite(sims[i]) else -1.0 for i in picked])
+    pick_sims = sims[picked]
+    sim_scores = np.where(np.isfinite(pick_sims), pick_sims, -1.0)
     # Baseline = effectiveScore; similarity breaks ties (lexsort: last key is primary).
     baseline_order = np.lexsort((-sim_scores, -eff_scores))
     baseline_rank = np.empty(len(picked), dtype=int)
@@ -124,11 +126,16 @@ def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: 
     adjusted, final_order = apply_topic_diversity(walk_scores, pool_vecs, pool_has)
     rank = np.empty(len(picked), dtype=int)
     rank[final_order] = np.arange(1, len(picked) + 1)
+    # Plain Python numbers from here (numpy scalar access costs ~1 us each; 90 candidates x 6).
+    effs, sims_l, adj, b_rank, f_rank = (eff_scores.tolist(), pick_sims.tolist(), adjusted.tolist(),
+                                         baseline_rank.tolist(), rank.tolist())
     out = []
     for j, i in enumerate(picked):
+        sim = sims_l[j]
         out.append(RankedCandidate(
-            memory_id=eff[i][1], seq=eff[i][0], effective_score=float(eff_scores[j]),
-            similarity=float(sims[i]) if np.isfinite(sims[i]) else None,
-            baseline_score=float(eff_scores[j]), final_score=float(adjusted[j]),
-            baseline_rank=int(baseline_rank[j]), rank=int(rank[j])))
-    return sorted(out, key=lambda c: c.rank)
+            memory_id=eff[i][1], seq=eff[i][0], effective_score=effs[j],
+            similarity=sim if math.isfinite(sim) else None,
+            baseline_score=effs[j], final_score=adj[j],
+            baseline_rank=b_rank[j], rank=f_rank[j]))
+    out.sort(key=lambda c: c.rank)
+    return out

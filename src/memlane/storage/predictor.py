@@ -90,13 +90,17 @@ def memory_inputs(conn: sqlite3.Connection, ids: Sequence[str], model: str | Non
     return out
 
 
-def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
-    """``{memory_id: (content, project)}``."""
+def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -> dict[str, tuple[str, str | None]]:
+    """``{memory_id: (content, project)}`` for the ``mentions_project`` signal, with ``""`` as the
+    content of memories stored under ``project`` (they mention it whatever they say: their text
+    is not read)."""
     out: dict[str, tuple[str, str | None]] = {}
+    cur = conn.cursor()
+    cur.row_factory = None
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
-        for r in conn.execute(f"SELECT id, content, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
-                              chunk):
+        for r in cur.execute(f"SELECT id, CASE WHEN project = ? THEN '' ELSE content END, project FROM memories "
+                             f"WHERE id IN ({','.join('?' * len(chunk))})", [project, *chunk]):
             out[r[0]] = (r[1], r[2])
     return out
 
