@@ -44,6 +44,7 @@ def create_app(container: Container) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=container.settings.max_body_bytes)
     mem = container.memories
     rec = container.recall
+    rec.warm()  # the BM25 / hint legs' in-memory FTS statistics, built in the background
 
     @app.get("/health", tags=["meta"])
     def health() -> dict[str, Any]:

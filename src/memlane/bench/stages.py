@@ -120,6 +120,8 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
                 "rerank": {"rerank"}, "all": {"hints", "graph", "dampening", "rerank"}}
     c = open_container(load_settings(home=home), warmup=True)
     try:
+        c.recall.warm()  # as the daemon does at start
+        c.recall.fts.wait()
         base = c.settings.memory.pipeline_v2
 
         def use(name: str) -> None:

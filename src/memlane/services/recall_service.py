@@ -115,6 +115,13 @@ class RecallService:
         (:data:`FTS_CACHE_MIN_MEMORIES`), else None (SQL)."""
         return self.fts if self.index.size >= FTS_CACHE_MIN_MEMORIES else None
 
+    def warm(self) -> None:
+        """Start building the in-memory FTS statistics now (in the background) when the store is
+        large enough to use them, instead of at the first recall. Never raises."""
+        cache = self.fts_cache()
+        if cache is not None:
+            cache.schedule()
+
     def recall(self, q: RecallQuery) -> RecallResult:
         """Run one recall.
 
