@@ -194,3 +194,31 @@ def test_tokenizer_option_and_varints() -> None:
     assert read_varint(bytes([0xCE, 0x10]), 0) == (10000, 2)
     assert parse_averages(bytes([0xCE, 0x10, 0x90, 0xFB, 0x53, 0x00]), 2) == (10000, (0x10 << 14 | 0x7B << 7 | 0x53))
     assert np.isfinite(fts_cache.K1 + fts_cache.B)
+
+
+def test_serial_batch_runs_in_order_on_one_worker() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memlane.services.recall_service import SerialBatch
+
+    seen: list[tuple[int, str]] = []
+
+    def job(i: int) -> int:
+        seen.append((i, threading.current_thread().name))
+        if i == 1:
+            raise ValueError("boom")
+        return i * 10
+
+    batch = SerialBatch()
+    futs = [batch.submit(job, i) for i in range(3)]
+    with ThreadPoolExecutor(4, thread_name_prefix="t") as pool:
+        batch.start(pool)
+        assert futs[0].result() == 0 and futs[2].result() == 20
+        with pytest.raises(ValueError):
+            futs[1].result()
+    assert [i for i, _ in seen] == [0, 1, 2] and len({n for _, n in seen}) == 1
+    with pytest.raises(RuntimeError):
+        batch.submit(job, 3)
+    SerialBatch().start(None)  # nothing queued: no worker needed
+
