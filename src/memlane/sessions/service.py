@@ -106,8 +106,9 @@ class SessionService:
                 (alpha = 1: cold start, warming, the margin guard) and exploration did not draw
                 this session, answer without them: the score request is sent once the
                 candidates are committed and the predictor's ranking is recorded when it
-                answers (:meth:`PredictorService.record_later`; session-end waits for it). The HTTP hook does this; in-process callers that read the rows
-                right away leave it False (the ranking is recorded before this returns).
+                answers (:meth:`PredictorService.record_later`; session-end waits for it).
+                The HTTP hook does this; in-process callers that read the rows right away
+                leave it False (the ranking is recorded before this returns).
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
