@@ -510,7 +510,8 @@ def _deferred_fail_open(world, c, p, backend) -> None:
 
 def test_api_status_comparisons_training_and_manual_train(world):
     c = ready(world)
-    labelled_session(world, "api", 4)  # at least one comparison and one training run exist
+    drive_to_warming(world)  # a training run exists even when this test runs alone
+    labelled_session(world, "api", 4)  # and at least one comparison
     with TestClient(create_app(c)) as client:
         st = client.get("/api/predictor/status").json()
         assert st["enabled"] is True and {"phase", "alpha", "status_line", "state", "sidecar"} <= set(st)
