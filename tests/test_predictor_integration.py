@@ -213,14 +213,19 @@ def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_
     assert c.predictor.phase() == "collecting" and c.predictor.alpha() == 1.0
     now = now_iso()  # both starts see the same pool, signals and previous session
     scored = c.predictor.scored
+    key, res = start_deferred(world, "deferred", 0, now=now)
+    # the answer did not wait for the predictor: the session and its candidates are committed,
+    # the predictor's part waits for the answer to be out (res.release: the hook's background task)
+    assert res.status == "new" and res.candidate_count == len(CORPUS) and res.release is not None
+    time.sleep(0.2)
+    got = rows(c, key)
+    assert len(got) == len(CORPUS) and all(r["predictor_rank"] is None and r["features"] is None for r in got)
+    assert signals(c, key) is None and c.predictor.pending_records() == 1 and c.predictor.scored == scored
     with sidecar_stopped(c):
-        key, res = start_deferred(world, "deferred", 0, now=now)
-        # the answer (and the committed candidates) did not wait for the predictor
-        assert res.status == "new" and res.candidate_count == len(CORPUS)
-        got = rows(c, key)
-        assert len(got) == len(CORPUS) and all(r["predictor_rank"] is None for r in got)
-        assert all(json.loads(r["features"])["baseline_rank"] == r["baseline_rank"] - 1 for r in got)
-        assert c.predictor.pending_records() == 1
+        res.release()
+        res.release()  # idempotent
+        time.sleep(0.2)
+        assert all(r["predictor_rank"] is None for r in rows(c, key)) and c.predictor.pending_records() == 1
     assert c.predictor.wait_recorded(key, timeout_s=60) and c.predictor.pending_records() == 0
     assert c.predictor.scored == scored + 1
     key2 = world.key("waited")  # the same start, waiting for the predictor
@@ -229,6 +234,23 @@ def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_
     assert all(v[1] is not None for v in recorded(c, key).values())
     assert signals(c, key) == signals(c, key2) and "predictor_error" not in signals(c, key)
     assert res.injected == res2.injected and res.inject == res2.inject
+
+
+def test_a_deferred_record_never_released_is_released_by_a_later_start(world, monkeypatch):
+    import memlane.services.predictor_service as ps
+
+    c = world.c
+    assert c.predictor.alpha() == 1.0
+    key, res = start_deferred(world, "unreleased", 1)  # nobody calls res.release()
+    monkeypatch.setattr(ps, "RELEASE_FALLBACK_S", 0.0)
+    key2, res2 = start_deferred(world, "releaser", 2)
+    res2.release()
+    for _ in range(3000):
+        if c.predictor.pending_records() == 0:
+            break
+        time.sleep(0.01)
+    assert c.predictor.pending_records() == 0
+    assert all(r["predictor_rank"] is not None for k in (key, key2) for r in rows(c, k))
 
 
 def test_end_right_after_a_deferred_start_compares_on_the_recorded_ranking(world):
@@ -486,6 +508,7 @@ def _deferred_fail_open(world, c, p, backend) -> None:
     crashes = backend.error_counts.get("crash", 0)
     with sidecar_stopped(c) as pid:
         key, res = start_deferred(world, "deferred-killed", 2)
+        res.release()  # the answer is out: the request goes to the (stopped) sidecar
         for _ in range(600):  # the request reached the (stopped) sidecar
             if backend._pending:
                 break

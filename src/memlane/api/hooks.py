@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, BackgroundTasks
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.container import Container
@@ -71,12 +71,14 @@ def router(container: Container) -> APIRouter:
     svc = container.sessions
 
     @r.post("/api/hooks/session-start", tags=["hooks"])
-    def session_start(body: SessionStartIn) -> dict[str, Any]:
+    def session_start(body: SessionStartIn, background: BackgroundTasks) -> dict[str, Any]:
         """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
-        # defer_predictor: at alpha = 1 the predictor's ranking is recorded just after the answer.
+        # At alpha = 1 the predictor's part is scored and recorded once this response is sent.
         res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
                                    harness=body.harness, source=body.source, context=body.context, now=body.now,
                                    ranking=body.ranking), defer_predictor=True)
+        if res.release is not None:
+            background.add_task(res.release)
         return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
                 "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
                 "injected": res.injected, "took_ms": round(res.took_ms, 3)}

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,6 +52,18 @@ log = logging.getLogger(__name__)
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
 SCORE_LATENCY_WINDOW = 500
+#: A deferred record not released this long after its session-start is released by the next
+#: session-start (s).
+RELEASE_FALLBACK_S = 5.0
+
+
+def release(released: Future[None] | None) -> None:
+    """Mark a deferred record's answer as out (:meth:`PredictorService.record_later`); idempotent."""
+    if released is not None and not released.done():
+        try:
+            released.set_result(None)
+        except InvalidStateError:  # released by another thread meanwhile
+            pass
 
 
 def project_name(project: str | None) -> str | None:
@@ -183,7 +196,7 @@ class PredictorService:
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # session key -> rankings still being recorded after their session-start answered.
-        self._records: dict[str, list[Future[int]]] = {}
+        self._records: dict[str, list[tuple[Future[int], Future[None] | None, float]]] = {}
         self.score_errors = 0
         self.scored = 0
         self.deferred = 0  # session-starts that answered before the predictor's ranking
@@ -374,75 +387,95 @@ class PredictorService:
         return decision
 
     # -- the deferred ranking --------------------------------------------------------------
-    def record_later(self, session_key: str, decision: RankDecision, committed: Future[bool],
-                     scores: Future[ScoreResult] | None = None) -> Future[int]:
-        """Record the predictor's ranking of a session-start that answered without it.
+    def record_later(self, session_key: str, decision: RankDecision, committed: Future[bool], *,
+                     context_vector: np.ndarray | None, context_model: str | None,
+                     released: Future[None] | None = None) -> Future[int]:
+        """Record the predictor's part of a session-start that answered without it.
 
-        Call it before the start's own write; the caller sets ``committed`` when that write is
-        done (True: its candidate rows are committed). Then the score request is sent (or
-        ``scores``, one sent earlier with :meth:`score_async`, is awaited) and one write stores
-        every candidate's ``predictor_score`` and ``predictor_rank`` - exactly what
-        :meth:`score_now` would have recorded: the same request, deadline and fail-open rules -
-        or, when the predictor failed, the session's signals with ``predictor_error``.
-        ``committed`` False (the start lost a race, or its write failed) records nothing.
-        ``decision`` must not change after this call. Session-end waits for the record
-        (:meth:`wait_recorded`); a daemon that stops before it ran leaves the candidates
-        without predictor ranks, which the comparison treats as a session the predictor did
-        not score.
+        Call it before the start's own write (which then holds the session and its candidates,
+        without the predictor's inputs); set ``committed`` when that write is done (True: the
+        candidate rows are committed). Once it is, and ``released`` is done (the answer is
+        out; None: at once), the score request is sent - the same request, deadline and
+        fail-open rules as :meth:`score_now` - and ONE write records what a start that waited
+        records in its own transaction: the session's context vector and signals, every
+        candidate's logged features and the predictor's scores and ranks (on failure: the
+        signals with ``predictor_error``, no scores). ``committed`` False (the start lost a
+        race, or its write failed) records nothing. ``decision`` must not change after this
+        call.
+
+        Session-end waits for it (:meth:`wait_recorded`, which also releases it at once); a
+        record left unreleased for ``RELEASE_FALLBACK_S`` is released by the next call. A
+        daemon that stops in between leaves the session without predictor inputs: training
+        and the comparison treat it as a session the predictor did not see.
 
         Returns:
             a future of the number of candidate rows updated (it raises what the write raised).
         """
         done: Future[int] = Future()
+        now = time.monotonic()
         with self._lock:
-            self._records.setdefault(session_key, []).append(done)
+            # A record whose answer was never released (the client went away before the hook's
+            # background task ran, an in-process caller forgot) is released by the next one.
+            stale = [r[1] for v in self._records.values() for r in v if now - r[2] > RELEASE_FALLBACK_S]
+            self._records.setdefault(session_key, []).append((done, released, now))
             self.deferred += 1
+        for r in stale:
+            release(r)
         signals = dict(decision.signals)
+        features = decision.features
+        fired = threading.Lock()
+
+        def forget() -> None:
+            with self._lock:
+                pending = self._records.get(session_key)
+                if pending is not None:
+                    pending[:] = [r for r in pending if r[0] is not done]
+                    if not pending:
+                        del self._records[session_key]
 
         def fail(exc: BaseException) -> None:
             log.warning("recording the predictor ranking of %s failed: %s", session_key, exc)
             if not done.done():
                 done.set_exception(exc)
-            self._forget(session_key, done)
+            forget()
 
         def written(f: Future[Any]) -> None:
             if f.exception() is not None:
                 return fail(f.exception())  # type: ignore[arg-type]
             done.set_result(int(f.result()))
-            self._forget(session_key, done)
+            forget()
 
         def scored(f: Future[ScoreResult]) -> None:
             try:
                 result = f.result()
-                sig = None if result.error is None else {**signals, "predictor_error": result.error[:300]}
-                wf = self.db.submit(lambda conn: pred_sql.set_predictor_ranking(
-                    conn, session_key, result.scores, result.rank, signals=sig))
+                sig = signals if result.error is None else {**signals, "predictor_error": result.error[:300]}
+                wf = self.db.submit(lambda conn: pred_sql.record_predictor(
+                    conn, session_key, features=features, scores=result.scores, ranks=result.rank,
+                    context_vector=context_vector, context_model=context_model, signals=sig))
             except BaseException as exc:  # noqa: BLE001 - e.g. the database is closed
                 return fail(exc)
             wf.add_done_callback(written)
 
-        def on_commit(f: Future[bool]) -> None:
+        def ready(_: Future[Any]) -> None:  # runs its body once: committed and released are known
+            if not committed.done() or (released is not None and not released.done()):
+                return
+            if not fired.acquire(blocking=False):
+                return
             try:
-                if f.exception() is not None or not f.result():
+                if committed.exception() is not None or not committed.result():
                     done.set_result(0)  # the start recorded nothing: neither does this
-                    self._forget(session_key, done)
+                    forget()
                     return
-                pending = scores if scores is not None else self.score_async(decision)
+                pending = self.score_async(decision)
                 assert pending is not None, "record_later needs a decision with a request"
             except BaseException as exc:  # noqa: BLE001 - e.g. the executor is shut down
                 return fail(exc)
             pending.add_done_callback(scored)
 
-        committed.add_done_callback(on_commit)
+        committed.add_done_callback(ready)
+        if released is not None:
+            released.add_done_callback(ready)
         return done
-
-    def _forget(self, session_key: str, fut: Future[int]) -> None:
-        with self._lock:
-            pending = self._records.get(session_key)
-            if pending is not None:
-                pending[:] = [f for f in pending if f is not fut]
-                if not pending:
-                    del self._records[session_key]
 
     def pending_records(self) -> int:
         """Rankings still being recorded after their session-start answered."""
@@ -450,15 +483,17 @@ class PredictorService:
             return sum(len(v) for v in self._records.values())
 
     def wait_recorded(self, session_key: str | None, timeout_s: float = 30.0) -> bool:
-        """Wait until the predictor ranking of ``session_key`` (None: of every session) that a
-        session-start deferred is recorded or failed; True when none is pending any more.
+        """Release, then wait for, the deferred predictor record of ``session_key`` (None: of
+        every session) (:meth:`record_later`); True when none is pending any more.
 
         Returns at once when nothing is pending. A failed record is logged, not raised.
         """
         with self._lock:
-            futs = [f for k, v in self._records.items() if session_key is None or k == session_key for f in v]
+            recs = [r for k, v in self._records.items() if session_key is None or k == session_key for r in v]
+        for _, released, _ in recs:
+            release(released)
         deadline = time.monotonic() + timeout_s
-        for f in futs:
+        for f, _, _ in recs:
             try:
                 f.result(timeout=max(0.0, deadline - time.monotonic()))
             except FutureTimeout:

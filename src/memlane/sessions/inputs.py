@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 
@@ -26,7 +27,11 @@ class StartInput:
 
 @dataclass(frozen=True, slots=True)
 class StartResult:
-    """``status`` is ``new`` or ``existing`` (a repeated start: nothing recorded)."""
+    """``status`` is ``new`` or ``existing`` (a repeated start: nothing recorded).
+
+    ``release``: set when the start answered before the predictor's ranking
+    (``defer_predictor``); call it once the answer is out, and the predictor's part is scored
+    and recorded then (session-end and shutdown release it themselves). Idempotent."""
 
     session_key: str
     status: str
@@ -35,6 +40,7 @@ class StartResult:
     candidate_count: int = 0
     injected: list[dict[str, Any]] = field(default_factory=list)
     took_ms: float = 0.0
+    release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

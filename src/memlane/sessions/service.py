@@ -17,6 +17,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -26,6 +27,7 @@ from memlane.providers.base import LlmError, LlmProvider
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
+from memlane.services.predictor_service import release as release_record
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text
 from memlane.sessions import continuity, labels
@@ -104,11 +106,13 @@ class SessionService:
             inp: the start.
             defer_predictor: when the predictor's scores cannot change what is injected
                 (alpha = 1: cold start, warming, the margin guard) and exploration did not draw
-                this session, answer without them: the score request is sent once the
-                candidates are committed and the predictor's ranking is recorded when it
-                answers (:meth:`PredictorService.record_later`; session-end waits for it).
-                The HTTP hook does this; in-process callers that read the rows right away
-                leave it False (the ranking is recorded before this returns).
+                this session, answer without them: the start's transaction holds the session
+                and its candidates, and once the caller calls ``result.release()`` (the answer
+                is out) the score request is sent and the predictor's inputs and ranking are
+                recorded in one more transaction (:meth:`PredictorService.record_later`;
+                session-end and shutdown release and wait for it). The HTTP hook does this
+                after sending its response; in-process callers that read the rows right away
+                leave it False (everything is recorded before this returns).
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
@@ -176,7 +180,7 @@ class SessionService:
         chosen_ids = {c.id for c in chosen}
         p_scores = decision.predictor_scores if decision is not None else {}
         p_ranks = decision.predictor_rank if decision is not None else {}
-        feats = decision.features if decision is not None else {}
+        feats = decision.features if decision is not None and not deferred else {}  # deferred: recorded later
         cand_rows = [sess_sql.CandidateRow(
             memory_id=p.memory_id,
             source="exploration" if explored is not None and p.memory_id == explored[1] else "effective",
@@ -185,7 +189,7 @@ class SessionService:
             predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
             predictor_rank=p_ranks.get(p.memory_id), features=feats.get(p.memory_id)) for p in pool]
         model_id = self.memories.embedder.model_id if self.memories.embedder is not None else None
-        signals = dict(decision.signals) if decision is not None else None
+        signals = dict(decision.signals) if decision is not None and not deferred else None
 
         def job(conn: sqlite3.Connection) -> bool:  # one transaction: the session, candidates, features
             if not sess_sql.insert_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd,
@@ -197,16 +201,18 @@ class SessionService:
             return True
 
         committed: Future[bool] | None = None
+        released: Future[None] | None = None
         if deferred:  # registered before the write: a session-end never misses it
-            committed = Future()
-            self.predictor.record_later(key, decision, committed)
+            committed, released = Future(), Future()
+            self.predictor.record_later(key, decision, committed, context_vector=cv, context_model=model_id,
+                                        released=released)
         won = False
         try:
             won = self.db.write(job)
         finally:
             if committed is not None:
                 committed.set_result(won)
-        if not won:  # a concurrent start for the same key won the race
+        if not won:  # a concurrent start for the same key won the race (nothing to record later)
             return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
         header = self.predictor.status_line() if self.predictor is not None else \
             status_line(state, scored, s.min_training_sessions)
@@ -214,7 +220,8 @@ class SessionService:
         inject = header + ("\n" + block if block else "\n")
         return StartResult(key, "new", inject, state, candidate_count=len(pool),
                            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in chosen],
-                           took_ms=(time.perf_counter() - t0) * 1000)
+                           took_ms=(time.perf_counter() - t0) * 1000,
+                           release=None if released is None else partial(release_record, released))
 
     def _select(self, pool: list, budget_chars: int, limit: int) -> list[Shown]:
         """Budgeted selection in rank order, reading contents a window at a time (not the whole pool)."""

@@ -157,29 +157,30 @@ def set_candidate_features(conn: sqlite3.Connection, key: str, features: Mapping
                      [(json.dumps(dict(v), separators=(",", ":")), key, m) for m, v in features.items()])
 
 
-def set_predictor_ranking(conn: sqlite3.Connection, key: str, scores: Mapping[str, float],
-                          ranks: Mapping[str, int], *, signals: Mapping[str, Any] | None = None) -> int:
-    """Record the predictor's ranking of a session's candidates after the session-start answered
-    (the deferred path of :meth:`memlane.services.predictor_service.PredictorService.record_later`).
+def record_predictor(conn: sqlite3.Connection, key: str, *, features: Mapping[str, Mapping[str, Any]],
+                     scores: Mapping[str, float], ranks: Mapping[str, int], context_vector: np.ndarray | None,
+                     context_model: str | None, signals: Mapping[str, Any]) -> int:
+    """Record the predictor's part of a session-start that answered before it (the deferred
+    path of :meth:`memlane.services.predictor_service.PredictorService.record_later`): the
+    session's inputs (context vector and signals), every candidate's logged features and, when
+    the predictor scored, its scores and ranks. What :func:`set_session_inputs` and the
+    candidates' INSERT record on the waiting path, in one more statement pair.
 
     Args:
+        features: ``{memory_id: raw signals}`` of every candidate.
         scores: ``{memory_id: model score}``; empty when the predictor did not score.
-        ranks: ``{memory_id: 1-based predictor rank}``.
-        signals: the session's signals to store instead (a failed score adds ``predictor_error``);
-            None keeps them.
+        ranks: ``{memory_id: 1-based predictor rank}`` (same keys as ``scores``).
+        signals: the session-level signals (``predictor_error`` when it did not score).
 
     Returns:
         the number of candidate rows updated.
     """
-    n = 0
-    if scores:
-        n = conn.executemany(
-            "UPDATE session_memories SET predictor_score = ?, predictor_rank = ? WHERE session_key = ? AND memory_id = ?",
-            [(float(v), int(ranks[m]), key, m) for m, v in scores.items()]).rowcount
-    if signals is not None:
-        conn.execute("UPDATE sessions SET signals = ? WHERE session_key = ?",
-                     (json.dumps(dict(signals), separators=(",", ":")), key))
-    return n
+    set_session_inputs(conn, key, context_vector=context_vector, context_model=context_model, signals=signals)
+    enc = json.JSONEncoder(separators=(",", ":")).encode
+    return conn.executemany(
+        "UPDATE session_memories SET features = ?, predictor_score = ?, predictor_rank = ? "
+        "WHERE session_key = ? AND memory_id = ?",
+        [(enc(dict(f)), scores.get(m), ranks.get(m), key, m) for m, f in features.items()]).rowcount
 
 
 def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
