@@ -31,7 +31,8 @@ def test_seed_defaults():
     assert p.telemetry_enabled is False
     assert (p.extraction.provider, p.extraction.model, p.extraction.timeout, p.extraction.min_confidence) == \
         (None, "", 45_000, 0.7)
-    assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms) == (2_000, 3, 300_000)
+    assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms, p.worker.concurrency) == \
+        (2_000, 3, 300_000, 2)
     assert (p.graph.enabled, p.graph.boost_weight, p.graph.boost_timeout_ms) == (True, 0.15, 500)
     assert (p.reranker.enabled, p.reranker.model, p.reranker.top_n, p.reranker.timeout_ms) == (False, "", 20, 2_000)
     a = p.autonomous

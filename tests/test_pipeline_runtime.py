@@ -190,6 +190,28 @@ def test_container_enqueues_extraction_on_remember_and_never_for_derived_facts(t
         c.close()
 
 
+@pytest.mark.parametrize("concurrency, names", [(None, ["extraction", "extraction-2"]), (1, ["extraction"]),
+                                                   (3, ["extraction", "extraction-2", "extraction-3"])])
+def test_worker_concurrency_setting_runs_that_many_extraction_workers(tmp_path, concurrency, names):
+    worker = {} if concurrency is None else {"concurrency": concurrency}
+    c = open_container(load_settings(**_home(tmp_path, worker=worker)))
+    try:
+        workers = [w for w in c.workers if w.name.startswith("extraction")]
+        assert [w.name for w in workers] == names
+        assert all(isinstance(w, JobWorker) and EXTRACT in w.job_types for w in workers)
+        # every one leases from the same queue: two jobs, the second worker takes the second
+        c.db.write(lambda conn: enqueue_extraction(conn, "m1", at=T0))
+        c.db.write(lambda conn: enqueue_extraction(conn, "m2", at=T0))
+        seen = []
+        for w in workers[:2]:
+            w.register(EXTRACT, lambda j, seen=seen: seen.append(j.memory_id) or {})
+            assert w.run_once() is True
+        if len(workers) > 1:
+            assert sorted(seen) == ["m1", "m2"]
+    finally:
+        c.close()
+
+
 def test_disabled_pipeline_processes_no_job(tmp_path):
     c = open_container(load_settings(**_home(tmp_path, enabled=False)))
     try:

@@ -547,6 +547,26 @@ def test_ollama_protocol(server: Loopback) -> None:
     p2.close()
 
 
+def test_http_proxy_from_environment(server: Loopback, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY routes calls through the proxy (absolute-URI request); NO_PROXY exempts a host."""
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    monkeypatch.setenv("http_proxy", server.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.script(Reply(body=ollama_body("via proxy")))
+    p = OllamaProvider(base_url="http://llm.invalid:11434", timeout_s=5)
+    assert p.generate("hi") == "via proxy"
+    assert server.requests[-1]["path"] == "http://llm.invalid:11434/api/generate"
+    p.close()
+    monkeypatch.setenv("NO_PROXY", "llm.invalid")
+    monkeypatch.setenv("no_proxy", "llm.invalid")
+    p = OllamaProvider(base_url="http://llm.invalid:11434", timeout_s=5)
+    with pytest.raises(LlmError, match="cannot reach"):
+        p.generate("hi")
+    assert len(server.requests) == 1
+    p.close()
+
+
 def test_ollama_defaults() -> None:
     p = OllamaProvider()
     assert (p.name, p.url, p.probe_url, p.timeout_s) == (

@@ -152,4 +152,5 @@ def _wire_pipeline(c: Container) -> None:
     wire_graph(c)  # knowledge graph: inline linker, graph boost, classify + aspect-feedback workers
     recall_stages.wire(c)  # hints worker + hook; hints merge, dampening, reranker in recall
     extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
+    extract_job.add_workers(c, pipeline().worker.concurrency)  # extraction-2 ... (worker.concurrency)
     wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers

@@ -25,7 +25,6 @@ from typing import Any
 from memlane.bench.corpus import memory_texts
 from memlane.config import load_settings
 from memlane.container import open_container
-from memlane.pipeline.extract_job import add_workers
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as jobs_sql
 
@@ -59,12 +58,13 @@ def run_once(texts: list[str], *, llm_url: str, embedding: str = "none", synchro
     with tempfile.TemporaryDirectory(prefix="memlane-bench-pipeline-") as home:
         settings = load_settings(home=Path(home), embedding={"provider": embedding}, sqlite_synchronous=synchronous,
                                  llm={"provider": "ollama", "base_url": llm_url, "model": "scripted"},
-                                 memory={"pipelineV2": {"worker": {"pollMs": 100}}})
+                                 memory={"pipelineV2": {"worker": {"pollMs": 100, "concurrency": n_workers}}})
         c = open_container(settings)
         try:
             n_jobs = len(texts)
             c.memories.remember_many([RememberInput(content=t) for t in texts])
-            workers = [c.workers.get(n) for n in ["extraction", *add_workers(c, n_workers)]]
+            workers = [w for w in c.workers if w.name == "extraction" or w.name.startswith("extraction-")]
+            assert len(workers) == n_workers, [w.name for w in workers]
             t0 = time.perf_counter()
             for w in workers:
                 w.start()
@@ -115,7 +115,7 @@ def run_pipeline_bench(*, jobs: int = 500, repeats: int = 3, embedding: str = "n
     Args:
         jobs: memories (= extract jobs) per repeat.
         embedding: ``none`` (BM25 candidates) or ``local`` (the ONNX embedder; facts embedded too).
-        workers: extraction workers (``extract_job.add_workers``); 2 = one per core here.
+        workers: extraction workers (the ``memory.pipelineV2.worker.concurrency`` setting, default 2).
         data: LoCoMo file whose real texts become the memories (``bench.corpus.memory_texts``);
             missing -> a synthetic corpus (every text sharing ~10 tokens: a harsher BM25 load).
         synchronous: SQLite ``synchronous`` (``FULL`` is the daemon default).

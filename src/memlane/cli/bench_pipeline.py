@@ -15,7 +15,7 @@ from memlane.cli.progress import stage_progress
 @bench_app.command("pipeline")
 def pipeline(jobs: int = typer.Option(500, min=1, help="Memories (= extract jobs) per repeat."),
              repeats: int = typer.Option(3, min=1, help="Repeats, each on a fresh data directory; the median counts."),
-             workers: int = typer.Option(2, min=1, max=16, help="Extraction workers (2 = one per core here)."),
+             workers: int = typer.Option(2, min=1, max=16, help="Extraction workers (memory.pipelineV2.worker.concurrency; 2 = the default, one per core here)."),
              embedding: str = typer.Option("none", help="none (BM25 candidates) or local (ONNX embedder)."),
              synchronous: str = typer.Option("FULL", help="SQLite synchronous: FULL (daemon default) or NORMAL."),
              data: Path = typer.Option(DEFAULT_LOCOMO, help="LoCoMo file whose real texts become the memories "

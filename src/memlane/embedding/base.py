@@ -16,11 +16,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
 import numpy as np
 
 from memlane.errors import EmbeddingError
-from memlane.httpjson import post_json
+from memlane.httpjson import JsonHttpClient
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -68,7 +67,7 @@ class HttpEmbedder(ABC):
         dimensions: expected vector size; 0 = learn it from the first reply.
         headers: extra request headers (e.g. ``Authorization``).
 
-    Thread-safe: the httpx client is shared; learning ``dimensions`` is locked.
+    Thread-safe: the keep-alive pool is shared; learning ``dimensions`` is locked.
     """
 
     provider = "http"
@@ -91,7 +90,7 @@ class HttpEmbedder(ABC):
         self.timeout_s = check_finite_timeout(timeout_s)
         self.dimensions = int(dimensions)
         self._lock = threading.Lock()
-        self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s), headers=headers or {})
+        self._client = JsonHttpClient(headers=headers)
 
     # -- to override ------------------------------------------------------
 
@@ -126,7 +125,7 @@ class HttpEmbedder(ABC):
         texts = list(texts)
         if not texts:
             return empty_matrix(self.dimensions)
-        reply = post_json(self._client, self.url, self._payload(texts), timeout_s=self.timeout_s,
+        reply = self._client.post_json(self.url, self._payload(texts), timeout_s=self.timeout_s,
                           fail=lambda message, timed_out, **details: self._fail(message, **details))
         return self._to_matrix(self._vectors(reply), len(texts))
 

@@ -90,6 +90,9 @@ class WorkerSettings(_Group):
     max_retries: int = Field(3, ge=1, le=10, description="Leases of a job before it goes dead (max_attempts).")
     lease_timeout_ms: int = Field(300_000, ge=10_000, le=600_000,
                                   description="A lease older than this is reset to pending by the reaper, ms.")
+    concurrency: int = Field(2, ge=1, le=16,
+                             description="Extraction workers leasing jobs in parallel (each job's LLM wait "
+                             "overlaps another's writes; writes stay serialised). Needs a restart.")
 
 
 class GraphSettings(_Group):

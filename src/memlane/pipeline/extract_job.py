@@ -134,7 +134,8 @@ def wire(c: Container) -> None:
 
 
 def add_workers(c: Container, total: int) -> list[str]:
-    """Run ``total`` extraction workers in all: adds JobWorkers ``extraction-2`` ... ``extraction-{total}``
+    """Run ``total`` extraction workers in all (``worker.concurrency``, applied by the container at
+    start): adds JobWorkers ``extraction-2`` ... ``extraction-{total}``
     sharing the first one's handler, lease length, poll interval and enabled switch. Safe because a
     lease is one atomic transaction (seed "Worker Model": no two workers lease the same job);
     writes stay serialised by the single writer. Returns the names added (started at once if

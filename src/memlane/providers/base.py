@@ -15,10 +15,8 @@ import math
 import re
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
-
 from memlane.errors import MemlaneError
-from memlane.httpjson import post_json
+from memlane.httpjson import JsonHttpClient
 
 #: Timeout of every ``available()`` probe, seconds.
 PROBE_TIMEOUT_S = 3.0
@@ -99,13 +97,13 @@ class HttpLlmProvider(ABC):
         model: the model name sent in the payload; ``name`` is ``"{kind}:{model}"``.
         url: the endpoint ``generate`` POSTs to.
         probe_url: the endpoint ``available()`` GETs.
-        timeout_s: default per-call timeout, seconds (> 0). httpx applies it to connecting and
+        timeout_s: default per-call timeout, seconds (> 0). It applies to connecting and
             to each read; with a non-streaming reply the server sends nothing until it is done,
             so it bounds the whole generation.
         max_tokens: default cap on generated tokens (``None`` = the server's default).
         headers: extra request headers (e.g. ``Authorization``).
 
-    Thread-safe (one shared httpx client).
+    Thread-safe (one shared keep-alive pool, :class:`memlane.httpjson.JsonHttpClient`).
     """
 
     kind = "http"
@@ -128,7 +126,7 @@ class HttpLlmProvider(ABC):
         self.probe_url = probe_url
         self.timeout_s = check_timeout(timeout_s)
         self.max_tokens = check_max_tokens(max_tokens)
-        self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s), headers=headers or {})
+        self._client = JsonHttpClient(headers=headers)
 
     # -- to override ------------------------------------------------------
 
@@ -161,18 +159,15 @@ class HttpLlmProvider(ABC):
         """
         timeout = check_timeout(timeout_s) if timeout_s is not None else self.timeout_s
         tokens = check_max_tokens(max_tokens) if max_tokens is not None else self.max_tokens
-        reply = post_json(self._client, self.url, self._payload(prompt, tokens), timeout_s=timeout,
+        reply = self._client.post_json(self.url, self._payload(prompt, tokens), timeout_s=timeout,
                           fail=lambda message, timed_out, **details: self._fail(
                               message, LlmTimeout if timed_out else LlmError, **details))
         return self._text(reply)
 
     def available(self) -> bool:
         """``GET probe_url`` answers 2xx within 3 s. Never raises."""
-        try:
-            response = self._client.get(self.probe_url, timeout=httpx.Timeout(PROBE_TIMEOUT_S))
-        except Exception:  # noqa: BLE001 - a probe never raises
-            return False
-        return 200 <= response.status_code < 300
+        status = self._client.status(self.probe_url, timeout_s=PROBE_TIMEOUT_S)
+        return status is not None and 200 <= status < 300
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
