@@ -155,3 +155,17 @@ def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
     assert report["store_size"] == 310
     assert report["recall"]["n"] == 20 and report["remember"]["n"] == 10
     assert report["recall"]["p50"] > 0 and report["fill"]["memories_per_s"] > 0
+
+
+@needs_locomo
+def test_bench_latency_pipeline_stages(tmp_path):
+    out = tmp_path / "lat.json"
+    r = runner.invoke(app, ["bench", "latency", "--memories", "200", "--queries", "10", "--remembers", "2",
+                            "--pipeline-stages", "--data", str(LOCOMO), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    stages = json.loads(out.read_text())["pipeline_stages"]
+    assert stages["enabled"] is True and stages["reranker"] is False and stages["hints_written"] == 600
+    ip = stages["in_process"]
+    assert set(ip["median_ms"]) == {"off", "hints", "graph", "dampening", "rerank", "hints+graph+dampening", "all"}
+    assert ip["queries"] == 10 and all(v > 0 for v in ip["median_ms"].values())
+    assert "reranker off, its default" in r.output

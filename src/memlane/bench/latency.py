@@ -63,12 +63,12 @@ def start_daemon(home: Path, port: int, timeout_s: float = 120.0, env: dict[str,
 
 def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
                 port: int = 0, progress: Callable[[str, int, int], None] | None = None,
-                pipeline_stages: bool | None = None) -> dict[str, Any]:
+                pipeline_stages: bool | None = None, reranker: bool = False) -> dict[str, Any]:
     """Fill a fresh daemon with ``n_memories`` texts and time single requests.
 
-    ``pipeline_stages``: True = hints (with synthetic hints), graph boost, dampening and the
-    reranker on, plus their in-process overhead (``memlane.bench.stages``); False = all off;
-    None = the defaults.
+    ``pipeline_stages``: True = hints (with synthetic hints), graph boost and dampening on (the
+    reranker too when ``reranker``), plus each stage's in-process overhead
+    (``memlane.bench.stages``); False = all off; None = the defaults.
 
     Returns:
         ``{"store_size", "fill": {memories, seconds, memories_per_s, batch},
@@ -80,9 +80,10 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
     qs = queries(data)
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp, contextlib.ExitStack() as stack:
-        stages: dict[str, Any] | None = None if pipeline_stages is None else {"enabled": pipeline_stages}
+        stages: dict[str, Any] | None = None if pipeline_stages is None else {
+            "enabled": pipeline_stages, "reranker": bool(pipeline_stages and reranker)}
         if pipeline_stages is not None:
-            stack.enter_context(stage_config(Path(tmp), pipeline_stages))
+            stack.enter_context(stage_config(Path(tmp), pipeline_stages, reranker))
         proc = start_daemon(Path(tmp), port)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as http:

@@ -1,14 +1,16 @@
 """``memlane bench latency --pipeline-stages``: the memory-pipeline-v2 recall stages on or off.
 
 * :func:`write_stage_config` writes the data directory's ``config.yaml`` before the daemon starts:
-  hints, graph boost, the three dampening stages and the reranker all on (``--pipeline-stages``)
-  or all off (``--no-pipeline-stages``).
+  hints, graph boost and the three dampening stages on (``--pipeline-stages``: the set memory
+  pipeline v2 names for its latency target), the reranker too with ``--reranker`` (it is off by
+  default), or everything off (``--no-pipeline-stages``).
 * :func:`restart_with_hints`: the bench has no LLM, so with the stages on it writes
   :data:`HINTS_PER_MEMORY` synthetic hints per memory (LoCoMo questions, deterministic) straight
   into ``memory_hints`` while the daemon is stopped, then restarts it: the hint leg then
   searches a realistic index (3 hints x the store size).
 * :func:`stage_overhead` measures in process, on the filled store, each stage's cost per recall:
-  every query runs once per variant (all off, each stage alone, all on), interleaved; reported
+  every query runs once per variant (all off, each stage alone, hints + graph + dampening, all
+  four on), interleaved; reported
   as median ms per recall and the median difference to "all off" (ms).
 """
 
@@ -37,25 +39,26 @@ WARMUP = 10
 _DAMPENING = ("gravityEnabled", "hubEnabled", "resolutionEnabled")
 
 
-def stage_flags(on: bool) -> dict[str, Any]:
-    """The ``memory.pipelineV2`` mapping turning every recall stage on or off."""
-    return {"hints": {"enabled": on}, "graph": {"enabled": on}, "reranker": {"enabled": on},
+def stage_flags(on: bool, reranker: bool = False) -> dict[str, Any]:
+    """The ``memory.pipelineV2`` mapping turning hints, graph boost and dampening ``on`` (or off);
+    the reranker is on only when both ``on`` and ``reranker``."""
+    return {"hints": {"enabled": on}, "graph": {"enabled": on}, "reranker": {"enabled": on and reranker},
             "dampening": {k: on for k in _DAMPENING}}
 
 
-def write_stage_config(home: Path, on: bool) -> Path:
-    """Write ``home/config.yaml`` with every recall stage ``on`` (or off). Returns its path."""
+def write_stage_config(home: Path, on: bool, reranker: bool = False) -> Path:
+    """Write ``home/config.yaml`` with the recall stages of :func:`stage_flags`. Returns its path."""
     path = home / "config.yaml"
-    path.write_text(yaml.safe_dump({"memory": {"pipelineV2": stage_flags(on)}}), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"memory": {"pipelineV2": stage_flags(on, reranker)}}), encoding="utf-8")
     return path
 
 
 @contextmanager
-def stage_config(home: Path, on: bool) -> Iterator[Path]:
+def stage_config(home: Path, on: bool, reranker: bool = False) -> Iterator[Path]:
     """Write the stage config (:func:`write_stage_config`) and point ``MEMLANE_CONFIG`` at it while
     the context lasts (the daemon subprocess and in-process stores read it even when the caller's
     environment names another config file); restored on exit."""
-    path = write_stage_config(home, on)
+    path = write_stage_config(home, on, reranker)
     old = os.environ.get("MEMLANE_CONFIG")
     os.environ["MEMLANE_CONFIG"] = str(path)
     try:
@@ -105,7 +108,8 @@ def _variant(on: set[str]) -> dict[str, Any]:
 
 
 def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> dict[str, Any]:
-    """In-process recall (limit 10) over the store in ``home`` with each stage alone and all on.
+    """In-process recall (limit 10) over the store in ``home`` with each stage alone, hints + graph +
+    dampening (the set the pipeline's latency target names), and all four on.
 
     Returns:
         ``{"queries", "median_ms": {variant: ms}, "overhead_ms": {variant: median ms - off median ms},
@@ -117,7 +121,8 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
     from memlane.services.inputs import RecallQuery
 
     variants = {"off": set(), "hints": {"hints"}, "graph": {"graph"}, "dampening": {"dampening"},
-                "rerank": {"rerank"}, "all": {"hints", "graph", "dampening", "rerank"}}
+                "rerank": {"rerank"}, "hints+graph+dampening": {"hints", "graph", "dampening"},
+                "all": {"hints", "graph", "dampening", "rerank"}}
     c = open_container(load_settings(home=home), warmup=True)
     try:
         c.recall.warm()  # as the daemon does at start
@@ -154,7 +159,9 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
 
 def render_stages(report: dict[str, Any]) -> str:
     """One-paragraph summary of the ``pipeline_stages`` part of a latency report."""
-    lines = [f"recall stages: {'all on' if report['enabled'] else 'all off'}"]
+    on = ("hints, graph boost, dampening" + (" and the reranker" if report.get("reranker") else "") + " on"
+          + ("" if report.get("reranker") else " (reranker off, its default)"))
+    lines = [f"recall stages over HTTP: {on if report['enabled'] else 'all off'}"]
     if "hints_written" in report:
         lines[0] += f"; synthetic hints written: {report['hints_written']}"
     ip = report.get("in_process")

@@ -83,8 +83,10 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
             port: int = typer.Option(0, help="Daemon port (0 = pick a free one)."),
             pipeline_stages: Optional[bool] = typer.Option(
                 None, "--pipeline-stages/--no-pipeline-stages",
-                help="Recall with hints (synthetic, 3 per memory), graph boost, dampening and reranker all on "
-                     "(plus their in-process overhead), or all off; default: the configured defaults."),
+                help="Recall with hints (synthetic, 3 per memory), graph boost and dampening on "
+                     "(plus each stage's in-process overhead), or all off; default: the configured defaults."),
+            reranker: bool = typer.Option(False, "--reranker/--no-reranker",
+                                          help="With --pipeline-stages: the reranker on too (off by default)."),
             out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
     """Start a real daemon, fill it, and measure remember and recall latency over HTTP."""
     from memlane.bench.latency import run_latency
@@ -94,7 +96,8 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
         raise typer.Exit(2)
     with stage_progress(err, "starting daemon") as tick:
         report = run_latency(data, n_memories=memories, n_queries=queries, n_remembers=remembers,
-                             port=port, progress=tick, pipeline_stages=pipeline_stages)
+                             port=port, progress=tick, pipeline_stages=pipeline_stages,
+                             reranker=reranker)
     path = _out_path(out, "latency")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
