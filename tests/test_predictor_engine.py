@@ -449,3 +449,17 @@ def test_build_session_rejects_mismatched_lengths():
         build_session(candidates=[feats(0), feats(1)], session_time=datetime(2026, 1, 1), session_gap_hours=0,
                       candidate_vectors=[None], candidate_texts=["a", "b"], context_vector=None, context_text="",
                       project=None, native_dim=DIM)
+
+
+def test_training_stage_follows_the_number_of_sessions(tmp_path):
+    """Below FULL_MODEL_MIN_SESSIONS only the feature residual trains, without a validation split."""
+    from memlane.predictor import settings as C
+
+    assert PredictorEngine.stage_for(C.FULL_MODEL_MIN_SESSIONS - 1) == "linear"
+    assert PredictorEngine.stage_for(C.FULL_MODEL_MIN_SESSIONS) == "full"
+    engine = new_engine(tmp_path)
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    report = engine.train(synthetic(30), save=False, max_epochs=5)
+    assert report.stage == "linear" and report.best_epoch is None  # no validation split
+    after = engine.model.state_dict()
+    assert {k for k in before if not torch.equal(before[k], after[k])} <= {"gate_linear.weight"}

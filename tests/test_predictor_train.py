@@ -217,3 +217,28 @@ def test_gates_skip_what_cannot_apply(gate_case):
     assert not cold.gate("score_variance").skipped
     strict = evaluate_gates(previous, previous, canary, [0.3], thresholds=GateThresholds(min_score_variance=1e9))
     assert strict.failed == ["score_variance"]
+
+
+def test_grad_masks_train_only_the_feature_residual():
+    """The linear stage: only gate_linear's feature columns move; everything else is untouched."""
+    train = _batches(48, signal="features", seed=3)
+    live = _model()
+    masks = live.feature_residual_masks()
+    opt = torch.optim.Adam([live.gate_linear.weight], lr=1e-2, fused=True)
+    before = _state(live)
+    result = fit(live, opt, listnet_loss, train, max_epochs=10, early_stop_patience=10,
+                 previous_is_trained=False, grad_masks=masks)
+    after = result.model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"gate_linear.weight"}
+    delta = (after["gate_linear.weight"] - before["gate_linear.weight"]).abs()[0]
+    n_feat = live.config.num_features
+    assert float(delta[:-n_feat].max()) == 0.0 and float(delta[-n_feat:].max()) > 0.0
+    assert all(p.requires_grad for p in result.model.parameters())  # restored after the run
+    assert _same(before, _state(live))  # the live model is never modified
+
+
+def test_grad_masks_name_unknown_parameters():
+    live = _model()
+    with pytest.raises(ValueError, match="unknown parameters"):
+        fit(live, _adam(live), listnet_loss, _batches(8), grad_masks={"nope": torch.ones(1)})

@@ -114,6 +114,25 @@ class MemoryScorer(nn.Module):
                 for name, weight in BASELINE_PRIOR.items():
                     self.gate_linear.weight.data[0, offset + FEATURE_INDEX[name]] = weight
 
+    def feature_residual_masks(self) -> dict[str, torch.Tensor]:
+        """Gradient masks that restrict training to the linear residual over the feature schema.
+
+        The small-data training stage (``docs/predictor.md``, "Linear stage") trains only the
+        feature columns of the linear gate: the model is then the baseline prior plus a linear
+        correction over :data:`~memlane.predictor.features.FEATURE_NAMES` (a linear ranker on
+        the versioned features, Joachims 2002 / Burges et al. 2005), while the attention,
+        encoders, value columns and the gate MLP keep their initial values (the MLP's output
+        layer and the non-feature gate columns start at 0, so they contribute nothing).
+
+        Returns:
+            ``{parameter name: float mask of that parameter's shape}`` (1 = trainable entry);
+            only ``gate_linear.weight`` (shape ``[1, gate_inputs]``, ones on the last
+            ``num_features`` columns). Parameters not named are not trained in that stage.
+        """
+        mask = torch.zeros_like(self.gate_linear.weight)
+        mask[0, self.config.gate_inputs - self.config.num_features:] = 1.0
+        return {"gate_linear.weight": mask}
+
     def count_parameters(self) -> int:
         """Number of trainable scalars (seed budget: under 2M)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -39,6 +39,12 @@ EARLY_STOP_PATIENCE = 15            # epochs without validation gain (a few batc
 LEARNING_RATE = 1e-2                # Adam; with the zero-initialised residual (model.py), see docs/predictor.md
 BATCH_SIZE = 32
 LABEL_SCALE = 5.0                   # ListNet target sharpening (losses/listnet.py explains why)
+# Linear stage (docs/predictor.md): below FULL_MODEL_MIN_SESSIONS training sessions only the
+# linear residual over the feature schema trains, full-batch (one step per epoch).
+FULL_MODEL_MIN_SESSIONS = 300
+LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
+LINEAR_STAGE_MAX_EPOCHS = 200
+LINEAR_STAGE_PATIENCE = 40
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
 NDCG_K = 10
 CRASH_WINDOW_S = 3600.0             # crashes counted over one hour

@@ -294,7 +294,7 @@ class Sidecar:
                     for s in items]
         self._training.set()
         try:
-            report = self.engine.train(sessions, max_epochs=int(p.get("epochs", C.MAX_EPOCHS)))
+            report = self.engine.train(sessions, max_epochs=int(p["epochs"]) if "epochs" in p else None)
         finally:
             self._training.clear()
         out = report.to_dict()
@@ -305,9 +305,10 @@ class Sidecar:
         p = p if isinstance(p, dict) else {}
         try:
             limit = int(p.get("limit", C.MAX_TRAINING_SESSIONS))
-            epochs = int(p.get("epochs", C.MAX_EPOCHS))
+            # epochs / patience absent: the engine picks its training stage's defaults.
+            epochs = int(p.get("epochs", C.LINEAR_STAGE_MAX_EPOCHS))
             max_seconds = float(p.get("max_seconds", C.MAX_TRAINING_SECONDS))
-            patience = int(p.get("early_stop_patience", C.EARLY_STOP_PATIENCE))
+            patience = int(p.get("early_stop_patience", C.LINEAR_STAGE_PATIENCE))
         except (TypeError, ValueError) as exc:
             raise InvalidParams(f"limit / epochs / max_seconds: {exc}") from exc
         if not (1 <= limit <= 100_000 and 1 <= epochs <= 1000 and 0 < max_seconds <= 3600 and 1 <= patience <= 1001):
@@ -328,8 +329,10 @@ class Sidecar:
         load_ms = (time.perf_counter() - t0) * 1000
         self._training.set()
         try:
-            report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds, max_epochs=epochs,
-                             influential=bool(p.get("influential", True)), early_stop_patience=patience)
+            report = e.train(sessions, canary=canary, replay=replay, max_seconds=max_seconds,
+                             max_epochs=epochs if "epochs" in p else None,
+                             influential=bool(p.get("influential", True)),
+                             early_stop_patience=patience if "early_stop_patience" in p else None)
         finally:
             self._training.clear()
         out = report.to_dict()

@@ -18,7 +18,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -129,6 +129,7 @@ def fit(
     min_improvement: float = 1e-4,
     seed: int = 0,
     validation: Sequence[SessionBatch] | None = None,
+    grad_masks: Mapping[str, torch.Tensor] | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -156,6 +157,12 @@ def fit(
         validation: held-out batches; when given, early stopping and the returned weights
             follow their mean NDCG@10 (the best epoch is restored; patience in epochs) instead
             of the training loss.
+        grad_masks: ``{parameter name: mask of that parameter's shape}``; when given, only the
+            named parameters train and each gradient is multiplied by its mask before the
+            clip and the step (entries with mask 0 keep their values). The optimiser must
+            hold exactly those parameters (e.g. :meth:`MemoryScorer.feature_residual_masks`
+            with an optimiser over ``gate_linear.weight``). Other parameters are taken out of
+            autograd for the run (faster backward) and put back afterwards.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -169,6 +176,15 @@ def fit(
     if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
         raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
     candidate, cand_opt = _clone(model, optimizer)
+    named = dict(candidate.named_parameters())
+    masks: dict[torch.nn.Parameter, torch.Tensor] = {}
+    if grad_masks is not None:
+        unknown = set(grad_masks) - set(named)
+        if unknown:
+            raise ValueError(f"grad_masks names unknown parameters: {sorted(unknown)}")
+        masks = {named[n]: m.to(named[n].dtype) for n, m in grad_masks.items()}
+        for n, p in named.items():
+            p.requires_grad_(n in grad_masks)
     result = FitResult(candidate, cand_opt, GateReport(()))
     rng = random.Random(seed)
     start = time.monotonic()
@@ -198,6 +214,9 @@ def fit(
                 break
             cand_opt.zero_grad(set_to_none=True)
             loss.backward()
+            for p, m in masks.items():
+                if p.grad is not None:
+                    p.grad.mul_(m)
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(candidate.parameters(), max_grad_norm)
             cand_opt.step()
@@ -224,6 +243,8 @@ def fit(
                     result.stop_reason = "early_stop"
     if best_state is not None and result.stop_reason != "non_finite_loss":
         candidate.load_state_dict(best_state)
+    for p in named.values():
+        p.requires_grad_(True)
     result.elapsed_seconds = time.monotonic() - start
     candidate.eval()
     result.gates = evaluate_gates(
