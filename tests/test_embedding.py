@@ -96,6 +96,7 @@ def test_local_truncates_at_max_length(local: LocalOnnxEmbedder) -> None:
     long_b = long_a + "completely different ending about volcanoes"
     a, b = local.embed([long_a, long_b])
     np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(local.embed([long_b])[0], a, atol=1e-4)  # one text: tokenizer.encode path
     short = LocalOnnxEmbedder(threads=1, max_length=8)
     try:
         x, y = short.embed(["one two three four five six seven eight nine", "one two three four five six"])

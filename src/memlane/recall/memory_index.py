@@ -105,10 +105,16 @@ class MemoryIndex:
         self._ids: list[str] = []
         self._row_of: dict[int, int] = {}
         self._codes: dict[str | None, int] = {None: 0}
+        self._vectors = 0  # rows with a content vector, kept by upsert
 
     def __len__(self) -> int:
-        """Memories with a content vector (those the vector leg can return)."""
-        return int(self._has_content[: self._n].sum())
+        """Memories with a content vector (those the vector leg can return).
+
+        A counter, not a numpy sum: recall asks while its BM25 worker runs, and a numpy reduction
+        over 10,000 rows releases the GIL, which the worker then keeps for up to the interpreter's
+        switch interval (5 ms; measured 2.5 ms per recall at 10,000 memories).
+        """
+        return self._vectors
 
     @property
     def size(self) -> int:
@@ -163,6 +169,7 @@ class MemoryIndex:
                 self._row_of[e.seq] = row
                 self._seq[row] = e.seq
                 self._ids.append(e.id)
+            self._vectors += (cv is not None) - bool(self._has_content[row])
             self._has_content[row] = cv is not None
             self._has_context[row] = xv is not None
             if self.dimensions:
