@@ -5,6 +5,7 @@ integration (pool growth keeps the ranking exact)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -267,20 +268,26 @@ def test_content_features_match_the_stage_functions() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40),
        st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40))
-def test_token_matcher_is_token_overlap(query: str, content: str) -> None:
-    from memlane.recall.dampening import token_matcher
+def test_gravity_with_cached_tokens_equals_the_stage_function(query: str, content: str) -> None:
+    """Dampener's stage 1 (cached token sets) == gravity_factors (tokenises every content)."""
+    from memlane.recall.dampening import ContentFeatures
 
-    q = content_tokens(query)
-    assert token_matcher(q)(content) == (not q.isdisjoint(content_tokens(content)))
+    feats = ContentFeatures(max_entries=2)
+    assert feats.tokens(content) == content_tokens(content) == feats.tokens(content)
+    cfg = DampeningSettings(gravity_enabled=True, hub_enabled=False, resolution_enabled=False)
+    mems = [SimpleNamespace(id=str(i), type="fact", content=t) for i, t in enumerate([content, query, content + " x"])]
+    scores, lexical = np.full(3, 0.8), np.zeros(3, dtype=bool)
+    want = gravity_factors(content_tokens(query), [m.content for m in mems], scores, lexical, cfg.gravity_penalty)
+    assert Dampener(None).factors(query, mems, scores, lexical, cfg).tolist() == want.tolist()
 
 
-def test_token_matcher_prefixes_and_words() -> None:
-    from memlane.recall.dampening import token_matcher
+def test_content_tokens_cache_is_bounded() -> None:
+    from memlane.recall.dampening import ContentFeatures
 
-    m = token_matcher({"cat", "catalog"})
-    assert m("the Catalog is here") and m("a cat.") and not m("category") and not m("bobcat")
-    assert m("cat_alog")  # "_" splits tokens: "cat" is a token there
-    assert not token_matcher(set())("anything")
+    feats = ContentFeatures(max_entries=3)
+    for i in range(10):
+        assert feats.tokens(f"the catalog {i} of cats") == {"catalog", str(i), "cats"}
+        assert len(feats._tokens) <= 3
 
 
 def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store) -> None:

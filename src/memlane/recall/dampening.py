@@ -226,13 +226,28 @@ MAX_CACHED_CONTENTS = 100_000
 
 
 class ContentFeatures:
-    """What stage 3 reads of a content, computed once per distinct content string:
-    ``(len >= RESOLUTION_MIN_CHARS, has_temporal_anchor)``. Keyed by the text itself, so an
-    edited memory never reuses its old features. Thread-safe (dict operations)."""
+    """What the stages read of a content, computed once per distinct content string: stage 3's
+    ``(len >= RESOLUTION_MIN_CHARS, has_temporal_anchor)`` and stage 1's token set. Keyed by the
+    text itself, so an edited memory never reuses its old features. Thread-safe (dict operations).
+
+    Why cache the tokens: testing a candidate against the query's tokens is then one set
+    intersection; the alternative, one regex of the query's tokens compiled per recall, cost
+    ~0.7 ms per recall at 10,000 memories.
+    """
 
     def __init__(self, max_entries: int = MAX_CACHED_CONTENTS) -> None:
         self.max_entries = max_entries
         self._d: dict[str, tuple[bool, bool]] = {}
+        self._tokens: dict[str, frozenset[str]] = {}
+
+    def tokens(self, content: str) -> frozenset[str]:
+        """:func:`content_tokens` of ``content``."""
+        t = self._tokens.get(content)
+        if t is None:
+            if len(self._tokens) >= self.max_entries:
+                self._tokens.clear()
+            t = self._tokens[content] = frozenset(content_tokens(content))
+        return t
 
     def get(self, content: str) -> tuple[bool, bool]:
         """(long enough for the resolution boost, has a temporal anchor) of ``content``."""
@@ -243,19 +258,6 @@ class ContentFeatures:
             long = len(content) >= RESOLUTION_MIN_CHARS
             f = self._d[content] = (long, long and has_temporal_anchor(content))
         return f
-
-
-def token_matcher(tokens: set[str]) -> Callable[[str], bool]:
-    """``matches(text)``: whether ``content_tokens(text)`` shares a token with ``tokens`` (a set of
-    :func:`content_tokens` output: lowercase runs of letters and digits, no stop words), without
-    tokenising ``text``: one regex search for any of them as a whole run in ``text.lower()``."""
-    if not tokens:
-        return lambda text: False
-    # Longest first: an alternative that is a prefix of another must not shadow it (the
-    # lookahead would reject the short one and the search would move on).
-    alt = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
-    pattern = re.compile(r"(?<![^\W_])(?:" + alt + r")(?![^\W_])")
-    return lambda text: pattern.search(text.lower()) is not None
 
 
 class Dampener:
@@ -273,7 +275,7 @@ class Dampener:
                 cfg: DampeningSettings, links: dict[str, set[str]] | None = None) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
         Equal to :func:`gravity_factors` x :meth:`HubStats.factors` x :func:`resolution_factors`;
-        stage 1 tests token overlap with :func:`token_matcher`, stage 3 reads :class:`ContentFeatures`.
+        stages 1 and 3 read :class:`ContentFeatures` (cached token sets and resolution features).
 
         Args:
             query: the recall query text.
@@ -292,9 +294,9 @@ class Dampener:
             if not q:
                 return out
             check = ~np.asarray(lexical, dtype=bool) & (np.asarray(scores, dtype=np.float64) > GRAVITY_MIN_SCORE)
-            shares = token_matcher(q)
+            tokens = self.features.tokens
             for i in np.flatnonzero(check).tolist():
-                if not shares(memories[i].content):
+                if q.isdisjoint(tokens(memories[i].content)):
                     out[i] = cfg.gravity_penalty
             return out
 
