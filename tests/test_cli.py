@@ -169,3 +169,17 @@ def test_bench_latency_pipeline_stages(tmp_path):
     assert set(ip["median_ms"]) == {"off", "hints", "graph", "dampening", "rerank", "hints+graph+dampening", "all"}
     assert ip["queries"] == 10 and all(v > 0 for v in ip["median_ms"].values())
     assert "reranker off, its default" in r.output
+
+
+@needs_locomo
+def test_bench_sessions_with_an_earned_alpha_waits_for_the_predictor(tmp_path):
+    out = tmp_path / "sessions.json"
+    r = runner.invoke(app, ["bench", "sessions", "--memories", "120", "--sessions", "3", "--prompts", "1",
+                            "--gap", "0", "--alpha", "0.5", "--data", str(LOCOMO), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.read_text())
+    p = report["predictor"]
+    assert p["enabled"] and p["alpha"] == pytest.approx(0.5) and p["phase"] == "active"
+    assert p["deferred_sessions"] == 0 and p["score_errors"] == 0  # alpha < 1: every start waited for the scores
+    assert p["score_latency_ms"]["n"] >= 3  # and was scored by the sidecar
+    assert report["session_start"]["n"] == 3 and "alpha 0.5" in r.output

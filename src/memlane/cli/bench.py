@@ -128,6 +128,11 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
              data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
              predictor: bool = typer.Option(True, "--predictor/--no-predictor",
                                             help="Run the predictor sidecar (scores every session-start)."),
+             alpha: Optional[float] = typer.Option(
+                 None, min=0.0, max=0.999,
+                 help="Seed an earned predictor state with this alpha (< 1): every start waits for the "
+                      "predictor's scores and fuses them (the predictor active). Default: a fresh store "
+                      "(cold start, alpha 1: the start answers before the scores)."),
              out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
     """Session-start and prompt-submit latency through a real daemon, and the candidate pool size."""
     from memlane.bench.sessions import run_sessions
@@ -137,7 +142,7 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
         raise typer.Exit(2)
     with stage_progress(err, "preparing") as tick:
         report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
-                              store=store, gap_s=gap, predictor=predictor, progress=tick)
+                              store=store, gap_s=gap, predictor=predictor, alpha=alpha, progress=tick)
     path = _out_path(out, f"sessions-{memories}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
@@ -153,7 +158,7 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
                   f"injected per session: mean {report['mean_injected']:.1f}")
     p = report["predictor"]
     console.print(f"predictor: {'on' if p['enabled'] else 'off'}; sessions scored {p['scored_sessions']}, "
-                  f"score errors (baseline served) {p['score_errors']}, phase {p['phase']}")
+                  f"score errors (baseline served) {p['score_errors']}, phase {p['phase']}, alpha {p.get('alpha')}")
     console.print(f"report: {path}")
 
 
