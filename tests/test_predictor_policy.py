@@ -38,7 +38,8 @@ def record(state: PolicyState, outcome: dict, *, confidence: float = 0.9, projec
 
 def exited_state(success_rate: float, sessions_since_exit: int = 0) -> PolicyState:
     return PolicyState(success_rate=success_rate, trained=True, model_version=1, cold_start_exited=True,
-                       sessions_since_exit=sessions_since_exit, training_sessions=50, comparisons=50)
+                       sessions_since_exit=sessions_since_exit, training_sessions=50, comparisons=50,
+                       margin_ema=0.1)  # above the margin guard's 0.05
 
 
 # -- RRF ---------------------------------------------------------------------------------------
@@ -465,18 +466,30 @@ def test_evaluation_ndcg_none_without_relevant_memory_in_pool():
 
 
 def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
+    from memlane.predictor import settings as C
     from memlane.predictor.policy import PolicyState, alpha_for, record_comparison
 
-    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
+    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6, margin_ema=0.06)
     assert alpha_for(s) == pytest.approx(0.4)
     # one small win and one large loss: the EMA of the margin turns negative -> no influence
     kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
               train_interval_sessions=10, drift_reset_window=10)
     record_comparison(s, predictor_ndcg=0.55, baseline_ndcg=0.50, **kw)
     record_comparison(s, predictor_ndcg=0.10, baseline_ndcg=0.60, **kw)
-    assert s.margin_ema < 0 and alpha_for(s) == 1.0
+    assert s.margin_ema < C.MARGIN_GUARD_MIN and alpha_for(s) == 1.0
     # cold start cannot be exited with a negative margin either
     fresh = PolicyState(trained=True, training_sessions=20, recent_wins=[1] * 10, margin_ema=-0.01)
     record_comparison(fresh, predictor_ndcg=0.7, baseline_ndcg=0.6, **kw)
     assert fresh.margin_ema < 0 or fresh.cold_start_exited
     assert not (fresh.cold_start_exited and fresh.margin_ema < 0)
+
+
+def test_margin_guard_asks_for_a_gain_of_at_least_0_05():
+    """A predictor ahead by less than MARGIN_GUARD_MIN on average has no influence yet."""
+    from memlane.predictor import settings as C
+
+    s = exited_state(0.9, 30)
+    s.margin_ema = C.MARGIN_GUARD_MIN - 0.001
+    assert alpha_for(s) == 1.0
+    s.margin_ema = C.MARGIN_GUARD_MIN
+    assert alpha_for(s) == pytest.approx(0.1)

@@ -27,6 +27,7 @@ SHARP_LOSS_TEMPERATURE = 0.3
 MAX_PROJECT_SLICES = 5              # per-project EMA slices kept
 EARLY_ACTIVE_RAMP_SESSIONS = 20     # sessions after cold-start exit before the influence cap lifts
 EARLY_ACTIVE_ALPHA_FLOORS = (0.8, 0.6)   # alpha floors for sessions 1-10 and 11-20 after exit
+MARGIN_GUARD_MIN = 0.05             # margin EMA (NDCG@10) below which alpha is 1.0 (policy.alpha_for)
 COLD_START_WINDOW = 10              # "success_rate > 0.4 over last 10 comparisons"
 COLD_START_MIN_SUCCESS = 0.4
 DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
