@@ -155,6 +155,7 @@ def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
     assert report["store_size"] == 310
     assert report["recall"]["n"] == 20 and report["remember"]["n"] == 10
     assert report["recall"]["p50"] > 0 and report["fill"]["memories_per_s"] > 0
+    assert report["job_backlog"]["left"] == 0 and "job queue drained" in r.output
 
 
 @needs_locomo

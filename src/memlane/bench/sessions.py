@@ -25,7 +25,7 @@ from typing import Any, Callable
 import httpx
 
 from memlane.bench.corpus import memory_texts, queries
-from memlane.bench.latency import free_port, start_daemon
+from memlane.bench.latency import free_port, start_daemon, wait_for_job_backlog
 from memlane.bench.metrics import latency_summary
 from memlane.config import load_settings
 from memlane.container import open_container
@@ -91,29 +91,6 @@ def seed_alpha(home: Path, alpha: float) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()
-
-
-def _backlog(http: httpx.Client) -> int:
-    jobs = http.get("/api/pipeline/status").json().get("jobs", {})
-    return sum(n for counts in jobs.values() for status, n in counts.items() if status in ("pending", "leased"))
-
-
-def wait_for_job_backlog(http: httpx.Client, timeout_s: float = 180.0) -> dict[str, Any]:
-    """Wait until the daemon's job queue is drained (pending + leased = 0), at most ``timeout_s``.
-
-    Filling the store enqueues one pipeline job per memory; the daemon works through them
-    right after it starts (thousands of short write transactions over ~15 s at 4,000 memories).
-    Hooks timed during that burst measure the burst, not the hooks.
-
-    Returns:
-        ``{"initial": jobs queued when the wait began, "left": jobs still queued, "waited_s"}``.
-    """
-    t0 = time.monotonic()
-    initial = left = _backlog(http)
-    while left and time.monotonic() - t0 < timeout_s:
-        time.sleep(0.5)
-        left = _backlog(http)
-    return {"initial": initial, "left": left, "waited_s": round(time.monotonic() - t0, 1)}
 
 
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
