@@ -211,3 +211,28 @@ def test_concurrent_remember_many_in_process(vstore):
     dedup = vstore.db.read(lambda c: c.execute(
         "SELECT count(*) FROM memory_history WHERE event = 'deduplicated'").fetchone()[0])
     assert created == len(seen) and created + dedup == n_threads * rounds * 6
+
+
+def test_sigterm_stops_the_workers_and_closes_the_store(start_daemon, tmp_path):
+    """SIGTERM mid-pipeline: uvicorn's graceful shutdown, then the container closes (exit 0):
+    no job stays leased by the dead process (else it waits for the 5-minute lease timeout)."""
+    home = tmp_path / "term"
+    d = start_daemon(home, provider="none")
+    with httpx.Client(base_url=d.url, timeout=60) as http:
+        for start in range(0, 1200, 200):  # one extraction job per memory, skipped (no LLM) by 2 workers
+            batch = [{"content": f"Note {i}: the staging host for service {i % 37} is node-{i % 11}."}
+                     for i in range(start, start + 200)]
+            assert http.post("/api/memory/remember", json={"memories": batch}).status_code == 200
+        jobs = http.get("/api/pipeline/status").json()["jobs"]["extract"]
+    assert jobs.get("pending", 0) + jobs.get("leased", 0) > 0  # the workers are busy when the signal comes
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=60) == 0, d.log()
+    import sqlite3
+
+    conn = sqlite3.connect(home / "memories.db")
+    try:
+        leased = conn.execute("SELECT COUNT(*) FROM memory_jobs WHERE status = 'leased'").fetchone()[0]
+        total = conn.execute("SELECT COUNT(*) FROM memory_jobs WHERE job_type = 'extract'").fetchone()[0]
+    finally:
+        conn.close()
+    assert leased == 0 and total == 1200

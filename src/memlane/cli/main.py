@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -83,11 +84,22 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
         _fail(exc)
         return
     err.print(f"memlane listening on http://{settings.host}:{settings.port} (OpenAPI at /docs)")
+    # Trigger: SIGTERM (kill, systemd stop). uvicorn shuts the server down gracefully, then
+    # restores the previous handler and raises the signal again. Why: with the default handler
+    # the process died right there, before container.close(): a job leased by a worker stayed
+    # leased until the lease timeout (5 min), and predictor records waiting for their scores
+    # were dropped. Outcome: the re-raised SIGTERM becomes SystemExit(0) and the finally runs.
+    signal.signal(signal.SIGTERM, _exit_after_sigterm)
     try:
         uvicorn.run(create_app(container), host=settings.host, port=settings.port,
                     log_level=settings.log_level.lower(), access_log=False)
     finally:
         container.close()
+
+
+def _exit_after_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler of ``memlane serve`` (re-raised by uvicorn after its graceful shutdown)."""
+    raise SystemExit(0)
 
 
 @app.command()
