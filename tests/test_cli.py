@@ -156,6 +156,7 @@ def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
     assert report["recall"]["n"] == 20 and report["remember"]["n"] == 10
     assert report["recall"]["p50"] > 0 and report["fill"]["memories_per_s"] > 0
     assert report["job_backlog"]["left"] == 0 and "job queue drained" in r.output
+    assert report["job_backlog"]["predictor_wait_s"] >= 0 and "sidecar ready after" in r.output
 
 
 @needs_locomo

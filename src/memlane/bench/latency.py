@@ -86,6 +86,24 @@ def wait_for_job_backlog(http: httpx.Client, timeout_s: float = 180.0) -> dict[s
     return {"initial": initial, "left": left, "waited_s": round(time.monotonic() - t0, 1)}
 
 
+def wait_for_predictor(http: httpx.Client, timeout_s: float = 120.0) -> float:
+    """Wait until the daemon's predictor sidecar is ready (or the predictor is off); returns the
+    seconds waited. The sidecar loads PyTorch when the daemon starts (seconds of CPU on one of
+    the two cores); requests timed meanwhile measure that start-up, not the steady state.
+
+    Raises:
+        RuntimeError: not ready within ``timeout_s``.
+    """
+    t0 = time.monotonic()
+    while True:
+        status = http.get("/api/predictor/status").json()
+        if not status.get("enabled", True) or status.get("sidecar", {}).get("ready"):
+            return round(time.monotonic() - t0, 1)
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"the predictor sidecar did not become ready in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
 def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
                 port: int = 0, progress: Callable[[str, int, int], None] | None = None,
                 pipeline_stages: bool | None = None, reranker: bool = False) -> dict[str, Any]:
@@ -123,6 +141,7 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                 if pipeline_stages:  # no LLM here: synthetic hints, written with the daemon stopped
                     proc, stages["hints_written"] = restart_with_hints(proc, Path(tmp), port, qs, start_daemon)
                 backlog = wait_for_job_backlog(http, timeout_s=600.0)  # recall in the steady state
+                backlog["predictor_wait_s"] = wait_for_predictor(http)
                 for q in qs[:WARMUP]:
                     http.post("/api/memory/recall", json={"query": q, "limit": 10}).raise_for_status()
                 recall_ms = []

@@ -114,7 +114,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
                   f"(batches of {f['batch']} over HTTP, embeddings included)")
     b = report["job_backlog"]
     console.print(f"recall timed once the daemon's job queue drained: {b['initial']} jobs queued after the fill, "
-                  f"waited {b['waited_s']} s, {b['left']} left")
+                  f"waited {b['waited_s']} s, {b['left']} left; predictor sidecar ready after {b['predictor_wait_s']} s more")
     if report["pipeline_stages"] is not None:
         from memlane.bench.stages import render_stages
         console.print(render_stages(report["pipeline_stages"]))
