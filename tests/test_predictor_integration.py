@@ -237,7 +237,7 @@ def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_
 
 
 def test_a_deferred_record_never_released_is_released_by_a_later_start(world, monkeypatch):
-    import memlane.services.predictor_service as ps
+    import memlane.services.deferred_records as ps
 
     c = world.c
     assert c.predictor.alpha() == 1.0

@@ -28,8 +28,6 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import InvalidStateError
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +42,7 @@ from memlane.recall.memory_index import MemoryIndex, iso_to_epoch
 from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
+from memlane.services.deferred_records import DeferredRecords
 from memlane.storage.db import Database
 
 __all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
@@ -52,20 +51,6 @@ log = logging.getLogger(__name__)
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
 SCORE_LATENCY_WINDOW = 500
-#: A deferred record not released this long after its session-start is released by the next
-#: session-start (s).
-RELEASE_FALLBACK_S = 5.0
-
-
-def release(released: Future[None] | None) -> None:
-    """Mark a deferred record's answer as out (:meth:`PredictorService.record_later`); idempotent."""
-    if released is not None and not released.done():
-        try:
-            released.set_result(None)
-        except InvalidStateError:  # released by another thread meanwhile
-            pass
-
-
 def project_name(project: str | None) -> str | None:
     """The name a memory would use for ``project``: the last path component, lower-cased
     (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
@@ -195,11 +180,10 @@ class PredictorService:
         self._training: Future[Any] | None = None
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
-        # session key -> rankings still being recorded after their session-start answered.
-        self._records: dict[str, list[tuple[Future[int], Future[None] | None, float]]] = {}
+        # Rankings still being recorded after their session-start answered.
+        self.records = DeferredRecords()
         self.score_errors = 0
         self.scored = 0
-        self.deferred = 0  # session-starts that answered before the predictor's ranking
         # Score request durations as the daemon saw them (ms, JSON and pipe included; seed 4.2).
         self._score_ms: deque[float] = deque(maxlen=SCORE_LATENCY_WINDOW)
 
@@ -404,7 +388,7 @@ class PredictorService:
         call.
 
         Session-end waits for it (:meth:`wait_recorded`, which also releases it at once); a
-        record left unreleased for ``RELEASE_FALLBACK_S`` is released by the next call. A
+        record left unreleased for ``deferred_records.RELEASE_FALLBACK_S`` is released by the next call. A
         daemon that stops in between leaves the session without predictor inputs: training
         and the comparison treat it as a session the predictor did not see.
 
@@ -412,26 +396,13 @@ class PredictorService:
             a future of the number of candidate rows updated (it raises what the write raised).
         """
         done: Future[int] = Future()
-        now = time.monotonic()
-        with self._lock:
-            # A record whose answer was never released (the client went away before the hook's
-            # background task ran, an in-process caller forgot) is released by the next one.
-            stale = [r[1] for v in self._records.values() for r in v if now - r[2] > RELEASE_FALLBACK_S]
-            self._records.setdefault(session_key, []).append((done, released, now))
-            self.deferred += 1
-        for r in stale:
-            release(r)
+        self.records.add(session_key, done, released)
         signals = dict(decision.signals)
         features = decision.features
         fired = threading.Lock()
 
         def forget() -> None:
-            with self._lock:
-                pending = self._records.get(session_key)
-                if pending is not None:
-                    pending[:] = [r for r in pending if r[0] is not done]
-                    if not pending:
-                        del self._records[session_key]
+            self.records.forget(session_key, done)
 
         def fail(exc: BaseException) -> None:
             log.warning("recording the predictor ranking of %s failed: %s", session_key, exc)
@@ -479,8 +450,7 @@ class PredictorService:
 
     def pending_records(self) -> int:
         """Rankings still being recorded after their session-start answered."""
-        with self._lock:
-            return sum(len(v) for v in self._records.values())
+        return self.records.pending()
 
     def wait_recorded(self, session_key: str | None, timeout_s: float = 30.0) -> bool:
         """Release, then wait for, the deferred predictor record of ``session_key`` (None: of
@@ -488,19 +458,7 @@ class PredictorService:
 
         Returns at once when nothing is pending. A failed record is logged, not raised.
         """
-        with self._lock:
-            recs = [r for k, v in self._records.items() if session_key is None or k == session_key for r in v]
-        for _, released, _ in recs:
-            release(released)
-        deadline = time.monotonic() + timeout_s
-        for f, _, _ in recs:
-            try:
-                f.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                return False
-            except Exception:  # logged by record_later
-                pass
-        return True
+        return self.records.wait(session_key, timeout_s)
 
     @staticmethod
     def _done(decision: RankDecision, t0: float) -> RankDecision:
@@ -755,7 +713,7 @@ class PredictorService:
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
                "status_line": self.status_line(), "state": s, "scored_sessions": self.scored,
-               "score_errors": self.score_errors, "deferred_sessions": self.deferred,
+               "score_errors": self.score_errors, "deferred_sessions": self.records.deferred,
                "pending_records": self.pending_records(),
                "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
                "training": self._training is not None and not self._training.done(),

@@ -27,7 +27,7 @@ from memlane.providers.base import LlmError, LlmProvider
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
-from memlane.services.predictor_service import release as release_record
+from memlane.services.deferred_records import release as release_record
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text
 from memlane.sessions import continuity, labels
