@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from memlane.predictor.settings import PredictorSettings
 from memlane.services.inputs import RememberInput
-from memlane.services.predictor_service import PoolMember, PredictorService
+from memlane.services.predictor_service import PredictorService
+from memlane.services.predictor_types import PoolMember
 from memlane.storage import predictor as pred_sql
 
 PROJECT = "/home/me/src/acme-api"

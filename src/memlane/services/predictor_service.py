@@ -28,7 +28,6 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,6 +42,7 @@ from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
+from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
 from memlane.storage.db import Database
 
 __all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
@@ -76,84 +76,6 @@ class PredictorBackend(Protocol):
     def close(self) -> None: ...
     @property
     def disabled(self) -> bool: ...
-
-
-@dataclass
-class RankDecision:
-    """The predictor's part of one session-start.
-
-    Attributes:
-        order: memory ids in fused order (before topic diversity), best first.
-        fused: ``{memory_id: RRF score}`` (the baseline's own scores order when alpha = 1).
-        predictor_scores: ``{memory_id: model score}``; empty when the predictor did not score.
-        predictor_rank: ``{memory_id: 1-based predictor rank}``.
-        alpha: the baseline weight used.
-        phase: collecting, warming, active, disabled or retraining.
-        features: ``{memory_id: raw signals}`` logged for training.
-        signals: session-level signals (local time, gap hours, alpha, phase, model version).
-        error: why the predictor did not score, if it did not.
-        took_ms: time spent, ms.
-        request: the ``score`` request params (:meth:`PredictorService.prepare`), or None when
-            there is nothing to ask (no pool, predictor off). Not recorded.
-    """
-
-    order: list[str]
-    fused: dict[str, float]
-    predictor_scores: dict[str, float] = field(default_factory=dict)
-    predictor_rank: dict[str, int] = field(default_factory=dict)
-    alpha: float = 1.0
-    phase: str = "collecting"
-    features: dict[str, dict[str, Any]] = field(default_factory=dict)
-    signals: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    took_ms: float = 0.0
-    request: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    """One ``score`` request's outcome.
-
-    Attributes:
-        scores: ``{memory_id: model score}`` of every candidate; empty on failure.
-        rank: ``{memory_id: 1-based predictor rank}`` (stable: equal scores keep baseline order).
-        ranked: memory ids by predictor rank, best first.
-        error: ``"<ExceptionType>: <message>"`` when the predictor did not score.
-        took_ms: the request's duration as the daemon saw it, ms.
-    """
-
-    scores: dict[str, float]
-    rank: dict[str, int]
-    ranked: list[str]
-    error: str | None = None
-    took_ms: float = 0.0
-
-
-@dataclass
-class Comparison:
-    """A session-end comparison computed in memory (:meth:`PredictorService.prepare_comparison`):
-    the ``predictor_comparisons`` row (written only when the predictor scored the session,
-    ``scored``), the policy state to save, and what the policy decided."""
-
-    session_key: str
-    row: dict[str, Any]
-    scored: bool
-    state: dict[str, Any]
-    outcome: policy.ComparisonOutcome
-    at: str
-
-
-@dataclass(frozen=True)
-class PoolMember:
-    """A candidate as the predictor sees it: baseline score and rank (1-based), similarity."""
-
-    memory_id: str
-    seq: int
-    baseline_score: float
-    baseline_rank: int
-    similarity: float | None
-    bm25_score: float | None = None
-    vector_score: float | None = None
 
 
 class PredictorService:

@@ -16,7 +16,7 @@ import numpy as np
 from memlane.config import SessionSettings
 from memlane.recall.memory_index import DECAY_PER_DAY, MemoryIndex
 from memlane.services.inputs import RecallQuery
-from memlane.services.predictor_service import PoolMember, RankDecision
+from memlane.services.predictor_types import PoolMember, RankDecision
 from memlane.services.recall_service import RecallService
 from memlane.sessions.diversity import apply_topic_diversity
 from memlane.sessions.inject import Shown
