@@ -25,7 +25,7 @@ from typing import Any, Callable
 import httpx
 
 from memlane.bench.corpus import memory_texts, queries
-from memlane.bench.latency import free_port, start_daemon, wait_for_job_backlog
+from memlane.bench.latency import free_port, start_daemon, wait_for_job_backlog, wait_for_predictor
 from memlane.bench.metrics import latency_summary
 from memlane.config import load_settings
 from memlane.container import open_container
@@ -132,11 +132,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
                 if predictor:
-                    deadline = time.monotonic() + 120
-                    while not http.get("/api/predictor/status").json().get("sidecar", {}).get("ready"):
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("the predictor sidecar did not become ready in 120 s")
-                        time.sleep(0.2)
+                    wait_for_predictor(http)
                 backlog = wait_for_job_backlog(http)
                 for w in range(3):  # warm-up, not measured
                     http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT})
