@@ -65,7 +65,7 @@ def run_simulated(*, embedder: Embedder, workdir: Path, sessions: int = 200, see
     home = workdir / f"simulated-{seed}"
     shutil.rmtree(home, ignore_errors=True)
     settings = Settings(home=home, embedding={"provider": "local"}, sqlite_synchronous="NORMAL",
-                        sessions={"candidate_pool_size": 50, "inject_limit": 10, "inject_budget_chars": 100_000},
+                        sessions={"candidate_pool_size": 100, "inject_limit": 10, "inject_budget_chars": 100_000},
                         predictor={"enabled": True})
     c = open_container(settings, embedder=embedder, predictor=True)
     ids: dict[str, str] = {}

@@ -39,15 +39,30 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
                    ) -> tuple[list[RankedCandidate], dict[str, tuple[float | None, float | None]]]:
     """A pool ranked by hybrid relevance to ``context`` (``ranking="relevance"`` starts).
 
-    For clients that start a session with a real request (a question, a task): the pool is
-    the top ``candidate_pool_size`` hybrid-recall hits of the context (project and global
-    memories, superseded excluded), the baseline score is the recall score, and the
-    ``effective_score`` column keeps the memory's effectiveScore.
+    For clients that start a session with a real request (a question, a task). The pool is the
+    union of the seed's two pre-filter paths (predictive-memory-scorer.md "Candidate
+    Pre-Filtering"), the relevance path first:
+
+    1. the top ``similarity_top`` hybrid-recall hits of the context (project and global
+       memories, superseded excluded; ``candidate_pool_size`` when ``similarity_top`` is 0),
+       in recall order; their baseline score is the recall score;
+    2. then the top ``effective_top`` memories of the project (and global ones) by effectiveScore
+       that the recall did not return (:meth:`MemoryIndex.top_effective`, ``min_effective``
+       applies), best first, with baseline score 0 and no recall legs (``(None, None)``).
+
+    The union is cut at ``candidate_pool_size`` (recall hits kept first). The baseline ranking
+    is the recall's order followed by the effectiveScore path's, so its top of list is the
+    recall's and its NDCG@10 does not change; the predictor scores the whole pool and may lift
+    a memory the recall missed. ``final_score`` / ``rank`` of the hits are the recall order after
+    topic diversity; the second path follows them unchanged (final score 0).
 
     Returns:
-        ``(pool, legs)``: the ranked pool and each hit's ``(bm25_score, vector_score)``.
+        ``(pool, legs)``: the ranked pool, best first, and each recall hit's ``(bm25_score,
+        vector_score)`` (the second path's members are absent: no legs).
     """
-    hits = recall.recall(RecallQuery(query=context, limit=s.candidate_pool_size, project=project,
+    cap = s.candidate_pool_size
+    limit = min(cap, s.similarity_top) if s.similarity_top > 0 else cap
+    hits = recall.recall(RecallQuery(query=context, limit=limit, project=project,
                                      include_global=True, exclude_superseded=True, now=now, touch=False)).hits
     if not hits:
         return [], {}
@@ -60,7 +75,33 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
         days = max(0.0, (now_epoch - _epoch(m.created_at)) / 86400.0)
         eff[m.id] = 1.0 if m.pinned else float(m.importance) * DECAY_PER_DAY ** days
     legs = {h.memory.id: (h.bm25_score, h.vector_score) for h in hits}
-    return [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool], legs
+    pool = [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool]
+    return pool + _effective_path(index, pool, project=project, cv=cv, s=s, now_epoch=now_epoch), legs
+
+
+def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, project: str | None,
+                    cv: np.ndarray | None, s: SessionSettings, now_epoch: float) -> list[RankedCandidate]:
+    """The effectiveScore path of a relevance pool: up to ``candidate_pool_size - len(hits)``
+    memories of the top ``effective_top`` by effectiveScore not among ``hits``, ranked after
+    them (baseline score 0, final score 0, cosine to ``cv`` when both vectors exist)."""
+    room = s.candidate_pool_size - len(hits)
+    if room <= 0 or s.effective_top <= 0:
+        return []
+    seen = {p.memory_id for p in hits}
+    top = index.top_effective(project=project, now_epoch=now_epoch, limit=s.effective_top,
+                              min_effective=s.min_effective)
+    extra = [e for e in top if e[1] not in seen][:room]
+    if not extra:
+        return []
+    sims: list[float | None] = [None] * len(extra)
+    if cv is not None:
+        vecs, has = index.vectors_of([e[0] for e in extra])
+        dots = (vecs @ cv).tolist() if len(extra) else []
+        sims = [float(d) if h else None for d, h in zip(dots, has.tolist())]
+    n = len(hits)
+    return [RankedCandidate(memory_id=mid, seq=seq, effective_score=float(score), similarity=sims[j],
+                            baseline_score=0.0, final_score=0.0, baseline_rank=n + j + 1, rank=n + j + 1)
+            for j, (seq, mid, score) in enumerate(extra)]
 
 
 def _epoch(iso: str) -> float:
