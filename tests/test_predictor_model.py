@@ -171,3 +171,39 @@ def test_configure_threads():
             configure_threads(0)
     finally:
         torch.set_num_threads(before)
+
+
+def _encode_both_paths(model: MemoryScorer, embeddings, tokens, is_embedded):
+    """Reference encoder: both paths on every item, then the per-item select (the seed's design)."""
+    lead = is_embedded.shape
+    dense = model.norm_embedded(model.down_projection(embeddings))
+    text = model.norm_text(model.text_embedding(tokens.reshape(-1, tokens.shape[-1]))).reshape(*lead, -1)
+    return torch.where(is_embedded.unsqueeze(-1), dense, text)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_text_path_on_text_items_only_matches_both_paths(monkeypatch, mixed):
+    """The encoder runs the text path only where it is taken (and padded slots take the
+    embedding path); scores and every gradient equal the run-both-and-select reference."""
+    s1 = _session(7, seed=8)
+    s2 = _session(4, seed=9)  # padded to 7 in the batch
+    if mixed:
+        s1 = dataclasses.replace(s1, candidate_is_embedded=np.array([True, False, True, True, False, True, True]))
+    batch = collate([s1, s2], native_dim=DIM)
+
+    def run(model: MemoryScorer) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        scores = model(batch)
+        (scores * torch.linspace(0.5, 1.5, scores.shape[-1])).sum().backward()
+        return scores.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+    fast, fast_grads = run(_wired())
+    reference = _wired()
+    monkeypatch.setattr(reference, "encode", lambda e, t, f: _encode_both_paths(reference, e, t, f))
+    ref, ref_grads = run(reference)
+    torch.testing.assert_close(fast, ref)
+    for name, g in ref_grads.items():
+        if fast_grads[name] is None:  # skipped path: the reference's gradient there is all zero
+            assert name.startswith(("text_embedding.", "norm_text.")) and not mixed, name
+            assert float(g.abs().sum()) == 0.0, name
+        else:
+            torch.testing.assert_close(fast_grads[name], g, msg=name)
