@@ -112,3 +112,76 @@ def test_close_finishes_queued_group(tmp_path):
     d2 = Database(tmp_path / "c.db", read_pool_size=1)
     assert d2.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 5
     d2.close()
+
+
+def _sync_level(c: sqlite3.Connection) -> int:
+    """The writer's ``PRAGMA synchronous`` inside the job (1 = NORMAL, 2 = FULL)."""
+    return c.execute("PRAGMA synchronous").fetchone()[0]
+
+
+def test_non_durable_group_commits_without_fsync_level(db):
+    assert db.write(_sync_level) == 2  # FULL by default
+    assert db.write(_sync_level, durable=False) == 1  # NORMAL: no WAL fsync for derived records
+    assert db.write(_sync_level) == 2  # and back to FULL for the next durable write
+
+
+def test_group_with_any_durable_job_commits_durably(db):
+    release, _ = _hold_writer(db)
+    lazy = db.submit(_sync_level, durable=False)
+    strict = db.submit(_sync_level)
+    release.set()
+    # one group: the durable job decides the level for both
+    assert (lazy.result(10), strict.result(10)) == (2, 2)
+
+
+def test_configured_normal_stays_normal(tmp_path):
+    d = Database(tmp_path / "n.db", read_pool_size=1, synchronous="NORMAL")
+    try:
+        assert d.write(_sync_level) == 1
+        assert d.write(_sync_level, durable=False) == 1
+    finally:
+        d.close()
+
+
+def test_non_durable_write_survives_reopen(tmp_path):
+    d = Database(tmp_path / "r.db", read_pool_size=1)
+    d.write(lambda c: c.execute("CREATE TABLE t (k TEXT PRIMARY KEY)"))
+    d.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"), durable=False)
+    d.close()
+    d2 = Database(tmp_path / "r.db", read_pool_size=1)
+    try:
+        assert d2.read(lambda c: c.execute("SELECT k FROM t").fetchall())[0][0] == "x"
+    finally:
+        d2.close()
+
+
+def test_non_durable_write_survives_sigkill(tmp_path):
+    """The claim of ``durable=False``: an acknowledged commit survives a process kill."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.db"
+    script = (
+        "import sys, time\n"
+        "from memlane.storage.db import Database\n"
+        f"d = Database({str(path)!r}, read_pool_size=1)\n"
+        "d.write(lambda c: c.execute('CREATE TABLE t (k TEXT PRIMARY KEY)'))\n"
+        "d.write(lambda c: c.execute(\"INSERT INTO t VALUES ('acked')\"), durable=False)\n"
+        "print('acked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "acked"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    d = Database(path, read_pool_size=1)
+    try:
+        assert [r[0] for r in d.read(lambda c: c.execute("SELECT k FROM t").fetchall())] == ["acked"]
+    finally:
+        d.close()

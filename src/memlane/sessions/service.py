@@ -208,7 +208,9 @@ class SessionService:
                                         released=released)
         won = False
         try:
-            won = self.db.write(job)
+            # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
+            # a daemon kill, and a power loss can drop only these last rows, never a memory.
+            won = self.db.write(job, durable=False)
         finally:
             if committed is not None:
                 committed.set_result(won)

@@ -6,6 +6,14 @@ from a fixed pool. Jobs that queue up while the writer is busy share one transac
 in its own SAVEPOINT, and one COMMIT (group commit: one fsync for many writers). PRAGMAs: ``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``,
 ``synchronous`` configurable (FULL by default: an acknowledged write survives power loss,
 not only a process kill).
+
+A write job may be submitted with ``durable=False`` (derived records such as a session-start's
+candidate log): a group of only such jobs commits with ``synchronous=NORMAL``, i.e. without the
+WAL fsync. Such a commit survives a process kill (the WAL is written before COMMIT returns)
+but may roll back on power loss or an OS crash until the next durable commit or checkpoint
+fsyncs the WAL (SQLite "WAL mode": "a transaction committed in WAL mode with
+synchronous=NORMAL might roll back following a power loss or system crash"). A group with
+any durable job commits with the configured level.
 """
 
 from __future__ import annotations
@@ -84,6 +92,9 @@ class Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._busy = busy_timeout_ms
         self._writer_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        #: The configured level, and the one the writer connection is set to right now.
+        self._durable_level = "NORMAL" if synchronous.upper() == "NORMAL" else "FULL"
+        self._level = self._durable_level
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
         #: COMMITs done by the writer, and the write jobs they carried (group-commit telemetry).
@@ -116,7 +127,19 @@ class Database:
                     stop = True
                     break
                 batch.append(nxt)
-            self._run_group([(fn, fut) for fn, fut in batch if fut.set_running_or_notify_cancel()])
+            live = [job for job in batch if job[1].set_running_or_notify_cancel()]
+            if live:
+                self._set_level(self._durable_level if any(d for _, _, d in live) else "NORMAL")
+            self._run_group([(fn, fut) for fn, fut, _ in live])
+
+    def _set_level(self, level: str) -> None:
+        """Set the writer's ``PRAGMA synchronous`` (outside a transaction) when it changes."""
+        if level != self._level:
+            try:
+                self._writer_conn.execute(f"PRAGMA synchronous = {level}")
+                self._level = level
+            except sqlite3.Error as exc:  # keep the current level; the group still runs
+                log.warning("cannot set synchronous=%s: %s", level, exc)
 
     def _run_group(self, batch: list[tuple[Callable[[sqlite3.Connection], object], Future]]) -> None:
         """Run queued write jobs in ONE ``BEGIN IMMEDIATE`` transaction, each in its own SAVEPOINT,
@@ -165,8 +188,11 @@ class Database:
             else:
                 fut.set_exception(value)  # type: ignore[arg-type]
 
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future:
+    def submit(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> Future:
         """Queue a write job without waiting; returns its future.
+
+        ``durable=False``: the job may commit with ``synchronous=NORMAL`` (module docstring):
+        it survives a process kill, not necessarily a power loss. For derived records only.
 
         Raises:
             StorageError: the database is closed.
@@ -174,17 +200,19 @@ class Database:
         if self._closed:
             raise StorageError("database is closed")
         fut: Future = Future()
-        self._jobs.put((fn, fut))
+        self._jobs.put((fn, fut, durable))
         return fut
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer; wait for it.
+
+        ``durable``: as in :meth:`submit`.
 
         Raises:
             whatever ``fn`` raises (after rollback); StorageError for SQLite failures.
         """
         try:
-            return self.submit(fn).result()
+            return self.submit(fn, durable=durable).result()
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
 

@@ -11,6 +11,9 @@ from typing import Any
 #: Compact JSON for logged signals and label reasons (same content as ``json.dumps``' default,
 #: without the spaces: ~15 % smaller rows and faster to encode).
 _COMPACT = {"separators": (",", ":")}
+#: One encoder for the candidate log (``json.dumps`` with options builds a new one per call:
+#: ~30 % of encoding 90 candidates' signals).
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[Candida
     the start) takes the candidate's scores, ranks and features and keeps its hit and feedback
     counts. Returns the number of rows written.
     """
-    dumps = json.dumps
+    encode = _ENCODE
     cur = conn.executemany(
         """INSERT INTO session_memories (session_key, memory_id, source, effective_score, similarity,
                predictor_score, final_score, rank, baseline_rank, predictor_rank, was_injected, created_at, features)
@@ -137,7 +140,7 @@ def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[Candida
                features = coalesce(excluded.features, features)""",
         [(key, r.memory_id, r.source, r.effective_score, r.similarity, r.predictor_score, r.final_score,
           r.rank, r.baseline_rank, r.predictor_rank, int(r.was_injected), at,
-          None if r.features is None else dumps(dict(r.features), **_COMPACT)) for r in rows])
+          None if r.features is None else encode(dict(r.features))) for r in rows])
     injected = sum(r.was_injected for r in rows)
     conn.execute("UPDATE sessions SET candidate_count = ?, injected_count = ? WHERE session_key = ?",
                  (len(rows), injected, key))
