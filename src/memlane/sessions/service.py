@@ -152,6 +152,8 @@ class SessionService:
             pool = build_pool(eff, cv, index, s)
         decision = None
         deferred = False  # the predictor's ranking is recorded after the answer (record_later)
+        contents: dict[str, tuple[str, str]] | None = None  # read while the sidecar scores
+        encoded: dict[str, str] = {}  # the candidates' signals as JSON, encoded meanwhile too
         if self.predictor is not None and pool:
             last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
             decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
@@ -159,10 +161,21 @@ class SessionService:
             state = decision.phase
             deferred = defer_predictor and self.predictor.can_defer(decision)
             if not deferred:
-                self.predictor.score_now(decision)
+                # The sidecar scores on the other core; meanwhile this thread does the work that
+                # does not need the scores: the pool's contents and its logged signals' JSON.
+                try:
+                    pending = self.predictor.score_async(decision)
+                except RuntimeError:  # its thread pool is shut down (the daemon is closing)
+                    pending = None
+                contents = self.db.read(lambda c: mem_sql.contents(c, [p.memory_id for p in pool]))
+                encoded = {m: sess_sql.encode_features(f) for m, f in decision.features.items()}
+                if pending is not None:
+                    self.predictor.apply(decision, pending.result())
+                else:
+                    self.predictor.score_now(decision)
                 if decision.alpha < 1.0 and decision.predictor_rank:
                     pool = ranking.fuse_pool(pool, decision, index)
-        chosen = self._select(pool, s.inject_budget_chars, s.inject_limit)
+        chosen = self._select(pool, s.inject_budget_chars, s.inject_limit, contents)
         explored = None
         if decision is not None:
             ids = [c.id for c in chosen]
@@ -174,7 +187,8 @@ class SessionService:
                 self.predictor.score_now(decision)
                 explored = self.predictor.explore(ids, decision, drawn=True)
         if explored is not None:
-            rows = self.db.read(lambda c: mem_sql.contents(c, [explored[1]]))
+            rows = {explored[1]: contents[explored[1]]} if contents and explored[1] in contents else \
+                self.db.read(lambda c: mem_sql.contents(c, [explored[1]]))
             chosen = ranking.explored_shown(chosen, explored[0], explored[1], rows)
             decision.signals["exploration"] = {"replaced": explored[0], "explored": explored[1]}
         chosen_ids = {c.id for c in chosen}
@@ -187,7 +201,8 @@ class SessionService:
             final_score=p.final_score, rank=p.rank,
             was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
             predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
-            predictor_rank=p_ranks.get(p.memory_id), features=feats.get(p.memory_id)) for p in pool]
+            predictor_rank=p_ranks.get(p.memory_id),
+            features=encoded.get(p.memory_id) or feats.get(p.memory_id)) for p in pool]
         model_id = self.memories.embedder.model_id if self.memories.embedder is not None else None
         signals = dict(decision.signals) if decision is not None and not deferred else None
 
@@ -225,15 +240,17 @@ class SessionService:
                            took_ms=(time.perf_counter() - t0) * 1000,
                            release=None if released is None else partial(release_record, released))
 
-    def _select(self, pool: list, budget_chars: int, limit: int) -> list[Shown]:
-        """Budgeted selection in rank order, reading contents a window at a time (not the whole pool)."""
+    def _select(self, pool: list, budget_chars: int, limit: int,
+                contents: dict[str, tuple[str, str]] | None = None) -> list[Shown]:
+        """Budgeted selection in rank order, reading contents a window at a time (not the whole
+        pool) unless ``contents`` (``id -> (content, created_at)``) already holds the pool's."""
         chosen: list[Shown] = []
         window = max(limit * 3, 10)
         for start in range(0, len(pool), window):
             if len(chosen) >= limit:
                 break
             ids = [p.memory_id for p in pool[start:start + window]]
-            rows = self.db.read(lambda c: mem_sql.contents(c, ids))
+            rows = contents if contents is not None else self.db.read(lambda c: mem_sql.contents(c, ids))
             shown = [Shown(i, rows[i][1], rows[i][0]) for i in ids if i in rows]
             used = sum(len(render_line(x)) for x in chosen)
             chosen += select_within_budget(shown, budget_chars - used, limit - len(chosen))

@@ -50,8 +50,14 @@ class CandidateRow:
     baseline_rank: int | None = None
     predictor_rank: int | None = None
     #: the predictor's raw scoring signals of this candidate (``session_memories.features``,
-    #: :data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`), or None when the predictor is off.
-    features: Mapping[str, Any] | None = None
+    #: :data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`), or None when the predictor is off;
+    #: a ``str`` is taken as already encoded by :func:`encode_features`.
+    features: Mapping[str, Any] | str | None = None
+
+
+def encode_features(features: Mapping[str, Any]) -> str:
+    """The ``session_memories.features`` JSON of one candidate's signals (compact)."""
+    return _ENCODE(dict(features))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +146,8 @@ def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[Candida
                features = coalesce(excluded.features, features)""",
         [(key, r.memory_id, r.source, r.effective_score, r.similarity, r.predictor_score, r.final_score,
           r.rank, r.baseline_rank, r.predictor_rank, int(r.was_injected), at,
-          None if r.features is None else encode(dict(r.features))) for r in rows])
+          r.features if r.features is None or isinstance(r.features, str) else encode(dict(r.features)))
+         for r in rows])
     injected = sum(r.was_injected for r in rows)
     conn.execute("UPDATE sessions SET candidate_count = ?, injected_count = ? WHERE session_key = ?",
                  (len(rows), injected, key))
