@@ -16,26 +16,25 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from functools import partial
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from memlane.config import SessionSettings
 from memlane.errors import NotFound, ValidationError
-from memlane.providers.base import LlmError, LlmProvider
+from memlane.providers.base import LlmProvider
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record
 from memlane.services.recall_service import RecallService
-from memlane.services.validation import MAX_SHORT_CHARS, check_text
-from memlane.sessions import continuity, labels
+from memlane.services.validation import check_text
+from memlane.sessions import continuity
 from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inject import Shown, render_block, render_line, select_within_budget, short_id, status_line
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
 from memlane.sessions import ranking
+from memlane.sessions.scoring import SessionScorer
 from memlane.sessions.start import ContextVectors, build_pool
 from memlane.storage import predictor as pred_sql
 from memlane.storage import jobs as jobs_sql
@@ -77,7 +76,8 @@ class SessionService:
         self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
         self._unsaved: dict[str, int] = {}  # prompts since the session's last checkpoint
         self._lock = threading.Lock()
-        memories.listeners.append(self._on_memory_event)
+        self.scorer = SessionScorer(self.db, llm, predictor)
+        memories.listeners.append(self.scorer.on_memory_event)
 
     # -- helpers ------------------------------------------------------------------------
     def _key(self, key: Any) -> str:
@@ -432,7 +432,8 @@ class SessionService:
         """Store the transcript, enqueue the summary job, score continuity, build labels.
 
         With an LLM judge the scoring runs on a background thread unless ``wait``; without one
-        the session is scored from behaviour alone, synchronously, and marked ``behavioral``.
+        the session is scored from behaviour alone, synchronously, and marked ``behavioral``
+        (:class:`~memlane.sessions.scoring.SessionScorer`).
 
         Raises:
             ValidationError / PayloadTooLarge: a bad key or an oversize transcript.
@@ -470,14 +471,14 @@ class SessionService:
             self._unsaved.pop(key, None)
         try:
             if judge:
-                fut = self._judge.submit(self._score_llm, key, transcript, now)
+                fut = self._judge.submit(self.scorer.score_llm, key, transcript, now)
                 with self._lock:
                     self._pending[key] = fut
                 if not wait:
                     return EndResult(key, "queued", None, None, None, 0, stored, job_id)
                 scorer, score, conf, n = fut.result()
             else:
-                scorer, score, conf, n = self._score_behavioral(key, now)
+                scorer, score, conf, n = self.scorer.score_behavioral(key, now)
         finally:
             # After the scoring, not alongside it: the warm-up flushes checkpoints and embeds
             # (~10-30 ms of CPU on 2 cores), which the session-end would otherwise wait behind.
@@ -492,161 +493,9 @@ class SessionService:
         for f in futs:
             f.result(timeout=timeout_s)
 
-    def _score_behavioral(self, key: str, now: str, note: str | None = None) -> tuple[str, float, float, int]:
-        """Score from behaviour: one read, labels and the predictor comparison in memory, one write."""
-        rows, sess, compare = self._read_for_labels(key)
-        started_at = sess.started_at if sess else now
-        sigs = [self._signals(r, started_at) for r in rows]
-        injected = [c for r, c in zip(rows, sigs) if r.was_injected]
-        outcome = labels.behavioral_outcome(injected)
-        reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + \
-            (f"; {note}" if note else "")
-        used = sum(1 for c in injected if (c.agent_score or 0) > 0 or c.fts_hit_count > 0)
-
-        def write_score(c: sqlite3.Connection) -> None:
-            sess_sql.write_score(
-                c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
-                memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None,
-                at=now)
-
-        n = self._conclude(key, rows, sess, sigs, compare, labels.SessionOutcome(outcome.score, outcome.confidence, 0),
-                           write_score)
-        return "behavioral", outcome.score, outcome.confidence, n
-
-    def _score_llm(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int]:
-        rows = self.db.read(lambda c: sess_sql.session_memories(c, key))
-        injected = [continuity.JudgedMemory(r.memory_id, r.content) for r in rows if r.was_injected]
-        prompt = continuity.build_prompt(injected, transcript)
-        try:
-            reply = self.llm.generate(prompt)  # type: ignore[union-attr]
-            result = continuity.parse_reply(reply, injected)
-            if result is None:
-                raise LlmError("the judge's reply held no JSON object")
-        except LlmError as exc:  # fail open: behaviour scores the session
-            log.warning("continuity judge failed for %s: %s", key, exc)
-            self.db.write(lambda c: _finish_summary(c, key, "failed", now, error=str(exc)[:500]))
-            return self._score_behavioral(key, now, note=f"LLM judge failed: {str(exc)[:200]}")
-
-        # Labels are built from the rows as they are now (the judge took a while), with the
-        # judge's per-memory relevance in place of the stored one.
-        rows, sess, compare = self._read_for_labels(key)
-        rel = {m: float(v) for m, v in result.per_memory.items()}
-        rows = [replace(r, relevance_score=rel[r.memory_id]) if r.memory_id in rel else r for r in rows]
-        sigs = [self._signals(r, sess.started_at) for r in rows] if sess is not None else []
-
-        def write_score(conn: sqlite3.Connection) -> None:
-            sess_sql.write_relevance(conn, key, result.per_memory)
-            sess_sql.write_score(conn, key, score=result.score, confidence=result.confidence,
-                                 memories_recalled=len(injected), memories_used=result.memories_used,
-                                 novel_context_count=result.novel_context_count, reasoning=result.reasoning,
-                                 scorer="llm", model=self.llm.name, at=now)  # type: ignore[union-attr]
-            _finish_summary(conn, key, "completed", now, result={"score": result.score})
-
-        n = self._conclude(key, rows, sess, sigs, compare,
-                           labels.SessionOutcome(result.score, result.confidence, result.novel_context_count),
-                           write_score)
-        return "llm", result.score, result.confidence, n
-
-    def _read_for_labels(self, key: str) -> tuple[list[sess_sql.SessionMemory], sess_sql.SessionRow | None,
-                                                  dict[str, Any] | None]:
-        """One read for a session-end: the candidate rows, the session and, with a predictor,
-        its comparison inputs (None when compared already). Waits first for a predictor ranking
-        the session-start is still recording."""
-        pred = self.predictor
-        if pred is not None:
-            pred.wait_recorded(key)
-        return self.db.read(lambda c: (sess_sql.session_memories(c, key), sess_sql.get_session(c, key),
-                                       pred.comparison_inputs(c, key) if pred is not None else None))
-
-    def _conclude(self, key: str, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None,
-                  sigs: list[labels.CandidateSignals], compare: dict[str, Any] | None,
-                  outcome: labels.SessionOutcome, write_score: Any) -> int:
-        """Labels and the predictor's comparison in memory, then ONE write: ``write_score``, the
-        labels, the comparison row and the policy state. Returns the rows labelled.
-
-        The comparison runs in a savepoint: a failure there is logged and rolls back only the
-        comparison (the predictor never breaks a session-end).
-        """
-        out = []
-        if sess is not None:
-            for r, c in zip(rows, sigs):
-                lab = labels.build_label(c, outcome)
-                out.append((r.id, lab.raw, lab.value, lab.reasons))
-        cmp = None
-        if self.predictor is not None and compare is not None and sess is not None:
-            try:
-                cmp = self.predictor.prepare_comparison(
-                    key, rows, {r.memory_id: float(lab[2]) for r, lab in zip(rows, out)},
-                    confidence=outcome.confidence, project=sess.project, signals=compare)
-            except Exception:  # the predictor never breaks a session-end
-                log.exception("predictor comparison for %s failed", key)
-
-        def job(conn: sqlite3.Connection) -> bool:
-            write_score(conn)
-            sess_sql.write_labels(conn, out)
-            if cmp is None:
-                return False
-            conn.execute("SAVEPOINT memlane_comparison")
-            try:
-                self.predictor.write_comparison(conn, cmp)  # type: ignore[union-attr]
-            except Exception:
-                conn.execute("ROLLBACK TO memlane_comparison")
-                conn.execute("RELEASE memlane_comparison")
-                log.exception("writing the predictor comparison of %s failed", key)
-                return False
-            conn.execute("RELEASE memlane_comparison")
-            return True
-
-        if self.db.write(job) and cmp is not None:
-            try:
-                self.predictor.after_comparison(cmp)  # type: ignore[union-attr]
-            except Exception:
-                log.exception("scheduling a retrain after %s failed", key)
-        return len(out)
-
-    # -- labels ---------------------------------------------------------------------------
-    def _signals(self, r: sess_sql.SessionMemory, started_at: str) -> labels.CandidateSignals:
-        deleted_in_window = False
-        if r.was_injected and r.is_deleted and r.deleted_at:
-            delta = _parse(r.deleted_at) - _parse(started_at)
-            deleted_in_window = timedelta(0) <= delta <= timedelta(hours=labels.DELETED_WINDOW_HOURS)
-        return labels.CandidateSignals(
-            was_injected=r.was_injected, fts_hit_count=r.fts_hit_count, similarity=r.similarity,
-            relevance=r.relevance_score, agent_score=r.agent_relevance_score,
-            superseded=r.superseded_by is not None, deleted_within_window=deleted_in_window,
-            access_count=r.access_count,
-            edited_since_start=r.last_edited_at is not None and r.last_edited_at > started_at)
-
     def relabel(self, session_key: str) -> int:
         """(Re)build the labels of a scored session from its current signals; returns rows labelled."""
-        score = self.db.read(lambda c: sess_sql.get_score(c, session_key))
-        sess = self.db.read(lambda c: sess_sql.get_session(c, session_key))
-        if score is None or sess is None:
-            return 0
-        outcome = labels.SessionOutcome(score["score"], score["confidence"], score["novel_context_count"])
-        rows = self.db.read(lambda c: sess_sql.session_memories(c, session_key))
-        out = []
-        for r in rows:
-            lab = labels.build_label(self._signals(r, sess.started_at), outcome)
-            out.append((r.id, lab.raw, lab.value, lab.reasons))
-        self.db.write(lambda c: sess_sql.write_labels(c, out))
-        return len(out)
-
-    def _on_memory_event(self, event: str, memory: Memory) -> None:
-        # Trigger: a memory was deleted or superseded after sessions injected it.
-        # Why: "deleted within 24 h of injection" (-0.5) and "superseded" (-0.3) are labels
-        #      that can only be known after the session ended.
-        # Outcome: the labels of the scored sessions that hold this memory are rebuilt.
-        if event not in ("deleted", "superseded", "recovered"):
-            return
-        keys = self.db.read(lambda c: [r[0] for r in c.execute(
-            "SELECT DISTINCT sm.session_key FROM session_memories sm JOIN session_scores ss "
-            "ON ss.session_key = sm.session_key WHERE sm.memory_id = ?", (memory.id,))])
-        for k in keys:
-            try:
-                self.relabel(k)
-            except Exception:  # a label refresh must never fail the user's delete
-                log.exception("relabel of %s after %s failed", k, event)
+        return self.scorer.relabel(session_key)
 
     def get(self, session_key: str) -> dict[str, Any]:
         """A session with its score and candidate rows (inspection API).
@@ -670,22 +519,9 @@ class SessionService:
         self._judge.shutdown(wait=True)
 
 
-def _parse(ts: str) -> datetime:
-    dt = datetime.fromisoformat(ts)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
 def _shown_state(conn: sqlite3.Connection, key: str) -> dict[str, bool]:
     """The session's memories -> whether the agent already saw them (injected at start or matched
     by an earlier prompt)."""
     return {r[0]: bool(r[1]) for r in conn.execute(
         "SELECT memory_id, was_injected = 1 OR fts_hit_count > 0 FROM session_memories WHERE session_key = ?",
         (key,))}
-
-
-def _finish_summary(conn: sqlite3.Connection, key: str, status: str, at: str, *, result: dict | None = None,
-                    error: str | None = None) -> None:
-    r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = 'session_summary' AND session_key = ? "
-                     "ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-    if r:
-        jobs_sql.finish(conn, int(r[0]), status=status, at=at, result=result, error=error)
