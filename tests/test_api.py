@@ -83,6 +83,13 @@ def test_health(client, api):
     assert body["memories"] == 1 and body["embedding_model"] is None
     assert body["db_path"] == str(api[1].settings.db_path)
     assert body["uptime_s"] >= 0
+    # the count is of live memories: a deleted one leaves it, a recovered one comes back
+    gone = remember(client, "two")["id"]
+    assert client.get("/health").json()["memories"] == 2
+    assert client.delete(f"/api/memory/{gone}").status_code == 200
+    assert client.get("/health").json()["memories"] == 1
+    assert client.post(f"/api/memory/{gone}/recover").status_code == 200
+    assert client.get("/health").json()["memories"] == 2
 
 
 def test_remember_single(client):

@@ -258,6 +258,10 @@ class MemoryService:
             c, limit=limit, offset=offset, project=project, type_=type_,
             include_deleted=include_deleted, order=order))
 
+    def live_count(self) -> int:
+        """Live memories (one index-only count: cheap enough for a liveness probe)."""
+        return self.db.read(mem_sql.live_count)
+
     def stats(self) -> dict[str, Any]:
         """Counts by state, type, project and embedding model, plus vectors per model."""
         s = self.db.read(mem_sql.stats)

@@ -171,6 +171,11 @@ def list_page(conn: sqlite3.Connection, *, limit: int, offset: int, project: str
     return [Memory.from_row(r) for r in rows], int(total)
 
 
+def live_count(conn: sqlite3.Connection) -> int:
+    """Number of live (not deleted) memories, from the (project, is_deleted) index alone."""
+    return int(conn.execute("SELECT count(*) FROM memories WHERE is_deleted = 0").fetchone()[0])
+
+
 def stats(conn: sqlite3.Connection) -> dict[str, Any]:
     """Counts: live, deleted, superseded, pinned, by type, by project, embedded (any model)."""
     row = conn.execute(
