@@ -19,7 +19,6 @@ schedules a retrain every ``train_interval_sessions`` training-grade sessions.
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import random
@@ -42,29 +41,16 @@ from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
+from memlane.services.predictor_signals import candidate_signals, project_name, score_params
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
 from memlane.storage.db import Database
 
-__all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
+__all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult", "project_name"]
 
 log = logging.getLogger(__name__)
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
 SCORE_LATENCY_WINDOW = 500
-def project_name(project: str | None) -> str | None:
-    """The name a memory would use for ``project``: the last path component, lower-cased
-    (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
-    if not project:
-        return None
-    name = project.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
-    return name if len(name) >= 3 else None
-
-
-def _mentions(row: tuple[str, str | None] | None, project: str | None, name: str | None) -> bool:
-    if row is None or not project:
-        return False
-    content, mem_project = row
-    return mem_project == project or (name is not None and name in content.lower())
 
 
 class PredictorBackend(Protocol):
@@ -158,26 +144,8 @@ class PredictorService:
     # -- session-start ------------------------------------------------------------------
     def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float,
                           project: str | None = None) -> dict[str, dict[str, Any]]:
-        """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`)."""
-        fields = self.index.candidate_fields([p.seq for p in pool])
-        name = project_name(project)
-        texts = self.db.read(lambda c: pred_sql.mention_inputs(c, [p.memory_id for p in pool], project)) \
-            if project else {}
-        out: dict[str, dict[str, Any]] = {}
-        for p, f in zip(pool, fields):
-            out[p.memory_id] = {
-                "age_days": max(0.0, (now_epoch - f["created"]) / 86400.0) if f else 0.0,
-                "importance": float(f["importance"]) if f else 0.5,
-                "access_count": int(f["access_count"]) if f else 0,
-                "is_superseded": bool(f["superseded"]) if f else False,
-                "pinned": bool(f["pinned"]) if f else False,
-                "baseline_score": float(p.baseline_score),
-                "baseline_rank": int(p.baseline_rank) - 1,
-                "context_similarity": None if p.similarity is None else float(p.similarity),
-                "bm25_score": p.bm25_score, "vector_score": p.vector_score,
-                "mentions_project": _mentions(texts.get(p.memory_id), project, name),
-            }
-        return out
+        """Raw per-candidate signals (:func:`memlane.services.predictor_signals.candidate_signals`)."""
+        return candidate_signals(self.index, self.db, pool, now_epoch, project)
 
     def rank(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
              project: str | None, now: str, last_start: str | None) -> RankDecision:
@@ -230,7 +198,7 @@ class PredictorService:
         if not pool or self.backend is None:
             decision.error = "predictor off" if self.backend is None else None
         else:
-            decision.request = self._score_params(pool, features, context_vector, context_text, project, local, gap)
+            decision.request = score_params(pool, features, context_vector, context_text, project, local, gap)
         return self._done(decision, t0)
 
     def score_now(self, decision: RankDecision) -> RankDecision:
@@ -386,23 +354,6 @@ class PredictorService:
     def _done(decision: RankDecision, t0: float) -> RankDecision:
         decision.took_ms = (time.perf_counter() - t0) * 1000
         return decision
-
-    def _score_params(self, pool: Sequence[PoolMember], features: dict[str, dict[str, Any]],
-                      context_vector: np.ndarray | None, context_text: str, project: str | None,
-                      local: datetime, gap: float) -> dict[str, Any]:
-        """The ``score`` request. Candidate vectors and texts are not sent: the sidecar reads
-        them from its read-only connection (0.7 ms for 90 candidates, against ~6 ms to encode,
-        pipe and decode 90 x 384 floats)."""
-        params: dict[str, Any] = {
-            "candidate_ids": [p.memory_id for p in pool],
-            "candidates": [features[p.memory_id] for p in pool],
-            "session_time": local.isoformat(), "session_gap_hours": gap, "project": project,
-            "context_text": "" if context_vector is not None else context_text[:2000],
-        }
-        if context_vector is not None:
-            params["context_embedding_b64"] = base64.b64encode(
-                np.asarray(context_vector, dtype="<f4").tobytes()).decode("ascii")
-        return params
 
     def explore(self, injected: Sequence[str], decision: RankDecision, *,
                 drawn: bool | None = None) -> tuple[str, str] | None:

@@ -1,0 +1,101 @@
+"""What the daemon tells the predictor about a session-start's candidates.
+
+predictive-memory-scorer.md "Additional scoring signals": each candidate's raw signals are
+logged at scoring time (``session_memories.features``) and sent in the ``score`` request;
+training rebuilds the feature matrix from the very same logged values
+(:func:`memlane.predictor.dataset.build_session`), so serving and training never disagree.
+Reads only the in-memory index and, with a project, one query for the mention signal.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memlane.recall.memory_index import MemoryIndex
+from memlane.services.predictor_types import PoolMember
+from memlane.storage import predictor as pred_sql
+from memlane.storage.db import Database
+
+__all__ = ["candidate_signals", "mentions_project", "project_name", "score_params"]
+
+
+def project_name(project: str | None) -> str | None:
+    """The name a memory would use for ``project``: the last path component, lower-cased
+    (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
+    if not project:
+        return None
+    name = project.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
+    return name if len(name) >= 3 else None
+
+
+def mentions_project(row: tuple[str, str | None] | None, project: str | None, name: str | None) -> bool:
+    """True when a memory (``row`` = ``(content, its project)``) belongs to ``project`` or its
+    content names it (``name`` from :func:`project_name`, case-insensitive)."""
+    if row is None or not project:
+        return False
+    content, mem_project = row
+    return mem_project == project or (name is not None and name in content.lower())
+
+
+def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMember], now_epoch: float,
+                      project: str | None = None) -> dict[str, dict[str, Any]]:
+    """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`).
+
+    Args:
+        index: the in-memory index (age, importance, access count, superseded, pinned).
+        db: the store (memory contents for ``mentions_project``; read only with a project).
+        pool: the candidates in baseline order.
+        now_epoch: the session start, Unix seconds.
+        project: the session's project, or None.
+
+    Returns:
+        ``{memory_id: {signal: value}}``; ``age_days`` in days, ``baseline_rank`` 0-based.
+    """
+    fields = index.candidate_fields([p.seq for p in pool])
+    name = project_name(project)
+    texts = db.read(lambda c: pred_sql.mention_inputs(c, [p.memory_id for p in pool], project)) \
+        if project else {}
+    out: dict[str, dict[str, Any]] = {}
+    for p, f in zip(pool, fields):
+        out[p.memory_id] = {
+            "age_days": max(0.0, (now_epoch - f["created"]) / 86400.0) if f else 0.0,
+            "importance": float(f["importance"]) if f else 0.5,
+            "access_count": int(f["access_count"]) if f else 0,
+            "is_superseded": bool(f["superseded"]) if f else False,
+            "pinned": bool(f["pinned"]) if f else False,
+            "baseline_score": float(p.baseline_score),
+            "baseline_rank": int(p.baseline_rank) - 1,
+            "context_similarity": None if p.similarity is None else float(p.similarity),
+            "bm25_score": p.bm25_score, "vector_score": p.vector_score,
+            "mentions_project": mentions_project(texts.get(p.memory_id), project, name),
+        }
+    return out
+
+
+def score_params(pool: Sequence[PoolMember], features: dict[str, dict[str, Any]],
+                 context_vector: np.ndarray | None, context_text: str, project: str | None,
+                 local: datetime, gap: float) -> dict[str, Any]:
+    """The ``score`` request's params (shapes in :func:`memlane.predictor.sidecar.parse_score_params`).
+
+    Candidate vectors and texts are not sent: the sidecar reads them from its read-only
+    connection (0.7 ms for 90 candidates, against ~6 ms to encode, pipe and decode
+    90 x 384 floats). The context vector ``[E]`` goes as base64 float32 little-endian.
+
+    Args:
+        local: the session start in local time; gap: hours since the previous session.
+    """
+    params: dict[str, Any] = {
+        "candidate_ids": [p.memory_id for p in pool],
+        "candidates": [features[p.memory_id] for p in pool],
+        "session_time": local.isoformat(), "session_gap_hours": gap, "project": project,
+        "context_text": "" if context_vector is not None else context_text[:2000],
+    }
+    if context_vector is not None:
+        params["context_embedding_b64"] = base64.b64encode(
+            np.asarray(context_vector, dtype="<f4").tobytes()).decode("ascii")
+    return params
