@@ -6,6 +6,11 @@ signals (``sessions.context_vector`` and ``signals``). Scoring and training both
 into a feature matrix with :func:`memlane.predictor.features.build_feature_matrix` through
 :func:`build_session` here, so a model is never trained on features it is not served
 (the failure of the one public predictor of this design).
+
+One signal is not logged but derived from the database by :func:`derived_signals`, with the
+same function and the same cut-off on both paths: ``names_other_project`` (schema v4), which
+needs the projects the user had started sessions in before the session (the sidecar derives
+it when it scores, :func:`load_sessions` when it loads a session for training).
 """
 
 from __future__ import annotations
@@ -21,10 +26,59 @@ from memlane.predictor.data import Session
 from memlane.predictor.features import CandidateFeatures, build_feature_matrix
 from memlane.storage import predictor as pred_sql
 
-__all__ = ["CANDIDATE_SIGNALS", "build_session", "load_sessions", "signals_to_features"]
+__all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_signals", "load_sessions",
+           "signals_to_features"]
 
 #: The per-candidate signal keys (CandidateFeatures' fields), logged as JSON.
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
+
+#: The per-candidate signals :func:`derived_signals` reads from the database (not logged).
+DERIVED_SIGNALS = ("names_other_project",)
+
+
+def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
+                    session_time: datetime) -> dict[str, dict[str, Any]]:
+    """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
+
+    ``names_other_project``: the memory is stored under a project other than ``project``, or
+    its text names (:func:`memlane.services.predictor_service.project_name`, case-insensitive
+    substring) a project other than ``project`` in which a session started before
+    ``session_time``. False for every candidate when ``project`` is None (no project to
+    differ from).
+
+    Scoring (the sidecar's ``score``) and training (:func:`load_sessions`) call this with the
+    session's logged local start time, so both see the same projects: a session's own row
+    and later sessions never count.
+
+    Args:
+        conn: a connection to the daemon's database (read-only is enough).
+        ids: candidate memory ids (unknown ids get False).
+        project: the session's project.
+        session_time: the session's start (aware; naive = UTC), compared with
+            ``sessions.started_at``.
+
+    Returns:
+        ``{memory_id: {"names_other_project": bool}}`` for every id in ``ids``.
+    """
+    from memlane.services.clock import to_iso
+    from memlane.services.predictor_service import project_name
+
+    out: dict[str, dict[str, Any]] = {m: {"names_other_project": False} for m in ids}
+    if project is None or not ids:
+        return out
+    own = project_name(project)
+    before = to_iso(session_time)
+    names = sorted({n for (p,) in conn.execute(
+        "SELECT DISTINCT project FROM sessions WHERE project IS NOT NULL AND project != ? AND started_at < ?",
+        (project, before)) if (n := project_name(p)) is not None and n != own})
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i:i + 500])
+        for mid, stored, content in conn.execute(
+                f"SELECT id, project, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            text = (content or "").lower()
+            out[mid]["names_other_project"] = bool(stored is not None and stored != project) or \
+                any(n in text for n in names)
+    return out
 
 
 def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> CandidateFeatures:
@@ -44,7 +98,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             pinned=bool(raw.get("pinned", False)),
             bm25_score=None if raw.get("bm25_score") is None else float(raw["bm25_score"]),
             vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]),
-            mentions_project=bool(raw.get("mentions_project", False)))
+            mentions_project=bool(raw.get("mentions_project", False)),
+            names_other_project=bool(raw.get("names_other_project", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -123,8 +178,9 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
         try:
             when = datetime.fromisoformat(str(sig.get("session_time") or s.started_at).replace("Z", "+00:00"))
             ctx = _vector(s.context_vector, native_dim) if s.context_model == embedding_model else None
+            derived = derived_signals(conn, [r.memory_id for r in rows], project=s.project, session_time=when)
             out.append(build_session(
-                candidates=[r.features or {} for r in rows], session_time=when,
+                candidates=[{**(r.features or {}), **derived[r.memory_id]} for r in rows], session_time=when,
                 session_gap_hours=float(sig.get("session_gap_hours", 0.0)),
                 candidate_vectors=[_vector(r.vector, native_dim) for r in rows],
                 candidate_texts=[r.content for r in rows], context_vector=ctx, context_text=s.context or "",

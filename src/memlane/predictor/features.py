@@ -33,7 +33,7 @@ __all__ = [
     "build_feature_matrix",
 ]
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -56,6 +56,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "bm25_score",  # the BM25 leg's normalised score in [0, 1]; 0 when the leg did not rank it
     "vector_score",  # the vector leg's score (cosine); 0 when the leg did not rank it
     "mentions_project",  # 1 when the memory belongs to or names the session's project
+    "names_other_project",  # 1 when the memory is stored under or names another project of the user
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -117,8 +118,14 @@ class CandidateFeatures:
 
         mentions_project: the memory is stored under the session's project or its text names
             the project (e.g. "acme-api" for /home/me/src/acme-api).
+        names_other_project: the memory is stored under a project other than the session's, or
+            its text names one (a project the user started a session in before this session;
+            :func:`memlane.predictor.dataset.other_project_signals`).
 
-    Schema v3 added ``mentions_project``: a session that starts vaguely ("fix the failing
+    Schema v4 added ``names_other_project``: when a vague start ("fix the failing build") ranks
+    every project's notes on the topic alike, a note naming another project is the wrong
+    project's, while a note naming none (a general note, a preference) may apply anywhere;
+    ``mentions_project`` alone cannot tell those two apart. Schema v3 added ``mentions_project``: a session that starts vaguely ("fix the failing
     build") says nothing about its project in the text the baseline searches with, while the
     user's memories about that project name it. Schema v2 added the two recall legs: a relevance pool's hybrid score mixes them with a
     fixed weight (alpha 0.7); given both, the model can learn a better mix for its user.
@@ -137,6 +144,7 @@ class CandidateFeatures:
     bm25_score: float | None = None
     vector_score: float | None = None
     mentions_project: bool = False
+    names_other_project: bool = False
 
 
 def _cyclic(fraction: float) -> tuple[float, float]:
@@ -203,5 +211,6 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             0.0 if c.bm25_score is None else _finite(c.bm25_score, "bm25_score", i),
             0.0 if c.vector_score is None else _finite(c.vector_score, "vector_score", i),
             float(bool(c.mentions_project)),
+            float(bool(c.names_other_project)),
         ]
     return rows

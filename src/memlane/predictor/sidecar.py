@@ -35,7 +35,7 @@ from typing import IO, Any
 import numpy as np
 
 from memlane.predictor import settings as C
-from memlane.predictor.dataset import build_session, load_sessions
+from memlane.predictor.dataset import build_session, derived_signals, load_sessions
 from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.storage import predictor as pred_sql
 
@@ -83,8 +83,14 @@ def _b64_matrix(raw: Any, name: str, rows: int, dim: int) -> np.ndarray:
 
 
 def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
-                       labels_key: str | None = None) -> tuple[list[str], Any]:
+                       labels_key: str | None = None,
+                       derive: Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]] | None = None
+                       ) -> tuple[list[str], Any]:
     """Validate ``score`` params and build the :class:`~memlane.predictor.data.Session`.
+
+    ``derive(ids, project, session_time)``: the signals derived from the database
+    (:func:`memlane.predictor.dataset.derived_signals`), merged over each candidate's raw
+    signals; None leaves them at their defaults (or as sent).
 
     Params (all JSON)::
 
@@ -127,6 +133,9 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     project = p.get("project")
     if project is not None and not isinstance(project, str):
         raise InvalidParams("project must be a string or null")
+    if derive is not None:
+        derived = derive(ids, project, when)
+        raw = [{**r, **derived.get(i, {})} for r, i in zip(raw, ids)]
     ctx = None
     if p.get("context_embedding_b64") is not None:
         ctx = _b64_matrix(p["context_embedding_b64"], "context_embedding_b64", 1, native_dim)[0]
@@ -273,11 +282,18 @@ class Sidecar:
             except ValueError as exc:  # a non-finite number in the result is not JSON
                 self._reply(rid, error=(INTERNAL_ERROR, f"result is not valid JSON: {exc}"))
 
+    def _derive(self, ids: list[str], project: str | None, when: datetime) -> dict[str, dict[str, Any]]:
+        """The database-derived signals of a score or train request (as :func:`load_sessions`);
+        none without a database (the signals keep their defaults)."""
+        if not self.db_path:
+            return {}
+        return derived_signals(self._conn(), ids, project=project, session_time=when)
+
     # -- methods ------------------------------------------------------------------------
     def score(self, p: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
         lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
-        ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup)
+        ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=self._derive)
         scores = self.engine.score(session)
         return {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
                 "model_version": self.engine.model_version, "trained": self.engine.trained,
@@ -290,7 +306,8 @@ class Sidecar:
         if not isinstance(items, list) or not items:
             raise InvalidParams("sessions must be a non-empty array")
         lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
-        sessions = [parse_score_params(s, native_dim=self.engine.native_dim, lookup=lookup, labels_key="labels")[1]
+        sessions = [parse_score_params(s, native_dim=self.engine.native_dim, lookup=lookup, labels_key="labels",
+                                       derive=self._derive)[1]
                     for s in items]
         self._training.set()
         try:
