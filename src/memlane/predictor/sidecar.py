@@ -19,6 +19,7 @@ read-only (``mode=ro`` and ``PRAGMA query_only``): the sidecar cannot write it.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import os
@@ -386,6 +387,10 @@ def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, nativ
     # Warm the scoring path once (first-call allocations), then announce readiness.
     sidecar.score({"candidate_ids": ["warm-a", "warm-b"], "candidate_texts": ["a", "b"],
                    "candidate_embeddings": [None, None], "context_text": "warm up"})
+    # What PyTorch and the model loaded stays for the process's life: out of the collector's
+    # full passes, which a score request would otherwise wait behind (Python docs, gc.freeze).
+    gc.collect()
+    gc.freeze()
     sidecar.send({"jsonrpc": "2.0", "method": "ready", "params": sidecar.status()})
     try:
         for line in inp:
