@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor.data import Session
-from memlane.predictor.features import CandidateFeatures, build_feature_matrix
+from memlane.predictor.features import CandidateFeatures, build_feature_matrix, project_name
 from memlane.storage import predictor as pred_sql
 
 __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_signals", "load_sessions",
@@ -41,7 +41,7 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
 
     ``names_other_project``: the memory is stored under a project other than ``project``, or
-    its text names (:func:`memlane.services.predictor_service.project_name`, case-insensitive
+    its text names (:func:`memlane.predictor.features.project_name`, case-insensitive
     substring) a project other than ``project`` in which a session started before
     ``session_time``. False for every candidate when ``project`` is None (no project to
     differ from).
@@ -61,7 +61,6 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         ``{memory_id: {"names_other_project": bool}}`` for every id in ``ids``.
     """
     from memlane.services.clock import to_iso
-    from memlane.services.predictor_service import project_name
 
     out: dict[str, dict[str, Any]] = {m: {"names_other_project": False} for m in ids}
     if project is None or not ids:

@@ -31,6 +31,7 @@ __all__ = [
     "CandidateFeatures",
     "FeatureSchema",
     "build_feature_matrix",
+    "project_name",
 ]
 
 SCHEMA_VERSION = "4"
@@ -145,6 +146,16 @@ class CandidateFeatures:
     vector_score: float | None = None
     mentions_project: bool = False
     names_other_project: bool = False
+
+
+def project_name(project: str | None) -> str | None:
+    """The name a memory would use for ``project`` (the ``mentions_project`` and
+    ``names_other_project`` features): the last path component, lower-cased
+    (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
+    if not project:
+        return None
+    name = project.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
+    return name if len(name) >= 3 else None
 
 
 def _cyclic(fraction: float) -> tuple[float, float]:

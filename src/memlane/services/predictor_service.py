@@ -41,11 +41,11 @@ from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
-from memlane.services.predictor_signals import candidate_signals, project_name, score_params
+from memlane.services.predictor_signals import candidate_signals, score_params
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
 from memlane.storage.db import Database
 
-__all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult", "project_name"]
+__all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
 
 log = logging.getLogger(__name__)
 

@@ -16,21 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from memlane.predictor.features import project_name
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.predictor_types import PoolMember
 from memlane.storage import predictor as pred_sql
 from memlane.storage.db import Database
 
-__all__ = ["candidate_signals", "mentions_project", "project_name", "score_params"]
-
-
-def project_name(project: str | None) -> str | None:
-    """The name a memory would use for ``project``: the last path component, lower-cased
-    (``/home/me/src/acme-api`` -> ``acme-api``); None when shorter than 3 characters."""
-    if not project:
-        return None
-    name = project.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
-    return name if len(name) >= 3 else None
+__all__ = ["candidate_signals", "mentions_project", "score_params"]
 
 
 def mentions_project(row: tuple[str, str | None] | None, project: str | None, name: str | None) -> bool:
