@@ -16,7 +16,7 @@ it when it scores, :func:`load_sessions` when it loads a session for training).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +37,9 @@ DERIVED_SIGNALS = ("names_other_project",)
 
 
 def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
-                    session_time: datetime) -> dict[str, dict[str, Any]]:
+                    session_time: datetime,
+                    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None
+                    ) -> dict[str, dict[str, Any]]:
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
 
     ``names_other_project``: the memory is stored under a project other than ``project``, or
@@ -56,6 +58,9 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         project: the session's project.
         session_time: the session's start (aware; naive = UTC), compared with
             ``sessions.started_at``.
+        memories: returns ``{memory_id: (its project, its content)}`` for ``ids`` when the
+            caller reads those rows anyway (the sidecar); called only when there is a project.
+            None: read here.
 
     Returns:
         ``{memory_id: {"names_other_project": bool}}`` for every id in ``ids``.
@@ -76,13 +81,22 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
            SELECT x FROM p WHERE x IS NOT NULL AND x != ?
              AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""",
         (project, before)) if (n := project_name(p)) is not None and n != own})
+    rows = memories() if memories is not None else _project_and_content(conn, ids)
+    for mid, (stored, content) in rows.items():
+        if mid in out:
+            text = (content or "").lower()
+            out[mid]["names_other_project"] = bool(stored is not None and stored != project) or \
+                any(n in text for n in names)
+    return out
+
+
+def _project_and_content(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str]]:
+    out: dict[str, tuple[str | None, str]] = {}
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
         for mid, stored, content in conn.execute(
                 f"SELECT id, project, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
-            text = (content or "").lower()
-            out[mid]["names_other_project"] = bool(stored is not None and stored != project) or \
-                any(n in text for n in names)
+            out[mid] = (stored, content)
     return out
 
 

@@ -283,18 +283,35 @@ class Sidecar:
             except ValueError as exc:  # a non-finite number in the result is not JSON
                 self._reply(rid, error=(INTERNAL_ERROR, f"result is not valid JSON: {exc}"))
 
-    def _derive(self, ids: list[str], project: str | None, when: datetime) -> dict[str, dict[str, Any]]:
-        """The database-derived signals of a score or train request (as :func:`load_sessions`);
-        none without a database (the signals keep their defaults)."""
-        if not self.db_path:
-            return {}
-        return derived_signals(self._conn(), ids, project=project, session_time=when)
+    def _readers(self) -> tuple[Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
+                                Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]]]:
+        """``(lookup, derive)`` for one request's :func:`parse_score_params`, sharing one read of
+        the candidates' rows (:func:`memlane.storage.predictor.memory_rows`): vectors and texts
+        for the model, project and text for the derived signals (as :func:`load_sessions`).
+        Without a database ``derive`` derives nothing (the signals keep their defaults)."""
+        rows: dict[str, tuple[str, bytes | None, str | None]] = {}
+
+        def read(ids: list[str]) -> dict[str, tuple[str, bytes | None, str | None]]:
+            if not rows:
+                rows.update(pred_sql.memory_rows(self._conn(), ids, self.engine.embedding_model_id))
+            return rows
+
+        def lookup(ids: list[str]) -> dict[str, tuple[str, bytes | None]]:
+            return {m: (content, blob) for m, (content, blob, _) in read(ids).items()}
+
+        def derive(ids: list[str], project: str | None, when: datetime) -> dict[str, dict[str, Any]]:
+            if not self.db_path:
+                return {}
+            return derived_signals(self._conn(), ids, project=project, session_time=when,
+                                   memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()})
+
+        return lookup, derive
 
     # -- methods ------------------------------------------------------------------------
     def score(self, p: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
-        ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=self._derive)
+        lookup, derive = self._readers()
+        ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=derive)
         scores = self.engine.score(session)
         return {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
                 "model_version": self.engine.model_version, "trained": self.engine.trained,
@@ -306,10 +323,11 @@ class Sidecar:
         items = p.get("sessions") if "sessions" in p else [p]
         if not isinstance(items, list) or not items:
             raise InvalidParams("sessions must be a non-empty array")
-        lookup = lambda ids: pred_sql.memory_inputs(self._conn(), ids, self.engine.embedding_model_id)  # noqa: E731
-        sessions = [parse_score_params(s, native_dim=self.engine.native_dim, lookup=lookup, labels_key="labels",
-                                       derive=self._derive)[1]
-                    for s in items]
+        sessions = []
+        for item in items:
+            lookup, derive = self._readers()
+            sessions.append(parse_score_params(item, native_dim=self.engine.native_dim, lookup=lookup,
+                                               derive=derive, labels_key="labels")[1])
         self._training.set()
         try:
             report = self.engine.train(sessions, max_epochs=int(p["epochs"]) if "epochs" in p else None)

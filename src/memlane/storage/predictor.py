@@ -78,15 +78,23 @@ def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | 
 
 def memory_inputs(conn: sqlite3.Connection, ids: Sequence[str], model: str | None) -> dict[str, tuple[str, bytes | None]]:
     """``{memory_id: (content, content vector blob or None)}`` for scoring by id."""
-    out: dict[str, tuple[str, bytes | None]] = {}
+    return {m: (content, blob) for m, (content, blob, _) in memory_rows(conn, ids, model).items()}
+
+
+def memory_rows(conn: sqlite3.Connection, ids: Sequence[str], model: str | None
+                ) -> dict[str, tuple[str, bytes | None, str | None]]:
+    """``{memory_id: (content, content vector blob or None, project)}``: everything the sidecar
+    reads of a candidate, in one query (vectors and texts for the model, project and text for
+    the derived signals)."""
+    out: dict[str, tuple[str, bytes | None, str | None]] = {}
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
         marks = ",".join("?" * len(chunk))
         for r in conn.execute(
-                f"""SELECT m.id, m.content, e.vector FROM memories m
+                f"""SELECT m.id, m.content, e.vector, m.project FROM memories m
                     LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
                     WHERE m.id IN ({marks})""", [model or "", *chunk]):
-            out[r[0]] = (r[1], r[2])
+            out[r[0]] = (r[1], r[2], r[3])
     return out
 
 
