@@ -7,7 +7,7 @@ feedback and the continuity scorer use) and their creation dates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 #: Characters of an id shown to agents and judges.
@@ -74,3 +74,21 @@ def render_block(header: str, items: Sequence[Shown], *, with_feedback: bool) ->
     if with_feedback:
         text += FEEDBACK_REQUEST % short_id(items[0].id) + "\n"
     return text
+
+
+def select_in_rank_order(ids: Sequence[str], budget_chars: int, limit: int,
+                         read: Callable[[list[str]], dict[str, tuple[str, str]]]) -> list[Shown]:
+    """Budgeted selection over ``ids`` in rank order (:func:`select_within_budget`), reading
+    contents a window of ``3 x limit`` (at least 10) ids at a time, so a long pool is not read
+    whole. ``read(ids)`` returns ``id -> (content, created_at)``; missing ids are skipped."""
+    chosen: list[Shown] = []
+    window = max(limit * 3, 10)
+    for start in range(0, len(ids), window):
+        if len(chosen) >= limit:
+            break
+        part = list(ids[start:start + window])
+        rows = read(part)
+        shown = [Shown(i, rows[i][1], rows[i][0]) for i in part if i in rows]
+        used = sum(len(render_line(x)) for x in chosen)
+        chosen += select_within_budget(shown, budget_chars - used, limit - len(chosen))
+    return chosen

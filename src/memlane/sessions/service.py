@@ -9,9 +9,7 @@ the training labels are built (``sessions.labels``). Injection never bumps acces
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import sqlite3
 import threading
 import time
@@ -20,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from memlane.config import SessionSettings
-from memlane.errors import NotFound, ValidationError
+from memlane.errors import NotFound, StorageError, ValidationError
 from memlane.providers.base import LlmProvider
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
@@ -28,9 +26,12 @@ from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import check_text
-from memlane.sessions import continuity
+from memlane.sessions import continuity, inflight
 from memlane.recall.memory_index import iso_to_epoch
-from memlane.sessions.inject import Shown, render_block, render_line, select_within_budget, short_id, status_line
+from memlane.sessions.inflight import InflightStarts
+from memlane.sessions.feedback import resolve_feedback
+from memlane.sessions.inject import (Shown, render_block, select_in_rank_order, select_within_budget, short_id,
+                                     status_line)
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
 from memlane.sessions import ranking
@@ -73,6 +74,7 @@ class SessionService:
         self._warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-context")
         self.contexts = ContextVectors(memories.embedder, memories.index)
         self._pending: dict[str, Future] = {}
+        self.inflight = InflightStarts()  # starts answered before their record committed
         self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
         self._unsaved: dict[str, int] = {}  # prompts since the session's last checkpoint
         self._lock = threading.Lock()
@@ -96,7 +98,7 @@ class SessionService:
         return (self.predictor.phase() if self.predictor is not None else "collecting"), scored
 
     # -- session-start ------------------------------------------------------------------
-    def start(self, inp: StartInput, *, defer_predictor: bool = False) -> StartResult:
+    def start(self, inp: StartInput, *, defer_predictor: bool = False, defer_write: bool = False) -> StartResult:
         """Build the candidate pool, record every candidate, return the inject text.
 
         A repeated start for a known key records nothing and returns a minimal answer (for a
@@ -113,9 +115,15 @@ class SessionService:
                 session-end and shutdown release and wait for it). The HTTP hook does this
                 after sending its response; in-process callers that read the rows right away
                 leave it False (everything is recorded before this returns).
+            defer_write: answer once the start's transaction (the session and its candidates)
+                is queued on the writer, not committed (write-behind, :mod:`.inflight`): the
+                key stays claimed until it commits, and prompts, feedback, session-end and
+                :meth:`get` for it wait for that. The HTTP hook sets it.
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
+            StorageError: another start for the same key is still being recorded after
+                ``inflight.WAIT_TIMEOUT_S``; the database is closed.
         """
         t0 = time.perf_counter()
         key = self._key(inp.session_key)
@@ -131,6 +139,26 @@ class SessionService:
             state, scored = self.predictor.phase(), 0
         else:
             state, scored = self.predictor_state()
+        deadline = time.monotonic() + inflight.WAIT_TIMEOUT_S
+        while (held := self.inflight.claim(key)) is not None:  # the same key is starting: its outcome first
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
+            try:
+                held.result(timeout=left)
+            except TimeoutError:
+                pass
+        handed = [False]  # set once the claim's release belongs to the commit (write-behind)
+        try:
+            return self._start_claimed(inp, key, project, now, state, scored, t0, defer_predictor, defer_write,
+                                       handed)
+        finally:
+            if not handed[0]:
+                self.inflight.settle(key, False)
+
+    def _start_claimed(self, inp: StartInput, key: str, project: str | None, now: str, state: str, scored: int,
+                       t0: float, defer_predictor: bool, defer_write: bool, handed: list[bool]) -> StartResult:
+        """:meth:`start` once ``key`` is claimed; settles the claim itself once it is recorded."""
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
         if existing is not None and existing.started:
             inject = ""
@@ -175,7 +203,9 @@ class SessionService:
                     self.predictor.score_now(decision)
                 if decision.alpha < 1.0 and decision.predictor_rank:
                     pool = ranking.fuse_pool(pool, decision, index)
-        chosen = self._select(pool, s.inject_budget_chars, s.inject_limit, contents)
+        chosen = select_in_rank_order([p.memory_id for p in pool], s.inject_budget_chars, s.inject_limit,
+                                       (lambda ids: contents) if contents is not None else
+                                       (lambda ids: self.db.read(lambda c: mem_sql.contents(c, ids))))
         explored = None
         if decision is not None:
             ids = [c.id for c in chosen]
@@ -221,16 +251,23 @@ class SessionService:
             committed, released = Future(), Future()
             self.predictor.record_later(key, decision, committed, context_vector=cv, context_model=model_id,
                                         released=released)
-        won = False
-        try:
-            # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
-            # a daemon kill, and a power loss can drop only these last rows, never a memory.
-            won = self.db.write(job, durable=False)
-        finally:
-            if committed is not None:
-                committed.set_result(won)
-        if not won:  # a concurrent start for the same key won the race (nothing to record later)
-            return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
+        # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
+        # a daemon kill, and a power loss can drop only these last rows, never a memory.
+        if defer_write:
+            fut = self.db.submit(job, durable=False)
+            handed[0] = True
+            fut.add_done_callback(partial(self.inflight.settle_after, key, committed))
+        else:
+            won = False
+            try:
+                won = self.db.write(job, durable=False)
+            finally:
+                if committed is not None:
+                    committed.set_result(won)
+                self.inflight.settle(key, won)
+                handed[0] = True
+            if not won:  # another process started this key first (nothing to record later)
+                return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
         header = self.predictor.status_line() if self.predictor is not None else \
             status_line(state, scored, s.min_training_sessions)
         block = render_block("Relevant memories:", chosen, with_feedback=s.agent_feedback)
@@ -239,22 +276,6 @@ class SessionService:
                            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in chosen],
                            took_ms=(time.perf_counter() - t0) * 1000,
                            release=None if released is None else partial(release_record, released))
-
-    def _select(self, pool: list, budget_chars: int, limit: int,
-                contents: dict[str, tuple[str, str]] | None = None) -> list[Shown]:
-        """Budgeted selection in rank order, reading contents a window at a time (not the whole
-        pool) unless ``contents`` (``id -> (content, created_at)``) already holds the pool's."""
-        chosen: list[Shown] = []
-        window = max(limit * 3, 10)
-        for start in range(0, len(pool), window):
-            if len(chosen) >= limit:
-                break
-            ids = [p.memory_id for p in pool[start:start + window]]
-            rows = contents if contents is not None else self.db.read(lambda c: mem_sql.contents(c, ids))
-            shown = [Shown(i, rows[i][1], rows[i][0]) for i in ids if i in rows]
-            used = sum(len(render_line(x)) for x in chosen)
-            chosen += select_within_budget(shown, budget_chars - used, limit - len(chosen))
-        return chosen
 
     def _warm_next_context(self, key: str, project: str | None, cwd: str | None) -> None:
         # Trigger: a session ended; its checkpoint is about to become the project's latest.
@@ -289,9 +310,10 @@ class SessionService:
         project = self._opt(inp.project, "project")
         check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
-        shown = self.db.read(lambda c: _shown_state(c, key))  # memory id -> already seen by the agent
-        scores, ignored = self._resolve_feedback(list(shown), inp.memory_feedback) \
-            if inp.memory_feedback is not None else ({}, 0)
+        self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
+        shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
+        scores, ignored = resolve_feedback(list(shown), inp.memory_feedback) \
+            if inp.memory_feedback is not None and s.agent_feedback else ({}, 0)
         matched: list[tuple[str, float]] = []
         hits_mem: dict[str, Memory] = {}
         if inp.prompt.strip():
@@ -391,41 +413,11 @@ class SessionService:
         key = self._key(session_key)
         if not self.settings.agent_feedback:
             return FeedbackResult(0, 0)
+        self.inflight.wait(key)
         ids = self.db.read(lambda c: sess_sql.session_memory_ids(c, key))
-        scores, ignored = self._resolve_feedback(ids, raw)
+        scores, ignored = resolve_feedback(ids, raw)
         applied = self.db.write(lambda c: sess_sql.apply_feedback(c, key, scores)) if scores else 0
         return FeedbackResult(applied, ignored + len(scores) - applied)
-
-    def _resolve_feedback(self, ids: list[str], raw: Any) -> tuple[dict[str, float], int]:
-        """Map feedback ``{id or 8-char prefix: score}`` (or its JSON text) onto the session's memory
-        ids: (full id -> score clamped to [-1, 1], number of entries ignored)."""
-        if not self.settings.agent_feedback:
-            return {}, 0
-        data = raw
-        if isinstance(raw, str):
-            try:
-                data = json.loads(raw)
-            except (json.JSONDecodeError, RecursionError):
-                return {}, 1
-        if isinstance(data, dict) and isinstance(data.get("memory_feedback"), dict):
-            data = data["memory_feedback"]
-        if not isinstance(data, dict):
-            return {}, 1
-        by_prefix: dict[str, str | None] = {}
-        for mid in ids:
-            p = short_id(mid)
-            by_prefix[p] = None if p in by_prefix and by_prefix[p] != mid else mid  # ambiguous -> None
-            by_prefix[mid] = mid
-        scores: dict[str, float] = {}
-        ignored = 0
-        for k, v in list(data.items())[:1000]:
-            mid = by_prefix.get(str(k).strip().strip("[]")) if isinstance(k, str) else None
-            if mid is None or isinstance(v, bool) or not isinstance(v, (int, float)) \
-                    or (isinstance(v, float) and not math.isfinite(v)):
-                ignored += 1
-                continue
-            scores[mid] = float(max(-1.0, min(1.0, v)))  # clamp before float(): a huge int would overflow
-        return scores, ignored
 
     # -- session-end ----------------------------------------------------------------------
     def end(self, inp: EndInput, *, wait: bool = False) -> EndResult:
@@ -446,6 +438,7 @@ class SessionService:
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
         transcript = inp.transcript or ""
         judge = self.llm is not None and len(transcript) >= continuity.MIN_TRANSCRIPT_CHARS
+        self.inflight.wait(key)
 
         def job(conn: sqlite3.Connection) -> tuple[bool, int]:
             sess_sql.ensure_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd, started_at=now)
@@ -495,6 +488,7 @@ class SessionService:
 
     def relabel(self, session_key: str) -> int:
         """(Re)build the labels of a scored session from its current signals; returns rows labelled."""
+        self.inflight.wait(self._key(session_key))
         return self.scorer.relabel(session_key)
 
     def get(self, session_key: str) -> dict[str, Any]:
@@ -504,6 +498,7 @@ class SessionService:
             NotFound: unknown key.
         """
         key = self._key(session_key)
+        self.inflight.wait(key)
         sess = self.db.read(lambda c: sess_sql.get_session(c, key))
         if sess is None:
             raise NotFound(f"no session {key!r:.80}")
@@ -515,13 +510,7 @@ class SessionService:
         return self.db.read(sess_sql.summary)
 
     def close(self) -> None:
+        """Wait for write-behind starts and background work; the database stays open."""
+        self.inflight.wait_all()
         self._warmer.shutdown(wait=True)
         self._judge.shutdown(wait=True)
-
-
-def _shown_state(conn: sqlite3.Connection, key: str) -> dict[str, bool]:
-    """The session's memories -> whether the agent already saw them (injected at start or matched
-    by an earlier prompt)."""
-    return {r[0]: bool(r[1]) for r in conn.execute(
-        "SELECT memory_id, was_injected = 1 OR fts_hit_count > 0 FROM session_memories WHERE session_key = ?",
-        (key,))}

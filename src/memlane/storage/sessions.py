@@ -319,3 +319,10 @@ def summary(conn: sqlite3.Connection) -> dict[str, Any]:
             "scores_by_scorer": scorers, "mean_score": conf[0], "mean_confidence": conf[1],
             "training_grade_sessions": conf[2] or 0}
 
+
+def shown_state(conn: sqlite3.Connection, key: str) -> dict[str, bool]:
+    """The session's memories -> whether the agent already saw them (injected at start or matched
+    by an earlier prompt)."""
+    return {r[0]: bool(r[1]) for r in conn.execute(
+        "SELECT memory_id, was_injected = 1 OR fts_hit_count > 0 FROM session_memories WHERE session_key = ?",
+        (key,))}
