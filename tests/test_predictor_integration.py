@@ -212,7 +212,7 @@ def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_
     c = world.c
     assert c.predictor.phase() == "collecting" and c.predictor.alpha() == 1.0
     now = now_iso()  # both starts see the same pool, signals and previous session
-    scored = c.predictor.scored
+    scored = c.predictor.channel.scored
     key, res = start_deferred(world, "deferred", 0, now=now)
     # the answer did not wait for the predictor: the session and its candidates are committed,
     # the predictor's part waits for the answer to be out (res.release: the hook's background task)
@@ -220,14 +220,14 @@ def test_deferred_start_answers_first_and_records_exactly_the_ranking_a_waiting_
     time.sleep(0.2)
     got = rows(c, key)
     assert len(got) == len(CORPUS) and all(r["predictor_rank"] is None and r["features"] is None for r in got)
-    assert signals(c, key) is None and c.predictor.pending_records() == 1 and c.predictor.scored == scored
+    assert signals(c, key) is None and c.predictor.pending_records() == 1 and c.predictor.channel.scored == scored
     with sidecar_stopped(c):
         res.release()
         res.release()  # idempotent
         time.sleep(0.2)
         assert all(r["predictor_rank"] is None for r in rows(c, key)) and c.predictor.pending_records() == 1
     assert c.predictor.wait_recorded(key, timeout_s=60) and c.predictor.pending_records() == 0
-    assert c.predictor.scored == scored + 1
+    assert c.predictor.channel.scored == scored + 1
     key2 = world.key("waited")  # the same start, waiting for the predictor
     res2 = c.sessions.start(StartInput(key2, project=PROJECT, context=CONTEXTS[0], now=now))
     assert recorded(c, key) == recorded(c, key2)
@@ -557,11 +557,11 @@ def test_api_status_comparisons_training_and_manual_train(world):
         assert after[0]["model_version"] == row["model_version"] == c.predictor.state.model_version
         assert client.get("/api/predictor/comparisons", params={"limit": 0}).status_code == 422
         # the session-start hook answers before the predictor at alpha = 1; its ranking follows
-        scored = c.predictor.scored
+        scored = c.predictor.channel.scored
         r = client.post("/api/hooks/session-start", json={"session_key": "api-hook", "project": PROJECT,
                                                           "context": CONTEXTS[0]})
         assert r.status_code == 200 and r.json()["status"] == "new"
-        assert c.predictor.wait_recorded("api-hook", timeout_s=60) and c.predictor.scored == scored + 1
+        assert c.predictor.wait_recorded("api-hook", timeout_s=60) and c.predictor.channel.scored == scored + 1
         got = rows(c, "api-hook")
         assert got and sorted(x["predictor_rank"] for x in got) == list(range(1, len(got) + 1))
 

@@ -179,11 +179,25 @@ class SidecarClient:
 
     # -- calls --------------------------------------------------------------------------
     def call(self, method: str, params: Any = None, *, timeout_s: float) -> Any:
-        """Send one request and wait for its result.
+        """Send one request and wait for its result (:meth:`send`, then :meth:`wait`).
 
         Raises:
             PredictorUnavailable: disabled, not ready, deadline passed, crash or malformed reply.
             PredictorRpcError: the sidecar returned a JSON-RPC error.
+        """
+        rid, fut = self.send(method, params)
+        return self.wait(rid, fut, method, timeout_s=timeout_s)
+
+    def send(self, method: str, params: Any = None) -> tuple[int, Future[Any]]:
+        """Queue one request for the sidecar without waiting.
+
+        Returns:
+            (request id, future of its result), the future resolved by the reader thread; the
+            caller waits with :meth:`wait`, on its own thread (no worker hop in between).
+
+        Raises:
+            PredictorUnavailable: disabled or not ready (the sidecar is started if not alive).
+            ValueError: ``params`` cannot be encoded as strict JSON (NaN, infinity).
         """
         if self.disabled:
             raise PredictorUnavailable("predictor disabled after repeated crashes",
@@ -200,8 +214,18 @@ class SidecarClient:
         with self._lock:
             self._pending[rid] = fut
             self._outq.put(line + "\n")
+        return rid, fut
+
+    def wait(self, rid: int, fut: Future[Any], method: str, *, timeout_s: float) -> Any:
+        """Wait up to ``timeout_s`` for the result of request ``rid`` sent by :meth:`send`.
+
+        Raises:
+            PredictorUnavailable: the deadline passed (recorded; a late reply is dropped), a
+                crash or a malformed reply.
+            PredictorRpcError: the sidecar returned a JSON-RPC error.
+        """
         try:
-            return fut.result(timeout=timeout_s)
+            return fut.result(timeout=max(0.0, timeout_s))
         except FutureTimeout:
             self._pending.pop(rid, None)
             self._record("timeout", f"{method}: no reply within {timeout_s * 1000:.0f} ms")

@@ -24,12 +24,11 @@ import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +40,7 @@ from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
+from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel
 from memlane.services.predictor_signals import candidate_signals, score_params
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
 from memlane.storage.db import Database
@@ -48,21 +48,6 @@ from memlane.storage.db import Database
 __all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
 
 log = logging.getLogger(__name__)
-
-#: Score request durations kept for ``status()["score_latency_ms"]``.
-SCORE_LATENCY_WINDOW = 500
-
-
-class PredictorBackend(Protocol):
-    """What the service needs from a sidecar client (:class:`SidecarClient` or in-process)."""
-
-    def start(self) -> None: ...
-    def call(self, method: str, params: Any = None, *, timeout_s: float) -> Any: ...
-    def status(self) -> dict[str, Any]: ...
-    def close(self) -> None: ...
-    @property
-    def disabled(self) -> bool: ...
-
 
 class PredictorService:
     """Owns the policy state and talks to the predictor backend.
@@ -90,10 +75,8 @@ class PredictorService:
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
         self.records = DeferredRecords()
-        self.score_errors = 0
-        self.scored = 0
-        # Score request durations as the daemon saw them (ms, JSON and pipe included; seed 4.2).
-        self._score_ms: deque[float] = deque(maxlen=SCORE_LATENCY_WINDOW)
+        # Score requests and their outcomes (counters, round-trip latency).
+        self.channel = ScoreChannel(backend, settings.score_timeout_ms)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -205,7 +188,7 @@ class PredictorService:
         """Ask the sidecar for ``decision``'s scores on this thread (within ``score_timeout_ms``)
         and :meth:`apply` them; a failure leaves the baseline and sets ``decision.error``."""
         if decision.request is not None:
-            self.apply(decision, self._score(decision.request))
+            self.apply(decision, self.channel.score(decision.request))
         return decision
 
     def score_async(self, decision: RankDecision) -> Future[ScoreResult] | None:
@@ -216,7 +199,7 @@ class PredictorService:
         """
         if decision.request is None:
             return None
-        return self._scorer.submit(self._score, decision.request)
+        return self._scorer.submit(self.channel.score, decision.request)
 
     def can_defer(self, decision: RankDecision) -> bool:
         """True when the predictor's scores cannot change this start's injected list (alpha = 1:
@@ -224,27 +207,15 @@ class PredictorService:
         answer before they arrive and record them with :meth:`record_later`."""
         return decision.request is not None and decision.alpha >= 1.0
 
-    def _score(self, request: dict[str, Any]) -> ScoreResult:
-        t0 = time.perf_counter()
-        baseline = request["candidate_ids"]
-        try:
-            assert self.backend is not None
-            reply = self.backend.call("score", request, timeout_s=self.settings.score_timeout_ms / 1000.0)
-            scores = {s["id"]: float(s["score"]) for s in reply["scores"]}
-            if set(scores) != set(baseline) or not all(math.isfinite(v) for v in scores.values()):
-                raise ValueError("reply does not score exactly the candidates with finite numbers")
-        except Exception as exc:  # PredictorUnavailable, PredictorRpcError, a malformed reply
-            with self._lock:
-                self.score_errors += 1
-            return ScoreResult({}, {}, [], error=f"{type(exc).__name__}: {exc}",
-                               took_ms=(time.perf_counter() - t0) * 1000)
-        took = (time.perf_counter() - t0) * 1000
-        with self._lock:
-            self.scored += 1
-            self._score_ms.append(took)
-        # sorted() is stable: equal scores keep their baseline order
-        ranked = sorted(baseline, key=lambda m: -scores[m])
-        return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took)
+    def send_score(self, decision: RankDecision) -> PendingScore | None:
+        """Send ``decision``'s score request from this thread; None when there is none.
+
+        ``.result()`` on the returned handle waits on the caller's thread for the reply (the
+        client's reader thread resolves it): no worker thread between the session-start and
+        the sidecar. The deadline (``score_timeout_ms``) runs from the moment it is sent. Never
+        raises for predictor faults: they are a :class:`ScoreResult` with ``error``.
+        """
+        return None if decision.request is None else self.channel.send(decision.request)
 
     def apply(self, decision: RankDecision, result: ScoreResult) -> RankDecision:
         """Put ``result`` into ``decision``: scores, predictor ranks, RRF-fused scores and order;
@@ -582,11 +553,11 @@ class PredictorService:
         p95 and p99 of the last answered score requests as the daemon saw them (ms)."""
         with self._lock:
             s = self.state.to_dict()
-            lat = sorted(self._score_ms)
+            lat = sorted(self.channel.latency_ms)
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
-               "status_line": self.status_line(), "state": s, "scored_sessions": self.scored,
-               "score_errors": self.score_errors, "deferred_sessions": self.records.deferred,
+               "status_line": self.status_line(), "state": s, "scored_sessions": self.channel.scored,
+               "score_errors": self.channel.errors, "deferred_sessions": self.records.deferred,
                "pending_records": self.pending_records(),
                "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
                "training": self._training is not None and not self._training.done(),

@@ -191,16 +191,11 @@ class SessionService:
             if not deferred:
                 # The sidecar scores on the other core; meanwhile this thread does the work that
                 # does not need the scores: the pool's contents and its logged signals' JSON.
-                try:
-                    pending = self.predictor.score_async(decision)
-                except RuntimeError:  # its thread pool is shut down (the daemon is closing)
-                    pending = None
+                pending = self.predictor.send_score(decision)  # sent from this thread, awaited here
                 contents = self.db.read(lambda c: mem_sql.contents(c, [p.memory_id for p in pool]))
                 encoded = {m: sess_sql.encode_features(f) for m, f in decision.features.items()}
                 if pending is not None:
                     self.predictor.apply(decision, pending.result())
-                else:
-                    self.predictor.score_now(decision)
                 if decision.alpha < 1.0 and decision.predictor_rank:
                     pool = ranking.fuse_pool(pool, decision, index)
         chosen = select_in_rank_order([p.memory_id for p in pool], s.inject_budget_chars, s.inject_limit,
