@@ -57,3 +57,4 @@ def test_checkpoint_after_close_reports_failure(tmp_path):
     db.write(lambda c: c.execute("CREATE TABLE t (k INTEGER)"))
     db.close()
     assert db.checkpoint() is None  # its connection is closed: logged, not raised
+

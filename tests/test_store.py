@@ -12,6 +12,7 @@ from memlane.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
 from memlane.normalize import content_hash
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.storage import fts
+from memlane.storage.db import Database
 from memlane.storage.migrations import MIGRATIONS, migrate
 
 
@@ -448,3 +449,23 @@ def test_list_rejects_bad_paging(store, kw):
 def test_list_huge_offset_is_empty(store):
     store.memories.remember(RememberInput("only one"))
     assert store.memories.list(offset=2**63 - 1) == ([], 1)
+
+
+def test_session_gap_read_uses_the_started_at_index(tmp_path):
+    """Migration 0010: the session-start's ``last_session_start`` is an index seek, not a scan."""
+    from memlane.storage import predictor as pred_sql
+    from memlane.storage.migrations import migrate
+
+    db = Database(tmp_path / "m.db", read_pool_size=1)
+    try:
+        migrate(db)
+        plan = db.read(lambda c: " ".join(str(r[3]) for r in c.execute(
+            "EXPLAIN QUERY PLAN SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
+            ("2026-01-01",))))
+        assert "idx_sessions_started" in plan and "SCAN" not in plan
+        db.write(lambda c: c.executemany("INSERT INTO sessions (session_key, started_at, started) VALUES (?, ?, ?)",
+                                         [("a", "2026-01-01T00:00:00Z", 1), ("b", "2026-01-02T00:00:00Z", 0),
+                                          ("c", "2026-01-03T00:00:00Z", 1)]))
+        assert db.read(lambda c: pred_sql.last_session_start(c, before="2026-01-03T00:00:00Z")) == "2026-01-01T00:00:00Z"
+    finally:
+        db.close()
