@@ -39,7 +39,7 @@ def record(state: PolicyState, outcome: dict, *, confidence: float = 0.9, projec
 def exited_state(success_rate: float, sessions_since_exit: int = 0) -> PolicyState:
     return PolicyState(success_rate=success_rate, trained=True, model_version=1, cold_start_exited=True,
                        sessions_since_exit=sessions_since_exit, training_sessions=50, comparisons=50,
-                       margin_ema=0.1)  # above the margin guard's 0.05
+                       margin_ema=0.1, recent_margins=[0.1] * 20)  # above the margin guard's 0.05 and window's 0.035
 
 
 # -- RRF ---------------------------------------------------------------------------------------
@@ -469,7 +469,8 @@ def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
     from memlane.predictor import settings as C
     from memlane.predictor.policy import PolicyState, alpha_for, record_comparison
 
-    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6, margin_ema=0.06)
+    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6, margin_ema=0.06,
+                    recent_margins=[0.06] * C.MARGIN_WINDOW)
     assert alpha_for(s) == pytest.approx(0.4)
     # one small win and one large loss: the EMA of the margin turns negative -> no influence
     kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
@@ -493,3 +494,60 @@ def test_margin_guard_asks_for_a_gain_of_at_least_0_05():
     assert alpha_for(s) == 1.0
     s.margin_ema = C.MARGIN_GUARD_MIN
     assert alpha_for(s) == pytest.approx(0.1)
+
+
+def test_margin_window_keeps_alpha_at_one_when_the_gain_is_not_sustained():
+    """A streak of wins lifts the margin EMA over 0.05, but the mean of the last 20 margins is
+    below MARGIN_WINDOW_MIN: no influence (LoCoMo conv-49 at pool 100: EMA +0.060, last-20 mean
+    +0.029, alpha 0.45 without the window, -0.027 fused NDCG@10 on its held-out questions)."""
+    from memlane.predictor import settings as C
+
+    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
+              train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
+    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
+    # 12 losses by 0.05, then 8 wins by 0.15: mean of the 20 margins (-0.6 + 1.2) / 20 = 0.03
+    for _ in range(12):
+        record_comparison(s, predictor_ndcg=0.45, baseline_ndcg=0.50, **kw)
+    for _ in range(8):
+        record_comparison(s, predictor_ndcg=0.65, baseline_ndcg=0.50, **kw)
+    assert len(s.recent_margins) == C.MARGIN_WINDOW
+    assert s.margin_ema >= C.MARGIN_GUARD_MIN  # the EMA alone would grant influence
+    assert sum(s.recent_margins) / C.MARGIN_WINDOW == pytest.approx(0.03)
+    assert alpha_for(s) == 1.0
+    # two more wins push the two oldest losses out: mean (-0.5 + 1.5) / 20 = 0.05 -> influence
+    for _ in range(2):
+        record_comparison(s, predictor_ndcg=0.65, baseline_ndcg=0.50, **kw)
+    assert sum(s.recent_margins) / C.MARGIN_WINDOW == pytest.approx(0.05)
+    assert alpha_for(s) == pytest.approx(1.0 - s.success_rate)
+
+
+def test_margin_window_applies_once_full_and_survives_a_save():
+    from memlane.predictor import settings as C
+
+    s = exited_state(0.9, 30)
+    s.recent_margins = [0.0] * (C.MARGIN_WINDOW - 1)
+    assert alpha_for(s) == pytest.approx(0.1)  # 19 comparisons: not a window yet, the EMA guard decides
+    s.recent_margins.append(0.0)
+    assert alpha_for(s) == 1.0  # a full window with a mean gain of 0 < 0.035
+    s.recent_margins = [0.2] * C.MARGIN_WINDOW
+    assert alpha_for(s) == pytest.approx(0.1)
+    back = PolicyState.from_dict(s.to_dict())
+    assert back.recent_margins == s.recent_margins and alpha_for(back) == pytest.approx(0.1)
+    # a state saved before the window existed loads with an empty one: alpha as before
+    old = {k: v for k, v in s.to_dict().items() if k != "recent_margins"}
+    loaded = PolicyState.from_dict(old)
+    assert loaded.recent_margins == [] and alpha_for(loaded) == pytest.approx(0.1)
+
+
+def test_margin_window_keeps_only_the_last_eligible_margins():
+    from memlane.predictor import settings as C
+
+    kw = dict(predictor_scored=True, project=None, min_training_sessions=10, train_interval_sessions=10,
+              drift_reset_window=10)
+    s = PolicyState(trained=True)
+    for i in range(C.MARGIN_WINDOW + 5):
+        record_comparison(s, predictor_ndcg=0.5 + i / 100, baseline_ndcg=0.5, confidence=1.0, **kw)
+    # a low-confidence session and one without a relevant memory do not enter the window
+    record_comparison(s, predictor_ndcg=0.0, baseline_ndcg=0.9, confidence=0.3, **kw)
+    record_comparison(s, predictor_ndcg=None, baseline_ndcg=None, confidence=1.0, **kw)
+    assert s.recent_margins == pytest.approx([i / 100 for i in range(5, C.MARGIN_WINDOW + 5)])

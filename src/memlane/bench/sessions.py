@@ -82,7 +82,8 @@ def seed_alpha(home: Path, alpha: float) -> None:
     state = policy.PolicyState(success_rate=1.0 - alpha, comparisons=C.COLD_START_WINDOW,
                                recent_wins=[1] * C.COLD_START_WINDOW, trained=True, model_version=1,
                                cold_start_exited=True, sessions_since_exit=C.EARLY_ACTIVE_RAMP_SESSIONS,
-                               training_sessions=1000, margin_ema=0.1)
+                               training_sessions=1000, margin_ema=0.1,
+                               recent_margins=[0.1] * C.MARGIN_WINDOW)
     assert abs(policy.alpha_for(state) - alpha) < 1e-9
     conn = connect(home / "memories.db")
     try:

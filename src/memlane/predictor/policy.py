@@ -51,6 +51,10 @@ class PolicyState:
         last_trained: ISO time of the last accepted training run.
         margin_ema: EMA (factor 0.1) of ``predictor_ndcg - baseline_ndcg`` over the same
             sessions as the success rate (memlane's margin guard, see :func:`alpha_for`).
+        recent_margins: ``predictor_ndcg - baseline_ndcg`` (NDCG@10 points, in [-1, 1]) of the
+            last :data:`~memlane.predictor.settings.MARGIN_WINDOW` EMA-eligible comparisons,
+            oldest first (the margin window, see :func:`alpha_for`). A state saved before this
+            field existed loads with an empty window (no window check until it holds 20).
     """
 
     success_rate: float = 0.0
@@ -68,6 +72,7 @@ class PolicyState:
     project_rates: dict[str, list[float]] = field(default_factory=dict)
     last_trained: str | None = None
     margin_ema: float = 0.0
+    recent_margins: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,8 +111,26 @@ def alpha_for(state: PolicyState) -> float:
     gains a little on the sessions it learns from can still lose on the sessions that follow
     (LoCoMo conv-30: margin EMA +0.01 to +0.04 while learning, -0.046 fused NDCG@10 on its
     held-out questions at alpha 0.57; docs/predictor.md).
+
+    The margin window: once :data:`~memlane.predictor.settings.MARGIN_WINDOW` (20) eligible
+    comparisons have been seen, alpha is also 1.0 while the mean margin of the last 20 is below
+    :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN` (0.035). Before that, the EMA guard and
+    the early-active floors (0.8 / 0.6) bound the influence alone (asking for a full window
+    there delayed the simulated user's first influence from session 17 to 22, which changed
+    which models its overlap gate let through: seed 0's last-50 gain fell +0.106 -> +0.091).
+    The EMA (factor 0.1) weighs the last ~10 sessions; a streak of wins after a weak
+    stretch lifts it over 0.05 while the gain is not sustained. On LoCoMo with the daemon's pool
+    of 100 two conversations earned alpha 0.45 / 0.56 that way (margin EMA +0.060 / +0.059,
+    mean of their last 20 margins +0.029 / +0.005) and lost 0.027 / 0.011 fused NDCG@10 on
+    their held-out questions; conversations whose gain held (last-20 means +0.069 / +0.086)
+    kept their alpha. Replayed over the recorded comparisons of the simulated user (seeds 0 / 1
+    / 2) it left cold-start exit, alpha <= 0.5 and recovery unchanged and the last-50 fused gain
+    at +0.106 / +0.060 (was +0.065) / +0.063 (benchmark numbers in the issue write-up).
     """
     if not state.cold_start_exited or state.drifting or state.margin_ema < C.MARGIN_GUARD_MIN:
+        return 1.0
+    window = state.recent_margins[-C.MARGIN_WINDOW:]
+    if len(window) >= C.MARGIN_WINDOW and sum(window) / len(window) < C.MARGIN_WINDOW_MIN:
         return 1.0
     alpha = 1.0 - state.success_rate
     n = state.sessions_since_exit
@@ -204,11 +227,13 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
 
     The EMA moves only when the session is confident (>= 0.6), the predictor scored the
     session, and the pool held a relevant memory; a win is ``predictor_ndcg > baseline_ndcg``
-    (seed "Success Rate Tracking"). Cold start exits when trained, at least
-    ``min_training_sessions`` training-grade sessions were seen and more than 40 % of the last
-    10 comparisons were wins. A drift reset (success rate < 0.3 for ``drift_reset_window``
-    consecutive sessions after exit) sets alpha back to 1.0, the EMA to 0.5 and asks for a
-    retrain (seed "Phase 5b"). Every training-grade session counts toward the retrain interval.
+    (seed "Success Rate Tracking"); its margin ``predictor_ndcg - baseline_ndcg`` moves the
+    margin EMA and enters the margin window (the last ``MARGIN_WINDOW``, see :func:`alpha_for`).
+    Cold start exits when trained, at least ``min_training_sessions`` training-grade sessions
+    were seen and more than 40 % of the last 10 comparisons were wins. A drift reset (success
+    rate < 0.3 for ``drift_reset_window`` consecutive sessions after exit) sets alpha back to
+    1.0, the EMA to 0.5 and asks for a retrain (seed "Phase 5b"). Every training-grade session
+    counts toward the retrain interval.
     """
     confident = confidence >= C.MIN_SCORER_CONFIDENCE
     if confident:
@@ -220,7 +245,9 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     if eligible:
         won = bool(predictor_ndcg > baseline_ndcg)  # type: ignore[operator]
         state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
-        state.margin_ema = _ema(state.margin_ema, float(predictor_ndcg) - float(baseline_ndcg))  # type: ignore[arg-type]
+        margin = float(predictor_ndcg) - float(baseline_ndcg)  # type: ignore[arg-type]
+        state.margin_ema = _ema(state.margin_ema, margin)
+        state.recent_margins = [*state.recent_margins, margin][-C.MARGIN_WINDOW:]
         state.comparisons += 1
         state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
         if project:
