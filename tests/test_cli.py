@@ -185,3 +185,12 @@ def test_bench_sessions_with_an_earned_alpha_waits_for_the_predictor(tmp_path):
     assert p["deferred_sessions"] == 0 and p["score_errors"] == 0  # alpha < 1: every start waited for the scores
     assert p["score_latency_ms"]["n"] >= 3  # and was scored by the sidecar
     assert report["session_start"]["n"] == 3 and "alpha 0.5" in r.output
+
+
+def test_bench_predictor_pool_is_checked_before_any_work(tmp_path: Path) -> None:
+    """``bench predictor --pool`` takes 10-200 candidates; a bad value fails fast, naming the option."""
+    for bad in ("5", "500", "many"):
+        r = runner.invoke(app, ["bench", "predictor", "--pool", bad, "--workdir", str(tmp_path / "w")])
+        assert r.exit_code == 2 and "--pool" in r.output
+    assert not (tmp_path / "w").exists()
+    assert "--pool" in runner.invoke(app, ["bench", "predictor", "--help"]).output

@@ -41,6 +41,10 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
               base: bool = typer.Option(True, "--base/--no-base", help="Also run the Phase 6 base-model path."),
               sessions: int = typer.Option(200, help="Simulated sessions (simulated)."),
               reuse: bool = typer.Option(False, "--reuse", help="LoCoMo: reuse the first pass kept in --workdir."),
+              pool: int = typer.Option(50, min=10, max=200,
+                                       help="LoCoMo: candidates per session (candidate_pool_size). 50: the "
+                                            "recall's 50 hits; 100 (the daemon's default): those plus the top "
+                                            "50 by effectiveScore the recall missed."),
               seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user).")) -> None:
     """Baseline vs predictor vs fused ranking on held-out sessions, with paired bootstrap 95% CIs."""
     from memlane.bench.report import write_json
@@ -65,7 +69,7 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
         return
     from memlane.bench.predictor_locomo import PredictorBenchConfig, run
 
-    cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations)
+    cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations, pool_size=pool)
     with stage_progress(err, "predictor") as tick:
         report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick, reuse=reuse)
     path = write_json(_out_path(out, "predictor-locomo"), report)
