@@ -249,7 +249,12 @@ class SessionService:
         # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
         # a daemon kill, and a power loss can drop only these last rows, never a memory.
         if defer_write:
-            fut = self.db.submit(job, durable=False)
+            try:
+                fut = self.db.submit(job, durable=False)
+            except BaseException:  # the database is closed: nothing will be recorded later either
+                if committed is not None:
+                    committed.set_result(False)
+                raise
             handed[0] = True
             fut.add_done_callback(partial(self.inflight.settle_after, key, committed))
         else:
