@@ -290,10 +290,12 @@ class Sidecar:
         for the model, project and text for the derived signals (as :func:`load_sessions`).
         Without a database ``derive`` derives nothing (the signals keep their defaults)."""
         rows: dict[str, tuple[str, bytes | None, str | None]] = {}
+        done: list[bool] = []  # the read happened (rows may be empty: no candidate is stored)
 
         def read(ids: list[str]) -> dict[str, tuple[str, bytes | None, str | None]]:
-            if not rows:
+            if not done:
                 rows.update(pred_sql.memory_rows(self._conn(), ids, self.engine.embedding_model_id))
+                done.append(True)
             return rows
 
         def lookup(ids: list[str]) -> dict[str, tuple[str, bytes | None]]:

@@ -20,7 +20,6 @@ schedules a retrain every ``train_interval_sessions`` training-grade sessions.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,20 @@ class InflightStarts:
                 return held
             self._claims[key] = Future()
             return None
+
+    def acquire(self, key: str, timeout_s: float = WAIT_TIMEOUT_S) -> bool:
+        """Claim ``key``, first waiting for any start that holds it to settle; False when it is
+        still held after ``timeout_s``. A True caller must :meth:`settle` the key."""
+        deadline = time.monotonic() + timeout_s
+        while (held := self.claim(key)) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                held.result(timeout=left)
+            except TimeoutError:
+                pass
+        return True
 
     def settle(self, key: str, recorded: bool) -> None:
         """Release ``key``: its start committed (``recorded``) or will not. Idempotent."""

@@ -26,7 +26,7 @@ from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import check_text
-from memlane.sessions import continuity, inflight
+from memlane.sessions import continuity
 from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inflight import InflightStarts
 from memlane.sessions.feedback import resolve_feedback
@@ -123,7 +123,7 @@ class SessionService:
         Raises:
             ValidationError: a bad key, project, context or timestamp.
             StorageError: another start for the same key is still being recorded after
-                ``inflight.WAIT_TIMEOUT_S``; the database is closed.
+                ``sessions.inflight.WAIT_TIMEOUT_S``; the database is closed.
         """
         t0 = time.perf_counter()
         key = self._key(inp.session_key)
@@ -139,15 +139,8 @@ class SessionService:
             state, scored = self.predictor.phase(), 0
         else:
             state, scored = self.predictor_state()
-        deadline = time.monotonic() + inflight.WAIT_TIMEOUT_S
-        while (held := self.inflight.claim(key)) is not None:  # the same key is starting: its outcome first
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
-            try:
-                held.result(timeout=left)
-            except TimeoutError:
-                pass
+        if not self.inflight.acquire(key):  # the same key is starting: its outcome first
+            raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
         handed = [False]  # set once the claim's release belongs to the commit (write-behind)
         try:
             return self._start_claimed(inp, key, project, now, state, scored, t0, defer_predictor, defer_write,

@@ -76,11 +76,6 @@ def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | 
     return [CandidateTrainingRow(r[0], json.loads(r[1]) if r[1] else None, r[2], r[3], r[4]) for r in rows]
 
 
-def memory_inputs(conn: sqlite3.Connection, ids: Sequence[str], model: str | None) -> dict[str, tuple[str, bytes | None]]:
-    """``{memory_id: (content, content vector blob or None)}`` for scoring by id."""
-    return {m: (content, blob) for m, (content, blob, _) in memory_rows(conn, ids, model).items()}
-
-
 def memory_rows(conn: sqlite3.Connection, ids: Sequence[str], model: str | None
                 ) -> dict[str, tuple[str, bytes | None, str | None]]:
     """``{memory_id: (content, content vector blob or None, project)}``: everything the sidecar
