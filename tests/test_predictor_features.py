@@ -143,3 +143,40 @@ def test_project_slot():
     assert project_slot("memlane") == project_slot("memlane")
     slots = {project_slot(f"p{i}") for i in range(200)}
     assert slots <= set(range(PROJECT_SLOTS)) and len(slots) > 20
+
+
+def _random_candidate(rng: np.random.Generator) -> CandidateFeatures:
+    def maybe(x: float) -> float | None:
+        return None if rng.random() < 0.2 else x
+
+    return CandidateFeatures(
+        age_days=float(rng.uniform(-2, 400)), importance=float(rng.uniform(0, 1)),
+        access_count=int(rng.integers(0, 50)), session_gap_hours=float(rng.uniform(-1, 500)),
+        is_embedded=bool(rng.random() < 0.7), is_superseded=bool(rng.random() < 0.1),
+        baseline_score=float(rng.uniform(0, 2)),
+        baseline_rank=None if rng.random() < 0.1 else int(rng.integers(-1, 100)),
+        context_similarity=maybe(float(rng.uniform(-1, 1))), pinned=bool(rng.random() < 0.1),
+        bm25_score=maybe(float(rng.uniform(0, 1))), vector_score=maybe(float(rng.uniform(-1, 1))),
+        mentions_project=bool(rng.random() < 0.3), names_other_project=bool(rng.random() < 0.3))
+
+
+def test_vectorised_feature_matrix_equals_the_checked_rows():
+    """The column-wise fast path and the row-by-row checked path give bit-identical matrices."""
+    rng = np.random.default_rng(7)
+    when = datetime(2026, 3, 14, 15, 9, 26)
+    for n in (1, 2, 17, 100):
+        cands = [_random_candidate(rng) for _ in range(n)]
+        times = F._time_features(when)
+        fast = F._vectorised_rows(cands, times)
+        slow = F._checked_rows(cands, times, n)
+        assert fast is not None and fast.dtype == np.float32
+        np.testing.assert_array_equal(fast, slow)
+        np.testing.assert_array_equal(build_feature_matrix(cands, when), slow)
+
+
+def test_feature_matrix_names_the_bad_value_among_many():
+    base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)
+    cands = [CandidateFeatures(**base) for _ in range(5)]
+    cands[3] = CandidateFeatures(**{**base, "bm25_score": float("inf")})
+    with pytest.raises(ValueError, match="candidate 3: bm25_score"):
+        build_feature_matrix(cands, datetime(2026, 1, 1))

@@ -2,8 +2,11 @@
 
 * In process: one session of 100 candidates (384-d embeddings, logged signals) turned into
   features and scored, as the sidecar does per request (no JSON, no pipe).
-* Through the sidecar: the daemon's ``score`` request (base64 vectors) over the stdio pipe,
-  timed at the client (encode, pipe, parse, score, reply, decode).
+* Through the sidecar: the daemon's own ``score`` request, built by the function the daemon
+  uses (:func:`memlane.services.predictor_signals.score_params`: candidate ids and logged
+  signals, the context vector as base64; the sidecar reads the candidates' vectors and texts
+  from its read-only connection), over the stdio pipe, timed at the client (encode, pipe,
+  parse, row read, score, reply, decode).
 * ``train_from_db``: a store of real memories (LoCoMo text, embedded by the local model) and
   ``sessions`` labelled sessions of 50 candidates each, trained for ``epochs`` epochs with
   early stopping off, timed by the sidecar (loading and training) and at the client.
@@ -32,6 +35,8 @@ from memlane.config import Settings
 from memlane.container import open_container
 from memlane.services.clock import to_iso
 from memlane.services.inputs import RememberInput
+from memlane.services.predictor_signals import score_params
+from memlane.services.predictor_types import PoolMember
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 
@@ -103,10 +108,14 @@ def run_predictor_latency(data: Path, *, n_scores: int = 300, n_sessions: int = 
             ctx = vecs[0] * 0.5 + vecs[1] * 0.5
         finally:
             c.close()
-        params = {"candidate_ids": [m.id for m in pool], "candidates": [_signals(rng, r) for r in range(candidates)],
-                  "session_time": datetime.now().astimezone().isoformat(), "session_gap_hours": 3.0,
-                  "project": "bench", "context_text": "",
-                  "context_embedding_b64": base64.b64encode(np.asarray(ctx, "<f4").tobytes()).decode(),
+        signals = {m.id: _signals(rng, r) for r, m in enumerate(pool)}
+        members = [PoolMember(memory_id=m.id, seq=m.seq, baseline_score=signals[m.id]["baseline_score"],
+                              baseline_rank=r + 1, similarity=signals[m.id]["context_similarity"])
+                   for r, m in enumerate(pool)]
+        # The daemon's request: ids and signals; the sidecar reads the vectors from the store.
+        sidecar_params = score_params(members, signals, ctx, "", "bench", datetime.now().astimezone(), 3.0)
+        # In process: the model's inputs handed over (vectors included, no JSON, no pipe, no read).
+        params = {**sidecar_params,
                   "candidate_embeddings_b64": base64.b64encode(np.ascontiguousarray(vecs, "<f4").tobytes()).decode(),
                   "candidate_is_embedded": [True] * candidates}
         # In process: parse + features + score, single-threaded like the sidecar.
@@ -131,7 +140,7 @@ def run_predictor_latency(data: Path, *, n_scores: int = 300, n_sessions: int = 
             times, server = [], []
             for i in range(n_scores + 20):
                 t = time.perf_counter()
-                reply = client.call("score", params, timeout_s=5.0)
+                reply = client.call("score", sidecar_params, timeout_s=5.0)
                 if i >= 20:
                     times.append((time.perf_counter() - t) * 1000)
                     server.append(reply["took_ms"])
