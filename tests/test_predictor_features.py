@@ -180,3 +180,43 @@ def test_feature_matrix_names_the_bad_value_among_many():
     cands[3] = CandidateFeatures(**{**base, "bm25_score": float("inf")})
     with pytest.raises(ValueError, match="candidate 3: bm25_score"):
         build_feature_matrix(cands, datetime(2026, 1, 1))
+
+
+def test_feature_matrix_from_signals_equals_the_dataclass_path():
+    """Logged signal dicts -> matrix directly gives exactly what signals_to_features +
+    build_feature_matrix give, with missing optional keys, None and numbers given as ints."""
+    from memlane.predictor.dataset import signals_to_features
+
+    rng = np.random.default_rng(11)
+    when = datetime(2026, 7, 2, 23, 59, 1)
+    for n in (1, 3, 50, 100):
+        raws, embedded = [], []
+        for _ in range(n):
+            c = _random_candidate(rng)
+            raw = {k: getattr(c, k) for k in F.CandidateFeatures.__dataclass_fields__}
+            for k in ("is_superseded", "pinned", "bm25_score", "mentions_project", "names_other_project"):
+                if rng.random() < 0.3:
+                    raw.pop(k)  # optional keys may be missing from older logs
+            if rng.random() < 0.2:
+                raw["access_count"] = float(raw["access_count"]) + 0.7  # int() truncates, as before
+            raws.append(raw)
+            embedded.append(bool(rng.random() < 0.5))
+        fast = F.feature_matrix_from_signals(raws, is_embedded=embedded, session_gap_hours=7.5, session_time=when)
+        slow = build_feature_matrix([signals_to_features({**r, "is_embedded": e}, 7.5)
+                                     for r, e in zip(raws, embedded)], when)
+        assert fast is not None
+        np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("bad", [{"age_days": float("nan")}, {"importance": "high"}, {"access_count": None},
+                                 {"baseline_score": float("inf")}])
+def test_malformed_signals_take_the_checked_path_and_raise(bad):
+    from memlane.predictor.dataset import build_session
+
+    raw = {"age_days": 1.0, "importance": 0.5, "access_count": 1}
+    assert F.feature_matrix_from_signals([{**raw, **bad}], is_embedded=[False], session_gap_hours=0.0,
+                                         session_time=datetime(2026, 1, 1)) is None
+    with pytest.raises(ValueError):
+        build_session(candidates=[raw, {**raw, **bad}], session_time=datetime(2026, 1, 1), session_gap_hours=0.0,
+                      candidate_vectors=[None, None], candidate_texts=["a", "b"], context_vector=None,
+                      context_text="x", project=None, native_dim=4)

@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor.data import Session
-from memlane.predictor.features import CandidateFeatures, build_feature_matrix, project_name
+from memlane.predictor.features import (
+    CandidateFeatures,
+    build_feature_matrix,
+    feature_matrix_from_signals,
+    project_name,
+)
 from memlane.storage import predictor as pred_sql
 
 __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_signals", "load_sessions",
@@ -156,11 +161,12 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
     if len(candidate_vectors) != n or len(candidate_texts) != n:
         raise ValueError("candidates, vectors and texts must have the same length")
     embedded = np.array([v is not None and v.shape[0] == native_dim for v in candidate_vectors], dtype=bool)
-    feats = []
-    for raw, emb in zip(candidates, embedded):
-        f = signals_to_features({**raw, "is_embedded": bool(emb)}, session_gap_hours)
-        feats.append(f)
-    matrix = build_feature_matrix(feats, session_time)
+    matrix = feature_matrix_from_signals(candidates, is_embedded=embedded.tolist(),
+                                         session_gap_hours=session_gap_hours, session_time=session_time)
+    if matrix is None:  # a missing, malformed or non-finite signal: the checked path names it
+        feats = [signals_to_features({**raw, "is_embedded": bool(emb)}, session_gap_hours)
+                 for raw, emb in zip(candidates, embedded)]
+        matrix = build_feature_matrix(feats, session_time)
     emb_matrix = None
     if embedded.any():
         emb_matrix = np.zeros((n, native_dim), dtype=np.float32)
