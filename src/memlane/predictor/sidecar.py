@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 from memlane.predictor import settings as C
 from memlane.predictor.dataset import build_session, derived_signals, load_sessions
@@ -248,7 +249,7 @@ class Sidecar:
         if len(line) > MAX_LINE_BYTES:
             return self._reply(None, error=(INVALID_REQUEST, f"request line over {MAX_LINE_BYTES} bytes"))
         try:
-            req = json.loads(line)
+            req = orjson.loads(line)  # strict JSON (no NaN literals), ~6x the stdlib for a score request
         except ValueError as exc:
             return self._reply(None, error=(PARSE_ERROR, f"parse error: {exc}"))
         if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):

@@ -8,12 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 #: Compact JSON for logged signals and label reasons (same content as ``json.dumps``' default,
 #: without the spaces: ~15 % smaller rows and faster to encode).
 _COMPACT = {"separators": (",", ":")}
-#: One encoder for the candidate log (``json.dumps`` with options builds a new one per call:
-#: ~30 % of encoding 90 candidates' signals).
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +55,12 @@ class CandidateRow:
 
 
 def encode_features(features: Mapping[str, Any]) -> str:
-    """The ``session_memories.features`` JSON of one candidate's signals (compact)."""
-    return _ENCODE(dict(features))
+    """The ``session_memories.features`` JSON of one candidate's signals (compact UTF-8 JSON).
+
+    orjson (~10x the stdlib here, on the session-start path); a non-finite number is written
+    as null, which reads back as a missing optional signal or a malformed required one (the
+    session is then left out of training, as a NaN was)."""
+    return orjson.dumps(dict(features)).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +136,6 @@ def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[Candida
     the start) takes the candidate's scores, ranks and features and keeps its hit and feedback
     counts. Returns the number of rows written.
     """
-    encode = _ENCODE
     cur = conn.executemany(
         """INSERT INTO session_memories (session_key, memory_id, source, effective_score, similarity,
                predictor_score, final_score, rank, baseline_rank, predictor_rank, was_injected, created_at, features)
@@ -146,7 +148,7 @@ def record_candidates(conn: sqlite3.Connection, key: str, rows: Sequence[Candida
                features = coalesce(excluded.features, features)""",
         [(key, r.memory_id, r.source, r.effective_score, r.similarity, r.predictor_score, r.final_score,
           r.rank, r.baseline_rank, r.predictor_rank, int(r.was_injected), at,
-          r.features if r.features is None or isinstance(r.features, str) else encode(dict(r.features)))
+          r.features if r.features is None or isinstance(r.features, str) else encode_features(r.features))
          for r in rows])
     injected = sum(r.was_injected for r in rows)
     conn.execute("UPDATE sessions SET candidate_count = ?, injected_count = ? WHERE session_key = ?",
