@@ -135,8 +135,9 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                 if predictor:
                     wait_for_predictor(http)
                 backlog = wait_for_job_backlog(http)
-                for w in range(3):  # warm-up, not measured
-                    http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT})
+                for w in range(3):  # warm-up, not measured; the measured starts' request (their context is cached after)
+                    http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT,
+                                                                "cwd": PROJECT, "harness": "bench"})
                 for i in range(n_sessions):
                     key = f"bench-{run}-{i}"
                     t = time.perf_counter()
