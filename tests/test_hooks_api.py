@@ -351,3 +351,16 @@ def test_nothing_answers_5xx_on_a_mixed_barrage(client) -> None:
         for body in bodies:
             r = client.post(path, json=body)
             assert r.status_code < 500, (path, body, r.text)
+
+
+def test_session_start_record_is_queued_after_the_response(api) -> None:
+    """The hook holds the start's record until its response is out, then a background task
+    queues it: with no further request for the key, it is in the store."""
+    client, c = api
+    r = client.post("/api/hooks/session-start", json={"session_key": "bg1", "project": "proj"})
+    assert r.status_code == 200 and r.json()["status"] == "new"
+    c.db.write(lambda conn: None)  # FIFO writer: anything queued before this has committed
+    n = c.db.read(lambda conn: conn.execute(
+        "SELECT count(*) FROM session_memories WHERE session_key = 'bg1'").fetchone()[0])
+    assert n == r.json()["candidate_count"] > 0
+    assert len(c.sessions.inflight) == 0

@@ -104,3 +104,62 @@ def test_failed_commit_is_logged_and_frees_the_key(open_store, caplog) -> None:
     c.sessions.end(EndInput("lost", now=NOW))  # waits for the record, then ends it
     row = c.db.read(lambda conn: sess_sql.get_session(conn, "lost"))
     assert row is not None and row.started and row.ended_at is not None and _recorded(c, "lost") == 6
+
+
+# -- hold_write: the record is queued only once the answer is out (the HTTP hook) -------------
+
+
+def test_held_write_is_queued_by_commit(open_store) -> None:
+    c = open_store()
+    _fill(c)
+    res = c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    assert res.status == "new" and res.candidate_count == 6 and res.commit is not None
+    c.db.write(lambda conn: None)  # the writer is idle: nothing of the start was queued
+    assert _recorded(c, "held") == 0 and len(c.sessions.inflight) == 1
+    res.commit()
+    res.commit()  # idempotent
+    assert c.sessions.inflight.wait("held") is True
+    assert _recorded(c, "held") == 6 and len(c.sessions.inflight) == 0
+
+
+def test_held_write_is_queued_by_the_keys_next_request(open_store) -> None:
+    """No commit() (the response was never sent): the prompt that follows queues the record
+    first, and sees what the start showed."""
+    c = open_store()
+    _fill(c)
+    res = c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    shown = {x["id"] for x in res.injected}
+    c.sessions.prompt(PromptInput("held", prompt="the deploy script flags", now=NOW))
+    assert _recorded(c, "held") >= 6
+    rows = c.db.read(lambda conn: sess_sql.session_memories(conn, "held"))
+    assert {r.memory_id for r in rows if r.was_injected} == shown
+
+
+def test_second_start_of_a_held_key_is_existing(open_store) -> None:
+    c = open_store()
+    _fill(c)
+    first = c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    again = c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    assert first.status == "new" and again.status == "existing" and again.commit is None
+    assert _recorded(c, "held") == 6 and len(c.sessions.inflight) == 0
+
+
+def test_close_queues_held_writes(open_store) -> None:
+    c = open_store()
+    _fill(c)
+    c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    home = c.settings.home
+    c.close()
+    again = open_store(home=home)
+    assert _recorded(again, "held") == 6
+
+
+def test_held_write_on_a_closed_database_is_logged_and_frees_the_key(open_store, caplog) -> None:
+    c = open_store()
+    _fill(c)
+    res = c.sessions.start(StartInput("held", now=NOW), hold_write=True)
+    c.db.close()
+    with caplog.at_level(logging.ERROR, logger="memlane.sessions.inflight"):
+        res.commit()
+    assert len(c.sessions.inflight) == 0
+    assert any("could not be recorded" in r.getMessage() for r in caplog.records)

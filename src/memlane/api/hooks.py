@@ -73,11 +73,14 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/hooks/session-start", tags=["hooks"])
     def session_start(body: SessionStartIn, background: BackgroundTasks) -> dict[str, Any]:
         """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
-        # The start's record commits behind the answer (sessions.inflight); at alpha = 1 the
-        # predictor's part is scored and recorded once this response is sent.
+        # The start's record is queued once this response is sent (sessions.inflight: the key's
+        # next request queues it if that comes first); at alpha = 1 the predictor's part is
+        # scored and recorded after it.
         res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
                                    harness=body.harness, source=body.source, context=body.context, now=body.now,
-                                   ranking=body.ranking), defer_predictor=True, defer_write=True)
+                                   ranking=body.ranking), defer_predictor=True, hold_write=True)
+        if res.commit is not None:
+            background.add_task(res.commit)
         if res.release is not None:
             background.add_task(res.release)
         return {"session_key": res.session_key, "status": res.status, "inject": res.inject,

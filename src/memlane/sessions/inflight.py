@@ -15,6 +15,13 @@ What keeps this correct:
   inspection API wait for a claimed key's commit before they read (:meth:`wait`), so a prompt
   sent right after the answer still knows what the start injected. Write jobs are FIFO on the
   one writer, so theirs commit after it in any case.
+* **Held until the answer is out.** With ``hold_write`` (the HTTP hook) the transaction is not
+  even queued until the caller calls ``result.commit()`` after sending its response (a
+  background task): on two cores, a transaction that runs while the response is written
+  competes with it. Whatever touches the key first queues it instead (:meth:`flush`): a
+  second start, a prompt, feedback, session-end, the inspection API, and shutdown
+  (:meth:`wait_all`). A response that is never sent therefore delays the record only until
+  the session's next request or the daemon's stop.
 * **A failed commit is logged, never silent.** The answer is already out; the session is then
   unknown to the store (its prompts and end create it implicitly, as for a session whose start
   the daemon never saw) and the claim is dropped. Nothing a user or agent stored is at stake:
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,26 @@ class InflightStarts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._claims: dict[str, Future[bool]] = {}
+        self._held: dict[str, Callable[[], None]] = {}  # claimed keys whose write is not queued yet
+
+    def hold(self, key: str, submit: Callable[[], None]) -> None:
+        """Keep a claimed key's write for later: ``submit`` queues the start's transaction (its
+        done-callback settles the key). It runs once, from :meth:`flush`, whoever calls first."""
+        with self._lock:
+            self._held[key] = submit
+
+    def flush(self, key: str) -> None:
+        """Queue ``key``'s held write now, if it is still held (idempotent, thread-safe). A
+        failure to queue (the database is closed) is logged and settles the key."""
+        with self._lock:
+            submit = self._held.pop(key, None)
+        if submit is None:
+            return
+        try:
+            submit()
+        except Exception as exc:
+            log.error("session %r: its start was answered but could not be recorded: %s", key[:80], exc)
+            self.settle(key, False)
 
     def claim(self, key: str) -> Future[bool] | None:
         """Claim ``key`` for a start; None when claimed (the caller must :meth:`settle` it),
@@ -57,6 +85,7 @@ class InflightStarts:
         still held after ``timeout_s``. A True caller must :meth:`settle` the key."""
         deadline = time.monotonic() + timeout_s
         while (held := self.claim(key)) is not None:
+            self.flush(key)
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -96,6 +125,7 @@ class InflightStarts:
             None when nothing was in flight; else whether the start was recorded (False also
             when ``timeout_s`` passed first, logged).
         """
+        self.flush(key)
         with self._lock:
             fut = self._claims.get(key)
         if fut is None:
@@ -107,7 +137,11 @@ class InflightStarts:
             return False
 
     def wait_all(self, timeout_s: float = WAIT_TIMEOUT_S) -> None:
-        """Wait for every start in flight (shutdown, tests)."""
+        """Queue every held write, then wait for every start in flight (shutdown, tests)."""
+        with self._lock:
+            held = list(self._held)
+        for key in held:
+            self.flush(key)
         with self._lock:
             futs = list(self._claims.values())
         for fut in futs:

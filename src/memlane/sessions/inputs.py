@@ -41,6 +41,10 @@ class StartResult:
     injected: list[dict[str, Any]] = field(default_factory=list)
     took_ms: float = 0.0
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    #: Set with ``hold_write``: queues the start's record on the writer; call it once the
+    #: answer is out (before ``release``). Idempotent; the key's next request and shutdown
+    #: call it too.
+    commit: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
