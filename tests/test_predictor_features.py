@@ -160,20 +160,6 @@ def _random_candidate(rng: np.random.Generator) -> CandidateFeatures:
         mentions_project=bool(rng.random() < 0.3), names_other_project=bool(rng.random() < 0.3))
 
 
-def test_vectorised_feature_matrix_equals_the_checked_rows():
-    """The column-wise fast path and the row-by-row checked path give bit-identical matrices."""
-    rng = np.random.default_rng(7)
-    when = datetime(2026, 3, 14, 15, 9, 26)
-    for n in (1, 2, 17, 100):
-        cands = [_random_candidate(rng) for _ in range(n)]
-        times = F._time_features(when)
-        fast = F._vectorised_rows(cands, times)
-        slow = F._checked_rows(cands, times, n)
-        assert fast is not None and fast.dtype == np.float32
-        np.testing.assert_array_equal(fast, slow)
-        np.testing.assert_array_equal(build_feature_matrix(cands, when), slow)
-
-
 def test_feature_matrix_names_the_bad_value_among_many():
     base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)
     cands = [CandidateFeatures(**base) for _ in range(5)]

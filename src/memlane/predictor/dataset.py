@@ -3,7 +3,8 @@
 At session-start the daemon logs, for every candidate, the raw signals it scored with
 (``session_memories.features``) and, per session, the context vector and the session-level
 signals (``sessions.context_vector`` and ``signals``). Scoring and training both turn those
-into a feature matrix with :func:`memlane.predictor.features.build_feature_matrix` through
+into a feature matrix with :func:`memlane.predictor.features.feature_matrix_from_signals`
+(:func:`~memlane.predictor.features.build_feature_matrix` when a value is bad) through
 :func:`build_session` here, so a model is never trained on features it is not served
 (the failure of the one public predictor of this design).
 
