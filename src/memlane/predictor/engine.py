@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
+from memlane.predictor.age_check import mask_age, run_age_check, without_age
 from memlane.predictor import settings as C
 from memlane.predictor.data import Session, batched, collate
 from memlane.predictor.errors import CheckpointError
@@ -62,6 +63,9 @@ class TrainReport:
         validation_ndcg: validation NDCG@10 before training and after each epoch.
         best_epoch: the epoch whose weights were kept (0 = the starting weights), or None.
         stage: ``"linear"`` or ``"full"`` (:meth:`PredictorEngine.stage_for`).
+        age_check: :meth:`memlane.predictor.age_check.AgeCheck.to_dict` of the run's age check
+            (its ``masked`` says the run trained with the ``log_age_days`` weight held at 0),
+            or None when no check ran (full stage, or fewer than ``AGE_CHECK_MIN_SESSIONS``).
     """
 
     accepted: bool
@@ -80,6 +84,7 @@ class TrainReport:
     validation_ndcg: list[float] = field(default_factory=list)
     best_epoch: int | None = None
     stage: str = ""
+    age_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -184,13 +189,19 @@ class PredictorEngine:
               early_stop_patience: int | None = None) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
-        Only one training runs at a time; scoring continues on the live model meanwhile.
+        Only one training runs at a time; scoring continues on the live model meanwhile. A
+        linear-stage run on at least ``AGE_CHECK_MIN_SESSIONS`` sessions starts with the age
+        check (:mod:`memlane.predictor.age_check`): two short runs on the older sessions, with
+        and without ``log_age_days``, scored on the newest quarter; when the age-free one wins,
+        this run trains with the age weight held at 0.
 
         Args:
-            sessions: labelled training sessions.
+            sessions: labelled training sessions, newest first (the validation split of the full
+                stage and the age check hold out the newest).
             canary: labelled canary sessions for the gates.
             replay: replay-buffer sessions (seed "Phase 5b").
-            max_seconds: training wall-clock cap (s).
+            max_seconds: training wall-clock cap (s), the age check's two runs included (a
+                quarter each at most).
             max_epochs: epoch cap; None = the stage's default (``MAX_EPOCHS`` full,
                 ``LINEAR_STAGE_MAX_EPOCHS`` linear; see :meth:`stage_for`).
             early_stop_patience: epochs without improvement before stopping; None = the
@@ -232,14 +243,29 @@ class PredictorEngine:
             canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
                                      native_dim=nd) if canary else []
             live = self.model
-            result = fit(live, self.optimizer, partial(listnet_loss, label_scale=C.LABEL_SCALE), train_batches,
+            loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
+            masks = live.feature_residual_masks() if linear else None
+            start, start_opt = live, self.optimizer
+            age_check = None
+            if masks is not None and len(labelled) >= C.AGE_CHECK_MIN_SESSIONS:
+                # Two short runs of a quarter of the time budget each; the real run gets the rest.
+                age_check = run_age_check(live, self.optimizer, labelled, loss_fn=loss_fn, masks=masks,
+                                          native_dim=nd, batch_size=bs, share=C.AGE_CHECK_SHARE,
+                                          max_seconds=max_seconds / 4, max_epochs=max_epochs,
+                                          early_stop_patience=early_stop_patience,
+                                          seed=self.seed + self.model_version)
+                if age_check.masked:
+                    start, start_opt = without_age(live, self.optimizer)
+                    masks = mask_age(live, masks)
+                max_seconds = max(max_seconds - (time.perf_counter() - t0), 1e-3)
+            result = fit(start, start_opt, loss_fn, train_batches, previous=live,
                          max_seconds=max_seconds, validation=validation or None,
                          max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
-                         grad_masks=self.model.feature_residual_masks() if linear else None)
+                         grad_masks=masks)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
@@ -273,6 +299,7 @@ class PredictorEngine:
             report.validation_ndcg = result.validation_ndcg
             report.best_epoch = result.best_epoch
             report.stage = stage
+            report.age_check = age_check.to_dict() if age_check is not None else None
             report.duration_ms = (time.perf_counter() - t0) * 1000
             return report
 
