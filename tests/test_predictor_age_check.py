@@ -86,6 +86,7 @@ def test_flipped_age_is_masked():
     assert (result.train_sessions, result.validation_sessions) == (45, 15)
     assert result.masked
     assert result.ndcg_without_age > result.ndcg_with_age + 0.05
+    assert 0 < result.standard_error < result.ndcg_without_age - result.ndcg_with_age
 
 
 def test_age_that_keeps_its_meaning_is_kept():
@@ -93,6 +94,19 @@ def test_age_that_keeps_its_meaning_is_kept():
     assert not result.masked
     assert result.ndcg_with_age > result.ndcg_without_age
     assert result.to_dict()["masked"] is False
+
+
+def test_masking_needs_the_win_to_exceed_min_t_standard_errors():
+    def outcome(with_age: float, without: float, se: float, min_t: float = 1.0) -> AgeCheck:
+        return AgeCheck(train_sessions=30, validation_sessions=10, ndcg_with_age=with_age,
+                        ndcg_without_age=without, standard_error=se, min_t=min_t)
+
+    assert outcome(0.40, 0.45, se=0.02).masked  # 2.5 standard errors
+    assert not outcome(0.40, 0.41, se=0.02).masked  # 0.5: noise, age stays
+    assert not outcome(0.45, 0.40, se=0.0).masked  # age wins
+    assert outcome(0.40, 0.41, se=0.02, min_t=0.0).masked
+    assert not outcome(0.40, 0.40, se=0.0, min_t=0.0).masked  # a tie keeps age
+    assert C.AGE_CHECK_MIN_T == 1.0
 
 
 def test_bad_split_refused():
@@ -167,8 +181,9 @@ def test_engine_skips_the_check_below_the_minimum(tmp_path: Path):
 def test_training_log_keeps_the_age_check(tmp_path: Path):
     db = Database(tmp_path / "memories.db")
     migrate(db)
-    outcome = {"train_sessions": 45, "validation_sessions": 15, "ndcg_with_age": 0.41,
-               "ndcg_without_age": 0.52, "masked": True}
+    outcome = AgeCheck(train_sessions=45, validation_sessions=15, ndcg_with_age=0.41,
+                       ndcg_without_age=0.52, standard_error=0.03, min_t=1.0).to_dict()
+    assert outcome["masked"] is True
     row = {"model_version": 2, "trigger": "interval", "accepted": 1, "steps": 10, "sample_count": 60,
            "duration_ms": 12.0, "drift_resets": 0, "created_at": "2026-11-22T10:00:00.000Z", "age_check": outcome}
     db.write(lambda c: pred_sql.insert_training_log(c, row))

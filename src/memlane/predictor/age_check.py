@@ -25,15 +25,17 @@ that the linear stage trains.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
+from memlane.predictor import settings as C
 from memlane.predictor.data import Session, batched
 from memlane.predictor.model import MemoryScorer
-from memlane.predictor.train import fit, mean_ndcg_at_k
+from memlane.predictor.train import fit, session_ndcg_at_k
 
 __all__ = ["AGE_FEATURE", "AgeCheck", "mask_age", "run_age_check", "without_age"]
 
@@ -46,20 +48,27 @@ class AgeCheck:
 
     Attributes:
         train_sessions: older sessions both check models were trained on.
-        validation_sessions: newest sessions they were scored on.
-        ndcg_with_age: mean NDCG@10 of the model trained with every feature on them.
+        validation_sessions: newest sessions they were scored on (those with a positive label).
+        ndcg_with_age: mean NDCG@10 on them of the model trained with every feature.
         ndcg_without_age: the same with the ``log_age_days`` weight held at 0.
+        standard_error: standard error of the mean per-session difference (without minus with
+            age), ``sd / sqrt(n)``; 0.0 with fewer than 2 sessions.
+        min_t: how many standard errors the age-free model must win by
+            (:data:`~memlane.predictor.settings.AGE_CHECK_MIN_T`).
     """
 
     train_sessions: int
     validation_sessions: int
     ndcg_with_age: float
     ndcg_without_age: float
+    standard_error: float
+    min_t: float
 
     @property
     def masked(self) -> bool:
-        """True when the run that follows must not learn from age (the age-free model won)."""
-        return self.ndcg_without_age > self.ndcg_with_age
+        """True when the run that follows must not learn from age: the age-free model ranked
+        the newest sessions better by more than ``min_t`` standard errors of the difference."""
+        return self.ndcg_without_age - self.ndcg_with_age > self.min_t * self.standard_error
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "masked": self.masked}
@@ -99,7 +108,7 @@ def without_age(model: MemoryScorer, optimizer: torch.optim.Optimizer
 def run_age_check(model: MemoryScorer, optimizer: torch.optim.Optimizer, sessions: Sequence[Session], *,
                   loss_fn: Callable[..., torch.Tensor], masks: Mapping[str, torch.Tensor], native_dim: int,
                   batch_size: int, share: float, max_seconds: float, max_epochs: int,
-                  early_stop_patience: int, seed: int) -> AgeCheck:
+                  early_stop_patience: int, seed: int, min_t: float = C.AGE_CHECK_MIN_T) -> AgeCheck:
     """Train on the older sessions with and without age; score both on the newest ``share``.
 
     Args:
@@ -114,6 +123,7 @@ def run_age_check(model: MemoryScorer, optimizer: torch.optim.Optimizer, session
         max_seconds: wall-clock cap of each of the two runs (s).
         max_epochs, early_stop_patience: as for :func:`memlane.predictor.train.fit`.
         seed: batch-order seed.
+        min_t: see :attr:`AgeCheck.min_t`.
 
     Returns:
         an :class:`AgeCheck` (NDCG@10 of both models on the newest sessions).
@@ -129,13 +139,20 @@ def run_age_check(model: MemoryScorer, optimizer: torch.optim.Optimizer, session
         raise ValueError(f"an age check needs sessions on both sides of the split, got {len(sessions)}")
     validation = batched(list(sessions[:n_val]), batch_size=batch_size, native_dim=native_dim)
     older = batched(list(sessions[n_val:]), batch_size=batch_size, native_dim=native_dim)
-    ndcg: dict[bool, float] = {}
+    per_session: dict[bool, list[float]] = {}
     for drop_age in (False, True):
         start, start_opt = without_age(model, optimizer) if drop_age else (model, optimizer)
         result = fit(start, start_opt, loss_fn, older, max_seconds=max_seconds, max_epochs=max_epochs,
                      early_stop_patience=early_stop_patience, previous_is_trained=False,
                      check_overlap=False, seed=seed,
                      grad_masks=mask_age(model, masks) if drop_age else masks)
-        ndcg[drop_age] = mean_ndcg_at_k(result.model, validation)
-    return AgeCheck(train_sessions=len(sessions) - n_val, validation_sessions=n_val,
-                    ndcg_with_age=ndcg[False], ndcg_without_age=ndcg[True])
+        per_session[drop_age] = session_ndcg_at_k(result.model, validation)
+    with_age, no_age = per_session[False], per_session[True]
+    n = len(with_age)
+    diffs = [b - a for a, b in zip(with_age, no_age)]
+    mean = sum(diffs) / n if n else 0.0
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n >= 2 else 0.0
+    return AgeCheck(train_sessions=len(sessions) - n_val, validation_sessions=n,
+                    ndcg_with_age=sum(with_age) / n if n else 0.0,
+                    ndcg_without_age=sum(no_age) / n if n else 0.0,
+                    standard_error=se, min_t=min_t)

@@ -29,7 +29,21 @@ from memlane.predictor.losses import LossFn
 from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer
 
-__all__ = ["FitResult", "fit", "mean_ndcg_at_k"]
+__all__ = ["FitResult", "fit", "mean_ndcg_at_k", "session_ndcg_at_k"]
+
+
+def session_ndcg_at_k(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> list[float]:
+    """NDCG@k of ``model`` on each session of ``batches`` that has a positive label, in order.
+
+    Leaves ``model`` in eval mode.
+    """
+    model.eval()
+    out: list[float] = []
+    for b in batches:
+        informative = b.labels.clamp_min(0.0).amax(dim=-1) > 0
+        if bool(informative.any()):
+            out += ndcg_at_k(model.score(b), b.labels, k)[informative].tolist()
+    return out
 
 
 def mean_ndcg_at_k(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> float:
