@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from memlane.predictor import settings as C
-from memlane.predictor.age_check import AGE_FEATURE, AgeCheck, mask_age, run_age_check, without_age
+from memlane.predictor.age_check import AGE_FEATURE, AgeCheck, age_free_masks, mask_age, run_age_check, without_age
 from memlane.predictor.data import Session
 from memlane.predictor.engine import PredictorEngine
-from memlane.predictor.features import CandidateFeatures, build_feature_matrix
+from memlane.predictor.features import FEATURE_INDEX, CandidateFeatures, build_feature_matrix
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.storage import predictor as pred_sql
@@ -193,3 +193,50 @@ def test_training_log_keeps_the_age_check(tmp_path: Path):
     raw = db.read(lambda c: c.execute("SELECT age_check FROM predictor_training_log ORDER BY id").fetchone()[0])
     assert json.loads(raw) == outcome
     db.close()
+
+
+def test_age_free_masks_cover_every_parameter_but_the_age_columns():
+    model, _, _ = linear_setup()
+    masks = age_free_masks(model)
+    assert set(masks) == {name for name, _ in model.named_parameters()}
+    col = model.feature_column(AGE_FEATURE)
+    for name, m in masks.items():
+        zeros = (m == 0).nonzero().tolist()
+        if name in ("gate_linear.weight", "gate_hidden.weight"):
+            assert sorted({c for _, c in zeros}) == [col] and len(zeros) == m.shape[0]
+        else:
+            assert not zeros, name
+
+
+def test_without_age_also_clears_the_mlp_column():
+    model, opt, _ = linear_setup()
+    col = model.feature_column(AGE_FEATURE)
+    assert model.gate_hidden.weight[:, col].abs().sum() > 0  # randomly initialised
+    clone, _ = without_age(model, opt)
+    assert clone.gate_hidden.weight[:, col].abs().sum() == 0
+    assert torch.equal(clone.gate_hidden.weight[:, :col], model.gate_hidden.weight[:, :col])
+
+
+def test_full_stage_run_without_age_never_reads_it(tmp_path: Path):
+    # A Phase 6 base is trained like this: every parameter learns except the age columns.
+    engine = PredictorEngine(tmp_path / "m", embedding_model_id="test-8", native_dim=DIM)
+    sessions = age_sessions(C.FULL_MODEL_MIN_SESSIONS, old_useful_until=0, seed=3)
+    before = {n: p.detach().clone() for n, p in engine.model.named_parameters()}
+    report = engine.train(newest_first(sessions), save=False, learn_age=False, max_epochs=2)
+    assert report.stage == "full" and report.age_check is None and report.steps > 0
+    model = engine.model if report.accepted else None
+    assert model is not None, report
+    col = model.feature_column(AGE_FEATURE)
+    assert float(model.gate_linear.weight.detach()[0, col]) == 0.0
+    assert float(model.gate_hidden.weight.detach()[:, col].abs().sum()) == 0.0
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert "gate_hidden.weight" in changed and "down_projection.weight" in changed
+    # Scores do not depend on age at all.
+    probe = newest_first(sessions)[:4]
+    shifted = [Session(features=s.features.copy(), labels=s.labels, candidate_embeddings=s.candidate_embeddings,
+                       context_embedding=s.context_embedding, project=s.project) for s in probe]
+    age_col = FEATURE_INDEX[AGE_FEATURE]
+    for s in shifted:
+        s.features[:, age_col] = s.features[:, age_col][::-1] + 3.0
+    for a, b in zip(probe, shifted):
+        np.testing.assert_allclose(engine.score(a), engine.score(b), rtol=0, atol=1e-6)

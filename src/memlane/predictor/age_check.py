@@ -17,9 +17,12 @@ conversations and the linear stage's held-out NDCG@10 against the hybrid baselin
 -0.044 to +0.032 (mean over conversations); on the simulated user, whose stale memories make
 age a real signal, it keeps age from 80 sessions on.
 
-The check changes what one run may learn, never the model's shape or the feature schema: the
-masked weight is the ``log_age_days`` column of ``gate_linear.weight``, which is all of age
-that the linear stage trains.
+The check changes what one run may learn, never the model's shape or the feature schema: a
+masked run starts with the ``log_age_days`` columns of the gate (linear and MLP) at 0 and keeps
+them there. Phase 6 base models are trained the same way without any check
+(``PredictorEngine.train(learn_age=False)``): whether older or newer notes help is a user's own
+habit, which the user's linear stage and its age check learn, not something to inherit from
+other users.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from memlane.predictor.data import Session, batched
 from memlane.predictor.model import MemoryScorer
 from memlane.predictor.train import fit, session_ndcg_at_k
 
-__all__ = ["AGE_FEATURE", "AgeCheck", "mask_age", "run_age_check", "without_age"]
+__all__ = ["AGE_FEATURE", "AgeCheck", "age_free_masks", "mask_age", "run_age_check", "without_age"]
 
 AGE_FEATURE = "log_age_days"
 
@@ -74,34 +77,52 @@ class AgeCheck:
         return {**asdict(self), "masked": self.masked}
 
 
-def mask_age(model: MemoryScorer, masks: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Copy of linear-stage gradient ``masks`` (:meth:`MemoryScorer.feature_residual_masks`)
-    with the ``log_age_days`` entry of ``gate_linear.weight`` set to 0 (that weight no longer trains).
+def _age_columns(model: MemoryScorer) -> dict[str, int]:
+    """``{parameter name: column}`` of every weight that reads ``log_age_days``: the linear gate
+    and the gate MLP's hidden layer (both take the gate inputs, features last)."""
+    col = model.feature_column(AGE_FEATURE)
+    return {"gate_linear.weight": col, "gate_hidden.weight": col}
 
-    Raises:
-        KeyError: ``masks`` has no ``gate_linear.weight`` entry.
+
+def mask_age(model: MemoryScorer, masks: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copy of gradient ``masks`` (as :func:`memlane.predictor.train.fit` takes them) with the
+    ``log_age_days`` column of every masked weight that reads it set to 0 (those entries no
+    longer train). Parameters absent from ``masks`` stay absent.
     """
     out = {name: m.clone() for name, m in masks.items()}
-    out["gate_linear.weight"][0, model.feature_column(AGE_FEATURE)] = 0.0
+    for name, col in _age_columns(model).items():
+        if name in out:
+            out[name][..., col] = 0.0
     return out
+
+
+def age_free_masks(model: MemoryScorer) -> dict[str, torch.Tensor]:
+    """Gradient masks that train every parameter except the ``log_age_days`` columns.
+
+    For a full-stage run that must not learn age (Phase 6 base models: an age preference is a
+    user's own, which their linear stage and its age check learn); pair it with
+    :func:`without_age` so those columns start at 0.
+    """
+    return mask_age(model, {name: torch.ones_like(p) for name, p in model.named_parameters()})
 
 
 def without_age(model: MemoryScorer, optimizer: torch.optim.Optimizer
                 ) -> tuple[MemoryScorer, torch.optim.Optimizer]:
-    """Deep copies of ``model`` and its ``optimizer`` with the age weight and its optimiser state at 0.
+    """Deep copies of ``model`` and its ``optimizer`` that do not read ``log_age_days``.
 
-    The ``log_age_days`` column of ``gate_linear.weight`` is set to 0, and so are that entry of
-    every same-shaped optimiser state tensor (Adam's moments): with a masked gradient, a moment
-    left over from an earlier run would otherwise keep moving the weight.
+    The age column of ``gate_linear.weight`` and of ``gate_hidden.weight`` is set to 0, and so
+    is that column of every same-shaped optimiser state tensor (Adam's moments): with a masked
+    gradient, a moment left over from an earlier run would otherwise keep moving the weight.
     """
     clone, clone_opt = copy.deepcopy((model, optimizer))  # one memo: the optimiser follows its copy
-    col = clone.feature_column(AGE_FEATURE)
-    weight = clone.gate_linear.weight
+    named = dict(clone.named_parameters())
     with torch.no_grad():
-        weight[0, col] = 0.0
-        for value in clone_opt.state.get(weight, {}).values():
-            if isinstance(value, torch.Tensor) and value.shape == weight.shape:
-                value[0, col] = 0.0
+        for name, col in _age_columns(clone).items():
+            weight = named[name]
+            weight[..., col] = 0.0
+            for value in clone_opt.state.get(weight, {}).values():
+                if isinstance(value, torch.Tensor) and value.shape == weight.shape:
+                    value[..., col] = 0.0
     return clone, clone_opt
 
 

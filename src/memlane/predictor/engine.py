@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor.age_check import mask_age, run_age_check, without_age
+from memlane.predictor.age_check import age_free_masks, mask_age, run_age_check, without_age
 from memlane.predictor import settings as C
 from memlane.predictor.data import Session, batched, collate
 from memlane.predictor.errors import CheckpointError
@@ -186,7 +186,7 @@ class PredictorEngine:
     def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
               replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
               max_epochs: int | None = None, save: bool = True, influential: bool = True,
-              early_stop_patience: int | None = None) -> TrainReport:
+              early_stop_patience: int | None = None, learn_age: bool = True) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
         Only one training runs at a time; scoring continues on the live model meanwhile. A
@@ -209,6 +209,8 @@ class PredictorEngine:
             save: write ``model.bin`` after an accepted run.
             influential: the live model currently influences rankings (alpha < 1); only then
                 is the top-5 overlap gate enforced.
+            learn_age: False trains with every ``log_age_days`` weight held at 0 and skips the
+                age check (Phase 6 base models, trained on other users' sessions).
 
         Returns:
             a :class:`TrainReport`.
@@ -247,7 +249,10 @@ class PredictorEngine:
             masks = live.feature_residual_masks() if linear else None
             start, start_opt = live, self.optimizer
             age_check = None
-            if masks is not None and len(labelled) >= C.AGE_CHECK_MIN_SESSIONS:
+            if not learn_age:
+                start, start_opt = without_age(live, self.optimizer)
+                masks = mask_age(live, masks) if masks is not None else age_free_masks(live)
+            elif masks is not None and len(labelled) >= C.AGE_CHECK_MIN_SESSIONS:
                 # Two short runs of a quarter of the time budget each; the real run gets the rest.
                 age_check = run_age_check(live, self.optimizer, labelled, loss_fn=loss_fn, masks=masks,
                                           native_dim=nd, batch_size=bs, share=C.AGE_CHECK_SHARE,
