@@ -106,6 +106,9 @@ def test_masking_needs_the_win_to_exceed_min_t_standard_errors():
     assert not outcome(0.45, 0.40, se=0.0).masked  # age wins
     assert outcome(0.40, 0.41, se=0.02, min_t=0.0).masked
     assert not outcome(0.40, 0.40, se=0.0, min_t=0.0).masked  # a tie keeps age
+    one = AgeCheck(train_sessions=30, validation_sessions=1, ndcg_with_age=0.2, ndcg_without_age=0.9,
+                   standard_error=0.0, min_t=1.0)
+    assert not one.masked  # one scored session is no evidence
     assert C.AGE_CHECK_MIN_T == 1.0
 
 

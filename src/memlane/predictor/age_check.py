@@ -55,7 +55,7 @@ class AgeCheck:
         ndcg_with_age: mean NDCG@10 on them of the model trained with every feature.
         ndcg_without_age: the same with the ``log_age_days`` weight held at 0.
         standard_error: standard error of the mean per-session difference (without minus with
-            age), ``sd / sqrt(n)``; 0.0 with fewer than 2 sessions.
+            age), ``sd / sqrt(n)`` with the n - 1 sample sd; 0.0 with fewer than 2 sessions.
         min_t: how many standard errors the age-free model must win by
             (:data:`~memlane.predictor.settings.AGE_CHECK_MIN_T`).
     """
@@ -70,8 +70,10 @@ class AgeCheck:
     @property
     def masked(self) -> bool:
         """True when the run that follows must not learn from age: the age-free model ranked
-        the newest sessions better by more than ``min_t`` standard errors of the difference."""
-        return self.ndcg_without_age - self.ndcg_with_age > self.min_t * self.standard_error
+        the newest sessions better by more than ``min_t`` standard errors of the difference
+        (never on fewer than 2 scored sessions, which have no standard error)."""
+        return (self.validation_sessions >= 2
+                and self.ndcg_without_age - self.ndcg_with_age > self.min_t * self.standard_error)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "masked": self.masked}
