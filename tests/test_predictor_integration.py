@@ -30,7 +30,6 @@ from fastapi.testclient import TestClient
 from memlane.api.app import create_app
 from memlane.config import load_settings
 from memlane.container import Container, open_container
-from memlane.predictor import settings as C
 from memlane.services.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import short_id
@@ -335,33 +334,6 @@ def test_retrain_every_interval_writes_a_log_row_and_model_bin(world):
     assert p.state.trained and p.state.model_version == accepted[-1]["model_version"] >= 1
     assert p.phase() == "warming"
     assert p.status_line().startswith("[predictor: warming | success_rate=")
-
-
-def test_a_retrain_on_40_sessions_runs_the_age_check_in_the_sidecar(world):
-    # Through the real path: rated sessions in the store, train_from_db in the sidecar process,
-    # the outcome in predictor_training_log and in GET /api/predictor/training.
-    c = world.c
-    p = c.predictor
-    p.wait_training(300)
-    saved = p.settings
-    p.settings = p.settings.model_copy(update={"train_interval_sessions": 1000, "min_training_sessions": 1})
-    try:
-        # The retrain sets up to a fifth aside as its canary: 72 leave >= 40 to train on.
-        for i in range(max(0, C.AGE_CHECK_MIN_SESSIONS + 32 - p.state.training_sessions)):
-            labelled_session(world, "age", i)
-        row = p.retrain("manual")
-    finally:
-        p.settings = saved
-    assert row["error"] is None and row["sample_count"] >= C.AGE_CHECK_MIN_SESSIONS, row
-    check = row["age_check"]
-    assert check is not None, row
-    assert check["validation_sessions"] >= 2 and check["train_sessions"] >= 3 * check["validation_sessions"] - 3
-    assert isinstance(check["masked"], bool) and check["standard_error"] >= 0.0
-    stored = training_rows(c)[-1]
-    assert json.loads(stored["age_check"]) == check
-    with TestClient(create_app(c)) as client:
-        served = client.get("/api/predictor/training", params={"limit": 1}).json()
-    assert served[0]["age_check"] == check
 
 
 # ------------------------------------------------------------------------------ 2. exploration

@@ -39,7 +39,7 @@ def router(container: Container) -> APIRouter:
 
     @r.get("/training")
     def training(limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
-        """The newest predictor_training_log rows (loss, steps, canary NDCG, gates, age check)."""
+        """The newest predictor_training_log rows (loss, steps, canary NDCG, gates)."""
         return container.db.read(lambda c: pred_sql.training_log(c, limit=limit))
 
     @r.post("/train")

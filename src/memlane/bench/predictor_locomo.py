@@ -212,11 +212,7 @@ def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg:
 
 def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: str, max_seconds: float,
                seed: int = 0) -> dict[str, Any]:
-    """Train a Phase 6 base model in process on the learning sessions stored in ``homes``.
-
-    The base is trained without ``log_age_days`` (``learn_age=False``); the fine-tune's linear
-    stage learns age for this user when its age check keeps it.
-    """
+    """Train a Phase 6 base model in process on the learning sessions stored in ``homes``."""
     from memlane.predictor import settings as C
     from memlane.predictor.dataset import load_sessions
     from memlane.predictor.engine import PredictorEngine
@@ -238,11 +234,7 @@ def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: s
     rng = random.Random(seed)
     rng.shuffle(sessions)
     n_canary = min(25, len(sessions) // 10)
-    # A base does not learn age (PredictorEngine.train learn_age=False): on LoCoMo the other nine
-    # conversations' learning sessions teach "older is better" and the held-out questions need
-    # the opposite (docs/predictor.md, "Age check").
-    report = engine.train(sessions[n_canary:], canary=sessions[:n_canary], max_seconds=max_seconds, save=False,
-                          learn_age=False)
+    report = engine.train(sessions[n_canary:], canary=sessions[:n_canary], max_seconds=max_seconds, save=False)
     engine.save_base(out)
     shutil.rmtree(tmp, ignore_errors=True)
     return {"sessions": len(sessions), "accepted": report.accepted, "steps": report.steps,

@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor.age_check import age_free_masks, mask_age, run_age_check, without_age
 from memlane.predictor import settings as C
 from memlane.predictor.data import Session, batched, collate
 from memlane.predictor.errors import CheckpointError
@@ -63,9 +62,6 @@ class TrainReport:
         validation_ndcg: validation NDCG@10 before training and after each epoch.
         best_epoch: the epoch whose weights were kept (0 = the starting weights), or None.
         stage: ``"linear"`` or ``"full"`` (:meth:`PredictorEngine.stage_for`).
-        age_check: :meth:`memlane.predictor.age_check.AgeCheck.to_dict` of the run's age check
-            (its ``masked`` says the run trained with the ``log_age_days`` weight held at 0),
-            or None when no check ran (full stage, or fewer than ``AGE_CHECK_MIN_SESSIONS``).
     """
 
     accepted: bool
@@ -84,7 +80,6 @@ class TrainReport:
     validation_ndcg: list[float] = field(default_factory=list)
     best_epoch: int | None = None
     stage: str = ""
-    age_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -186,22 +181,16 @@ class PredictorEngine:
     def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
               replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
               max_epochs: int | None = None, save: bool = True, influential: bool = True,
-              early_stop_patience: int | None = None, learn_age: bool = True) -> TrainReport:
+              early_stop_patience: int | None = None) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
-        Only one training runs at a time; scoring continues on the live model meanwhile. A
-        linear-stage run on at least ``AGE_CHECK_MIN_SESSIONS`` sessions starts with the age
-        check (:mod:`memlane.predictor.age_check`): two short runs on the older sessions, with
-        and without ``log_age_days``, scored on the newest quarter; when the age-free one wins,
-        this run trains with the age weight held at 0.
+        Only one training runs at a time; scoring continues on the live model meanwhile.
 
         Args:
-            sessions: labelled training sessions, newest first (the validation split of the full
-                stage and the age check hold out the newest).
+            sessions: labelled training sessions.
             canary: labelled canary sessions for the gates.
             replay: replay-buffer sessions (seed "Phase 5b").
-            max_seconds: training wall-clock cap (s), the age check's two runs included (a
-                quarter each at most).
+            max_seconds: training wall-clock cap (s).
             max_epochs: epoch cap; None = the stage's default (``MAX_EPOCHS`` full,
                 ``LINEAR_STAGE_MAX_EPOCHS`` linear; see :meth:`stage_for`).
             early_stop_patience: epochs without improvement before stopping; None = the
@@ -209,8 +198,6 @@ class PredictorEngine:
             save: write ``model.bin`` after an accepted run.
             influential: the live model currently influences rankings (alpha < 1); only then
                 is the top-5 overlap gate enforced.
-            learn_age: False trains with every ``log_age_days`` weight held at 0 and skips the
-                age check (Phase 6 base models, trained on other users' sessions).
 
         Returns:
             a :class:`TrainReport`.
@@ -245,32 +232,14 @@ class PredictorEngine:
             canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
                                      native_dim=nd) if canary else []
             live = self.model
-            loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
-            masks = live.feature_residual_masks() if linear else None
-            start, start_opt = live, self.optimizer
-            age_check = None
-            if not learn_age:
-                start, start_opt = without_age(live, self.optimizer)
-                masks = mask_age(live, masks) if masks is not None else age_free_masks(live)
-            elif masks is not None and len(labelled) >= C.AGE_CHECK_MIN_SESSIONS:
-                # Two short runs of a quarter of the time budget each; the real run gets the rest.
-                age_check = run_age_check(live, self.optimizer, labelled, loss_fn=loss_fn, masks=masks,
-                                          native_dim=nd, batch_size=bs, share=C.AGE_CHECK_SHARE,
-                                          max_seconds=max_seconds / 4, max_epochs=max_epochs,
-                                          early_stop_patience=early_stop_patience,
-                                          seed=self.seed + self.model_version)
-                if age_check.masked:
-                    start, start_opt = without_age(live, self.optimizer)
-                    masks = mask_age(live, masks)
-                max_seconds = max(max_seconds - (time.perf_counter() - t0), 1e-3)
-            result = fit(start, start_opt, loss_fn, train_batches, previous=live,
+            result = fit(live, self.optimizer, partial(listnet_loss, label_scale=C.LABEL_SCALE), train_batches,
                          max_seconds=max_seconds, validation=validation or None,
                          max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
-                         grad_masks=masks)
+                         grad_masks=self.model.feature_residual_masks() if linear else None)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
@@ -304,7 +273,6 @@ class PredictorEngine:
             report.validation_ndcg = result.validation_ndcg
             report.best_epoch = result.best_epoch
             report.stage = stage
-            report.age_check = age_check.to_dict() if age_check is not None else None
             report.duration_ms = (time.perf_counter() - t0) * 1000
             return report
 

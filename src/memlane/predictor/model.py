@@ -137,14 +137,6 @@ class MemoryScorer(nn.Module):
         mask[0, self.config.gate_inputs - self.config.num_features:] = 1.0
         return {"gate_linear.weight": mask}
 
-    def feature_column(self, name: str) -> int:
-        """Column of feature ``name`` in ``gate_linear.weight`` (shape ``[1, gate_inputs]``).
-
-        Raises:
-            KeyError: ``name`` is not in :data:`~memlane.predictor.features.FEATURE_NAMES`.
-        """
-        return self.config.gate_inputs - self.config.num_features + FEATURE_INDEX[name]
-
     def count_parameters(self) -> int:
         """Number of trainable scalars (seed budget: under 2M)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

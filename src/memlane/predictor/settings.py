@@ -48,13 +48,6 @@ FULL_MODEL_MIN_SESSIONS = 300
 LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
 LINEAR_STAGE_MAX_EPOCHS = 200
 LINEAR_STAGE_PATIENCE = 40
-# Age check (docs/predictor.md "Age check"): a linear-stage run on >= AGE_CHECK_MIN_SESSIONS
-# sessions first trains on its older sessions with and without log_age_days and scores both on
-# the newest AGE_CHECK_SHARE; when the model without age ranks them better by more than
-# AGE_CHECK_MIN_T standard errors of the per-session difference, age is masked.
-AGE_CHECK_MIN_SESSIONS = 40
-AGE_CHECK_SHARE = 0.25
-AGE_CHECK_MIN_T = 1.0
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
 NDCG_K = 10
 CRASH_WINDOW_S = 3600.0             # crashes counted over one hour

@@ -29,28 +29,11 @@ from memlane.predictor.losses import LossFn
 from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer
 
-__all__ = ["FitResult", "fit", "mean_ndcg_at_k", "session_ndcg_at_k"]
+__all__ = ["FitResult", "fit"]
 
 
-def session_ndcg_at_k(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> list[float]:
-    """NDCG@k of ``model`` on each session of ``batches`` that has a positive label, in order.
-
-    Leaves ``model`` in eval mode.
-    """
-    model.eval()
-    out: list[float] = []
-    for b in batches:
-        informative = b.labels.clamp_min(0.0).amax(dim=-1) > 0
-        if bool(informative.any()):
-            out += ndcg_at_k(model.score(b), b.labels, k)[informative].tolist()
-    return out
-
-
-def mean_ndcg_at_k(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> float:
-    """Mean NDCG@k of ``model`` over the sessions of ``batches`` that have a positive label.
-
-    Returns 0.0 when no session has one. Leaves ``model`` in eval mode.
-    """
+def _validation_ndcg(model: MemoryScorer, batches: Sequence[SessionBatch], k: int = 10) -> float:
+    """Mean NDCG@k over validation sessions with a positive label (0.0 when none)."""
     model.eval()
     total, count = 0.0, 0
     for b in batches:
@@ -147,7 +130,6 @@ def fit(
     seed: int = 0,
     validation: Sequence[SessionBatch] | None = None,
     grad_masks: Mapping[str, torch.Tensor] | None = None,
-    previous: MemoryScorer | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -181,10 +163,6 @@ def fit(
             hold exactly those parameters (e.g. :meth:`MemoryScorer.feature_residual_masks`
             with an optimiser over ``gate_linear.weight``). Other parameters are taken out of
             autograd for the run (faster backward) and put back afterwards.
-        previous: the model the gates compare the candidate with (top-5 overlap, canary
-            NDCG drop); default ``model``. Given when training starts from an edited copy of
-            the serving model (the engine's age check zeroes a weight first), so the gates
-            still judge the candidate against what serves.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -216,7 +194,7 @@ def fit(
     best_state = None
     best_val = -math.inf
     if validation:
-        best_val = mean_ndcg_at_k(candidate, validation)
+        best_val = _validation_ndcg(candidate, validation)
         result.validation_ndcg.append(best_val)
         best_state, result.best_epoch = copy.deepcopy(candidate.state_dict()), 0
     candidate.train()
@@ -247,7 +225,7 @@ def fit(
             mean = sum(epoch) / len(epoch)
             result.epoch_losses.append(mean)
             if validation:
-                val = mean_ndcg_at_k(candidate, validation)
+                val = _validation_ndcg(candidate, validation)
                 candidate.train()
                 result.validation_ndcg.append(val)
                 if val > best_val + min_improvement:
@@ -271,7 +249,7 @@ def fit(
     candidate.eval()
     result.gates = evaluate_gates(
         candidate,
-        model if previous is None else previous,
+        model,
         canary,
         result.step_losses,
         thresholds=thresholds,

@@ -533,7 +533,7 @@ class PredictorService:
                "canary_ndcg": report.get("canary_ndcg"), "canary_ndcg_delta": report.get("canary_ndcg_delta"),
                "canary_score_variance": report.get("canary_score_variance"),
                "canary_topk_churn": report.get("canary_topk_churn"), "drift_resets": drift_resets,
-               "error": error, "created_at": now, "age_check": report.get("age_check")}
+               "error": error, "created_at": now}
 
         def job(conn: Any) -> None:
             pred_sql.insert_training_log(conn, row)

@@ -232,11 +232,10 @@ def has_comparison(conn: sqlite3.Connection, key: str) -> bool:
 def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int:
     cols = ["model_version", "trigger", "accepted", "loss", "steps", "sample_count", "duration_ms", "stop_reason",
             "gates", "canary_ndcg", "canary_ndcg_delta", "canary_score_variance", "canary_topk_churn",
-            "drift_resets", "error", "created_at", "age_check"]
+            "drift_resets", "error", "created_at"]
     values = dict(row)
-    for name in ("gates", "age_check"):
-        if values.get(name) is not None and not isinstance(values[name], str):
-            values[name] = json.dumps(values[name])
+    if values.get("gates") is not None and not isinstance(values["gates"], str):
+        values["gates"] = json.dumps(values["gates"])
     cur = conn.execute(f"INSERT INTO predictor_training_log ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
                        [values.get(c) for c in cols])
     return int(cur.lastrowid)
@@ -248,7 +247,6 @@ def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str,
     for r in rows:
         d = dict(r)
         d["gates"] = json.loads(d["gates"]) if d["gates"] else None
-        d["age_check"] = json.loads(d["age_check"]) if d.get("age_check") else None
         out.append(d)
     return out
 
