@@ -112,3 +112,38 @@ def predictor_latency(scores: int = typer.Option(300, help="Score requests timed
                   f"({tr['stop_reason']}): load {tr['load_ms']:.0f} ms + training {tr['train_ms'] / 1000:.1f} s; "
                   f"client wall {tr['client_s']:.1f} s")
     console.print(f"report: {path}")
+
+
+@bench_app.command("predictor-offline")
+def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor-work"),
+                                                   help="The --workdir of a LoCoMo `bench predictor` run."),
+                      data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
+                      out: Optional[Path] = typer.Option(None, help="JSON report path."),
+                      seed: int = typer.Option(0, help="Bootstrap seed.")) -> None:
+    """A listwise linear model over the logged features of a LoCoMo first pass, with and without age.
+
+    Trained on the conversation's own learning sessions or on the other nine's, scored on the
+    held-out questions; reads the stores only (docs/predictor.md).
+    """
+    from memlane.bench.predictor_offline import run
+    from memlane.bench.report import write_json
+
+    if not data.is_file():
+        err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
+        raise typer.Exit(2)
+    try:
+        with stage_progress(err, "predictor offline") as tick:
+            report = run(workdir, data, seed=seed, progress=tick)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    path = write_json(_out_path(out, "predictor-offline"), report)
+    t = Table(title=f"Listwise linear model, held-out NDCG@10 minus baseline ({report['held_out_questions']} questions)")
+    for c in ("variant", "trained on", "left out", "baseline", "model", "diff [95% CI]", "worst conversation"):
+        t.add_column(c)
+    for name, v in report["variants"].items():
+        o = v["overall"]
+        t.add_row(name, v["training_set"], ", ".join(v["left_out"]) or "-", f"{o['mean_b']:.3f}", f"{o['mean_a']:.3f}",
+                  _ci(o), f"{v['worst']:+.3f}")
+    console.print(t)
+    console.print(f"report: {path}")
