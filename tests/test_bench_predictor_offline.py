@@ -140,6 +140,9 @@ def test_the_command_reports_every_variant(first_pass, tmp_path):
         assert ("log_age_days" in v["mean_weights"]) == (name in ("own", "others"))
         base = np.mean([r["ndcg10_baseline"] for r in report["rows"] if r["held_out"]])
         assert v["overall"]["mean_b"] == pytest.approx(base)
+        fused = v["fused_minus_baseline_by_alpha"]
+        assert set(fused) == {"0.8", "0.6", "0.5", "0.4", "0.3"}
+        assert all(-1.0 <= d <= 1.0 for d in fused.values())
     assert "others_without_age" in result.output
 
 

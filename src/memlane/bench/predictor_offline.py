@@ -10,7 +10,9 @@ end-to-end bench cannot separate:
 * what the feature schema can carry at all (a ceiling for the engine's linear stage, which is
   the same model trained on raw, unstandardised features; docs/predictor.md, "Linear stage");
 * which features transfer from the questions the model learns from to the held-out ones: each
-  variant is trained with every feature and again without ``log_age_days``.
+  variant is trained with every feature and again without ``log_age_days``;
+* how much of the model's gain a fused ranking keeps: RRF of the baseline's and the model's
+  orders at fixed alphas (the baseline's weight), as the daemon fuses them.
 
 Training sets: ``own`` = the conversation's own learning sessions (what the first pass learns
 from), ``others`` = the learning sessions of the other nine conversations (Phase 6's data).
@@ -41,7 +43,9 @@ import numpy as np
 from memlane.bench.bootstrap import paired_bootstrap
 from memlane.bench.locomo import Conversation, load_locomo
 from memlane.bench.predictor_locomo import _ndcg_binary, ordered_questions
+from memlane.predictor import policy
 from memlane.predictor import settings as C
+from memlane.predictor.settings import PredictorSettings
 from memlane.predictor.dataset import build_session, derived_signals
 from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES
 from memlane.predictor.model import BASELINE_PRIOR
@@ -220,13 +224,23 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
         conn.close()
 
 
-def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession]) -> tuple[list[float], list[float]]:
+#: alphas (the baseline's weight) at which the model's ranking is fused with the baseline's
+FUSION_ALPHAS = (0.8, 0.6, 0.5, 0.4, 0.3)
+
+
+def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
+              ) -> tuple[list[float], list[float], dict[float, list[float]]]:
+    """Per held-out session: baseline NDCG@10, the model's, and the RRF fusion's at each alpha."""
     base, pred = [], []
+    fused: dict[float, list[float]] = {a: [] for a in FUSION_ALPHAS}
     for s in held:
         order = [s.ids[j] for j in np.argsort(-ranker.score(s.features), kind="stable")]
         base.append(_ndcg_binary(s.ids, s.evidence, len(s.evidence)))
         pred.append(_ndcg_binary(order, s.evidence, len(s.evidence)))
-    return base, pred
+        for a in FUSION_ALPHAS:
+            scores = policy.rrf_fuse(s.ids, order, a, rrf_k)
+            fused[a].append(_ndcg_binary(sorted(s.ids, key=lambda m: -scores[m]), s.evidence, len(s.evidence)))
+    return base, pred, fused
 
 
 def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
@@ -235,7 +249,9 @@ def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None =
     Returns:
         ``{"variants": {name: {"overall": paired bootstrap of predictor vs baseline NDCG@10,
         "per_conversation": {id: {"n", "baseline", "model", "diff"}}, "worst": float,
-        "mean_weights": {feature: weight}}}, "held_out_questions": int, ...}``.
+        "mean_weights": {feature: weight}, "fused_minus_baseline_by_alpha": {alpha: mean NDCG@10
+        difference of RRF(baseline, model) at that alpha (policy.rrf_fuse, the daemon's k)}}},
+        "held_out_questions": int, ...}``.
 
     Raises:
         FileNotFoundError: no ``first-pass.json`` in ``workdir``, or a store it names is gone.
@@ -255,10 +271,12 @@ def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None =
             progress("load stores", i + 1, len(convs))
     report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "variants": {},
                               "held_out_questions": sum(s.held_out for v in sessions.values() for s in v)}
+    rrf_k = PredictorSettings().rrf_k  # the daemon's default RRF constant
     steps = len(VARIANTS) * len(convs)
     done = 0
     for name, (source, leave_out) in VARIANTS.items():
         all_base, all_pred, per, weights = [], [], {}, []
+        all_fused: dict[float, list[float]] = {a: [] for a in FUSION_ALPHAS}
         for cid, own in sessions.items():
             if source == "own":
                 train = [(s.features, s.labels) for s in own if s.labels is not None]
@@ -267,9 +285,11 @@ def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None =
                          for s in v if s.labels is not None]
             ranker = fit_listwise_linear(train, leave_out=leave_out)
             weights.append(ranker.named_weights())
-            base, pred = _evaluate(ranker, [s for s in own if s.held_out])
+            base, pred, fused = _evaluate(ranker, [s for s in own if s.held_out], rrf_k)
             all_base += base
             all_pred += pred
+            for a in FUSION_ALPHAS:
+                all_fused[a] += fused[a]
             if base:
                 per[cid] = {"n": len(base), "baseline": float(np.mean(base)), "model": float(np.mean(pred)),
                             "diff": float(np.mean(pred) - np.mean(base))}
@@ -281,5 +301,7 @@ def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None =
             "training_set": source, "left_out": list(leave_out),
             "overall": paired_bootstrap(all_pred, all_base, seed=seed) if all_base else None,
             "per_conversation": per, "worst": min((v["diff"] for v in per.values()), default=None),
-            "mean_weights": {n: float(np.mean([w[n] for w in weights])) for n in names}}
+            "mean_weights": {n: float(np.mean([w[n] for w in weights])) for n in names},
+            "fused_minus_baseline_by_alpha": {str(a): float(np.mean(all_fused[a]) - np.mean(all_base))
+                                              for a in FUSION_ALPHAS} if all_base else {}}
     return report

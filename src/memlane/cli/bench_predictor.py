@@ -146,4 +146,11 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
         t.add_row(name, v["training_set"], ", ".join(v["left_out"]) or "-", f"{o['mean_b']:.3f}", f"{o['mean_a']:.3f}",
                   _ci(o), f"{v['worst']:+.3f}")
     console.print(t)
+    alphas = list(next(iter(report["variants"].values()))["fused_minus_baseline_by_alpha"])
+    f = Table(title="RRF of baseline and model at a fixed alpha (the baseline's weight): NDCG@10 minus baseline")
+    for c in ("variant", *(f"alpha {a}" for a in alphas)):
+        f.add_column(c)
+    for name, v in report["variants"].items():
+        f.add_row(name, *(f"{v['fused_minus_baseline_by_alpha'][a]:+.3f}" for a in alphas))
+    console.print(f)
     console.print(f"report: {path}")
