@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memlane.bench.locomo import load_locomo
-from memlane.bench.predictor_locomo import PredictorBenchConfig, _ndcg_binary, ordered_questions
+from memlane.bench.predictor_locomo import PredictorBenchConfig, ndcg_binary, ordered_questions
 from memlane.bench.predictor_locomo import run as run_first_pass
 from memlane.bench.predictor_offline import VARIANTS, fit_listwise_linear, load_conversation, run
 from memlane.cli.main import app
@@ -123,7 +123,7 @@ def test_loads_what_the_first_pass_logged(first_pass):
             label = s.labels[s.ids.index(next(iter(s.evidence)))]
             assert label > 0 and label == s.labels.max()
         # the loaded pool in baseline order scores what the bench reported for its baseline
-        assert _ndcg_binary(s.ids, s.evidence, 1) == pytest.approx(rows[q.index]["ndcg10_baseline"])
+        assert ndcg_binary(s.ids, s.evidence, 1) == pytest.approx(rows[q.index]["ndcg10_baseline"])
 
 
 def test_the_command_reports_every_variant(first_pass, tmp_path):

@@ -51,7 +51,7 @@ from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 
-__all__ = ["PredictorBenchConfig", "run"]
+__all__ = ["PredictorBenchConfig", "ndcg_binary", "ordered_questions", "run"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -75,7 +75,19 @@ class PredictorBenchConfig:
     base_max_seconds: float = 1800.0
 
 
-def _ndcg_binary(order: Sequence[str], relevant: set[str], n_relevant: int, k: int = 10) -> float:
+def ndcg_binary(order: Sequence[str], relevant: set[str], n_relevant: int, k: int = 10) -> float:
+    """The bench's NDCG@k: binary gains, the ideal over all ``n_relevant`` evidence items
+    (also those the pool missed, so a pool without the evidence scores 0).
+
+    Args:
+        order: memory ids, best first.
+        relevant: the evidence's memory ids.
+        n_relevant: how many evidence items exist (the ideal ranks min(n_relevant, k) first).
+        k: cutoff.
+
+    Returns:
+        NDCG@k in [0, 1] (0.0 when ``n_relevant`` is 0).
+    """
     dcg = sum(1.0 / math.log2(i + 2) for i, m in enumerate(order[:k]) if m in relevant)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(n_relevant, k)))
     return dcg / ideal if ideal > 0 else 0.0
@@ -184,7 +196,7 @@ def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg:
                    "model_version": signals.get("model_version"), "predictor_scored": bool(predictor),
                    "evidence_in_pool": len(evidence & set(baseline)), "evidence": n_rel}
             for name, order in (("baseline", baseline), ("predictor", predictor or baseline), ("fused", fused)):
-                row[f"ndcg10_{name}"] = _ndcg_binary(order, evidence, n_rel)
+                row[f"ndcg10_{name}"] = ndcg_binary(order, evidence, n_rel)
                 row[f"r5_{name}"] = _recall_at(order, evidence, n_rel)
             rows.append(row)
             if not held_out:

@@ -42,7 +42,7 @@ import numpy as np
 
 from memlane.bench.bootstrap import paired_bootstrap
 from memlane.bench.locomo import Conversation, load_locomo
-from memlane.bench.predictor_locomo import _ndcg_binary, ordered_questions
+from memlane.bench.predictor_locomo import ndcg_binary, ordered_questions
 from memlane.predictor import policy
 from memlane.predictor import settings as C
 from memlane.predictor.settings import PredictorSettings
@@ -235,11 +235,11 @@ def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
     fused: dict[float, list[float]] = {a: [] for a in FUSION_ALPHAS}
     for s in held:
         order = [s.ids[j] for j in np.argsort(-ranker.score(s.features), kind="stable")]
-        base.append(_ndcg_binary(s.ids, s.evidence, len(s.evidence)))
-        pred.append(_ndcg_binary(order, s.evidence, len(s.evidence)))
+        base.append(ndcg_binary(s.ids, s.evidence, len(s.evidence)))
+        pred.append(ndcg_binary(order, s.evidence, len(s.evidence)))
         for a in FUSION_ALPHAS:
             scores = policy.rrf_fuse(s.ids, order, a, rrf_k)
-            fused[a].append(_ndcg_binary(sorted(s.ids, key=lambda m: -scores[m]), s.evidence, len(s.evidence)))
+            fused[a].append(ndcg_binary(sorted(s.ids, key=lambda m: -scores[m]), s.evidence, len(s.evidence)))
     return base, pred, fused
 
 
