@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +156,63 @@ def test_without_a_first_pass_the_command_says_what_to_run(tmp_path):
                                       "--data", str(data)])
     assert result.exit_code == 2
     assert "bench predictor --dataset locomo" in result.output
+
+
+def test_answerable_dating_cuts_pools_and_recomputes_ages(first_pass):
+    data, workdir, _ = first_pass
+    conv = load_locomo(data)[0]
+    home = workdir / "user" / conv.id
+    asked = {s.key: s for s in load_conversation(conv, home)}
+    dated = load_conversation(conv, home, dating="answerable")
+    assert dated and {s.key for s in dated} <= set(asked)
+    conn = sqlite3.connect(f"file:{home / 'memories.db'}?mode=ro", uri=True)
+    created = {m: datetime.fromisoformat(t.replace("Z", "+00:00"))
+               for m, t in conn.execute("SELECT id, created_at FROM memories")}
+    conn.close()
+    age = FEATURE_INDEX["log_age_days"]
+    shorter = 0
+    for s in dated:
+        when = max(created[m] + timedelta(days=float(np.expm1(a))) for m, a in zip(s.ids, s.features[:, age]))
+        last_evidence = max(created[m] for m in s.evidence)
+        assert all(created[m] <= when for m in s.ids) and when > last_evidence
+        assert set(s.ids) <= set(asked[s.key].ids)
+        # every age is measured from the new date: younger than when the bench asked
+        assert (s.features[:, age] <= asked[s.key].features[[asked[s.key].ids.index(m) for m in s.ids], age]
+                + 1e-9).all()
+        shorter += len(s.ids) < len(asked[s.key].ids)
+    assert shorter > 0  # the first session's questions cannot see the second session's turns
+    with pytest.raises(ValueError, match="dating"):
+        load_conversation(conv, home, dating="tomorrow")
+
+
+def test_recency_boosted_baseline_orders_the_pool_by_the_boosted_score(first_pass):
+    data, workdir, _ = first_pass
+    conv = load_locomo(data)[0]
+    home = workdir / "user" / conv.id
+    plain = {s.key: s for s in load_conversation(conv, home)}
+    bs, br, age = (FEATURE_INDEX[n] for n in ("baseline_score", "baseline_rank_inv", "log_age_days"))
+    for s in load_conversation(conv, home, recency=(0.5, 14.0)):
+        p = plain[s.key]
+        assert sorted(s.ids) == sorted(p.ids)
+        expected = {m: p.features[j, bs] * (1 + 0.5 * 0.5 ** (np.expm1(p.features[j, age]) / 14.0))
+                    for j, m in enumerate(p.ids)}
+        np.testing.assert_allclose(s.features[:, bs], [expected[m] for m in s.ids])
+        assert list(s.features[:, bs]) == sorted(s.features[:, bs], reverse=True)
+        np.testing.assert_allclose(s.features[:, br], 1.0 / (1.0 + np.arange(len(s.ids))))
+        if s.labels is not None:
+            assert dict(zip(s.ids, s.labels)) == dict(zip(p.ids, p.labels))
+    with pytest.raises(ValueError, match="half-life"):
+        load_conversation(conv, home, recency=(0.5, 0.0))
+
+
+def test_the_command_takes_dating_and_recency(first_pass, tmp_path):
+    data, workdir, _ = first_pass
+    out = tmp_path / "dated.json"
+    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
+                                      "--out", str(out), "--dating", "answerable", "--recency-weight", "0.5"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(out.read_text())
+    assert got["dating"] == "answerable" and got["recency"] == [0.5, 14.0]
+    bad = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
+                                   "--dating", "tomorrow"])
+    assert bad.exit_code == 2 and "unknown --dating" in bad.output

@@ -14,6 +14,18 @@ end-to-end bench cannot separate:
 * how much of the model's gain a fused ranking keeps: RRF of the baseline's and the model's
   orders at fixed alphas (the baseline's weight), as the daemon fuses them.
 
+Two options change the setting rather than the model:
+
+* ``dating="answerable"``: each question's session is dated when it could first have been
+  asked, at the start of the LoCoMo session that follows its last evidence turn (a day after
+  the last turn for the last ones), instead of after the whole conversation as the bench dates
+  it. Its pool keeps only what was stored by then, and every age and time feature is recomputed
+  from that date.
+* ``recency=(weight, half_life_days)``: the baseline is the hybrid recall with its own recency
+  boost (:func:`memlane.recall.hybrid.boost`, off by default in the daemon) applied to the
+  logged baseline scores; the baseline's order, and the score and rank columns the model's
+  prior reads, follow the boosted score.
+
 Training sets: ``own`` = the conversation's own learning sessions (what the first pass learns
 from), ``others`` = the learning sessions of the other nine conversations (Phase 6's data).
 Labels are the ones the bench's sessions stored (evidence in the pool 1.0, injected
@@ -34,7 +46,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +58,18 @@ from memlane.bench.predictor_locomo import ndcg_binary, ordered_questions
 from memlane.predictor import policy
 from memlane.predictor import settings as C
 from memlane.predictor.settings import PredictorSettings
+from memlane.recall.hybrid import boost
 from memlane.predictor.dataset import build_session, derived_signals
 from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES
 from memlane.predictor.model import BASELINE_PRIOR
 from memlane.storage import predictor as pred_sql
 
-__all__ = ["LinearRanker", "OfflineSession", "VARIANTS", "fit_listwise_linear", "load_conversation", "run"]
+__all__ = ["DATINGS", "LinearRanker", "OfflineSession", "VARIANTS", "fit_listwise_linear", "load_conversation",
+           "run"]
+
+#: ``asked``: as the bench dates the sessions (after the whole conversation); ``answerable``:
+#: when the question could first be asked (see the module docstring).
+DATINGS = ("asked", "answerable")
 
 Progress = Callable[[str, int, int], None]
 
@@ -172,15 +190,50 @@ def _embedding_model(conn: sqlite3.Connection) -> tuple[str | None, int]:
     return (row[0], int(row[1])) if row else (None, 0)
 
 
-def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.6) -> list[OfflineSession]:
+def _created(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life_days: float
+                   ) -> tuple[np.ndarray, list[str]]:
+    """Re-rank a pool by the recall's recency boost over its logged baseline scores.
+
+    Returns the matrix and ids in the boosted order, with the ``baseline_score`` column boosted
+    and ``baseline_rank_inv`` recomputed (``1 / (1 + rank)``).
+    """
+    bs, br = FEATURE_INDEX["baseline_score"], FEATURE_INDEX["baseline_rank_inv"]
+    age = np.expm1(features[:, FEATURE_INDEX["log_age_days"]])
+    boosted = boost(features[:, bs], access_count=0, age_days=age, rehearsal_weight=0.0,
+                    recency_weight=weight, recency_half_life_days=half_life_days)
+    order = np.argsort(-boosted, kind="stable")
+    out = features[order].copy()
+    out[:, bs] = boosted[order]
+    out[:, br] = 1.0 / (1.0 + np.arange(len(order)))
+    return out, [ids[j] for j in order]
+
+
+def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.6, dating: str = "asked",
+                      recency: tuple[float, float] | None = None) -> list[OfflineSession]:
     """The question sessions a first pass stored in ``home`` (read only), in question order.
 
     Features are rebuilt from the logged raw signals with the engine's own builder
     (:func:`memlane.predictor.dataset.build_session`, derived signals included).
 
+    Args:
+        conv: the conversation.
+        home: its first-pass home (``memories.db`` inside).
+        train_share: share of the questions learned from (the first ones).
+        dating: one of :data:`DATINGS` (module docstring).
+        recency: ``(weight, half_life_days)`` of the recency-boosted baseline, or None.
+
     Raises:
         FileNotFoundError: ``home/memories.db`` does not exist.
+        ValueError: an unknown ``dating``, or a recency half-life <= 0.
     """
+    if dating not in DATINGS:
+        raise ValueError(f"dating must be one of {DATINGS}, got {dating!r}")
+    if recency is not None and recency[1] <= 0:
+        raise ValueError(f"recency half-life must be > 0 days, got {recency[1]}")
     db = home / "memories.db"
     if not db.exists():
         raise FileNotFoundError(f"no store at {db}: run the LoCoMo first pass with this --workdir first")
@@ -188,8 +241,15 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
     try:
         model, dim = _embedding_model(conn)
         mem_of: dict[str, str] = {}
-        for mid, source in conn.execute("SELECT id, source_id FROM memories ORDER BY seq"):
-            mem_of.setdefault(str(source).split(":", 1)[1], mid)
+        created: dict[str, datetime] = {}
+        session_starts: dict[str, datetime] = {}  # LoCoMo session ("D3") -> its first turn's time
+        for mid, source, at in conn.execute("SELECT id, source_id, created_at FROM memories ORDER BY seq"):
+            dia = str(source).split(":", 1)[1]
+            mem_of.setdefault(dia, mid)
+            created[mid] = _created(at)
+            part = dia.split(":", 1)[0]
+            session_starts[part] = min(session_starts.get(part, created[mid]), created[mid])
+        starts = sorted(session_starts.values())
         questions = ordered_questions(conv)
         n_train = int(math.ceil(train_share * len(questions)))
         out = []
@@ -205,20 +265,32 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
             ranks = dict(conn.execute("SELECT memory_id, baseline_rank FROM session_memories WHERE session_key = ?",
                                       (key,)).fetchall())
             cands = sorted((r for r in cands if r.features is not None), key=lambda r: ranks.get(r.memory_id) or 0)
+            evidence = {mem_of[e] for e in q.evidence if e in mem_of}
+            raw = [dict(r.features or {}) for r in cands]
+            if dating == "answerable" and evidence:
+                last = max(created[m] for m in evidence)
+                when = next((t for t in starts if t > last), last + timedelta(days=1))
+                keep = [j for j, r in enumerate(cands) if created[r.memory_id] <= when]
+                cands, raw = [cands[j] for j in keep], [raw[j] for j in keep]
+                for r, sig in zip(cands, raw):
+                    sig["age_days"] = max(0.0, (when - created[r.memory_id]).total_seconds() / 86400.0)
             if len(cands) < 2:
                 continue
             ids = [r.memory_id for r in cands]
             derived = derived_signals(conn, ids, project=row[0], session_time=when)
             vectors = [np.frombuffer(r.vector, dtype="<f4") if r.vector is not None else None for r in cands]
             session = build_session(
-                candidates=[{**(r.features or {}), **derived[r.memory_id]} for r in cands], session_time=when,
+                candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(cands, raw)], session_time=when,
                 session_gap_hours=float(signals.get("session_gap_hours", 0.0)), candidate_vectors=vectors,
                 candidate_texts=[r.content for r in cands], context_vector=None, context_text="",
                 project=row[0], native_dim=dim or 1)
             held = i >= n_train
-            labels = None if held else np.array([float(r.label or 0.0) for r in cands])
-            out.append(OfflineSession(key, held, ids, session.features.astype(np.float64), labels,
-                                      {mem_of[e] for e in q.evidence if e in mem_of}))
+            features = session.features.astype(np.float64)
+            label_of = {r.memory_id: float(r.label or 0.0) for r in cands}
+            if recency is not None:
+                features, ids = _apply_recency(features, ids, *recency)
+            labels = None if held else np.array([label_of[m] for m in ids])
+            out.append(OfflineSession(key, held, ids, features, labels, evidence))
         return out
     finally:
         conn.close()
@@ -243,8 +315,11 @@ def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
     return base, pred, fused
 
 
-def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", recency: tuple[float, float] | None = None,
+        progress: Progress | None = None) -> dict[str, Any]:
     """Every variant of :data:`VARIANTS` on every conversation of the first pass in ``workdir``.
+
+    ``dating`` and ``recency`` as for :func:`load_conversation`.
 
     Returns:
         ``{"variants": {name: {"overall": paired bootstrap of predictor vs baseline NDCG@10,
@@ -266,10 +341,11 @@ def run(workdir: Path, data: Path, *, seed: int = 0, progress: Progress | None =
     convs = [c for c in load_locomo(data) if c.id in homes]
     sessions: dict[str, list[OfflineSession]] = {}
     for i, conv in enumerate(convs):
-        sessions[conv.id] = load_conversation(conv, homes[conv.id], train_share=share)
+        sessions[conv.id] = load_conversation(conv, homes[conv.id], train_share=share, dating=dating, recency=recency)
         if progress:
             progress("load stores", i + 1, len(convs))
-    report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "variants": {},
+    report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "dating": dating,
+                              "recency": list(recency) if recency else None, "variants": {},
                               "held_out_questions": sum(s.held_out for v in sessions.values() for s in v)}
     rrf_k = PredictorSettings().rrf_k  # the daemon's default RRF constant
     steps = len(VARIANTS) * len(convs)

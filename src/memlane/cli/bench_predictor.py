@@ -119,6 +119,13 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
                                                    help="The --workdir of a LoCoMo `bench predictor` run."),
                       data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
                       out: Optional[Path] = typer.Option(None, help="JSON report path."),
+                      dating: str = typer.Option("asked", help="asked: sessions dated as the bench dates them "
+                                                 "(after the conversation); answerable: at the start of the "
+                                                 "LoCoMo session after the question's last evidence turn, "
+                                                 "pools cut to what was stored by then."),
+                      recency_weight: float = typer.Option(0.0, min=0.0, help="Baseline with the recall's "
+                                                           "recency boost of this weight (0: off, as the daemon)."),
+                      recency_half_life: float = typer.Option(14.0, min=0.01, help="Its half-life (days)."),
                       seed: int = typer.Option(0, help="Bootstrap seed.")) -> None:
     """A listwise linear model over the logged features of a LoCoMo first pass, with and without age.
 
@@ -128,17 +135,25 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     from memlane.bench.predictor_offline import run
     from memlane.bench.report import write_json
 
+    from memlane.bench.predictor_offline import DATINGS
+
     if not data.is_file():
         err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
         raise typer.Exit(2)
+    if dating not in DATINGS:
+        err.print(f"[red]error:[/red] unknown --dating {dating!r} (supported: {', '.join(DATINGS)})")
+        raise typer.Exit(2)
+    recency = (recency_weight, recency_half_life) if recency_weight > 0 else None
     try:
         with stage_progress(err, "predictor offline") as tick:
-            report = run(workdir, data, seed=seed, progress=tick)
+            report = run(workdir, data, seed=seed, dating=dating, recency=recency, progress=tick)
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     path = write_json(_out_path(out, "predictor-offline"), report)
-    t = Table(title=f"Listwise linear model, held-out NDCG@10 minus baseline ({report['held_out_questions']} questions)")
+    baseline = "hybrid recall" + (f" + recency boost {recency_weight} / {recency_half_life} d" if recency else "")
+    t = Table(title=f"Listwise linear model, held-out NDCG@10 minus baseline ({baseline}; sessions dated "
+                    f"{dating}; {report['held_out_questions']} questions)")
     for c in ("variant", "trained on", "left out", "baseline", "model", "diff [95% CI]", "worst conversation"):
         t.add_column(c)
     for name, v in report["variants"].items():
