@@ -1,5 +1,5 @@
-"""Write-behind session-start (sessions.inflight; ``SessionService.start(defer_write=True)``,
-which the HTTP hook uses): the answer does not wait for the start's transaction, yet a second
+"""Write-behind session-start (sessions.inflight; ``SessionService.start(hold_write=True)``,
+which the HTTP hook uses; here ``commit()`` right after the answer unless a test says otherwise): the answer does not wait for the start's transaction, yet a second
 start of the key, a prompt, feedback, session-end and the inspection API all see the record;
 a failed commit is logged and frees the key. Real SQLite stores, real writer thread."""
 
@@ -27,6 +27,14 @@ def _hold_writer(c) -> threading.Event:
     return release
 
 
+def _start_committed(c, inp: StartInput):
+    """A held start whose record is queued at once, as the hook does once its answer is sent."""
+    res = c.sessions.start(inp, hold_write=True)
+    if res.commit is not None:
+        res.commit()
+    return res
+
+
 def _recorded(c, key: str) -> int:
     return c.db.read(lambda conn: conn.execute(
         "SELECT count(*) FROM session_memories WHERE session_key = ?", (key,)).fetchone()[0])
@@ -37,7 +45,7 @@ def test_answer_does_not_wait_for_the_commit(open_store) -> None:
     _fill(c)
     release = _hold_writer(c)
     try:
-        res = c.sessions.start(StartInput("wb", now=NOW), defer_write=True)
+        res = _start_committed(c, StartInput("wb", now=NOW))
         assert res.status == "new" and res.candidate_count == 6 and res.injected
         assert _recorded(c, "wb") == 0  # answered while its transaction is still queued
         assert len(c.sessions.inflight) == 1
@@ -51,7 +59,7 @@ def test_prompt_right_after_the_answer_sees_what_the_start_showed(open_store) ->
     c = open_store()
     _fill(c)
     release = _hold_writer(c)
-    res = c.sessions.start(StartInput("wb", now=NOW), defer_write=True)
+    res = _start_committed(c, StartInput("wb", now=NOW))
     shown = {x["id"] for x in res.injected}
     out: dict = {}
     t = threading.Thread(target=lambda: out.update(p=c.sessions.prompt(
@@ -74,7 +82,7 @@ def test_concurrent_starts_of_one_key_give_one_new(open_store) -> None:
     release = _hold_writer(c)
     results: list = []
     threads = [threading.Thread(target=lambda: results.append(
-        c.sessions.start(StartInput("same", now=NOW), defer_write=True))) for _ in range(6)]
+        _start_committed(c, StartInput("same", now=NOW)))) for _ in range(6)]
     for t in threads:
         t.start()
     release.set()
@@ -91,7 +99,7 @@ def test_failed_commit_is_logged_and_frees_the_key(open_store, caplog) -> None:
     c.db.write(lambda conn: conn.execute(
         "CREATE TRIGGER no_candidates BEFORE INSERT ON session_memories BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
     with caplog.at_level(logging.ERROR, logger="memlane.sessions.inflight"):
-        res = c.sessions.start(StartInput("lost", now=NOW), defer_write=True)
+        res = _start_committed(c, StartInput("lost", now=NOW))
         assert res.status == "new"  # the answer went out before the failure
         assert c.sessions.inflight.wait("lost") is False
     assert any("answered but not recorded" in r.getMessage() and "disk says no" in r.getMessage()
@@ -99,7 +107,7 @@ def test_failed_commit_is_logged_and_frees_the_key(open_store, caplog) -> None:
     assert len(c.sessions.inflight) == 0
     assert c.db.read(lambda conn: sess_sql.get_session(conn, "lost")) is None  # one transaction: nothing half-kept
     c.db.write(lambda conn: conn.execute("DROP TRIGGER no_candidates"))
-    again = c.sessions.start(StartInput("lost", now=NOW), defer_write=True)
+    again = _start_committed(c, StartInput("lost", now=NOW))
     assert again.status == "new"
     c.sessions.end(EndInput("lost", now=NOW))  # waits for the record, then ends it
     row = c.db.read(lambda conn: sess_sql.get_session(conn, "lost"))

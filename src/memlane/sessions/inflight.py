@@ -2,8 +2,8 @@
 
 The session-start hook's answer (the inject text) does not depend on the start's record of
 its candidate pool, only on the pool and the scores. The HTTP hook therefore queues that
-record on the writer and answers at once (``SessionService.start(..., defer_write=True)``;
-the hook itself holds it until its response is sent, ``hold_write``, below);
+record and answers at once (``SessionService.start(..., hold_write=True)``: the record is
+queued on the writer once the response is sent, below);
 with the predictor active this took the write, ~5-6 ms p50 and ~10-12 ms p95 at 4,000
 memories, off the answer (docs/sessions.md, "Write-behind session-start").
 
@@ -16,8 +16,7 @@ What keeps this correct:
   inspection API wait for a claimed key's commit before they read (:meth:`wait`), so a prompt
   sent right after the answer still knows what the start injected. Write jobs are FIFO on the
   one writer, so theirs commit after it in any case.
-* **Held until the answer is out.** With ``hold_write`` (the HTTP hook) the transaction is not
-  even queued until the caller calls ``result.commit()`` after sending its response (a
+* **Held until the answer is out.** The transaction is not even queued until the caller calls ``result.commit()`` after sending its response (a
   background task): on two cores, a transaction that runs while the response is written
   competes with it. Whatever touches the key first queues it instead (:meth:`flush`): a
   second start, a prompt, feedback, session-end, the inspection API, and shutdown

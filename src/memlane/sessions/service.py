@@ -98,8 +98,7 @@ class SessionService:
         return (self.predictor.phase() if self.predictor is not None else "collecting"), scored
 
     # -- session-start ------------------------------------------------------------------
-    def start(self, inp: StartInput, *, defer_predictor: bool = False, defer_write: bool = False,
-              hold_write: bool = False) -> StartResult:
+    def start(self, inp: StartInput, *, defer_predictor: bool = False, hold_write: bool = False) -> StartResult:
         """Build the candidate pool, record every candidate, return the inject text.
 
         A repeated start for a known key records nothing and returns a minimal answer (for a
@@ -116,17 +115,16 @@ class SessionService:
                 session-end and shutdown release and wait for it). The HTTP hook does this
                 after sending its response; in-process callers that read the rows right away
                 leave it False (everything is recorded before this returns).
-            defer_write: answer once the start's transaction (the session and its candidates)
-                is queued on the writer, not committed (write-behind, :mod:`.inflight`): the
-                key stays claimed until it commits, and prompts, feedback, session-end and
-                :meth:`get` for it wait for that.
-            hold_write: as ``defer_write``, but the transaction is not even queued until the
-                caller calls ``result.commit()`` once its answer is out, or until the key's next
-                request or shutdown queues it (:meth:`InflightStarts.flush`). The HTTP hook sets
-                it and commits from a background task after the response: measured on the
-                session-start bench (4,000 memories, alpha 0.5, five alternating pairs), HTTP
-                p50 17.6-19.3 against 18.0-23.7 ms and p95 24.0-31.1 against 23.7-34.6 ms for
-                ``defer_write`` (docs/sessions.md).
+            hold_write: answer without the start's transaction (the session and its
+                candidates; write-behind, :mod:`.inflight`): it is queued on the writer when the
+                caller calls ``result.commit()`` once its answer is out, or when the key's next
+                request or shutdown queues it (:meth:`InflightStarts.flush`). The key stays
+                claimed until it commits, and prompts, feedback, session-end and :meth:`get` for
+                it wait for that. The HTTP hook sets it and commits from a background task after
+                the response: measured on the session-start bench (4,000 memories, alpha 0.5,
+                five alternating pairs), HTTP p50 17.6-19.3 against 18.0-23.7 ms and p95
+                24.0-31.1 against 23.7-34.6 ms for queueing it before the answer
+                (docs/sessions.md).
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
@@ -152,13 +150,13 @@ class SessionService:
         handed = [False]  # set once the claim's release belongs to the commit (write-behind)
         try:
             return self._start_claimed(inp, key, project, now, state, scored, t0, defer_predictor,
-                                       defer_write, hold_write, handed)
+                                       hold_write, handed)
         finally:
             if not handed[0]:
                 self.inflight.settle(key, False)
 
     def _start_claimed(self, inp: StartInput, key: str, project: str | None, now: str, state: str, scored: int,
-                       t0: float, defer_predictor: bool, defer_write: bool, hold_write: bool,
+                       t0: float, defer_predictor: bool, hold_write: bool,
                        handed: list[bool]) -> StartResult:
         """:meth:`start` once ``key`` is claimed; settles the claim itself once it is recorded."""
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
@@ -250,7 +248,7 @@ class SessionService:
                                         released=released)
         # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
         # a daemon kill, and a power loss can drop only these last rows, never a memory.
-        if defer_write or hold_write:
+        if hold_write:
             def submit() -> None:
                 try:
                     fut = self.db.submit(job, durable=False)
@@ -260,10 +258,7 @@ class SessionService:
                     raise
                 fut.add_done_callback(partial(self.inflight.settle_after, key, committed))
 
-            if hold_write:
-                self.inflight.hold(key, submit)  # queued by result.commit() or the key's next request
-            else:
-                submit()
+            self.inflight.hold(key, submit)  # queued by result.commit() or the key's next request
             handed[0] = True
         else:
             won = False
