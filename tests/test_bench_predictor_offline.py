@@ -216,3 +216,14 @@ def test_the_command_takes_dating_and_recency(first_pass, tmp_path):
     bad = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
                                    "--dating", "tomorrow"])
     assert bad.exit_code == 2 and "unknown --dating" in bad.output
+
+
+def test_stores_without_held_out_questions_are_refused(first_pass, tmp_path):
+    data, workdir, _ = first_pass
+    saved = json.loads((workdir / "first-pass.json").read_text())
+    saved["key"]["config"]["train_share"] = 1.0  # every question learned from: nothing to score
+    (tmp_path / "first-pass.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="no held-out"):
+        run(tmp_path, data)
+    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(tmp_path), "--data", str(data)])
+    assert result.exit_code == 2 and "no held-out" in result.output

@@ -330,6 +330,7 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
 
     Raises:
         FileNotFoundError: no ``first-pass.json`` in ``workdir``, or a store it names is gone.
+        ValueError: those stores hold no held-out question session.
     """
     saved = workdir / "first-pass.json"
     if not saved.exists():
@@ -344,6 +345,8 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
         sessions[conv.id] = load_conversation(conv, homes[conv.id], train_share=share, dating=dating, recency=recency)
         if progress:
             progress("load stores", i + 1, len(convs))
+    if not any(s.held_out for v in sessions.values() for s in v):
+        raise ValueError(f"the stores named in {saved} hold no held-out question session to score")
     report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "dating": dating,
                               "recency": list(recency) if recency else None, "variants": {},
                               "held_out_questions": sum(s.held_out for v in sessions.values() for s in v)}

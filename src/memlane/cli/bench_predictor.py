@@ -147,7 +147,7 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     try:
         with stage_progress(err, "predictor offline") as tick:
             report = run(workdir, data, seed=seed, dating=dating, recency=recency, progress=tick)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     path = write_json(_out_path(out, "predictor-offline"), report)
