@@ -556,14 +556,25 @@ def test_api_status_comparisons_training_and_manual_train(world):
         assert len(after) == len(before) + 1 and after[0]["trigger"] == "manual"
         assert after[0]["model_version"] == row["model_version"] == c.predictor.state.model_version
         assert client.get("/api/predictor/comparisons", params={"limit": 0}).status_code == 422
-        # the session-start hook answers before the predictor at alpha = 1; its ranking follows
-        scored = c.predictor.channel.scored
-        r = client.post("/api/hooks/session-start", json={"session_key": "api-hook", "project": PROJECT,
-                                                          "context": CONTEXTS[0]})
-        assert r.status_code == 200 and r.json()["status"] == "new"
-        assert c.predictor.wait_recorded("api-hook", timeout_s=60) and c.predictor.channel.scored == scored + 1
-        got = rows(c, "api-hook")
-        assert got and sorted(x["predictor_rank"] for x in got) == list(range(1, len(got) + 1))
+        # The session-start hook answers before the predictor at alpha = 1 and its ranking follows
+        # (rate 0); a start that draws exploration scores before it answers instead (rate 1) and
+        # its ranking is in the start's own write, which the hook's background task queues.
+        rate = c.predictor.settings.exploration_rate
+        try:
+            for draw in (0.0, 1.0):
+                c.predictor.settings.exploration_rate = draw
+                key = f"api-hook-{draw:g}"
+                scored, deferred = c.predictor.channel.scored, c.predictor.records.deferred
+                r = client.post("/api/hooks/session-start", json={"session_key": key, "project": PROJECT,
+                                                                  "context": CONTEXTS[0]})
+                assert r.status_code == 200 and r.json()["status"] == "new"
+                assert c.predictor.records.deferred == deferred + (draw == 0.0)
+                assert c.predictor.wait_recorded(key, timeout_s=60) and c.predictor.channel.scored == scored + 1
+                assert c.sessions.inflight.wait(key, timeout_s=60) in (None, True)  # the start committed
+                got = rows(c, key)
+                assert got and sorted(x["predictor_rank"] for x in got) == list(range(1, len(got) + 1))
+        finally:
+            c.predictor.settings.exploration_rate = rate
 
 
 def test_api_without_predictor_reports_disabled_and_refuses_train(tmp_path):
