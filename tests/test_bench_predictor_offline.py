@@ -16,7 +16,15 @@ from typer.testing import CliRunner
 from memlane.bench.locomo import load_locomo
 from memlane.bench.predictor_locomo import PredictorBenchConfig, ndcg_binary, ordered_questions
 from memlane.bench.predictor_locomo import run as run_first_pass
-from memlane.bench.predictor_offline import VARIANTS, fit_listwise_linear, load_conversation, run
+from memlane.bench.predictor_offline import (
+    VARIANTS,
+    OfflineSession,
+    fit_listwise_linear,
+    load_conversation,
+    load_first_pass,
+    run,
+)
+from memlane.bench.recency_grid import HALF_LIVES_DAYS, WEIGHTS, boosted_ndcg, grid
 from memlane.cli.main import app
 from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
 
@@ -227,3 +235,54 @@ def test_stores_without_held_out_questions_are_refused(first_pass, tmp_path):
         run(tmp_path, data)
     result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(tmp_path), "--data", str(data)])
     assert result.exit_code == 2 and "no held-out" in result.output
+
+
+def test_the_recency_boost_lifts_the_newer_of_two_equal_candidates():
+    x = np.zeros((2, NUM_FEATURES))
+    x[:, FEATURE_INDEX["baseline_score"]] = 0.5
+    x[:, FEATURE_INDEX["log_age_days"]] = np.log1p([100.0, 1.0])  # "old" ranks first in the baseline
+    s = OfflineSession("k", False, ["old", "new"], x, np.array([1.0, 0.0]), {"old"})
+    assert boosted_ndcg(s, 0.0, 14.0) == 1.0
+    assert boosted_ndcg(s, 0.5, 14.0) == pytest.approx(1 / math.log2(3))  # "new" now first
+    with pytest.raises(ValueError, match="learning and held-out"):
+        grid([s], weights=(0.5,), half_lives=(14.0,))
+    with pytest.raises(ValueError, match="> 0"):
+        grid([s], weights=(0.0,), half_lives=(14.0,))
+
+
+def test_recency_grid_picks_on_the_learning_questions_and_reports_the_held_out_ones(first_pass):
+    data, workdir, _ = first_pass
+    sessions = [s for v in load_first_pass(workdir, data, dating="answerable")[0].values() for s in v]
+    bs, age = FEATURE_INDEX["baseline_score"], FEATURE_INDEX["log_age_days"]
+
+    def by_hand(s, w, h):  # the recall's boost on the logged baseline score, then the bench's metric
+        boosted = s.features[:, bs] * (1 + w * 0.5 ** (np.expm1(s.features[:, age]) / h))
+        return ndcg_binary([s.ids[j] for j in np.argsort(-boosted, kind="stable")], s.evidence, len(s.evidence))
+
+    rep = grid(sessions, weights=(0.5, 2.0), half_lives=(1.0, 30.0))
+    learn, held = [s for s in sessions if not s.held_out], [s for s in sessions if s.held_out]
+    assert len(rep["points"]) == 4
+    for p in rep["points"]:
+        assert p["learning"] == pytest.approx(np.mean([by_hand(s, p["weight"], p["half_life_days"]) for s in learn]))
+        assert p["held_out"] == pytest.approx(np.mean([by_hand(s, p["weight"], p["half_life_days"]) for s in held]))
+    assert rep["baseline"]["held_out"] == pytest.approx(
+        np.mean([ndcg_binary(s.ids, s.evidence, len(s.evidence)) for s in held]))
+    assert rep["picked"]["learning"] == max(p["learning"] for p in rep["points"])
+    assert rep["oracle"]["held_out"] == max(p["held_out"] for p in rep["points"])
+    assert rep["picked_held_out"]["mean_a"] == pytest.approx(rep["picked"]["held_out"])
+    assert rep["picked_held_out"]["mean_b"] == pytest.approx(rep["baseline"]["held_out"])
+    assert rep["picked_held_out"]["n"] == len(held)
+
+
+def test_the_command_runs_the_recency_grid(first_pass, tmp_path):
+    data, workdir, _ = first_pass
+    out = tmp_path / "grid.json"
+    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
+                                      "--out", str(out), "--dating", "answerable", "--recency-grid"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(out.read_text())
+    assert got["dating"] == "answerable" and len(got["points"]) == len(WEIGHTS) * len(HALF_LIVES_DAYS)
+    assert "picked on the learning questions" in result.output
+    both = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
+                                    "--recency-grid", "--recency-weight", "0.5"])
+    assert both.exit_code == 2 and "drop --recency-weight" in both.output

@@ -315,18 +315,14 @@ def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
     return base, pred, fused
 
 
-def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", recency: tuple[float, float] | None = None,
-        progress: Progress | None = None) -> dict[str, Any]:
-    """Every variant of :data:`VARIANTS` on every conversation of the first pass in ``workdir``.
+def load_first_pass(workdir: Path, data: Path, *, dating: str = "asked", recency: tuple[float, float] | None = None,
+                    progress: Progress | None = None) -> tuple[dict[str, list[OfflineSession]], float]:
+    """Every conversation's question sessions from the stores a first pass left in ``workdir``.
 
     ``dating`` and ``recency`` as for :func:`load_conversation`.
 
     Returns:
-        ``{"variants": {name: {"overall": paired bootstrap of predictor vs baseline NDCG@10,
-        "per_conversation": {id: {"n", "baseline", "model", "diff"}}, "worst": float,
-        "mean_weights": {feature: weight}, "fused_minus_baseline_by_alpha": {alpha: mean NDCG@10
-        difference of RRF(baseline, model) at that alpha (policy.rrf_fuse, the daemon's k)}}},
-        "held_out_questions": int, ...}``.
+        ``({conversation id: sessions in question order}, the first pass's train share)``.
 
     Raises:
         FileNotFoundError: no ``first-pass.json`` in ``workdir``, or a store it names is gone.
@@ -347,6 +343,28 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
             progress("load stores", i + 1, len(convs))
     if not any(s.held_out for v in sessions.values() for s in v):
         raise ValueError(f"the stores named in {saved} hold no held-out question session to score")
+    return sessions, share
+
+
+def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", recency: tuple[float, float] | None = None,
+        progress: Progress | None = None) -> dict[str, Any]:
+    """Every variant of :data:`VARIANTS` on every conversation of the first pass in ``workdir``.
+
+    ``dating`` and ``recency`` as for :func:`load_conversation`.
+
+    Returns:
+        ``{"variants": {name: {"overall": paired bootstrap of predictor vs baseline NDCG@10,
+        "per_conversation": {id: {"n", "baseline", "model", "diff"}}, "worst": float,
+        "mean_weights": {feature: weight}, "fused_minus_baseline_by_alpha": {alpha: mean NDCG@10
+        difference of RRF(baseline, model) at that alpha (policy.rrf_fuse, the daemon's k)}}},
+        "held_out_questions": int, ...}``.
+
+    Raises:
+        FileNotFoundError: no ``first-pass.json`` in ``workdir``, or a store it names is gone.
+        ValueError: those stores hold no held-out question session.
+    """
+    sessions, share = load_first_pass(workdir, data, dating=dating, recency=recency, progress=progress)
+    convs = list(sessions)
     report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "dating": dating,
                               "recency": list(recency) if recency else None, "variants": {},
                               "held_out_questions": sum(s.held_out for v in sessions.values() for s in v)}

@@ -126,11 +126,15 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
                       recency_weight: float = typer.Option(0.0, min=0.0, help="Baseline with the recall's "
                                                            "recency boost of this weight (0: off, as the daemon)."),
                       recency_half_life: float = typer.Option(14.0, min=0.01, help="Its half-life (days)."),
+                      recency_grid: bool = typer.Option(False, "--recency-grid", help="Instead of the model: "
+                                                        "pick the recency boost's weight and half-life on the "
+                                                        "learning questions, report it on the held-out ones."),
                       seed: int = typer.Option(0, help="Bootstrap seed.")) -> None:
     """A listwise linear model over the logged features of a LoCoMo first pass, with and without age.
 
     Trained on the conversation's own learning sessions or on the other nine's, scored on the
-    held-out questions; reads the stores only (docs/predictor.md).
+    held-out questions; reads the stores only (docs/predictor.md). With --recency-grid: the
+    recall's recency boost tuned on the learning questions instead (no model).
     """
     from memlane.bench.predictor_offline import run
     from memlane.bench.report import write_json
@@ -143,6 +147,12 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     if dating not in DATINGS:
         err.print(f"[red]error:[/red] unknown --dating {dating!r} (supported: {', '.join(DATINGS)})")
         raise typer.Exit(2)
+    if recency_grid:
+        if recency_weight > 0:
+            err.print("[red]error:[/red] --recency-grid searches the recency setting; drop --recency-weight")
+            raise typer.Exit(2)
+        _recency_grid(workdir, data, out, dating, seed)
+        return
     recency = (recency_weight, recency_half_life) if recency_weight > 0 else None
     try:
         with stage_progress(err, "predictor offline") as tick:
@@ -168,4 +178,34 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     for name, v in report["variants"].items():
         f.add_row(name, *(f"{v['fused_minus_baseline_by_alpha'][a]:+.3f}" for a in alphas))
     console.print(f)
+    console.print(f"report: {path}")
+
+
+def _recency_grid(workdir: Path, data: Path, out: Optional[Path], dating: str, seed: int) -> None:
+    from memlane.bench.recency_grid import run_grid
+    from memlane.bench.report import write_json
+
+    try:
+        with stage_progress(err, "recency grid") as tick:
+            report = run_grid(workdir, data, dating=dating, seed=seed, progress=tick)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    path = write_json(_out_path(out, "predictor-offline-recency"), report)
+    weights = sorted({p["weight"] for p in report["points"]})
+    t = Table(title=f"Recency boost grid, mean NDCG@10 learning / held-out (sessions dated {dating}; "
+                    f"{report['learning_questions']} / {report['held_out_questions']} questions; no boost "
+                    f"{report['baseline']['learning']:.3f} / {report['baseline']['held_out']:.3f})")
+    t.add_column("half-life (d)")
+    for w in weights:
+        t.add_column(f"w {w:g}")
+    cell = {(p["half_life_days"], p["weight"]): p for p in report["points"]}
+    for h in sorted({p["half_life_days"] for p in report["points"]}):
+        t.add_row(f"{h:g}", *(f"{cell[h, w]['learning']:.3f}/{cell[h, w]['held_out']:.3f}" for w in weights))
+    console.print(t)
+    p, o = report["picked"], report["oracle"]
+    console.print(f"picked on the learning questions: weight {p['weight']:g}, half-life {p['half_life_days']:g} d; "
+                  f"held-out NDCG@10 minus the unboosted baseline {_ci(report['picked_held_out'])}")
+    console.print(f"oracle (best on the held-out questions themselves): weight {o['weight']:g}, half-life "
+                  f"{o['half_life_days']:g} d, {o['held_out'] - report['baseline']['held_out']:+.3f}")
     console.print(f"report: {path}")
