@@ -426,7 +426,7 @@ def test_scoring_path_builds_the_same_session_as_training(seeded_db):
               "context_embedding": np.frombuffer(ctx, dtype="<f4").tolist()}
     got_ids, served = parse_score_params(
         params, native_dim=DIM,
-        lookup=lambda m: {k: (c, b) for k, (c, b, _, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()})
+        lookup=lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()})
     assert got_ids == ids
     np.testing.assert_array_equal(served.features, stored.features)
     np.testing.assert_array_equal(served.candidate_embeddings, stored.candidate_embeddings)

@@ -223,7 +223,7 @@ def test_scoring_and_training_build_the_same_v4_matrix(projects_db):
     # training: each session sees only the projects started before it
     assert stored["d1-ledger"].features[:, col].tolist() == [0, 0, 0, 0, 0]  # nothing started before it
     derive = lambda m, project, when: derived_signals(conn, m, project=project, session_time=when)  # noqa: E731
-    lookup = lambda m: {k: (c, b) for k, (c, b, _, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()}  # noqa: E731
+    lookup = lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()}  # noqa: E731
     for key, project, local in (("d1-ledger", "/src/ledger", "2026-02-01T10:00:00+01:00"),
                                 ("d2-acme", "/src/acme-api", "2026-02-02T10:00:00+01:00"),
                                 ("d3-orbit", "/src/orbit-web", "2026-02-03T10:00:00+01:00")):

@@ -8,13 +8,10 @@ into a feature matrix with :func:`memlane.predictor.features.feature_matrix_from
 :func:`build_session` here, so a model is never trained on features it is not served
 (the failure of the one public predictor of this design).
 
-Some signals are not logged but derived from the database by :func:`derived_signals`, with
-the same function and the same cut-off on both paths (the sidecar derives them when it scores,
-:func:`load_sessions` when it loads a session for training): ``names_other_project`` (schema
-v4), which needs the projects the user had started sessions in before the session, and
-(schema v5) ``label_history``, the memory's labels in earlier sessions, and the memory type
-indicators. The twin similarities (schema v5) compare the candidates of one pool and are
-computed in :func:`build_session`.
+One signal is not logged but derived from the database by :func:`derived_signals`, with the
+same function and the same cut-off on both paths: ``names_other_project`` (schema v4), which
+needs the projects the user had started sessions in before the session (the sidecar derives
+it when it scores, :func:`load_sessions` when it loads a session for training).
 """
 
 from __future__ import annotations
@@ -28,13 +25,10 @@ import numpy as np
 
 from memlane.predictor.data import Session
 from memlane.predictor.features import (
-    LABEL_HISTORY_PRIOR,
-    LABEL_HISTORY_PRIOR_WEIGHT,
     CandidateFeatures,
     build_feature_matrix,
     feature_matrix_from_signals,
     project_name,
-    twin_similarities,
 )
 from memlane.storage import predictor as pred_sql
 
@@ -45,17 +39,12 @@ __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_sig
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
 
 #: The per-candidate signals :func:`derived_signals` reads from the database (not logged).
-DERIVED_SIGNALS = ("names_other_project", "label_history", "is_preference", "is_decision", "is_procedural")
-
-#: ``label_history`` looks at this many latest training-grade sessions before the session.
-LABEL_HISTORY_WINDOW = 200
-
-_TYPE_FLAGS = {"preference": "is_preference", "decision": "is_decision", "procedural": "is_procedural"}
+DERIVED_SIGNALS = ("names_other_project",)
 
 
 def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
                     session_time: datetime,
-                    memories: Callable[[], Mapping[str, tuple[str | None, str, str]]] | None = None
+                    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None
                     ) -> dict[str, dict[str, Any]]:
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
 
@@ -65,15 +54,9 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     ``session_time``. False for every candidate when ``project`` is None (no project to
     differ from).
 
-    ``label_history`` (schema v5): ``(sum of labels + LABEL_HISTORY_PRIOR * WEIGHT) / (count +
-    WEIGHT)`` over the memory's candidate rows in the :data:`LABEL_HISTORY_WINDOW` latest
-    training-grade sessions (continuity confidence >= ``MIN_SCORER_CONFIDENCE``) started
-    before ``session_time``: how often it helped this user before, shrunk toward the prior.
-    ``is_preference`` / ``is_decision`` / ``is_procedural``: the memory's stored type.
-
     Scoring (the sidecar's ``score``) and training (:func:`load_sessions`) call this with the
-    session's logged local start time, so both see the same projects and labels: a session's
-    own row and later sessions never count.
+    session's logged local start time, so both see the same projects: a session's own row
+    and later sessions never count.
 
     Args:
         conn: a connection to the daemon's database (read-only is enough).
@@ -81,34 +64,20 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         project: the session's project.
         session_time: the session's start (aware; naive = UTC), compared with
             ``sessions.started_at``.
-        memories: returns ``{memory_id: (its project, its content, its type)}`` for ``ids``
-            when the caller reads those rows anyway (the sidecar). None: read here.
+        memories: returns ``{memory_id: (its project, its content)}`` for ``ids`` when the
+            caller reads those rows anyway (the sidecar); called only when there is a project.
+            None: read here.
 
     Returns:
-        ``{memory_id: {name: value for name in DERIVED_SIGNALS}}`` for every id in ``ids``.
+        ``{memory_id: {"names_other_project": bool}}`` for every id in ``ids``.
     """
-    from memlane.predictor import settings as C
     from memlane.services.clock import to_iso
 
-    out: dict[str, dict[str, Any]] = {m: {"names_other_project": False, "label_history": LABEL_HISTORY_PRIOR,
-                                          "is_preference": False, "is_decision": False, "is_procedural": False}
-                                      for m in ids}
-    if not ids:
-        return out
-    before = to_iso(session_time)
-    rows = memories() if memories is not None else _memory_inputs(conn, ids)
-    for mid, (_, _, mtype) in rows.items():
-        if mid in out and (flag := _TYPE_FLAGS.get(mtype or "")) is not None:
-            out[mid][flag] = True
-    for mid, (n, total) in pred_sql.label_history(conn, list(ids), before=before,
-                                                  min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                  window=LABEL_HISTORY_WINDOW).items():
-        if mid in out:
-            out[mid]["label_history"] = (total + LABEL_HISTORY_PRIOR * LABEL_HISTORY_PRIOR_WEIGHT) / \
-                (n + LABEL_HISTORY_PRIOR_WEIGHT)
-    if project is None:
+    out: dict[str, dict[str, Any]] = {m: {"names_other_project": False} for m in ids}
+    if project is None or not ids:
         return out
     own = project_name(project)
+    before = to_iso(session_time)
     # Distinct projects by index seeks on sessions(project, started_at): one seek per project,
     # not a scan of every session (100 candidates at 5,000 sessions: 1.7 -> 0.8 ms p50).
     names = sorted({n for (p,) in conn.execute(
@@ -118,7 +87,8 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
            SELECT x FROM p WHERE x IS NOT NULL AND x != ?
              AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""",
         (project, before)) if (n := project_name(p)) is not None and n != own})
-    for mid, (stored, content, _) in rows.items():
+    rows = memories() if memories is not None else _project_and_content(conn, ids)
+    for mid, (stored, content) in rows.items():
         if mid in out:
             text = (content or "").lower()
             out[mid]["names_other_project"] = bool(stored is not None and stored != project) or \
@@ -126,13 +96,13 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     return out
 
 
-def _memory_inputs(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str, str]]:
-    out: dict[str, tuple[str | None, str, str]] = {}
+def _project_and_content(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str]]:
+    out: dict[str, tuple[str | None, str]] = {}
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
-        for mid, stored, content, mtype in conn.execute(
-                f"SELECT id, project, content, type FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
-            out[mid] = (stored, content, mtype)
+        for mid, stored, content in conn.execute(
+                f"SELECT id, project, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[mid] = (stored, content)
     return out
 
 
@@ -154,10 +124,7 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             bm25_score=None if raw.get("bm25_score") is None else float(raw["bm25_score"]),
             vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]),
             mentions_project=bool(raw.get("mentions_project", False)),
-            names_other_project=bool(raw.get("names_other_project", False)),
-            label_history=float(raw.get("label_history", LABEL_HISTORY_PRIOR)),
-            is_preference=bool(raw.get("is_preference", False)), is_decision=bool(raw.get("is_decision", False)),
-            is_procedural=bool(raw.get("is_procedural", False)))
+            names_other_project=bool(raw.get("names_other_project", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -207,7 +174,6 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
         for i, v in enumerate(candidate_vectors):
             if embedded[i]:
                 emb_matrix[i] = v  # type: ignore[assignment]
-    twin_similarities(matrix, emb_matrix, embedded)
     texts = [t if not embedded[i] else "" for i, t in enumerate(candidate_texts)] if not embedded.all() else []
     ctx = context_vector if context_vector is not None and context_vector.shape[0] == native_dim else None
     return Session(features=matrix,

@@ -31,15 +31,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "CandidateFeatures",
     "FeatureSchema",
-    "LABEL_HISTORY_PRIOR",
-    "LABEL_HISTORY_PRIOR_WEIGHT",
     "build_feature_matrix",
     "feature_matrix_from_signals",
     "project_name",
-    "twin_similarities",
 ]
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "4"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -63,20 +60,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "vector_score",  # the vector leg's score (cosine); 0 when the leg did not rank it
     "mentions_project",  # 1 when the memory belongs to or names the session's project
     "names_other_project",  # 1 when the memory is stored under or names another project of the user
-    "label_history",  # the memory's shrunk mean label over recent earlier training-grade sessions
-    "is_preference",  # memory type indicators (a fact is all three 0)
-    "is_decision",
-    "is_procedural",
-    "newer_twin_similarity",  # max cosine to a newer candidate of the same pool (0 without vectors)
-    "older_twin_similarity",  # max cosine to an older candidate of the same pool
 )
-
-#: ``label_history`` = (sum of labels + PRIOR * WEIGHT) / (count + WEIGHT): a memory never
-#: labelled scores the prior, one labelled often scores close to its mean label.
-LABEL_HISTORY_PRIOR = 0.1
-LABEL_HISTORY_PRIOR_WEIGHT = 2.0
-#: Two candidates created less than this apart (days) are not each other's newer / older twin.
-TWIN_MIN_GAP_DAYS = 1.0 / 1440.0
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -164,10 +148,6 @@ class CandidateFeatures:
     vector_score: float | None = None
     mentions_project: bool = False
     names_other_project: bool = False
-    label_history: float = LABEL_HISTORY_PRIOR
-    is_preference: bool = False
-    is_decision: bool = False
-    is_procedural: bool = False
 
 
 def project_name(project: str | None) -> str | None:
@@ -249,44 +229,8 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             0.0 if c.vector_score is None else _finite(c.vector_score, "vector_score", i),
             float(bool(c.mentions_project)),
             float(bool(c.names_other_project)),
-            _finite(c.label_history, "label_history", i),
-            float(bool(c.is_preference)),
-            float(bool(c.is_decision)),
-            float(bool(c.is_procedural)),
-            0.0,  # the twin similarities compare candidates: twin_similarities() fills them
-            0.0,
         ]
     return rows
-
-
-def twin_similarities(features: np.ndarray, vectors: np.ndarray | None, embedded: np.ndarray) -> None:
-    """Fill the ``newer_twin_similarity`` / ``older_twin_similarity`` columns of a pool in place.
-
-    A note rewritten by a newer one (a version, a URL, a command that changed) stays in the
-    store until someone supersedes it; the pair is nearly identical text and the baseline ranks
-    them alike. For each candidate: the largest cosine similarity to a candidate created at
-    least :data:`TWIN_MIN_GAP_DAYS` later (newer) / earlier (older), clamped at 0; 0 for
-    candidates without a vector.
-
-    Args:
-        features: ``[n, NUM_FEATURES]`` (its ``log_age_days`` column gives the creation order).
-        vectors: ``[n, E]`` candidate embeddings (rows of non-embedded candidates ignored), or None.
-        embedded: ``[n]`` bool, the rows of ``vectors`` that hold an embedding.
-    """
-    i = FEATURE_INDEX
-    features[:, i["newer_twin_similarity"]] = 0.0
-    features[:, i["older_twin_similarity"]] = 0.0
-    idx = np.flatnonzero(embedded)
-    if vectors is None or idx.size < 2:
-        return
-    v = vectors[idx].astype(np.float32)
-    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
-    sim = v @ v.T
-    age = np.expm1(features[idx, i["log_age_days"]].astype(np.float64))
-    newer = age[None, :] < age[:, None] - TWIN_MIN_GAP_DAYS  # [a, b]: b is newer than a
-    older = age[None, :] > age[:, None] + TWIN_MIN_GAP_DAYS
-    features[idx, i["newer_twin_similarity"]] = np.maximum(np.where(newer, sim, 0.0).max(1), 0.0)
-    features[idx, i["older_twin_similarity"]] = np.maximum(np.where(older, sim, 0.0).max(1), 0.0)
 
 
 def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence[bool],
@@ -334,10 +278,6 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
             "bm25_score": opt("bm25_score"), "vector_score": opt("vector_score"),
             "mentions_project": [bool(r.get("mentions_project", False)) for r in signals],
             "names_other_project": [bool(r.get("names_other_project", False)) for r in signals],
-            "label_history": [float(r.get("label_history", LABEL_HISTORY_PRIOR)) for r in signals],
-            "is_preference": [bool(r.get("is_preference", False)) for r in signals],
-            "is_decision": [bool(r.get("is_decision", False)) for r in signals],
-            "is_procedural": [bool(r.get("is_procedural", False)) for r in signals],
         }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
@@ -349,7 +289,7 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     already inverted, None already 0); None when a numeric column holds a non-finite value."""
     numeric = {k: np.array(cols[k], dtype=np.float64) for k in (
         "age_days", "importance", "access_count", "session_gap_hours", "baseline_score",
-        "context_similarity", "bm25_score", "vector_score", "label_history")}
+        "context_similarity", "bm25_score", "vector_score")}
     if not all(np.isfinite(v).all() for v in numeric.values()):
         return None
     n = len(cols["age_days"])
@@ -360,11 +300,9 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     rows[:, i["log_access_count"]] = np.log1p(np.maximum(numeric["access_count"], 0.0))
     rows[:, i["tod_sin"]:i["moy_cos"] + 1] = times
     rows[:, i["log_session_gap_hours"]] = np.log1p(np.maximum(numeric["session_gap_hours"], 0.0))
-    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score", "label_history"):
+    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score"):
         rows[:, i[name]] = numeric[name]
     for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",
-                 "names_other_project", "is_preference", "is_decision", "is_procedural"):
+                 "names_other_project"):
         rows[:, i[name]] = np.array(cols[name], dtype=np.float64)
-    rows[:, i["newer_twin_similarity"]] = 0.0  # twin_similarities() fills them
-    rows[:, i["older_twin_similarity"]] = 0.0
     return rows.astype(np.float32)

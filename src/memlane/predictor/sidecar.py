@@ -290,24 +290,23 @@ class Sidecar:
         the candidates' rows (:func:`memlane.storage.predictor.memory_rows`): vectors and texts
         for the model, project and text for the derived signals (as :func:`load_sessions`).
         Without a database ``derive`` derives nothing (the signals keep their defaults)."""
-        rows: dict[str, tuple[str, bytes | None, str | None, str]] = {}
+        rows: dict[str, tuple[str, bytes | None, str | None]] = {}
         done: list[bool] = []  # the read happened (rows may be empty: no candidate is stored)
 
-        def read(ids: list[str]) -> dict[str, tuple[str, bytes | None, str | None, str]]:
+        def read(ids: list[str]) -> dict[str, tuple[str, bytes | None, str | None]]:
             if not done:
                 rows.update(pred_sql.memory_rows(self._conn(), ids, self.engine.embedding_model_id))
                 done.append(True)
             return rows
 
         def lookup(ids: list[str]) -> dict[str, tuple[str, bytes | None]]:
-            return {m: (content, blob) for m, (content, blob, _, _) in read(ids).items()}
+            return {m: (content, blob) for m, (content, blob, _) in read(ids).items()}
 
         def derive(ids: list[str], project: str | None, when: datetime) -> dict[str, dict[str, Any]]:
             if not self.db_path:
                 return {}
             return derived_signals(self._conn(), ids, project=project, session_time=when,
-                                   memories=lambda: {m: (proj, content, mtype)
-                                                     for m, (content, _, proj, mtype) in read(ids).items()})
+                                   memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()})
 
         return lookup, derive
 

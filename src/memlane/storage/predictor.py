@@ -77,43 +77,19 @@ def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | 
 
 
 def memory_rows(conn: sqlite3.Connection, ids: Sequence[str], model: str | None
-                ) -> dict[str, tuple[str, bytes | None, str | None, str]]:
-    """``{memory_id: (content, content vector blob or None, project, type)}``: everything the
-    sidecar reads of a candidate, in one query (vectors and texts for the model, project, text
-    and type for the derived signals)."""
-    out: dict[str, tuple[str, bytes | None, str | None, str]] = {}
+                ) -> dict[str, tuple[str, bytes | None, str | None]]:
+    """``{memory_id: (content, content vector blob or None, project)}``: everything the sidecar
+    reads of a candidate, in one query (vectors and texts for the model, project and text for
+    the derived signals)."""
+    out: dict[str, tuple[str, bytes | None, str | None]] = {}
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
         marks = ",".join("?" * len(chunk))
         for r in conn.execute(
-                f"""SELECT m.id, m.content, e.vector, m.project, m.type FROM memories m
+                f"""SELECT m.id, m.content, e.vector, m.project FROM memories m
                     LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
                     WHERE m.id IN ({marks})""", [model or "", *chunk]):
-            out[r[0]] = (r[1], r[2], r[3], r[4])
-    return out
-
-
-def label_history(conn: sqlite3.Connection, ids: Sequence[str], *, before: str, min_confidence: float,
-                  window: int) -> dict[str, tuple[int, float]]:
-    """``{memory_id: (labelled rows, sum of labels)}`` of ``ids`` over the ``window`` latest
-    sessions started before ``before`` whose continuity score has confidence >=
-    ``min_confidence`` (the training-grade ones); ids never labelled there are absent."""
-    if not ids:
-        return {}
-    keys = [r[0] for r in conn.execute(
-        """SELECT s.session_key FROM sessions s JOIN session_scores ss ON ss.session_key = s.session_key
-           WHERE s.started_at < ? AND ss.confidence >= ? ORDER BY s.started_at DESC LIMIT ?""",
-        (before, min_confidence, window))]
-    if not keys:
-        return {}
-    out: dict[str, tuple[int, float]] = {}
-    for i in range(0, len(ids), 400):
-        chunk = list(ids[i:i + 400])
-        for mid, n, total in conn.execute(
-                f"""SELECT memory_id, count(*), total(label) FROM session_memories
-                    WHERE session_key IN ({','.join('?' * len(keys))}) AND memory_id IN ({','.join('?' * len(chunk))})
-                      AND label IS NOT NULL GROUP BY memory_id""", [*keys, *chunk]):
-            out[mid] = (int(n), float(total))
+            out[r[0]] = (r[1], r[2], r[3])
     return out
 
 
