@@ -25,7 +25,8 @@ from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
-from memlane.services.predictor_service import PredictorService, sidecar_for
+from memlane.services.predictor_scoring import sidecar_for
+from memlane.services.predictor_service import PredictorService
 from memlane.services.recall_service import RecallService
 from memlane.sessions.checkpoints import CheckpointService
 from memlane.sessions.service import SessionService

@@ -1,15 +1,27 @@
-"""Bookkeeping of the deferred predictor records (docs/predictor.md "Session-start without
-waiting for the predictor"): which session-starts answered before their predictor ranking was
-recorded, releasing them once their answer is out, and waiting for them at session-end and
-shutdown. The record itself is written by :meth:`PredictorService.record_later`.
+"""The deferred predictor records (docs/predictor.md "Session-start without waiting for the
+predictor"): which session-starts answered before their predictor ranking was recorded, the
+chain that scores and records it once the start committed and its answer is out
+(:meth:`DeferredRecords.record`, behind :meth:`PredictorService.record_later`), and waiting for
+them at session-end and shutdown.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import numpy as np
+
+from memlane.services.predictor_types import RankDecision, ScoreResult
+from memlane.storage import predictor as pred_sql
+from memlane.storage.db import Database
+
+log = logging.getLogger(__name__)
 
 #: A deferred record not released this long after its session-start is released by the next
 #: session-start (s).
@@ -52,6 +64,74 @@ class DeferredRecords:
             self.deferred += 1
         for r in stale:
             release(r)
+
+    def record(self, session_key: str, decision: RankDecision, committed: Future[bool], *, db: Database,
+               score_async: Callable[[RankDecision], Future[ScoreResult] | None],
+               context_vector: np.ndarray | None, context_model: str | None,
+               released: Future[None] | None = None) -> Future[int]:
+        """Register ``session_key``'s record and chain its writing (the contract is
+        :meth:`PredictorService.record_later`'s): once ``committed`` is True and ``released``
+        is done, ``score_async(decision)`` sends the score request, and one write on ``db``
+        records the session's context vector and signals (``predictor_error`` added on a failed
+        score) and every candidate's features, scores and ranks
+        (:func:`memlane.storage.predictor.record_predictor`). ``committed`` False or failed
+        records nothing.
+
+        Returns:
+            a future of the number of candidate rows updated (it raises what the write raised).
+        """
+        done: Future[int] = Future()
+        self.add(session_key, done, released)
+        signals = dict(decision.signals)
+        features = decision.features
+        fired = threading.Lock()
+
+        def forget() -> None:
+            self.forget(session_key, done)
+
+        def fail(exc: BaseException) -> None:
+            log.warning("recording the predictor ranking of %s failed: %s", session_key, exc)
+            if not done.done():
+                done.set_exception(exc)
+            forget()
+
+        def written(f: Future[Any]) -> None:
+            if f.exception() is not None:
+                return fail(f.exception())  # type: ignore[arg-type]
+            done.set_result(int(f.result()))
+            forget()
+
+        def scored(f: Future[ScoreResult]) -> None:
+            try:
+                result = f.result()
+                sig = signals if result.error is None else {**signals, "predictor_error": result.error[:300]}
+                wf = db.submit(lambda conn: pred_sql.record_predictor(
+                    conn, session_key, features=features, scores=result.scores, ranks=result.rank,
+                    context_vector=context_vector, context_model=context_model, signals=sig))
+            except BaseException as exc:  # noqa: BLE001 - e.g. the database is closed
+                return fail(exc)
+            wf.add_done_callback(written)
+
+        def ready(_: Future[Any]) -> None:  # runs its body once: committed and released are known
+            if not committed.done() or (released is not None and not released.done()):
+                return
+            if not fired.acquire(blocking=False):
+                return
+            try:
+                if committed.exception() is not None or not committed.result():
+                    done.set_result(0)  # the start recorded nothing: neither does this
+                    forget()
+                    return
+                pending = score_async(decision)
+                assert pending is not None, "record_later needs a decision with a request"
+            except BaseException as exc:  # noqa: BLE001 - e.g. the executor is shut down
+                return fail(exc)
+            pending.add_done_callback(scored)
+
+        committed.add_done_callback(ready)
+        if released is not None:
+            released.add_done_callback(ready)
+        return done
 
     def forget(self, session_key: str, done: Future[int]) -> None:
         """Drop the record whose future is ``done`` (it has finished)."""

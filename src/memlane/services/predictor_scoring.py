@@ -16,8 +16,10 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Protocol
 
+from memlane.predictor.settings import PredictorSettings
 from memlane.services.predictor_types import ScoreResult
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
@@ -138,3 +140,14 @@ class PendingScore:
             return ch.checked(self._request["candidate_ids"], reply, took)
         except Exception as exc:  # PredictorUnavailable, PredictorRpcError, a malformed reply
             return ch.failed(exc, (time.perf_counter() - self._t0) * 1000)
+
+
+def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,
+                native_dim: int) -> Any:
+    """Build the :class:`SidecarClient` for the daemon's data directory."""
+    from memlane.predictor.client import SidecarClient, sidecar_command
+
+    argv = sidecar_command(db_path=db_path, model_dir=home / "predictor", embedding_model_id=embedding_model_id,
+                           native_dim=native_dim, base_weights=settings.base_weights, threads=settings.threads)
+    return SidecarClient(argv, crash_threshold=settings.crash_disable_threshold,
+                         stderr_path=home / "logs" / "predictor.log")

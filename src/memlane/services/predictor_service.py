@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -255,58 +254,8 @@ class PredictorService:
         Returns:
             a future of the number of candidate rows updated (it raises what the write raised).
         """
-        done: Future[int] = Future()
-        self.records.add(session_key, done, released)
-        signals = dict(decision.signals)
-        features = decision.features
-        fired = threading.Lock()
-
-        def forget() -> None:
-            self.records.forget(session_key, done)
-
-        def fail(exc: BaseException) -> None:
-            log.warning("recording the predictor ranking of %s failed: %s", session_key, exc)
-            if not done.done():
-                done.set_exception(exc)
-            forget()
-
-        def written(f: Future[Any]) -> None:
-            if f.exception() is not None:
-                return fail(f.exception())  # type: ignore[arg-type]
-            done.set_result(int(f.result()))
-            forget()
-
-        def scored(f: Future[ScoreResult]) -> None:
-            try:
-                result = f.result()
-                sig = signals if result.error is None else {**signals, "predictor_error": result.error[:300]}
-                wf = self.db.submit(lambda conn: pred_sql.record_predictor(
-                    conn, session_key, features=features, scores=result.scores, ranks=result.rank,
-                    context_vector=context_vector, context_model=context_model, signals=sig))
-            except BaseException as exc:  # noqa: BLE001 - e.g. the database is closed
-                return fail(exc)
-            wf.add_done_callback(written)
-
-        def ready(_: Future[Any]) -> None:  # runs its body once: committed and released are known
-            if not committed.done() or (released is not None and not released.done()):
-                return
-            if not fired.acquire(blocking=False):
-                return
-            try:
-                if committed.exception() is not None or not committed.result():
-                    done.set_result(0)  # the start recorded nothing: neither does this
-                    forget()
-                    return
-                pending = self.score_async(decision)
-                assert pending is not None, "record_later needs a decision with a request"
-            except BaseException as exc:  # noqa: BLE001 - e.g. the executor is shut down
-                return fail(exc)
-            pending.add_done_callback(scored)
-
-        committed.add_done_callback(ready)
-        if released is not None:
-            released.add_done_callback(ready)
-        return done
+        return self.records.record(session_key, decision, committed, db=self.db, score_async=self.score_async,
+                                   context_vector=context_vector, context_model=context_model, released=released)
 
     def pending_records(self) -> int:
         """Rankings still being recorded after their session-start answered."""
@@ -565,13 +514,3 @@ class PredictorService:
             out["sidecar"] = self.backend.status()
         return out
 
-
-def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,
-                native_dim: int) -> Any:
-    """Build the :class:`SidecarClient` for the daemon's data directory."""
-    from memlane.predictor.client import SidecarClient, sidecar_command
-
-    argv = sidecar_command(db_path=db_path, model_dir=home / "predictor", embedding_model_id=embedding_model_id,
-                           native_dim=native_dim, base_weights=settings.base_weights, threads=settings.threads)
-    return SidecarClient(argv, crash_threshold=settings.crash_disable_threshold,
-                         stderr_path=home / "logs" / "predictor.log")
