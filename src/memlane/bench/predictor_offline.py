@@ -64,8 +64,8 @@ from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES
 from memlane.predictor.model import BASELINE_PRIOR
 from memlane.storage import predictor as pred_sql
 
-__all__ = ["DATINGS", "LinearRanker", "OfflineSession", "VARIANTS", "fit_listwise_linear", "load_conversation",
-           "run"]
+__all__ = ["DATINGS", "LinearRanker", "OfflineSession", "VARIANTS", "apply_recency", "fit_listwise_linear",
+           "load_conversation", "load_first_pass", "run"]
 
 #: ``asked``: as the bench dates the sessions (after the whole conversation); ``answerable``:
 #: when the question could first be asked (see the module docstring).
@@ -194,12 +194,19 @@ def _created(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def _apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life_days: float
-                   ) -> tuple[np.ndarray, list[str]]:
-    """Re-rank a pool by the recall's recency boost over its logged baseline scores.
+def apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life_days: float
+                  ) -> tuple[np.ndarray, list[str]]:
+    """Re-rank a pool by the recall's recency boost (:func:`memlane.recall.hybrid.boost`) over
+    its logged baseline scores.
 
-    Returns the matrix and ids in the boosted order, with the ``baseline_score`` column boosted
-    and ``baseline_rank_inv`` recomputed (``1 / (1 + rank)``).
+    Args:
+        features: ``[n, NUM_FEATURES]`` in the baseline's order (age from ``log_age_days``).
+        ids: the ``n`` memory ids in that order.
+        weight: recency weight (dimensionless); half_life_days: its half-life (days).
+
+    Returns:
+        the matrix ``[n, NUM_FEATURES]`` and ids in the boosted order, with the
+        ``baseline_score`` column boosted and ``baseline_rank_inv`` recomputed (``1 / (1 + rank)``).
     """
     bs, br = FEATURE_INDEX["baseline_score"], FEATURE_INDEX["baseline_rank_inv"]
     age = np.expm1(features[:, FEATURE_INDEX["log_age_days"]])
@@ -288,7 +295,7 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
             features = session.features.astype(np.float64)
             label_of = {r.memory_id: float(r.label or 0.0) for r in cands}
             if recency is not None:
-                features, ids = _apply_recency(features, ids, *recency)
+                features, ids = apply_recency(features, ids, *recency)
             labels = None if held else np.array([label_of[m] for m in ids])
             out.append(OfflineSession(key, held, ids, features, labels, evidence))
         return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from memlane.bench.bootstrap import paired_bootstrap
 from memlane.bench.predictor_locomo import ndcg_binary
-from memlane.bench.predictor_offline import OfflineSession, Progress, _apply_recency, load_first_pass
+from memlane.bench.predictor_offline import OfflineSession, Progress, apply_recency, load_first_pass
 
 __all__ = ["HALF_LIVES_DAYS", "WEIGHTS", "boosted_ndcg", "grid", "run_grid"]
 
@@ -40,8 +40,8 @@ HALF_LIVES_DAYS = (1.0, 3.0, 7.0, 14.0, 30.0, 60.0, 90.0)
 
 def boosted_ndcg(session: OfflineSession, weight: float, half_life_days: float) -> float:
     """NDCG@10 of ``session``'s pool re-ranked by the recency-boosted baseline score
-    (``weight`` 0: the logged baseline order)."""
-    ids = session.ids if weight <= 0 else _apply_recency(session.features, session.ids, weight, half_life_days)[1]
+    (``weight`` <= 0: the logged baseline order, ``half_life_days`` unused)."""
+    ids = session.ids if weight <= 0 else apply_recency(session.features, session.ids, weight, half_life_days)[1]
     return ndcg_binary(ids, session.evidence, len(session.evidence))
 
 
@@ -70,7 +70,7 @@ def grid(sessions: Sequence[OfflineSession], *, weights: Sequence[float] = WEIGH
     held = [s for s in sessions if s.held_out]
     if not learn or not held:
         raise ValueError(f"a recency grid needs learning and held-out sessions (got {len(learn)} and {len(held)})")
-    base_held = [boosted_ndcg(s, 0.0, 1.0) for s in held]
+    base_held = [boosted_ndcg(s, 0.0, 0.0) for s in held]
     points = []
     for w in weights:
         for h in half_lives:
@@ -80,7 +80,7 @@ def grid(sessions: Sequence[OfflineSession], *, weights: Sequence[float] = WEIGH
     picked = max(points, key=lambda p: p["learning"])  # first of equals: grid order
     picked_held = [boosted_ndcg(s, picked["weight"], picked["half_life_days"]) for s in held]
     return {"points": points,
-            "baseline": {"learning": float(np.mean([boosted_ndcg(s, 0.0, 1.0) for s in learn])),
+            "baseline": {"learning": float(np.mean([boosted_ndcg(s, 0.0, 0.0) for s in learn])),
                          "held_out": float(np.mean(base_held))},
             "picked": picked, "picked_held_out": paired_bootstrap(picked_held, base_held, seed=seed),
             "oracle": max(points, key=lambda p: p["held_out"])}

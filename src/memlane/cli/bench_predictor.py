@@ -136,10 +136,8 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     held-out questions; reads the stores only (docs/predictor.md). With --recency-grid: the
     recall's recency boost tuned on the learning questions instead (no model).
     """
-    from memlane.bench.predictor_offline import run
+    from memlane.bench.predictor_offline import DATINGS, run
     from memlane.bench.report import write_json
-
-    from memlane.bench.predictor_offline import DATINGS
 
     if not data.is_file():
         err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")

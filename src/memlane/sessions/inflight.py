@@ -16,11 +16,11 @@ What keeps this correct:
   inspection API wait for a claimed key's commit before they read (:meth:`wait`), so a prompt
   sent right after the answer still knows what the start injected. Write jobs are FIFO on the
   one writer, so theirs commit after it in any case.
-* **Held until the answer is out.** The transaction is not even queued until the caller calls ``result.commit()`` after sending its response (a
-  background task): on two cores, a transaction that runs while the response is written
-  competes with it. Whatever touches the key first queues it instead (:meth:`flush`): a
-  second start, a prompt, feedback, session-end, the inspection API, and shutdown
-  (:meth:`wait_all`). A response that is never sent therefore delays the record only until
+* **Held until the answer is out.** The transaction is not even queued until the caller
+  calls ``result.commit()`` after sending its response (a background task): on two cores, a
+  transaction that runs while the response is written competes with it. Whatever touches the
+  key first queues it instead (:meth:`flush`): a second start, a prompt, feedback,
+  session-end, the inspection API, and shutdown (:meth:`wait_all`). A response that is never sent therefore delays the record only until
   the session's next request or the daemon's stop.
 * **A failed commit is logged, never silent.** The answer is already out; the session is then
   unknown to the store (its prompts and end create it implicitly, as for a session whose start
