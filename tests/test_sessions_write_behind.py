@@ -1,7 +1,8 @@
 """Write-behind session-start (sessions.inflight; ``SessionService.start(hold_write=True)``,
-which the HTTP hook uses; here ``commit()`` right after the answer unless a test says otherwise): the answer does not wait for the start's transaction, yet a second
-start of the key, a prompt, feedback, session-end and the inspection API all see the record;
-a failed commit is logged and frees the key. Real SQLite stores, real writer thread."""
+which the HTTP hook uses; here ``commit()`` right after the answer unless a test says
+otherwise): the answer does not wait for the start's transaction, yet a second start of the
+key, a prompt, feedback, session-end and the inspection API all see the record; a failed
+commit is logged and frees the key. Real SQLite stores, real writer thread."""
 
 from __future__ import annotations
 
