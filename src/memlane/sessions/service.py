@@ -35,6 +35,7 @@ from memlane.sessions.inject import (Shown, render_block, select_in_rank_order, 
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
 from memlane.sessions import ranking
+from memlane.sessions.recent_prompts import RecentPrompts
 from memlane.sessions.scoring import SessionScorer
 from memlane.sessions.start import ContextVectors, build_pool
 from memlane.storage import predictor as pred_sql
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 #: Longest session key accepted, characters.
 MAX_SESSION_KEY = 256
-#: Recent prompts kept per active session for checkpoint digests.
-RECENT_PROMPTS = 20
 
 
 class SessionService:
@@ -75,8 +74,7 @@ class SessionService:
         self.contexts = ContextVectors(memories.embedder, memories.index)
         self._pending: dict[str, Future] = {}
         self.inflight = InflightStarts()  # starts answered before their record committed
-        self._prompts: dict[str, list[str]] = {}  # recent prompts per active session (checkpoint digests)
-        self._unsaved: dict[str, int] = {}  # prompts since the session's last checkpoint
+        self.prompts = RecentPrompts()  # recent prompts per active session (checkpoint digests)
         self._lock = threading.Lock()
         self.scorer = SessionScorer(self.db, llm, predictor)
         memories.listeners.append(self.scorer.on_memory_event)
@@ -341,33 +339,13 @@ class SessionService:
                  if not shown.get(mid)]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
         inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
-        self._note_prompt(key, inp.prompt)
+        self.prompts.note(key, inp.prompt)
         if self.checkpoints is not None and self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
             self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
-                                   prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                                   prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                    remembers=[])
         return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
                             took_ms=(time.perf_counter() - t0) * 1000)
-
-    def _note_prompt(self, key: str, prompt: str) -> None:
-        with self._lock:
-            recent = self._prompts.setdefault(key, [])
-            recent.append(prompt[:500])
-            self._unsaved[key] = self._unsaved.get(key, 0) + 1
-            del recent[:-RECENT_PROMPTS]
-            if len(self._prompts) > 10_000:  # sessions that never ended
-                oldest = next(iter(self._prompts))
-                self._prompts.pop(oldest)
-                self._unsaved.pop(oldest, None)
-
-    def _take_unsaved(self, key: str) -> int:
-        """Prompts since this session's last checkpoint (checkpoint prompt counts are deltas)."""
-        with self._lock:
-            return self._unsaved.pop(key, 0)
-
-    def _recent(self, key: str) -> list[str]:
-        with self._lock:
-            return list(self._prompts.get(key, []))
 
     # -- compaction -------------------------------------------------------------------------
     def pre_compaction(self, session_key: str, *, project: str | None, harness: str | None,
@@ -384,7 +362,7 @@ class SessionService:
         if self.checkpoints is None:
             return {"session_key": key, "inject": "", "summary_prompt": "", "digest": ""}
         self.checkpoints.queue(key, "pre_compaction", harness=harness, project=project,
-                               prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                               prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                remembers=[], context=context)
         self.checkpoints.flush()
         digest = self.checkpoints.recovery_digest(session_key=key, project=project)
@@ -406,7 +384,7 @@ class SessionService:
         if self.checkpoints is None or not (summary or "").strip():
             return {"session_key": key, "recorded": False}
         self.checkpoints.queue(key, "agent", harness=harness, project=project, prompt_count_delta=0,
-                               queries=self._recent(key), remembers=[], context=summary)
+                               queries=self.prompts.recent(key), remembers=[], context=summary)
         self.checkpoints.flush()
         return {"session_key": key, "recorded": True}
 
@@ -461,11 +439,9 @@ class SessionService:
         stored, job_id = self.db.write(job)
         if self.checkpoints is not None:
             self.checkpoints.queue(key, "session_end", harness=inp.harness, project=project,
-                                   prompt_count_delta=self._take_unsaved(key), queries=self._recent(key),
+                                   prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                    remembers=[])
-        with self._lock:
-            self._prompts.pop(key, None)
-            self._unsaved.pop(key, None)
+        self.prompts.forget(key)
         try:
             if judge:
                 fut = self._judge.submit(self.scorer.score_llm, key, transcript, now)
