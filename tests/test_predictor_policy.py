@@ -20,6 +20,7 @@ from memlane.predictor.policy import (
     pick_exploration,
     record_comparison,
     rrf_fuse,
+    status_line,
 )
 
 WIN = {"predictor_ndcg": 0.9, "baseline_ndcg": 0.5}
@@ -551,3 +552,23 @@ def test_margin_window_keeps_only_the_last_eligible_margins():
     record_comparison(s, predictor_ndcg=0.0, baseline_ndcg=0.9, confidence=0.3, **kw)
     record_comparison(s, predictor_ndcg=None, baseline_ndcg=None, confidence=1.0, **kw)
     assert s.recent_margins == pytest.approx([i / 100 for i in range(5, C.MARGIN_WINDOW + 5)])
+
+
+# -- status line -------------------------------------------------------------------------------
+
+def test_status_line_of_every_phase_follows_the_state():
+    fresh = PolicyState(training_sessions=3)
+    assert phase_of(fresh, min_training_sessions=10) == "collecting"
+    assert status_line(fresh, "collecting", min_training_sessions=10) == \
+        "[predictor: collecting | 3/10 sessions | baseline only]"
+    assert status_line(PolicyState(training_sessions=40), "collecting", min_training_sessions=10) == \
+        "[predictor: collecting | 10/10 sessions | baseline only]"  # never past the minimum
+    warming = PolicyState(success_rate=0.375, trained=True, model_version=4, training_sessions=12)
+    assert status_line(warming, "warming") == "[predictor: warming | success_rate=0.38 | model_v4 | baseline only]"
+    active = exited_state(0.7, sessions_since_exit=30)
+    assert phase_of(active) == "active"
+    assert status_line(active, "active") == \
+        f"[predictor: active | success_rate=0.70 | \u03b1={alpha_for(active):.2f} | model_v1 | 50 sessions]"
+    assert status_line(active, "disabled", crashes_last_hour=3) == \
+        "[predictor: disabled | crashes=3/hr | baseline fallback]"
+    assert status_line(active, "retraining") == "[predictor: retraining | drift detected | baseline fallback]"

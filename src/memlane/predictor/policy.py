@@ -27,6 +27,7 @@ __all__ = [
     "pick_exploration",
     "record_comparison",
     "rrf_fuse",
+    "status_line",
 ]
 
 
@@ -83,6 +84,28 @@ class PolicyState:
             return cls()
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+
+def status_line(state: PolicyState, phase: str, *, crashes_last_hour: int = 0,
+                min_training_sessions: int = 10) -> str:
+    """The one-line status of the session-start block (seed "4.x Agent-facing status").
+
+    Args:
+        phase: :func:`phase_of` the state (collecting, warming, active, disabled, retraining).
+        crashes_last_hour: sidecar crashes in the last hour (shown when disabled).
+    """
+    s = state
+    if phase == "disabled":
+        return f"[predictor: disabled | crashes={crashes_last_hour}/hr | baseline fallback]"
+    if phase == "retraining":
+        return "[predictor: retraining | drift detected | baseline fallback]"
+    if phase == "collecting":
+        need = min_training_sessions
+        return f"[predictor: collecting | {min(s.training_sessions, need)}/{need} sessions | baseline only]"
+    if phase == "warming":
+        return f"[predictor: warming | success_rate={s.success_rate:.2f} | model_v{s.model_version} | baseline only]"
+    return f"[predictor: active | success_rate={s.success_rate:.2f} | \u03b1={alpha_for(s):.2f} | " \
+           f"model_v{s.model_version} | {s.training_sessions} sessions]"
 
 
 def phase_of(state: PolicyState, *, disabled: bool = False, min_training_sessions: int = 10) -> str:

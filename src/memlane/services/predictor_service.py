@@ -38,6 +38,7 @@ from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
+from memlane.services.predictor_rows import comparison_row, training_log_row
 from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel
 from memlane.services.predictor_signals import candidate_signals, score_params
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
@@ -108,19 +109,10 @@ class PredictorService:
         with self._lock:
             s = self.state
             phase = policy.phase_of(s, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions)
-            if phase == "disabled":
-                crashes = self.backend.status().get("crashes_last_hour", 0) if self.backend is not None else 0
-                return f"[predictor: disabled | crashes={crashes}/hr | baseline fallback]"
-            if phase == "retraining":
-                return "[predictor: retraining | drift detected | baseline fallback]"
-            if phase == "collecting":
-                need = self.settings.min_training_sessions
-                return f"[predictor: collecting | {min(s.training_sessions, need)}/{need} sessions | baseline only]"
-            if phase == "warming":
-                return f"[predictor: warming | success_rate={s.success_rate:.2f} | model_v{s.model_version} | " \
-                       f"baseline only]"
-            return f"[predictor: active | success_rate={s.success_rate:.2f} | \u03b1={policy.alpha_for(s):.2f} | " \
-                   f"model_v{s.model_version} | {s.training_sessions} sessions]"
+            crashes = self.backend.status().get("crashes_last_hour", 0) \
+                if phase == "disabled" and self.backend is not None else 0
+            return policy.status_line(s, phase, crashes_last_hour=crashes,
+                                      min_training_sessions=self.settings.min_training_sessions)
 
     # -- session-start ------------------------------------------------------------------
     def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float,
@@ -355,17 +347,11 @@ class PredictorService:
             phase = policy.phase_of(self.state, disabled=self.disabled,
                                     min_training_sessions=self.settings.min_training_sessions)
         now = now_iso()
-        row = {
-            "session_key": session_key, "project": project,
-            "predictor_ndcg": p_ndcg if (p_ndcg is not None and predictor) else 0.0,
-            "baseline_ndcg": b_ndcg if b_ndcg is not None else 0.0,
-            "predictor_won": None if outcome.won is None else int(outcome.won),
-            "margin": ((p_ndcg or 0.0) - (b_ndcg or 0.0)) if predictor else 0.0,
-            "scorer_confidence": confidence, "ema_updated": int(outcome.ema_updated),
-            "success_rate": state["success_rate"], "alpha": float(signals.get("alpha", 1.0)),
-            "predictor_top_ids": predictor[:10], "baseline_top_ids": baseline[:10], "relevance_scores": relevance,
-            "fts_overlap_score": fts_overlap, "model_version": signals.get("model_version"),
-            "predictor_state": phase, "created_at": now}
+        row = comparison_row(session_key=session_key, project=project, predictor=predictor, baseline=baseline,
+                             predictor_ndcg=p_ndcg, baseline_ndcg=b_ndcg, won=outcome.won,
+                             ema_updated=outcome.ema_updated, confidence=confidence,
+                             success_rate=state["success_rate"], signals=signals, relevance=relevance,
+                             fts_overlap=fts_overlap, phase=phase, at=now)
         return Comparison(session_key, row, bool(predictor), state, outcome, now)
 
     @staticmethod
@@ -475,14 +461,8 @@ class PredictorService:
                 s.drifting = False  # the drift retrain ran (accepted or not): earn alpha again from warming
             state = s.to_dict()
             drift_resets = s.drift_resets
-        row = {"model_version": state["model_version"], "trigger": trigger, "accepted": int(accepted),
-               "loss": report.get("loss"), "steps": int(report.get("steps") or 0),
-               "sample_count": int(report.get("sample_count") or 0), "duration_ms": float(report.get("duration_ms") or 0),
-               "stop_reason": report.get("stop_reason"), "gates": report.get("gates"),
-               "canary_ndcg": report.get("canary_ndcg"), "canary_ndcg_delta": report.get("canary_ndcg_delta"),
-               "canary_score_variance": report.get("canary_score_variance"),
-               "canary_topk_churn": report.get("canary_topk_churn"), "drift_resets": drift_resets,
-               "error": error, "created_at": now}
+        row = training_log_row(report, model_version=state["model_version"], trigger=trigger, accepted=accepted,
+                               drift_resets=drift_resets, error=error, at=now)
 
         def job(conn: Any) -> None:
             pred_sql.insert_training_log(conn, row)
