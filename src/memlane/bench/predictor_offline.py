@@ -184,7 +184,9 @@ def fit_listwise_linear(sessions: Sequence[tuple[np.ndarray, np.ndarray]], *, le
     return LinearRanker(columns, mean, sd, w)
 
 
-def _embedding_model(conn: sqlite3.Connection) -> tuple[str | None, int]:
+def store_embedding_model(conn: sqlite3.Connection) -> tuple[str | None, int]:
+    """The embedding model most of a store's vectors come from, and its width E: ``(model id,
+    E)``, or ``(None, 0)`` when the store holds no vector."""
     row = conn.execute("SELECT model, dimensions FROM embeddings GROUP BY model ORDER BY count(*) DESC LIMIT 1"
                        ).fetchone()
     return (row[0], int(row[1])) if row else (None, 0)
@@ -246,7 +248,7 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
         raise FileNotFoundError(f"no store at {db}: run the LoCoMo first pass with this --workdir first")
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        model, dim = _embedding_model(conn)
+        model, dim = store_embedding_model(conn)
         mem_of: dict[str, str] = {}
         created: dict[str, datetime] = {}
         session_starts: dict[str, datetime] = {}  # LoCoMo session ("D3") -> its first turn's time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
@@ -207,3 +208,56 @@ def _recency_grid(workdir: Path, data: Path, out: Optional[Path], dating: str, s
     console.print(f"oracle (best on the held-out questions themselves): weight {o['weight']:g}, half-life "
                   f"{o['half_life_days']:g} d, {o['held_out'] - report['baseline']['held_out']:+.3f}")
     console.print(f"report: {path}")
+
+
+@bench_app.command("predictor-rolling")
+def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane store (memories.db, or its "
+                                                           "directory). Default: the daemon's own."),
+                      embedding_model: Optional[str] = typer.Option(None, help="Embedding model id of the "
+                                                                    "vectors to read (default: the store's "
+                                                                    "most common)."),
+                      native_dim: int = typer.Option(0, min=0, help="Its width (with --embedding-model)."),
+                      min_train: int = typer.Option(20, min=1, help="Sessions before the first test block."),
+                      block: int = typer.Option(20, min=1, help="Sessions per test block (retrained before "
+                                                "each)."),
+                      out: Optional[Path] = typer.Option(None, help="JSON report path."),
+                      seed: int = typer.Option(0, help="Engine initialisation and bootstrap seed.")) -> None:
+    """The predictor on a store's own past sessions: rolling-origin NDCG@10 against the baseline.
+
+    Trains the engine (the sidecar's code) and a listwise linear ceiling on every session before
+    each block of --block sessions and scores the block, with the stored labels as gains; reads
+    the store only, so it runs beside the daemon (docs/predictor.md).
+    """
+    from memlane.bench.predictor_rolling import run
+    from memlane.bench.report import write_json
+    from memlane.config import Settings
+
+    path = store if store is not None else Settings().db_path
+    if path.is_dir():
+        path = path / "memories.db"
+    if embedding_model is not None and native_dim < 1:
+        err.print("[red]error:[/red] --embedding-model needs --native-dim (the vectors' width)")
+        raise typer.Exit(2)
+    try:
+        with stage_progress(err, "rolling evaluation") as tick:
+            report = run(path, embedding_model=embedding_model, native_dim=native_dim, min_train=min_train,
+                         block=block, seed=seed, progress=tick)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except sqlite3.DatabaseError as exc:
+        err.print(f"[red]error:[/red] {path} is not a readable memlane store ({exc})")
+        raise typer.Exit(2) from exc
+    written = write_json(_out_path(out, "predictor-rolling"), report)
+    t = Table(title=f"Rolling-origin NDCG@10 on {report['sessions']} logged sessions (stored labels as gains; "
+                    f"retrained every {report['block']})")
+    for c in ("trained on", "tested", "stage", "baseline", "engine", "linear ceiling", "train (s)"):
+        t.add_column(c)
+    for r in report["blocks"]:
+        t.add_row(str(r["trained"]), str(r["tested"]), r["stage"], f"{r['baseline']:.3f}", f"{r['engine']:.3f}",
+                  f"{r['ceiling']:.3f}", f"{r['train_s']:.1f}")
+    console.print(t)
+    console.print(f"{report['tested']} sessions: engine minus baseline {_ci(report['engine_vs_baseline'])}, "
+                  f"ceiling minus baseline {_ci(report['ceiling_vs_baseline'])}, engine minus ceiling "
+                  f"{_ci(report['engine_vs_ceiling'])} (paired bootstrap 95 %)")
+    console.print(f"report: {written}")
