@@ -95,13 +95,22 @@ def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     for b in got["blocks"]:
         block = [h for h in hand[b["trained"]:b["trained"] + 8] if h is not None]
         assert b["baseline"] == pytest.approx(float(np.mean(block)))
-        assert b["stage"] == "linear"
+        assert b["stage"] == "linear" and isinstance(b["accepted"], bool)
         assert 0.0 <= b["engine"] <= 1.0 and 0.0 <= b["ceiling"] <= 1.0
     for name in ("engine_vs_baseline", "ceiling_vs_baseline", "engine_vs_ceiling"):
         assert got[name]["n"] == len(tested)
     assert got["engine_vs_baseline"]["mean_b"] == pytest.approx(float(np.mean(tested)))
     assert got["engine_vs_ceiling"]["mean_a"] == pytest.approx(got["engine_vs_baseline"]["mean_a"])
     assert "engine minus baseline" in result.output
+    assert got["fresh"] is False and got["accepted_trainings"] == sum(b["accepted"] for b in got["blocks"])
+    # from scratch before every block: the same sessions, the same baseline and ceiling
+    fresh = tmp_path / "fresh.json"
+    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
+                                      "--block", "8", "--fresh", "--out", str(fresh)])
+    assert result.exit_code == 0, result.output
+    again = json.loads(fresh.read_text())
+    assert again["fresh"] is True and again["tested"] == got["tested"]
+    assert [b["ceiling"] for b in again["blocks"]] == pytest.approx([b["ceiling"] for b in got["blocks"]])
 
 
 def test_the_command_explains_what_it_cannot_read(sim_store, tmp_path):

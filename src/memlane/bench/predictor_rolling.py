@@ -5,9 +5,10 @@ on everything before a cut-off, test on what follows, move the cut-off) over the
 sessions a store has logged, oldest first, read-only. For each block of ``block`` sessions
 after the first ``min_train``:
 
-* **engine**: a fresh :class:`~memlane.predictor.engine.PredictorEngine` (the sidecar's own
-  code, in its stage for that many sessions, validation split and early stop included; no
-  canary, nothing saved) trained on every earlier session, then scoring the block;
+* **engine**: a :class:`~memlane.predictor.engine.PredictorEngine` (the sidecar's own code, in
+  its stage for that many sessions, validation split and early stop included; no canary,
+  nothing saved) retrained on every earlier session from its previous weights, as the live
+  model is (or from scratch with ``fresh``), then scoring the block;
 * **ceiling**: :func:`~memlane.bench.predictor_offline.fit_listwise_linear`, a listwise linear
   model over the same standardised features with the same baseline prior, trained on the same
   sessions: what the feature schema can carry for a linear ranker;
@@ -86,8 +87,29 @@ def _baseline_order(s: Session) -> np.ndarray:
     return np.argsort(-s.features[:, FEATURE_INDEX["baseline_rank_inv"]], kind="stable")
 
 
-def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 0, min_train: int = 20, block: int = 20,
-        limit: int = 2000, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: Sequence[Session]
+           ) -> tuple[list[float], list[float], list[float]] | None:
+    """Per tested session with a positive label: baseline, engine and ceiling NDCG@10."""
+    ceiling = fit_listwise_linear([(s.features.astype(np.float64), s.labels.astype(np.float64))
+                                   for s in train if s.labels is not None])
+    got: list[tuple[float, float, float]] = []
+    for s, e_scores in zip(test, engine_scores):
+        assert s.labels is not None
+        base = graded_ndcg(_baseline_order(s), s.labels)
+        if base is None:
+            continue
+        eng = graded_ndcg(np.argsort(-e_scores, kind="stable"), s.labels)
+        ceil = graded_ndcg(np.argsort(-ceiling.score(s.features.astype(np.float64)), kind="stable"), s.labels)
+        got.append((base, float(eng or 0.0), float(ceil or 0.0)))
+    if not got:
+        return None
+    bs, es, cs = (list(x) for x in zip(*got))
+    return bs, es, cs
+
+
+def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 0, min_train: int = 20,
+        block: int = 20, limit: int = 2000, seed: int = 0, fresh: bool = False,
+        progress: Progress | None = None) -> dict[str, Any]:
     """Rolling-origin evaluation of the engine and the linear ceiling on ``db_path``'s sessions.
 
     Args:
@@ -99,11 +121,14 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
         block: sessions per test block (the model is retrained before each).
         limit: newest training-grade sessions read (confidence >= the training minimum).
         seed: the engine's initialisation and the bootstrap's seed.
+        fresh: start every block from an untrained engine; by default one engine retrains
+            from its previous weights before each block, as the sidecar's live model does (a
+            run the engine does not accept leaves the previous weights serving).
 
     Returns:
-        ``{"sessions", "tested", "blocks": [{"trained", "tested", "stage", "baseline", "engine",
-        "ceiling", "train_s"}], "engine_vs_baseline", "ceiling_vs_baseline",
-        "engine_vs_ceiling"}`` (the last three paired bootstraps over the tested sessions:
+        ``{"sessions", "tested", "accepted_trainings", "blocks": [{"trained", "tested", "stage",
+        "accepted", "baseline", "engine", "ceiling", "train_s"}], "engine_vs_baseline",
+        "ceiling_vs_baseline", "engine_vs_ceiling"}`` (the last three paired bootstraps over the tested sessions:
         ``mean_a`` / ``mean_b`` / ``diff`` / ``lo`` / ``hi``).
 
     Raises:
@@ -133,39 +158,36 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
     engine_all: list[float] = []
     ceiling_all: list[float] = []
     rows: list[dict[str, Any]] = []
-    for b, (start, end) in enumerate(blocks):
-        train = sessions[:start]
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="memlane-rolling-") as tmp:
-            engine = PredictorEngine(tmp, embedding_model_id=embedding_model, native_dim=native_dim, seed=seed)
-            engine.train(train, save=False, influential=False)
+    accepted = 0
+    with tempfile.TemporaryDirectory(prefix="memlane-rolling-") as tmp:
+        engine = PredictorEngine(tmp, embedding_model_id=embedding_model, native_dim=native_dim, seed=seed)
+        for b, (start, end) in enumerate(blocks):
+            train = sessions[:start]
+            t0 = time.perf_counter()
+            if fresh:
+                engine = PredictorEngine(Path(tmp) / f"block-{b}", embedding_model_id=embedding_model,
+                                         native_dim=native_dim, seed=seed)
+            report = engine.train(train, save=False, influential=False)
+            accepted += int(report.accepted)
             engine_scores = [engine.score(s) for s in sessions[start:end]]
-        train_s = time.perf_counter() - t0
-        ceiling = fit_listwise_linear([(s.features.astype(np.float64), s.labels.astype(np.float64))
-                                       for s in train if s.labels is not None])
-        got: list[tuple[float, float, float]] = []
-        for s, e_scores in zip(sessions[start:end], engine_scores):
-            assert s.labels is not None
-            base = graded_ndcg(_baseline_order(s), s.labels)
-            if base is None:
-                continue
-            eng = graded_ndcg(np.argsort(-e_scores, kind="stable"), s.labels)
-            ceil = graded_ndcg(np.argsort(-ceiling.score(s.features.astype(np.float64)), kind="stable"), s.labels)
-            got.append((base, float(eng), float(ceil)))  # type: ignore[arg-type]
-        if got:
-            bs, es, cs = (list(x) for x in zip(*got))
-            base_all += bs
-            engine_all += es
-            ceiling_all += cs
-            rows.append({"trained": start, "tested": len(got), "stage": PredictorEngine.stage_for(start),
-                         "baseline": float(np.mean(bs)), "engine": float(np.mean(es)),
-                         "ceiling": float(np.mean(cs)), "train_s": round(train_s, 2)})
-        if progress:
-            progress("rolling", b + 1, len(blocks))
+            train_s = time.perf_counter() - t0
+            rows_b = _block(sessions[start:end], engine_scores, train)
+            if rows_b:
+                bs, es, cs = rows_b
+                base_all += bs
+                engine_all += es
+                ceiling_all += cs
+                rows.append({"trained": start, "tested": len(bs), "stage": PredictorEngine.stage_for(start),
+                             "accepted": bool(report.accepted), "baseline": float(np.mean(bs)),
+                             "engine": float(np.mean(es)), "ceiling": float(np.mean(cs)),
+                             "train_s": round(train_s, 2)})
+            if progress:
+                progress("rolling", b + 1, len(blocks))
     if not base_all:
         raise ValueError("no tested session has a positive label")
     return {"store": str(db_path), "embedding_model": embedding_model, "sessions": len(sessions),
-            "min_train": min_train, "block": block, "tested": len(base_all), "blocks": rows,
+            "min_train": min_train, "block": block, "fresh": fresh,
+            "accepted_trainings": accepted, "tested": len(base_all), "blocks": rows,
             "engine_vs_baseline": paired_bootstrap(engine_all, base_all, seed=seed),
             "ceiling_vs_baseline": paired_bootstrap(ceiling_all, base_all, seed=seed),
             "engine_vs_ceiling": paired_bootstrap(engine_all, ceiling_all, seed=seed)}

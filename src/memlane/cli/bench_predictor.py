@@ -220,6 +220,9 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
                       min_train: int = typer.Option(20, min=1, help="Sessions before the first test block."),
                       block: int = typer.Option(20, min=1, help="Sessions per test block (retrained before "
                                                 "each)."),
+                      fresh: bool = typer.Option(False, "--fresh", help="Train every block from scratch "
+                                                 "(default: from the previous block's weights, as the live "
+                                                 "model)."),
                       out: Optional[Path] = typer.Option(None, help="JSON report path."),
                       seed: int = typer.Option(0, help="Engine initialisation and bootstrap seed.")) -> None:
     """The predictor on a store's own past sessions: rolling-origin NDCG@10 against the baseline.
@@ -241,7 +244,7 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
     try:
         with stage_progress(err, "rolling evaluation") as tick:
             report = run(path, embedding_model=embedding_model, native_dim=native_dim, min_train=min_train,
-                         block=block, seed=seed, progress=tick)
+                         block=block, seed=seed, fresh=fresh, progress=tick)
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -251,11 +254,11 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
     written = write_json(_out_path(out, "predictor-rolling"), report)
     t = Table(title=f"Rolling-origin NDCG@10 on {report['sessions']} logged sessions (stored labels as gains; "
                     f"retrained every {report['block']})")
-    for c in ("trained on", "tested", "stage", "baseline", "engine", "linear ceiling", "train (s)"):
+    for c in ("trained on", "tested", "stage", "accepted", "baseline", "engine", "linear ceiling", "train (s)"):
         t.add_column(c)
     for r in report["blocks"]:
-        t.add_row(str(r["trained"]), str(r["tested"]), r["stage"], f"{r['baseline']:.3f}", f"{r['engine']:.3f}",
-                  f"{r['ceiling']:.3f}", f"{r['train_s']:.1f}")
+        t.add_row(str(r["trained"]), str(r["tested"]), r["stage"], "yes" if r["accepted"] else "no",
+                  f"{r['baseline']:.3f}", f"{r['engine']:.3f}", f"{r['ceiling']:.3f}", f"{r['train_s']:.1f}")
     console.print(t)
     console.print(f"{report['tested']} sessions: engine minus baseline {_ci(report['engine_vs_baseline'])}, "
                   f"ceiling minus baseline {_ci(report['ceiling_vs_baseline'])}, engine minus ceiling "
