@@ -112,13 +112,16 @@ class SidecarClient:
 
     @property
     def alive(self) -> bool:
+        """The child process is running."""
         return self._proc is not None and self._proc.poll() is None
 
     @property
     def ready(self) -> bool:
+        """Running and past its start-up handshake (it answers requests)."""
         return self.alive and self._ready.is_set()
 
     def crashes_last_window(self) -> int:
+        """Crashes within the last ``crash_window_s`` seconds (3 within an hour disable it)."""
         now = self.clock()
         return sum(1 for t in self.crashes if now - t <= self.crash_window_s)
 

@@ -63,16 +63,24 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
+        """True when every gate passed (the candidate may replace the live model)."""
         return all(g.passed for g in self.gates)
 
     @property
     def failed(self) -> list[str]:
+        """Names of the gates that failed, in gate order."""
         return [g.name for g in self.gates if not g.passed]
 
     def gate(self, name: str) -> GateResult:
+        """The result of gate ``name``.
+
+        Raises:
+            StopIteration: no gate of that name ran.
+        """
         return next(g for g in self.gates if g.name == name)
 
     def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (the training log's ``gates`` column)."""
         return {
             "passed": self.passed,
             "gates": [asdict(g) for g in self.gates],

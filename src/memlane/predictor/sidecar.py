@@ -233,6 +233,11 @@ class Sidecar:
         return conn
 
     def send(self, message: dict[str, Any]) -> None:
+        """Write one JSON-RPC message as one line to stdout (thread-safe; strict JSON).
+
+        Raises:
+            ValueError: a non-finite number in ``message`` (not JSON).
+        """
         line = json.dumps(message, separators=(",", ":"), allow_nan=False)
         with self._write_lock:
             self.out.write(line + "\n")
@@ -312,6 +317,21 @@ class Sidecar:
 
     # -- methods ------------------------------------------------------------------------
     def score(self, p: Any) -> dict[str, Any]:
+        """``score``: the live model's scores of one session's candidates.
+
+        Args:
+            p: :func:`parse_score_params`' shape (``candidate_ids`` [n], ``candidates`` [n]
+                signal objects, ``session_time``, ``session_gap_hours``, ``project``, the
+                context as ``context_embedding_b64`` float32 [E] or ``context_text``); vectors
+                and texts are read from the database.
+
+        Returns:
+            ``{"scores": [{"id", "score"}] (n, request order), "model_version", "trained",
+            "took_ms"}`` (ms, in this process).
+
+        Raises:
+            InvalidParams: a malformed request (JSON-RPC -32602).
+        """
         t0 = time.perf_counter()
         lookup, derive = self._readers()
         ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=derive)
@@ -321,6 +341,16 @@ class Sidecar:
                 "took_ms": round((time.perf_counter() - t0) * 1000, 3)}
 
     def train(self, p: Any) -> dict[str, Any]:
+        """``train``: fit on labelled sessions sent in the request (``{"sessions": [score params
+        + "labels" [n] in [-1, 1]], "epochs"?}`` or one such session), gated as every training.
+
+        Returns:
+            the engine's :class:`~memlane.predictor.engine.TrainReport` as a dict, plus ``step``
+            (steps so far) and ``loss``.
+
+        Raises:
+            InvalidParams: not an object, no session, or a malformed session.
+        """
         if not isinstance(p, dict):
             raise InvalidParams("params must be an object")
         items = p.get("sessions") if "sessions" in p else [p]
@@ -341,6 +371,22 @@ class Sidecar:
         return out
 
     def train_from_db(self, p: Any) -> dict[str, Any]:
+        """``train_from_db``: fit on the database's training-grade sessions (newest ``limit``,
+        canary sessions held out for the gates, the replay buffer mixed in), gated.
+
+        Args:
+            p: optional ``limit`` (sessions, [1, 100000]), ``epochs`` ([1, 1000]), ``max_seconds``
+                ((0, 3600], s), ``early_stop_patience`` (epochs, [1, 1001]), ``influential``
+                (the model has influence: the top-5 overlap gate applies); absent epochs and
+                patience take the training stage's defaults.
+
+        Returns:
+            the :class:`~memlane.predictor.engine.TrainReport` as a dict plus ``load_ms`` (ms),
+            ``canary_sessions``, ``replay_sessions`` and ``step``.
+
+        Raises:
+            InvalidParams: a parameter out of range or not a number.
+        """
         p = p if isinstance(p, dict) else {}
         try:
             limit = int(p.get("limit", C.MAX_TRAINING_SESSIONS))
@@ -380,16 +426,21 @@ class Sidecar:
         return out
 
     def status(self, _p: Any = None) -> dict[str, Any]:
+        """``status``: the engine's state (trained, model version, stage, parameters) plus
+        ``busy_training``, ``pid``, ``db`` and ``checkpoint_error`` (a refused checkpoint)."""
         out = self.engine.status()
         out.update(busy_training=self._training.is_set(), pid=os.getpid(), db=str(self.db_path or ""),
                    checkpoint_error=self.load_error)
         return out
 
     def save_checkpoint(self, _p: Any = None) -> dict[str, Any]:
+        """``save_checkpoint``: write ``model.bin`` atomically; ``{"path", "sha256",
+        "model_version"}``."""
         digest = self.engine.save_checkpoint()
         return {"path": str(self.engine.checkpoint_path), "sha256": digest, "model_version": self.engine.model_version}
 
     def close(self) -> None:
+        """Wait for a running training, then stop the training thread."""
         self._trainer.shutdown(wait=True)
 
 

@@ -93,14 +93,17 @@ class PredictorService:
 
     @property
     def disabled(self) -> bool:
+        """No sidecar, or the client disabled it after repeated crashes (baseline only)."""
         return self.backend is None or self.backend.disabled
 
     def phase(self) -> str:
+        """collecting, warming, active, disabled or retraining (seed Phase 3 status)."""
         with self._lock:
             return policy.phase_of(self.state, disabled=self.disabled,
                                    min_training_sessions=self.settings.min_training_sessions)
 
     def alpha(self) -> float:
+        """The baseline's RRF weight in [0, 1] the policy has earned (1 when disabled)."""
         with self._lock:
             return 1.0 if self.disabled else policy.alpha_for(self.state)
 

@@ -109,10 +109,12 @@ def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -
 
 
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
+    """Session keys of the canary set, oldest member first."""
     return [r[0] for r in conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key")]
 
 
 def canary_refreshed_at(conn: sqlite3.Connection) -> str | None:
+    """When the newest canary member was added (ISO-8601 UTC), or None for an empty set."""
     r = conn.execute("SELECT max(added_at) FROM predictor_canary").fetchone()
     return r[0] if r else None
 
@@ -187,6 +189,8 @@ def record_predictor(conn: sqlite3.Connection, key: str, *, features: Mapping[st
 
 
 def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+    """The session-level signals logged at its start (alpha, phase, model version, ...), or
+    None when the session is unknown or logged none."""
     r = conn.execute("SELECT signals FROM sessions WHERE session_key = ?", (key,)).fetchone()
     return json.loads(r[0]) if r and r[0] else None
 
@@ -214,6 +218,7 @@ def insert_comparison(conn: sqlite3.Connection, row: Mapping[str, Any]) -> str:
 
 
 def comparisons(conn: sqlite3.Connection, *, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest ``limit`` ``predictor_comparisons`` rows, newest first, JSON columns decoded."""
     rows = conn.execute("SELECT * FROM predictor_comparisons ORDER BY created_at DESC, rowid DESC LIMIT ?",
                         (limit,)).fetchall()
     out = []
@@ -226,10 +231,12 @@ def comparisons(conn: sqlite3.Connection, *, limit: int = 100) -> list[dict[str,
 
 
 def has_comparison(conn: sqlite3.Connection, key: str) -> bool:
+    """True when the session was compared already (its EMA update is done)."""
     return conn.execute("SELECT 1 FROM predictor_comparisons WHERE session_key = ?", (key,)).fetchone() is not None
 
 
 def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int:
+    """Insert one ``predictor_training_log`` row (``gates`` as JSON); returns its id."""
     cols = ["model_version", "trigger", "accepted", "loss", "steps", "sample_count", "duration_ms", "stop_reason",
             "gates", "canary_ndcg", "canary_ndcg_delta", "canary_score_variance", "canary_topk_churn",
             "drift_resets", "error", "created_at"]
@@ -242,6 +249,7 @@ def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int
 
 
 def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` training-log rows, newest first, ``gates`` decoded."""
     rows = conn.execute("SELECT * FROM predictor_training_log ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
     out = []
     for r in rows:
@@ -252,11 +260,14 @@ def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str,
 
 
 def load_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The persisted policy state (:class:`memlane.predictor.policy.PolicyState` as a dict), or
+    None before the first save."""
     r = conn.execute("SELECT state FROM predictor_state WHERE id = 1").fetchone()
     return json.loads(r[0]) if r else None
 
 
 def save_state(conn: sqlite3.Connection, state: Mapping[str, Any], at: str) -> None:
+    """Upsert the single policy-state row (``at``: ISO-8601 UTC)."""
     conn.execute("INSERT INTO predictor_state(id, state, updated_at) VALUES (1, ?, ?) "
                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
                  (json.dumps(dict(state)), at))
