@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from memlane.cli.progress import stage_progress
 
-bench_app = typer.Typer(help="Benchmarks on real data (retrieval quality, latency, throughput).",
+bench_app = typer.Typer(rich_markup_mode="markdown", help="Benchmarks on real data (retrieval quality, latency, throughput).",
                         no_args_is_help=True)
 # Reports are often redirected to a file: keep the tables readable there too.
 console = Console(width=None if sys.stdout.isatty() else 160)

@@ -19,12 +19,12 @@ from memlane.connectors.events import EVENTS
 
 MAX_STDIN_BYTES = 16 * 1024 * 1024
 
-hook_app = typer.Typer(help="Claude Code hook commands: read the hook JSON on stdin, print the answer, "
+hook_app = typer.Typer(rich_markup_mode="markdown", help="Claude Code hook commands: read the hook JSON on stdin, print the answer, "
                             "always exit 0.", no_args_is_help=True, add_completion=False,
                        pretty_exceptions_enable=False)
-connect_app = typer.Typer(help="Connect memlane to an agent harness (hooks and MCP server).",
+connect_app = typer.Typer(rich_markup_mode="markdown", help="Connect memlane to an agent harness (hooks and MCP server).",
                           no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-disconnect_app = typer.Typer(help="Remove memlane's hooks and MCP server from an agent harness.",
+disconnect_app = typer.Typer(rich_markup_mode="markdown", help="Remove memlane's hooks and MCP server from an agent harness.",
                              no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 

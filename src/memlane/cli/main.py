@@ -27,7 +27,7 @@ from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
 
-app = typer.Typer(name="memlane", help="Local-first memory daemon for AI agents.",
+app = typer.Typer(rich_markup_mode="markdown", name="memlane", help="Local-first memory daemon for AI agents.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
 app.add_typer(replay_app, name="replay")

@@ -18,7 +18,7 @@ from rich.console import Console
 from memlane.config import load_settings
 from memlane.errors import MemlaneError
 
-mcp_app = typer.Typer(help="MCP server for agents (stdio, backed by the daemon).", no_args_is_help=True,
+mcp_app = typer.Typer(rich_markup_mode="markdown", help="MCP server for agents (stdio, backed by the daemon).", no_args_is_help=True,
                       add_completion=False, pretty_exceptions_enable=False)
 err = Console(stderr=True)
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-predictor_app = typer.Typer(help="The predictive memory scorer (sidecar and status).", no_args_is_help=True)
+predictor_app = typer.Typer(rich_markup_mode="markdown", help="The predictive memory scorer (sidecar and status).", no_args_is_help=True)
 console = Console()
 
 

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from memlane.cli.bench import DEFAULT_LOCOMO, _out_path
 
-replay_app = typer.Typer(help="Replay real data through the session lifecycle (the predictor's training data).",
+replay_app = typer.Typer(rich_markup_mode="markdown", help="Replay real data through the session lifecycle (the predictor's training data).",
                          no_args_is_help=True)
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
