@@ -194,3 +194,38 @@ def test_bench_predictor_pool_is_checked_before_any_work(tmp_path: Path) -> None
         assert r.exit_code == 2 and "--pool" in r.output
     assert not (tmp_path / "w").exists()
     assert "--pool" in runner.invoke(app, ["bench", "predictor", "--help"]).output
+
+
+def test_predictor_status_reads_as_a_table_and_as_json(start_daemon):
+    d = start_daemon()
+    r = runner.invoke(app, ["predictor", "status", "--url", d.url])
+    assert r.exit_code == 0, r.output
+    assert "[predictor: collecting | 0/10 sessions | baseline only]" in r.output  # the status line, not markup
+    assert "collecting (alpha 1.00" in r.output and "model v0, not trained yet" in r.output
+    r = runner.invoke(app, ["predictor", "status", "--json", "--url", d.url])
+    assert r.exit_code == 0
+    st = json.loads(r.output)
+    assert st["phase"] == "collecting" and st["alpha"] == 1.0
+
+
+def test_predictor_status_table_shows_trouble_and_project_slices():
+    from rich.console import Console
+
+    from memlane.cli.predictor_cmd import status_table
+
+    st = {"enabled": True, "phase": "disabled", "alpha": 1.0, "status_line": "[predictor: disabled | crashes=3/hr]",
+          "scored_sessions": 40, "score_errors": 7, "training": False,
+          "score_latency_ms": {"n": 40, "p50": 3.25, "p95": 9.5, "p99": 12.0},
+          "state": {"success_rate": 0.62, "margin_ema": 0.071, "training_sessions": 35, "comparisons": 33,
+                    "model_version": 4, "last_trained": "2026-11-22T10:00:00Z", "drift_resets": 1,
+                    "drifting": False, "project_rates": {"acme": [0.7, 12], "ledger": [0.25, 5]}},
+          "sidecar": {"alive": False, "ready": False, "disabled": True, "pid": None, "restarts": 3,
+                      "crashes_last_hour": 3, "error_counts": {"crash": 3, "timeout": 4}}}
+    console = Console(width=200, record=True)
+    console.print(status_table(st))
+    text = console.export_text()
+    for want in ("[predictor: disabled | crashes=3/hr]", "success rate", "0.62", "+0.071", "40 scored, 7 score errors",
+                 "model v4, trained 2026-11-22T10:00:00Z", "p50 3.2 / p95 9.5 ms over 40",
+                 "disabled, pid -, 3 restarts, 3 crashes in the last hour", "crash 3, timeout 4",
+                 "acme: 0.70 over 12, ledger: 0.25 over 5"):
+        assert want in text, want

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
-predictor_app = typer.Typer(rich_markup_mode="markdown", help="The predictive memory scorer (sidecar and status).", no_args_is_help=True)
+predictor_app = typer.Typer(rich_markup_mode="markdown", help="The predictive memory scorer (sidecar and status).",
+                            no_args_is_help=True)
 console = Console()
 
 
@@ -34,12 +37,63 @@ def serve(
                          threads=threads))
 
 
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.1f}"
+
+
+def status_table(st: dict[str, Any]) -> Table:
+    """The ``/api/predictor/status`` object as a two-column table (what a person reads first).
+
+    Args:
+        st: the daemon's predictor status (``PredictorService.status``).
+
+    Raises:
+        KeyError: ``st`` lacks ``phase`` or ``state`` (not a predictor status).
+    """
+    s = st["state"]
+    t = Table(title=escape(st.get("status_line") or "predictor"), show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    t.add_row("phase", f"{st['phase']} (alpha {float(st.get('alpha', 1.0)):.2f}: the baseline's weight in the fusion)")
+    t.add_row("success rate", f"{float(s.get('success_rate', 0.0)):.2f} (EMA of wins over the baseline, NDCG@10); "
+              f"margin EMA {float(s.get('margin_ema', 0.0)):+.3f}")
+    t.add_row("sessions", f"{s.get('training_sessions', 0)} training-grade, {s.get('comparisons', 0)} compared, "
+              f"{st.get('scored_sessions', 0)} scored, {st.get('score_errors', 0)} score errors (baseline served)")
+    trained = f"model v{s.get('model_version', 0)}" + (f", trained {s['last_trained']}" if s.get("last_trained") else
+                                                       ", not trained yet")
+    t.add_row("model", trained + (" (retraining now)" if st.get("training") else ""))
+    t.add_row("drift resets", str(s.get("drift_resets", 0)) + (" (drifting: retraining)" if s.get("drifting") else ""))
+    lat = st.get("score_latency_ms") or {}
+    t.add_row("score latency", f"p50 {_ms(lat.get('p50'))} / p95 {_ms(lat.get('p95'))} ms over {lat.get('n', 0)} "
+              "requests (daemon side)")
+    side = st.get("sidecar")
+    if side is None:
+        t.add_row("sidecar", "off (predictor.enabled is false)" if not st.get("enabled") else "not started")
+    else:
+        health = "disabled" if side.get("disabled") else "ready" if side.get("ready") else \
+            "starting" if side.get("alive") else "down"
+        t.add_row("sidecar", f"{health}, pid {side.get('pid') or '-'}, {side.get('restarts', 0)} restarts, "
+                  f"{side.get('crashes_last_hour', 0)} crashes in the last hour")
+        errors = side.get("error_counts") or {}
+        if errors:
+            t.add_row("sidecar errors", ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+    rates = s.get("project_rates") or {}
+    if rates:
+        t.add_row("per project", ", ".join(f"{p}: {float(ema):.2f} over {int(n)}" for p, (ema, n) in sorted(rates.items())))
+    return t
+
+
 @predictor_app.command("status")
-def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL.")) -> None:
+def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
+           as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object.")) -> None:
     """The daemon's predictor: phase, alpha, success rate, model version, sidecar health."""
     from memlane.cli.main import _client
 
-    console.print_json(json.dumps(_client(url).request("GET", "/api/predictor/status")))
+    st = _client(url).request("GET", "/api/predictor/status")
+    if as_json:
+        console.print_json(json.dumps(st))
+    else:
+        console.print(status_table(st))
 
 
 @predictor_app.command("train")
