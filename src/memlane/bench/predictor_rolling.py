@@ -21,8 +21,8 @@ by the model trained on everything before its block, so the per-session differen
 one paired bootstrap 95 % interval.
 
 It works on any store: a ``memlane bench predictor --dataset simulated`` run's, or a user's own
-(``$MEMLANE_HOME/memories.db``, while the daemon runs: the connection is read-only), and it
-reproduces the offline simulated-user numbers of docs/predictor.md.
+(``$MEMLANE_HOME/memories.db``, while the daemon runs: the connection is read-only). The
+numbers of docs/predictor.md, "What limits the simulated users", come from it.
 """
 
 from __future__ import annotations
