@@ -27,7 +27,6 @@ numbers of docs/predictor.md, "What limits the simulated users", come from it.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from memlane.predictor.data import Session
 from memlane.predictor.dataset import load_sessions
 from memlane.predictor.engine import PredictorEngine
 from memlane.predictor.features import FEATURE_INDEX
+from memlane.predictor.policy import ndcg_of_ranking
 from memlane.predictor.sidecar import open_readonly
 
 __all__ = ["graded_ndcg", "rolling_blocks", "run"]
@@ -51,22 +51,19 @@ Progress = Callable[[str, int, int], None]
 
 
 def graded_ndcg(order: Sequence[int], labels: np.ndarray, k: int = 10) -> float | None:
-    """NDCG@k of ``order`` (candidate indices, best first) with ``max(label, 0)`` as the gain.
+    """NDCG@k of ``order`` (candidate indices, best first) with ``max(label, 0)`` as the gain:
+    :func:`memlane.predictor.policy.ndcg_of_ranking` (the daemon's comparison metric) over
+    candidate indices.
 
     Args:
         order: a permutation of ``range(n)``.
         labels: ``[n]`` stored labels in [-1, 1].
 
     Returns:
-        NDCG@k in [0, 1] (Järvelin and Kekäläinen 2002, linear gains, log2 discount, ideal over
-        the pool), or None when no label is positive (nothing to rank).
+        NDCG@k in [0, 1] (ideal over the pool), or None when no label is positive.
     """
-    gains = np.maximum(np.asarray(labels, dtype=np.float64), 0.0)
-    ideal = np.sort(gains)[::-1][:k]
-    idcg = float(sum(g / math.log2(i + 2) for i, g in enumerate(ideal)))
-    if idcg <= 0:
-        return None
-    return float(sum(gains[j] / math.log2(i + 2) for i, j in enumerate(list(order)[:k]))) / idcg
+    return ndcg_of_ranking([int(j) for j in order], dict(enumerate(np.asarray(labels, dtype=np.float64).tolist())),
+                           k)  # type: ignore[arg-type]  # indices stand in for memory ids
 
 
 def rolling_blocks(n_sessions: int, *, min_train: int, block: int) -> list[tuple[int, int]]:
@@ -98,9 +95,10 @@ def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: 
         base = graded_ndcg(_baseline_order(s), s.labels)
         if base is None:
             continue
+        # the same labels: both are defined wherever the baseline's is
         eng = graded_ndcg(np.argsort(-e_scores, kind="stable"), s.labels)
         ceil = graded_ndcg(np.argsort(-ceiling.score(s.features.astype(np.float64)), kind="stable"), s.labels)
-        got.append((base, float(eng or 0.0), float(ceil or 0.0)))
+        got.append((base, eng, ceil))  # type: ignore[arg-type]
     if not got:
         return None
     bs, es, cs = (list(x) for x in zip(*got))
