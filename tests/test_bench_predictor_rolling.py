@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memlane.bench.predictor_rolling import graded_ndcg, rolling_blocks
+from memlane.bench.predictor_rolling import graded_ndcg, rolling_blocks, training_window
 from memlane.bench.predictor_simulated import run_simulated
 from memlane.cli.main import app
 from memlane.predictor import settings as C
@@ -28,6 +28,15 @@ def test_graded_ndcg_matches_a_hand_computation():
     assert graded_ndcg([1, 3, 4, 0, 2], labels) == pytest.approx(1.0)
     assert graded_ndcg(order, labels, k=1) == 0.0  # the top slot holds a 0-gain candidate
     assert graded_ndcg([0, 1], np.array([0.0, -0.5])) is None  # no positive label: nothing to rank
+
+
+def test_training_window_is_the_newest_sessions_first_as_the_sidecar_loads_them():
+    sessions = list(range(C.MAX_TRAINING_SESSIONS + 50))  # stand-ins for Session objects, oldest first
+    assert training_window(sessions, 3) == [2, 1, 0]
+    window = training_window(sessions, len(sessions))
+    assert len(window) == C.MAX_TRAINING_SESSIONS
+    assert window[0] == len(sessions) - 1 and window[-1] == 50
+    assert training_window(sessions, 0) == []
 
 
 def test_rolling_blocks_test_every_session_after_the_first_training_set_once():

@@ -7,8 +7,9 @@ after the first ``min_train``:
 
 * **engine**: a :class:`~memlane.predictor.engine.PredictorEngine` (the sidecar's own code, in
   its stage for that many sessions, validation split and early stop included; no canary,
-  nothing saved) retrained on every earlier session from its previous weights, as the live
-  model is (or from scratch with ``fresh``), then scoring the block;
+  nothing saved) retrained from its previous weights, as the live model is (or from scratch
+  with ``fresh``), on what ``train_from_db`` would read (:func:`training_window`: the earlier
+  sessions, newest first, at most ``MAX_TRAINING_SESSIONS``), then scoring the block;
 * **ceiling**: :func:`~memlane.bench.predictor_offline.fit_listwise_linear`, a listwise linear
   model over the same standardised features with the same baseline prior, trained on the same
   sessions: what the feature schema can carry for a linear ranker;
@@ -45,7 +46,7 @@ from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.policy import ndcg_of_ranking
 from memlane.predictor.sidecar import open_readonly
 
-__all__ = ["graded_ndcg", "rolling_blocks", "run"]
+__all__ = ["graded_ndcg", "rolling_blocks", "run", "training_window"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -78,6 +79,24 @@ def rolling_blocks(n_sessions: int, *, min_train: int, block: int) -> list[tuple
     if min_train < 1 or block < 1:
         raise ValueError("min_train and block must be >= 1")
     return [(s, min(s + block, n_sessions)) for s in range(min_train, n_sessions, block)]
+
+
+def training_window(sessions: Sequence[Session], start: int) -> list[Session]:
+    """What the sidecar's ``train_from_db`` would train on before session ``start``.
+
+    The sessions before ``start``, newest first, at most
+    :data:`~memlane.predictor.settings.MAX_TRAINING_SESSIONS` of them. The order matters: the
+    full stage validates on the first fifth it is given, which is meant to be the newest
+    sessions.
+
+    Args:
+        sessions: the store's sessions, oldest first.
+        start: index of the first session of the test block.
+
+    Returns:
+        ``sessions[start - 1], sessions[start - 2], ...``.
+    """
+    return list(sessions[:start][::-1][:C.MAX_TRAINING_SESSIONS])
 
 
 def _baseline_order(s: Session) -> np.ndarray:
@@ -160,7 +179,7 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
     with tempfile.TemporaryDirectory(prefix="memlane-rolling-") as tmp:
         engine = PredictorEngine(tmp, embedding_model_id=embedding_model, native_dim=native_dim, seed=seed)
         for b, (start, end) in enumerate(blocks):
-            train = sessions[:start]
+            train = training_window(sessions, start)
             t0 = time.perf_counter()
             if fresh:
                 engine = PredictorEngine(Path(tmp) / f"block-{b}", embedding_model_id=embedding_model,
