@@ -55,6 +55,8 @@ __all__ = [
 
 MAGIC = b"MLPRED\x00"
 FORMAT_VERSION = 1
+#: State keys a checkpoint may lack (added after format version 1 was fixed; default: off).
+_OPTIONAL_KEYS = frozenset({"anchor", "anchor_on"})
 _HEAD = struct.Struct("<III")  # version, flags, config_len
 _PARAMS_LEN = struct.Struct("<Q")
 _DIGEST = 32
@@ -243,7 +245,11 @@ def load(
     try:
         state = torch.load(io.BytesIO(params), map_location="cpu", weights_only=True)
         model = MemoryScorer(model_config)
-        model.load_state_dict(state, strict=True)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        # Checkpoints written before the full stage's linear anchor lack its two buffers:
+        # they load with the anchor off, i.e. score exactly as they did.
+        if unexpected or set(missing) - _OPTIONAL_KEYS:
+            raise ValueError(f"missing keys {sorted(set(missing) - _OPTIONAL_KEYS)}, unexpected keys {sorted(unexpected)}")
     except Exception as exc:  # unpickling or shape errors all mean the same to a caller
         raise _corrupt(path, f"bad parameters: {exc}") from exc
     model.eval()

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
+from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor import settings as C
 from memlane.predictor.data import Session, batched, collate
 from memlane.predictor.errors import CheckpointError
@@ -232,7 +233,20 @@ class PredictorEngine:
             canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
                                      native_dim=nd) if canary else []
             live = self.model
-            result = fit(live, self.optimizer, partial(listnet_loss, label_scale=C.LABEL_SCALE), train_batches,
+            loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
+            anchor = None
+            if not linear:
+                # The linear anchor (anchor.py): what the linear stage would learn on the same
+                # training sessions, continued from the previous anchor (or from the linear
+                # stage's weights at the switch); it shares the run's time cap.
+                t_anchor = time.monotonic()
+                init = live.anchor if live.has_anchor else live.gate_linear.weight.detach()[0, -live.config.num_features:]
+                anchor = fit_linear_anchor(
+                    batched(labelled, batch_size=C.LINEAR_STAGE_BATCH_SIZE, native_dim=nd), init, loss_fn,
+                    lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
+                    early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds)
+                max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
+            result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
                          max_seconds=max_seconds, validation=validation or None,
                          max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,

@@ -109,6 +109,12 @@ class MemoryScorer(nn.Module):
             # where sessions disagree with it, instead of from random noise: on the simulated
             # user's held-out sessions the random start cost -0.015 NDCG@10 before any training
             # and its trained model never beat the baseline; this start beats it (docs/predictor.md).
+            # The full stage's linear anchor (docs/predictor.md, "Full stage: an ensemble with a
+            # linear anchor"): feature weights of a linear-stage model fitted on the same
+            # sessions; while ``anchor_on`` is 1, :meth:`score` ranks by the sum of both models'
+            # within-session z-scores. Off (0) in the linear stage and in older checkpoints.
+            self.register_buffer("anchor", torch.zeros(cfg.num_features))
+            self.register_buffer("anchor_on", torch.zeros(()))
             if cfg.num_features == NUM_FEATURES:
                 offset = 4 + cfg.d_value
                 self.gate_linear.weight.data.zero_()
@@ -212,10 +218,53 @@ class MemoryScorer(nn.Module):
         score = self.gate_out(F.gelu(self.gate_hidden(gate_in))) + self.gate_linear(gate_in)
         return score.squeeze(-1).masked_fill(~batch.mask, 0.0)
 
+    def set_anchor(self, weights: torch.Tensor | None) -> None:
+        """Turn the linear anchor on with ``weights`` (float ``[num_features]``), or off (None).
+
+        Raises:
+            ValueError: ``weights`` of another shape, or not finite.
+        """
+        with torch.no_grad():
+            if weights is None:
+                self.anchor.zero_()
+                self.anchor_on.zero_()
+                return
+            w = weights.detach().to(self.anchor.dtype).reshape(-1)
+            if w.shape != self.anchor.shape or not bool(torch.isfinite(w).all()):
+                raise ValueError(f"anchor weights must be {tuple(self.anchor.shape)} and finite, got {tuple(w.shape)}")
+            self.anchor.copy_(w)
+            self.anchor_on.fill_(1.0)
+
+    @property
+    def has_anchor(self) -> bool:
+        """True while :meth:`score` ranks by the ensemble with the linear anchor."""
+        return bool(self.anchor_on.item() > 0)
+
     def score(self, batch: SessionBatch) -> torch.Tensor:
-        """:meth:`forward` without autograd (``torch.inference_mode``); scores ``[B, N]``."""
+        """The ranking scores ``[B, N]``, without autograd (``torch.inference_mode``).
+
+        Without an anchor: :meth:`forward`. With one (the full stage): the sum of the
+        within-session z-scores of :meth:`forward` and of the linear anchor ``features @
+        anchor`` (mean and standard deviation over each session's real candidates; a score
+        constant within a session contributes 0). Padded slots are 0. This is what
+        validation, the gates and serving rank by; training fits :meth:`forward` alone.
+        """
         with torch.inference_mode():
-            return self(batch)
+            full = self(batch)
+            if not self.has_anchor:
+                return full
+            linear = torch.einsum("bnf,f->bn", batch.features, self.anchor)
+            return (_within_session_z(full, batch.mask) + _within_session_z(linear, batch.mask)).masked_fill(
+                ~batch.mask, 0.0)
+
+
+def _within_session_z(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(x - mean) / (std + 1e-6)`` per row of ``scores [B, N]`` over ``mask [B, N]`` (population std)."""
+    m = mask.to(scores.dtype)
+    n = m.sum(-1, keepdim=True).clamp_min(1.0)
+    mean = (scores * m).sum(-1, keepdim=True) / n
+    var = (((scores - mean) * m) ** 2).sum(-1, keepdim=True) / n
+    return (scores - mean) / (var.sqrt() + 1e-6)
 
 
 def configure_threads(num_threads: int = 1) -> None:

@@ -130,6 +130,7 @@ def fit(
     seed: int = 0,
     validation: Sequence[SessionBatch] | None = None,
     grad_masks: Mapping[str, torch.Tensor] | None = None,
+    anchor: torch.Tensor | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -163,6 +164,9 @@ def fit(
             hold exactly those parameters (e.g. :meth:`MemoryScorer.feature_residual_masks`
             with an optimiser over ``gate_linear.weight``). Other parameters are taken out of
             autograd for the run (faster backward) and put back afterwards.
+        anchor: float ``[F]`` linear anchor of the clone (:meth:`MemoryScorer.set_anchor`),
+            set before training, so validation and the gates judge the ensemble the clone
+            will serve; None: the clone has none (the linear stage).
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -176,6 +180,7 @@ def fit(
     if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
         raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
     candidate, cand_opt = _clone(model, optimizer)
+    candidate.set_anchor(anchor)
     named = dict(candidate.named_parameters())
     masks: dict[torch.nn.Parameter, torch.Tensor] = {}
     if grad_masks is not None:
