@@ -129,6 +129,7 @@ def test_the_engine_serves_the_ensemble_in_the_full_stage_only(tmp_path, monkeyp
     train = make_sessions(40, signal="embedding", native_dim=DIM, n_candidates=12, n_relevant=3, seed=1)
     report = engine.train(train[:20], max_epochs=20)  # the linear stage
     assert report.accepted and engine.stage == "linear" and not engine.model.has_anchor
+    assert engine.status()["linear_anchor"] is False
     linear_weights = engine.model.gate_linear.weight.detach()[0, -NUM_FEATURES:].clone()
     report = engine.train(train, max_epochs=10)  # 40 sessions: the full stage
     assert engine.stage == "full"
@@ -140,5 +141,6 @@ def test_the_engine_serves_the_ensemble_in_the_full_stage_only(tmp_path, monkeyp
     before = [engine.score(s) for s in probe]
     restarted = PredictorEngine(tmp_path / "predictor", embedding_model_id="test-8", native_dim=DIM)
     assert restarted.model.has_anchor
+    assert restarted.status()["linear_anchor"] is True
     for s, want in zip(probe, before):
         np.testing.assert_allclose(restarted.score(s), want, rtol=1e-6, atol=1e-6)

@@ -318,6 +318,8 @@ class PredictorEngine:
             "feature_schema": CURRENT_SCHEMA.to_dict(), "embedding_model_id": self.embedding_model_id,
             "native_dim": self.native_dim, "checkpoint": str(self.checkpoint_path),
             "finetuned_from_base": self.is_finetuned_from_base,
+            # the full stage ranks by the ensemble with its linear anchor (anchor.py)
+            "linear_anchor": self.model.has_anchor,
         }
 
 
