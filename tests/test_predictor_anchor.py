@@ -87,16 +87,7 @@ def test_score_with_an_anchor_is_the_sum_of_within_session_z_scores():
         want = _z(full[b, :n].astype(np.float64)) + _z(feats[b, :n].astype(np.float64) @ w.numpy())
         np.testing.assert_allclose(got[b, :n], want, rtol=1e-4, atol=1e-4)
         assert np.all(got[b, n:] == 0.0)  # padded slots
-    model.set_anchor(w, full_weight=0.25)  # the ramp: the full model's z-score weighs a quarter
-    got = model.score(batch).numpy()
-    for b in range(2):
-        n = int(batch.mask[b].sum())
-        want = 0.25 * _z(full[b, :n].astype(np.float64)) + _z(feats[b, :n].astype(np.float64) @ w.numpy())
-        np.testing.assert_allclose(got[b, :n], want, rtol=1e-4, atol=1e-4)
-    with pytest.raises(ValueError, match="full_weight"):
-        model.set_anchor(w, full_weight=1.5)
     model.set_anchor(None)
-    assert float(model.full_weight) == 1.0
     torch.testing.assert_close(model.score(batch), plain)
     with pytest.raises(ValueError):
         model.set_anchor(torch.tensor([float("nan")] * NUM_FEATURES))
@@ -109,8 +100,8 @@ class _WriterBeforeTheAnchor(MemoryScorer):
 
     def state_dict(self, *args, **kwargs):
         state = super().state_dict(*args, **kwargs)
-        for key in ("anchor", "anchor_on", "full_weight"):
-            state.pop(key)
+        state.pop("anchor")
+        state.pop("anchor_on")
         return state
 
 
@@ -118,10 +109,10 @@ def test_checkpoints_keep_the_anchor_and_older_ones_load_without_it(tmp_path):
     batch = collate(sessions(2, seed=6), native_dim=DIM)
     meta = ckpt.CheckpointMeta("test-8", CURRENT_SCHEMA, {})
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=2)
-    model.set_anchor(torch.arange(NUM_FEATURES, dtype=torch.float32) / 10, full_weight=0.5)
+    model.set_anchor(torch.arange(NUM_FEATURES, dtype=torch.float32) / 10)
     ckpt.save(tmp_path / "new.bin", model, meta)
     loaded = ckpt.load(tmp_path / "new.bin", embedding_model_id="test-8", native_dim=DIM).model
-    assert loaded.has_anchor and float(loaded.full_weight) == 0.5
+    assert loaded.has_anchor
     torch.testing.assert_close(loaded.score(batch), model.score(batch))
 
     old = _WriterBeforeTheAnchor(ScorerConfig(native_dim=DIM), seed=2)
@@ -140,13 +131,10 @@ def test_the_engine_serves_the_ensemble_in_the_full_stage_only(tmp_path, monkeyp
     assert report.accepted and engine.stage == "linear" and not engine.model.has_anchor
     assert engine.status()["linear_anchor"] is False
     linear_weights = engine.model.gate_linear.weight.detach()[0, -NUM_FEATURES:].clone()
-    report = engine.train(train, max_epochs=10)  # 40 sessions: the full stage, with influence
+    report = engine.train(train, max_epochs=10)  # 40 sessions: the full stage
     assert engine.stage == "full"
     assert report.accepted, report.error
     assert engine.model.has_anchor
-    # a trained model with influence: the full model's weight starts at one ramp step
-    assert float(engine.model.full_weight) == C.FULL_STAGE_RAMP_STEP
-    assert engine.status()["full_weight"] == C.FULL_STAGE_RAMP_STEP
     # continued from the linear stage's weights, then trained on the 40 sessions' training part
     assert not torch.equal(engine.model.anchor, linear_weights)
     probe = sessions(3, seed=9)
@@ -156,13 +144,3 @@ def test_the_engine_serves_the_ensemble_in_the_full_stage_only(tmp_path, monkeyp
     assert restarted.status()["linear_anchor"] is True
     for s, want in zip(probe, before):
         np.testing.assert_allclose(restarted.score(s), want, rtol=1e-6, atol=1e-6)
-
-
-def test_without_influence_the_full_model_counts_in_full_at_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(C, "FULL_MODEL_MIN_SESSIONS", 30)
-    engine = PredictorEngine(tmp_path / "predictor", embedding_model_id="test-8", native_dim=DIM)
-    train = make_sessions(40, signal="embedding", native_dim=DIM, n_candidates=12, n_relevant=3, seed=1)
-    assert engine.train(train[:20], max_epochs=20, influential=False).accepted
-    report = engine.train(train, max_epochs=10, influential=False)
-    assert report.accepted, report.error
-    assert engine.model.has_anchor and float(engine.model.full_weight) == 1.0

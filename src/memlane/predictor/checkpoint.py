@@ -56,7 +56,7 @@ __all__ = [
 MAGIC = b"MLPRED\x00"
 FORMAT_VERSION = 1
 #: State keys a checkpoint may lack (added after format version 1 was fixed; default: off).
-_OPTIONAL_KEYS = frozenset({"anchor", "anchor_on", "full_weight"})
+_OPTIONAL_KEYS = frozenset({"anchor", "anchor_on"})
 _HEAD = struct.Struct("<III")  # version, flags, config_len
 _PARAMS_LEN = struct.Struct("<Q")
 _DIGEST = 32

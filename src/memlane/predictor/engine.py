@@ -246,12 +246,7 @@ class PredictorEngine:
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
                     early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
-            # With influence (the overlap gate enforced), the full model's weight ramps up
-            # run by run (FULL_STAGE_RAMP_STEP); otherwise it counts in full at once.
-            full_weight = 1.0
-            if anchor is not None and influential and self.trained:
-                full_weight = min(1.0, (float(live.full_weight) if live.has_anchor else 0.0) + C.FULL_STAGE_RAMP_STEP)
-            result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor, full_weight=full_weight,
+            result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
                          max_seconds=max_seconds, validation=validation or None,
                          max_epochs=max_epochs, early_stop_patience=early_stop_patience,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
@@ -325,7 +320,6 @@ class PredictorEngine:
             "finetuned_from_base": self.is_finetuned_from_base,
             # the full stage ranks by the ensemble with its linear anchor (anchor.py)
             "linear_anchor": self.model.has_anchor,
-            "full_weight": float(self.model.full_weight) if self.model.has_anchor else None,
         }
 
 

@@ -115,9 +115,6 @@ class MemoryScorer(nn.Module):
             # within-session z-scores. Off (0) in the linear stage and in older checkpoints.
             self.register_buffer("anchor", torch.zeros(cfg.num_features))
             self.register_buffer("anchor_on", torch.zeros(()))
-            # The full model's weight in that sum: ramped up over the first full-stage runs
-            # of a model with influence (engine.py), so no swap changes the top-5 at once.
-            self.register_buffer("full_weight", torch.ones(()))
             if cfg.num_features == NUM_FEATURES:
                 offset = 4 + cfg.d_value
                 self.gate_linear.weight.data.zero_()
@@ -221,20 +218,13 @@ class MemoryScorer(nn.Module):
         score = self.gate_out(F.gelu(self.gate_hidden(gate_in))) + self.gate_linear(gate_in)
         return score.squeeze(-1).masked_fill(~batch.mask, 0.0)
 
-    def set_anchor(self, weights: torch.Tensor | None, full_weight: float = 1.0) -> None:
+    def set_anchor(self, weights: torch.Tensor | None) -> None:
         """Turn the linear anchor on with ``weights`` (float ``[num_features]``), or off (None).
 
-        Args:
-            weights: the anchor's feature weights, or None for no anchor.
-            full_weight: the full model's weight in :meth:`score`'s sum, in [0, 1].
-
         Raises:
-            ValueError: ``weights`` of another shape or not finite; ``full_weight`` outside [0, 1].
+            ValueError: ``weights`` of another shape, or not finite.
         """
-        if not 0.0 <= full_weight <= 1.0:
-            raise ValueError(f"full_weight must be in [0, 1], got {full_weight}")
         with torch.no_grad():
-            self.full_weight.fill_(full_weight if weights is not None else 1.0)
             if weights is None:
                 self.anchor.zero_()
                 self.anchor_on.zero_()
@@ -253,10 +243,10 @@ class MemoryScorer(nn.Module):
     def score(self, batch: SessionBatch) -> torch.Tensor:
         """The ranking scores ``[B, N]``, without autograd (``torch.inference_mode``).
 
-        Without an anchor: :meth:`forward`. With one (the full stage): ``full_weight`` times
-        the within-session z-score of :meth:`forward`, plus that of the linear anchor
-        ``features @ anchor`` (mean and standard deviation over each session's real
-        candidates; a score constant within a session contributes 0). Padded slots are 0. This is what
+        Without an anchor: :meth:`forward`. With one (the full stage): the sum of the
+        within-session z-scores of :meth:`forward` and of the linear anchor ``features @
+        anchor`` (mean and standard deviation over each session's real candidates; a score
+        constant within a session contributes 0). Padded slots are 0. This is what
         validation, the gates and serving rank by; training fits :meth:`forward` alone.
         """
         with torch.inference_mode():
@@ -264,8 +254,7 @@ class MemoryScorer(nn.Module):
             if not self.has_anchor:
                 return full
             linear = torch.einsum("bnf,f->bn", batch.features, self.anchor)
-            return (self.full_weight * _within_session_z(full, batch.mask)
-                    + _within_session_z(linear, batch.mask)).masked_fill(
+            return (_within_session_z(full, batch.mask) + _within_session_z(linear, batch.mask)).masked_fill(
                 ~batch.mask, 0.0)
 
 

@@ -48,11 +48,6 @@ FULL_MODEL_MIN_SESSIONS = 300
 LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
 LINEAR_STAGE_MAX_EPOCHS = 200
 LINEAR_STAGE_PATIENCE = 40
-#: Full stage (anchor.py): the full model's weight next to the linear anchor grows by this per
-#: accepted run while the model has influence (the top-5 overlap gate is enforced): 0.25, 0.5,
-#: 0.75, 1. Switched in at full weight, the full model's top-5 overlapped the linear model's by
-#: 0.41-0.50 and the gate (>= 0.6) refused every run on two of three 400-session simulated users.
-FULL_STAGE_RAMP_STEP = 0.25
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
 NDCG_K = 10
 CRASH_WINDOW_S = 3600.0             # crashes counted over one hour

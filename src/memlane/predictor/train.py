@@ -131,7 +131,6 @@ def fit(
     validation: Sequence[SessionBatch] | None = None,
     grad_masks: Mapping[str, torch.Tensor] | None = None,
     anchor: torch.Tensor | None = None,
-    full_weight: float = 1.0,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -168,8 +167,6 @@ def fit(
         anchor: float ``[F]`` linear anchor of the clone (:meth:`MemoryScorer.set_anchor`),
             set before training, so validation and the gates judge the ensemble the clone
             will serve; None: the clone has none (the linear stage).
-        full_weight: the full model's weight next to the anchor, in [0, 1]
-            (:meth:`MemoryScorer.set_anchor`).
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -183,7 +180,7 @@ def fit(
     if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
         raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
     candidate, cand_opt = _clone(model, optimizer)
-    candidate.set_anchor(anchor, full_weight)
+    candidate.set_anchor(anchor)
     named = dict(candidate.named_parameters())
     masks: dict[torch.nn.Parameter, torch.Tensor] = {}
     if grad_masks is not None:
