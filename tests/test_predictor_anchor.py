@@ -55,6 +55,20 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     assert float((stage_order == anchor_order).float().mean()) > 0.99
 
 
+def test_mini_batches_of_other_slate_lengths_train_as_one_full_batch():
+    long = sessions(10)
+    short = make_sessions(6, signal="features", native_dim=DIM, n_candidates=8, n_relevant=2, seed=5)
+    init = torch.zeros(NUM_FEATURES)
+    kw = dict(lr=C.LEARNING_RATE, max_epochs=30, early_stop_patience=40, max_seconds=1e9)
+    one = fit_linear_anchor([collate(long + short, native_dim=DIM)], init, LOSS, **kw)
+    two = fit_linear_anchor([collate(long, native_dim=DIM), collate(short, native_dim=DIM)], init, LOSS, **kw)
+    batch = collate(long + short, native_dim=DIM)
+    real = batch.mask.unsqueeze(-1)
+    varies = ((batch.features.masked_fill(~real, float("inf")).amin(1)
+               != batch.features.masked_fill(~real, float("-inf")).amax(1)).any(0))
+    torch.testing.assert_close(two[varies], one[varies], atol=1e-5, rtol=1e-4)
+
+
 def test_anchor_fit_bad_input_and_no_data():
     init = torch.zeros(NUM_FEATURES)
     assert torch.equal(fit_linear_anchor([], init, LOSS, lr=0.01, max_epochs=5, early_stop_patience=2), init)

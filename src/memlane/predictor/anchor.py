@@ -26,6 +26,7 @@ import torch
 
 from memlane.predictor.data import SessionBatch
 from memlane.predictor.losses import LossFn
+from memlane.predictor.padding import PADDED_Y_VALUE
 
 __all__ = ["fit_linear_anchor"]
 
@@ -45,7 +46,9 @@ def fit_linear_anchor(
     """Fit the feature weights of a linear ranker ``score = features @ w`` by the listwise loss.
 
     Args:
-        batches: training batches (features ``[B, N, F]``, labels ``[B, N]``, confidence ``[B]``).
+        batches: training batches (features ``[B, N, F]``, labels ``[B, N]``, confidence
+            ``[B]``). They are joined into one full batch, as the linear stage trains: one
+            Adam step per epoch, whatever the mini-batch size they were collated with.
         init: float ``[F]`` starting weights (the previous anchor, or the linear stage's
             weights, so each retrain continues from the last one as the live model does).
         loss_fn: ``(y_pred [B, N], y_true [B, N], session_weights [B]) -> scalar`` (ListNet).
@@ -68,16 +71,17 @@ def fit_linear_anchor(
         raise ValueError(f"init must be [F], got {tuple(init.shape)}")
     if batches and batches[0].features.shape[-1] != init.shape[0]:
         raise ValueError(f"init has {init.shape[0]} weights, the features {batches[0].features.shape[-1]} columns")
+    joined = [_join(batches)] if batches else []
     w = init.detach().clone().float().requires_grad_(True)
     opt = torch.optim.Adam([w], lr=lr)
     start = time.monotonic()
     best, stale = math.inf, 0
     for _ in range(max_epochs if batches else 0):
         epoch: list[float] = []
-        for batch in batches:
+        for features, labels, confidence in joined:
             if time.monotonic() - start >= max_seconds:
                 return w.detach()
-            loss = loss_fn(torch.einsum("bnf,f->bn", batch.features, w), batch.labels, batch.confidence)
+            loss = loss_fn(torch.einsum("bnf,f->bn", features, w), labels, confidence)
             value = float(loss.detach())
             if not math.isfinite(value):
                 return init.detach().clone().float()
@@ -95,3 +99,15 @@ def fit_linear_anchor(
             if stale >= early_stop_patience:
                 break
     return w.detach()
+
+
+def _join(batches: Sequence[SessionBatch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Features ``[S, N, F]``, labels ``[S, N]`` (padding: ``PADDED_Y_VALUE``) and confidence
+    ``[S]`` of every session of ``batches``, padded to the longest slate ``N``."""
+    n = max(b.features.shape[1] for b in batches)
+    feats, labels = [], []
+    for b in batches:
+        pad = n - b.features.shape[1]
+        feats.append(torch.nn.functional.pad(b.features, (0, 0, 0, pad)))
+        labels.append(torch.nn.functional.pad(b.labels, (0, pad), value=PADDED_Y_VALUE))
+    return torch.cat(feats), torch.cat(labels), torch.cat([b.confidence for b in batches])

@@ -242,7 +242,7 @@ class PredictorEngine:
                 t_anchor = time.monotonic()
                 init = live.anchor if live.has_anchor else live.gate_linear.weight.detach()[0, -live.config.num_features:]
                 anchor = fit_linear_anchor(
-                    batched(labelled, batch_size=C.LINEAR_STAGE_BATCH_SIZE, native_dim=nd), init, loss_fn,
+                    train_batches, init, loss_fn,
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
                     early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
