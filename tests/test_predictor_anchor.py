@@ -35,8 +35,8 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
     stage = fit(model, opt, LOSS, [batch], max_epochs=40, early_stop_patience=40, max_seconds=1e9,
                 grad_masks=model.feature_residual_masks())
-    linear_stage = stage.model.gate_linear.weight.detach()[0, -NUM_FEATURES:]
-    init = model.gate_linear.weight.detach()[0, -NUM_FEATURES:]
+    linear_stage = stage.model.feature_weights()
+    init = model.feature_weights()
     anchor = fit_linear_anchor([batch], init, LOSS, lr=C.LEARNING_RATE, max_epochs=40, early_stop_patience=40,
                                max_seconds=1e9)
     assert not torch.equal(anchor, init)  # it trained
@@ -49,7 +49,7 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     assert int(varies.sum()) >= 4
     torch.testing.assert_close(anchor[varies], linear_stage[varies], atol=1e-5, rtol=1e-4)
     # the live model is untouched, and the anchor ranks as the linear-stage model does
-    torch.testing.assert_close(model.gate_linear.weight.detach()[0, -NUM_FEATURES:], init)
+    torch.testing.assert_close(model.feature_weights(), init)
     stage_order = torch.argsort(stage.model.score(batch), dim=-1, descending=True)
     anchor_order = torch.argsort(torch.einsum("bnf,f->bn", batch.features, anchor), dim=-1, descending=True)
     assert float((stage_order == anchor_order).float().mean()) > 0.99
@@ -144,7 +144,7 @@ def test_the_engine_serves_the_ensemble_in_the_full_stage_only(tmp_path, monkeyp
     report = engine.train(train[:20], max_epochs=20)  # the linear stage
     assert report.accepted and engine.stage == "linear" and not engine.model.has_anchor
     assert engine.status()["linear_anchor"] is False
-    linear_weights = engine.model.gate_linear.weight.detach()[0, -NUM_FEATURES:].clone()
+    linear_weights = engine.model.feature_weights().clone()
     report = engine.train(train, max_epochs=10)  # 40 sessions: the full stage
     assert engine.stage == "full"
     assert report.accepted, report.error

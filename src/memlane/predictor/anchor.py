@@ -53,7 +53,7 @@ def fit_linear_anchor(
             weights, so each retrain continues from the last one as the live model does).
         loss_fn: ``(y_pred [B, N], y_true [B, N], session_weights [B]) -> scalar`` (ListNet).
         lr: Adam learning rate.
-        max_epochs: passes over ``batches``.
+        max_epochs: passes over ``batches`` (one Adam step each).
         early_stop_patience: epochs without the mean epoch loss improving by
             ``min_improvement`` (nats) before stopping.
         max_seconds: wall-clock cap (s), checked before every step.
@@ -71,29 +71,27 @@ def fit_linear_anchor(
         raise ValueError(f"init must be [F], got {tuple(init.shape)}")
     if batches and batches[0].features.shape[-1] != init.shape[0]:
         raise ValueError(f"init has {init.shape[0]} weights, the features {batches[0].features.shape[-1]} columns")
-    joined = [_join(batches)] if batches else []
+    if not batches:
+        return init.detach().clone().float()
+    features, labels, confidence = _join(batches)
     w = init.detach().clone().float().requires_grad_(True)
     opt = torch.optim.Adam([w], lr=lr)
     start = time.monotonic()
     best, stale = math.inf, 0
-    for _ in range(max_epochs if batches else 0):
-        epoch: list[float] = []
-        for features, labels, confidence in joined:
-            if time.monotonic() - start >= max_seconds:
-                return w.detach()
-            loss = loss_fn(torch.einsum("bnf,f->bn", features, w), labels, confidence)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return init.detach().clone().float()
-            epoch.append(value)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
-            opt.step()
-        mean = sum(epoch) / len(epoch)
-        if mean < best - min_improvement:
-            best, stale = mean, 0
+    for _ in range(max_epochs):  # one full-batch step per epoch, as the linear stage
+        if time.monotonic() - start >= max_seconds:
+            break
+        loss = loss_fn(torch.einsum("bnf,f->bn", features, w), labels, confidence)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return init.detach().clone().float()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
+        opt.step()
+        if value < best - min_improvement:
+            best, stale = value, 0
         else:
             stale += 1
             if stale >= early_stop_patience:

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor import settings as C
+from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import Session, batched, collate
 from memlane.predictor.errors import CheckpointError
 from memlane.predictor.features import CURRENT_SCHEMA
@@ -240,7 +240,7 @@ class PredictorEngine:
                 # training sessions, continued from the previous anchor (or from the linear
                 # stage's weights at the switch); it shares the run's time cap.
                 t_anchor = time.monotonic()
-                init = live.anchor if live.has_anchor else live.gate_linear.weight.detach()[0, -live.config.num_features:]
+                init = live.anchor if live.has_anchor else live.feature_weights()
                 anchor = fit_linear_anchor(
                     train_batches, init, loss_fn,
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,

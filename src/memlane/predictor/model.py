@@ -140,8 +140,18 @@ class MemoryScorer(nn.Module):
             ``num_features`` columns). Parameters not named are not trained in that stage.
         """
         mask = torch.zeros_like(self.gate_linear.weight)
-        mask[0, self.config.gate_inputs - self.config.num_features:] = 1.0
+        mask[0, self._feature_columns] = 1.0
         return {"gate_linear.weight": mask}
+
+    @property
+    def _feature_columns(self) -> slice:
+        """The linear gate's columns that weigh the versioned features (its last ``num_features``)."""
+        return slice(self.config.gate_inputs - self.config.num_features, self.config.gate_inputs)
+
+    def feature_weights(self) -> torch.Tensor:
+        """A copy of the linear gate's feature weights, float ``[num_features]``: in the linear
+        stage the whole model is ``features @ feature_weights()`` plus a constant."""
+        return self.gate_linear.weight.detach()[0, self._feature_columns].clone()
 
     def count_parameters(self) -> int:
         """Number of trainable scalars (seed budget: under 2M)."""
