@@ -8,10 +8,12 @@ into a feature matrix with :func:`memlane.predictor.features.feature_matrix_from
 :func:`build_session` here, so a model is never trained on features it is not served
 (the failure of the one public predictor of this design).
 
-One signal is not logged but derived from the database by :func:`derived_signals`, with the
-same function and the same cut-off on both paths: ``names_other_project`` (schema v4), which
-needs the projects the user had started sessions in before the session (the sidecar derives
-it when it scores, :func:`load_sessions` when it loads a session for training).
+Three signals are not logged but derived from the database by :func:`derived_signals`, with
+the same function and the same cut-off on both paths: ``names_other_project`` (schema v4),
+which needs the projects the user had started sessions in before the session, and the two
+project-vocabulary flags (schema v5, :mod:`memlane.predictor.vocabulary`), which need every
+memory written before it (the sidecar derives them when it scores, :func:`load_sessions` when
+it loads a session for training).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor.data import Session
+from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.features import (
     CandidateFeatures,
     build_feature_matrix,
@@ -39,13 +42,13 @@ __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_sig
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
 
 #: The per-candidate signals :func:`derived_signals` reads from the database (not logged).
-DERIVED_SIGNALS = ("names_other_project",)
+DERIVED_SIGNALS = ("names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary")
 
 
 def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
                     session_time: datetime,
-                    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None
-                    ) -> dict[str, dict[str, Any]]:
+                    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None,
+                    vocabulary: VocabularyCache | None = None) -> dict[str, dict[str, Any]]:
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
 
     ``names_other_project``: the memory is stored under a project other than ``project``, or
@@ -67,26 +70,35 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         memories: returns ``{memory_id: (its project, its content)}`` for ``ids`` when the
             caller reads those rows anyway (the sidecar); called only when there is a project.
             None: read here.
+        vocabulary: a cache that lives across calls (the sidecar's; one per
+            :func:`load_sessions`); it is synced with ``conn`` here. None: a new one (reads
+            every memory).
 
     Returns:
-        ``{memory_id: {"names_other_project": bool}}`` for every id in ``ids``.
+        ``{memory_id: {signal: bool}}`` with the :data:`DERIVED_SIGNALS` for every id in ``ids``.
     """
     from memlane.services.clock import to_iso
 
-    out: dict[str, dict[str, Any]] = {m: {"names_other_project": False} for m in ids}
+    out: dict[str, dict[str, Any]] = {m: dict.fromkeys(DERIVED_SIGNALS, False) for m in ids}
     if project is None or not ids:
         return out
     own = project_name(project)
     before = to_iso(session_time)
-    # Distinct projects by index seeks on sessions(project, started_at): one seek per project,
-    # not a scan of every session (100 candidates at 5,000 sessions: 1.7 -> 0.8 ms p50).
-    names = sorted({n for (p,) in conn.execute(
+    known = [p for (p,) in conn.execute(
         """WITH RECURSIVE p(x) AS (SELECT min(project) FROM sessions
                                    UNION ALL SELECT (SELECT min(project) FROM sessions WHERE project > x)
                                    FROM p WHERE x IS NOT NULL)
-           SELECT x FROM p WHERE x IS NOT NULL AND x != ?
-             AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""",
-        (project, before)) if (n := project_name(p)) is not None and n != own})
+           SELECT x FROM p WHERE x IS NOT NULL
+             AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""", (before,))]
+    cache = vocabulary if vocabulary is not None else VocabularyCache()
+    cache.sync(conn)
+    for mid, (mine, other) in cache.signals(ids, project=project, cutoff=before, known_projects=known).items():
+        out[mid]["shares_project_vocabulary"] = mine
+        out[mid]["shares_other_project_vocabulary"] = other
+    # The projects started before, by index seeks on sessions(project, started_at) above: one
+    # seek per project, not a scan of every session (100 candidates at 5,000 sessions: 1.7 ->
+    # 0.8 ms p50).
+    names = sorted({n for p in known if p != project and (n := project_name(p)) is not None and n != own})
     rows = memories() if memories is not None else _project_and_content(conn, ids)
     for mid, (stored, content) in rows.items():
         if mid in out:
@@ -124,7 +136,9 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             bm25_score=None if raw.get("bm25_score") is None else float(raw["bm25_score"]),
             vector_score=None if raw.get("vector_score") is None else float(raw["vector_score"]),
             mentions_project=bool(raw.get("mentions_project", False)),
-            names_other_project=bool(raw.get("names_other_project", False)))
+            names_other_project=bool(raw.get("names_other_project", False)),
+            shares_project_vocabulary=bool(raw.get("shares_project_vocabulary", False)),
+            shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -192,6 +206,7 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
     skipped (no ranking signal).
     """
     out: list[Session] = []
+    vocabulary = VocabularyCache()  # sessions come newest first: its cut-off moves back
     for s in pred_sql.training_sessions(conn, min_confidence=min_confidence, limit=limit, keys=keys):
         rows = pred_sql.session_candidates(conn, s.session_key, embedding_model)
         rows = [r for r in rows if r.features is not None]
@@ -204,7 +219,8 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
         try:
             when = datetime.fromisoformat(str(sig.get("session_time") or s.started_at).replace("Z", "+00:00"))
             ctx = _vector(s.context_vector, native_dim) if s.context_model == embedding_model else None
-            derived = derived_signals(conn, [r.memory_id for r in rows], project=s.project, session_time=when)
+            derived = derived_signals(conn, [r.memory_id for r in rows], project=s.project, session_time=when,
+                                      vocabulary=vocabulary)
             out.append(build_session(
                 candidates=[{**(r.features or {}), **derived[r.memory_id]} for r in rows], session_time=when,
                 session_gap_hours=float(sig.get("session_gap_hours", 0.0)),

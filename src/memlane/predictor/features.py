@@ -36,7 +36,7 @@ __all__ = [
     "project_name",
 ]
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -60,6 +60,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "vector_score",  # the vector leg's score (cosine); 0 when the leg did not rank it
     "mentions_project",  # 1 when the memory belongs to or names the session's project
     "names_other_project",  # 1 when the memory is stored under or names another project of the user
+    "shares_project_vocabulary",  # 1 when a memory naming no project uses words only the session's project's notes use
+    "shares_other_project_vocabulary",  # 1 when it uses words only another project's notes use
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -123,8 +125,15 @@ class CandidateFeatures:
             the project (e.g. "acme-api" for /home/me/src/acme-api).
         names_other_project: the memory is stored under a project other than the session's, or
             its text names one (a project the user started a session in before this session;
-            :func:`memlane.predictor.dataset.other_project_signals`).
+            :func:`memlane.predictor.dataset.derived_signals`).
+        shares_project_vocabulary: the memory is stored under no project and names none, and
+            its text contains a token that only memories of the session's project contain
+            (:mod:`memlane.predictor.vocabulary`).
+        shares_other_project_vocabulary: the same, for a token of another project.
 
+    Schema v5 added the two vocabulary flags: about a third of the candidates of a user's
+    vague session starts are notes of some project that name none ("Deploys go out via make
+    release to fly.io"), and only their words say which project (docs/predictor.md).
     Schema v4 added ``names_other_project``: when a vague start ("fix the failing build") ranks
     every project's notes on the topic alike, a note naming another project is the wrong
     project's, while a note naming none (a general note, a preference) may apply anywhere;
@@ -148,6 +157,8 @@ class CandidateFeatures:
     vector_score: float | None = None
     mentions_project: bool = False
     names_other_project: bool = False
+    shares_project_vocabulary: bool = False
+    shares_other_project_vocabulary: bool = False
 
 
 def project_name(project: str | None) -> str | None:
@@ -229,6 +240,8 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             0.0 if c.vector_score is None else _finite(c.vector_score, "vector_score", i),
             float(bool(c.mentions_project)),
             float(bool(c.names_other_project)),
+            float(bool(c.shares_project_vocabulary)),
+            float(bool(c.shares_other_project_vocabulary)),
         ]
     return rows
 
@@ -278,6 +291,9 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
             "bm25_score": opt("bm25_score"), "vector_score": opt("vector_score"),
             "mentions_project": [bool(r.get("mentions_project", False)) for r in signals],
             "names_other_project": [bool(r.get("names_other_project", False)) for r in signals],
+            "shares_project_vocabulary": [bool(r.get("shares_project_vocabulary", False)) for r in signals],
+            "shares_other_project_vocabulary": [bool(r.get("shares_other_project_vocabulary", False))
+                                                for r in signals],
         }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
@@ -303,6 +319,6 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score"):
         rows[:, i[name]] = numeric[name]
     for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",
-                 "names_other_project"):
+                 "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary"):
         rows[:, i[name]] = np.array(cols[name], dtype=np.float64)
     return rows.astype(np.float32)

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +38,7 @@ import orjson
 
 from memlane.predictor import settings as C
 from memlane.predictor.dataset import build_session, derived_signals, load_sessions
+from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.storage import predictor as pred_sql
 
@@ -219,6 +220,7 @@ class Sidecar:
         self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor-train")
         self._training = threading.Event()
         self._local = threading.local()
+        self.vocabulary = VocabularyCache()  # the score path's (one thread); training loads its own
         self.methods: dict[str, Callable[[Any], Any]] = {
             "score": self.score, "train": self.train, "train_from_db": self.train_from_db,
             "status": self.status, "save_checkpoint": self.save_checkpoint}
@@ -311,7 +313,8 @@ class Sidecar:
             if not self.db_path:
                 return {}
             return derived_signals(self._conn(), ids, project=project, session_time=when,
-                                   memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()})
+                                   memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()},
+                                   vocabulary=self.vocabulary)
 
         return lookup, derive
 
@@ -456,6 +459,17 @@ def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, nativ
     engine, load_error = load_or_fresh(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim,
                                        base_weights=base_weights)
     sidecar = Sidecar(engine, db_path, out, load_error)
+    if db_path:  # read every memory's words now, not in the first session-start's score request
+        try:
+            conn = sidecar._conn()
+            sidecar.vocabulary.sync(conn)
+            last = conn.execute("SELECT project FROM sessions WHERE project IS NOT NULL "
+                                "ORDER BY started_at DESC LIMIT 1").fetchone()
+            if last:  # and count its words as of now, for the latest session's project
+                derived_signals(conn, ["warm-up"], project=last[0], session_time=datetime.now(timezone.utc),
+                                vocabulary=sidecar.vocabulary)
+        except sqlite3.Error as exc:
+            log.warning("project vocabulary not loaded at start-up: %s", exc)
     # Warm the scoring path once (first-call allocations), then announce readiness.
     sidecar.score({"candidate_ids": ["warm-a", "warm-b"], "candidate_texts": ["a", "b"],
                    "candidate_embeddings": [None, None], "context_text": "warm up"})

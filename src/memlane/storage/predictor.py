@@ -271,3 +271,36 @@ def save_state(conn: sqlite3.Connection, state: Mapping[str, Any], at: str) -> N
     conn.execute("INSERT INTO predictor_state(id, state, updated_at) VALUES (1, ?, ?) "
                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
                  (json.dumps(dict(state)), at))
+
+
+@dataclass(frozen=True, slots=True)
+class VocabularyRow:
+    """One memory as the project-vocabulary signals read it (:mod:`memlane.predictor.vocabulary`)."""
+
+    seq: int
+    id: str
+    project: str | None
+    content: str
+    created_at: str
+    updated_at: str
+    is_deleted: bool
+
+
+def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0, updated_after: str | None = None,
+                    upto_seq: int | None = None) -> list[VocabularyRow]:
+    """Memories with ``seq > after_seq`` (deleted ones included, so a reader can drop them), or
+    with ``updated_at >= updated_after`` and ``seq <= upto_seq`` when ``updated_after`` is given
+    (``>=``: two writes can share a millisecond; a reader re-reads the rows at its mark)."""
+    cols = "seq, id, project, content, created_at, updated_at, is_deleted"
+    if updated_after is None:
+        rows = conn.execute(f"SELECT {cols} FROM memories WHERE seq > ? ORDER BY seq", (after_seq,))
+    else:
+        rows = conn.execute(f"SELECT {cols} FROM memories WHERE seq <= ? AND updated_at >= ? ORDER BY seq",
+                            (upto_seq if upto_seq is not None else after_seq, updated_after))
+    return [VocabularyRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows.fetchall()]
+
+
+def live_memory_count(conn: sqlite3.Connection) -> int:
+    """Live (not deleted) memories: a reader's check that no row it holds was removed outright
+    (a covering scan of ``idx_memories_project``, not of the table)."""
+    return int(conn.execute("SELECT count(*) FROM memories WHERE is_deleted = 0").fetchone()[0])
