@@ -221,8 +221,10 @@ def test_scoring_and_training_build_the_same_v5_matrix(store):
                                                      min_confidence=0.6)}
     assert set(stored) == {"ledger-1", "acme-3", "acme-4", "acme-6"}
     mine, other = FEATURE_INDEX["shares_project_vocabulary"], FEATURE_INDEX["shares_other_project_vocabulary"]
-    derive = lambda m, project, when: derived_signals(conn, m, project=project, session_time=when,  # noqa: E731
-                                                      vocabulary=cache)
+    def derive(m, project, when):
+        cache.sync(conn)  # as the sidecar does before each score request
+        return derived_signals(conn, m, project=project, session_time=when, vocabulary=cache)
+
     lookup = lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()}  # noqa: E731
     cache = VocabularyCache()  # one cache across requests, as the sidecar keeps it
     for key in ("acme-6", "ledger-1", "acme-3", "acme-4"):

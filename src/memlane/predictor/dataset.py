@@ -70,9 +70,9 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         memories: returns ``{memory_id: (its project, its content)}`` for ``ids`` when the
             caller reads those rows anyway (the sidecar); called only when there is a project.
             None: read here.
-        vocabulary: a cache that lives across calls (the sidecar's; one per
-            :func:`load_sessions`); it is synced with ``conn`` here. None: a new one (reads
-            every memory).
+        vocabulary: a cache that lives across calls (the sidecar's, synced before each score
+            request; one per :func:`load_sessions`, synced once), synced with ``conn`` by the
+            caller. None: a new one, read here (every memory).
 
     Returns:
         ``{memory_id: {signal: bool}}`` with the :data:`DERIVED_SIGNALS` for every id in ``ids``.
@@ -90,8 +90,10 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
                                    FROM p WHERE x IS NOT NULL)
            SELECT x FROM p WHERE x IS NOT NULL
              AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""", (before,))]
-    cache = vocabulary if vocabulary is not None else VocabularyCache()
-    cache.sync(conn)
+    cache = vocabulary
+    if cache is None:
+        cache = VocabularyCache()
+        cache.sync(conn)
     for mid, (mine, other) in cache.signals(ids, project=project, cutoff=before, known_projects=known).items():
         out[mid]["shares_project_vocabulary"] = mine
         out[mid]["shares_other_project_vocabulary"] = other
@@ -206,7 +208,8 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
     skipped (no ranking signal).
     """
     out: list[Session] = []
-    vocabulary = VocabularyCache()  # sessions come newest first: its cut-off moves back
+    vocabulary = VocabularyCache()  # read once; sessions come newest first, its cut-off moves back
+    vocabulary.sync(conn)
     for s in pred_sql.training_sessions(conn, min_confidence=min_confidence, limit=limit, keys=keys):
         rows = pred_sql.session_candidates(conn, s.session_key, embedding_model)
         rows = [r for r in rows if r.features is not None]

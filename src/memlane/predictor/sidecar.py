@@ -312,6 +312,8 @@ class Sidecar:
         def derive(ids: list[str], project: str | None, when: datetime) -> dict[str, dict[str, Any]]:
             if not self.db_path:
                 return {}
+            if project is not None:
+                self.vocabulary.sync(self._conn())
             return derived_signals(self._conn(), ids, project=project, session_time=when,
                                    memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()},
                                    vocabulary=self.vocabulary)

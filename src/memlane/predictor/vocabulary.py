@@ -83,6 +83,7 @@ class VocabularyCache:
         self._order: list[tuple[str, int]] = []  # keys of self._mem, sorted
         self._max_seq = 0
         self._max_updated = ""
+        self._held: dict[int, str] = {}  # seq -> updated_at as last read (deleted rows too)
         self._cutoff: str | None = None  # memories with created_at < cutoff are included
         self._names: frozenset[str] = frozenset()  # project names that count as named
         self._k = 0  # number of included memories: self._order[:self._k]
@@ -96,8 +97,11 @@ class VocabularyCache:
             sqlite3.Error: the read failed (the cache is then reloaded on the next call).
         """
         try:
-            self._apply(pred_sql.vocabulary_rows(conn, updated_after=self._max_updated, upto_seq=self._max_seq)
-                        if self._mem else [])
+            if self._mem:  # edits and soft deletes of rows held: re-read the rows whose mark moved
+                moved = [seq for seq, at in pred_sql.updated_since(conn, self._max_updated, self._max_seq)
+                         if self._held.get(seq) != at]
+                if moved:
+                    self._apply(pred_sql.vocabulary_rows(conn, seqs=moved))
             self._apply(pred_sql.vocabulary_rows(conn, after_seq=self._max_seq))
             if pred_sql.live_memory_count(conn) != len(self._mem):
                 self._reset()  # a row was removed outright (not soft-deleted): reload everything
@@ -111,6 +115,7 @@ class VocabularyCache:
             self._max_seq = max(self._max_seq, r.seq)
             self._max_updated = max(self._max_updated, r.updated_at or "")
             self._drop(r.seq)
+            self._held[r.seq] = r.updated_at or ""
             if not r.is_deleted:
                 self._put(r)
 

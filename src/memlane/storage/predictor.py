@@ -286,18 +286,28 @@ class VocabularyRow:
     is_deleted: bool
 
 
-def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0, updated_after: str | None = None,
-                    upto_seq: int | None = None) -> list[VocabularyRow]:
-    """Memories with ``seq > after_seq`` (deleted ones included, so a reader can drop them), or
-    with ``updated_at >= updated_after`` and ``seq <= upto_seq`` when ``updated_after`` is given
-    (``>=``: two writes can share a millisecond; a reader re-reads the rows at its mark)."""
+def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0,
+                    seqs: Sequence[int] | None = None) -> list[VocabularyRow]:
+    """Memories with ``seq > after_seq``, or exactly those with the given ``seqs``; deleted
+    ones included (a reader drops them), in ``seq`` order."""
     cols = "seq, id, project, content, created_at, updated_at, is_deleted"
-    if updated_after is None:
-        rows = conn.execute(f"SELECT {cols} FROM memories WHERE seq > ? ORDER BY seq", (after_seq,))
+    if seqs is None:
+        rows = conn.execute(f"SELECT {cols} FROM memories WHERE seq > ? ORDER BY seq", (after_seq,)).fetchall()
     else:
-        rows = conn.execute(f"SELECT {cols} FROM memories WHERE seq <= ? AND updated_at >= ? ORDER BY seq",
-                            (upto_seq if upto_seq is not None else after_seq, updated_after))
-    return [VocabularyRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows.fetchall()]
+        rows = []
+        for i in range(0, len(seqs), 500):
+            chunk = list(seqs[i:i + 500])
+            rows += conn.execute(f"SELECT {cols} FROM memories WHERE seq IN ({','.join('?' * len(chunk))})",
+                                 chunk).fetchall()
+        rows.sort(key=lambda r: r[0])
+    return [VocabularyRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
+
+
+def updated_since(conn: sqlite3.Connection, mark: str, upto_seq: int) -> list[tuple[int, str]]:
+    """``(seq, updated_at)`` of memories with ``seq <= upto_seq`` and ``updated_at >= mark``
+    (``>=``: two writes can share a millisecond), from ``idx_memories_updated`` alone."""
+    return [(int(r[0]), r[1]) for r in conn.execute(
+        "SELECT seq, updated_at FROM memories WHERE updated_at >= ? AND seq <= ?", (mark, upto_seq))]
 
 
 def live_memory_count(conn: sqlite3.Connection) -> int:
