@@ -70,19 +70,6 @@ def _session(conn: sqlite3.Connection, key: str, project: str, started_at: str, 
                          novel_context_count=0, reasoning=None, scorer="llm", model=None, at=started_at)
 
 
-def _rated_session(conn, key, project, at, labels):
-    """A session with a project whose candidates ``labels`` (memory id -> label) were scored at ``at``."""
-    sess_sql.insert_session(conn, key=key, project=project, harness="t", cwd=None, context="c", started_at=at,
-                            predictor_state="collecting")
-    sess_sql.record_candidates(conn, key, [sess_sql.CandidateRow(memory_id=m, source="effective", final_score=1.0,
-                                                                 rank=i, was_injected=True)
-                                           for i, m in enumerate(labels)], at)
-    rid = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall())
-    sess_sql.write_labels(conn, [(rid[m], lab, lab, ["test"]) for m, lab in labels.items()])
-    sess_sql.write_score(conn, key, score=0.8, confidence=0.9, memories_recalled=2, memories_used=1,
-                         novel_context_count=0, reasoning=None, scorer="llm", model=None, at=at)
-
-
 def _raw(i: int) -> dict:
     return {"age_days": 1.0 + i, "importance": 0.5, "access_count": 0, "is_embedded": True,
             "baseline_score": 1.0 / (i + 1), "baseline_rank": i, "context_similarity": 0.1 * i}
@@ -182,11 +169,7 @@ def _fresh(conn, ids, project, cutoff, known):
 
 
 def test_moving_the_cut_off_back_and_forth_equals_a_fresh_cache(store):
-    path, db, ids, _ = store
-    # ratings that make unnamed notes a project's (and one note two projects')
-    db.write(lambda c: _rated_session(c, "r1", LEDGER, "2026-02-02T12:00:00.000Z", {"u-ledger": 0.7, "u-both": 0.7}))
-    db.write(lambda c: _rated_session(c, "r2", ACME, "2026-02-03T12:00:00.000Z", {"u-acme": 0.7, "u-none": 0.7}))
-    db.write(lambda c: _rated_session(c, "r3", ACME, "2026-02-04T12:00:00.000Z", {"u-both": 0.7, "u-none": 0.3}))
+    path, _, ids, _ = store
     conn = open_readonly(path)
     cache = VocabularyCache()
     cache.sync(conn)
@@ -269,49 +252,3 @@ def test_the_sidecar_loads_the_vocabulary_once_and_follows_appends(store):
     cache.sync(conn)
     assert len(cache._mem) == first + 1 == len(ids) + 1
     conn.close()
-
-
-def test_a_note_rated_needed_in_one_projects_sessions_teaches_that_projects_words(tmp_path):
-    db = Database(tmp_path / "m.db")
-    migrate(db)
-    rng = np.random.default_rng(5)
-    ctx = rng.normal(size=DIM).astype(np.float32)
-    notes = [("n1", "ledger: the journal_entries table is partitioned by month.", None),
-             ("u-x", "Backfill journal_entries with the batch job, then vacuum.", None),
-             ("u-y", "The nightly batch for journal_entries needs a lock.", None)]
-    db.write(lambda c: [_memory(c, m, t, p, "2026-02-01T07:00:00.000Z", rng.normal(size=DIM).astype(np.float32))
-                        for m, t, p in notes])
-
-    db.write(lambda c: _rated_session(c, "s-ledger", LEDGER, "2026-02-01T10:00:00.000Z", {"u-x": 0.72, "n1": 0.0}))
-    db.write(lambda c: _rated_session(c, "s-acme", ACME, "2026-02-02T10:00:00.000Z", {"u-y": 0.0}))
-    conn = open_readonly(tmp_path / "m.db")
-    cache = VocabularyCache()
-
-    def flags(project, day_iso, ids=("u-y",)):
-        cache.sync(conn)
-        known = [LEDGER, ACME] if day_iso > "2026-02-02T10" else [LEDGER]
-        got = cache.signals(list(ids), project=project, cutoff=day_iso, known_projects=known)
-        assert got == _fresh(conn, list(ids), project, day_iso, known)
-        return got["u-y"]
-
-    # n1 names ledger; u-x, rated needed in a ledger session, now counts as ledger's too:
-    # "journal_entries" is in two of ledger's notes and in no other project's
-    assert flags(ACME, "2026-02-03T09:00:00.000Z") == (False, True)
-    assert flags(LEDGER, "2026-02-03T09:00:00.000Z") == (True, False)
-    # before the ledger session was scored, u-x was nobody's and the word had one note
-    assert flags(LEDGER, "2026-02-01T09:30:00.000Z") == (False, False)
-    # the session is scored again (later, as a re-score is) without that rating: the next sync drops it
-    db.write(lambda c: sess_sql.write_labels(c, [(c.execute(
-        "SELECT id FROM session_memories WHERE session_key = 's-ledger' AND memory_id = 'u-x'").fetchone()[0],
-        0.0, 0.0, ["test"])]))
-    db.write(lambda c: sess_sql.write_score(c, "s-ledger", score=0.5, confidence=0.9, memories_recalled=2,
-                                            memories_used=0, novel_context_count=0, reasoning=None, scorer="llm",
-                                            model=None, at="2026-02-02T12:00:00.000Z"))
-    assert flags(ACME, "2026-02-03T09:00:00.000Z") == (False, False)
-    # a rating in a second project's session makes the note nobody's again
-    db.write(lambda c: _rated_session(c, "s-ledger-2", LEDGER, "2026-02-04T10:00:00.000Z", {"u-x": 0.72}))
-    assert flags(ACME, "2026-02-05T09:00:00.000Z") == (False, True)
-    db.write(lambda c: _rated_session(c, "s-acme-2", ACME, "2026-02-05T10:00:00.000Z", {"u-x": 0.72}))
-    assert flags(ACME, "2026-02-06T09:00:00.000Z") == (False, False)
-    conn.close()
-    db.close()

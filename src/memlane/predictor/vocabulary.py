@@ -33,17 +33,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memlane.predictor.features import project_name
-from memlane.predictor.settings import MIN_SCORER_CONFIDENCE
 from memlane.storage import predictor as pred_sql
 
-__all__ = ["MIN_DISTINCTIVE_DF", "POSITIVE_LABEL", "STOPWORDS", "VocabularyCache", "tokens"]
+__all__ = ["MIN_DISTINCTIVE_DF", "STOPWORDS", "VocabularyCache", "tokens"]
 
 #: Memories of one project that must contain a token before it counts as that project's.
 MIN_DISTINCTIVE_DF = 2
-
-#: A label at least this high marks a memory as needed in its session (an agent rating of 1.0
-#: becomes a label of ~0.7, a rating of 0.5 one of ~0.36: :mod:`memlane.sessions` labels).
-POSITIVE_LABEL = 0.45
 
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9._-]*[a-z0-9]")
 
@@ -72,7 +67,6 @@ class _Memory:
     text: str  # lower-cased content
     toks: frozenset[str]
     owner: str | None = None  # the project (name) whose vocabulary it teaches, while included
-    included: bool = False  # created before the cut-off
 
 
 class VocabularyCache:
@@ -94,12 +88,6 @@ class VocabularyCache:
         self._names: frozenset[str] = frozenset()  # project names that count as named
         self._k = 0  # number of included memories: self._order[:self._k]
         self._df: dict[str, dict[str, int]] = {}  # token -> {project name: included memories}
-        # Sessions whose labels name a memory's project: key -> (scored_at, ((memory id, project name), ...))
-        self._sessions: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
-        self._sorder: list[tuple[str, str]] = []  # (scored_at, key), sorted
-        self._e = 0  # sessions counted: self._sorder[:self._e] (scored before the cut-off)
-        self._pos: dict[str, dict[str, int]] = {}  # memory id -> {project name: counted sessions}
-        self._score_mark = ""
 
     # -- the database --------------------------------------------------------------------
     def sync(self, conn: sqlite3.Connection) -> None:
@@ -118,21 +106,9 @@ class VocabularyCache:
             if pred_sql.live_memory_count(conn) != len(self._mem):
                 self._reset()  # a row was removed outright (not soft-deleted): reload everything
                 self._apply(pred_sql.vocabulary_rows(conn, after_seq=0))
-            scores = pred_sql.session_scores_since(conn, self._score_mark)
-            events = pred_sql.positive_label_events(conn, scored_since=self._score_mark, min_label=POSITIVE_LABEL,
-                                                    min_confidence=MIN_SCORER_CONFIDENCE)
         except sqlite3.Error:
             self._reset()
             raise
-        found: dict[str, tuple[str, list[tuple[str, str]]]] = {}
-        for scored_at, key, mid, project in events:
-            if (name := project_name(project)) is not None:
-                found.setdefault(key, (scored_at, []))[1].append((mid, name))
-        for key, scored_at in scores:  # a score read by the first query: its labels are final
-            self._score_mark = max(self._score_mark, scored_at)
-            self._drop_session(key)
-            if key in found and found[key][0] == scored_at:
-                self._put_session(key, scored_at, tuple(found[key][1]))
 
     def _apply(self, rows: list[pred_sql.VocabularyRow]) -> None:
         for r in rows:
@@ -167,48 +143,14 @@ class VocabularyCache:
             self._k -= 1
             self._exclude(m)
 
-    def _put_session(self, key: str, scored_at: str, items: tuple[tuple[str, str], ...]) -> None:
-        self._sessions[key] = (scored_at, items)
-        bisect.insort(self._sorder, (scored_at, key))
-        if self._cutoff is not None and scored_at < self._cutoff:
-            self._e += 1
-            self._count_session(items, +1)
-
-    def _drop_session(self, key: str) -> None:
-        old = self._sessions.pop(key, None)
-        if old is None:
-            return
-        pos = bisect.bisect_left(self._sorder, (old[0], key))
-        del self._sorder[pos]
-        if pos < self._e:
-            self._e -= 1
-            self._count_session(old[1], -1)
-
-    def _count_session(self, items: tuple[tuple[str, str], ...], sign: int) -> None:
-        for mid, name in items:
-            per = self._pos.setdefault(mid, {})
-            per[name] = per.get(name, 0) + sign
-            if per[name] <= 0:
-                del per[name]
-            if not per:
-                del self._pos[mid]
-            m = self._mem.get(self._seq.get(mid, -1))
-            if m is not None and m.included:  # its owner may change
-                self._exclude(m)
-                self._include(m)
-
     # -- the cut-off ---------------------------------------------------------------------
     def _owner(self, m: _Memory) -> str | None:
         if m.stored is not None:
             return m.stored
         named = [n for n in self._names if n in m.text]
-        if named:
-            return named[0] if len(named) == 1 else None
-        labelled = self._pos.get(m.id)  # names none: the one project whose sessions rated it needed
-        return next(iter(labelled)) if labelled is not None and len(labelled) == 1 else None
+        return named[0] if len(named) == 1 else None
 
     def _include(self, m: _Memory) -> None:
-        m.included = True
         m.owner = self._owner(m)
         if m.owner is None:
             return
@@ -218,7 +160,6 @@ class VocabularyCache:
                 per[m.owner] = per.get(m.owner, 0) + 1
 
     def _exclude(self, m: _Memory) -> None:
-        m.included = False
         if m.owner is None:
             return
         for t in m.toks:
@@ -236,7 +177,7 @@ class VocabularyCache:
         if names != self._names:
             self._names, self._df, self._k = names, {}, 0
             for m in self._mem.values():
-                m.owner, m.included = None, False
+                m.owner = None
         k = bisect.bisect_left(self._order, (cutoff, -1))
         while self._k < k:
             self._include(self._mem[self._order[self._k][1]])
@@ -244,13 +185,6 @@ class VocabularyCache:
         while self._k > k:
             self._k -= 1
             self._exclude(self._mem[self._order[self._k][1]])
-        e = bisect.bisect_left(self._sorder, (cutoff, ""))
-        while self._e < e:
-            self._count_session(self._sessions[self._sorder[self._e][1]][1], +1)
-            self._e += 1
-        while self._e > e:
-            self._e -= 1
-            self._count_session(self._sessions[self._sorder[self._e][1]][1], -1)
         self._cutoff = cutoff
 
     # -- the signals ---------------------------------------------------------------------

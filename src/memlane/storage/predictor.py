@@ -314,23 +314,3 @@ def live_memory_count(conn: sqlite3.Connection) -> int:
     """Live (not deleted) memories: a reader's check that no row it holds was removed outright
     (a covering scan of ``idx_memories_project``, not of the table)."""
     return int(conn.execute("SELECT count(*) FROM memories WHERE is_deleted = 0").fetchone()[0])
-
-
-def positive_label_events(conn: sqlite3.Connection, *, scored_since: str, min_label: float,
-                          min_confidence: float) -> list[tuple[str, str, str, str]]:
-    """``(scored_at, session_key, memory_id, project)`` for every candidate labelled >=
-    ``min_label`` in a session with a project whose continuity score (confidence >=
-    ``min_confidence``) was written at or after ``scored_since`` (``session_scores.created_at``;
-    a re-scored session comes back with its new labels), oldest first."""
-    return [(r[0], r[1], r[2], r[3]) for r in conn.execute(
-        """SELECT ss.created_at, sm.session_key, sm.memory_id, s.project
-           FROM session_scores ss JOIN sessions s ON s.session_key = ss.session_key
-           JOIN session_memories sm ON sm.session_key = ss.session_key
-           WHERE ss.created_at >= ? AND ss.confidence >= ? AND s.project IS NOT NULL AND sm.label >= ?
-           ORDER BY ss.created_at, sm.session_key, sm.memory_id""", (scored_since, min_confidence, min_label))]
-
-
-def session_scores_since(conn: sqlite3.Connection, scored_since: str) -> list[tuple[str, str]]:
-    """``(session_key, created_at)`` of the continuity scores written at or after ``scored_since``."""
-    return [(r[0], r[1]) for r in conn.execute(
-        "SELECT session_key, created_at FROM session_scores WHERE created_at >= ?", (scored_since,))]
