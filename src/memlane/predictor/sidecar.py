@@ -465,10 +465,9 @@ def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, nativ
         try:
             conn = sidecar._conn()
             sidecar.vocabulary.sync(conn)
-            last = conn.execute("SELECT project FROM sessions WHERE project IS NOT NULL "
-                                "ORDER BY started_at DESC LIMIT 1").fetchone()
-            if last:  # and count its words as of now, for the latest session's project
-                derived_signals(conn, ["warm-up"], project=last[0], session_time=datetime.now(timezone.utc),
+            last = pred_sql.latest_session_project(conn)
+            if last is not None:  # and count its words as of now, for the latest session's project
+                derived_signals(conn, ["warm-up"], project=last, session_time=datetime.now(timezone.utc),
                                 vocabulary=sidecar.vocabulary)
         except sqlite3.Error as exc:
             log.warning("project vocabulary not loaded at start-up: %s", exc)

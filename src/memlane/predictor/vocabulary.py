@@ -11,10 +11,10 @@ it and no other project's memory does. A memory that names no project then share
 session's project's vocabulary (it contains one of its distinctive tokens) or another
 project's (one of theirs), or both, or neither.
 
-Measured before it was built (docs/predictor.md, "Project vocabulary"): on the simulated
-users' logged pools a listwise linear model gains +0.015 / +0.025 / +0.004 NDCG@10 (seeds 0 /
-1 / 2) from the two flags, of the +0.030 / +0.042 / +0.033 an oracle of the note's true
-project gives; a naive-Bayes posterior over the same vocabulary gave +0.006 / +0.006 / -0.000.
+Measured (docs/predictor.md, "Project vocabulary"): on the simulated users' logged pools a
+listwise linear model gains +0.014 / +0.020 / +0.006 NDCG@10 (seeds 0 / 1 / 2) from the two
+flags, of the +0.030 / +0.042 / +0.033 an oracle of each note's true project gives; a
+naive-Bayes posterior over the named notes' words gave -0.004 / +0.003 / -0.004.
 
 As of a session: only memories created before the session's start count, and a project
 counts as named only if the user had started a session in it before (or it is the session's
@@ -33,30 +33,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memlane.predictor.features import project_name
+from memlane.storage import memories as mem_sql
 from memlane.storage import predictor as pred_sql
+from memlane.storage.fts import STOP_WORDS
 
-__all__ = ["MIN_DISTINCTIVE_DF", "STOPWORDS", "VocabularyCache", "tokens"]
+__all__ = ["MIN_DISTINCTIVE_DF", "VocabularyCache", "tokens"]
 
 #: Memories of one project that must contain a token before it counts as that project's.
 MIN_DISTINCTIVE_DF = 2
 
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9._-]*[a-z0-9]")
 
-#: Function words that two notes of a small store can share by chance ("the", "with"); never
-#: a project's vocabulary. A store of a few hundred notes shares them across projects anyway.
-STOPWORDS = frozenset("""
-a about after all also an and any are as at be because been before being but by can could did
-do does doing done each for from had has have how if in into is it its just more most no nor not
-of off on once only or other our out over own same so some such than that the their them then
-there these they this those through to too under until up very was we were what when where which
-while who why will with would you your
-""".split())
-
-
 def tokens(text: str) -> frozenset[str]:
     """Lower-cased word tokens of ``text`` (2+ chars of ``[a-z0-9._-]``, starting and ending
-    alphanumeric: "fly.io." at the end of a sentence is "fly.io"), without :data:`STOPWORDS`."""
-    return frozenset(_TOKEN.findall(text.lower())) - STOPWORDS
+    alphanumeric: "fly.io." at the end of a sentence is "fly.io"), without the BM25 leg's
+    English stop words (:data:`memlane.storage.fts.STOP_WORDS`): function words two notes of a
+    small store can share by chance are never a project's vocabulary."""
+    return frozenset(_TOKEN.findall(text.lower())) - STOP_WORDS
 
 
 @dataclass(slots=True)
@@ -103,7 +96,7 @@ class VocabularyCache:
                 if moved:
                     self._apply(pred_sql.vocabulary_rows(conn, seqs=moved))
             self._apply(pred_sql.vocabulary_rows(conn, after_seq=self._max_seq))
-            if pred_sql.live_memory_count(conn) != len(self._mem):
+            if mem_sql.live_count(conn) != len(self._mem):
                 self._reset()  # a row was removed outright (not soft-deleted): reload everything
                 self._apply(pred_sql.vocabulary_rows(conn, after_seq=0))
         except sqlite3.Error:

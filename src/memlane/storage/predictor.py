@@ -310,7 +310,8 @@ def updated_since(conn: sqlite3.Connection, mark: str, upto_seq: int) -> list[tu
         "SELECT seq, updated_at FROM memories WHERE updated_at >= ? AND seq <= ?", (mark, upto_seq))]
 
 
-def live_memory_count(conn: sqlite3.Connection) -> int:
-    """Live (not deleted) memories: a reader's check that no row it holds was removed outright
-    (a covering scan of ``idx_memories_project``, not of the table)."""
-    return int(conn.execute("SELECT count(*) FROM memories WHERE is_deleted = 0").fetchone()[0])
+def latest_session_project(conn: sqlite3.Connection) -> str | None:
+    """The project of the most recently started session that has one (None: no such session)."""
+    row = conn.execute("SELECT project FROM sessions WHERE project IS NOT NULL "
+                       "ORDER BY started_at DESC LIMIT 1").fetchone()
+    return row[0] if row else None
