@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -35,8 +34,8 @@ from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.db import Database
-from memlane.storage.embeddings import upsert as upsert_embeddings
 from memlane.storage.migrations import migrate
+from predictor_store_helpers import insert_memory, insert_scored_session
 
 V3_FILE = Path(__file__).parent / "data" / "predictor_v3.bin"
 V3_NAMES = FEATURE_NAMES[:19]
@@ -139,26 +138,13 @@ def test_daemon_with_a_v3_checkpoint_serves_the_baseline_and_trains_a_current_mo
 
 
 def _memory(conn: sqlite3.Connection, mid: str, content: str, vector: np.ndarray, project: str | None = None) -> None:
-    h = hashlib.sha256(content.encode()).hexdigest()
-    conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, project, created_at, updated_at)
-                    VALUES (?,?,?,?,?,?,?)""", (mid, content, content.lower(), h, project, AT, AT))
-    upsert_embeddings(conn, [(h, vector)], MODEL_ID, AT)
+    insert_memory(conn, mid, content, vector, model=MODEL_ID, at=AT, project=project)
 
 
 def _session(conn: sqlite3.Connection, key: str, project: str | None, started_at: str, ids: list[str],
              local_time: str, ctx: np.ndarray) -> None:
-    sess_sql.insert_session(conn, key=key, project=project, harness="test", cwd=None, context="ctx",
-                            started_at=started_at, predictor_state="collecting")
-    sess_sql.record_candidates(conn, key, [sess_sql.CandidateRow(memory_id=m, source="effective", final_score=1.0,
-                                                                 rank=i, was_injected=i < 2)
-                                           for i, m in enumerate(ids)], started_at)
-    pred_sql.set_session_inputs(conn, key, context_vector=ctx, context_model=MODEL_ID,
-                                signals={"session_time": local_time, "session_gap_hours": 2.0})
-    pred_sql.set_candidate_features(conn, key, {m: _raw(i) for i, m in enumerate(ids)})
-    rid = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall())
-    sess_sql.write_labels(conn, [(rid[m], float(i == 0), float(i == 0), ["test"]) for i, m in enumerate(ids)])
-    sess_sql.write_score(conn, key, score=0.8, confidence=0.9, memories_recalled=2, memories_used=1,
-                         novel_context_count=0, reasoning=None, scorer="llm", model=None, at=started_at)
+    insert_scored_session(conn, key, project, started_at, ids, local_time=local_time, ctx=ctx, model=MODEL_ID,
+                          raw=_raw)
 
 
 def _raw(i: int) -> dict:

@@ -8,11 +8,9 @@ same cut-off, and the last one checks that the sidecar's score path and training
 
 from __future__ import annotations
 
-import hashlib
 import random
 import sqlite3
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -25,8 +23,8 @@ from memlane.storage import memories as mem_sql
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.db import Database
-from memlane.storage.embeddings import upsert as upsert_embeddings
 from memlane.storage.migrations import migrate
+from predictor_store_helpers import insert_memory, insert_scored_session
 
 DIM = 8
 MODEL_ID = "test-8"
@@ -48,26 +46,12 @@ NOTES = [
 
 
 def _memory(conn: sqlite3.Connection, mid: str, content: str, project: str | None, at: str, vec: np.ndarray) -> None:
-    h = hashlib.sha256(content.encode()).hexdigest()
-    conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, project, created_at, updated_at)
-                    VALUES (?,?,?,?,?,?,?)""", (mid, content, content.lower(), h, project, at, at))
-    upsert_embeddings(conn, [(h, vec)], MODEL_ID, at)
+    insert_memory(conn, mid, content, vec, model=MODEL_ID, at=at, project=project)
 
 
 def _session(conn: sqlite3.Connection, key: str, project: str, started_at: str, ids: list[str], ctx: np.ndarray) -> None:
-    sess_sql.insert_session(conn, key=key, project=project, harness="test", cwd=None, context="ctx",
-                            started_at=started_at, predictor_state="collecting")
-    sess_sql.record_candidates(conn, key, [sess_sql.CandidateRow(memory_id=m, source="effective", final_score=1.0,
-                                                                 rank=i, was_injected=i < 2)
-                                           for i, m in enumerate(ids)], started_at)
-    pred_sql.set_session_inputs(conn, key, context_vector=ctx, context_model=MODEL_ID,
-                                signals={"session_time": started_at.replace(".000Z", "+00:00"),
-                                         "session_gap_hours": 2.0})
-    pred_sql.set_candidate_features(conn, key, {m: _raw(i) for i, m in enumerate(ids)})
-    rid = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall())
-    sess_sql.write_labels(conn, [(rid[m], float(i == 0), float(i == 0), ["test"]) for i, m in enumerate(ids)])
-    sess_sql.write_score(conn, key, score=0.8, confidence=0.9, memories_recalled=2, memories_used=1,
-                         novel_context_count=0, reasoning=None, scorer="llm", model=None, at=started_at)
+    insert_scored_session(conn, key, project, started_at, ids, local_time=started_at.replace(".000Z", "+00:00"),
+                          ctx=ctx, model=MODEL_ID, raw=_raw)
 
 
 def _raw(i: int) -> dict:
