@@ -84,6 +84,8 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
         return out
     own = project_name(project)
     before = to_iso(session_time)
+    # The projects started before, by index seeks on sessions(project, started_at): one seek
+    # per project, not a scan of every session (100 candidates at 5,000 sessions: 1.7 -> 0.8 ms p50).
     known = [p for (p,) in conn.execute(
         """WITH RECURSIVE p(x) AS (SELECT min(project) FROM sessions
                                    UNION ALL SELECT (SELECT min(project) FROM sessions WHERE project > x)
@@ -97,9 +99,6 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     for mid, (mine, other) in cache.signals(ids, project=project, cutoff=before, known_projects=known).items():
         out[mid]["shares_project_vocabulary"] = mine
         out[mid]["shares_other_project_vocabulary"] = other
-    # The projects started before, by index seeks on sessions(project, started_at) above: one
-    # seek per project, not a scan of every session (100 candidates at 5,000 sessions: 1.7 ->
-    # 0.8 ms p50).
     names = sorted({n for p in known if p != project and (n := project_name(p)) is not None and n != own})
     rows = memories() if memories is not None else _project_and_content(conn, ids)
     for mid, (stored, content) in rows.items():
