@@ -486,15 +486,42 @@ def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
     assert not (fresh.cold_start_exited and fresh.margin_ema < 0)
 
 
-def test_margin_guard_asks_for_a_gain_of_at_least_0_05():
-    """A predictor ahead by less than MARGIN_GUARD_MIN on average has no influence yet."""
+def test_margin_guard_asks_for_a_gain_of_at_least_0_05_until_the_window_is_full():
+    """Before MARGIN_WINDOW comparisons exist, a predictor ahead by less than MARGIN_GUARD_MIN
+    on average (margin EMA) has no influence yet."""
     from memlane.predictor import settings as C
 
     s = exited_state(0.9, 30)
+    s.recent_margins = [0.1] * (C.MARGIN_WINDOW - 1)
     s.margin_ema = C.MARGIN_GUARD_MIN - 0.001
     assert alpha_for(s) == 1.0
     s.margin_ema = C.MARGIN_GUARD_MIN
     assert alpha_for(s) == pytest.approx(0.1)
+
+
+def test_a_full_margin_window_decides_alone_and_an_ema_dip_keeps_the_influence():
+    """Once the window is full the EMA is not consulted: a run of small losses pulls the EMA
+    under 0.05 while the last 20 margins still average over 0.035 (the simulated user, seed 0,
+    sessions 112-120), and the predictor keeps its influence; when the window's mean drops
+    under 0.035 it loses it."""
+    from memlane.predictor import settings as C
+
+    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
+              train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
+    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
+    for _ in range(15):  # a sustained gain of 0.10
+        record_comparison(s, predictor_ndcg=0.60, baseline_ndcg=0.50, **kw)
+    for _ in range(5):  # then five losses by 0.05
+        record_comparison(s, predictor_ndcg=0.45, baseline_ndcg=0.50, **kw)
+    assert len(s.recent_margins) == C.MARGIN_WINDOW
+    assert s.margin_ema < C.MARGIN_GUARD_MIN  # the EMA alone would take the influence away
+    assert sum(s.recent_margins) / C.MARGIN_WINDOW == pytest.approx(0.0625)
+    assert alpha_for(s) == pytest.approx(1.0 - s.success_rate)
+    assert alpha_for(s) < 1.0
+    for _ in range(5):  # five more losses: (10 * 0.10 - 10 * 0.05) / 20 = 0.025 < 0.035
+        record_comparison(s, predictor_ndcg=0.45, baseline_ndcg=0.50, **kw)
+    assert sum(s.recent_margins) / C.MARGIN_WINDOW == pytest.approx(0.025)
+    assert alpha_for(s) == 1.0
 
 
 def test_margin_window_keeps_alpha_at_one_when_the_gain_is_not_sustained():
