@@ -12,7 +12,7 @@ import torch
 from memlane.predictor import checkpoint as ckpt
 from memlane.predictor import settings as C
 from memlane.predictor.anchor import fit_linear_anchor
-from memlane.predictor.data import collate
+from memlane.predictor.data import collate, session_constant_columns
 from memlane.predictor.engine import PredictorEngine
 from memlane.predictor.features import CURRENT_SCHEMA, NUM_FEATURES
 from memlane.predictor.losses import listnet_loss
@@ -43,9 +43,7 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     # Columns constant within every session (time of day, session gap, ...) cannot change a
     # ranking: their gradient is rounding noise, which Adam scales up differently in the two
     # computations. Every column that varies within a session must agree.
-    real = batch.mask.unsqueeze(-1)
-    varies = ((batch.features.masked_fill(~real, float("inf")).amin(1)
-               != batch.features.masked_fill(~real, float("-inf")).amax(1)).any(0))
+    varies = ~session_constant_columns([batch])
     assert int(varies.sum()) >= 4
     torch.testing.assert_close(anchor[varies], linear_stage[varies], atol=1e-5, rtol=1e-4)
     # the live model is untouched, and the anchor ranks as the linear-stage model does
@@ -62,10 +60,7 @@ def test_mini_batches_of_other_slate_lengths_train_as_one_full_batch():
     kw = dict(lr=C.LEARNING_RATE, max_epochs=30, early_stop_patience=40, max_seconds=1e9)
     one = fit_linear_anchor([collate(long + short, native_dim=DIM)], init, LOSS, **kw)
     two = fit_linear_anchor([collate(long, native_dim=DIM), collate(short, native_dim=DIM)], init, LOSS, **kw)
-    batch = collate(long + short, native_dim=DIM)
-    real = batch.mask.unsqueeze(-1)
-    varies = ((batch.features.masked_fill(~real, float("inf")).amin(1)
-               != batch.features.masked_fill(~real, float("-inf")).amax(1)).any(0))
+    varies = ~session_constant_columns([collate(long + short, native_dim=DIM)])
     torch.testing.assert_close(two[varies], one[varies], atol=1e-5, rtol=1e-4)
 
 

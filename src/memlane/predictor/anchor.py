@@ -42,6 +42,7 @@ def fit_linear_anchor(
     max_seconds: float = 30.0,
     max_grad_norm: float | None = 5.0,
     min_improvement: float = 1e-4,
+    held_at_zero: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fit the feature weights of a linear ranker ``score = features @ w`` by the listwise loss.
 
@@ -59,6 +60,8 @@ def fit_linear_anchor(
         max_seconds: wall-clock cap (s), checked before every step.
         max_grad_norm: gradient-norm clip, or None.
         min_improvement: see ``early_stop_patience``.
+        held_at_zero: optional bool ``[F]``: weights set to 0 and kept there, as the linear
+            stage keeps those of :func:`~memlane.predictor.data.session_constant_columns`.
 
     Returns:
         float ``[F]``, the weights after the last step. ``init`` is returned unchanged when
@@ -73,8 +76,11 @@ def fit_linear_anchor(
         raise ValueError(f"init has {init.shape[0]} weights, the features {batches[0].features.shape[-1]} columns")
     if not batches:
         return init.detach().clone().float()
+    if held_at_zero is not None and tuple(held_at_zero.shape) != tuple(init.shape):
+        raise ValueError(f"held_at_zero must be [{init.shape[0]}], got {tuple(held_at_zero.shape)}")
     features, labels, confidence = _join(batches)
-    w = init.detach().clone().float().requires_grad_(True)
+    held = held_at_zero.bool() if held_at_zero is not None else torch.zeros(init.shape, dtype=torch.bool)
+    w = init.detach().clone().float().masked_fill(held, 0.0).requires_grad_(True)
     opt = torch.optim.Adam([w], lr=lr)
     start = time.monotonic()
     best, stale = math.inf, 0
@@ -87,9 +93,12 @@ def fit_linear_anchor(
             return init.detach().clone().float()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        w.grad.masked_fill_(held, 0.0)  # type: ignore[union-attr]
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
         opt.step()
+        with torch.no_grad():
+            w.masked_fill_(held, 0.0)
         if value < best - min_improvement:
             best, stale = value, 0
         else:

@@ -23,7 +23,7 @@ from memlane.predictor.features import NUM_FEATURES
 from memlane.predictor.padding import PADDED_Y_VALUE
 from memlane.predictor.tokenizer import MAX_TOKENS, PAD_TOKEN_ID, project_slot, token_ids
 
-__all__ = ["Session", "SessionBatch", "batched", "collate"]
+__all__ = ["Session", "SessionBatch", "batched", "collate", "session_constant_columns"]
 
 
 @dataclass(frozen=True)
@@ -214,3 +214,37 @@ def batched(
 def _check_width(width: int, native_dim: int, session: Session, name: str) -> None:
     if width != native_dim:
         raise ValueError(f"session {session.session_id!r}: {name} has width {width}, expected {native_dim}")
+
+
+def session_constant_columns(batches: Sequence[SessionBatch]) -> torch.Tensor:
+    """Feature columns that take one value within each session of every batch.
+
+    A listwise loss is invariant to adding the same amount to every score of a session, so a
+    linear weight on such a column cannot change a ranking: its exact gradient is 0, its
+    computed one is rounding noise (~1e-9). The time-of-day, weekday, month and session-gap
+    columns are constant within any session by construction; ``is_embedded`` is when every
+    candidate has a vector. (Used by the linear stage and the linear anchor, which hold these
+    weights at 0: see :func:`memlane.predictor.train.fit`'s ``held_at_zero``.)
+
+    Args:
+        batches: collated batches (features ``[B, N, F]``, mask ``[B, N]``); padding ignored.
+
+    Returns:
+        bool ``[F]``: True where no session of ``batches`` holds two different values. All
+        True when ``batches`` is empty or has no candidates.
+
+    Raises:
+        ValueError: the batches disagree on the number of feature columns.
+    """
+    if not batches:
+        return torch.ones(NUM_FEATURES, dtype=torch.bool)
+    width = batches[0].features.shape[-1]
+    varies = torch.zeros(width, dtype=torch.bool)
+    for b in batches:
+        if b.features.shape[-1] != width:
+            raise ValueError(f"batches have {width} and {b.features.shape[-1]} feature columns")
+        real = b.mask.unsqueeze(-1)
+        hi = b.features.masked_fill(~real, float("-inf")).amax(1)
+        lo = b.features.masked_fill(~real, float("inf")).amin(1)
+        varies |= (hi > lo).any(0)
+    return ~varies

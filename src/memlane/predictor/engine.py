@@ -26,7 +26,7 @@ import torch
 from memlane.predictor import checkpoint as ckpt
 from memlane.predictor import settings as C
 from memlane.predictor.anchor import fit_linear_anchor
-from memlane.predictor.data import Session, batched, collate
+from memlane.predictor.data import Session, batched, collate, session_constant_columns
 from memlane.predictor.errors import CheckpointError
 from memlane.predictor.features import CURRENT_SCHEMA
 from memlane.predictor.gates import GateReport
@@ -234,6 +234,10 @@ class PredictorEngine:
                                      native_dim=nd) if canary else []
             live = self.model
             loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
+            # Linear weights on columns that never vary within a training session cannot be
+            # learned; they are held at 0 in both stages (the linear gate's output is added to
+            # the score), and in the anchor (data.session_constant_columns, train.fit).
+            constant = session_constant_columns([*train_batches, *replay_batches])
             anchor = None
             if not linear:
                 # The linear anchor (anchor.py): what the linear stage would learn on the same
@@ -244,7 +248,8 @@ class PredictorEngine:
                 anchor = fit_linear_anchor(
                     train_batches, init, loss_fn,
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
-                    early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds)
+                    early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds,
+                    held_at_zero=constant)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
             result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
                          max_seconds=max_seconds, validation=validation or None,
@@ -253,7 +258,8 @@ class PredictorEngine:
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
-                         grad_masks=self.model.feature_residual_masks() if linear else None)
+                         grad_masks=live.feature_residual_masks(constant) if linear else None,
+                         held_at_zero=live.feature_column_mask(constant))
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,

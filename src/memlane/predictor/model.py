@@ -124,7 +124,7 @@ class MemoryScorer(nn.Module):
                 for name, weight in BASELINE_PRIOR.items():
                     self.gate_linear.weight.data[0, offset + FEATURE_INDEX[name]] = weight
 
-    def feature_residual_masks(self) -> dict[str, torch.Tensor]:
+    def feature_residual_masks(self, held: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Gradient masks that restrict training to the linear residual over the feature schema.
 
         The small-data training stage (``docs/predictor.md``, "Linear stage") trains only the
@@ -134,13 +134,34 @@ class MemoryScorer(nn.Module):
         encoders, value columns and the gate MLP keep their initial values (the MLP's output
         layer and the non-feature gate columns start at 0, so they contribute nothing).
 
+        Args:
+            held: optional bool ``[num_features]``: feature columns left out of the mask
+                (:func:`~memlane.predictor.data.session_constant_columns`).
+
         Returns:
             ``{parameter name: float mask of that parameter's shape}`` (1 = trainable entry);
             only ``gate_linear.weight`` (shape ``[1, gate_inputs]``, ones on the last
-            ``num_features`` columns). Parameters not named are not trained in that stage.
+            ``num_features`` columns but ``held``). Parameters not named are not trained in
+            that stage.
         """
         mask = torch.zeros_like(self.gate_linear.weight)
         mask[0, self._feature_columns] = 1.0
+        if held is not None:
+            mask[0, self._feature_columns] = (~held.bool()).to(mask.dtype)
+        return {"gate_linear.weight": mask}
+
+    def feature_column_mask(self, columns: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"gate_linear.weight": bool [1, gate_inputs]}``, True at the linear gate's weights
+        of the feature columns marked in ``columns`` (bool ``[num_features]``): the form
+        :func:`memlane.predictor.train.fit` takes for ``held_at_zero``.
+
+        Raises:
+            ValueError: ``columns`` is not ``[num_features]``.
+        """
+        if tuple(columns.shape) != (self.config.num_features,):
+            raise ValueError(f"columns must be [{self.config.num_features}], got {tuple(columns.shape)}")
+        mask = torch.zeros(self.gate_linear.weight.shape, dtype=torch.bool)
+        mask[0, self._feature_columns] = columns.bool()
         return {"gate_linear.weight": mask}
 
     @property

@@ -96,6 +96,12 @@ def _clone(model: MemoryScorer, optimizer: torch.optim.Optimizer) -> tuple[Memor
     return clone, clone_opt
 
 
+def _zero(held: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for p, m in held.items():
+            p.masked_fill_(m, 0.0)
+
+
 def _epoch_plan(
     train: Sequence[SessionBatch], replay: Sequence[SessionBatch], share: float, rng: random.Random
 ) -> list[SessionBatch]:
@@ -131,6 +137,7 @@ def fit(
     validation: Sequence[SessionBatch] | None = None,
     grad_masks: Mapping[str, torch.Tensor] | None = None,
     anchor: torch.Tensor | None = None,
+    held_at_zero: Mapping[str, torch.Tensor] | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -167,6 +174,15 @@ def fit(
         anchor: float ``[F]`` linear anchor of the clone (:meth:`MemoryScorer.set_anchor`),
             set before training, so validation and the gates judge the ensemble the clone
             will serve; None: the clone has none (the linear stage).
+        held_at_zero: ``{parameter name: bool mask of that parameter's shape}``: entries set
+            to 0 on the clone before training and put back to 0 after every step (Adam's
+            momentum from earlier runs would otherwise move them even with a zero gradient).
+            The linear stage holds the weights of :func:`~memlane.predictor.data.
+            session_constant_columns` there: Adam divides a gradient by its own running
+            magnitude, so the rounding noise of such a column became full steps of the
+            learning rate, and over 200 simulated sessions those weights drifted as far as
+            +-16 (``is_embedded`` to +-10: a candidate without a vector would then be moved
+            by that much in a session where the others have one; docs/predictor.md).
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -190,6 +206,11 @@ def fit(
         masks = {named[n]: m.to(named[n].dtype) for n, m in grad_masks.items()}
         for n, p in named.items():
             p.requires_grad_(n in grad_masks)
+    unknown = set(held_at_zero or {}) - set(named)
+    if unknown:
+        raise ValueError(f"held_at_zero names unknown parameters: {sorted(unknown)}")
+    held = {named[n]: m.bool() for n, m in (held_at_zero or {}).items()}
+    _zero(held)
     result = FitResult(candidate, cand_opt, GateReport(()))
     rng = random.Random(seed)
     start = time.monotonic()
@@ -225,6 +246,7 @@ def fit(
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(candidate.parameters(), max_grad_norm)
             cand_opt.step()
+            _zero(held)
             result.steps += 1
         if epoch and result.stop_reason == "max_epochs":
             mean = sum(epoch) / len(epoch)
