@@ -28,11 +28,11 @@ from memlane.predictor import settings as C
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import Session, batched, collate, session_constant_columns
 from memlane.predictor.errors import CheckpointError
-from memlane.predictor.features import CURRENT_SCHEMA
+from memlane.predictor.features import CURRENT_SCHEMA, NUM_FEATURES
 from memlane.predictor.gates import GateReport
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.metrics import topk_overlap
-from memlane.predictor.model import MemoryScorer, ScorerConfig
+from memlane.predictor.model import MemoryScorer, ScorerConfig, baseline_prior_weights
 from memlane.predictor.train import fit
 
 __all__ = ["PredictorEngine", "TrainReport"]
@@ -115,6 +115,9 @@ class PredictorEngine:
         self.steps_total = 0
         self.is_finetuned_from_base = False
         self.base_digest: str | None = None
+        # The centre of the linear weights' prior: the weights this user's model started from
+        # (the baseline prior, or a Phase 6 base's); None: unknown (no prior term).
+        self.feature_prior: torch.Tensor | None = None
         path = self.checkpoint_path
         if path.exists():
             loaded = ckpt.load(path, CURRENT_SCHEMA, embedding_model_id=embedding_model_id, native_dim=native_dim)
@@ -126,16 +129,19 @@ class PredictorEngine:
             self.training_pairs = int(t.get("training_pairs", 0))
             self.steps_total = int(t.get("steps_total", 0))
             self.is_finetuned_from_base = loaded.flags.is_finetuned
+            self.feature_prior = _stored_prior(t.get("feature_prior"), loaded.flags.is_finetuned)
         elif base_weights:
             loaded = ckpt.load(Path(base_weights), CURRENT_SCHEMA, embedding_model_id=embedding_model_id,
                                native_dim=native_dim)
             self.model = loaded.model
             self.base_digest = loaded.digest
+            self.feature_prior = self.model.feature_weights()
             # A base model ranks, but it has not learned this user: it still earns alpha.
             self.trained = True
             self.model_version = 1
         else:
             self.model = MemoryScorer(ScorerConfig(native_dim=self.native_dim), seed=seed)
+            self.feature_prior = baseline_prior_weights()
         self.model.eval()
         self.stage = "full"
         self.optimizer = self._new_optimizer(self.model)
@@ -234,6 +240,10 @@ class PredictorEngine:
                                      native_dim=nd) if canary else []
             live = self.model
             loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
+            # A Gaussian prior on the linear weights, centred where this user's model started,
+            # as strong as PRIOR_STRENGTH sessions of evidence (docs/predictor.md, "Prior").
+            prior = (self.feature_prior, C.PRIOR_STRENGTH / max(1, len(labelled))) \
+                if self.feature_prior is not None else None
             # Linear weights on columns that never vary within a training session cannot be
             # learned; they are held at 0 in both stages (the linear gate's output is added to
             # the score), and in the anchor (data.session_constant_columns, train.fit).
@@ -249,7 +259,7 @@ class PredictorEngine:
                     train_batches, init, loss_fn,
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
                     early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds,
-                    held_at_zero=constant)
+                    held_at_zero=constant, prior=prior)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
             result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
                          max_seconds=max_seconds, validation=validation or None,
@@ -259,7 +269,8 @@ class PredictorEngine:
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
                          grad_masks=live.feature_residual_masks(constant) if linear else None,
-                         held_at_zero=live.feature_column_mask(constant))
+                         held_at_zero=live.feature_column_mask(constant),
+                         prior=prior if linear else None)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
@@ -305,7 +316,8 @@ class PredictorEngine:
         meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
             "trained": self.trained, "model_version": self.model_version, "last_trained": self.last_trained,
             "training_pairs": self.training_pairs, "steps_total": self.steps_total,
-            "base_digest": self.base_digest})
+            "base_digest": self.base_digest,
+            "feature_prior": None if self.feature_prior is None else [float(x) for x in self.feature_prior]})
         flags = ckpt.CheckpointFlags(is_pretrained_base=False, is_finetuned=self.is_finetuned_from_base)
         return ckpt.save(self.checkpoint_path, self.model, meta, flags)
 
@@ -327,6 +339,19 @@ class PredictorEngine:
             # the full stage ranks by the ensemble with its linear anchor (anchor.py)
             "linear_anchor": self.model.has_anchor,
         }
+
+
+def _stored_prior(raw: Any, finetuned: bool) -> torch.Tensor | None:
+    """The prior's centre recorded in a checkpoint; for one written before it was recorded, the
+    baseline prior unless the model was fine-tuned from a Phase 6 base (then None: unknown)."""
+    if isinstance(raw, list) and len(raw) == NUM_FEATURES:
+        try:
+            w = torch.tensor([float(x) for x in raw])
+        except (TypeError, ValueError):
+            w = None
+        if w is not None and bool(torch.isfinite(w).all()):
+            return w
+    return None if finetuned else baseline_prior_weights()
 
 
 def _canary_stats(candidate: MemoryScorer, previous: MemoryScorer, canary: Sequence[Any],

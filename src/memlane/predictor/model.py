@@ -32,6 +32,15 @@ __all__ = ["MemoryScorer", "ScorerConfig", "configure_threads"]
 #: (0.5 / 0.2 and 2.0 / 0.8 within 0.002 of it; docs/predictor.md).
 BASELINE_PRIOR = {"baseline_score": 1.0, "baseline_rank_inv": 0.4}
 
+
+def baseline_prior_weights() -> torch.Tensor:
+    """The untrained model's feature weights, float ``[NUM_FEATURES]``: :data:`BASELINE_PRIOR`
+    on its two columns, 0 elsewhere (the centre of the linear stage's prior, train.fit)."""
+    w = torch.zeros(NUM_FEATURES)
+    for name, weight in BASELINE_PRIOR.items():
+        w[FEATURE_INDEX[name]] = weight
+    return w
+
 # Fill for padded attention logits: finite, so a fully padded row stays NaN-free.
 _MASKED_LOGIT = -1.0e9
 
@@ -168,6 +177,11 @@ class MemoryScorer(nn.Module):
     def _feature_columns(self) -> slice:
         """The linear gate's columns that weigh the versioned features (its last ``num_features``)."""
         return slice(self.config.gate_inputs - self.config.num_features, self.config.gate_inputs)
+
+    def feature_weight_view(self) -> torch.Tensor:
+        """The linear gate's feature weights as a differentiable view, float ``[num_features]``
+        (for a penalty on them during training; :meth:`feature_weights` is a detached copy)."""
+        return self.gate_linear.weight[0, self._feature_columns]
 
     def feature_weights(self) -> torch.Tensor:
         """A copy of the linear gate's feature weights, float ``[num_features]``: in the linear

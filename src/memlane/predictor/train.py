@@ -18,7 +18,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -96,6 +96,16 @@ def _clone(model: MemoryScorer, optimizer: torch.optim.Optimizer) -> tuple[Memor
     return clone, clone_opt
 
 
+def _prior_penalty(prior: tuple[torch.Tensor, float], model: MemoryScorer
+                   ) -> Callable[[MemoryScorer], torch.Tensor]:
+    centre, lam = prior
+    centre = centre.detach().to(model.gate_linear.weight.dtype).reshape(-1)
+    if centre.shape[0] != model.config.num_features or not math.isfinite(lam) or lam < 0:
+        raise ValueError(f"prior must be ([{model.config.num_features}], lam >= 0), got "
+                         f"({tuple(centre.shape)}, {lam})")
+    return lambda m: lam * ((m.feature_weight_view() - centre) ** 2).sum()
+
+
 def _zero(held: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
     with torch.no_grad():
         for p, m in held.items():
@@ -138,6 +148,7 @@ def fit(
     grad_masks: Mapping[str, torch.Tensor] | None = None,
     anchor: torch.Tensor | None = None,
     held_at_zero: Mapping[str, torch.Tensor] | None = None,
+    prior: tuple[torch.Tensor, float] | None = None,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -183,6 +194,11 @@ def fit(
             learning rate, and over 200 simulated sessions those weights drifted as far as
             +-16 (``is_embedded`` to +-10: a candidate without a vector would then be moved
             by that much in a session where the others have one; docs/predictor.md).
+        prior: ``(centre [F], lam)``: adds ``lam * ||w - centre||^2`` over the linear gate's
+            feature weights ``w`` (:meth:`MemoryScorer.feature_weight_view`) to every step's
+            loss, a Gaussian prior on them (MAP estimation; the engine passes the weights the
+            user's model started from and ``lam = PRIOR_STRENGTH / training sessions``). The
+            losses recorded include it.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -211,6 +227,7 @@ def fit(
         raise ValueError(f"held_at_zero names unknown parameters: {sorted(unknown)}")
     held = {named[n]: m.bool() for n, m in (held_at_zero or {}).items()}
     _zero(held)
+    penalty = _prior_penalty(prior, candidate) if prior is not None else None
     result = FitResult(candidate, cand_opt, GateReport(()))
     rng = random.Random(seed)
     start = time.monotonic()
@@ -232,6 +249,8 @@ def fit(
                 result.stop_reason = "time_cap"
                 break
             loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
+            if penalty is not None:
+                loss = loss + penalty(candidate)
             value = float(loss.detach())
             result.step_losses.append(value)
             epoch.append(value)
