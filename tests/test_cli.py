@@ -229,3 +229,22 @@ def test_predictor_status_table_shows_trouble_and_project_slices():
                  "disabled, pid -, 3 restarts, 3 crashes in the last hour", "crash 3, timeout 4",
                  "acme: 0.70 over 12, ledger: 0.25 over 5"):
         assert want in text, want
+
+
+def test_an_error_a_command_lets_through_is_one_line_not_a_traceback(tmp_path):
+    """A real ``python -m memlane`` process: a store path that cannot be opened (its
+    memories.db is a directory) ends with one ``error:`` line and exit status 1."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "store"
+    (bad / "memories.db").mkdir(parents=True)
+    data = tmp_path / "unused.json"  # the store fails to open before the data is read
+    data.write_text("[]")
+    proc = subprocess.run(
+        [sys.executable, "-m", "memlane", "bench", "sessions", "--memories", "5", "--sessions", "1",
+         "--no-predictor", "--store", str(bad), "--data", str(data)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "error:" in proc.stderr and "cannot open database" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,5 +1,5 @@
 """``python -m memlane`` = the ``memlane`` CLI."""
 
-from memlane.cli.main import app
+from memlane.cli.main import main
 
-app()
+main()

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memlane import __version__
@@ -209,5 +210,12 @@ def import_cmd(path: Path = typer.Argument(..., exists=True, dir_okay=False, hel
         raise typer.Exit(1)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The ``memlane`` console script: :data:`app`, with any :class:`MemlaneError` a command
+    lets through (a store that cannot be opened, a bad path given to a bench) printed as one
+    ``error:`` line on stderr and exit status 1 instead of a traceback."""
+    try:
+        app()
+    except MemlaneError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise SystemExit(1) from None
