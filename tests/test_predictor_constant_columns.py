@@ -76,7 +76,7 @@ def test_fit_holds_the_named_weights_at_zero_despite_old_momentum():
     model, opt = first.model, first.optimizer
     before = model.feature_weights()
     result = fit(model, opt, LOSS, [batch], max_epochs=30, early_stop_patience=30, max_seconds=1e9,
-                 grad_masks=model.feature_residual_masks(constant),
+                 grad_masks=model.feature_residual_masks(),
                  held_at_zero=model.feature_column_mask(constant))
     after = result.model.feature_weights()
     assert torch.count_nonzero(after[constant]) == 0

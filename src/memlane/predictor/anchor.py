@@ -101,7 +101,6 @@ def fit_linear_anchor(
             return init.detach().clone().float()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        w.grad.masked_fill_(held, 0.0)  # type: ignore[union-attr]
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
         opt.step()

@@ -268,7 +268,7 @@ class PredictorEngine:
                          replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
-                         grad_masks=live.feature_residual_masks(constant) if linear else None,
+                         grad_masks=live.feature_residual_masks() if linear else None,
                          held_at_zero=live.feature_column_mask(constant),
                          prior=prior if linear else None)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)

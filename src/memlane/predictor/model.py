@@ -125,15 +125,13 @@ class MemoryScorer(nn.Module):
             self.register_buffer("anchor", torch.zeros(cfg.num_features))
             self.register_buffer("anchor_on", torch.zeros(()))
             if cfg.num_features == NUM_FEATURES:
-                offset = 4 + cfg.d_value
                 self.gate_linear.weight.data.zero_()
                 self.gate_linear.bias.data.zero_()
                 self.gate_out.weight.data.zero_()
                 self.gate_out.bias.data.zero_()
-                for name, weight in BASELINE_PRIOR.items():
-                    self.gate_linear.weight.data[0, offset + FEATURE_INDEX[name]] = weight
+                self.gate_linear.weight.data[0, self._feature_columns] = baseline_prior_weights()
 
-    def feature_residual_masks(self, held: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def feature_residual_masks(self) -> dict[str, torch.Tensor]:
         """Gradient masks that restrict training to the linear residual over the feature schema.
 
         The small-data training stage (``docs/predictor.md``, "Linear stage") trains only the
@@ -143,20 +141,13 @@ class MemoryScorer(nn.Module):
         encoders, value columns and the gate MLP keep their initial values (the MLP's output
         layer and the non-feature gate columns start at 0, so they contribute nothing).
 
-        Args:
-            held: optional bool ``[num_features]``: feature columns left out of the mask
-                (:func:`~memlane.predictor.data.session_constant_columns`).
-
         Returns:
             ``{parameter name: float mask of that parameter's shape}`` (1 = trainable entry);
             only ``gate_linear.weight`` (shape ``[1, gate_inputs]``, ones on the last
-            ``num_features`` columns but ``held``). Parameters not named are not trained in
-            that stage.
+            ``num_features`` columns). Parameters not named are not trained in that stage.
         """
         mask = torch.zeros_like(self.gate_linear.weight)
         mask[0, self._feature_columns] = 1.0
-        if held is not None:
-            mask[0, self._feature_columns] = (~held.bool()).to(mask.dtype)
         return {"gate_linear.weight": mask}
 
     def feature_column_mask(self, columns: torch.Tensor) -> dict[str, torch.Tensor]:

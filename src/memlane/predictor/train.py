@@ -186,8 +186,8 @@ def fit(
             set before training, so validation and the gates judge the ensemble the clone
             will serve; None: the clone has none (the linear stage).
         held_at_zero: ``{parameter name: bool mask of that parameter's shape}``: entries set
-            to 0 on the clone before training and put back to 0 after every step (Adam's
-            momentum from earlier runs would otherwise move them even with a zero gradient).
+            to 0 on the clone before training and put back to 0 after every step, whatever
+            their gradient or Adam's momentum from earlier runs did to them.
             The linear stage holds the weights of :func:`~memlane.predictor.data.
             session_constant_columns` there: Adam divides a gradient by its own running
             magnitude, so the rounding noise of such a column became full steps of the
