@@ -463,4 +463,5 @@ def test_training_stage_follows_the_number_of_sessions(tmp_path):
     report = engine.train(synthetic(30), save=False, max_epochs=5)
     assert report.stage == "linear" and report.best_epoch is None  # no validation split
     after = engine.model.state_dict()
-    assert {k for k in before if not torch.equal(before[k], after[k])} <= {"gate_linear.weight"}
+    assert {k for k in before if not torch.equal(before[k], after[k])} <= {"gate_linear.weight", "context_bilinear",
+                                                                        "memory_basis"}

@@ -56,7 +56,7 @@ __all__ = [
 MAGIC = b"MLPRED\x00"
 FORMAT_VERSION = 1
 #: State keys a checkpoint may lack (added after format version 1 was fixed; default: off).
-_OPTIONAL_KEYS = frozenset({"anchor", "anchor_on"})
+_OPTIONAL_KEYS = frozenset({"anchor", "anchor_on", "memory_basis", "context_bilinear"})
 _HEAD = struct.Struct("<III")  # version, flags, config_len
 _PARAMS_LEN = struct.Struct("<Q")
 _DIGEST = 32
@@ -246,8 +246,9 @@ def load(
         state = torch.load(io.BytesIO(params), map_location="cpu", weights_only=True)
         model = MemoryScorer(model_config)
         missing, unexpected = model.load_state_dict(state, strict=False)
-        # Checkpoints written before the full stage's linear anchor lack its two buffers:
-        # they load with the anchor off, i.e. score exactly as they did.
+        # Checkpoints written before the full stage's linear anchor lack its two buffers, and
+        # those written before the bilinear term lack its basis and W: they load with the
+        # anchor off and the term at 0, i.e. score exactly as they did.
         if unexpected or set(missing) - _OPTIONAL_KEYS:
             raise ValueError(f"missing keys {sorted(set(missing) - _OPTIONAL_KEYS)}, unexpected keys {sorted(unexpected)}")
     except Exception as exc:  # unpickling or shape errors all mean the same to a caller

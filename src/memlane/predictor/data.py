@@ -23,7 +23,7 @@ from memlane.predictor.features import NUM_FEATURES
 from memlane.predictor.padding import PADDED_Y_VALUE
 from memlane.predictor.tokenizer import MAX_TOKENS, PAD_TOKEN_ID, project_slot, token_ids
 
-__all__ = ["Session", "SessionBatch", "batched", "collate", "session_constant_columns"]
+__all__ = ["Session", "SessionBatch", "batched", "collate", "memory_basis", "session_constant_columns"]
 
 
 @dataclass(frozen=True)
@@ -248,3 +248,36 @@ def session_constant_columns(batches: Sequence[SessionBatch]) -> torch.Tensor:
         lo = b.features.masked_fill(~real, float("inf")).amin(1)
         varies |= (hi > lo).any(0)
     return ~varies
+
+
+def memory_basis(batches: Sequence[SessionBatch], rank: int, native_dim: int) -> torch.Tensor:
+    """The leading principal directions of the training candidates' embeddings.
+
+    The bilinear term's subspace (docs/predictor.md, "Bilinear term"): the top ``rank`` right
+    singular vectors of the distinct embedded candidate vectors of ``batches``, centred (PCA).
+    A random projection of the same width loses the gain that this one keeps: offline on the
+    simulated users, +0.000 to +0.010 NDCG@10 over the linear model against +0.04.
+
+    Args:
+        batches: collated batches (``candidate_embeddings [B, N, E]``, ``candidate_is_embedded``,
+            ``mask``); padded and unembedded slots ignored, repeated vectors counted once.
+        rank: columns ``r`` of the basis.
+        native_dim: ``E``.
+
+    Returns:
+        float32 ``[E, rank]`` with orthonormal columns; columns beyond the data's rank (fewer
+        than ``rank + 1`` distinct vectors) are 0, and all are 0 without any embedded candidate.
+    """
+    rows: dict[bytes, np.ndarray] = {}
+    for b in batches:
+        real = (b.candidate_is_embedded & b.mask).reshape(-1)
+        for v in b.candidate_embeddings.reshape(-1, b.candidate_embeddings.shape[-1])[real].numpy():
+            rows.setdefault(v.tobytes(), v)
+    basis = torch.zeros(native_dim, rank)
+    if len(rows) < 2:
+        return basis
+    x = np.stack(list(rows.values())).astype(np.float64)
+    _, sv, vt = np.linalg.svd(x - x.mean(0), full_matrices=False)
+    k = min(rank, int((sv > sv[0] * 1e-6).sum()))
+    basis[:, :k] = torch.from_numpy(vt[:k].T.astype(np.float32))
+    return basis

@@ -26,7 +26,7 @@ import torch
 from memlane.predictor import checkpoint as ckpt
 from memlane.predictor import settings as C
 from memlane.predictor.anchor import fit_linear_anchor
-from memlane.predictor.data import Session, batched, collate, session_constant_columns
+from memlane.predictor.data import Session, batched, collate, memory_basis, session_constant_columns
 from memlane.predictor.errors import CheckpointError
 from memlane.predictor.features import CURRENT_SCHEMA, NUM_FEATURES
 from memlane.predictor.gates import GateReport
@@ -248,6 +248,13 @@ class PredictorEngine:
             # learned; they are held at 0 in both stages (the linear gate's output is added to
             # the score), and in the anchor (data.session_constant_columns, train.fit).
             constant = session_constant_columns([*train_batches, *replay_batches])
+            # The bilinear term's subspace: the principal directions of this run's candidates'
+            # vectors, refreshed by every linear-stage run (W carried over), kept by the full
+            # stage unless it has none yet (docs/predictor.md, "Bilinear term").
+            basis = None
+            if linear or not bool(live.memory_basis.any()):
+                basis = memory_basis([*train_batches, *replay_batches], live.config.bilinear_rank, nd)
+            bilinear_l2 = C.BILINEAR_PRIOR_STRENGTH / max(1, len(labelled))
             anchor = None
             if not linear:
                 # The linear anchor (anchor.py): what the linear stage would learn on the same
@@ -270,7 +277,8 @@ class PredictorEngine:
                          seed=self.seed + self.model_version,
                          grad_masks=live.feature_residual_masks() if linear else None,
                          held_at_zero=live.feature_column_mask(constant),
-                         prior=prior if linear else None)
+                         prior=prior if linear else None,
+                         memory_basis=basis, bilinear_l2=bilinear_l2)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,

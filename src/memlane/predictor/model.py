@@ -5,7 +5,10 @@ LLM-Trained Cross Attention Networks", 2025): the session context is the query, 
 candidate memories are keys and values, and scaled dot-product attention (Vaswani et al.
 2017) scores each candidate. Memlane's additions follow the seed: two encoding paths with
 per-path LayerNorm, a 32-slot project embedding, and a learned gate over attention,
-similarity, value and feature signals that outputs one score per candidate.
+similarity, value and feature signals that outputs one score per candidate. Added to that
+score: a bilinear term between the context's and the candidate's embeddings in the user's
+own principal subspace (:meth:`MemoryScorer.bilinear_scores`; docs/predictor.md, "Bilinear
+term"), which the small-data stage trains with the feature weights.
 
 No dropout and no batch statistics: ``train()`` and ``eval()`` compute the same function, so
 an immutable live model can be scored from any thread while a clone trains.
@@ -58,6 +61,8 @@ class ScorerConfig:
         num_features: feature columns (the feature schema's length).
         gate_hidden: hidden width of the gate MLP.
         max_tokens: token cap per text on the text path.
+        bilinear_rank: width ``r`` of the context x memory bilinear term's subspace
+            (:meth:`MemoryScorer.set_memory_basis`).
     """
 
     native_dim: int = 384
@@ -68,6 +73,7 @@ class ScorerConfig:
     num_features: int = NUM_FEATURES
     gate_hidden: int = 32
     max_tokens: int = MAX_TOKENS
+    bilinear_rank: int = 64
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -110,6 +116,13 @@ class MemoryScorer(nn.Module):
             self.gate_hidden = nn.Linear(cfg.gate_inputs, cfg.gate_hidden)
             self.gate_out = nn.Linear(cfg.gate_hidden, 1)
             self.gate_linear = nn.Linear(cfg.gate_inputs, 1)
+            # The context x memory bilinear term (docs/predictor.md, "Bilinear term"):
+            # (c B) W (m B)^T for an embedded context c and candidate m, in the subspace of
+            # the user's own memory vectors spanned by ``memory_basis`` ([E, r], orthonormal
+            # columns, set from the training candidates; zeros: no subspace yet, term 0).
+            # W starts at 0, so an untrained or older model scores as it did without it.
+            self.register_buffer("memory_basis", torch.zeros(cfg.native_dim, cfg.bilinear_rank))
+            self.context_bilinear = nn.Parameter(torch.zeros(cfg.bilinear_rank, cfg.bilinear_rank))
             # Baseline prior with a zero-initialised residual: the untrained model scores
             # exactly BASELINE_PRIOR . (baseline_score, baseline_rank_inv), i.e. ranks as the
             # baseline does (a residual re-ranker over a first-stage score). Every other gate
@@ -142,13 +155,15 @@ class MemoryScorer(nn.Module):
         layer and the non-feature gate columns start at 0, so they contribute nothing).
 
         Returns:
-            ``{parameter name: float mask of that parameter's shape}`` (1 = trainable entry);
-            only ``gate_linear.weight`` (shape ``[1, gate_inputs]``, ones on the last
-            ``num_features`` columns). Parameters not named are not trained in that stage.
+            ``{parameter name: float mask of that parameter's shape}`` (1 = trainable entry):
+            ``gate_linear.weight`` (shape ``[1, gate_inputs]``, ones on the last
+            ``num_features`` columns) and ``context_bilinear`` (``[r, r]``, all ones: the
+            bilinear term, convex in W as the linear residual is in its weights). Parameters
+            not named are not trained in that stage.
         """
         mask = torch.zeros_like(self.gate_linear.weight)
         mask[0, self._feature_columns] = 1.0
-        return {"gate_linear.weight": mask}
+        return {"gate_linear.weight": mask, "context_bilinear": torch.ones_like(self.context_bilinear)}
 
     def feature_column_mask(self, columns: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{"gate_linear.weight": bool [1, gate_inputs]}``, True at the linear gate's weights
@@ -178,6 +193,37 @@ class MemoryScorer(nn.Module):
         """A copy of the linear gate's feature weights, float ``[num_features]``: in the linear
         stage the whole model is ``features @ feature_weights()`` plus a constant."""
         return self.gate_linear.weight.detach()[0, self._feature_columns].clone()
+
+    def set_memory_basis(self, basis: torch.Tensor) -> None:
+        """Move the bilinear term to a new subspace ``basis`` (float ``[native_dim, r]``,
+        orthonormal or zero columns), carrying W over: ``W' = R W R^T`` with ``R = basis^T
+        B_old``, the old bilinear form's projection onto the new subspace (exact where the two
+        subspaces agree; W' = 0 from a zero basis).
+
+        Raises:
+            ValueError: ``basis`` of another shape, or not finite.
+        """
+        b = basis.detach().to(self.memory_basis.dtype)
+        if b.shape != self.memory_basis.shape or not bool(torch.isfinite(b).all()):
+            raise ValueError(f"memory basis must be {tuple(self.memory_basis.shape)} and finite, got {tuple(b.shape)}")
+        with torch.no_grad():
+            r = b.T @ self.memory_basis  # [r, r]
+            self.context_bilinear.copy_(r @ self.context_bilinear @ r.T)
+            self.memory_basis.copy_(b)
+
+    def bilinear_scores(self, batch: SessionBatch) -> torch.Tensor:
+        """The bilinear term ``(c B) W (m B)^T`` per candidate, float ``[B, N]``; 0 where the
+        context or the candidate has no embedding (the text path has no such term) and at padding.
+
+        Computed as ``m . q``: the context is mapped to ``q = c B W B^T`` ([B, E]) and
+        each candidate's embedding is dotted with it, so a step costs ``B*N*E`` multiply-adds,
+        not ``B*N*E*r``.
+        """
+        basis = self.memory_basis
+        q = ((batch.context_embedding @ basis) @ self.context_bilinear) @ basis.T  # [B, E]
+        term = torch.einsum("be,bne->bn", q, batch.candidate_embeddings)
+        valid = batch.candidate_is_embedded & batch.mask & batch.context_is_embedded.unsqueeze(-1)
+        return term.masked_fill(~valid, 0.0)
 
     def count_parameters(self) -> int:
         """Number of trainable scalars (seed budget: under 2M)."""
@@ -252,7 +298,7 @@ class MemoryScorer(nn.Module):
             dim=-1,
         )  # [B, N, gate_inputs]
         score = self.gate_out(F.gelu(self.gate_hidden(gate_in))) + self.gate_linear(gate_in)
-        return score.squeeze(-1).masked_fill(~batch.mask, 0.0)
+        return (score.squeeze(-1) + self.bilinear_scores(batch)).masked_fill(~batch.mask, 0.0)
 
     def set_anchor(self, weights: torch.Tensor | None) -> None:
         """Turn the linear anchor on with ``weights`` (float ``[num_features]``), or off (None).

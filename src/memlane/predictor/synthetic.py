@@ -7,6 +7,11 @@ check that :func:`memlane.predictor.train.fit` finds it (NDCG@10 well above rand
 * ``signal="features"``: relevant candidates have high importance and a good baseline rank;
   superseded look-alikes are labelled -0.3 (seed "Negative Memory Signals").
 * ``signal="text"``: relevant candidates share topic words with the context text.
+* ``signal="topic"``: each session is about one of four topics; its relevant candidates are
+  that topic's memories. A topic's contexts and its memories lie near two different random
+  directions, so the cosine between a context and its relevant memories is ~0 (a similarity
+  matcher cannot find them) while a bilinear map from context to memory directions can. The
+  topic directions depend on ``native_dim`` only, so sessions of different seeds share them.
 """
 
 from __future__ import annotations
@@ -44,12 +49,15 @@ def make_sessions(
     Raises:
         ValueError: an unknown ``signal``, or not ``1 <= n_relevant < n_candidates``.
     """
-    if signal not in {"embedding", "features", "text"}:
+    if signal not in {"embedding", "features", "text", "topic"}:
         raise ValueError(f"unknown signal {signal!r}")
     if not 1 <= n_relevant < n_candidates:
         raise ValueError(f"need 1 <= n_relevant < n_candidates, got {n_relevant} and {n_candidates}")
     rng = np.random.default_rng(seed)
     start = datetime(2026, 1, 5, 9, 0)
+    directions = np.random.default_rng(20_260_105 + native_dim)
+    context_dirs = _unit(directions.normal(size=(4, native_dim)))  # [4 topics, E]
+    memory_dirs = _unit(directions.normal(size=(4, native_dim)))
     sessions = []
     for s in range(n_sessions):
         relevant = np.zeros(n_candidates, dtype=bool)
@@ -59,6 +67,12 @@ def make_sessions(
         emb = _unit(rng.normal(size=(n_candidates, native_dim)))
         if signal == "embedding":
             emb[relevant] = _unit(context + 0.7 * _unit(rng.normal(size=(n_relevant, native_dim))))
+        if signal == "topic":
+            topic = int(rng.integers(4))
+            context = _unit(context_dirs[topic] + 0.5 * _unit(rng.normal(size=native_dim)))
+            others = (topic + rng.integers(1, 4, n_candidates)) % 4
+            topics = np.where(relevant, topic, others)
+            emb = _unit(memory_dirs[topics] + 0.5 * _unit(rng.normal(size=(n_candidates, native_dim))))
         importance = rng.uniform(0.0, 0.6, n_candidates)
         ranks = rng.permutation(n_candidates) + 5
         superseded = np.zeros(n_candidates, dtype=bool)

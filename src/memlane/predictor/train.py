@@ -149,6 +149,8 @@ def fit(
     anchor: torch.Tensor | None = None,
     held_at_zero: Mapping[str, torch.Tensor] | None = None,
     prior: tuple[torch.Tensor, float] | None = None,
+    memory_basis: torch.Tensor | None = None,
+    bilinear_l2: float = 0.0,
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -199,6 +201,12 @@ def fit(
             loss, a Gaussian prior on them (MAP estimation; the engine passes the weights the
             user's model started from and ``lam = PRIOR_STRENGTH / training sessions``). The
             losses recorded include it.
+        memory_basis: float ``[E, r]``: the clone's bilinear subspace for this run
+            (:meth:`MemoryScorer.set_memory_basis`, which carries W over), set before
+            training; None: the clone keeps the live model's.
+        bilinear_l2: adds ``bilinear_l2 * ||W||^2`` over the bilinear term's W
+            (``context_bilinear``) to every step's loss, a Gaussian prior centred at 0 (the
+            engine passes ``BILINEAR_PRIOR_STRENGTH / training sessions``); >= 0.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
@@ -211,8 +219,12 @@ def fit(
         raise ValueError(f"replay_share must be in [0, 1), got {replay_share}")
     if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
         raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
+    if not (math.isfinite(bilinear_l2) and bilinear_l2 >= 0):
+        raise ValueError(f"bilinear_l2 must be finite and >= 0, got {bilinear_l2}")
     candidate, cand_opt = _clone(model, optimizer)
     candidate.set_anchor(anchor)
+    if memory_basis is not None:
+        candidate.set_memory_basis(memory_basis)
     named = dict(candidate.named_parameters())
     masks: dict[torch.nn.Parameter, torch.Tensor] = {}
     if grad_masks is not None:
@@ -251,6 +263,8 @@ def fit(
             loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
             if penalty is not None:
                 loss = loss + penalty(candidate)
+            if bilinear_l2 > 0:
+                loss = loss + bilinear_l2 * (candidate.context_bilinear ** 2).sum()
             value = float(loss.detach())
             result.step_losses.append(value)
             epoch.append(value)
