@@ -19,6 +19,7 @@ from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
 from memlane.predictor.train import fit
+from predictor_checkpoint_helpers import writer_without
 
 torch.set_num_threads(1)
 DIM = 8
@@ -104,16 +105,6 @@ def test_score_with_an_anchor_is_the_sum_of_within_session_z_scores():
         model.set_anchor(torch.zeros(3))
 
 
-class _WriterBeforeTheAnchor(MemoryScorer):
-    """Writes checkpoints as the code before the anchor did: without its two buffers."""
-
-    def state_dict(self, *args, **kwargs):
-        state = super().state_dict(*args, **kwargs)
-        state.pop("anchor")
-        state.pop("anchor_on")
-        return state
-
-
 def test_checkpoints_keep_the_anchor_and_older_ones_load_without_it(tmp_path):
     batch = collate(sessions(2, seed=6), native_dim=DIM)
     meta = ckpt.CheckpointMeta("test-8", CURRENT_SCHEMA, {})
@@ -124,7 +115,7 @@ def test_checkpoints_keep_the_anchor_and_older_ones_load_without_it(tmp_path):
     assert loaded.has_anchor
     torch.testing.assert_close(loaded.score(batch), model.score(batch))
 
-    old = _WriterBeforeTheAnchor(ScorerConfig(native_dim=DIM), seed=2)
+    old = writer_without("anchor", "anchor_on")(ScorerConfig(native_dim=DIM), seed=2)
     ckpt.save(tmp_path / "old.bin", old, meta)
     restored = ckpt.load(tmp_path / "old.bin", embedding_model_id="test-8", native_dim=DIM).model
     assert not restored.has_anchor

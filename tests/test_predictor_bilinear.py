@@ -20,6 +20,7 @@ from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
 from memlane.predictor.train import fit
+from predictor_checkpoint_helpers import writer_without
 
 torch.set_num_threads(1)
 DIM = 32
@@ -36,7 +37,6 @@ def mean_ndcg(model: MemoryScorer, sessions) -> float:
 
 
 def test_the_basis_is_the_principal_directions_of_the_distinct_vectors():
-    rng = np.random.default_rng(0)
     sessions = topic_sessions(6, seed=1)
     batches = [collate(sessions[:3], native_dim=DIM), collate(sessions[3:], native_dim=DIM)]
     basis = memory_basis(batches, 8, DIM)
@@ -52,7 +52,7 @@ def test_the_basis_is_the_principal_directions_of_the_distinct_vectors():
     # fewer distinct vectors than columns: the rest are 0; none embedded: all 0
     few = memory_basis([collate(sessions[:1], native_dim=DIM)], 64, DIM)
     assert int((few.abs().sum(0) > 0).sum()) <= 20 - 1 and few.shape == (DIM, 64)
-    text = make_sessions(2, signal="text", native_dim=DIM, seed=rng.integers(9))
+    text = make_sessions(2, signal="text", native_dim=DIM, seed=3)
     assert not memory_basis([collate(text, native_dim=DIM)], 8, DIM).any()
 
 
@@ -132,19 +132,9 @@ def test_the_engine_sets_the_basis_and_trains_the_term(tmp_path):
     assert mean_ndcg(again.model, held) == pytest.approx(mean_ndcg(engine.model, held))
 
 
-class _WriterBeforeTheTerm(MemoryScorer):
-    """Writes checkpoints as the code before the bilinear term did: without its two tensors."""
-
-    def state_dict(self, *args, **kwargs):
-        state = super().state_dict(*args, **kwargs)
-        state.pop("memory_basis")
-        state.pop("context_bilinear")
-        return state
-
-
 def test_older_checkpoints_load_with_the_term_at_zero(tmp_path):
     batch = collate(topic_sessions(2, seed=11), native_dim=DIM)
-    old = _WriterBeforeTheTerm(ScorerConfig(native_dim=DIM), seed=2)
+    old = writer_without("memory_basis", "context_bilinear")(ScorerConfig(native_dim=DIM), seed=2)
     meta = ckpt.CheckpointMeta("test-32", CURRENT_SCHEMA, {})
     ckpt.save(tmp_path / "old.bin", old, meta)
     loaded = ckpt.load(tmp_path / "old.bin", embedding_model_id="test-32", native_dim=DIM).model

@@ -96,14 +96,27 @@ def _clone(model: MemoryScorer, optimizer: torch.optim.Optimizer) -> tuple[Memor
     return clone, clone_opt
 
 
-def _prior_penalty(prior: tuple[torch.Tensor, float], model: MemoryScorer
-                   ) -> Callable[[MemoryScorer], torch.Tensor]:
-    centre, lam = prior
-    centre = centre.detach().to(model.gate_linear.weight.dtype).reshape(-1)
-    if centre.shape[0] != model.config.num_features or not math.isfinite(lam) or lam < 0:
-        raise ValueError(f"prior must be ([{model.config.num_features}], lam >= 0), got "
-                         f"({tuple(centre.shape)}, {lam})")
-    return lambda m: lam * ((m.feature_weight_view() - centre) ** 2).sum()
+def _penalty(prior: tuple[torch.Tensor, float] | None, bilinear_l2: float, model: MemoryScorer
+             ) -> Callable[[MemoryScorer], torch.Tensor] | None:
+    """The MAP terms added to every step's loss: the Gaussian prior on the linear feature
+    weights and the L2 on the bilinear W (see :func:`fit`); None when neither applies."""
+    if not (math.isfinite(bilinear_l2) and bilinear_l2 >= 0):
+        raise ValueError(f"bilinear_l2 must be finite and >= 0, got {bilinear_l2}")
+    centre, lam = (None, 0.0) if prior is None else prior
+    if centre is not None:
+        centre = centre.detach().to(model.gate_linear.weight.dtype).reshape(-1)
+        if centre.shape[0] != model.config.num_features or not math.isfinite(lam) or lam < 0:
+            raise ValueError(f"prior must be ([{model.config.num_features}], lam >= 0), got "
+                             f"({tuple(centre.shape)}, {lam})")
+    if centre is None and bilinear_l2 == 0:
+        return None
+
+    def penalty(m: MemoryScorer) -> torch.Tensor:
+        total = bilinear_l2 * (m.context_bilinear ** 2).sum()
+        if centre is not None:
+            total = total + lam * ((m.feature_weight_view() - centre) ** 2).sum()
+        return total
+    return penalty
 
 
 def _zero(held: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
@@ -219,8 +232,6 @@ def fit(
         raise ValueError(f"replay_share must be in [0, 1), got {replay_share}")
     if max_epochs < 1 or early_stop_patience < 1 or max_seconds <= 0:
         raise ValueError("max_epochs and early_stop_patience must be >= 1, max_seconds > 0")
-    if not (math.isfinite(bilinear_l2) and bilinear_l2 >= 0):
-        raise ValueError(f"bilinear_l2 must be finite and >= 0, got {bilinear_l2}")
     candidate, cand_opt = _clone(model, optimizer)
     candidate.set_anchor(anchor)
     if memory_basis is not None:
@@ -239,7 +250,7 @@ def fit(
         raise ValueError(f"held_at_zero names unknown parameters: {sorted(unknown)}")
     held = {named[n]: m.bool() for n, m in (held_at_zero or {}).items()}
     _zero(held)
-    penalty = _prior_penalty(prior, candidate) if prior is not None else None
+    penalty = _penalty(prior, bilinear_l2, candidate)
     result = FitResult(candidate, cand_opt, GateReport(()))
     rng = random.Random(seed)
     start = time.monotonic()
@@ -263,8 +274,6 @@ def fit(
             loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
             if penalty is not None:
                 loss = loss + penalty(candidate)
-            if bilinear_l2 > 0:
-                loss = loss + bilinear_l2 * (candidate.context_bilinear ** 2).sum()
             value = float(loss.detach())
             result.step_losses.append(value)
             epoch.append(value)
