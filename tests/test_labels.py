@@ -17,6 +17,7 @@ from memlane.sessions.labels import (
     SessionOutcome,
     behavioral_outcome,
     build_label,
+    evaluation_relevance,
     fts_adjustment,
     is_missing,
 )
@@ -152,6 +153,21 @@ def test_not_injected_true_negative() -> None:
 def test_soft_negative_over_06_similarity(sim: float | None, expected: float) -> None:
     out = lab(was_injected=False, similarity=sim)
     assert out.raw == expected and out.value == expected
+
+
+@pytest.mark.parametrize("kw, expected, label", [
+    (dict(was_injected=False, similarity=0.9), 0.0, 0.25),  # soft negative: no evidence of use
+    (dict(was_injected=False, similarity=0.3), 0.0, 0.0),
+    (dict(was_injected=False, similarity=0.9, fts_hit_count=2), 0.6, 0.6),  # the FTS floor still counts
+    (dict(was_injected=False, similarity=0.9, agent_score=1.0), 0.76, 0.76),  # 0.7 * 1 + 0.1 * 0.6
+    (dict(was_injected=True, similarity=0.9, relevance=0.8), 0.8, 0.8),
+    (dict(was_injected=False, similarity=0.9, superseded=True), -0.3, -0.3),
+])
+def test_evaluation_relevance_is_the_label_without_the_soft_negative(kw: dict, expected: float,
+                                                                     label: float) -> None:
+    s = SessionOutcome(0.6, 0.9)
+    assert evaluation_relevance(CandidateSignals(**kw), s) == approx(expected)
+    assert build_label(CandidateSignals(**kw), s).value == approx(label)
 
 
 def test_not_injected_matched_twice_is_at_least_06() -> None:

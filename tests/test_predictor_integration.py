@@ -307,6 +307,25 @@ def test_end_records_a_full_comparison_and_moves_the_ema_once(world):
     assert comparison_rows(c, rated) == first
 
 
+def test_the_comparison_counts_a_soft_negative_as_irrelevant(world):
+    c = world.c
+    # the context is one memory's text: the five other components' copies of that fact differ
+    # by one word (cosine > 0.6) and only 5 memories are injected, so one of the six at least
+    # is a soft negative (trains at 0.25) in the comparison's pool
+    key = world.key("soft")
+    res = c.sessions.start(StartInput(key, project=PROJECT, context=CORPUS[0]))
+    c.sessions.feedback(key, {m["id"]: 1.0 for m in res.injected})
+    c.sessions.end(EndInput(key, project=PROJECT), wait=True)
+    c.predictor.wait_training(300)
+    (row,) = comparison_rows(c, key)
+    relevance = json.loads(row["relevance_scores"])
+    pool = [r for r in rows(c, key) if r["memory_id"] in relevance]
+    soft = [r for r in pool if json.loads(r["label_reason"]) == ["not_injected:soft_negative"]]
+    assert soft and all(r["label"] == 0.25 and relevance[r["memory_id"]] == 0.0 for r in soft)
+    assert all(relevance[r["memory_id"]] == pytest.approx(r["label"]) for r in pool if r not in soft)
+    assert any(v > 0 for v in relevance.values())
+
+
 # ------------------------------------------------------------------------------ 4. retraining
 
 

@@ -321,7 +321,8 @@ class PredictorService:
         Args:
             rows: the session's candidates (``memory_id``, ``baseline_rank``, ``predictor_rank``,
                 ``was_injected``, ``fts_hit_count``), any order.
-            labels: ``{memory_id: label}`` of the labelled rows.
+            labels: ``{memory_id: relevance}`` of the labelled rows, in [-0.5, 1]
+                (``sessions.labels.evaluation_relevance``: the label without the soft negative).
             confidence: the session's continuity-score confidence in [0, 1].
             signals: the session's logged signals (:meth:`comparison_inputs`).
 

@@ -14,7 +14,7 @@ before behavioural adjustments and negative overrides, so both can be inspected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: A session whose continuity score is at least this is "high-scoring" (injected label = score).
 HIGH_SCORING_SESSION = 0.5
@@ -164,6 +164,25 @@ def build_label(c: CandidateSignals, s: SessionOutcome) -> Label:
         value = SUPERSEDED_LABEL
         reasons.append("negative:superseded")
     return Label(raw=_clamp(raw), value=_clamp(value), reasons=tuple(reasons))
+
+
+def evaluation_relevance(c: CandidateSignals, s: SessionOutcome) -> float:
+    """The candidate's relevance for the session-end comparison of the two rankings.
+
+    This is the training label without the soft negative. Seed "Success Rate Tracking" takes
+    the relevance of a non-injected memory from "a second lightweight pass, or defaulted to 0.0
+    if confidently irrelevant". The soft negative ("Training Signals": 0.25 when the cosine to
+    the context passes 0.6) is a training device and no evidence of use. Read as relevance,
+    it pays a ranking for agreeing with the baseline's own similarity signal.
+
+    On the simulated user (seeds 0-5), 27 % of the comparisons that moved the EMA had a soft
+    negative in their pool (docs/predictor.md, "The comparison's relevance"). Agent ratings,
+    judged relevance, FTS evidence and the negative overrides count as in :func:`build_label`.
+
+    Returns:
+        a relevance in [-0.5, 1].
+    """
+    return build_label(replace(c, similarity=None), s).value
 
 
 def behavioral_outcome(injected: list[CandidateSignals]) -> SessionOutcome:

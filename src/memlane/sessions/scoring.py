@@ -127,7 +127,7 @@ class SessionScorer:
         if self.predictor is not None and compare is not None and sess is not None:
             try:
                 cmp = self.predictor.prepare_comparison(
-                    key, rows, {r.memory_id: float(lab[2]) for r, lab in zip(rows, out)},
+                    key, rows, {r.memory_id: labels.evaluation_relevance(c, outcome) for r, c in zip(rows, sigs)},
                     confidence=outcome.confidence, project=sess.project, signals=compare)
             except Exception:  # the predictor never breaks a session-end
                 log.exception("predictor comparison for %s failed", key)
