@@ -46,7 +46,10 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
                                        help="LoCoMo: candidates per session (candidate_pool_size). 50: the "
                                             "recall's 50 hits; 100 (the daemon's default): those plus the top "
                                             "50 by effectiveScore the recall missed."),
-              seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user).")) -> None:
+              seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user)."),
+              seeds: Optional[str] = typer.Option(None, help="Simulated: several users in turn, e.g. 0-7 or "
+                                                  "0,1,4 (instead of --seed); each seed's report is saved "
+                                                  "beside the combined one.")) -> None:
     """Baseline vs predictor vs fused ranking on held-out sessions, with paired bootstrap 95% CIs."""
     from memlane.bench.report import write_json
     from memlane.embedding import LocalOnnxEmbedder
@@ -57,8 +60,23 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
     if dataset == "locomo" and not data.is_file():
         err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
         raise typer.Exit(2)
+    seed_list: list[int] = []
+    if seeds is not None:
+        from memlane.bench.predictor_simulated_seeds import parse_seeds
+
+        if dataset != "simulated":
+            err.print("[red]error:[/red] --seeds runs several simulated users; use it with --dataset simulated")
+            raise typer.Exit(2)
+        try:
+            seed_list = parse_seeds(seeds)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] --seeds: {exc}")
+            raise typer.Exit(2) from exc
     embedder = LocalOnnxEmbedder()
     embedder.warmup()
+    if seed_list:
+        _simulated_seeds(seed_list, embedder, workdir, sessions, out)
+        return
     if dataset == "simulated":
         from memlane.bench.predictor_simulated import render, run_simulated
 
@@ -82,6 +100,23 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
     if "phase6" in report:
         console.print(_locomo_table("Phase 6: base model (other nine conversations), fine-tuned", report["phase6"]))
     console.print(f"{report['seconds']:.0f} s; report: {path}")
+
+
+def _simulated_seeds(seed_list: list[int], embedder: Any, workdir: Path, sessions: int, out: Optional[Path]) -> None:
+    from memlane.bench.predictor_simulated_seeds import render_seeds, run_seeds
+    from memlane.bench.report import write_json
+
+    path = _out_path(out, "predictor-simulated-seeds")
+
+    def save(report: dict[str, Any]) -> None:
+        write_json(path.with_name(f"{path.stem}-seed{report['seed']}.json"), report)
+
+    with stage_progress(err, "simulated") as tick:
+        report = run_seeds(seed_list, embedder=embedder, workdir=workdir, sessions=sessions, progress=tick,
+                           on_report=save)
+    write_json(path, report)
+    render_seeds(console, report)
+    console.print(f"{report['seconds']:.0f} s; report: {path} (each seed's beside it, -seed<N>.json)")
 
 
 @bench_app.command("predictor-latency")
