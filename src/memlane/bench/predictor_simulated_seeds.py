@@ -30,6 +30,23 @@ MAX_SEEDS = 64
 
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
 
+#: The issue's four targets: (key in run_simulated's "targets", the metric it judges, short
+#: name in the per-seed table, name in the summary line).
+_TARGETS = (("cold_start_exit_by_30", "cold_start_exit_session", "exit", "cold start exit by 30"),
+            ("alpha_le_0_5_by_80", "alpha_le_0_5_session", "alpha", "alpha <= 0.5 by 80"),
+            ("last50_fused_ge_baseline_plus_0.10", "last50_fused_vs_baseline", "last-50",
+             "last-50 fused >= baseline + 0.10"),
+            ("recovery_within_20", "recovery_sessions_after_change", "recovery", "recovery within 20"))
+
+#: Metrics averaged over seeds (a paired-bootstrap dict contributes its "diff").
+_METRICS = ("last50_fused_vs_baseline", "last50_predictor_vs_baseline", "cold_start_exit_session",
+            "alpha_le_0_5_session", "recovery_sessions_after_change")
+
+
+def _metric(report: dict[str, Any], name: str) -> float | int | None:
+    value = report[name]
+    return value["diff"] if isinstance(value, dict) else value
+
 
 def parse_seeds(text: str) -> list[int]:
     """Seeds from ``"0-7"``, ``"0,1,4"`` or a mix (``"0-3,6"``), in the order given, no repeats.
@@ -107,16 +124,11 @@ def summarize_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """
     if not reports:
         raise ValueError("no reports to summarize")
-    met = {t: sum(1 for r in reports if r["targets"][t]) for t in reports[0]["targets"]}
-    metrics = {"last50_fused_vs_baseline": lambda r: r["last50_fused_vs_baseline"]["diff"],
-               "last50_predictor_vs_baseline": lambda r: r["last50_predictor_vs_baseline"]["diff"],
-               "cold_start_exit_session": lambda r: r["cold_start_exit_session"],
-               "alpha_le_0_5_session": lambda r: r["alpha_le_0_5_session"],
-               "recovery_sessions_after_change": lambda r: r["recovery_sessions_after_change"]}
+    met = {t: sum(1 for r in reports if r["targets"][t]) for t, *_ in _TARGETS}
     mean: dict[str, float | None] = {}
     missing: dict[str, list[int]] = {}
-    for name, get in metrics.items():
-        values = [get(r) for r in reports]
+    for name in _METRICS:
+        values = [_metric(r, name) for r in reports]
         present = [float(v) for v in values if v is not None]
         mean[name] = statistics.fmean(present) if present else None
         gone = [r["seed"] for r, v in zip(reports, values) if v is None]
@@ -146,11 +158,11 @@ def render_seeds(console: Any, report: dict[str, Any]) -> None:
 
     def missed(r: dict[str, Any]) -> str:
         # the table rounds to 3 decimals; a last-50 gain of +0.0996 shows as +0.100 and misses
-        gone = [f"{label} ({value})" for target, label, value in (
-            ("cold_start_exit_by_30", "exit", num(r["cold_start_exit_session"])),
-            ("alpha_le_0_5_by_80", "alpha", num(r["alpha_le_0_5_session"])),
-            ("last50_fused_ge_baseline_plus_0.10", "last-50", f"{r['last50_fused_vs_baseline']['diff']:+.4f}"),
-            ("recovery_within_20", "recovery", num(r["recovery_sessions_after_change"]))) if not r["targets"][target]]
+        gone = []
+        for target, metric, short, _ in _TARGETS:
+            if not r["targets"][target]:
+                v = r[metric]
+                gone.append(f"{short} ({v['diff']:+.4f})" if isinstance(v, dict) else f"{short} ({num(v)})")
         return ", ".join(gone) or "none"
 
     for r in report["per_seed"]:
@@ -170,10 +182,7 @@ def render_seeds(console: Any, report: dict[str, Any]) -> None:
     console.print(t)
     n, met = agg["n_seeds"], agg["targets_met"]
     p = agg["last50_fused_vs_baseline_pooled"]
-    console.print(f"targets met: cold start exit by 30 on {met['cold_start_exit_by_30']}/{n} seeds; alpha <= 0.5 "
-                  f"by 80 on {met['alpha_le_0_5_by_80']}/{n}; last-50 fused >= baseline + 0.10 on "
-                  f"{met['last50_fused_ge_baseline_plus_0.10']}/{n}; recovery within 20 on "
-                  f"{met['recovery_within_20']}/{n}")
+    console.print("targets met: " + "; ".join(f"{name} on {met[t]}/{n} seeds" for t, _, _, name in _TARGETS))
     console.print(f"last 50 sessions of all {n} seeds pooled ({p['n']} sessions): fused - baseline "
                   f"{p['diff']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}] (95% paired bootstrap over sessions)")
     if agg["missing"]:
