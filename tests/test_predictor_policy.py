@@ -125,6 +125,8 @@ def test_tie_is_not_a_win():
     s = PolicyState(success_rate=0.5)
     out = record(s, TIE)
     assert out.won is False and s.success_rate == pytest.approx(0.45)
+    assert out.ema_updated and s.comparisons == 1 and s.recent_margins == [0.0]
+    assert s.recent_wins == []  # a tie decides nothing: it stays out of the cold-start window
 
 
 def test_confidence_gate_059_skipped_06_counted():
@@ -206,6 +208,34 @@ def test_cold_start_needs_ten_comparisons_in_the_window():
     outs = run_comparisons(s, wins=9, total=9)
     assert not any(o.exited_cold_start for o in outs)
     assert record(s, WIN).exited_cold_start
+
+
+def test_ties_stay_out_of_the_cold_start_window():
+    # The untrained model ranks like the baseline: its sessions tie and must not count as losses.
+    s = PolicyState(trained=True, model_version=1)
+    outs = [record(s, TIE) for _ in range(9)]
+    assert s.recent_wins == [] and not any(o.exited_cold_start for o in outs)
+    outs = [record(s, w) for w in (WIN, LOSS, TIE, WIN, LOSS, LOSS, TIE, WIN, LOSS, WIN)]
+    assert s.recent_wins == [1, 0, 1, 0, 0, 1, 0, 1] and not s.cold_start_exited  # 8 decisive: not full
+    outs = [record(s, LOSS), record(s, TIE), record(s, LOSS)]
+    assert s.recent_wins == [1, 0, 1, 0, 0, 1, 0, 1, 0, 0]  # 4 of 10: not more than 40 %
+    assert not any(o.exited_cold_start for o in outs)
+    assert not record(s, WIN).exited_cold_start  # the oldest win slides out: still 4 of 10
+    assert s.recent_wins == [0, 1, 0, 0, 1, 0, 1, 0, 0, 1]
+    assert not record(s, TIE).exited_cold_start
+    assert record(s, WIN).exited_cold_start  # 5 of 10
+    assert s.recent_wins == [1, 0, 0, 1, 0, 1, 0, 0, 1, 1] and alpha_for(s) == pytest.approx(0.8)
+
+
+def test_a_tie_does_not_push_a_win_out_of_the_window():
+    # Counted as a loss, the tie would slide the window to 4/10 and block the exit.
+    s = PolicyState(trained=True, model_version=1, training_sessions=100)
+    for w in (LOSS, WIN, WIN, LOSS, LOSS, WIN, LOSS, LOSS, WIN):
+        assert not record(s, w).exited_cold_start
+    assert not record(s, TIE).exited_cold_start  # still 9 decisive comparisons
+    assert not record(s, LOSS).exited_cold_start  # 4 wins of 10
+    assert record(s, WIN).exited_cold_start  # the window slides to W W L L W L L W L W: 5 of 10
+    assert s.recent_wins == [1, 1, 0, 0, 1, 0, 0, 1, 0, 1]
 
 
 def test_low_confidence_sessions_do_not_count_toward_cold_start():

@@ -38,7 +38,8 @@ class PolicyState:
     Attributes:
         success_rate: EMA (factor 0.1) of session wins, [0, 1]; starts at 0 (no record).
         comparisons: EMA-eligible comparisons seen.
-        recent_wins: wins (1/0) of the last ``COLD_START_WINDOW`` eligible comparisons.
+        recent_wins: wins (1/0) of the last ``COLD_START_WINDOW`` decisive comparisons (eligible
+            ones whose two NDCG@10 differ; a tie decides nothing, see :func:`record_comparison`).
         trained: a training run has been accepted at least once.
         model_version: version of the model serving (0 = untrained).
         cold_start_exited: all three exit conditions were met once (reset by drift).
@@ -262,10 +263,24 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     (seed "Success Rate Tracking"); its margin ``predictor_ndcg - baseline_ndcg`` moves the
     margin EMA and enters the margin window (the last ``MARGIN_WINDOW``, see :func:`alpha_for`).
     Cold start exits when trained, at least ``min_training_sessions`` training-grade sessions
-    were seen and more than 40 % of the last 10 comparisons were wins. A drift reset (success
-    rate < 0.3 for ``drift_reset_window`` consecutive sessions after exit) sets alpha back to
-    1.0, the EMA to 0.5 and asks for a retrain (seed "Phase 5b"). Every training-grade session
-    counts toward the retrain interval.
+    were seen and more than 40 % of the last 10 *decisive* comparisons were wins.
+
+    A tie (``predictor_ndcg == baseline_ndcg``) is a loss for the success rate, as the seed
+    writes it, but it does not enter the cold-start window: both rankings put the labelled
+    memories at the same places (or both missed them), so it says nothing about which one is
+    better. Most ties come before the first training, when the untrained model's scores are
+    all equal and its ranking is the candidate order, the baseline's own (6-9 of the first 10
+    sessions of each simulated user; the seed's comparisons "begin as soon as the first
+    training completes"). So the window now holds 10 comparisons of trained models. After
+    training, ties are rare (0-3 in 170 comparisons per simulated user); one of them, at
+    session 24, held seed 1's window at 4 of 10 wins. Exits over seeds 0-7 went from
+    18/40/27/21/20/20/31/25 to 21/30/27/21/21/22/31/25 (docs/predictor.md, "Ties and the
+    cold-start window"). The margin guard of :func:`alpha_for` still holds alpha at 1 for a
+    model that does not gain.
+
+    A drift reset (success rate < 0.3 for ``drift_reset_window`` consecutive sessions after
+    exit) sets alpha back to 1.0, the EMA to 0.5 and asks for a retrain (seed "Phase 5b").
+    Every training-grade session counts toward the retrain interval.
     """
     confident = confidence >= C.MIN_SCORER_CONFIDENCE
     if confident:
@@ -281,7 +296,8 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
         state.margin_ema = _ema(state.margin_ema, margin)
         state.recent_margins = [*state.recent_margins, margin][-C.MARGIN_WINDOW:]
         state.comparisons += 1
-        state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
+        if predictor_ndcg != baseline_ndcg:
+            state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
         if project:
             ema, n = state.project_rates.pop(project, [0.0, 0])
             state.project_rates[project] = [_ema(ema, 1.0 if won else 0.0), n + 1]
