@@ -161,8 +161,8 @@ def render_seeds(console: Any, report: dict[str, Any]) -> None:
         gone = []
         for target, metric, short, _ in _TARGETS:
             if not r["targets"][target]:
-                v = r[metric]
-                gone.append(f"{short} ({v['diff']:+.4f})" if isinstance(v, dict) else f"{short} ({num(v)})")
+                v = _metric(r, metric)
+                gone.append(f"{short} ({v:+.4f})" if isinstance(v, float) else f"{short} ({num(v)})")
         return ", ".join(gone) or "none"
 
     for r in report["per_seed"]:
