@@ -26,10 +26,6 @@ from memlane.predictor.policy import (
 WIN = {"predictor_ndcg": 0.9, "baseline_ndcg": 0.5}
 LOSS = {"predictor_ndcg": 0.4, "baseline_ndcg": 0.5}
 TIE = {"predictor_ndcg": 0.5, "baseline_ndcg": 0.5}
-# Narrow margins: a window of these never passes the mean-lead test (4 wins of 10: +0.002),
-# so the tests of the win share see the win share alone.
-NARROW_WIN = {"predictor_ndcg": 0.52, "baseline_ndcg": 0.5}
-NARROW_LOSS = {"predictor_ndcg": 0.5, "baseline_ndcg": 0.51}
 
 
 def record(state: PolicyState, outcome: dict, *, confidence: float = 0.9, project: str | None = None,
@@ -199,12 +195,11 @@ def test_cold_start_needs_min_training_sessions():
 
 def test_cold_start_needs_more_than_40_percent_wins_over_last_10():
     s = PolicyState(trained=True, model_version=1)
-    outs = [record(s, NARROW_LOSS) for _ in range(6)] + [record(s, NARROW_WIN) for _ in range(4)]
+    outs = [record(s, LOSS) for _ in range(6)] + [record(s, WIN) for _ in range(4)]
     assert s.recent_wins == [0] * 6 + [1] * 4  # exactly 40 %: not more than 40 %
-    assert sum(s.recent_decisive_margins) / 10 < C.COLD_START_MIN_MARGIN and s.margin_ema >= 0
     assert not any(o.exited_cold_start for o in outs) and not s.cold_start_exited
     assert alpha_for(s) == 1.0 and phase_of(s) == "warming"
-    assert record(s, NARROW_WIN).exited_cold_start  # the window slides to 5/10
+    assert record(s, WIN).exited_cold_start  # the window slides to 5/10
     assert s.recent_wins == [0] * 5 + [1] * 5
 
 
@@ -220,79 +215,27 @@ def test_ties_stay_out_of_the_cold_start_window():
     s = PolicyState(trained=True, model_version=1)
     outs = [record(s, TIE) for _ in range(9)]
     assert s.recent_wins == [] and not any(o.exited_cold_start for o in outs)
-    outs = [record(s, w) for w in (NARROW_WIN, NARROW_LOSS, TIE, NARROW_WIN, NARROW_LOSS, NARROW_LOSS, TIE,
-                                   NARROW_WIN, NARROW_LOSS, NARROW_WIN)]
+    outs = [record(s, w) for w in (WIN, LOSS, TIE, WIN, LOSS, LOSS, TIE, WIN, LOSS, WIN)]
     assert s.recent_wins == [1, 0, 1, 0, 0, 1, 0, 1] and not s.cold_start_exited  # 8 decisive: not full
-    outs = [record(s, NARROW_LOSS), record(s, TIE), record(s, NARROW_LOSS)]
+    outs = [record(s, LOSS), record(s, TIE), record(s, LOSS)]
     assert s.recent_wins == [1, 0, 1, 0, 0, 1, 0, 1, 0, 0]  # 4 of 10: not more than 40 %
     assert not any(o.exited_cold_start for o in outs)
-    assert not record(s, NARROW_WIN).exited_cold_start  # the oldest win slides out: still 4 of 10
+    assert not record(s, WIN).exited_cold_start  # the oldest win slides out: still 4 of 10
     assert s.recent_wins == [0, 1, 0, 0, 1, 0, 1, 0, 0, 1]
     assert not record(s, TIE).exited_cold_start
-    assert record(s, NARROW_WIN).exited_cold_start  # 5 of 10
-    assert s.recent_wins == [1, 0, 0, 1, 0, 1, 0, 0, 1, 1] and phase_of(s) == "active"
-    assert alpha_for(s) == 1.0  # out of cold start, but the margin guard holds alpha for a lead this narrow
+    assert record(s, WIN).exited_cold_start  # 5 of 10
+    assert s.recent_wins == [1, 0, 0, 1, 0, 1, 0, 0, 1, 1] and alpha_for(s) == pytest.approx(0.8)
 
 
 def test_a_tie_does_not_push_a_win_out_of_the_window():
     # Counted as a loss, the tie would slide the window to 4/10 and block the exit.
     s = PolicyState(trained=True, model_version=1, training_sessions=100)
-    for w in (NARROW_LOSS, NARROW_WIN, NARROW_WIN, NARROW_LOSS, NARROW_LOSS, NARROW_WIN, NARROW_LOSS, NARROW_LOSS,
-              NARROW_WIN):
+    for w in (LOSS, WIN, WIN, LOSS, LOSS, WIN, LOSS, LOSS, WIN):
         assert not record(s, w).exited_cold_start
     assert not record(s, TIE).exited_cold_start  # still 9 decisive comparisons
-    assert not record(s, NARROW_LOSS).exited_cold_start  # 4 wins of 10
-    assert record(s, NARROW_WIN).exited_cold_start  # the window slides to W W L L W L L W L W: 5 of 10
+    assert not record(s, LOSS).exited_cold_start  # 4 wins of 10
+    assert record(s, WIN).exited_cold_start  # the window slides to W W L L W L L W L W: 5 of 10
     assert s.recent_wins == [1, 1, 0, 0, 1, 0, 0, 1, 0, 1]
-
-
-def test_a_mean_lead_exits_cold_start_with_fewer_wins():
-    # Wins by 0.3, losses by 0.05: 4 wins of 10 but a mean lead of +0.09 NDCG@10.
-    s = PolicyState(trained=True, model_version=1)
-    big_win = {"predictor_ndcg": 0.8, "baseline_ndcg": 0.5}
-    small_loss = {"predictor_ndcg": 0.45, "baseline_ndcg": 0.5}
-    outs = [record(s, o) for o in [big_win] * 2 + [small_loss] * 6 + [big_win]]
-    assert not any(o.exited_cold_start for o in outs)  # 9 decisive comparisons: the window is not full
-    assert record(s, big_win).exited_cold_start
-    assert s.recent_wins.count(1) == 4 and sum(s.recent_decisive_margins) / 10 == pytest.approx(0.09)
-    assert phase_of(s) == "active" and s.sessions_since_exit == 0
-
-
-@pytest.mark.parametrize(("lead", "exits"), [(0.030, False), (0.040, True)])
-def test_the_mean_lead_must_reach_0_035(lead, exits):  # just below and above
-    # 3 wins of 10, each by w, and 7 losses by 0.01: the mean lead is (3 w - 0.07) / 10.
-    win = (10 * lead + 0.07) / 3
-    s = PolicyState(trained=True, model_version=1, margin_ema=0.0)
-    loss, won = {"predictor_ndcg": 0.49, "baseline_ndcg": 0.5}, {"predictor_ndcg": 0.5 + win, "baseline_ndcg": 0.5}
-    for o in [loss] * 7 + [won] * 2:
-        record(s, o)
-    assert s.margin_ema >= 0
-    out = record(s, won)
-    assert sum(s.recent_decisive_margins) / 10 == pytest.approx(lead)
-    assert out.exited_cold_start is exits and s.cold_start_exited is exits
-
-
-def test_a_mean_lead_needs_a_non_negative_margin_ema_and_ignores_ties():
-    s = PolicyState(trained=True, model_version=1)
-    big_win = {"predictor_ndcg": 0.9, "baseline_ndcg": 0.5}
-    for o in [big_win] * 3 + [NARROW_LOSS] * 7:
-        record(s, o)
-    assert s.cold_start_exited  # mean lead (1.2 - 0.07) / 10 = +0.113
-    s = PolicyState(trained=True, model_version=1, margin_ema=-1.0)  # a long losing record before
-    for o in [big_win] * 3 + [TIE] * 5 + [NARROW_LOSS] * 7:
-        assert not record(s, o).exited_cold_start
-    assert len(s.recent_decisive_margins) == 10 and 0.0 not in s.recent_decisive_margins
-    assert s.margin_ema < 0 and not s.cold_start_exited
-
-
-def test_a_state_saved_without_the_decisive_margins_loads_with_none():
-    raw = PolicyState(trained=True, model_version=1, recent_wins=[0, 1] * 5).to_dict()
-    raw.pop("recent_decisive_margins")
-    s = PolicyState.from_dict(raw)
-    assert s.recent_decisive_margins == [] and s.recent_wins == [0, 1] * 5
-    s.training_sessions = 50
-    # a big win: 5 of 10 by the win share; the margins are not needed
-    assert record(s, {"predictor_ndcg": 0.9, "baseline_ndcg": 0.5}).exited_cold_start
 
 
 def test_low_confidence_sessions_do_not_count_toward_cold_start():

@@ -32,7 +32,6 @@ MARGIN_WINDOW = 20                  # eligible comparisons in the margin window 
 MARGIN_WINDOW_MIN = 0.035           # mean margin (NDCG@10) over that window below which alpha is 1.0
 COLD_START_WINDOW = 10              # "success_rate > 0.4 over last 10 comparisons" (decisive ones: ties left out)
 COLD_START_MIN_SUCCESS = 0.4
-COLD_START_MIN_MARGIN = MARGIN_WINDOW_MIN  # or a mean lead (NDCG@10) this large over that window (policy)
 DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
 CANARY_SIZE = 25
 CANARY_REFRESH_DAYS = 7
