@@ -260,7 +260,26 @@ def test_base_weights_start_trained_and_finetune(tmp_path):
     assert engine.trained and engine.model_version == 1 and engine.base_digest
     probe = synthetic(2, seed=5)
     assert_same_scores(scores_of(donor, probe), scores_of(engine, probe))
-    assert engine.train(synthetic(8, seed=1), max_epochs=1).model_version in (1, 2)
+    report = engine.train(synthetic(8, seed=1), max_epochs=3)
+    assert report.accepted and report.model_version == 2
+    saved = ckpt.load(engine.checkpoint_path, embedding_model_id=MODEL_ID, native_dim=DIM)
+    assert saved.flags.is_finetuned and not saved.flags.is_pretrained_base
+    reloaded = new_engine(tmp_path / "predictor", base_weights=base)  # model.bin now wins over the base
+    assert reloaded.model_version == 2 and reloaded.is_finetuned_from_base
+
+
+def test_base_weights_must_be_a_base_model(tmp_path):
+    """Seed verification item 11: ``--base-weights`` loads a checkpoint flagged
+    is_pretrained_base; a user's own model.bin named there is refused loudly, and the engine
+    starts untrained rather than serving it as a base."""
+    donor = new_engine(tmp_path / "donor")
+    assert donor.train(synthetic(8), max_epochs=1).accepted
+    assert donor.checkpoint_path.exists()
+    engine, error = load_or_fresh(tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM,
+                                  base_weights=str(donor.checkpoint_path))
+    assert error is not None and "not a pre-trained base model" in error
+    assert not engine.trained and engine.base_digest is None
+    assert donor.checkpoint_path.exists()  # the donor's own model is never moved aside
 
 
 # -- dataset.load_sessions round trip ------------------------------------------------------------

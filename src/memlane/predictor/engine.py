@@ -98,7 +98,9 @@ class PredictorEngine:
 
     Raises:
         CheckpointError: ``model.bin`` exists but cannot be served (corrupt, other feature
-            schema, other embedder): refused loudly rather than silently retrained over.
+            schema, other embedder): refused loudly rather than silently retrained over; or
+            ``base_weights`` is used and is not a checkpoint flagged ``is_pretrained_base``
+            (a user's own ``model.bin`` is not a base model).
     """
 
     def __init__(self, model_dir: str | Path, *, embedding_model_id: str, native_dim: int,
@@ -131,8 +133,8 @@ class PredictorEngine:
             self.is_finetuned_from_base = loaded.flags.is_finetuned
             self.feature_prior = _stored_prior(t.get("feature_prior"), loaded.flags.is_finetuned)
         elif base_weights:
-            loaded = ckpt.load(Path(base_weights), CURRENT_SCHEMA, embedding_model_id=embedding_model_id,
-                               native_dim=native_dim)
+            loaded = ckpt.load_base_weights(Path(base_weights), embedding_model_id=embedding_model_id,
+                                            native_dim=native_dim)
             self.model = loaded.model
             self.base_digest = loaded.digest
             self.feature_prior = self.model.feature_weights()
