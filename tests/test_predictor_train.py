@@ -108,23 +108,42 @@ def test_time_cap_and_early_stop():
     assert empty.stop_reason == "no_data" and empty.accepted
 
 
-def test_replay_batches_make_about_a_fifth_of_the_steps():
+def test_replay_weighs_a_fifth_of_every_step():
+    """Seed "Replay buffer" (verification item 16): each step's loss is ~80 % training batch and
+    ~20 % replay batch, however few training batches there are (the linear stage has one)."""
     train = _batches(8, batch_size=1, n_candidates=8)
     replay = _batches(10, batch_size=1, seed=5, n_candidates=8)
     replay_ids = {id(b.labels) for b in replay}
     seen: list[bool] = []
+    values: list[float] = []
 
     def recording_loss(y_pred, y_true, weights=None):
         seen.append(id(y_true) in replay_ids)
-        return listnet_loss(y_pred, y_true, weights)
+        out = listnet_loss(y_pred, y_true, weights)
+        values.append(float(out.detach()))
+        return out
 
     live = _model()
     result = fit(live, _adam(live), recording_loss, train, max_epochs=3, early_stop_patience=5, replay_batches=replay)
-    assert result.steps == 30 and sum(seen) == 6  # round(8 * 0.2 / 0.8) = 2 replayed per epoch
+    assert result.steps == 24  # replay adds no steps: 8 batches x 3 epochs
+    assert len(seen) == 48 and seen[1::2] == [True] * 24 and not any(seen[0::2])
+    # every recorded step loss is 0.8 x its training batch's + 0.2 x its replay batch's
+    for step, (own, old) in enumerate(zip(values[0::2], values[1::2])):
+        assert result.step_losses[step] == pytest.approx(0.8 * own + 0.2 * old, rel=1e-5)
     seen.clear()
     fit(live, _adam(live), recording_loss, train, max_epochs=1, early_stop_patience=5,
         replay_batches=replay, replay_share=0.0)
     assert len(seen) == 8 and not any(seen)
+
+
+def test_one_training_batch_is_not_outweighed_by_replay():
+    """The linear stage trains all its sessions as one batch. A replayed batch used to be a
+    step of its own there, half the steps; now the single batch's loss keeps 80 % of each step."""
+    train = _batches(1, batch_size=1, n_candidates=8)
+    replay = _batches(4, batch_size=1, seed=5, n_candidates=8)
+    live = _model()
+    result = fit(live, _adam(live), listnet_loss, train, max_epochs=4, early_stop_patience=5, replay_batches=replay)
+    assert result.steps == 4 and result.epochs == 4
 
 
 def test_same_seed_same_result():

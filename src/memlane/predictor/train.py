@@ -125,18 +125,25 @@ def _zero(held: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
             p.masked_fill_(m, 0.0)
 
 
-def _epoch_plan(
-    train: Sequence[SessionBatch], replay: Sequence[SessionBatch], share: float, rng: random.Random
-) -> list[SessionBatch]:
+def _epoch_plan(train: Sequence[SessionBatch], rng: random.Random) -> list[SessionBatch]:
     plan = list(train)
-    if replay and share > 0:
-        n_replay = max(1, round(len(train) * share / (1.0 - share)))
-        if n_replay <= len(replay):
-            plan += rng.sample(list(replay), n_replay)
-        else:
-            plan += rng.choices(list(replay), k=n_replay)
     rng.shuffle(plan)
     return plan
+
+
+def _mixed_loss(loss_fn: LossFn, candidate: MemoryScorer, batch: SessionBatch,
+                replay: Sequence[SessionBatch], share: float, rng: random.Random) -> torch.Tensor:
+    """One step's loss: ``(1 - share) * L(batch) + share * L(replay batch)`` (seed "Replay
+    buffer for drift recovery": each training batch ~80 % recent sessions, ~20 % replay).
+
+    The replay batch is drawn uniformly from ``replay`` for every step; with no replay (or
+    ``share`` 0) the loss is the batch's own.
+    """
+    loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
+    if not replay or share <= 0:
+        return loss
+    old = replay[rng.randrange(len(replay))] if len(replay) > 1 else replay[0]
+    return (1.0 - share) * loss + share * loss_fn(candidate(old), old.labels, old.confidence)
 
 
 def fit(
@@ -178,10 +185,13 @@ def fit(
         early_stop_patience: epochs without the mean epoch loss improving by
             ``min_improvement`` (nats) before stopping.
         canary: canary batches for the gates (seed "Canary Evaluation Set").
-        replay_batches: older sessions to rehearse; each epoch adds
-            ``round(len(train) * share / (1 - share))`` of them, so they make ~``replay_share``
-            of the steps.
-        replay_share: share of replayed batches per epoch, in ``[0, 1)``.
+        replay_batches: older sessions to rehearse (the replay buffer, collated): every step
+            adds the loss of one of them, drawn at random, to the training batch's, weighted
+            so that it is ``replay_share`` of the step's loss (:func:`_mixed_loss`).
+        replay_share: the replay buffer's weight in every step's loss, in ``[0, 1)`` (the seed's
+            ~20 %). Until 2026-11-23 replayed batches were extra steps, ``round(len(train) *
+            share / (1 - share))`` of them per epoch, at least 1: the linear stage trains its
+            sessions as one batch, so one step in two was the 20 replayed sessions alone.
         previous_is_trained: False at cold start (the comparison gates are skipped).
         check_overlap: enforce the top-5 overlap gate (see :func:`evaluate_gates`).
         thresholds: gate thresholds.
@@ -267,11 +277,11 @@ def fit(
     while train_batches and result.epochs < max_epochs and result.stop_reason == "max_epochs":
         result.epochs += 1
         epoch: list[float] = []
-        for batch in _epoch_plan(train_batches, replay_batches or (), replay_share, rng):
+        for batch in _epoch_plan(train_batches, rng):
             if time.monotonic() - start >= max_seconds:
                 result.stop_reason = "time_cap"
                 break
-            loss = loss_fn(candidate(batch), batch.labels, batch.confidence)
+            loss = _mixed_loss(loss_fn, candidate, batch, replay_batches or (), replay_share, rng)
             if penalty is not None:
                 loss = loss + penalty(candidate)
             value = float(loss.detach())
