@@ -4,11 +4,36 @@ predictive-memory-scorer.md "Daemon Communication Protocol". One request per lin
 one response per line on stdout (responses may arrive out of order: a ``score`` is answered
 while a ``train`` runs on the training thread). Methods:
 
-``score``            rank one session's candidates (see :func:`parse_score_params`)
-``train``            fit on sessions given inline (seed single-session form or ``sessions``)
+``score``            rank one session's candidates (:func:`parse_score_params`)
+``train``            fit on sessions given inline (the seed's single-session form, or ``sessions``)
 ``train_from_db``    fit on the stored training-grade sessions, canary and replay buffer
 ``status``           trained, training_pairs, model_version, last_trained, ...
 ``save_checkpoint``  write ``model.bin`` now
+
+``score`` and ``train`` accept two request shapes, which reach the same feature builder
+(:func:`memlane.predictor.dataset.build_session`), the one training uses:
+
+* the daemon's: ``candidate_ids`` with each candidate's logged signals (``candidates``),
+  ``session_time`` (ISO-8601 local), ``session_gap_hours``, ``project``; vectors and texts
+  read from the database;
+* the seed's: ``context_embedding``, ``candidate_ids``, ``candidate_embeddings`` and a
+  ``signals`` object ``{"time_of_day": 0.25, "day_of_week": 2, "month_of_year": 1, "project",
+  "session_gap_hours", "is_superseded": [n]}`` for ``score``
+  (:mod:`memlane.predictor.rpc_shapes`: time_of_day is a fraction of a day, 0.25 = 06:00;
+  day_of_week 0..6 with Monday = 0; month_of_year 1..12 with **January = 1**); and for
+  ``train`` ``{"context_embedding", "candidate_embeddings", "labels", "continuity_score"}``
+  without ids, answered with (among others) ``{"loss", "step"}``. Neither seed form carries
+  the per-candidate signals the daemon logs (age, importance, access count, baseline score
+  and rank, ...): they take their defaults (age 0, importance 0.5, access count 0, the rest
+  0 / false) unless the request adds ``candidates``; the sidecar does not recompute them
+  (that would be a second feature path). The seed's train form carries no time either: the
+  request's arrival, unless ``session_time`` or ``signals`` gives it. With the seed's time
+  keys, the database-derived signals are taken as of the request's arrival (the keys give no
+  date).
+
+A malformed or inconsistent value (wrong type or length, non-finite number, out of range, a
+seed field and its daemon-shape counterpart that disagree, an unknown ``signals`` key) is
+refused with -32602 and a message naming the field; nothing is silently ignored or replaced.
 
 Errors use the JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 method not
 found, -32602 invalid params, -32603 internal error. After loading its model the sidecar
@@ -38,6 +63,8 @@ import orjson
 
 from memlane.predictor import settings as C
 from memlane.predictor.dataset import build_session, derived_signals, load_sessions
+from memlane.predictor.features import FEATURE_NAMES
+from memlane.predictor.rpc_shapes import InvalidParams, parse_signals
 from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.storage import predictor as pred_sql
@@ -51,10 +78,6 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_CANDIDATES = 1000
 
 
-class InvalidParams(ValueError):
-    """Bad ``params`` of a known method (JSON-RPC -32602)."""
-
-
 def open_readonly(path: str | Path) -> sqlite3.Connection:
     """A read-only connection (URI ``mode=ro`` plus ``PRAGMA query_only``)."""
     conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
@@ -64,10 +87,16 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
 
 
 def _floats(raw: Any, name: str, dim: int | None = None) -> np.ndarray:
+    """``raw`` as float32 ``[dim]`` (any length when None): JSON numbers only (a string, null or
+    boolean array is refused, not converted), finite after the conversion to float32."""
     try:
-        v = np.asarray(raw, dtype=np.float32)
+        v = np.asarray(raw)
     except (TypeError, ValueError) as exc:
         raise InvalidParams(f"{name} must be an array of numbers") from exc
+    if v.dtype.kind not in "iuf":
+        raise InvalidParams(f"{name} must be an array of numbers")
+    with np.errstate(over="ignore"):
+        v = v.astype(np.float32)
     if v.ndim != 1 or (dim is not None and v.shape[0] != dim) or not np.isfinite(v).all():
         raise InvalidParams(f"{name} must be {dim or 'n'} finite numbers")
     return v
@@ -82,51 +111,89 @@ def _b64_matrix(raw: Any, name: str, rows: int, dim: int) -> np.ndarray:
         raise InvalidParams(f"{name} is not valid base64") from exc
     if m.size != rows * dim:
         raise InvalidParams(f"{name} holds {m.size} floats, expected {rows} x {dim}")
+    if not np.isfinite(m).all():
+        raise InvalidParams(f"{name} holds a non-finite float")
     return m.reshape(rows, dim)
+
+
+def _anonymous_count(p: dict[str, Any]) -> int:
+    """The number of candidates of a request without ``candidate_ids`` (the seed's ``train``)."""
+    for key in ("candidate_embeddings", "candidate_texts"):
+        rows = p.get(key)
+        if rows is not None:
+            if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_CANDIDATES:
+                raise InvalidParams(f"{key} must be an array of 1..{MAX_CANDIDATES} candidates")
+            return len(rows)
+    raise InvalidParams("candidate_ids is required unless candidate_embeddings (the seed's train form) "
+                        "or candidate_texts lists the candidates")
 
 
 def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
                        labels_key: str | None = None,
-                       derive: Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]] | None = None
-                       ) -> tuple[list[str], Any]:
-    """Validate ``score`` params and build the :class:`~memlane.predictor.data.Session`.
+                       derive: Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]] | None = None,
+                       anonymous: bool = False) -> tuple[list[str], Any]:
+    """Validate ``score`` (or one ``train`` session's) params and build the
+    :class:`~memlane.predictor.data.Session` with :func:`~memlane.predictor.dataset.build_session`,
+    the one feature path of scoring and training.
 
-    ``derive(ids, project, session_time)``: the signals derived from the database
+    ``derive(ids, project, cut_off)``: the signals derived from the database
     (:func:`memlane.predictor.dataset.derived_signals`), merged over each candidate's raw
     signals; None leaves them at their defaults (or as sent).
 
-    Params (all JSON)::
+    Params (all JSON; two shapes, which may be mixed where they do not overlap)::
 
-        candidate_ids        [n] memory ids (required, 1..1000, unique)
-        candidates           [n] raw signal objects (CandidateFeatures fields); default {} each
+        candidate_ids        [n] memory ids (1..1000, unique); required, except with
+                             ``anonymous`` (the seed's train form) when candidate_embeddings or
+                             candidate_texts lists the candidates: nothing is then read from the
+                             database and the derived signals stay False
+        candidates           [n] raw signal objects (CandidateFeatures fields); default {} each,
+                             i.e. age_days 0, importance 0.5, access_count 0
         session_time         ISO-8601 local time of the session (default: now)
         session_gap_hours    hours since the previous session (default 0)
         project              project name or null
+        signals              the seed's object {time_of_day, day_of_week, month_of_year, project,
+                             session_gap_hours, is_superseded [n]}
+                             (:mod:`memlane.predictor.rpc_shapes`: time_of_day a fraction of a day,
+                             0.25 = 06:00; day_of_week 0..6, Monday = 0; month_of_year 1..12,
+                             January = 1). Each key given stands for its daemon-shape
+                             counterpart: the three time keys for session_time (the derived
+                             signals' cut-off is then the request's arrival), is_superseded[i]
+                             for candidates[i].is_superseded. Giving both of a pair is refused
+                             unless they agree (session_time and the time keys: always refused)
         context_embedding    [E] floats, or context_embedding_b64 (float32 LE); or null
         context_text         text for the text path when there is no context embedding
-        candidate_embeddings [n][E] floats, or candidate_embeddings_b64 ([n*E] float32 LE)
-                             with candidate_is_embedded [n] bools; absent -> read from the DB
+        candidate_embeddings [n][E] floats (a row may be null: text path), or
+                             candidate_embeddings_b64 ([n*E] float32 LE) with
+                             candidate_is_embedded [n] bools; absent -> read from the DB
         candidate_texts      [n] texts for candidates without embeddings (absent -> the DB)
+        <labels_key>         [n] labels in [-1, 1] (training only)
+        continuity_score     the session's weight in the loss, [0, 1] (default 1)
 
     Returns:
-        ``(candidate_ids, session)``.
+        ``(candidate_ids, session)``; without ``candidate_ids`` (anonymous) the ids are the
+        positions ``"#0"``, ``"#1"``, ...
 
     Raises:
-        InvalidParams: any violation, with a message naming the field.
+        InvalidParams: any violation (wrong type, wrong length, non-finite number, value out of
+            range, two fields that disagree), with a message naming the field.
     """
     if not isinstance(p, dict):
         raise InvalidParams("params must be an object")
     ids = p.get("candidate_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-        raise InvalidParams("candidate_ids must be a non-empty array of strings")
-    if len(ids) > MAX_CANDIDATES or len(set(ids)) != len(ids):
-        raise InvalidParams(f"candidate_ids must be unique and at most {MAX_CANDIDATES}")
-    n = len(ids)
-    raw = p.get("candidates") or [{} for _ in ids]
+    if ids is None and anonymous:
+        n = _anonymous_count(p)
+    else:
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise InvalidParams("candidate_ids must be a non-empty array of strings")
+        if len(ids) > MAX_CANDIDATES or len(set(ids)) != len(ids):
+            raise InvalidParams(f"candidate_ids must be unique and at most {MAX_CANDIDATES}")
+        n = len(ids)
+    raw = p.get("candidates") or [{} for _ in range(n)]
     if not isinstance(raw, list) or len(raw) != n or not all(isinstance(r, dict) for r in raw):
         raise InvalidParams(f"candidates must be {n} objects")
     defaults = {"age_days": 0.0, "importance": 0.5, "access_count": 0, "is_embedded": True}
     raw = [{**defaults, **r} for r in raw]
+    seed = parse_signals(p["signals"], n) if p.get("signals") is not None else None
     try:
         when = datetime.fromisoformat(str(p["session_time"]).replace("Z", "+00:00")) if p.get("session_time") \
             else datetime.now().astimezone()
@@ -136,8 +203,30 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     project = p.get("project")
     if project is not None and not isinstance(project, str):
         raise InvalidParams("project must be a string or null")
-    if derive is not None:
-        derived = derive(ids, project, when)
+    cut_off = when
+    if seed is not None:
+        if seed.session_time is not None:
+            if p.get("session_time"):
+                raise InvalidParams("session_time and signals.time_of_day / day_of_week / month_of_year both "
+                                    "give the session's time: send one of them")
+            when, cut_off = seed.session_time, datetime.now().astimezone()
+        if seed.session_gap_hours is not None:
+            if p.get("session_gap_hours") is not None and gap != seed.session_gap_hours:
+                raise InvalidParams(f"session_gap_hours {gap} and signals.session_gap_hours "
+                                    f"{seed.session_gap_hours} disagree")
+            gap = seed.session_gap_hours
+        if seed.has_project:
+            if project is not None and project != seed.project:
+                raise InvalidParams(f"project {project!r} and signals.project {seed.project!r} disagree")
+            project = seed.project
+        if seed.is_superseded is not None:
+            for i, (r, flag) in enumerate(zip(raw, seed.is_superseded)):
+                if "is_superseded" in r and bool(r["is_superseded"]) != flag:
+                    raise InvalidParams(f"signals.is_superseded[{i}] ({flag}) and candidates[{i}].is_superseded "
+                                        f"({r['is_superseded']!r}) disagree")
+            raw = [{**r, "is_superseded": flag} for r, flag in zip(raw, seed.is_superseded)]
+    if derive is not None and ids is not None:
+        derived = derive(ids, project, cut_off)
         raw = [{**r, **derived.get(i, {})} for r, i in zip(raw, ids)]
     ctx = None
     if p.get("context_embedding_b64") is not None:
@@ -159,7 +248,10 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
         rows = p["candidate_embeddings"]
         if not isinstance(rows, list) or len(rows) != n:
             raise InvalidParams(f"candidate_embeddings must be {n} arrays")
-        vectors = [None if r is None else _floats(r, "candidate_embeddings[]", native_dim) for r in rows]
+        vectors = [None if r is None else _floats(r, f"candidate_embeddings[{i}]", native_dim)
+                   for i, r in enumerate(rows)]
+    elif ids is None:
+        vectors = [None] * n  # anonymous, listed by candidate_texts
     else:
         stored = lookup(ids)
         vectors = [None] * n
@@ -170,6 +262,9 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
         if texts is None:
             texts = [stored.get(mid, ("", None))[0] for mid in ids]
     if texts is None:
+        if ids is None and (missing := next((i for i, v in enumerate(vectors) if v is None), None)) is not None:
+            raise InvalidParams(f"candidate_embeddings[{missing}] is null and there is no candidate_texts "
+                                f"(nor candidate_ids to read it from): a candidate needs its vector or its text")
         texts = [""] * n
     if not isinstance(texts, list) or len(texts) != n or not all(isinstance(t, str) for t in texts):
         raise InvalidParams(f"candidate_texts must be {n} strings")
@@ -178,7 +273,11 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
         lab = p.get(labels_key)
         if not isinstance(lab, list) or len(lab) != n:
             raise InvalidParams(f"{labels_key} must be {n} numbers")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in lab):
+            raise InvalidParams(f"{labels_key} must be {n} numbers")
         labels = _floats(lab, labels_key, n)
+        if (np.abs(labels) > 1.0).any():
+            raise InvalidParams(f"{labels_key} must be in [-1, 1] (relevance), got {float(np.abs(labels).max())}")
     try:
         session = build_session(candidates=raw, session_time=when, session_gap_hours=gap, candidate_vectors=vectors,
                                 candidate_texts=texts, context_vector=ctx, context_text=context_text,
@@ -186,11 +285,13 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
                                 confidence=_confidence(p))
     except ValueError as exc:
         raise InvalidParams(str(exc)) from exc
-    return ids, session
+    return (ids if ids is not None else [f"#{i}" for i in range(n)]), session
 
 
 def _confidence(p: dict[str, Any]) -> float:
     raw = p.get("continuity_score", p.get("confidence"))
+    if isinstance(raw, (bool, str)):
+        raise InvalidParams("continuity_score must be a number")
     try:
         value = 1.0 if raw is None else float(raw)
     except (TypeError, ValueError) as exc:
@@ -325,50 +426,88 @@ class Sidecar:
         """``score``: the live model's scores of one session's candidates.
 
         Args:
-            p: :func:`parse_score_params`' shape (``candidate_ids`` [n], ``candidates`` [n]
-                signal objects, ``session_time``, ``session_gap_hours``, ``project``, the
-                context as ``context_embedding_b64`` float32 [E] or ``context_text``); vectors
-                and texts are read from the database.
+            p: :func:`parse_score_params`' shape. The daemon sends ``candidate_ids`` [n],
+                ``candidates`` [n] logged signal objects, ``session_time``,
+                ``session_gap_hours``, ``project`` and the context as ``context_embedding_b64``
+                float32 [E] or ``context_text``; vectors and texts are read from the database.
+                The seed's shape sends ``context_embedding`` [E], ``candidate_ids`` [n],
+                ``candidate_embeddings`` [n][E] and ``signals`` (time_of_day fraction of a day,
+                day_of_week 0..6 Monday = 0, month_of_year 1..12 January = 1, project,
+                session_gap_hours, is_superseded [n]; :mod:`memlane.predictor.rpc_shapes`) and
+                no per-candidate signals (defaults, unless ``candidates`` [n] gives them).
+                Optional ``return_features`` (bool, default false): also return the feature
+                matrix the model was given.
 
         Returns:
             ``{"scores": [{"id", "score"}] (n, request order), "model_version", "trained",
-            "took_ms"}`` (ms, in this process).
+            "took_ms"}`` (ms, in this process); with ``return_features`` also
+            ``"features": {"names": [F] feature names, "rows": [n][F] floats (float32 values),
+            "project": the session's project or null}``.
 
         Raises:
-            InvalidParams: a malformed request (JSON-RPC -32602).
+            InvalidParams: a malformed request (JSON-RPC -32602), the message naming the field.
         """
         t0 = time.perf_counter()
+        want_features = p.get("return_features", False) if isinstance(p, dict) else False
+        if not isinstance(want_features, bool):
+            raise InvalidParams("return_features must be a boolean")
         lookup, derive = self._readers()
         ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=derive)
         scores = self.engine.score(session)
-        return {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
-                "model_version": self.engine.model_version, "trained": self.engine.trained,
-                "took_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        out = {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
+               "model_version": self.engine.model_version, "trained": self.engine.trained,
+               "took_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        if want_features:
+            out["features"] = {"names": list(FEATURE_NAMES), "rows": session.features.tolist(),
+                               "project": session.project}
+        return out
 
     def train(self, p: Any) -> dict[str, Any]:
-        """``train``: fit on labelled sessions sent in the request (``{"sessions": [score params
-        + "labels" [n] in [-1, 1]], "epochs"?}`` or one such session), gated as every training.
+        """``train``: fit on labelled sessions sent in the request, gated as every training.
+
+        Args:
+            p: one session, or ``{"sessions": [session, ...], "epochs"?: int}``. A session is
+                :func:`parse_score_params`' shape plus ``labels`` [n] in [-1, 1] and
+                ``continuity_score`` in [0, 1] (the session's weight in the loss, default 1).
+                The seed's single-session form ``{"context_embedding": [E],
+                "candidate_embeddings": [n][E], "labels": [n], "continuity_score"}`` needs no
+                ``candidate_ids``: its candidates are then read from nothing but the request
+                (no database row, the derived signals False, the per-candidate signals at
+                their defaults unless ``candidates`` [n] gives them), and its session time is
+                the request's arrival unless ``session_time`` or ``signals``' time keys give
+                it (the seed's train form carries no time).
 
         Returns:
             the engine's :class:`~memlane.predictor.engine.TrainReport` as a dict, plus ``step``
-            (steps so far) and ``loss``.
+            (optimiser steps of every accepted run so far; a refused run adds none) and ``loss``
+            (mean loss of the last epoch, nats, or null when nothing trained); the seed's
+            response ``{"loss", "step"}`` is a subset.
 
         Raises:
-            InvalidParams: not an object, no session, or a malformed session.
+            InvalidParams: not an object, no session, ``epochs`` not an integer in [1, 1000], or
+                a malformed session (JSON-RPC -32602, the message naming the field).
         """
         if not isinstance(p, dict):
             raise InvalidParams("params must be an object")
         items = p.get("sessions") if "sessions" in p else [p]
         if not isinstance(items, list) or not items:
             raise InvalidParams("sessions must be a non-empty array")
+        epochs = p.get("epochs")
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= 1000):
+            raise InvalidParams(f"epochs must be an integer in [1, 1000], got {epochs!r}")
         sessions = []
-        for item in items:
+        for k, item in enumerate(items):
             lookup, derive = self._readers()
-            sessions.append(parse_score_params(item, native_dim=self.engine.native_dim, lookup=lookup,
-                                               derive=derive, labels_key="labels")[1])
+            try:
+                sessions.append(parse_score_params(item, native_dim=self.engine.native_dim, lookup=lookup,
+                                                   derive=derive, labels_key="labels", anonymous=True)[1])
+            except InvalidParams as exc:
+                if "sessions" in p:
+                    raise InvalidParams(f"sessions[{k}]: {exc}") from exc
+                raise
         self._training.set()
         try:
-            report = self.engine.train(sessions, max_epochs=int(p["epochs"]) if "epochs" in p else None)
+            report = self.engine.train(sessions, max_epochs=epochs)
         finally:
             self._training.clear()
         out = report.to_dict()
