@@ -8,7 +8,9 @@ exploration checks in file order, then is closed and reopened on the same home (
 sidecar) for persistence, fail-open (SIGKILL, third sidecar) and API checks. Tests that need
 a trained predictor drive it there themselves (:func:`drive_to_warming`), so each also runs
 alone. The score deadline is raised to 30 s wherever a scored session is expected, so no
-assertion depends on machine speed. Deferred session-starts (``defer_predictor``: the answer
+assertion depends on machine speed; the fail-open tests lower it through ``p.settings``, which
+the service reads when it sends each request, and check which deadline and error kind were
+recorded. A training run refused by a gate is provoked with infinite labels. Deferred session-starts (``defer_predictor``: the answer
 goes out before the predictor's ranking, which is recorded right after) are made certain to
 answer first by stopping the sidecar (SIGSTOP) while they run.
 """
@@ -355,6 +357,71 @@ def test_retrain_every_interval_writes_a_log_row_and_model_bin(world):
     assert p.status_line().startswith("[predictor: warming | success_rate=")
 
 
+def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(world):
+    from rich.console import Console
+
+    from memlane.cli.predictor_cmd import status_table
+    from memlane.predictor import settings as C
+
+    drive_to_warming(world)  # a trained model serves
+    c = world.c
+    p = c.predictor
+    p.wait_training(300)
+    ids = c.db.read(lambda conn: [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY seq LIMIT 12")])
+    req = score_request(ids)
+    scores = p.backend.call("score", req, timeout_s=60)["scores"]
+    version, model_bin = p.state.model_version, (world.home / "predictor" / "model.bin").read_bytes()
+    assert p.state.trained and version >= 1
+    with TestClient(create_app(c)) as client:
+        runs = client.get("/api/predictor/status").json()["training_runs"]
+    assert runs["total"] == len(training_rows(c)) == runs["accepted"] + runs["rejected"] and runs["accepted"] >= 1
+    # Fill the canary set now, as the retrain would, so that the retrain adds no member: the
+    # corrupted sessions are then all on the training side (a canary with infinite labels would
+    # make the sidecar's report unserialisable: an error, not a failed gate).
+    size = min(C.CANARY_SIZE, p.state.training_sessions // 5)
+    c.db.write(lambda conn: pred_sql.refresh_canary(conn, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
+                                                    at=now_iso()))
+    saved = c.db.read(lambda conn: conn.execute(
+        "SELECT id, label FROM session_memories WHERE label IS NOT NULL "
+        "AND session_key NOT IN (SELECT session_key FROM predictor_canary)").fetchall())
+    assert saved
+    # Corrupted labels: +inf (SQLite stores it; NaN would read back as NULL) make the ListNet
+    # loss non-finite, which the losses_finite gate refuses.
+    c.db.write(lambda conn: conn.executemany("UPDATE session_memories SET label = ? WHERE id = ?",
+                                             [(float("inf"), r[0]) for r in saved]))
+    try:
+        row = p.retrain("manual")
+    finally:
+        c.db.write(lambda conn: conn.executemany("UPDATE session_memories SET label = ? WHERE id = ?",
+                                                 [(r[1], r[0]) for r in saved]))
+    assert row["accepted"] == 0 and row["trigger"] == "manual" and row["model_version"] == version
+    failed = [g["name"] for g in row["gates"]["gates"] if not g["passed"]]
+    assert row["gates"]["passed"] is False and "losses_finite" in failed, row
+    logged = training_rows(c)[-1]  # the run's accepted=0 row
+    assert logged["accepted"] == 0 and logged["trigger"] == "manual" and logged["model_version"] == version
+    assert json.loads(logged["gates"])["passed"] is False
+    # the old model keeps serving: same version, same checkpoint file, same scores
+    assert p.state.model_version == version and p.state.trained
+    assert (world.home / "predictor" / "model.bin").read_bytes() == model_bin
+    assert p.backend.call("status", timeout_s=60)["model_version"] == version
+    assert p.backend.call("score", req, timeout_s=60)["scores"] == scores
+    # and the run is counted, by reason, in the status the daemon returns and the CLI prints
+    with TestClient(create_app(c)) as client:
+        st = client.get("/api/predictor/status").json()
+    after = st["training_runs"]
+    assert after["total"] == runs["total"] + 1 and after["accepted"] == runs["accepted"]
+    assert after["rejected"] == runs["rejected"] + 1
+    assert after["rejected_by_reason"] == {**runs["rejected_by_reason"],
+                                           "gates": runs["rejected_by_reason"]["gates"] + 1}
+    assert after == c.db.read(pred_sql.training_outcomes) == p.status()["training_runs"]
+    console = Console(width=300, record=True)
+    console.print(status_table(st))
+    why = after["rejected_by_reason"]
+    assert (f"{after['total']} runs, {after['accepted']} accepted, {after['rejected']} rejected, the old model "
+            f"kept serving (gates {why['gates']}, no validation gain {why['no_validation_gain']}, "
+            f"error {why['error']})") in console.export_text()
+
+
 # ------------------------------------------------------------------------------ 2. exploration
 
 
@@ -477,8 +544,12 @@ def test_reply_later_than_score_timeout_means_baseline_and_a_timeout_error(world
         c.memories.remember_many([RememberInput(content=f"Tiny project note {i}: {t}", project="tiny")
                                   for i, t in enumerate(CORPUS[:3])])
     timeouts = p.backend.error_counts.get("timeout", 0)
+    crashes = p.backend.error_counts.get("crash", 0)
+    kinds = dict(p.channel.error_kinds)
     old = p.settings
-    p.settings = old.model_copy(update={"score_timeout_ms": 0.001})  # the settings allow any value > 0
+    # The service reads the live setting when it sends each request: the replaced settings
+    # give this start a 1 us deadline (the settings allow any value > 0).
+    p.settings = old.model_copy(update={"score_timeout_ms": 0.001})
     # SIGSTOP makes "late" certain: with only a tiny deadline, a loaded machine could deschedule
     # this thread past the deadline check while the reply is being read.
     pid = p.backend.status()["pid"]
@@ -492,9 +563,15 @@ def test_reply_later_than_score_timeout_means_baseline_and_a_timeout_error(world
     sig = assert_baseline_session(c, key, res)
     assert "timed out" in sig["predictor_error"]
     assert p.backend.error_counts["timeout"] == timeouts + 1
-    assert p.backend.error_counts.get("crash", 0) <= 1  # a late reply is not a crash
+    assert p.backend.error_counts.get("crash", 0) == crashes  # a late reply is not a crash
+    assert dict(p.channel.error_kinds) == {**kinds, "timeout": kinds.get("timeout", 0) + 1}
+    last = p.channel.recent_errors[-1]
+    assert last["kind"] == "timeout" and last["deadline_ms"] == 0.001  # the short deadline applied
+    assert last["error"] == sig["predictor_error"]
+    assert p.channel.deadline_ms() == 30_000  # and the restored setting applies to the next request
     key, _ = start(world, "in-time")  # the late reply is dropped; the next call gets its own
     assert all(r["predictor_rank"] is not None for r in rows(c, key))
+    assert "predictor_error" not in signals(c, key)
 
 
 def test_deferred_record_fails_open_on_a_timeout_and_on_a_sidecar_killed_mid_flight(world):
@@ -522,9 +599,13 @@ def _deferred_fail_open(world, c, p, backend) -> None:
         p.settings = settings
     sig = assert_baseline_session(c, key, res)
     assert "timed out" in sig["predictor_error"] and backend.error_counts["timeout"] == timeouts + 1
+    last = p.channel.recent_errors[-1]
+    assert last["kind"] == "timeout" and last["deadline_ms"] == 0.001  # the short deadline applied
     # 2. the sidecar dies while the request is in flight: the record fails open, the session
     # ends without a comparison (the predictor did not score it), the next start scores again
     crashes = backend.error_counts.get("crash", 0)
+    timeouts = backend.error_counts.get("timeout", 0)
+    kinds = dict(p.channel.error_kinds)
     with sidecar_stopped(c) as pid:
         key, res = start_deferred(world, "deferred-killed", 2)
         res.release()  # the answer is out: the request goes to the (stopped) sidecar
@@ -536,8 +617,14 @@ def _deferred_fail_open(world, c, p, backend) -> None:
         os.kill(pid, signal.SIGKILL)
         assert p.wait_recorded(key, timeout_s=60) and p.pending_records() == 0
     sig = assert_baseline_session(c, key, res)
-    assert "PredictorUnavailable" in sig["predictor_error"]
+    # a crash, not a timeout (which also raises PredictorUnavailable): the request failed when
+    # the reader saw the exit, with its 30 s deadline still running
+    assert "PredictorUnavailable" in sig["predictor_error"] and "exited" in sig["predictor_error"]
     assert backend.error_counts["crash"] == crashes + 1
+    assert backend.error_counts.get("timeout", 0) == timeouts
+    assert dict(p.channel.error_kinds) == {**kinds, "crash": kinds.get("crash", 0) + 1}
+    last = p.channel.recent_errors[-1]
+    assert last["kind"] == "crash" and last["deadline_ms"] == 30_000
     c.sessions.feedback(key, {m["id"]: 1.0 for m in res.injected})
     c.sessions.end(EndInput(key, project=PROJECT), wait=True)
     assert comparison_rows(c, key) == [] and all(r["label"] is not None for r in rows(c, key))

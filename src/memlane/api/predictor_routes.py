@@ -25,11 +25,16 @@ def router(container: Container) -> APIRouter:
     @r.get("/status")
     def status() -> dict[str, Any]:
         """Phase (collecting/warming/active/disabled/retraining), alpha, success-rate EMA, per-project
-        slices, model version, the sidecar's health and recent errors."""
+        slices, model version, score counters (``score_errors`` by kind in ``score_error_kinds``:
+        timeout, crash, ...; ``score_timeout_ms`` in ms), ``training_runs`` (total, accepted,
+        rejected and the rejected ones by reason, from the training log), the sidecar's health
+        and recent errors (:meth:`memlane.services.predictor_service.PredictorService.status`).
+        Without a running predictor: ``enabled`` false and the training log's ``training_runs``."""
         p = container.predictor
         if p is None:
             return {"enabled": False, "phase": "collecting", "alpha": 1.0,
-                    "reason": "predictor not running (predictor.enabled=false or not a daemon process)"}
+                    "reason": "predictor not running (predictor.enabled=false or not a daemon process)",
+                    "training_runs": container.db.read(pred_sql.training_outcomes)}
         return p.status()
 
     @r.get("/comparisons")

@@ -62,7 +62,18 @@ def status_table(st: dict[str, Any]) -> Table:
     trained = f"model v{s.get('model_version', 0)}" + (f", trained {s['last_trained']}" if s.get("last_trained") else
                                                        ", not trained yet")
     t.add_row("model", trained + (" (retraining now)" if st.get("training") else ""))
+    runs = st.get("training_runs")
+    if runs:
+        why = runs.get("rejected_by_reason") or {}
+        t.add_row("training runs", f"{runs.get('total', 0)} runs, {runs.get('accepted', 0)} accepted, "
+                  f"{runs.get('rejected', 0)} rejected, the old model kept serving (gates {why.get('gates', 0)}, "
+                  f"no validation gain {why.get('no_validation_gain', 0)}, error {why.get('error', 0)})")
     t.add_row("drift resets", str(s.get("drift_resets", 0)) + (" (drifting: retraining)" if s.get("drifting") else ""))
+    kinds = st.get("score_error_kinds") or {}
+    if kinds:
+        deadline = st.get("score_timeout_ms")
+        t.add_row("score errors", ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+                  + (f" (deadline {float(deadline):g} ms)" if deadline is not None else ""))
     lat = st.get("score_latency_ms") or {}
     t.add_row("score latency", f"p50 {_ms(lat.get('p50'))} / p95 {_ms(lat.get('p95'))} ms over {lat.get('n', 0)} "
               "requests (daemon side)")
@@ -86,7 +97,8 @@ def status_table(st: dict[str, Any]) -> Table:
 @predictor_app.command("status")
 def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
            as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object.")) -> None:
-    """The daemon's predictor: phase, alpha, success rate, model version, sidecar health."""
+    """The daemon's predictor: phase, alpha, success rate, model version, training runs (accepted /
+    rejected by reason), score errors by kind, sidecar health."""
     from memlane.cli.main import _client
 
     st = _client(url).request("GET", "/api/predictor/status")

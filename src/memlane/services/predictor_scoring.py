@@ -7,6 +7,11 @@ baseline ranking for that request, counted and recorded, never an error to the c
 The session-start sends its request from its own thread and waits for the reply on that same
 thread (:meth:`ScoreChannel.send` -> :class:`PendingScore`): the client's reader thread resolves
 the reply's future directly, with no worker thread in between.
+
+The deadline is read from the live setting when each request is sent (the channel is given a
+callable, not a number), so a changed ``scoreTimeoutMs`` applies to the next request. Every
+failure is counted by kind (:data:`ERROR_KINDS`) and the last ones are kept with the deadline
+that applied, so a timeout can be told from a crash after the fact.
 """
 
 from __future__ import annotations
@@ -14,16 +19,32 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from memlane.predictor.client import PredictorRpcError
 from memlane.predictor.settings import PredictorSettings
 from memlane.services.predictor_types import ScoreResult
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
 SCORE_LATENCY_WINDOW = 500
+#: Failed score requests kept (newest last) for ``status()["score_recent_errors"]``.
+SCORE_ERROR_WINDOW = 20
+
+#: Why a score request failed (the baseline was served):
+#:
+#: * ``timeout``: no reply within the deadline (``scoreTimeoutMs`` from the moment it was sent);
+#: * ``crash``: the sidecar exited (or was closed) with the request in flight;
+#: * ``rpc_error``: the sidecar answered with a JSON-RPC error object;
+#: * ``malformed``: a reply with neither result nor error, or one that does not score exactly
+#:   the candidates with finite numbers;
+#: * ``unavailable``: never sent: predictor off, disabled after repeated crashes, still
+#:   starting, or params JSON cannot encode.
+ERROR_KINDS = ("timeout", "crash", "rpc_error", "malformed", "unavailable")
 
 
 class PredictorBackend(Protocol):
@@ -44,21 +65,49 @@ class ScoreChannel:
 
     Args:
         backend: the sidecar client, or None (the predictor is off: every request fails open).
-        timeout_ms: ``scoreTimeoutMs``, from the moment a request is sent, ms.
+        timeout_ms: ``scoreTimeoutMs``, ms, counted from the moment a request is sent: a number,
+            or a callable returning the current value, read once per request when it is sent
+            (the service passes ``lambda: settings.score_timeout_ms``, so a changed setting
+            applies to the next request). A value that is not a finite number > 0 means 0 ms:
+            every request then fails open with a timeout unless its reply is already there.
 
     Attributes:
         scored / errors: requests answered with valid scores / failed (baseline served).
+        error_kinds: failed requests by kind (:data:`ERROR_KINDS`); they sum to ``errors``.
+        recent_errors: the last :data:`SCORE_ERROR_WINDOW` failures, oldest first, each
+            ``{"at": ISO-8601 UTC, "kind", "error", "deadline_ms", "took_ms"}`` (ms).
         latency_ms: round trips of the last :data:`SCORE_LATENCY_WINDOW` answered requests as
             the daemon saw them (JSON and pipes included), ms.
     """
 
-    def __init__(self, backend: PredictorBackend | None, timeout_ms: float) -> None:
+    def __init__(self, backend: PredictorBackend | None, timeout_ms: float | Callable[[], float]) -> None:
         self.backend = backend
-        self.timeout_s = timeout_ms / 1000.0
+        self._timeout_ms = timeout_ms
         self.scored = 0
         self.errors = 0
+        self.error_kinds: Counter[str] = Counter()
+        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=SCORE_ERROR_WINDOW)
         self.latency_ms: deque[float] = deque(maxlen=SCORE_LATENCY_WINDOW)
         self._lock = threading.Lock()
+
+    def deadline_ms(self) -> float:
+        """The deadline a request sent now gets, ms (the live ``scoreTimeoutMs``; never raises:
+        a value that is not a finite number > 0, or a callable that raises, gives 0)."""
+        try:
+            v = float(self._timeout_ms() if callable(self._timeout_ms) else self._timeout_ms)
+        except Exception:  # a broken setting must not break the session-start: fail open
+            return 0.0
+        return v if math.isfinite(v) and v > 0 else 0.0
+
+    @property
+    def timeout_s(self) -> float:
+        """:meth:`deadline_ms` in seconds (what a request sent now waits at most)."""
+        return self.deadline_ms() / 1000.0
+
+    def error_snapshot(self, last: int = SCORE_ERROR_WINDOW) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """``(error_kinds, the last `last` recent_errors)``, copied together under the lock."""
+        with self._lock:
+            return dict(self.error_kinds), list(self.recent_errors)[-last:] if last > 0 else []
 
     def send(self, request: dict[str, Any]) -> PendingScore:
         """Send ``request`` (``score`` params with ``candidate_ids``) now; never raises."""
@@ -89,11 +138,24 @@ class ScoreChannel:
         ranked = sorted(baseline, key=lambda m: -scores[m])
         return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took_ms)
 
-    def failed(self, exc: BaseException, took_ms: float) -> ScoreResult:
-        """Count a failed request; its result carries ``"<ExceptionType>: <message>"``."""
+    def failed(self, exc: BaseException, took_ms: float, kind: str = "unavailable",
+               deadline_ms: float | None = None) -> ScoreResult:
+        """Count a failed request; its result carries ``"<ExceptionType>: <message>"``.
+
+        Args:
+            exc: what failed.
+            took_ms: from sending to the failure, ms.
+            kind: one of :data:`ERROR_KINDS` (counted in ``error_kinds``).
+            deadline_ms: the deadline the request had, ms (None: it was never sent).
+        """
+        error = f"{type(exc).__name__}: {exc}"
         with self._lock:
             self.errors += 1
-        return ScoreResult({}, {}, [], error=f"{type(exc).__name__}: {exc}", took_ms=took_ms)
+            self.error_kinds[kind] += 1
+            self.recent_errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind,
+                                       "error": error[:300], "deadline_ms": deadline_ms,
+                                       "took_ms": round(took_ms, 3)})
+        return ScoreResult({}, {}, [], error=error, took_ms=took_ms)
 
 
 class PendingScore:
@@ -102,11 +164,16 @@ class PendingScore:
     Args:
         channel: the channel (backend, deadline, counters).
         request: the ``score`` params (``RankDecision.request``).
+
+    Attributes:
+        deadline_ms: the channel's deadline when the request was sent, ms (a later change of
+            the setting does not move it).
     """
 
     def __init__(self, channel: ScoreChannel, request: dict[str, Any]) -> None:
         self._channel = channel
         self._request = request
+        self.deadline_ms = channel.deadline_ms()
         self._t0 = time.perf_counter()
         self._error: BaseException | None = None
         self._sent: tuple[int, Future[Any]] | None = None
@@ -123,23 +190,43 @@ class PendingScore:
         self._replied = time.perf_counter()
 
     def result(self) -> ScoreResult:
-        """Wait for the reply, at most until ``timeout_ms`` after sending; call once.
+        """Wait for the reply, at most until ``deadline_ms`` after sending; call once.
+
+        Never raises for predictor faults.
 
         Returns:
             the scores and ranks, or a :class:`ScoreResult` with ``error`` (timeout, crash,
-            malformed reply): the caller serves the baseline.
+            JSON-RPC error, malformed reply, never sent; counted by kind in the channel's
+            ``error_kinds``): the caller serves the baseline.
         """
         ch = self._channel
+        if self._error is not None:
+            return ch.failed(self._error, (time.perf_counter() - self._t0) * 1000, "unavailable")
+        assert self._sent is not None and ch.backend is not None
+        fut = self._sent[1]
         try:
-            if self._error is not None:
-                raise self._error
-            assert self._sent is not None and ch.backend is not None
-            left = ch.timeout_s - (time.perf_counter() - self._t0)
-            reply = ch.backend.wait(*self._sent, "score", timeout_s=left)
-            took = ((self._replied or time.perf_counter()) - self._t0) * 1000
+            left = self.deadline_ms / 1000.0 - (time.perf_counter() - self._t0)
+            reply = ch.backend.wait(*self._sent, "score", timeout_s=max(0.0, left))
+        except Exception as exc:  # PredictorUnavailable, PredictorRpcError
+            # The reply's own failure is the future's exception; anything else the wait raised
+            # on its own: the deadline passed with no reply.
+            from_reply = fut.done() and not fut.cancelled() and fut.exception(timeout=0) is exc
+            kind = _reply_error_kind(exc) if from_reply else "timeout"
+            return ch.failed(exc, (time.perf_counter() - self._t0) * 1000, kind, self.deadline_ms)
+        took = ((self._replied or time.perf_counter()) - self._t0) * 1000
+        try:
             return ch.checked(self._request["candidate_ids"], reply, took)
-        except Exception as exc:  # PredictorUnavailable, PredictorRpcError, a malformed reply
-            return ch.failed(exc, (time.perf_counter() - self._t0) * 1000)
+        except Exception as exc:  # not exactly the candidates with finite scores
+            return ch.failed(exc, took, "malformed", self.deadline_ms)
+
+
+def _reply_error_kind(exc: BaseException) -> str:
+    """The :data:`ERROR_KINDS` entry of a failure the sidecar client put on the reply's future."""
+    if isinstance(exc, PredictorRpcError):
+        return "rpc_error"
+    if "malformed" in str(exc):  # SidecarClient: "malformed predictor reply"
+        return "malformed"
+    return "crash"  # SidecarClient: "predictor sidecar exited" / "... closed"
 
 
 def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,

@@ -55,7 +55,8 @@ class PredictorService:
         db: the database (the service writes comparisons, the training log, canary and state).
         index: the in-memory index (memory fields and vectors for candidate signals).
         backend: the sidecar client, or None when the predictor is off.
-        settings: the eight exposed keys.
+        settings: the eight exposed keys. Read at use time (``self.settings``, replaced or
+            changed in place): ``score_timeout_ms`` applies to the next score request sent.
         rng: exploration randomness (seeded in tests and benchmarks).
     """
 
@@ -74,8 +75,9 @@ class PredictorService:
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
         self.records = DeferredRecords()
-        # Score requests and their outcomes (counters, round-trip latency).
-        self.channel = ScoreChannel(backend, settings.score_timeout_ms)
+        # Score requests and their outcomes (counters, round-trip latency). The deadline is the
+        # live setting, read when each request is sent (not fixed here).
+        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -425,8 +427,17 @@ class PredictorService:
     def retrain(self, trigger: str = "manual") -> dict[str, Any]:
         """Refresh the canary set if due, run ``train_from_db`` in the sidecar, log the run.
 
+        Every run writes one ``predictor_training_log`` row; a rejected one (``accepted`` 0: a
+        gate failed, no validation gain, or the run failed) leaves the serving model as it was
+        and is logged as a warning and counted in :meth:`status` (``training_runs``). Waits up
+        to ``TRAIN_TIMEOUT_S`` (120 s) for the sidecar's reply.
+
         Returns:
             the training-log row written (accepted or not), with ``error`` on failure.
+
+        Raises:
+            StorageError: the training-log row could not be written (sidecar failures are
+                not raised: they are the row's ``error``).
         """
         now = now_iso()
         refreshed = self.db.read(pred_sql.canary_refreshed_at)
@@ -453,6 +464,11 @@ class PredictorService:
             report, error = {}, f"{type(exc).__name__}: {exc}"
             log.warning("predictor retrain failed: %s", error)
         accepted = bool(report.get("accepted"))
+        if not accepted and report:
+            gates = report.get("gates") if isinstance(report.get("gates"), dict) else {}
+            failed = [g.get("name") for g in gates.get("gates") or [] if isinstance(g, dict) and not g.get("passed")]
+            log.warning("predictor retrain (%s) rejected, model v%s keeps serving: %s", trigger,
+                        report.get("model_version"), f"gates failed {failed}" if failed else error or "not accepted")
         with self._lock:
             s = self.state
             if accepted:
@@ -480,20 +496,38 @@ class PredictorService:
         """Phase, alpha, EMA, per-project slices, counters and the sidecar's health.
 
         Counters: ``scored_sessions`` and ``score_errors`` (score requests answered / failed),
+        ``score_error_kinds`` (the failures by kind: ``timeout``, ``crash``, ``rpc_error``,
+        ``malformed``, ``unavailable``; :data:`memlane.services.predictor_scoring.ERROR_KINDS`),
+        ``score_recent_errors`` (the last failures with their kind and the deadline that applied,
+        ms), ``score_timeout_ms`` (the deadline the next request gets, ms),
         ``deferred_sessions`` (starts that answered before the predictor's ranking, recorded
         after) and ``pending_records`` (of those, not recorded yet); ``score_latency_ms``: p50,
-        p95 and p99 of the last answered score requests as the daemon saw them (ms)."""
+        p95 and p99 of the last answered score requests as the daemon saw them (ms).
+        ``training_runs``: the training log's runs, ``accepted`` and ``rejected`` (the old model
+        kept serving), the rejected ones by reason (``gates``: a validation gate failed;
+        ``no_validation_gain``; ``error``: the run failed or never ran), from
+        ``predictor_training_log`` (:func:`memlane.storage.predictor.training_outcomes`).
+
+        The score counters count since the daemon started; ``training_runs`` since the store
+        was created. One read of the database.
+
+        Raises:
+            StorageError: the training log could not be read.
+        """
+        runs = self.db.read(pred_sql.training_outcomes)
         with self._lock:
             s = self.state.to_dict()
             lat = sorted(self.channel.latency_ms)
+        kinds, recent = self.channel.error_snapshot(10)
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
                "status_line": self.status_line(), "state": s, "scored_sessions": self.channel.scored,
-               "score_errors": self.channel.errors, "deferred_sessions": self.records.deferred,
+               "score_errors": self.channel.errors, "score_error_kinds": kinds, "score_recent_errors": recent,
+               "score_timeout_ms": self.channel.deadline_ms(), "deferred_sessions": self.records.deferred,
                "pending_records": self.pending_records(),
                "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
                "training": self._training is not None and not self._training.done(),
-               "settings": self.settings.model_dump()}
+               "training_runs": runs, "settings": self.settings.model_dump()}
         if self.backend is not None:
             out["sidecar"] = self.backend.status()
         return out

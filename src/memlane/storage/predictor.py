@@ -259,6 +259,31 @@ def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str,
     return out
 
 
+def training_outcomes(conn: sqlite3.Connection) -> dict[str, Any]:
+    """Counts of the ``predictor_training_log`` runs: ``{"total", "accepted", "rejected",
+    "rejected_by_reason": {"gates", "no_validation_gain", "error"}}``.
+
+    A rejected run (``accepted`` 0: the serving model did not change) has exactly one reason, in
+    this order: ``gates`` (its gate report says ``passed`` false), ``no_validation_gain`` (its
+    ``error`` starts with "no validation gain": every gate may have passed), ``error`` (the rest:
+    nothing was trained, or the sidecar failed or never answered). The reasons sum to
+    ``rejected``.
+    """
+    r = conn.execute(
+        """SELECT count(*), coalesce(sum(accepted != 0), 0), coalesce(sum(accepted = 0 AND gate_failed), 0),
+                  coalesce(sum(accepted = 0 AND NOT gate_failed AND no_gain), 0)
+           FROM (SELECT accepted,
+                        coalesce(CASE WHEN json_valid(gates) THEN json_extract(gates, '$.passed') = 0 END, 0)
+                            AS gate_failed,
+                        coalesce(error LIKE 'no validation gain%', 0) AS no_gain
+                 FROM predictor_training_log)""").fetchone()
+    total, accepted, gates, no_gain = (int(x) for x in r)
+    rejected = total - accepted
+    return {"total": total, "accepted": accepted, "rejected": rejected,
+            "rejected_by_reason": {"gates": gates, "no_validation_gain": no_gain,
+                                   "error": rejected - gates - no_gain}}
+
+
 def load_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
     """The persisted policy state (:class:`memlane.predictor.policy.PolicyState` as a dict), or
     None before the first save."""
