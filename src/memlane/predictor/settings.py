@@ -15,15 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # -- hard-coded defaults (seed "Phase 5: Config", not user-configurable) ------------------
-INTERNAL_DIM = 64
-HASH_BUCKETS = 16_384
+# The model's own constants live with the model: d = 64 (model.ScorerConfig.d_model), 16,384
+# hash buckets (tokenizer.NUM_BUCKETS), ListNet T = 0.5 / 0.3 (losses/listnet.listnet_loss).
 EMA_ALPHA = 0.1                     # success-rate smoothing factor
 DRIFT_RESET_THRESHOLD = 0.3         # success rate below which a drift reset counts
 REPLAY_BUFFER_SIZE = 20             # top historical sessions mixed into training
 REPLAY_SHARE = 0.2                  # the replay buffer weighs ~20 % of every training step's loss (train._mixed_loss)
 MIN_SCORER_CONFIDENCE = 0.6         # continuity-scorer confidence gate (training and EMA)
-LOSS_TEMPERATURE = 0.5
-SHARP_LOSS_TEMPERATURE = 0.3
 MAX_PROJECT_SLICES = 5              # per-project EMA slices kept
 EARLY_ACTIVE_RAMP_SESSIONS = 20     # sessions after cold-start exit before the influence cap lifts
 EARLY_ACTIVE_ALPHA_FLOORS = (0.8, 0.6)   # alpha floors for sessions 1-10 and 11-20 after exit
