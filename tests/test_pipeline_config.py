@@ -268,6 +268,23 @@ def test_post_config_round_trip(api, monkeypatch):
     assert r.json()["unchanged"] == ["memory.pipelineV2.shadowMode"] and r.json()["applied"] == []
 
 
+def test_post_config_score_timeout_applies_in_process(api):
+    """predictor.scoreTimeoutMs is hot: set on the settings object the predictor service holds
+    (it reads the deadline as each score request is sent); other predictor keys need a restart."""
+    c, client = api
+    shared = c.settings.predictor
+    r = client.post("/api/config", json={"predictor": {"scoreTimeoutMs": 250, "rrfK": 20}})
+    assert r.status_code == 200, r.text
+    assert r.json()["applied"] == ["predictor.score_timeout_ms"]
+    assert r.json()["restart_required"] == ["predictor.rrf_k"]
+    assert c.settings.predictor is shared and shared.score_timeout_ms == 250 and shared.rrf_k == 12
+    data = yaml.safe_load((c.settings.home / "config.yaml").read_text())
+    assert data["predictor"] == {"score_timeout_ms": 250, "rrf_k": 20}
+    r = client.post("/api/config", json={"predictor": {"scoreTimeoutMs": 0}})
+    assert r.status_code == 400 and "predictor.score_timeout_ms" in r.json()["error"]["message"]
+    assert shared.score_timeout_ms == 250
+
+
 @pytest.mark.parametrize("body, status, needle", [
     ({"memory": {"pipelineV2": {"worker": {"pollMs": 5}}}}, 400, "memory.pipelineV2.worker.pollMs: must be >= 100"),
     ({"memory": {"pipelineV2": {"bogus": 1}}}, 400, "memory.pipelineV2.bogus: unknown key"),

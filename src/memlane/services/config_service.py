@@ -4,8 +4,9 @@
 A patch has the shape of config.yaml (``{"recall": {"alpha": 0.6}, "memory": {"pipelineV2":
 {"shadowMode": true}}}``), keys in camelCase or snake_case, pipeline legacy flat keys allowed.
 Only the pipeline's :data:`memlane.pipeline.config.HOT_KEYS` (the mode flags, autonomous.frozen,
-autonomous.maintenanceMode, autonomous.allowUpdateDelete) change in the running daemon; every
-other changed key is written and reported as needing a restart. Environment variables
+autonomous.maintenanceMode, autonomous.allowUpdateDelete) and :data:`PREDICTOR_HOT_KEYS`
+(``predictor.scoreTimeoutMs``, which the daemon reads as each score request is sent) change
+in the running daemon; every other changed key is written and reported as needing a restart. Environment variables
 (``MEMLANE_*``) still override the file at the next start.
 """
 
@@ -28,6 +29,9 @@ from memlane.pipeline.config import HOT_KEYS, PipelineV2Settings, camel, error_l
 
 _lock = threading.Lock()
 _PIPELINE = ("memory", "pipeline_v2")
+#: Predictor keys applied in place to ``settings.predictor`` (the object the predictor service
+#: holds): the score deadline is read when each request is sent (services/predictor_scoring.py).
+PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms"})
 _FIXED = {"home"}  # cannot change through the API
 
 
@@ -107,8 +111,10 @@ def _normalize(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def update_config(settings: Settings, patch: Any) -> ConfigChange:
-    """Validate ``patch``, merge it into ``{home}/config.yaml`` and apply the hot pipeline keys
-    to ``settings`` (in place: ``settings.memory.pipeline_v2`` is swapped for an updated copy).
+    """Validate ``patch``, merge it into ``{home}/config.yaml`` and apply the hot keys to
+    ``settings`` (in place: ``settings.memory.pipeline_v2`` is swapped for an updated copy;
+    :data:`PREDICTOR_HOT_KEYS` are set on ``settings.predictor`` itself, which the predictor
+    service shares).
 
     Raises:
         ConfigError (400): the patch is not a mapping, names an unknown or fixed key, or a value
@@ -153,12 +159,16 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
         if env_path and Path(env_path).expanduser() != path:
             change.warnings.append(f"MEMLANE_CONFIG points at {env_path}: the daemon reads that file, not {path}")
         hot: dict[tuple[str, ...], Any] = {}
+        predictor_hot: dict[str, Any] = {}
         for p in paths:
             old_v, new_v = _get(settings, p), _get(new, p)
             if old_v == new_v:
                 change.unchanged.append(_label(p))
             elif p[:2] == _PIPELINE and ".".join(camel(x) for x in p[2:]) in HOT_KEYS:
                 hot[p[2:]] = new_v
+                change.applied.append(_label(p))
+            elif len(p) == 2 and p[0] == "predictor" and p[1] in PREDICTOR_HOT_KEYS:
+                predictor_hot[p[1]] = new_v
                 change.applied.append(_label(p))
             else:
                 change.restart_required.append(_label(p))
@@ -170,6 +180,8 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
         atomic_write(path, yaml.safe_dump(out, sort_keys=False, allow_unicode=True).encode("utf-8"), mode=0o600)
         if hot:
             settings.memory.pipeline_v2 = _with(settings.memory.pipeline_v2, hot)
+        for name, value in predictor_hot.items():  # validated above (Settings.model_validate)
+            setattr(settings.predictor, name, value)
     return change
 
 
