@@ -32,7 +32,8 @@ from memlane.predictor.features import (
     build_feature_matrix,
 )
 from memlane.predictor.model import MemoryScorer, ScorerConfig
-from memlane.predictor.sidecar import open_readonly, parse_score_params
+from memlane.predictor.rpc_params import parse_score_params
+from memlane.predictor.sidecar import open_readonly
 from memlane.predictor.synthetic import make_sessions
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql

@@ -85,7 +85,7 @@ def run_predictor_latency(data: Path, *, n_scores: int = 300, n_sessions: int = 
     from memlane.predictor.client import SidecarClient, sidecar_command
     from memlane.predictor.engine import PredictorEngine
     from memlane.predictor.model import configure_threads
-    from memlane.predictor.sidecar import parse_score_params
+    from memlane.predictor.rpc_params import parse_score_params
 
     tmp = tempfile.TemporaryDirectory(prefix="memlane-predlat-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir

@@ -6,7 +6,7 @@ The seed's ``score`` request carries its session-level signals in one object::
     "signals": {"time_of_day": 0.25, "day_of_week": 2, "month_of_year": 1, "project": "signetai",
                 "session_gap_hours": 8.5, "is_superseded": [false, false, true, ...]}
 
-The daemon's request (:func:`memlane.predictor.sidecar.parse_score_params`) gives the same
+The daemon's request (:func:`memlane.predictor.rpc_params.parse_score_params`) gives the same
 information as ``session_time`` (an ISO-8601 local time), ``session_gap_hours``, ``project``
 and a per-candidate ``candidates[i].is_superseded``. :func:`parse_signals` maps the seed's
 object onto those, so both shapes go through the one feature builder

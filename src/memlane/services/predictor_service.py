@@ -7,14 +7,16 @@ means the baseline ranking for that request, never an error to the caller.
 
 At session-start :meth:`PredictorService.rank` logs every candidate's raw signals, asks the
 sidecar for scores within ``score_timeout_ms``, fuses both rankings with RRF (alpha = the
-baseline's earned weight) and may swap one injected slot for exploration. When alpha is 1 the
+baseline's earned weight) and may swap one injected slot for exploration
+(:mod:`memlane.services.predictor_exploration`). When alpha is 1 the
 scores cannot change what is injected, so the session-start may answer first and record the
 predictor's ranking right after (:meth:`score_async` and :meth:`record_later`; the same request,
 deadline and fail-open rules). At session-end, once labels exist, :meth:`on_session_scored`
 (or :meth:`prepare_comparison` and :meth:`write_comparison` inside the session-end's own
 transaction) waits for a ranking still being recorded, computes NDCG@10 of both rankings over
 one evaluation pool, updates the success-rate EMA, records a ``predictor_comparisons`` row and
-schedules a retrain every ``train_interval_sessions`` training-grade sessions.
+schedules a retrain every ``train_interval_sessions`` training-grade sessions
+(:mod:`memlane.services.predictor_training`).
 """
 
 from __future__ import annotations
@@ -31,16 +33,17 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor import policy
-from memlane.predictor import settings as C
 from memlane.predictor.settings import PredictorSettings
 from memlane.recall.memory_index import MemoryIndex, iso_to_epoch
 from memlane.services.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
-from memlane.services.predictor_rows import comparison_row, training_log_row
+from memlane.services import predictor_exploration as exploration
+from memlane.services.predictor_rows import comparison_row
 from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel
 from memlane.services.predictor_signals import candidate_signals, score_params
+from memlane.services.predictor_training import Retrainer
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
 from memlane.storage.db import Database
 
@@ -69,8 +72,8 @@ class PredictorService:
         self.rng = rng or random.Random()
         self._lock = threading.Lock()
         self.state = policy.PolicyState.from_dict(db.read(pred_sql.load_state))
-        self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-predictor-train")
-        self._training: Future[Any] | None = None
+        # Retrains, one at a time on their own thread (sharing the lock and the policy state).
+        self.retrainer = Retrainer(db, self._lock, state=lambda: self.state, backend=lambda: self.backend)
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
@@ -89,7 +92,7 @@ class PredictorService:
         """Record the rankings still pending, finish a running retrain, stop the sidecar."""
         self.wait_recorded(None, timeout_s=60.0)
         self._scorer.shutdown(wait=True)
-        self._trainer.shutdown(wait=True)
+        self.retrainer.close()
         if self.backend is not None:
             self.backend.close()
 
@@ -273,35 +276,16 @@ class PredictorService:
 
     def explore(self, injected: Sequence[str], decision: RankDecision, *,
                 drawn: bool | None = None) -> tuple[str, str] | None:
-        """Maybe swap the lowest injected memory for the largest-disagreement candidate.
-
-        Disabled during cold start and whenever the predictor did not score (seed
-        "Exploration Sampling"). ``drawn``: the outcome of :meth:`exploration_drawn` when the
-        draw was made before the predictor's ranking was known (deferred starts); None draws now.
-        Returns ``(replaced_id, explored_id)`` or None.
-        """
-        if not decision.predictor_rank or decision.phase in ("collecting", "disabled"):
-            return None
-        baseline_rank = {m: f["baseline_rank"] + 1 for m, f in decision.features.items()}
-        if drawn is None:
-            return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank,
-                                           self.settings.exploration_rate, self.rng)
-        if not drawn:
-            return None
-        return policy.exploration_target(injected, decision.order, baseline_rank, decision.predictor_rank)
+        """Maybe swap the lowest injected memory for the largest-disagreement candidate
+        (:func:`memlane.services.predictor_exploration.explore`, with ``exploration_rate`` and
+        ``rng``). Returns ``(replaced_id, explored_id)`` or None."""
+        return exploration.explore(injected, decision, rate=self.settings.exploration_rate, rng=self.rng,
+                                   drawn=drawn)
 
     def exploration_drawn(self, injected: Sequence[str], decision: RankDecision) -> bool:
-        """The epsilon draw of exploration, made before the predictor's ranking is known.
-
-        True with probability ``exploration_rate`` when the phase allows exploration (not
-        'collecting' or 'disabled') and something is injected; a start that draws True needs
-        the predictor's ranking now (:meth:`explore` with ``drawn=True``), the others may
-        record it later. The draw consumes the same ``rng`` as :meth:`explore`.
-        """
-        rate = self.settings.exploration_rate
-        if not injected or rate <= 0 or decision.phase in ("collecting", "disabled"):
-            return False
-        return self.rng.random() < rate
+        """The epsilon draw of exploration, made before the predictor's ranking is known
+        (:func:`memlane.services.predictor_exploration.exploration_drawn`; same ``rng``)."""
+        return exploration.exploration_drawn(injected, decision, rate=self.settings.exploration_rate, rng=self.rng)
 
     # -- session-end ----------------------------------------------------------------------
     def comparison_inputs(self, conn: Any, session_key: str) -> dict[str, Any] | None:
@@ -407,89 +391,20 @@ class PredictorService:
         self.after_comparison(cmp)
         return {**cmp.row, "outcome": cmp.outcome.__dict__}
 
-    # -- training -------------------------------------------------------------------------
+    # -- training (memlane.services.predictor_training) ----------------------------------
     def schedule_retrain(self, trigger: str) -> Future[Any] | None:
         """Queue a retrain on the training thread unless one is queued or running."""
-        if self.backend is None:
-            return None
-        with self._lock:
-            if self._training is not None and not self._training.done():
-                return self._training
-            self._training = self._trainer.submit(self.retrain, trigger)
-            return self._training
+        return self.retrainer.schedule(trigger)
 
     def wait_training(self, timeout_s: float = 300.0) -> None:
         """Block until a scheduled retrain finished (benchmarks, tests, shutdown)."""
-        fut = self._training
-        if fut is not None:
-            fut.result(timeout=timeout_s)
+        self.retrainer.wait(timeout_s)
 
     def retrain(self, trigger: str = "manual") -> dict[str, Any]:
-        """Refresh the canary set if due, run ``train_from_db`` in the sidecar, log the run.
-
-        Every run writes one ``predictor_training_log`` row; a rejected one (``accepted`` 0: a
-        gate failed, no validation gain, or the run failed) leaves the serving model as it was
-        and is logged as a warning and counted in :meth:`status` (``training_runs``). Waits up
-        to ``TRAIN_TIMEOUT_S`` (120 s) for the sidecar's reply.
-
-        Returns:
-            the training-log row written (accepted or not), with ``error`` on failure.
-
-        Raises:
-            StorageError: the training-log row could not be written (sidecar failures are
-                not raised: they are the row's ``error``).
-        """
-        now = now_iso()
-        refreshed = self.db.read(pred_sql.canary_refreshed_at)
-        keys = self.db.read(pred_sql.canary_keys)
-        with self._lock:
-            # The canary never takes more than a fifth of the training-grade sessions: early on a
-            # 25-session canary would leave nothing to train on.
-            size = min(C.CANARY_SIZE, self.state.training_sessions // 5)
-            influential = policy.alpha_for(self.state) < 1.0
-        if size and (len(keys) < size or refreshed is None or
-                     iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400):
-            self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                            at=now))
-        with self._lock:
-            sessions_before = self.state.sessions_since_train
-            self.state.sessions_since_train = 0
-        report: dict[str, Any]
-        try:
-            assert self.backend is not None
-            report = self.backend.call("train_from_db", {"trigger": trigger, "influential": influential},
-                                       timeout_s=C.TRAIN_TIMEOUT_S)
-            error = report.get("error")
-        except Exception as exc:
-            report, error = {}, f"{type(exc).__name__}: {exc}"
-            log.warning("predictor retrain failed: %s", error)
-        accepted = bool(report.get("accepted"))
-        if not accepted and report:
-            gates = report.get("gates") if isinstance(report.get("gates"), dict) else {}
-            failed = [g.get("name") for g in gates.get("gates") or [] if isinstance(g, dict) and not g.get("passed")]
-            log.warning("predictor retrain (%s) rejected, model v%s keeps serving: %s", trigger,
-                        report.get("model_version"), f"gates failed {failed}" if failed else error or "not accepted")
-        with self._lock:
-            s = self.state
-            if accepted:
-                s.trained = True
-                s.model_version = int(report.get("model_version", s.model_version + 1))
-                s.last_trained = now
-            if error and not accepted and not report:
-                s.sessions_since_train = sessions_before  # the sidecar never ran it: try again next session
-            if report:
-                s.drifting = False  # the drift retrain ran (accepted or not): earn alpha again from warming
-            state = s.to_dict()
-            drift_resets = s.drift_resets
-        row = training_log_row(report, model_version=state["model_version"], trigger=trigger, accepted=accepted,
-                               drift_resets=drift_resets, error=error, at=now)
-
-        def job(conn: Any) -> None:
-            pred_sql.insert_training_log(conn, row)
-            pred_sql.save_state(conn, state, now)
-
-        self.db.write(job)
-        return row
+        """Refresh the canary set if due, run ``train_from_db`` in the sidecar, log the run
+        (:meth:`memlane.services.predictor_training.Retrainer.run`: the training-log row
+        written, accepted or not, with ``error`` on failure; raises StorageError)."""
+        return self.retrainer.run(trigger)
 
     # -- observability ------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -526,7 +441,7 @@ class PredictorService:
                "score_timeout_ms": self.channel.deadline_ms(), "deferred_sessions": self.records.deferred,
                "pending_records": self.pending_records(),
                "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
-               "training": self._training is not None and not self._training.done(),
+               "training": self.retrainer.running(),
                "training_runs": runs, "settings": self.settings.model_dump()}
         if self.backend is not None:
             out["sidecar"] = self.backend.status()

@@ -1,0 +1,148 @@
+"""The daemon's predictor retrains: queued one at a time, run in the sidecar, logged.
+
+predictive-memory-scorer.md Phase 3 (a retrain every ``train_interval_sessions``
+training-grade sessions, or after a drift reset) and 5b (drift). :class:`Retrainer` runs a
+retrain on its own training thread: it refreshes the canary set when due, asks the sidecar
+for ``train_from_db`` (which trains, gates and swaps the model only when every gate passes),
+and writes one ``predictor_training_log`` row with the policy state. A rejected run leaves the
+serving model as it was. The policy state and the lock guarding it are the service's
+(:class:`memlane.services.predictor_service.PredictorService`), which delegates its
+``schedule_retrain``, ``wait_training`` and ``retrain`` here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from memlane.predictor import policy
+from memlane.predictor import settings as C
+from memlane.recall.memory_index import iso_to_epoch
+from memlane.services.clock import now_iso
+from memlane.services.predictor_rows import training_log_row
+from memlane.services.predictor_scoring import PredictorBackend
+from memlane.storage import predictor as pred_sql
+from memlane.storage.db import Database
+
+__all__ = ["Retrainer"]
+
+log = logging.getLogger(__name__)
+
+
+class Retrainer:
+    """Schedules and runs the predictor's retrains (at most one queued or running).
+
+    Args:
+        db: the database (the canary set, the training log and the policy state are written).
+        lock: the service's lock, held while ``state`` is read or changed.
+        state: returns the service's policy state.
+        backend: returns the sidecar client, or None when the predictor is off; read at use
+            time (the service's ``backend`` may be replaced).
+    """
+
+    def __init__(self, db: Database, lock: threading.Lock, *, state: Callable[[], policy.PolicyState],
+                 backend: Callable[[], PredictorBackend | None]) -> None:
+        self.db = db
+        self._lock = lock
+        self._state = state
+        self._backend = backend
+        self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-predictor-train")
+        self._training: Future[Any] | None = None
+
+    def schedule(self, trigger: str) -> Future[Any] | None:
+        """Queue a retrain on the training thread unless one is queued or running."""
+        if self._backend() is None:
+            return None
+        with self._lock:
+            if self._training is not None and not self._training.done():
+                return self._training
+            self._training = self._trainer.submit(self.run, trigger)
+            return self._training
+
+    def wait(self, timeout_s: float = 300.0) -> None:
+        """Block until a scheduled retrain finished (benchmarks, tests, shutdown)."""
+        fut = self._training
+        if fut is not None:
+            fut.result(timeout=timeout_s)
+
+    def running(self) -> bool:
+        """A scheduled retrain is queued or running."""
+        return self._training is not None and not self._training.done()
+
+    def close(self) -> None:
+        """Finish a running retrain, then stop the training thread."""
+        self._trainer.shutdown(wait=True)
+
+    def run(self, trigger: str = "manual") -> dict[str, Any]:
+        """Refresh the canary set if due, run ``train_from_db`` in the sidecar, log the run.
+
+        Every run writes one ``predictor_training_log`` row; a rejected one (``accepted`` 0: a
+        gate failed, no validation gain, or the run failed) leaves the serving model as it was
+        and is logged as a warning and counted in
+        :meth:`memlane.services.predictor_service.PredictorService.status` (``training_runs``).
+        Waits up to ``TRAIN_TIMEOUT_S`` (120 s) for the sidecar's reply.
+
+        Returns:
+            the training-log row written (accepted or not), with ``error`` on failure.
+
+        Raises:
+            StorageError: the training-log row could not be written (sidecar failures are
+                not raised: they are the row's ``error``).
+        """
+        now = now_iso()
+        refreshed = self.db.read(pred_sql.canary_refreshed_at)
+        keys = self.db.read(pred_sql.canary_keys)
+        with self._lock:
+            state = self._state()
+            # The canary never takes more than a fifth of the training-grade sessions: early on a
+            # 25-session canary would leave nothing to train on.
+            size = min(C.CANARY_SIZE, state.training_sessions // 5)
+            influential = policy.alpha_for(state) < 1.0
+        if size and (len(keys) < size or refreshed is None or
+                     iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400):
+            self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
+                                                            at=now))
+        with self._lock:
+            state = self._state()
+            sessions_before = state.sessions_since_train
+            state.sessions_since_train = 0
+        report: dict[str, Any]
+        try:
+            backend = self._backend()
+            assert backend is not None
+            report = backend.call("train_from_db", {"trigger": trigger, "influential": influential},
+                                  timeout_s=C.TRAIN_TIMEOUT_S)
+            error = report.get("error")
+        except Exception as exc:
+            report, error = {}, f"{type(exc).__name__}: {exc}"
+            log.warning("predictor retrain failed: %s", error)
+        accepted = bool(report.get("accepted"))
+        if not accepted and report:
+            gates = report.get("gates") if isinstance(report.get("gates"), dict) else {}
+            failed = [g.get("name") for g in gates.get("gates") or [] if isinstance(g, dict) and not g.get("passed")]
+            log.warning("predictor retrain (%s) rejected, model v%s keeps serving: %s", trigger,
+                        report.get("model_version"), f"gates failed {failed}" if failed else error or "not accepted")
+        with self._lock:
+            s = self._state()
+            if accepted:
+                s.trained = True
+                s.model_version = int(report.get("model_version", s.model_version + 1))
+                s.last_trained = now
+            if error and not accepted and not report:
+                s.sessions_since_train = sessions_before  # the sidecar never ran it: try again next session
+            if report:
+                s.drifting = False  # the drift retrain ran (accepted or not): earn alpha again from warming
+            saved = s.to_dict()
+            drift_resets = s.drift_resets
+        row = training_log_row(report, model_version=saved["model_version"], trigger=trigger, accepted=accepted,
+                               drift_resets=drift_resets, error=error, at=now)
+
+        def job(conn: Any) -> None:
+            pred_sql.insert_training_log(conn, row)
+            pred_sql.save_state(conn, saved, now)
+
+        self.db.write(job)
+        return row
