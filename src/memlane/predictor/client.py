@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 
 class PredictorUnavailable(PredictorError):
-    """No usable answer (not ready, timeout, crash, malformed reply, disabled): use the baseline."""
+    """No usable answer (not ready, timeout, crash, malformed reply, disabled): use the baseline.
+
+    A failure put on a reply's future names its kind in ``details["kind"]``: ``"crash"`` (the
+    sidecar exited or was closed) or ``"malformed"`` (a reply with neither result nor error).
+    """
 
     code = "predictor_unavailable"
 
@@ -175,7 +179,7 @@ class SidecarClient:
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait(timeout=5)
-        self._fail_pending(PredictorUnavailable("predictor sidecar closed"))
+        self._fail_pending(PredictorUnavailable("predictor sidecar closed", details={"kind": "crash"}))
 
     def kill(self) -> None:
         """SIGKILL the sidecar (tests and the cool-down path); counts as a crash when noticed."""
@@ -280,7 +284,7 @@ class SidecarClient:
                 fut.set_result(msg["result"])
             else:
                 self._record("malformed", "reply without result or error")
-                fut.set_exception(PredictorUnavailable("malformed predictor reply"))
+                fut.set_exception(PredictorUnavailable("malformed predictor reply", details={"kind": "malformed"}))
         proc.wait()
         if not self._closing:
             self._record("crash", f"sidecar exited with code {proc.returncode}")
@@ -288,7 +292,7 @@ class SidecarClient:
         if self._proc is not proc:  # a restarted sidecar already took over: leave its state alone
             return
         self._ready.clear()
-        self._fail_pending(PredictorUnavailable("predictor sidecar exited"))
+        self._fail_pending(PredictorUnavailable("predictor sidecar exited", details={"kind": "crash"}))
 
     def _fail_pending(self, exc: Exception) -> None:
         with self._lock:

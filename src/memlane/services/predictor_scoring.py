@@ -224,9 +224,8 @@ def _reply_error_kind(exc: BaseException) -> str:
     """The :data:`ERROR_KINDS` entry of a failure the sidecar client put on the reply's future."""
     if isinstance(exc, PredictorRpcError):
         return "rpc_error"
-    if "malformed" in str(exc):  # SidecarClient: "malformed predictor reply"
-        return "malformed"
-    return "crash"  # SidecarClient: "predictor sidecar exited" / "... closed"
+    kind = (getattr(exc, "details", None) or {}).get("kind")  # SidecarClient names it
+    return kind if kind in ("malformed", "crash") else "crash"
 
 
 def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,
