@@ -72,7 +72,7 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
 def score_params(pool: Sequence[PoolMember], features: dict[str, dict[str, Any]],
                  context_vector: np.ndarray | None, context_text: str, project: str | None,
                  local: datetime, gap: float) -> dict[str, Any]:
-    """The ``score`` request's params (shapes in :func:`memlane.predictor.sidecar.parse_score_params`).
+    """The ``score`` request's params (shapes in :func:`memlane.predictor.rpc_params.parse_score_params`).
 
     Candidate vectors and texts are not sent: the sidecar reads them from its read-only
     connection (0.7 ms for 90 candidates, against ~6 ms to encode, pipe and decode
