@@ -25,7 +25,7 @@ import numpy as np
 
 from memlane.predictor import settings as C
 from memlane.predictor.dataset import build_session
-from memlane.predictor.rpc_shapes import InvalidParams, parse_signals
+from memlane.predictor.rpc_shapes import InvalidParams, SeedSignals, parse_signals
 
 __all__ = ["MAX_CANDIDATES", "TrainFromDbParams", "parse_score_params", "parse_train_from_db_params",
            "parse_train_params"]
@@ -152,26 +152,7 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
         raise InvalidParams("project must be a string or null")
     cut_off = when
     if seed is not None:
-        if seed.session_time is not None:
-            if p.get("session_time"):
-                raise InvalidParams("session_time and signals.time_of_day / day_of_week / month_of_year both "
-                                    "give the session's time: send one of them")
-            when, cut_off = seed.session_time, datetime.now().astimezone()
-        if seed.session_gap_hours is not None:
-            if p.get("session_gap_hours") is not None and gap != seed.session_gap_hours:
-                raise InvalidParams(f"session_gap_hours {gap} and signals.session_gap_hours "
-                                    f"{seed.session_gap_hours} disagree")
-            gap = seed.session_gap_hours
-        if seed.has_project:
-            if project is not None and project != seed.project:
-                raise InvalidParams(f"project {project!r} and signals.project {seed.project!r} disagree")
-            project = seed.project
-        if seed.is_superseded is not None:
-            for i, (r, flag) in enumerate(zip(raw, seed.is_superseded)):
-                if "is_superseded" in r and bool(r["is_superseded"]) != flag:
-                    raise InvalidParams(f"signals.is_superseded[{i}] ({flag}) and candidates[{i}].is_superseded "
-                                        f"({r['is_superseded']!r}) disagree")
-            raw = [{**r, "is_superseded": flag} for r, flag in zip(raw, seed.is_superseded)]
+        when, cut_off, gap, project, raw = _merge_seed_signals(seed, p, when, gap, project, raw)
     if derive is not None and ids is not None:
         derived = derive(ids, project, cut_off)
         raw = [{**r, **derived.get(i, {})} for r, i in zip(raw, ids)]
@@ -233,6 +214,49 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     except ValueError as exc:
         raise InvalidParams(str(exc)) from exc
     return (ids if ids is not None else [f"#{i}" for i in range(n)]), session
+
+
+def _merge_seed_signals(seed: SeedSignals, p: dict[str, Any], when: datetime, gap: float, project: str | None,
+                        raw: list[dict[str, Any]]
+                        ) -> tuple[datetime, datetime, float, str | None, list[dict[str, Any]]]:
+    """Put the seed's ``signals`` in place of the daemon shape's fields they stand for.
+
+    Args:
+        seed: the validated ``signals`` (:func:`memlane.predictor.rpc_shapes.parse_signals`).
+        p: the request's params (to tell a field the sender gave from a default).
+        when / gap / project / raw: the session time, gap (hours), project and ``n`` candidate
+            signal dicts read from the daemon-shape fields.
+
+    Returns:
+        ``(session time, cut-off of the database-derived signals, gap, project, candidates)``;
+        the cut-off is now when the seed's time keys give the time (they carry no date).
+
+    Raises:
+        InvalidParams: a seed field and its daemon-shape counterpart both given and disagreeing
+            (the session's time may come from only one of them).
+    """
+    cut_off = when
+    if seed.session_time is not None:
+        if p.get("session_time"):
+            raise InvalidParams("session_time and signals.time_of_day / day_of_week / month_of_year both "
+                                "give the session's time: send one of them")
+        when, cut_off = seed.session_time, datetime.now().astimezone()
+    if seed.session_gap_hours is not None:
+        if p.get("session_gap_hours") is not None and gap != seed.session_gap_hours:
+            raise InvalidParams(f"session_gap_hours {gap} and signals.session_gap_hours "
+                                f"{seed.session_gap_hours} disagree")
+        gap = seed.session_gap_hours
+    if seed.has_project:
+        if project is not None and project != seed.project:
+            raise InvalidParams(f"project {project!r} and signals.project {seed.project!r} disagree")
+        project = seed.project
+    if seed.is_superseded is not None:
+        for i, (r, flag) in enumerate(zip(raw, seed.is_superseded)):
+            if "is_superseded" in r and bool(r["is_superseded"]) != flag:
+                raise InvalidParams(f"signals.is_superseded[{i}] ({flag}) and candidates[{i}].is_superseded "
+                                    f"({r['is_superseded']!r}) disagree")
+        raw = [{**r, "is_superseded": flag} for r, flag in zip(raw, seed.is_superseded)]
+    return when, cut_off, gap, project, raw
 
 
 def _confidence(p: dict[str, Any]) -> float:

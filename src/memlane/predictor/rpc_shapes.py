@@ -58,7 +58,7 @@ SIGNAL_KEYS = ("time_of_day", "day_of_week", "month_of_year", "project", "sessio
 #: The keys that together give the session's time (all three or none).
 TIME_KEYS = ("time_of_day", "day_of_week", "month_of_year")
 
-#: The placeholder year of :func:`wall_clock` (2001-01-01 is a Monday; not a leap year).
+#: The fixed reference year of :func:`wall_clock` (2001-01-01 is a Monday; not a leap year).
 _YEAR = 2001
 _SECONDS_PER_DAY = 86_400
 
@@ -73,8 +73,9 @@ class SeedSignals:
 
     Attributes:
         session_time: a naive datetime whose wall-clock time, weekday and month are the
-            signals' ``time_of_day``, ``day_of_week`` and ``month_of_year`` (year and day of
-            month are placeholders no feature reads), or None without those keys.
+            signals' ``time_of_day``, ``day_of_week`` and ``month_of_year`` (its year and day
+            of month are fixed by :func:`wall_clock`; no feature reads them), or None without
+            those keys.
         project: the project (``has_project`` tells an explicit null from an absent key).
         has_project: ``project`` was given (possibly null).
         session_gap_hours: hours, finite, >= 0; or None.
@@ -111,9 +112,9 @@ def wall_clock(time_of_day: float, day_of_week: int, month_of_year: int) -> date
 
     The time features (:func:`memlane.predictor.features.build_feature_matrix`) read only the
     hour, minute and second, ``weekday()`` and ``month`` of the session time, so this datetime
-    yields exactly the features of any real session time with those three values. Its year
-    (2001) and day of month (the first day of the month with that weekday, 1..7) are
-    placeholders.
+    yields exactly the features of any real session time with those three values. Its year is
+    fixed (2001) and its day of month is the first day of that month with that weekday (1..7);
+    no feature reads either.
 
     Args:
         time_of_day: fraction of a day in ``[0, 1)`` (0.25 = 06:00); rounded to the second,

@@ -289,7 +289,7 @@ class Sidecar:
         finally:
             self._training.clear()
         out = report.to_dict()
-        out.update(step=self.engine.steps_total, loss=report.loss)
+        out["step"] = self.engine.steps_total  # with the report's "loss": the seed's reply
         return out
 
     def train_from_db(self, p: Any) -> dict[str, Any]:

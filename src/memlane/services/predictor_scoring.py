@@ -99,11 +99,6 @@ class ScoreChannel:
             return 0.0
         return v if math.isfinite(v) and v > 0 else 0.0
 
-    @property
-    def timeout_s(self) -> float:
-        """:meth:`deadline_ms` in seconds (what a request sent now waits at most)."""
-        return self.deadline_ms() / 1000.0
-
     def error_snapshot(self, last: int = SCORE_ERROR_WINDOW) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """``(error_kinds, the last `last` recent_errors)``, copied together under the lock."""
         with self._lock:
