@@ -38,20 +38,8 @@ from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
 
-PROJECT = "atlas"
-READY_S = 120
-COMPONENTS = ["billing", "search", "auth", "ingest", "reporting", "notifications"]
-FACTS = [
-    "runs on Python 3.11 inside a slim Docker image pushed to the staging registry",
-    "keeps its schema migrations under db/migrations and applies them at deploy time",
-    "pages the on-call engineer when the p99 latency exceeds the agreed budget",
-    "was rewritten last quarter to replace the cron jobs with a durable task queue",
-    "stores user uploads in an S3 bucket with a 30 day lifecycle policy",
-]
-CORPUS = [f"The {comp} service {fact}." for comp in COMPONENTS for fact in FACTS]  # 30 memories
-CONTEXTS = ["Fixing the deploy pipeline for the billing service", "Tuning search latency alerts",
-            "Migrating auth to the new task queue", "Cleaning up S3 lifecycle rules for uploads",
-            "Reviewing database migrations before the release"]
+from predictor_corpus_helpers import CONTEXTS, CORPUS, PROJECT, READY_S
+
 NOT_NULL = ("predictor_ndcg", "baseline_ndcg", "margin", "scorer_confidence", "ema_updated", "success_rate",
             "alpha", "predictor_top_ids", "baseline_top_ids", "relevance_scores", "created_at")
 COLLECTING = re.compile(r"^\[predictor: collecting \| (\d+)/10 sessions \| baseline only\]$")

@@ -265,25 +265,25 @@ def test_bad_train_epochs_is_32602(sidecar, store):
     assert sidecar.alive
 
 
-@pytest.mark.parametrize(("over", "field"), BAD_SCORE, ids=[f for _, f in BAD_SCORE])
-def test_bad_seed_score_requests_are_32602_and_the_sidecar_survives(sidecar, store, over, field):
+def assert_refused(sidecar, method: str, params: dict, field: str) -> None:
+    """``method`` with ``params`` is refused with -32602 naming ``field``, and the same sidecar
+    process keeps answering."""
     pid = sidecar.call("status", timeout_s=BIG_TIMEOUT)["pid"]
     with pytest.raises(PredictorRpcError) as err:
-        sidecar.call("score", seed_score(store, **over), timeout_s=BIG_TIMEOUT)
+        sidecar.call(method, params, timeout_s=BIG_TIMEOUT)
     assert err.value.details["code"] == -32602
     assert field in str(err.value), str(err.value)
     assert sidecar.alive and sidecar.call("status", timeout_s=BIG_TIMEOUT)["pid"] == pid
+
+
+@pytest.mark.parametrize(("over", "field"), BAD_SCORE, ids=[f for _, f in BAD_SCORE])
+def test_bad_seed_score_requests_are_32602_and_the_sidecar_survives(sidecar, store, over, field):
+    assert_refused(sidecar, "score", seed_score(store, **over), field)
     assert sidecar.call("score", seed_score(store), timeout_s=BIG_TIMEOUT)["scores"]
 
 
 @pytest.mark.parametrize(("over", "field"), BAD_TRAIN, ids=[f for _, f in BAD_TRAIN])
 def test_bad_seed_train_requests_are_32602_and_the_sidecar_survives(sidecar, store, over, field):
-    pid = sidecar.call("status", timeout_s=BIG_TIMEOUT)["pid"]
-    with pytest.raises(PredictorRpcError) as err:
-        sidecar.call("train", seed_train(store, **over), timeout_s=BIG_TIMEOUT)
-    assert err.value.details["code"] == -32602
-    assert field in str(err.value), str(err.value)
-    with pytest.raises(PredictorRpcError) as err:  # the same session inside "sessions" names its index
-        sidecar.call("train", {"sessions": [seed_train(store), seed_train(store, **over)]}, timeout_s=BIG_TIMEOUT)
-    assert err.value.details["code"] == -32602 and "sessions[1]" in str(err.value)
-    assert sidecar.alive and sidecar.call("status", timeout_s=BIG_TIMEOUT)["pid"] == pid
+    assert_refused(sidecar, "train", seed_train(store, **over), field)
+    # the same session inside "sessions" names its index
+    assert_refused(sidecar, "train", {"sessions": [seed_train(store), seed_train(store, **over)]}, "sessions[1]")
