@@ -13,7 +13,7 @@ import torch
 from memlane.predictor import checkpoint as ckpt
 from memlane.predictor import settings as C
 from memlane.predictor.data import collate, memory_basis
-from memlane.predictor.engine import PredictorEngine
+from memlane.predictor.engine import PredictorEngine, bilinear_l2
 from memlane.predictor.features import CURRENT_SCHEMA
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.metrics import ndcg_at_k
@@ -112,11 +112,22 @@ def test_the_linear_stage_learns_a_topic_no_similarity_or_feature_shows():
                                     ("bilinear", masks, memory_basis(batches, 64, DIM))):
         opt = torch.optim.Adam([dict(live.named_parameters())[n] for n in grad_masks], lr=C.LEARNING_RATE)
         result = fit(live, opt, LOSS, batches, max_epochs=200, early_stop_patience=40, previous_is_trained=False,
-                     grad_masks=grad_masks, memory_basis=basis, bilinear_l2=C.BILINEAR_PRIOR_STRENGTH / len(train))
+                     grad_masks=grad_masks, memory_basis=basis, bilinear_l2=bilinear_l2(len(train)))
         assert result.accepted
         runs[name] = mean_ndcg(result.model, held)
     assert abs(runs["features"] - untrained) < 0.1
     assert runs["bilinear"] > untrained + 0.3, (untrained, runs)
+
+
+def test_the_bilinear_l2_is_strong_on_few_sessions_and_fades_faster_than_one_over_n():
+    """3 / n^1.5: five times the old 0.2 / n at 10 sessions, equal to it at 225, below after."""
+    assert bilinear_l2(10) == pytest.approx(3 / 10 ** 1.5)
+    assert bilinear_l2(10) > 4.5 * (0.2 / 10)
+    assert bilinear_l2(225) == pytest.approx(0.2 / 225)
+    assert bilinear_l2(400) < 0.2 / 400
+    assert bilinear_l2(0) == bilinear_l2(1) == pytest.approx(3.0)
+    values = [bilinear_l2(n) for n in range(1, 500)]
+    assert all(a > b > 0 for a, b in zip(values, values[1:]))
 
 
 def test_the_engine_sets_the_basis_and_trains_the_term(tmp_path):

@@ -256,7 +256,7 @@ class PredictorEngine:
             basis = None
             if linear or not bool(live.memory_basis.any()):
                 basis = memory_basis([*train_batches, *replay_batches], live.config.bilinear_rank, nd)
-            bilinear_l2 = C.BILINEAR_PRIOR_STRENGTH / max(1, len(labelled))
+            l2 = bilinear_l2(len(labelled))
             anchor = None
             if not linear:
                 # The linear anchor (anchor.py): what the linear stage would learn on the same
@@ -280,7 +280,7 @@ class PredictorEngine:
                          grad_masks=live.feature_residual_masks() if linear else None,
                          held_at_zero=live.feature_column_mask(constant),
                          prior=prior if linear else None,
-                         memory_basis=basis, bilinear_l2=bilinear_l2)
+                         memory_basis=basis, bilinear_l2=l2)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
@@ -349,6 +349,22 @@ class PredictorEngine:
             # the full stage ranks by the ensemble with its linear anchor (anchor.py)
             "linear_anchor": self.model.has_anchor,
         }
+
+
+def bilinear_l2(training_sessions: int) -> float:
+    """The bilinear term's L2 weight for a run on ``training_sessions`` sessions (unitless).
+
+    ``lam = BILINEAR_PRIOR_STRENGTH / n ** BILINEAR_PRIOR_EXPONENT`` (3 / n^1.5, n >= 1): the
+    Gaussian prior (centred at 0) on the 64 x 64 map ``W`` of the bilinear term. With the
+    MAP-style ``0.2 / n`` used before, the 4,096 weights trained on 10-40 sessions moved far
+    on little evidence and the first models lost to the baseline (simulated seeds 12 and 15
+    left cold start at sessions 48 and 53). ``3 / n^1.5`` is 5x stronger at 10 sessions, 2x
+    at 50 and about the same from 190 on. Chosen on the rolling-origin replay of 16
+    simulated users' stores (``memlane bench predictor-rolling --min-train 10 --block 10``;
+    c = 1.5 / 3 / 6 at p = 1.5 and c = 0.2 to 20 at p = 1, docs/predictor.md, "The bilinear
+    term's L2 falls as n^-1.5").
+    """
+    return C.BILINEAR_PRIOR_STRENGTH / max(1, training_sessions) ** C.BILINEAR_PRIOR_EXPONENT
 
 
 def _stored_prior(raw: Any, finetuned: bool) -> torch.Tensor | None:
