@@ -111,6 +111,10 @@ def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     assert got["engine_vs_baseline"]["mean_b"] == pytest.approx(float(np.mean(tested)))
     assert got["engine_vs_ceiling"]["mean_a"] == pytest.approx(got["engine_vs_baseline"]["mean_a"])
     assert "engine minus baseline" in result.output
+    # the early summary: exactly the sessions of the blocks trained on fewer than 50 (all here)
+    assert got["early"] == 50 and got["engine_vs_baseline_early"]["n"] == len(tested)
+    assert got["engine_vs_baseline_early"]["diff"] == pytest.approx(got["engine_vs_baseline"]["diff"])
+    assert "blocks trained on fewer than 50 sessions" in result.output
     assert got["fresh"] is False and got["accepted_trainings"] == sum(b["accepted"] for b in got["blocks"])
     # from scratch before every block: the same sessions, the same baseline and ceiling
     fresh = tmp_path / "fresh.json"
@@ -119,6 +123,23 @@ def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     assert result.exit_code == 0, result.output
     again = json.loads(fresh.read_text())
     assert again["fresh"] is True and again["tested"] == got["tested"]
+    # --early 18: only the blocks trained on 10 sessions (18 and 26 are not below it)
+    early = tmp_path / "early.json"
+    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
+                                      "--block", "8", "--early", "18", "--out", str(early)])
+    assert result.exit_code == 0, result.output
+    part = json.loads(early.read_text())
+    first = [b for b in part["blocks"] if b["trained"] < 18]
+    assert part["engine_vs_baseline_early"]["n"] == sum(b["tested"] for b in first) < part["tested"]
+    assert part["engine_vs_baseline_early"]["mean_b"] == pytest.approx(
+        float(np.mean([h for h in hand[10:18] if h is not None])))
+    # --early at or below --min-train: no block qualifies, no summary
+    none = tmp_path / "none.json"
+    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
+                                      "--block", "8", "--early", "10", "--out", str(none)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(none.read_text())["engine_vs_baseline_early"] is None
+    assert "blocks trained on fewer than" not in result.output
     assert [b["ceiling"] for b in again["blocks"]] == pytest.approx([b["ceiling"] for b in got["blocks"]])
 
 

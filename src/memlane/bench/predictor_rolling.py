@@ -125,7 +125,7 @@ def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: 
 
 
 def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 0, min_train: int = 20,
-        block: int = 20, limit: int = 2000, seed: int = 0, fresh: bool = False,
+        block: int = 20, limit: int = 2000, seed: int = 0, fresh: bool = False, early: int = 50,
         progress: Progress | None = None) -> dict[str, Any]:
     """Rolling-origin evaluation of the engine and the linear ceiling on ``db_path``'s sessions.
 
@@ -141,12 +141,17 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
         fresh: start every block from an untrained engine; by default one engine retrains
             from its previous weights before each block, as the sidecar's live model does (a
             run the engine does not accept leaves the previous weights serving).
+        early: the ``engine_vs_baseline_early`` summary covers the tested sessions of the blocks
+            trained on fewer than ``early`` sessions: the first models, the ones that decide when
+            cold start exits (docs/predictor.md, "The bilinear term's L2 falls as n^-1.5").
 
     Returns:
         ``{"sessions", "tested", "accepted_trainings", "blocks": [{"trained", "tested", "stage",
         "accepted", "baseline", "engine", "ceiling", "train_s"}], "engine_vs_baseline",
-        "ceiling_vs_baseline", "engine_vs_ceiling"}`` (the last three paired bootstraps over the tested sessions:
-        ``mean_a`` / ``mean_b`` / ``diff`` / ``lo`` / ``hi``).
+        "ceiling_vs_baseline", "engine_vs_ceiling", "early", "engine_vs_baseline_early"}`` (the
+        comparisons are paired bootstraps over the tested sessions: ``mean_a`` / ``mean_b`` /
+        ``diff`` / ``lo`` / ``hi``; the early one is None when no block was trained on fewer
+        than ``early`` sessions).
 
     Raises:
         FileNotFoundError: no file at ``db_path``.
@@ -174,6 +179,8 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
     base_all: list[float] = []
     engine_all: list[float] = []
     ceiling_all: list[float] = []
+    early_base: list[float] = []
+    early_engine: list[float] = []
     rows: list[dict[str, Any]] = []
     accepted = 0
     with tempfile.TemporaryDirectory(prefix="memlane-rolling-") as tmp:
@@ -194,6 +201,9 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
                 base_all += bs
                 engine_all += es
                 ceiling_all += cs
+                if start < early:
+                    early_base += bs
+                    early_engine += es
                 rows.append({"trained": start, "tested": len(bs), "stage": PredictorEngine.stage_for(start),
                              "accepted": bool(report.accepted), "baseline": float(np.mean(bs)),
                              "engine": float(np.mean(es)), "ceiling": float(np.mean(cs)),
@@ -207,4 +217,7 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
             "accepted_trainings": accepted, "tested": len(base_all), "blocks": rows,
             "engine_vs_baseline": paired_bootstrap(engine_all, base_all, seed=seed),
             "ceiling_vs_baseline": paired_bootstrap(ceiling_all, base_all, seed=seed),
-            "engine_vs_ceiling": paired_bootstrap(engine_all, ceiling_all, seed=seed)}
+            "engine_vs_ceiling": paired_bootstrap(engine_all, ceiling_all, seed=seed),
+            "early": early,
+            "engine_vs_baseline_early": paired_bootstrap(early_engine, early_base, seed=seed) if early_base
+            else None}

@@ -258,6 +258,8 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
                       fresh: bool = typer.Option(False, "--fresh", help="Train every block from scratch "
                                                  "(default: from the previous block's weights, as the live "
                                                  "model)."),
+                      early: int = typer.Option(50, min=1, help="Also summarise the blocks trained on "
+                                                "fewer than this many sessions (the first models)."),
                       out: Optional[Path] = typer.Option(None, help="JSON report path."),
                       seed: int = typer.Option(0, help="Engine initialisation and bootstrap seed.")) -> None:
     """The predictor on a store's own past sessions: rolling-origin NDCG@10 against the baseline.
@@ -279,7 +281,7 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
     try:
         with stage_progress(err, "rolling evaluation") as tick:
             report = run(path, embedding_model=embedding_model, native_dim=native_dim, min_train=min_train,
-                         block=block, seed=seed, fresh=fresh, progress=tick)
+                         block=block, seed=seed, fresh=fresh, early=early, progress=tick)
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -298,4 +300,8 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
     console.print(f"{report['tested']} sessions: engine minus baseline {_ci(report['engine_vs_baseline'])}, "
                   f"ceiling minus baseline {_ci(report['ceiling_vs_baseline'])}, engine minus ceiling "
                   f"{_ci(report['engine_vs_ceiling'])} (paired bootstrap 95 %)")
+    if report["engine_vs_baseline_early"] is not None:
+        e = report["engine_vs_baseline_early"]
+        console.print(f"blocks trained on fewer than {report['early']} sessions ({e['n']} sessions): "
+                      f"engine minus baseline {_ci(e)}")
     console.print(f"report: {written}")
