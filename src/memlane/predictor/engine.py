@@ -359,7 +359,7 @@ def bilinear_l2(training_sessions: int) -> float:
     MAP-style ``0.2 / n`` used before, the 4,096 weights trained on 10-40 sessions moved far
     on little evidence and the first models lost to the baseline (simulated seeds 12 and 15
     left cold start at sessions 48 and 53). ``3 / n^1.5`` is 5x stronger at 10 sessions, 2x
-    at 50 and about the same from 190 on. Chosen on the rolling-origin replay of 16
+    at 50, equal at 225 and weaker after. Chosen on the rolling-origin replay of 16
     simulated users' stores (``memlane bench predictor-rolling --min-train 10 --block 10``;
     c = 1.5 / 3 / 6 at p = 1.5 and c = 0.2 to 20 at p = 1, docs/predictor.md, "The bilinear
     term's L2 falls as n^-1.5").

@@ -220,7 +220,7 @@ def _reply_error_kind(exc: BaseException) -> str:
     if isinstance(exc, PredictorRpcError):
         return "rpc_error"
     kind = (getattr(exc, "details", None) or {}).get("kind")  # SidecarClient names it
-    return kind if kind in ("malformed", "crash") else "crash"
+    return "malformed" if kind == "malformed" else "crash"
 
 
 def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,

@@ -57,7 +57,7 @@ class Retrainer:
         if self._backend() is None:
             return None
         with self._lock:
-            if self._training is not None and not self._training.done():
+            if self.running():
                 return self._training
             self._training = self._trainer.submit(self.run, trigger)
             return self._training
