@@ -31,6 +31,7 @@ from memlane.predictor.features import (
     FeatureSchema,
     build_feature_matrix,
 )
+from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.rpc_params import parse_score_params
 from memlane.predictor.sidecar import open_readonly
@@ -152,6 +153,37 @@ def test_nan_labels_trip_losses_finite_and_keep_the_live_model(trained):
     assert engine.model is live
     assert_same_scores(before, scores_of(engine, probe))
     assert engine.checkpoint_path.read_bytes() == file_before
+
+
+def test_the_engine_remembers_what_its_models_trained_on(tmp_path):
+    """The ids of every session an accepted run trained, validated or replayed on accumulate
+    over the model's lineage, survive a restart, and are what the canary NDCG gate leaves out;
+    a rejected run adds none, and a base model starts with none."""
+    engine = new_engine(tmp_path / "predictor")
+    first, replay = synthetic(8, seed=1), synthetic(2, seed=2)
+    assert engine.train(first, replay=replay, max_epochs=2).accepted
+    ids = {s.session_id for s in [*first, *replay]}
+    assert len(ids) == 10 and engine.trained_on == ids
+    second = synthetic(6, seed=3)
+    canary = [*first[:2], *synthetic(3, seed=4)]  # two members the live model has seen
+    report = engine.train(second, canary=canary, max_epochs=2)
+    assert report.accepted and engine.trained_on == ids | {s.session_id for s in second}
+
+    def mean_ndcg(sessions) -> float:
+        batch = collate(sessions, native_dim=DIM)
+        return float(ndcg_at_k(engine.model.score(batch), batch.labels, 10).mean())
+
+    # the candidate (now live) was compared on the three canary members the old model never saw
+    assert report.canary_ndcg == pytest.approx(mean_ndcg(canary[2:]), abs=1e-6)
+    assert report.canary_ndcg != pytest.approx(mean_ndcg(canary), abs=1e-6)
+    bad = [dataclasses.replace(s, labels=np.full_like(s.labels, np.nan)) for s in synthetic(4, seed=5)]
+    assert not engine.train(bad, max_epochs=1).accepted
+    assert engine.trained_on == ids | {s.session_id for s in second}
+    again = new_engine(engine.model_dir)
+    assert again.trained_on == engine.trained_on
+    base = tmp_path / "base.bin"
+    engine.save_base(base)
+    assert new_engine(tmp_path / "other", base_weights=base).trained_on == set()
 
 
 def test_rejected_report_is_json_serialisable(tmp_path):

@@ -238,6 +238,43 @@ def test_gates_skip_what_cannot_apply(gate_case):
     assert strict.failed == ["score_variance"]
 
 
+def _negate(m: MemoryScorer) -> None:
+    for layer in (m.gate_out, m.gate_linear):
+        layer.weight.neg_()
+        layer.bias.neg_()
+
+
+def test_the_ndcg_gate_leaves_out_the_sessions_the_previous_model_trained_on():
+    """On the canary sessions it trained on, the live model is scored in-sample and the candidate,
+    which never sees a canary session, held-out: the NDCG gate compares the others only."""
+    previous = _model(11)
+    candidate = _edited(previous, _negate)
+    canary = collate(make_sessions(10, native_dim=DIM, seed=12), native_dim=DIM)
+    labels = torch.zeros_like(canary.labels)
+    for i, model in enumerate([previous] * 7 + [candidate] * 3):  # 7 sessions the live model learned
+        top5 = model.score(canary)[i].masked_fill(~canary.mask[i], float("-inf")).topk(5).indices
+        labels[i, top5] = 1.0
+    canary = [dataclasses.replace(canary, labels=torch.where(canary.mask, labels, canary.labels))]
+    seen = canary[0].session_ids[:7]
+    assert len(set(canary[0].session_ids)) == 10
+    whole = evaluate_gates(candidate, previous, canary, [0.5], check_overlap=False)
+    assert whole.failed == ["ndcg_drop"] and whole.gate("ndcg_drop").value > 0.15
+    held_out = evaluate_gates(candidate, previous, canary, [0.5], check_overlap=False, previous_trained_on=seen)
+    assert held_out.passed and held_out.gate("ndcg_drop").value < 0
+    assert held_out.canary_ndcg == pytest.approx(1.0) and held_out.previous_canary_ndcg < 0.5
+    # variance and overlap still look at the whole canary
+    assert held_out.gate("top5_overlap").value == whole.gate("top5_overlap").value
+    assert held_out.gate("score_variance").value == whole.gate("score_variance").value
+    everything = evaluate_gates(candidate, previous, canary, [0.5], check_overlap=False,
+                                previous_trained_on=canary[0].session_ids)
+    gate = everything.gate("ndcg_drop")
+    assert everything.passed and gate.skipped and "trained on by the previous model" in gate.detail
+    assert everything.canary_ndcg is None and everything.previous_canary_ndcg is None
+    # at cold start nothing is compared, whatever the ids
+    cold = evaluate_gates(candidate, previous, canary, [0.5], previous_is_trained=False, previous_trained_on=seen)
+    assert cold.gate("ndcg_drop").skipped and cold.canary_ndcg == whole.canary_ndcg
+
+
 def test_grad_masks_train_only_the_feature_residual():
     """The linear stage: only gate_linear's feature columns move; everything else is untouched."""
     train = _batches(48, signal="features", seed=3)

@@ -117,6 +117,11 @@ class PredictorEngine:
         self.steps_total = 0
         self.is_finetuned_from_base = False
         self.base_digest: str | None = None
+        # Ids of the sessions the live model and the models it was trained from learned from
+        # (training, validation and replay sets): the canary NDCG gate leaves them out
+        # (gates.py). Kept in the checkpoint; empty for a fresh model or a Phase 6 base, whose
+        # sessions were another store's.
+        self.trained_on: set[str] = set()
         # The centre of the linear weights' prior: the weights this user's model started from
         # (the baseline prior, or a Phase 6 base's); None: unknown (no prior term).
         self.feature_prior: torch.Tensor | None = None
@@ -132,6 +137,8 @@ class PredictorEngine:
             self.steps_total = int(t.get("steps_total", 0))
             self.is_finetuned_from_base = loaded.flags.is_finetuned
             self.feature_prior = _stored_prior(t.get("feature_prior"), loaded.flags.is_finetuned)
+            raw_ids = t.get("trained_sessions")
+            self.trained_on = {str(x) for x in raw_ids if x} if isinstance(raw_ids, list) else set()
         elif base_weights:
             loaded = ckpt.load_base_weights(Path(base_weights), embedding_model_id=embedding_model_id,
                                             native_dim=native_dim)
@@ -218,6 +225,7 @@ class PredictorEngine:
                 return TrainReport(False, self.model_version, error="no labelled sessions",
                                    duration_ms=(time.perf_counter() - t0) * 1000)
             nd = self.native_dim
+            seen_now = {s.session_id for s in [*labelled, *replay] if s.session_id}
             stage = self.stage_for(len(labelled))
             linear = stage == "linear"
             if stage != self.stage:
@@ -280,7 +288,7 @@ class PredictorEngine:
                          grad_masks=live.feature_residual_masks() if linear else None,
                          held_at_zero=live.feature_column_mask(constant),
                          prior=prior if linear else None,
-                         memory_basis=basis, bilinear_l2=l2)
+                         memory_basis=basis, bilinear_l2=l2, previous_trained_on=self.trained_on)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
@@ -304,6 +312,7 @@ class PredictorEngine:
                 self.last_trained = datetime.now(timezone.utc).isoformat()
                 self.training_pairs = len(labelled)
                 self.steps_total += result.steps
+                self.trained_on |= seen_now
                 if self.base_digest is not None:
                     self.is_finetuned_from_base = True
                 report.model_version = self.model_version
@@ -326,7 +335,7 @@ class PredictorEngine:
         meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
             "trained": self.trained, "model_version": self.model_version, "last_trained": self.last_trained,
             "training_pairs": self.training_pairs, "steps_total": self.steps_total,
-            "base_digest": self.base_digest,
+            "base_digest": self.base_digest, "trained_sessions": sorted(self.trained_on),
             "feature_prior": None if self.feature_prior is None else [float(x) for x in self.feature_prior]})
         flags = ckpt.CheckpointFlags(is_pretrained_base=False, is_finetuned=self.is_finetuned_from_base)
         return ckpt.save(self.checkpoint_path, self.model, meta, flags)

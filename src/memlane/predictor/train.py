@@ -18,7 +18,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -171,6 +171,7 @@ def fit(
     prior: tuple[torch.Tensor, float] | None = None,
     memory_basis: torch.Tensor | None = None,
     bilinear_l2: float = 0.0,
+    previous_trained_on: Collection[str] = (),
 ) -> FitResult:
     """Train a deep copy of ``model`` and gate it against ``model`` on the canary set.
 
@@ -185,6 +186,8 @@ def fit(
         early_stop_patience: epochs without the mean epoch loss improving by
             ``min_improvement`` (nats) before stopping.
         canary: canary batches for the gates (seed "Canary Evaluation Set").
+        previous_trained_on: ids of the sessions ``model``'s lineage trained on; the canary
+            NDCG gate leaves them out (:func:`~memlane.predictor.gates.evaluate_gates`).
         replay_batches: older sessions to rehearse (the replay buffer, collated): every step
             adds the loss of one of them, drawn at random, to the training batch's, weighted
             so that it is ``replay_share`` of the step's loss (:func:`_mixed_loss`).
@@ -334,5 +337,6 @@ def fit(
         thresholds=thresholds,
         previous_is_trained=previous_is_trained,
         check_overlap=check_overlap,
+        previous_trained_on=previous_trained_on,
     )
     return result

@@ -101,10 +101,11 @@ class Retrainer:
             # 25-session canary would leave nothing to train on.
             size = min(C.CANARY_SIZE, state.training_sessions // 5)
             influential = policy.alpha_for(state) < 1.0
-        if size and (len(keys) < size or refreshed is None or
-                     iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400):
+        # The weekly refresh replaces the oldest members; growing only adds (storage docstring).
+        weekly = refreshed is None or iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400
+        if size and (len(keys) < size or weekly):
             self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                            at=now))
+                                                            at=now, replace=weekly))
         with self._lock:
             state = self._state()
             sessions_before = state.sessions_since_train

@@ -119,22 +119,29 @@ def canary_refreshed_at(conn: sqlite3.Connection) -> str | None:
     return r[0] if r else None
 
 
-def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str) -> list[str]:
-    """Fill the canary set to ``size`` sessions, replacing the oldest members with the most
-    confident recent sessions not in it (seed "Canary Evaluation Set"). Returns the keys."""
+def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str,
+                   replace: bool = True) -> list[str]:
+    """Fill the canary set to ``size`` sessions with the most confident recent sessions not in
+    it; with ``replace`` (the weekly refresh, seed "Canary Evaluation Set") the oldest members
+    also make way for such sessions. Without it the members stay and only the missing ones are
+    added: a canary that grows with the data keeps the sessions it already held out. Returns
+    the keys."""
     current = conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key").fetchall()
+    room = max(size - len(current), 0)
+    if not replace and not room:
+        return [r[0] for r in current]
     fresh = conn.execute(
         """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
            WHERE ss.confidence >= ? AND s.signals IS NOT NULL
              AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
-           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, size)).fetchall()
+           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""",
+        (min_confidence, size if replace else room)).fetchall()
     if not fresh:
         return [r[0] for r in current]
-    room = size - len(current)
-    replace = max(0, min(len(fresh) - max(room, 0), len(current)))
-    for r in current[:replace]:
+    replaced = max(0, min(len(fresh) - room, len(current))) if replace else 0
+    for r in current[:replaced]:
         conn.execute("DELETE FROM predictor_canary WHERE session_key = ?", (r[0],))
-    for key, conf in fresh[: max(room, 0) + replace]:
+    for key, conf in fresh[: room + replaced]:
         conn.execute("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
                      (key, conf, at))
     return canary_keys(conn)

@@ -1,0 +1,76 @@
+"""The canary set's refresh on a real store (storage.predictor.refresh_canary).
+
+It grows with the data by adding members (the ones it holds stay held out) and, on the weekly
+refresh, replaces its oldest members with recent high-confidence sessions (seed "Canary
+Evaluation Set"). Until 2026-11-23 growing by one member replaced every member: sessions the
+live model had trained on joined the canary, and the NDCG gate then compared the live model
+in-sample against a held-out candidate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlane.storage import predictor as pred_sql
+from memlane.storage.db import Database
+from memlane.storage.migrations import migrate
+from predictor_store_helpers import insert_memory, insert_scored_session
+
+MODEL_ID = "test-8"
+AT = "2026-02-01T08:00:00.000Z"
+
+
+def _store(tmp_path, n_sessions: int) -> Database:
+    db = Database(tmp_path / "memlane.db")
+    migrate(db)
+    rng = np.random.default_rng(0)
+    ids = [f"m{i}" for i in range(4)]
+
+    def fill(conn) -> None:
+        for mid in ids:
+            v = rng.normal(size=8).astype(np.float32)
+            insert_memory(conn, mid, f"note {mid}", v / np.linalg.norm(v), model=MODEL_ID, at=AT)
+        for s in range(n_sessions):
+            add_session(conn, s)
+
+    db.write(fill)
+    return db
+
+
+def add_session(conn, s: int) -> None:
+    started = f"2026-02-{s + 2:02d}T09:00:00.000Z"
+    insert_scored_session(conn, f"s{s:02d}", None, started, ["m0", "m1", "m2", "m3"], local_time=started[:19],
+                          ctx=np.ones(8, dtype=np.float32) / np.sqrt(8), model=MODEL_ID,
+                          raw=lambda r: {"baseline_rank": r, "is_embedded": True})
+
+
+def members(db: Database) -> set[str]:
+    return set(db.read(pred_sql.canary_keys))
+
+
+def test_growing_adds_members_and_keeps_the_ones_it_holds(tmp_path):
+    db = _store(tmp_path, 10)
+    first = db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t1", replace=False))
+    assert set(first) == {"s09", "s08"}  # the most recent of equal confidence
+    db.write(lambda c: [add_session(c, s) for s in (10, 11)])
+    grown = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2", replace=False))
+    assert set(grown) == {"s08", "s09", "s11"}
+    # full: growing adds nothing and replaces nothing
+    assert set(db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3",
+                                                          replace=False))) == {"s08", "s09", "s11"}
+    assert db.read(pred_sql.canary_refreshed_at) == "t2"
+
+
+def test_the_weekly_refresh_replaces_the_oldest_members(tmp_path):
+    db = _store(tmp_path, 10)
+    db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t1", replace=False))
+    db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2", replace=False))
+    assert members(db) == {"s09", "s08", "s07"}
+    db.write(lambda c: add_session(c, 10))
+    weekly = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3", replace=True))
+    # three fresh sessions (s10, s06, s05) were found: all three members made way, oldest first
+    assert set(weekly) == {"s10", "s06", "s05"}
+    # a refresh that finds nothing new keeps the set as it is
+    db.write(lambda c: c.execute("UPDATE session_scores SET confidence = 0.1 WHERE session_key NOT IN "
+                                 "(SELECT session_key FROM predictor_canary)"))
+    assert set(db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t4"))) == set(weekly)
