@@ -1,8 +1,8 @@
 """The canary set's refresh on a real store (storage.predictor.refresh_canary).
 
 It grows with the data by adding members (the ones it holds stay held out) and, on the weekly
-refresh, replaces its oldest members with recent high-confidence sessions (seed "Canary
-Evaluation Set"). Until 2026-11-23 growing by one member replaced every member: sessions the
+refresh, replaces its oldest members with the high-confidence sessions since its newest member
+(seed "Canary Evaluation Set"); the week is counted between sessions. Until 2026-11-23 growing by one member replaced every member: sessions the
 live model had trained on joined the canary, and the NDCG gate then compared the live model
 in-sample against a held-out candidate.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memlane.services.predictor_training import canary_refresh_due
 from memlane.storage import predictor as pred_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
@@ -51,26 +52,41 @@ def members(db: Database) -> set[str]:
 def test_growing_adds_members_and_keeps_the_ones_it_holds(tmp_path):
     db = _store(tmp_path, 10)
     first = db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t1", replace=False))
-    assert set(first) == {"s09", "s08"}  # the most recent of equal confidence
+    assert first == ["s08", "s09"]  # the most recent of equal confidence, oldest session first
     db.write(lambda c: [add_session(c, s) for s in (10, 11)])
     grown = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2", replace=False))
-    assert set(grown) == {"s08", "s09", "s11"}
+    assert grown == ["s08", "s09", "s11"]
     # full: growing adds nothing and replaces nothing
-    assert set(db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3",
-                                                          replace=False))) == {"s08", "s09", "s11"}
-    assert db.read(pred_sql.canary_refreshed_at) == "t2"
+    assert db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3",
+                                                      replace=False)) == grown
+    assert db.read(pred_sql.canary_newest_start) == "2026-02-13T09:00:00.000Z"
 
 
-def test_the_weekly_refresh_replaces_the_oldest_members(tmp_path):
+def test_the_weekly_refresh_replaces_the_oldest_members_with_the_sessions_since(tmp_path):
     db = _store(tmp_path, 10)
-    db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t1", replace=False))
-    db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2", replace=False))
-    assert members(db) == {"s09", "s08", "s07"}
-    db.write(lambda c: add_session(c, 10))
-    weekly = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3", replace=True))
-    # three fresh sessions (s10, s06, s05) were found: all three members made way, oldest first
-    assert set(weekly) == {"s10", "s06", "s05"}
+    db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t1", replace=False))
+    assert members(db) == {"s07", "s08", "s09"}
+    db.write(lambda c: [add_session(c, s) for s in (10, 11)])
+    weekly = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2"))
+    # the two sessions since the newest member replace the two oldest members
+    assert weekly == ["s09", "s10", "s11"]
+    # growing and refreshing at once: the one new session first, then the most recent others
+    db.write(lambda c: add_session(c, 12))
+    both = db.write(lambda c: pred_sql.refresh_canary(c, size=5, min_confidence=0.6, at="t3"))
+    assert both == ["s07", "s08", "s09", "s10", "s11", "s12"][1:] and len(both) == 5
     # a refresh that finds nothing new keeps the set as it is
-    db.write(lambda c: c.execute("UPDATE session_scores SET confidence = 0.1 WHERE session_key NOT IN "
-                                 "(SELECT session_key FROM predictor_canary)"))
-    assert set(db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t4"))) == set(weekly)
+    assert db.write(lambda c: pred_sql.refresh_canary(c, size=5, min_confidence=0.6, at="t4")) == both
+    # a less confident session is not taken, and the empty set is filled from the most recent
+    db.write(lambda c: add_session(c, 13))
+    db.write(lambda c: c.execute("UPDATE session_scores SET confidence = 0.5 WHERE session_key = 's13'"))
+    assert db.write(lambda c: pred_sql.refresh_canary(c, size=5, min_confidence=0.6, at="t5")) == both
+    db.write(lambda c: c.execute("DELETE FROM predictor_canary"))
+    assert db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t6")) == ["s11", "s12"]
+
+
+def test_a_week_is_counted_between_sessions_not_on_the_wall_clock():
+    assert canary_refresh_due(None, None) and canary_refresh_due(None, "2026-02-01T00:00:00.000Z")
+    member = "2024-03-01T09:00:00.000Z"
+    assert not canary_refresh_due(member, None)
+    assert not canary_refresh_due(member, "2024-03-08T08:59:59.000Z")
+    assert canary_refresh_due(member, "2024-03-08T09:00:00.000Z")

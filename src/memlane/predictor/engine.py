@@ -55,8 +55,9 @@ class TrainReport:
         duration_ms: training and gates, ms.
         stop_reason: see :class:`memlane.predictor.train.FitResult`.
         gates: the gate report as a dict.
-        canary_ndcg: candidate's mean canary NDCG@10, or None.
-        canary_ndcg_delta: candidate minus previous canary NDCG@10, or None.
+        canary_ndcg: candidate's mean NDCG@10 over the canary sessions the live model did not
+            train on (the NDCG gate's comparison, gates.py), or None.
+        canary_ndcg_delta: candidate minus live model over those sessions, or None.
         canary_score_variance: mean per-session canary score variance, or None.
         canary_topk_churn: share of canary sessions whose top-5 changed, or None.
         error: why nothing was trained (no data), else None.

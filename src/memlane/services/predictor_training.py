@@ -27,9 +27,24 @@ from memlane.services.predictor_scoring import PredictorBackend
 from memlane.storage import predictor as pred_sql
 from memlane.storage.db import Database
 
-__all__ = ["Retrainer"]
+__all__ = ["Retrainer", "canary_refresh_due"]
 
 log = logging.getLogger(__name__)
+
+
+def canary_refresh_due(newest_member: str | None, newest_session: str | None) -> bool:
+    """Whether the weekly canary refresh is due (seed "Canary Evaluation Set").
+
+    A week is measured between sessions, the newest training-grade one and the canary's newest
+    member (ISO-8601 start times), not on the wall clock: a replay or a benchmark of months of
+    sessions refreshes the canary as the daemon would have while they happened. An empty canary
+    is always due. Growing the canary to its size is not a refresh: it only adds members
+    (:func:`memlane.storage.predictor.refresh_canary`).
+    """
+    if newest_member is None:
+        return True
+    return newest_session is not None and \
+        iso_to_epoch(newest_session) - iso_to_epoch(newest_member) >= C.CANARY_REFRESH_DAYS * 86400
 
 
 class Retrainer:
@@ -93,7 +108,8 @@ class Retrainer:
                 not raised: they are the row's ``error``).
         """
         now = now_iso()
-        refreshed = self.db.read(pred_sql.canary_refreshed_at)
+        newest_member = self.db.read(pred_sql.canary_newest_start)
+        newest = self.db.read(lambda c: pred_sql.newest_training_start(c, min_confidence=C.MIN_SCORER_CONFIDENCE))
         keys = self.db.read(pred_sql.canary_keys)
         with self._lock:
             state = self._state()
@@ -101,8 +117,7 @@ class Retrainer:
             # 25-session canary would leave nothing to train on.
             size = min(C.CANARY_SIZE, state.training_sessions // 5)
             influential = policy.alpha_for(state) < 1.0
-        # The weekly refresh replaces the oldest members; growing only adds (storage docstring).
-        weekly = refreshed is None or iso_to_epoch(now) - iso_to_epoch(refreshed) >= C.CANARY_REFRESH_DAYS * 86400
+        weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):
             self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
                                                             at=now, replace=weekly))

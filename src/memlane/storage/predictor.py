@@ -109,41 +109,61 @@ def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -
 
 
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
-    """Session keys of the canary set, oldest member first."""
-    return [r[0] for r in conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key")]
+    """Session keys of the canary set, the oldest session first."""
+    return [r[0] for r in conn.execute("""SELECT pc.session_key FROM predictor_canary pc
+                                          LEFT JOIN sessions s USING (session_key)
+                                          ORDER BY s.started_at, pc.session_key""")]
 
 
-def canary_refreshed_at(conn: sqlite3.Connection) -> str | None:
-    """When the newest canary member was added (ISO-8601 UTC), or None for an empty set."""
-    r = conn.execute("SELECT max(added_at) FROM predictor_canary").fetchone()
+def canary_newest_start(conn: sqlite3.Connection) -> str | None:
+    """When the newest canary member's session started (ISO-8601 UTC), or None for an empty set."""
+    r = conn.execute("""SELECT max(s.started_at) FROM predictor_canary pc
+                        JOIN sessions s USING (session_key)""").fetchone()
+    return r[0] if r else None
+
+
+def newest_training_start(conn: sqlite3.Connection, *, min_confidence: float) -> str | None:
+    """When the newest session of at least ``min_confidence`` with logged inputs started, or None."""
+    r = conn.execute("""SELECT max(s.started_at) FROM sessions s JOIN session_scores ss USING (session_key)
+                        WHERE ss.confidence >= ? AND s.signals IS NOT NULL""", (min_confidence,)).fetchone()
     return r[0] if r else None
 
 
 def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str,
                    replace: bool = True) -> list[str]:
-    """Fill the canary set to ``size`` sessions with the most confident recent sessions not in
-    it; with ``replace`` (the weekly refresh, seed "Canary Evaluation Set") the oldest members
-    also make way for such sessions. Without it the members stay and only the missing ones are
-    added: a canary that grows with the data keeps the sessions it already held out. Returns
-    the keys."""
-    current = conn.execute("SELECT session_key FROM predictor_canary ORDER BY added_at, session_key").fetchall()
+    """Fill the canary set to ``size`` sessions with the most confident recent sessions not in it.
+
+    With ``replace`` (the weekly refresh, seed "Canary Evaluation Set": "replace oldest sessions
+    with recent high-confidence ones, keeping set size at 25") the sessions that started after
+    the newest member (the ones since the last refresh) come in first, the most confident
+    first, and the members whose sessions are oldest make way for them. Without it the members
+    stay and only the missing ones are added: a canary that grows with the data keeps the
+    sessions it already held out.
+
+    Returns:
+        the canary's session keys, oldest member first.
+    """
+    current = [r[0] for r in conn.execute(
+        """SELECT pc.session_key FROM predictor_canary pc LEFT JOIN sessions s USING (session_key)
+           ORDER BY s.started_at, pc.session_key""")]
+    pick = """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
+              WHERE ss.confidence >= ? AND s.signals IS NOT NULL AND s.started_at > ?
+                AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
+              ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?"""
+
+    def add(rows: list[tuple[str, float]]) -> None:
+        conn.executemany("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
+                         [(key, conf, at) for key, conf in rows])
+
     room = max(size - len(current), 0)
-    if not replace and not room:
-        return [r[0] for r in current]
-    fresh = conn.execute(
-        """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
-           WHERE ss.confidence >= ? AND s.signals IS NOT NULL
-             AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
-           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""",
-        (min_confidence, size if replace else room)).fetchall()
-    if not fresh:
-        return [r[0] for r in current]
-    replaced = max(0, min(len(fresh) - room, len(current))) if replace else 0
-    for r in current[:replaced]:
-        conn.execute("DELETE FROM predictor_canary WHERE session_key = ?", (r[0],))
-    for key, conf in fresh[: room + replaced]:
-        conn.execute("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
-                     (key, conf, at))
+    if replace and current:
+        newer = conn.execute(pick, (min_confidence, canary_newest_start(conn) or "", size)).fetchall()
+        leaving = current[: min(max(len(newer) - room, 0), len(current))]
+        conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in leaving])
+        add(newer[: room + len(leaving)])
+        room = max(size - len(canary_keys(conn)), 0)
+    if room:
+        add(conn.execute(pick, (min_confidence, "", room)).fetchall())
     return canary_keys(conn)
 
 
