@@ -84,6 +84,19 @@ def test_the_weekly_refresh_replaces_the_oldest_members_with_the_sessions_since(
     assert db.write(lambda c: pred_sql.refresh_canary(c, size=2, min_confidence=0.6, at="t6")) == ["s11", "s12"]
 
 
+def test_the_weekly_refresh_replaces_at_most_max_replaced(tmp_path):
+    db = _store(tmp_path, 10)
+    db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t1", replace=False))
+    assert members(db) == {"s06", "s07", "s08", "s09"}
+    db.write(lambda c: [add_session(c, s) for s in (10, 11, 12)])
+    capped = db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t2", max_replaced=2))
+    assert capped == ["s08", "s09", "s11", "s12"]  # the two oldest out, the two newest in
+    # the cap never keeps the set from filling up to its size
+    db.write(lambda c: c.execute("DELETE FROM predictor_canary WHERE session_key = 's08'"))
+    assert len(db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t3",
+                                                          max_replaced=0))) == 4
+
+
 def test_a_week_is_counted_between_sessions_not_on_the_wall_clock():
     assert canary_refresh_due(None, None) and canary_refresh_due(None, "2026-02-01T00:00:00.000Z")
     member = "2024-03-01T09:00:00.000Z"

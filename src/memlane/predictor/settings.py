@@ -33,6 +33,10 @@ COLD_START_MIN_SUCCESS = 0.4
 DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
 CANARY_SIZE = 25
 CANARY_REFRESH_DAYS = 7
+# Members the weekly refresh replaces at most (a fifth of CANARY_SIZE): every canary member is
+# held out of training, and replacing every member by the week's sessions held out the newest
+# ones (docs/predictor.md, "The weekly refresh replaces a fifth").
+CANARY_REFRESH_MAX_REPLACED = 5
 MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
 MAX_TRAINING_SECONDS = 30.0
 MAX_EPOCHS = 50

@@ -120,7 +120,8 @@ class Retrainer:
         weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):
             self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                            at=now, replace=weekly))
+                                                            at=now, replace=weekly,
+                                                            max_replaced=C.CANARY_REFRESH_MAX_REPLACED))
         with self._lock:
             state = self._state()
             sessions_before = state.sessions_since_train

@@ -130,15 +130,15 @@ def newest_training_start(conn: sqlite3.Connection, *, min_confidence: float) ->
 
 
 def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str,
-                   replace: bool = True) -> list[str]:
+                   replace: bool = True, max_replaced: int | None = None) -> list[str]:
     """Fill the canary set to ``size`` sessions with the most confident recent sessions not in it.
 
     With ``replace`` (the weekly refresh, seed "Canary Evaluation Set": "replace oldest sessions
     with recent high-confidence ones, keeping set size at 25") the sessions that started after
     the newest member (the ones since the last refresh) come in first, the most confident
-    first, and the members whose sessions are oldest make way for them. Without it the members
-    stay and only the missing ones are added: a canary that grows with the data keeps the
-    sessions it already held out.
+    first, and the members whose sessions are oldest make way for at most ``max_replaced`` of
+    them (None: as many as come). Without it the members stay and only the missing ones are
+    added: a canary that grows with the data keeps the sessions it already held out.
 
     Returns:
         the canary's session keys, oldest member first.
@@ -158,7 +158,8 @@ def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float
     room = max(size - len(current), 0)
     if replace and current:
         newer = conn.execute(pick, (min_confidence, canary_newest_start(conn) or "", size)).fetchall()
-        leaving = current[: min(max(len(newer) - room, 0), len(current))]
+        out = min(max(len(newer) - room, 0), len(current))
+        leaving = current[: out if max_replaced is None else min(out, max(max_replaced, 0))]
         conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in leaving])
         add(newer[: room + len(leaving)])
         room = max(size - len(canary_keys(conn)), 0)
