@@ -1,9 +1,10 @@
 """The canary set's refresh on a real store (storage.predictor.refresh_canary).
 
 It grows with the data by adding members (the ones it holds stay held out) and, on the weekly
-refresh, replaces its oldest members with the high-confidence sessions since its newest member
-(seed "Canary Evaluation Set"); the week is counted between sessions. Until 2026-11-23 growing by one member replaced every member: sessions the
-live model had trained on joined the canary, and the NDCG gate then compared the live model
+refresh, replaces its oldest members (at most ``max_replaced``) with the high-confidence
+sessions since its newest member (seed "Canary Evaluation Set"); the week is counted between
+sessions. Until 2026-11-23 growing by one member replaced every member: sessions the live
+model had trained on joined the canary, and the NDCG gate then compared the live model
 in-sample against a held-out candidate.
 """
 
