@@ -108,9 +108,9 @@ class Retrainer:
                 not raised: they are the row's ``error``).
         """
         now = now_iso()
-        newest_member = self.db.read(pred_sql.canary_newest_start)
-        newest = self.db.read(lambda c: pred_sql.newest_training_start(c, min_confidence=C.MIN_SCORER_CONFIDENCE))
-        keys = self.db.read(pred_sql.canary_keys)
+        keys, newest_member, newest = self.db.read(lambda c: (
+            pred_sql.canary_keys(c), pred_sql.canary_newest_start(c),
+            pred_sql.newest_training_start(c, min_confidence=C.MIN_SCORER_CONFIDENCE)))
         with self._lock:
             state = self._state()
             # The canary never takes more than a fifth of the training-grade sessions: early on a

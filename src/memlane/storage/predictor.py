@@ -143,9 +143,7 @@ def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float
     Returns:
         the canary's session keys, oldest member first.
     """
-    current = [r[0] for r in conn.execute(
-        """SELECT pc.session_key FROM predictor_canary pc LEFT JOIN sessions s USING (session_key)
-           ORDER BY s.started_at, pc.session_key""")]
+    current = canary_keys(conn)
     pick = """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
               WHERE ss.confidence >= ? AND s.signals IS NOT NULL AND s.started_at > ?
                 AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
@@ -161,8 +159,9 @@ def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float
         out = min(max(len(newer) - room, 0), len(current))
         leaving = current[: out if max_replaced is None else min(out, max(max_replaced, 0))]
         conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in leaving])
-        add(newer[: room + len(leaving)])
-        room = max(size - len(canary_keys(conn)), 0)
+        coming = newer[: room + len(leaving)]
+        add(coming)
+        room += len(leaving) - len(coming)
     if room:
         add(conn.execute(pick, (min_confidence, "", room)).fetchall())
     return canary_keys(conn)
