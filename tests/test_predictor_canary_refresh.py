@@ -1,4 +1,5 @@
-"""The canary set's refresh on a real store (storage.predictor.refresh_canary).
+"""The canary set's refresh on a real store (storage.predictor.refresh_canary and
+swap_canary_members).
 
 It grows with the data by adding members (the ones it holds stay held out) and, on the weekly
 refresh, replaces its oldest members (at most ``max_replaced``) with the high-confidence
@@ -104,3 +105,23 @@ def test_a_week_is_counted_between_sessions_not_on_the_wall_clock():
     assert not canary_refresh_due(member, None)
     assert not canary_refresh_due(member, "2024-03-08T08:59:59.000Z")
     assert canary_refresh_due(member, "2024-03-08T09:00:00.000Z")
+
+
+def test_seen_members_are_swapped_for_sessions_that_started_later(tmp_path):
+    db = _store(tmp_path, 10)
+    db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t1", replace=False))
+    assert members(db) == {"s06", "s07", "s08", "s09"}
+    through = "2026-02-11T09:00:00.000Z"  # the start of s09: the newest session the model could see
+    # nothing started later: nothing to swap in, the set stays
+    assert db.write(lambda c: pred_sql.swap_canary_members(
+        c, ["s06", "s08"], started_after=through, min_confidence=0.6, at="t2")) == ["s06", "s07", "s08", "s09"]
+    db.write(lambda c: add_session(c, 10))
+    # one later session for two seen members: the older of them goes; a non-member is ignored
+    one = db.write(lambda c: pred_sql.swap_canary_members(
+        c, ["s08", "s06", "s01"], started_after=through, min_confidence=0.6, at="t3"))
+    assert one == ["s07", "s08", "s09", "s10"]
+    db.write(lambda c: [add_session(c, s) for s in (11, 12)])
+    db.write(lambda c: c.execute("UPDATE session_scores SET confidence = 0.5 WHERE session_key = 's12'"))
+    # s12 is below the confidence gate; s11 comes in for s08, and s07 (not seen) stays
+    assert db.write(lambda c: pred_sql.swap_canary_members(
+        c, ["s08"], started_after=through, min_confidence=0.6, at="t4")) == ["s07", "s09", "s10", "s11"]

@@ -57,6 +57,10 @@ class PolicyState:
             last :data:`~memlane.predictor.settings.MARGIN_WINDOW` EMA-eligible comparisons,
             oldest first (the margin window, see :func:`alpha_for`). A state saved before this
             field existed loads with an empty window (no window check until it holds 20).
+        canary_seen: canary members the live model's lineage has trained on, as the last
+            ``train_from_db`` reply listed them (its ``canary_seen``).
+        trained_through: start time (ISO) of the newest training-grade session when the last
+            run read its sessions; sessions that started later are unseen by the live model.
     """
 
     success_rate: float = 0.0
@@ -75,6 +79,8 @@ class PolicyState:
     last_trained: str | None = None
     margin_ema: float = 0.0
     recent_margins: list[float] = field(default_factory=list)
+    canary_seen: list[str] = field(default_factory=list)
+    trained_through: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

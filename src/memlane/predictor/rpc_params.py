@@ -304,7 +304,8 @@ class TrainFromDbParams:
         max_seconds: the training's time budget, (0, 3600] s.
         max_epochs: [1, 1000], or None when absent (the engine's training-stage default).
         early_stop_patience: epochs, [1, 1001], or None when absent (the stage's default).
-        influential: the model has influence (the top-5 overlap gate applies); default True.
+        influential: the model has influence (the top-5 overlap gate applies and the canary is
+            held out of training); default True.
     """
 
     limit: int

@@ -117,11 +117,20 @@ class Retrainer:
             # 25-session canary would leave nothing to train on.
             size = min(C.CANARY_SIZE, state.training_sessions // 5)
             influential = policy.alpha_for(state) < 1.0
+            seen, through = set(state.canary_seen), state.trained_through
         weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):
-            self.db.write(lambda c: pred_sql.refresh_canary(c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                            at=now, replace=weekly,
-                                                            max_replaced=C.CANARY_REFRESH_MAX_REPLACED))
+            keys = self.db.write(lambda c: pred_sql.refresh_canary(
+                c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now, replace=weekly,
+                max_replaced=C.CANARY_REFRESH_MAX_REPLACED))
+        # The sidecar trains on the canary while the model has no influence (alpha = 1). Once it
+        # has, the NDCG gate needs members the live model has not seen: the ones it trained on
+        # make way for sessions that started after its last run (docs/predictor.md, "The
+        # canary is trained on while the model has no influence").
+        leaving = [k for k in keys if k in seen]
+        if influential and leaving and through:
+            self.db.write(lambda c: pred_sql.swap_canary_members(
+                c, leaving, started_after=through, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now))
         with self._lock:
             state = self._state()
             sessions_before = state.sessions_since_train
@@ -152,6 +161,9 @@ class Retrainer:
                 s.sessions_since_train = sessions_before  # the sidecar never ran it: try again next session
             if report:
                 s.drifting = False  # the drift retrain ran (accepted or not): earn alpha again from warming
+                seen_now = report.get("canary_seen")
+                s.canary_seen = [str(k) for k in seen_now] if isinstance(seen_now, list) else []
+                s.trained_through = newest
             saved = s.to_dict()
             drift_resets = s.drift_resets
         row = training_log_row(report, model_version=saved["model_version"], trigger=trigger, accepted=accepted,

@@ -144,27 +144,56 @@ def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float
         the canary's session keys, oldest member first.
     """
     current = canary_keys(conn)
-    pick = """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
-              WHERE ss.confidence >= ? AND s.signals IS NOT NULL AND s.started_at > ?
-                AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
-              ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?"""
-
-    def add(rows: list[tuple[str, float]]) -> None:
-        conn.executemany("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
-                         [(key, conf, at) for key, conf in rows])
-
     room = max(size - len(current), 0)
     if replace and current:
-        newer = conn.execute(pick, (min_confidence, canary_newest_start(conn) or "", size)).fetchall()
+        newer = _outside_canary(conn, min_confidence, canary_newest_start(conn) or "", size)
         out = min(max(len(newer) - room, 0), len(current))
         leaving = current[: out if max_replaced is None else min(out, max(max_replaced, 0))]
         conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in leaving])
         coming = newer[: room + len(leaving)]
-        add(coming)
+        _add_to_canary(conn, coming, at)
         room += len(leaving) - len(coming)
     if room:
-        add(conn.execute(pick, (min_confidence, "", room)).fetchall())
+        _add_to_canary(conn, _outside_canary(conn, min_confidence, "", room), at)
     return canary_keys(conn)
+
+
+def swap_canary_members(conn: sqlite3.Connection, leaving: Sequence[str], *, started_after: str,
+                        min_confidence: float, at: str) -> list[str]:
+    """Replace canary members by sessions that started after ``started_after``, one for one.
+
+    The daemon swaps out the members its live model has trained on (the NDCG gate cannot use
+    them) for sessions that started after the newest one that model could have trained on
+    (docs/predictor.md, "The canary is trained on while the model has no influence"). The most
+    confident come first; when fewer such sessions exist than members to swap, the oldest of
+    ``leaving`` go and the others stay. Keys of ``leaving`` that are not members are ignored.
+
+    Returns:
+        the canary's session keys, oldest member first.
+    """
+    current = canary_keys(conn)
+    out = [k for k in current if k in set(leaving)]
+    coming = _outside_canary(conn, min_confidence, started_after, len(out)) if out else []
+    gone = out[: len(coming)]
+    conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in gone])
+    _add_to_canary(conn, coming, at)
+    return canary_keys(conn)
+
+
+def _outside_canary(conn: sqlite3.Connection, min_confidence: float, started_after: str,
+                    limit: int) -> list[tuple[str, float]]:
+    """Training-grade sessions not in the canary that started after ``started_after`` (ISO;
+    "" = any), the most confident first, then the most recent: ``[(session_key, confidence)]``."""
+    return [(r[0], float(r[1])) for r in conn.execute(
+        """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
+           WHERE ss.confidence >= ? AND s.signals IS NOT NULL AND s.started_at > ?
+             AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
+           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, started_after, limit))]
+
+
+def _add_to_canary(conn: sqlite3.Connection, rows: Sequence[tuple[str, float]], at: str) -> None:
+    conn.executemany("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
+                     [(key, conf, at) for key, conf in rows])
 
 
 def replay_keys(conn: sqlite3.Connection, *, size: int, min_confidence: float) -> list[str]:
