@@ -304,8 +304,8 @@ class TrainFromDbParams:
         max_seconds: the training's time budget, (0, 3600] s.
         max_epochs: [1, 1000], or None when absent (the engine's training-stage default).
         early_stop_patience: epochs, [1, 1001], or None when absent (the stage's default).
-        influential: the model has influence (the top-5 overlap gate applies and the canary is
-            held out of training); default True.
+        influential: the model has influence (the top-5 overlap gate applies); default True.
+        hold_out_canary: the canary sessions are left out of training; default True.
     """
 
     limit: int
@@ -313,12 +313,13 @@ class TrainFromDbParams:
     max_epochs: int | None
     early_stop_patience: int | None
     influential: bool
+    hold_out_canary: bool = True
 
 
 def parse_train_from_db_params(p: Any) -> TrainFromDbParams:
     """Validate ``train_from_db``'s params (a non-object counts as ``{}``): optional ``limit``
     (sessions, [1, 100000]), ``epochs`` ([1, 1000]), ``max_seconds`` ((0, 3600], s),
-    ``early_stop_patience`` (epochs, [1, 1001]) and ``influential``.
+    ``early_stop_patience`` (epochs, [1, 1001]), ``influential`` and ``hold_out_canary``.
 
     Raises:
         InvalidParams: a parameter out of range or not a number.
@@ -337,4 +338,5 @@ def parse_train_from_db_params(p: Any) -> TrainFromDbParams:
                             "early_stop_patience in [1, 1001]")
     return TrainFromDbParams(limit=limit, max_seconds=max_seconds, max_epochs=epochs if "epochs" in p else None,
                              early_stop_patience=patience if "early_stop_patience" in p else None,
-                             influential=bool(p.get("influential", True)))
+                             influential=bool(p.get("influential", True)),
+                             hold_out_canary=bool(p.get("hold_out_canary", True)))

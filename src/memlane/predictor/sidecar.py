@@ -294,15 +294,15 @@ class Sidecar:
 
     def train_from_db(self, p: Any) -> dict[str, Any]:
         """``train_from_db``: fit on the database's training-grade sessions (newest ``limit``,
-        canary sessions held out for the gates when ``influential``, the replay buffer mixed
-        in), gated.
+        canary sessions held out for the gates unless ``hold_out_canary`` is false, the replay
+        buffer mixed in), gated.
 
         Args:
             p: optional ``limit`` (sessions, [1, 100000]), ``epochs`` ([1, 1000]), ``max_seconds``
                 ((0, 3600], s), ``early_stop_patience`` (epochs, [1, 1001]), ``influential``
-                (the model has influence: the top-5 overlap gate applies and the canary is
-                held out; default True); absent epochs and patience take the training stage's
-                defaults.
+                (the model has influence: the top-5 overlap gate applies; default True) and
+                ``hold_out_canary`` (default True); absent epochs and patience take the
+                training stage's defaults.
 
         Returns:
             the :class:`~memlane.predictor.engine.TrainReport` as a dict plus ``load_ms`` (ms),
@@ -319,11 +319,10 @@ class Sidecar:
         kw = dict(embedding_model=e.embedding_model_id, native_dim=e.native_dim, min_confidence=C.MIN_SCORER_CONFIDENCE)
         canary_keys = pred_sql.canary_keys(conn)
         canary = load_sessions(conn, keys=canary_keys, limit=len(canary_keys) or 1, **kw) if canary_keys else []
-        # The canary is held out of training only while the model has influence (alpha < 1):
-        # before that a worse model costs the user nothing, and early on the canary is a fifth
-        # of the sessions there are (docs/predictor.md, "The canary is trained on while the
-        # model has no influence").
-        skip = set(canary_keys) if params.influential else set()
+        # The daemon trains on the canary until cold start exits: until then a worse model
+        # costs the user nothing, and the canary is a fifth of the few sessions there are
+        # (docs/predictor.md, "The canary is trained on until cold start exits").
+        skip = set(canary_keys) if params.hold_out_canary else set()
         sessions = [s for s in load_sessions(conn, limit=params.limit, **kw) if s.session_id not in skip]
         replay_keys = pred_sql.replay_keys(conn, size=C.REPLAY_BUFFER_SIZE, min_confidence=C.MIN_SCORER_CONFIDENCE)
         recent = {s.session_id for s in sessions}

@@ -117,18 +117,21 @@ class Retrainer:
             # 25-session canary would leave nothing to train on.
             size = min(C.CANARY_SIZE, state.training_sessions // 5)
             influential = policy.alpha_for(state) < 1.0
+            # influence can come at any session after cold start exits (the margin guard lets
+            # it through): from then on each run is gated on sessions it did not train on
+            hold_out = influential or state.cold_start_exited
             seen, through = set(state.canary_seen), state.trained_through
         weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):
             keys = self.db.write(lambda c: pred_sql.refresh_canary(
                 c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now, replace=weekly,
                 max_replaced=C.CANARY_REFRESH_MAX_REPLACED))
-        # The sidecar trains on the canary while the model has no influence (alpha = 1). Once it
-        # has, the NDCG gate needs members the live model has not seen: the ones it trained on
-        # make way for sessions that started after its last run (docs/predictor.md, "The
-        # canary is trained on while the model has no influence").
+        # The sidecar trains on the canary until cold start exits. From then on the NDCG gate
+        # needs members the live model has not seen: the ones it trained on make way for
+        # sessions that started after its last run (docs/predictor.md, "The canary is trained
+        # on until cold start exits").
         leaving = [k for k in keys if k in seen]
-        if influential and leaving and through:
+        if hold_out and leaving and through:
             self.db.write(lambda c: pred_sql.swap_canary_members(
                 c, leaving, started_after=through, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now))
         with self._lock:
@@ -139,7 +142,8 @@ class Retrainer:
         try:
             backend = self._backend()
             assert backend is not None
-            report = backend.call("train_from_db", {"trigger": trigger, "influential": influential},
+            report = backend.call("train_from_db", {"trigger": trigger, "influential": influential,
+                                                   "hold_out_canary": hold_out},
                                   timeout_s=C.TRAIN_TIMEOUT_S)
             error = report.get("error")
         except Exception as exc:
