@@ -164,7 +164,7 @@ def swap_canary_members(conn: sqlite3.Connection, leaving: Sequence[str], *, sta
 
     The daemon swaps out the members its live model has trained on (the NDCG gate cannot use
     them) for sessions that started after the newest one that model could have trained on
-    (docs/predictor.md, "The canary is trained on while the model has no influence"). The most
+    (docs/predictor.md, "The canary is trained on until cold start exits"). The most
     confident come first; when fewer such sessions exist than members to swap, the oldest of
     ``leaving`` go and the others stay. Keys of ``leaving`` that are not members are ignored.
 
