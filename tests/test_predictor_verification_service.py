@@ -363,8 +363,8 @@ def test_item15_drift_reset_through_the_service(home, shared_embedder):
         assert c.db.read(pred_sql.load_state)["drift_resets"] == resets + 1
         model_id, dim = c.embedder.model_id, c.embedder.dimensions
     # The replay buffer was mixed into the drift retrain: the top sessions by continuity score,
-    # every one of them loaded. The model had no influence (alpha 1), so the canary set was not
-    # held out: the run trained on it, and says so.
+    # every one of them loaded. The drift reset put the model back in cold start, so the canary
+    # set was not held out: the run trained on it, and says so.
     conn = open_readonly(home / "memories.db")
     try:
         canary = set(pred_sql.canary_keys(conn))

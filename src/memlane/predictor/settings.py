@@ -33,9 +33,9 @@ COLD_START_MIN_SUCCESS = 0.4
 DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
 CANARY_SIZE = 25
 CANARY_REFRESH_DAYS = 7
-# Members the weekly refresh replaces at most (a fifth of CANARY_SIZE): every canary member is
-# held out of training, and replacing every member by the week's sessions held out the newest
-# ones (docs/predictor.md, "The weekly refresh counts the week between sessions and replaces a fifth").
+# Members the weekly refresh replaces at most (a fifth of CANARY_SIZE): once cold start has
+# exited every canary member is held out of training, and replacing every member by the week's
+# sessions held out the newest ones (docs/predictor.md, "The weekly refresh counts the week between sessions and replaces a fifth").
 CANARY_REFRESH_MAX_REPLACED = 5
 MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
 MAX_TRAINING_SECONDS = 30.0

@@ -117,9 +117,10 @@ class Retrainer:
             # 25-session canary would leave nothing to train on.
             size = min(C.CANARY_SIZE, state.training_sessions // 5)
             influential = policy.alpha_for(state) < 1.0
-            # influence can come at any session after cold start exits (the margin guard lets
-            # it through): from then on each run is gated on sessions it did not train on
-            hold_out = influential or state.cold_start_exited
+            # Influence can come at any session after cold start exits (the margin guard lets
+            # it through), and only then (alpha_for): from the exit on, each run is gated on
+            # sessions it did not train on.
+            hold_out = state.cold_start_exited
             seen, through = set(state.canary_seen), state.trained_through
         weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):

@@ -171,8 +171,8 @@ def swap_canary_members(conn: sqlite3.Connection, leaving: Sequence[str], *, sta
     Returns:
         the canary's session keys, oldest member first.
     """
-    current = canary_keys(conn)
-    out = [k for k in current if k in set(leaving)]
+    going = set(leaving)
+    out = [k for k in canary_keys(conn) if k in going]
     coming = _outside_canary(conn, min_confidence, started_after, len(out)) if out else []
     gone = out[: len(coming)]
     conn.executemany("DELETE FROM predictor_canary WHERE session_key = ?", [(k,) for k in gone])
