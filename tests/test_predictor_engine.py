@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from memlane.predictor import checkpoint as ckpt
+from memlane.predictor import settings as C
 from memlane.predictor.checkpoint import CheckpointMeta
 from memlane.predictor.data import collate
 from memlane.predictor.dataset import build_session, load_sessions
@@ -163,11 +164,11 @@ def test_the_engine_remembers_what_its_models_trained_on(tmp_path):
     first, replay = synthetic(8, seed=1), synthetic(2, seed=2)
     assert engine.train(first, replay=replay, max_epochs=2).accepted
     ids = {s.session_id for s in [*first, *replay]}
-    assert len(ids) == 10 and engine.trained_on == ids
+    assert len(ids) == 10 and set(engine.trained_on) == ids
     second = synthetic(6, seed=3)
     canary = [*first[:2], *synthetic(3, seed=4)]  # two members the live model has seen
     report = engine.train(second, canary=canary, max_epochs=2)
-    assert report.accepted and engine.trained_on == ids | {s.session_id for s in second}
+    assert report.accepted and set(engine.trained_on) == ids | {s.session_id for s in second}
 
     def mean_ndcg(sessions) -> float:
         batch = collate(sessions, native_dim=DIM)
@@ -178,12 +179,29 @@ def test_the_engine_remembers_what_its_models_trained_on(tmp_path):
     assert report.canary_ndcg != pytest.approx(mean_ndcg(canary), abs=1e-6)
     bad = [dataclasses.replace(s, labels=np.full_like(s.labels, np.nan)) for s in synthetic(4, seed=5)]
     assert not engine.train(bad, max_epochs=1).accepted
-    assert engine.trained_on == ids | {s.session_id for s in second}
+    assert set(engine.trained_on) == ids | {s.session_id for s in second}
     again = new_engine(engine.model_dir)
     assert again.trained_on == engine.trained_on
     base = tmp_path / "base.bin"
     engine.save_base(base)
-    assert new_engine(tmp_path / "other", base_weights=base).trained_on == set()
+    assert not new_engine(tmp_path / "other", base_weights=base).trained_on
+
+
+def test_the_trained_session_ids_are_capped_dropping_the_longest_ago_trained(tmp_path, monkeypatch):
+    """The checkpoint keeps at most TRAINED_SESSIONS_KEPT ids: a session trained on again
+    moves to the newest end, and the ids trained on longest ago are the ones dropped, in
+    memory and across a restart."""
+    monkeypatch.setattr(C, "TRAINED_SESSIONS_KEPT", 12)
+    engine = new_engine(tmp_path / "predictor")
+    first = synthetic(8, seed=1)
+    assert engine.train(first, max_epochs=2).accepted
+    second = [*first[:2], *synthetic(6, seed=3)]  # two sessions trained on again
+    assert engine.train(second, max_epochs=2).accepted
+    kept = list(engine.trained_on)
+    assert len(kept) == 12
+    dropped = {s.session_id for s in first[2:]} - set(kept)
+    assert len(dropped) == 2 and set(kept[-8:]) == {s.session_id for s in second}
+    assert list(new_engine(engine.model_dir).trained_on) == kept
 
 
 def test_rejected_report_is_json_serialisable(tmp_path):

@@ -9,6 +9,7 @@ atomically (predictive-memory-scorer.md "Training schedule", "Phase 6").
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -120,9 +121,10 @@ class PredictorEngine:
         self.base_digest: str | None = None
         # Ids of the sessions the live model and the models it was trained from learned from
         # (training, validation and replay sets): the canary NDCG gate leaves them out
-        # (gates.py). Kept in the checkpoint; empty for a fresh model or a Phase 6 base, whose
-        # sessions were another store's.
-        self.trained_on: set[str] = set()
+        # (gates.py). An ordered set (dict keys), the most recently trained last, capped at
+        # TRAINED_SESSIONS_KEPT (:meth:`_remember_trained`). Kept in the checkpoint; empty for a
+        # fresh model or a Phase 6 base, whose sessions were another store's.
+        self.trained_on: dict[str, None] = {}
         # The centre of the linear weights' prior: the weights this user's model started from
         # (the baseline prior, or a Phase 6 base's); None: unknown (no prior term).
         self.feature_prior: torch.Tensor | None = None
@@ -139,7 +141,7 @@ class PredictorEngine:
             self.is_finetuned_from_base = loaded.flags.is_finetuned
             self.feature_prior = _stored_prior(t.get("feature_prior"), loaded.flags.is_finetuned)
             raw_ids = t.get("trained_sessions")
-            self.trained_on = {str(x) for x in raw_ids if x} if isinstance(raw_ids, list) else set()
+            self._remember_trained([str(x) for x in raw_ids if x] if isinstance(raw_ids, list) else [])
         elif base_weights:
             loaded = ckpt.load_base_weights(Path(base_weights), embedding_model_id=embedding_model_id,
                                             native_dim=native_dim)
@@ -313,7 +315,7 @@ class PredictorEngine:
                 self.last_trained = datetime.now(timezone.utc).isoformat()
                 self.training_pairs = len(labelled)
                 self.steps_total += result.steps
-                self.trained_on |= seen_now
+                self._remember_trained(sorted(seen_now))
                 if self.base_digest is not None:
                     self.is_finetuned_from_base = True
                 report.model_version = self.model_version
@@ -327,6 +329,23 @@ class PredictorEngine:
             report.duration_ms = (time.perf_counter() - t0) * 1000
             return report
 
+    def _remember_trained(self, ids: Sequence[str]) -> None:
+        """Add ``ids`` to :attr:`trained_on` as the most recently trained, then drop the
+        longest-ago trained beyond ``TRAINED_SESSIONS_KEPT`` (2,000, ~80 KB of the checkpoint's
+        config JSON at ~40 bytes per id; the checkpoint is ~4.5 MB).
+
+        A dropped session was last trained on at least 1,500 training-grade sessions before the
+        newest (a run reads the newest 500): the NDCG gate then counts it as held out if it ever
+        re-enters the canary, which only a canary refill from every past session can do.
+        """
+        for k in ids:
+            self.trained_on.pop(k, None)
+            self.trained_on[k] = None
+        excess = len(self.trained_on) - C.TRAINED_SESSIONS_KEPT
+        if excess > 0:
+            for k in list(itertools.islice(self.trained_on, excess)):
+                del self.trained_on[k]
+
     def save_checkpoint(self) -> str:
         """Write the live model to ``model.bin`` atomically; returns its sha256 (hex).
 
@@ -336,7 +355,7 @@ class PredictorEngine:
         meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
             "trained": self.trained, "model_version": self.model_version, "last_trained": self.last_trained,
             "training_pairs": self.training_pairs, "steps_total": self.steps_total,
-            "base_digest": self.base_digest, "trained_sessions": sorted(self.trained_on),
+            "base_digest": self.base_digest, "trained_sessions": list(self.trained_on),
             "feature_prior": None if self.feature_prior is None else [float(x) for x in self.feature_prior]})
         flags = ckpt.CheckpointFlags(is_pretrained_base=False, is_finetuned=self.is_finetuned_from_base)
         return ckpt.save(self.checkpoint_path, self.model, meta, flags)
