@@ -334,8 +334,8 @@ class PredictorEngine:
         longest-ago trained beyond ``TRAINED_SESSIONS_KEPT`` (2,000, ~80 KB of the checkpoint's
         config JSON at ~40 bytes per id; the checkpoint is ~4.5 MB).
 
-        A dropped session was last trained on at least 1,500 training-grade sessions before the
-        newest (a run reads the newest 500): the NDCG gate then counts it as held out if it ever
+        A dropped session was last trained on about 1,500 or more training-grade sessions before
+        the newest (a run reads the newest 500): the NDCG gate then counts it as held out if it ever
         re-enters the canary, which only a canary refill from every past session can do.
         """
         for k in ids:

@@ -35,10 +35,11 @@ CANARY_SIZE = 25
 CANARY_REFRESH_DAYS = 7
 # Members the weekly refresh replaces at most (a fifth of CANARY_SIZE): once cold start has
 # exited every canary member is held out of training, and replacing every member by the week's
-# sessions held out the newest ones (docs/predictor.md, "The weekly refresh counts the week between sessions and replaces a fifth").
+# sessions held out the newest ones (docs/predictor.md, "The weekly refresh counts the week
+# between sessions and replaces a fifth").
 CANARY_REFRESH_MAX_REPLACED = 5
 MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
-TRAINED_SESSIONS_KEPT = 2000        # session ids a checkpoint keeps of what its lineage trained on (engine._remember_trained)
+TRAINED_SESSIONS_KEPT = 2000        # trained-on session ids a checkpoint keeps (engine._remember_trained)
 MAX_TRAINING_SECONDS = 30.0
 MAX_EPOCHS = 50
 EARLY_STOP_PATIENCE = 15            # epochs without validation gain (a few batches each at 100-500 sessions)
