@@ -43,6 +43,7 @@ def fit_linear_anchor(
     max_grad_norm: float | None = 5.0,
     min_improvement: float = 1e-4,
     held_at_zero: torch.Tensor | None = None,
+    non_positive: torch.Tensor | None = None,
     prior: tuple[torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """Fit the feature weights of a linear ranker ``score = features @ w`` by the listwise loss.
@@ -63,6 +64,8 @@ def fit_linear_anchor(
         min_improvement: see ``early_stop_patience``.
         held_at_zero: optional bool ``[F]``: weights set to 0 and kept there, as the linear
             stage keeps those of :func:`~memlane.predictor.data.session_constant_columns`.
+        non_positive: optional bool ``[F]``: weights projected onto ``<= 0`` at the start and
+            after every step, as the linear stage does (``fit``'s ``non_positive``).
         prior: ``(centre [F], lam)``: adds ``lam * ||w - centre||^2`` to the loss, as the
             linear stage does (:func:`memlane.predictor.train.fit`).
 
@@ -81,12 +84,16 @@ def fit_linear_anchor(
         return init.detach().clone().float()
     if held_at_zero is not None and tuple(held_at_zero.shape) != tuple(init.shape):
         raise ValueError(f"held_at_zero must be [{init.shape[0]}], got {tuple(held_at_zero.shape)}")
+    if non_positive is not None and tuple(non_positive.shape) != tuple(init.shape):
+        raise ValueError(f"non_positive must be [{init.shape[0]}], got {tuple(non_positive.shape)}")
     centre, lam = (prior[0].detach().float().reshape(-1), float(prior[1])) if prior is not None else (None, 0.0)
     if centre is not None and (centre.shape != init.shape or not math.isfinite(lam) or lam < 0):
         raise ValueError(f"prior must be ([{init.shape[0]}], lam >= 0), got ({tuple(centre.shape)}, {lam})")
     features, labels, confidence = _join(batches)
     held = held_at_zero.bool() if held_at_zero is not None else torch.zeros(init.shape, dtype=torch.bool)
-    w = init.detach().clone().float().masked_fill(held, 0.0).requires_grad_(True)
+    bounded = non_positive.bool() if non_positive is not None else torch.zeros(init.shape, dtype=torch.bool)
+    w = init.detach().clone().float().masked_fill(held, 0.0)
+    w = w.masked_fill(bounded & (w > 0), 0.0).requires_grad_(True)
     opt = torch.optim.Adam([w], lr=lr)
     start = time.monotonic()
     best, stale = math.inf, 0
@@ -106,6 +113,7 @@ def fit_linear_anchor(
         opt.step()
         with torch.no_grad():
             w.masked_fill_(held, 0.0)
+            w.masked_fill_(bounded & (w > 0), 0.0)
         if value < best - min_improvement:
             best, stale = value, 0
         else:

@@ -29,7 +29,7 @@ from memlane.predictor import settings as C
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import Session, batched, collate, memory_basis, session_constant_columns
 from memlane.predictor.errors import CheckpointError
-from memlane.predictor.features import CURRENT_SCHEMA, NUM_FEATURES
+from memlane.predictor.features import CURRENT_SCHEMA, FEATURE_INDEX, NUM_FEATURES
 from memlane.predictor.gates import GateReport
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.metrics import topk_overlap
@@ -261,6 +261,8 @@ class PredictorEngine:
             # learned; they are held at 0 in both stages (the linear gate's output is added to
             # the score), and in the anchor (data.session_constant_columns, train.fit).
             constant = session_constant_columns([*train_batches, *replay_batches])
+            # Sign constraints (docs/predictor.md, "Age may only count against a memory").
+            non_positive = non_positive_columns()
             # The bilinear term's subspace: the principal directions of this run's candidates'
             # vectors, refreshed by every linear-stage run (W carried over), kept by the full
             # stage unless it has none yet (docs/predictor.md, "Bilinear term").
@@ -279,7 +281,7 @@ class PredictorEngine:
                     train_batches, init, loss_fn,
                     lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
                     early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds,
-                    held_at_zero=constant, prior=prior)
+                    held_at_zero=constant, non_positive=non_positive, prior=prior)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
             result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
                          max_seconds=max_seconds, validation=validation or None,
@@ -290,6 +292,7 @@ class PredictorEngine:
                          seed=self.seed + self.model_version,
                          grad_masks=live.feature_residual_masks() if linear else None,
                          held_at_zero=live.feature_column_mask(constant),
+                         non_positive=live.feature_column_mask(non_positive),
                          prior=prior if linear else None,
                          memory_basis=basis, bilinear_l2=l2, previous_trained_on=self.trained_on)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
@@ -394,6 +397,28 @@ def bilinear_l2(training_sessions: int) -> float:
     term's L2 falls as n^-1.5").
     """
     return C.BILINEAR_PRIOR_STRENGTH / max(1, training_sessions) ** C.BILINEAR_PRIOR_EXPONENT
+
+
+def non_positive_columns() -> torch.Tensor:
+    """Bool ``[NUM_FEATURES]``: True at the features of
+    :data:`~memlane.predictor.settings.NON_POSITIVE_FEATURES`, whose linear weights training
+    keeps at or below 0 (``train.fit``'s ``non_positive``).
+
+    ``log_age_days`` is one: a memory does not become more useful by growing older, so a
+    positive weight can only stand for something else that age happened to track in the
+    sessions trained on. On LoCoMo, whose questions are asked in the order their evidence
+    appears, the learning questions taught every conversation's model "older is better"
+    (weights +0.15 to +0.51) and the held-out questions, about the latest turns, needed the
+    opposite. The simulated users learn -0.21 to -0.31 unconstrained (stale notes lose), so
+    the bound does not bind for them (docs/predictor.md, "Age may only count against a memory").
+
+    Raises:
+        KeyError: a name in ``NON_POSITIVE_FEATURES`` is not a feature of the schema.
+    """
+    mask = torch.zeros(NUM_FEATURES, dtype=torch.bool)
+    for name in C.NON_POSITIVE_FEATURES:
+        mask[FEATURE_INDEX[name]] = True
+    return mask
 
 
 def _stored_prior(raw: Any, finetuned: bool) -> torch.Tensor | None:

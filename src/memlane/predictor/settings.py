@@ -53,6 +53,9 @@ LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
 LINEAR_STAGE_MAX_EPOCHS = 200
 LINEAR_STAGE_PATIENCE = 40
 PRIOR_STRENGTH = 5.0                # c of the linear weights' Gaussian prior: lambda = c / training sessions
+# Features whose linear weight may only be <= 0 (train.fit's non_positive): being older never
+# raises a memory's score. docs/predictor.md, "Age may only count against a memory".
+NON_POSITIVE_FEATURES: tuple[str, ...] = ("log_age_days",)
 BILINEAR_PRIOR_STRENGTH = 3.0       # c of the bilinear term's L2 (||W||^2): lambda = c / sessions ** p
 BILINEAR_PRIOR_EXPONENT = 1.5       # p: the L2 falls faster than 1 / sessions (engine.bilinear_l2)
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)

@@ -125,6 +125,13 @@ def _zero(held: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
             p.masked_fill_(m, 0.0)
 
 
+def _clamp_non_positive(bounded: Mapping[torch.nn.Parameter, torch.Tensor]) -> None:
+    """Project the masked entries onto ``<= 0`` (projected gradient descent)."""
+    with torch.no_grad():
+        for p, m in bounded.items():
+            p.copy_(torch.where(m & (p > 0), torch.zeros_like(p), p))
+
+
 def _epoch_plan(train: Sequence[SessionBatch], rng: random.Random) -> list[SessionBatch]:
     plan = list(train)
     rng.shuffle(plan)
@@ -168,6 +175,7 @@ def fit(
     grad_masks: Mapping[str, torch.Tensor] | None = None,
     anchor: torch.Tensor | None = None,
     held_at_zero: Mapping[str, torch.Tensor] | None = None,
+    non_positive: Mapping[str, torch.Tensor] | None = None,
     prior: tuple[torch.Tensor, float] | None = None,
     memory_basis: torch.Tensor | None = None,
     bilinear_l2: float = 0.0,
@@ -222,6 +230,12 @@ def fit(
             learning rate, and over 200 simulated sessions those weights drifted as far as
             +-16 (``is_embedded`` to +-10: a candidate without a vector would then be moved
             by that much in a session where the others have one; docs/predictor.md).
+        non_positive: ``{parameter name: bool mask of that parameter's shape}``: entries
+            projected onto ``<= 0`` on the clone before training and after every step (a sign
+            constraint by projected gradient descent). The engine passes the linear gate's
+            weights of :data:`~memlane.predictor.settings.NON_POSITIVE_FEATURES`
+            (``log_age_days``: an older memory never scores higher for being older;
+            docs/predictor.md, "Age may only count against a memory").
         prior: ``(centre [F], lam)``: adds ``lam * ||w - centre||^2`` over the linear gate's
             feature weights ``w`` (:meth:`MemoryScorer.feature_weight_view`) to every step's
             loss, a Gaussian prior on them (MAP estimation; the engine passes the weights the
@@ -258,11 +272,14 @@ def fit(
         masks = {named[n]: m.to(named[n].dtype) for n, m in grad_masks.items()}
         for n, p in named.items():
             p.requires_grad_(n in grad_masks)
-    unknown = set(held_at_zero or {}) - set(named)
-    if unknown:
-        raise ValueError(f"held_at_zero names unknown parameters: {sorted(unknown)}")
+    for what, masks_by_name in (("held_at_zero", held_at_zero), ("non_positive", non_positive)):
+        unknown = set(masks_by_name or {}) - set(named)
+        if unknown:
+            raise ValueError(f"{what} names unknown parameters: {sorted(unknown)}")
     held = {named[n]: m.bool() for n, m in (held_at_zero or {}).items()}
+    bounded = {named[n]: m.bool() for n, m in (non_positive or {}).items()}
     _zero(held)
+    _clamp_non_positive(bounded)
     penalty = _penalty(prior, bilinear_l2, candidate)
     result = FitResult(candidate, cand_opt, GateReport(()))
     rng = random.Random(seed)
@@ -302,6 +319,7 @@ def fit(
                 torch.nn.utils.clip_grad_norm_(candidate.parameters(), max_grad_norm)
             cand_opt.step()
             _zero(held)
+            _clamp_non_positive(bounded)
             result.steps += 1
         if epoch and result.stop_reason == "max_epochs":
             mean = sum(epoch) / len(epoch)
