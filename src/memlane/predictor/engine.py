@@ -409,8 +409,9 @@ def non_positive_columns() -> torch.Tensor:
     sessions trained on. On LoCoMo, whose questions are asked in the order their evidence
     appears, the learning questions taught every conversation's model "older is better"
     (weights +0.15 to +0.51) and the held-out questions, about the latest turns, needed the
-    opposite. The simulated users learn -0.21 to -0.31 unconstrained (stale notes lose), so
-    the bound does not bind for them (docs/predictor.md, "Age may only count against a memory").
+    opposite. The simulated users' final models learn -0.21 to -0.31 unconstrained (stale
+    notes lose); the bound binds only on a few of their first models (docs/predictor.md, "Age
+    may only count against a memory").
 
     Raises:
         KeyError: a name in ``NON_POSITIVE_FEATURES`` is not a feature of the schema.
