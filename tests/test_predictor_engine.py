@@ -18,7 +18,7 @@ from memlane.predictor import settings as C
 from memlane.predictor.checkpoint import CheckpointMeta
 from memlane.predictor.data import collate
 from memlane.predictor.dataset import build_session, load_sessions
-from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine, load_or_fresh
+from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine, load_or_fresh, non_positive_columns
 from memlane.predictor.errors import (
     CheckpointError,
     CheckpointFormatError,
@@ -534,4 +534,9 @@ def test_training_stage_follows_the_number_of_sessions(tmp_path):
     assert report.stage == "linear" and report.best_epoch is None  # no validation split
     after = engine.model.state_dict()
     assert {k for k in before if not torch.equal(before[k], after[k])} <= {"gate_linear.weight", "context_bilinear",
-                                                                        "memory_basis"}
+                                                                        "memory_basis", "gate_hidden.weight"}
+    # the gate MLP does not train; only its inputs of the sign-bounded features are set to 0
+    # (engine._held_at_zero; its output layer is 0, so the score does not change)
+    bounded = engine.model.mlp_feature_mask(non_positive_columns())["gate_hidden.weight"]
+    assert torch.equal(after["gate_hidden.weight"][~bounded], before["gate_hidden.weight"][~bounded])
+    assert torch.count_nonzero(after["gate_hidden.weight"][bounded]) == 0

@@ -131,3 +131,37 @@ def test_the_engine_never_serves_a_model_that_prefers_older_memories(tmp_path):
     assert full.stage == "full" and engine.model.has_anchor
     assert float(engine.model.feature_weights()[AGE]) <= 0.0
     assert float(engine.model.anchor[AGE]) <= 0.0
+    # the gate MLP, which cannot be held to a sign, does not see age at all
+    mlp = engine.model.gate_hidden.weight.detach()[:, -NUM_FEATURES:]
+    assert torch.count_nonzero(mlp[:, AGE]) == 0
+    assert torch.count_nonzero(mlp) > 0  # while it sees the other features
+
+
+def test_the_mlp_feature_mask_marks_every_hidden_unit_of_the_named_columns():
+    model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=1)
+    mask = model.mlp_feature_mask(non_positive_columns())["gate_hidden.weight"]
+    assert mask.shape == model.gate_hidden.weight.shape and mask.dtype == torch.bool
+    assert int(mask.sum()) == model.config.gate_hidden
+    assert bool(mask[:, -NUM_FEATURES + AGE].all())
+    with pytest.raises(ValueError, match="columns"):
+        model.mlp_feature_mask(torch.ones(NUM_FEATURES + 1, dtype=torch.bool))
+
+
+def test_a_base_whose_mlp_learned_age_loses_it_at_the_next_run(tmp_path):
+    """A Phase 6 base (or a checkpoint) written before the bound: its gate MLP weighs age and
+    its output layer is live. The next run, a linear-stage fine-tune that does not train the
+    MLP, takes age out of it, so older memories no longer score higher through the MLP."""
+    engine = PredictorEngine(tmp_path, embedding_model_id="test-8", native_dim=DIM)
+    with torch.no_grad():
+        engine.model.gate_hidden.weight[:, -NUM_FEATURES + AGE] = 1.0
+        engine.model.gate_out.weight.fill_(0.5)
+    probe = aged_sessions(1, older_is_better=True, seed=5)[0]
+    older = np.argsort(-probe.features[:, AGE])
+    before = engine.score(probe)
+    report = engine.train(aged_sessions(40, older_is_better=False), save=False)
+    assert report.accepted and report.stage == "linear"
+    assert torch.count_nonzero(engine.model.gate_hidden.weight.detach()[:, -NUM_FEATURES + AGE]) == 0
+    assert float(engine.model.gate_out.weight.detach().abs().sum()) > 0  # the rest of the MLP is kept
+    after = engine.score(probe)
+    # the oldest candidates lost the lead the MLP gave them
+    assert after[older[:3]].mean() - after.mean() < before[older[:3]].mean() - before.mean()

@@ -291,7 +291,7 @@ class PredictorEngine:
                          check_overlap=influential,
                          seed=self.seed + self.model_version,
                          grad_masks=live.feature_residual_masks() if linear else None,
-                         held_at_zero=live.feature_column_mask(constant),
+                         held_at_zero=_held_at_zero(live, constant, non_positive),
                          non_positive=live.feature_column_mask(non_positive),
                          prior=prior if linear else None,
                          memory_basis=basis, bilinear_l2=l2, previous_trained_on=self.trained_on)
@@ -397,6 +397,22 @@ def bilinear_l2(training_sessions: int) -> float:
     term's L2 falls as n^-1.5").
     """
     return C.BILINEAR_PRIOR_STRENGTH / max(1, training_sessions) ** C.BILINEAR_PRIOR_EXPONENT
+
+
+def _held_at_zero(live: MemoryScorer, constant: torch.Tensor, non_positive: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``train.fit``'s ``held_at_zero`` for a run: the linear gate's weights of the
+    session-constant columns, and the gate MLP's input weights of the sign-bounded features
+    (``constant`` and ``non_positive``: bool ``[NUM_FEATURES]``).
+
+    The MLP cannot be held to a sign, so a bounded feature reaches the score only through its
+    linear weight. A Phase 6 base is a full-stage model trained on other conversations' LoCoMo
+    sessions: its MLP had learned "older is better" with no bound, and the linear-stage
+    fine-tune does not train the MLP. Holding its age inputs at 0 took Phase 6's predictor
+    alone from 0.461 to 0.510 (docs/predictor.md, "Age may only count against a memory"). In
+    the linear stage the MLP's output layer is still 0 on a new model, so this changes nothing
+    there; an older base or checkpoint loses its MLP's age inputs at its next run.
+    """
+    return {**live.feature_column_mask(constant), **live.mlp_feature_mask(non_positive)}
 
 
 def non_positive_columns() -> torch.Tensor:

@@ -179,6 +179,21 @@ class MemoryScorer(nn.Module):
         mask[0, self._feature_columns] = columns.bool()
         return {"gate_linear.weight": mask}
 
+    def mlp_feature_mask(self, columns: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"gate_hidden.weight": bool [gate_hidden, gate_inputs]}``, True at the gate MLP's
+        input weights of the feature columns marked in ``columns`` (bool ``[num_features]``),
+        for every hidden unit: with those weights at 0 the MLP does not see the features (the
+        form :func:`memlane.predictor.train.fit` takes for ``held_at_zero``).
+
+        Raises:
+            ValueError: ``columns`` is not ``[num_features]``.
+        """
+        if tuple(columns.shape) != (self.config.num_features,):
+            raise ValueError(f"columns must be [{self.config.num_features}], got {tuple(columns.shape)}")
+        mask = torch.zeros(self.gate_hidden.weight.shape, dtype=torch.bool)
+        mask[:, self._feature_columns] = columns.bool().unsqueeze(0)
+        return {"gate_hidden.weight": mask}
+
     @property
     def _feature_columns(self) -> slice:
         """The linear gate's columns that weigh the versioned features (its last ``num_features``)."""
