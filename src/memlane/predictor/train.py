@@ -129,7 +129,7 @@ def _clamp_non_positive(bounded: Mapping[torch.nn.Parameter, torch.Tensor]) -> N
     """Project the masked entries onto ``<= 0`` (projected gradient descent)."""
     with torch.no_grad():
         for p, m in bounded.items():
-            p.copy_(torch.where(m & (p > 0), torch.zeros_like(p), p))
+            p.masked_fill_(m & (p > 0), 0.0)
 
 
 def _epoch_plan(train: Sequence[SessionBatch], rng: random.Random) -> list[SessionBatch]:
