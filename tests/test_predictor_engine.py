@@ -515,6 +515,34 @@ def test_engine_trains_on_loaded_sessions(seeded_db, tmp_path):
     assert report.accepted and report.sample_count == 2 and engine.model_version == 1
 
 
+def test_a_run_asked_for_the_linear_stage_keeps_it_on_any_number_of_sessions(tmp_path, monkeypatch):
+    """``train(stage="linear")`` (Phase 6 bases): only the feature residual and the bilinear term
+    train even where :meth:`PredictorEngine.stage_for` would pick the full stage."""
+    monkeypatch.setattr(C, "FULL_MODEL_MIN_SESSIONS", 20)
+    sessions = synthetic(30)
+    assert PredictorEngine.stage_for(len(sessions)) == "full"
+    engine = new_engine(tmp_path)
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    report = engine.train(sessions, save=False, max_epochs=5, stage="linear")
+    assert report.accepted and report.stage == "linear" and report.best_epoch is None
+    after = engine.model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert "gate_linear.weight" in changed
+    assert changed <= {"gate_linear.weight", "context_bilinear", "memory_basis", "gate_hidden.weight"}
+    assert not engine.model.has_anchor and torch.count_nonzero(after["gate_out.weight"]) == 0
+    # the same sessions without the argument train the full stage
+    full = new_engine(tmp_path / "full").train(sessions, save=False, max_epochs=2)
+    assert full.stage == "full"
+
+
+@pytest.mark.parametrize("stage", ["Linear", "mlp", ""])
+def test_an_unknown_stage_is_refused(tmp_path, stage):
+    engine = new_engine(tmp_path)
+    with pytest.raises(ValueError, match="stage must be"):
+        engine.train(synthetic(4), save=False, stage=stage)
+    assert not engine.trained
+
+
 def test_build_session_rejects_mismatched_lengths():
     with pytest.raises(ValueError):
         build_session(candidates=[feats(0), feats(1)], session_time=datetime(2026, 1, 1), session_gap_hours=0,

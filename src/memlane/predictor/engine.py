@@ -200,7 +200,7 @@ class PredictorEngine:
     def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
               replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
               max_epochs: int | None = None, save: bool = True, influential: bool = True,
-              early_stop_patience: int | None = None) -> TrainReport:
+              early_stop_patience: int | None = None, stage: str | None = None) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
         Only one training runs at a time; scoring continues on the live model meanwhile.
@@ -217,10 +217,18 @@ class PredictorEngine:
             save: write ``model.bin`` after an accepted run.
             influential: the live model currently influences rankings (alpha < 1); only then
                 is the top-5 overlap gate enforced.
+            stage: ``"linear"`` or ``"full"``; None = :meth:`stage_for` the number of labelled
+                sessions. A Phase 6 base is trained in the linear stage on any number of
+                sessions (:func:`memlane.bench.predictor_locomo.train_base`).
 
         Returns:
             a :class:`TrainReport`.
+
+        Raises:
+            ValueError: ``stage`` is neither None, ``"linear"`` nor ``"full"``.
         """
+        if stage not in (None, "linear", "full"):
+            raise ValueError(f"stage must be 'linear', 'full' or None, got {stage!r}")
         with self._train_lock:
             t0 = time.perf_counter()
             labelled = [s for s in sessions if s.labels is not None]
@@ -229,7 +237,7 @@ class PredictorEngine:
                                    duration_ms=(time.perf_counter() - t0) * 1000)
             nd = self.native_dim
             seen_now = {s.session_id for s in [*labelled, *replay] if s.session_id}
-            stage = self.stage_for(len(labelled))
+            stage = stage or self.stage_for(len(labelled))
             linear = stage == "linear"
             if stage != self.stage:
                 self.stage, self.optimizer = stage, self._new_optimizer(self.model, stage)
