@@ -159,11 +159,15 @@ def test_soft_negative_over_06_similarity(sim: float | None, expected: float) ->
     (dict(was_injected=False, similarity=0.9), 0.0, 0.25),  # soft negative: no evidence of use
     (dict(was_injected=False, similarity=0.3), 0.0, 0.0),
     (dict(was_injected=False, similarity=0.9, fts_hit_count=2), 0.6, 0.6),  # the FTS floor still counts
-    (dict(was_injected=False, similarity=0.9, agent_score=1.0), 0.76, 0.76),  # 0.7 * 1 + 0.1 * 0.6
+    (dict(was_injected=False, similarity=0.9, agent_score=1.0), 0.7, 0.76),  # 0.7 * 1 (+ 0.1 * 0.6 trained)
+    # rated 0: the session's continuity (0.1 * 0.6) is no evidence this memory was used
+    (dict(was_injected=True, similarity=0.9, agent_score=0.0), 0.0, 0.06),
+    (dict(was_injected=True, agent_score=0.5, fts_hit_count=1), 0.45, 0.51),  # 0.35 + 0.2 * 0.5
+    (dict(was_injected=True, agent_score=0.0, fts_hit_count=2), 0.3, 0.3),  # the FTS bump still counts
     (dict(was_injected=True, similarity=0.9, relevance=0.8), 0.8, 0.8),
     (dict(was_injected=False, similarity=0.9, superseded=True), -0.3, -0.3),
 ])
-def test_evaluation_relevance_is_the_label_without_the_soft_negative(kw: dict, expected: float,
+def test_evaluation_relevance_is_the_label_without_the_soft_negative_and_the_rated_continuity(kw: dict, expected: float,
                                                                      label: float) -> None:
     s = SessionOutcome(0.6, 0.9)
     assert evaluation_relevance(CandidateSignals(**kw), s) == approx(expected)

@@ -34,6 +34,7 @@ from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.services.clock import now_iso
 from memlane.services.inputs import RememberInput
+from memlane.sessions import labels
 from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
@@ -312,7 +313,13 @@ def test_the_comparison_counts_a_soft_negative_as_irrelevant(world):
     pool = [r for r in rows(c, key) if r["memory_id"] in relevance]
     soft = [r for r in pool if json.loads(r["label_reason"]) == ["not_injected:soft_negative"]]
     assert soft and all(r["label"] == 0.25 and relevance[r["memory_id"]] == 0.0 for r in soft)
-    assert all(relevance[r["memory_id"]] == pytest.approx(r["label"]) for r in pool if r not in soft)
+    # a rated memory counts its rating and FTS term, without the session's continuity term
+    rated = [r for r in pool if r["agent_relevance_score"] is not None]
+    assert rated and all(json.loads(r["label_reason"])[0].startswith("agent:") for r in rated)
+    for r in rated:
+        expected = min(1.0, 0.7 * r["agent_relevance_score"] + 0.2 * labels.fts_adjustment(r["fts_hit_count"]))
+        assert relevance[r["memory_id"]] == pytest.approx(expected)
+    assert all(relevance[r["memory_id"]] == pytest.approx(r["label"]) for r in pool if r not in soft + rated)
     assert any(v > 0 for v in relevance.values())
 
 

@@ -121,12 +121,24 @@ def test_ema_arithmetic_win_win_loss():
     assert s.comparisons == 3 and s.recent_wins == [1, 1, 0]
 
 
-def test_tie_is_not_a_win():
-    s = PolicyState(success_rate=0.5)
+def test_tie_is_not_a_win_and_moves_no_success_rate():
+    s = PolicyState(success_rate=0.5, margin_ema=0.1)
     out = record(s, TIE)
-    assert out.won is False and s.success_rate == pytest.approx(0.45)
+    assert out.won is False and s.success_rate == pytest.approx(0.5)
+    # it is a comparison with a margin of 0: the margin EMA and window take it
     assert out.ema_updated and s.comparisons == 1 and s.recent_margins == [0.0]
+    assert s.margin_ema == pytest.approx(0.09)
     assert s.recent_wins == []  # a tie decides nothing: it stays out of the cold-start window
+
+
+def test_a_tie_moves_no_project_slice():
+    s = PolicyState()
+    record(s, WIN, project="/p/a")
+    record(s, TIE, project="/p/a")
+    record(s, TIE, project="/p/b")
+    assert s.project_rates == {"/p/a": [pytest.approx(0.1), 1]}
+    record(s, LOSS, project="/p/b")
+    assert s.project_rates["/p/b"] == [0.0, 1]
 
 
 def test_confidence_gate_059_skipped_06_counted():

@@ -36,7 +36,8 @@ class PolicyState:
     """The daemon's view of the predictor's track record (persisted as JSON).
 
     Attributes:
-        success_rate: EMA (factor 0.1) of session wins, [0, 1]; starts at 0 (no record).
+        success_rate: EMA (factor 0.1) of session wins over the decisive comparisons (a tie
+            leaves it unchanged, see :func:`record_comparison`), [0, 1]; starts at 0 (no record).
         comparisons: EMA-eligible comparisons seen.
         recent_wins: wins (1/0) of the last ``COLD_START_WINDOW`` decisive comparisons (eligible
             ones whose two NDCG@10 differ; a tie decides nothing, see :func:`record_comparison`).
@@ -51,8 +52,9 @@ class PolicyState:
         sessions_since_train: training-grade sessions since the last training run.
         project_rates: per-project ``{project: [ema, count]}`` slices (at most 5, newest kept).
         last_trained: ISO time of the last accepted training run.
-        margin_ema: EMA (factor 0.1) of ``predictor_ndcg - baseline_ndcg`` over the same
-            sessions as the success rate (memlane's margin guard, see :func:`alpha_for`).
+        margin_ema: EMA (factor 0.1) of ``predictor_ndcg - baseline_ndcg`` over every
+            EMA-eligible comparison, ties included at 0 (memlane's margin guard, see
+            :func:`alpha_for`).
         recent_margins: ``predictor_ndcg - baseline_ndcg`` (NDCG@10 points, in [-1, 1]) of the
             last :data:`~memlane.predictor.settings.MARGIN_WINDOW` EMA-eligible comparisons,
             oldest first (the margin window, see :func:`alpha_for`). A state saved before this
@@ -271,18 +273,19 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     Cold start exits when trained, at least ``min_training_sessions`` training-grade sessions
     were seen and more than 40 % of the last 10 *decisive* comparisons were wins.
 
-    A tie (``predictor_ndcg == baseline_ndcg``) is a loss for the success rate, as the seed
-    writes it, but it does not enter the cold-start window: both rankings put the labelled
-    memories at the same places (or both missed them), so it says nothing about which one is
-    better. Most ties come before the first training, when the untrained model's scores are
-    all equal and its ranking is the candidate order, the baseline's own (6-9 of the first 10
-    sessions of each simulated user; the seed's comparisons "begin as soon as the first
-    training completes"). So the window now holds 10 comparisons of trained models. After
-    training, ties are rare (0-3 in 170 comparisons per simulated user); one of them, at
-    session 24, held seed 1's window at 4 of 10 wins. Exits over seeds 0-7 went from
-    18/40/27/21/20/20/31/25 to 21/30/27/21/21/22/31/25 (docs/predictor.md, "Ties and the
-    cold-start window"). The margin guard of :func:`alpha_for` still holds alpha at 1 for a
-    model that does not gain.
+    A tie (``predictor_ndcg == baseline_ndcg``) moves neither the success rate, nor its
+    project's slice, nor the cold-start window; it enters the margin EMA and the margin window
+    as a margin of 0. Both rankings put the labelled memories at the same places (or both
+    missed them), so it says nothing about which one is better. The seed counts it as a loss
+    (``session_win = predictor_ndcg > baseline_ndcg``). Most ties come before the first
+    training, when the untrained model's ranking is the baseline's own. Once the session-end
+    relevance stopped paying the served ranking for memories the agent rated 0
+    (:func:`memlane.sessions.labels.evaluation_relevance`), ties are also most of LoCoMo's
+    comparisons, and as losses they held a predictor that won most decisive comparisons at
+    alpha 1 and set off drift resets. Without them in the success rate, LoCoMo pool 50 went
+    from +0.011 to +0.025 fused from scratch and from +0.017 to +0.033 with Phase 6
+    (docs/predictor.md, "Ties move no success rate"). The margin guard of :func:`alpha_for`
+    still holds alpha at 1 for a model that does not gain.
 
     A drift reset (success rate < 0.3 for ``drift_reset_window`` consecutive sessions after
     exit) sets alpha back to 1.0, the EMA to 0.5 and asks for a retrain (seed "Phase 5b").
@@ -297,14 +300,16 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     exited = drift = False
     if eligible:
         won = bool(predictor_ndcg > baseline_ndcg)  # type: ignore[operator]
-        state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
+        decisive = predictor_ndcg != baseline_ndcg
+        if decisive:
+            state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
         margin = float(predictor_ndcg) - float(baseline_ndcg)  # type: ignore[arg-type]
         state.margin_ema = _ema(state.margin_ema, margin)
         state.recent_margins = [*state.recent_margins, margin][-C.MARGIN_WINDOW:]
         state.comparisons += 1
-        if predictor_ndcg != baseline_ndcg:
+        if decisive:
             state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
-        if project:
+        if project and decisive:
             ema, n = state.project_rates.pop(project, [0.0, 0])
             state.project_rates[project] = [_ema(ema, 1.0 if won else 0.0), n + 1]
             while len(state.project_rates) > C.MAX_PROJECT_SLICES:

@@ -169,19 +169,29 @@ def build_label(c: CandidateSignals, s: SessionOutcome) -> Label:
 def evaluation_relevance(c: CandidateSignals, s: SessionOutcome) -> float:
     """The candidate's relevance for the session-end comparison of the two rankings.
 
-    This is the training label without the soft negative. Seed "Success Rate Tracking" takes
-    the relevance of a non-injected memory from "a second lightweight pass, or defaulted to 0.0
-    if confidently irrelevant". The soft negative ("Training Signals": 0.25 when the cosine to
-    the context passes 0.6) is a training device and no evidence of use. Read as relevance,
-    it pays a ranking for agreeing with the baseline's own similarity signal.
+    This is the training label without two terms that are no evidence of use:
 
-    On the simulated user (seeds 0-5), 27 % of the comparisons that moved the EMA had a soft
-    negative in their pool (docs/predictor.md, "The comparison's relevance"). Agent ratings,
-    judged relevance, FTS evidence and the negative overrides count as in :func:`build_label`.
+    * the soft negative. Seed "Success Rate Tracking" takes the relevance of a non-injected
+      memory from "a second lightweight pass, or defaulted to 0.0 if confidently irrelevant".
+      The soft negative ("Training Signals": 0.25 when the cosine to the context passes 0.6)
+      is a training device. Read as relevance, it pays a ranking for agreeing with the
+      baseline's own similarity signal. On the simulated user (seeds 0-5), 27 % of the
+      comparisons that moved the EMA had one in their pool (docs/predictor.md, "The
+      comparison's relevance").
+    * the continuity term of an agent-rated memory (``0.1 * continuity``, one number for the
+      whole session). Only shown memories can be rated, so a memory the agent rated 0 still
+      counted 0.01-0.02, which paid whichever ranking was served: on LoCoMo most sessions
+      where both rankings put the evidence at the same places were baseline "wins" by ~0.015
+      (docs/predictor.md, "Ties move no success rate").
+
+    Agent ratings with their FTS term, judged relevance, FTS evidence and the negative
+    overrides count as in :func:`build_label`.
 
     Returns:
         a relevance in [-0.5, 1].
     """
+    if c.agent_score is not None:
+        s = replace(s, score=0.0)  # the agent's rating path reads the score only for the continuity term
     return build_label(replace(c, similarity=None), s).value
 
 
