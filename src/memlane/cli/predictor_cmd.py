@@ -55,7 +55,8 @@ def status_table(st: dict[str, Any]) -> Table:
     t.add_column("what", style="bold")
     t.add_column("value")
     t.add_row("phase", f"{st['phase']} (alpha {float(st.get('alpha', 1.0)):.2f}: the baseline's weight in the fusion)")
-    t.add_row("success rate", f"{float(s.get('success_rate', 0.0)):.2f} (EMA of wins over the baseline, NDCG@10); "
+    t.add_row("success rate", f"{float(s.get('success_rate', 0.0)):.2f} "
+              "(EMA of wins over the baseline, NDCG@10, ties left out); "
               f"margin EMA {float(s.get('margin_ema', 0.0)):+.3f}")
     t.add_row("sessions", f"{s.get('training_sessions', 0)} training-grade, {s.get('comparisons', 0)} compared, "
               f"{st.get('scored_sessions', 0)} scored, {st.get('score_errors', 0)} score errors (baseline served)")
