@@ -413,12 +413,13 @@ def _held_at_zero(live: MemoryScorer, constant: torch.Tensor, non_positive: torc
     (``constant`` and ``non_positive``: bool ``[NUM_FEATURES]``).
 
     The MLP cannot be held to a sign, so a bounded feature reaches the score only through its
-    linear weight. A Phase 6 base is a full-stage model trained on other conversations' LoCoMo
-    sessions: its MLP had learned "older is better" with no bound, and the linear-stage
-    fine-tune does not train the MLP. Holding its age inputs at 0 took Phase 6's predictor
-    alone from 0.461 to 0.510 (docs/predictor.md, "Age may only count against a memory"). In
-    the linear stage the MLP's output layer is still 0 on a new model, so this changes nothing
-    there; an older base or checkpoint loses its MLP's age inputs at its next run.
+    linear weight. It matters for a model whose MLP trained: the full stage, and a full-stage
+    Phase 6 base or checkpoint written before the bound, whose MLP had learned "older is
+    better" and which a linear-stage fine-tune does not retrain. On such bases (the bench's,
+    before they became linear-stage models) holding the age inputs at 0 took Phase 6's
+    predictor alone from 0.461 to 0.510 (docs/predictor.md, "Age may only count against a
+    memory"). In the linear stage of a new model the MLP's output layer is 0, so this changes
+    nothing there.
     """
     return {**live.feature_column_mask(constant), **live.mlp_feature_mask(non_positive)}
 
