@@ -148,18 +148,23 @@ def alpha_for(state: PolicyState) -> float:
       sessions that follow (LoCoMo conv-30: margin EMA +0.01 to +0.04 while learning, -0.046
       fused NDCG@10 on its held-out questions at alpha 0.57; docs/predictor.md).
     * **Once the window is full**, the window alone decides: alpha is 1.0 while the mean margin
-      of the last 20 is below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN` (0.035).
-      The EMA (factor 0.1) weighs the last ~10 sessions; a streak of wins after a weak stretch
-      lifts it over 0.05 while the gain is not sustained. On LoCoMo with the daemon's pool of
-      100 two conversations earned alpha 0.45 / 0.56 that way (margin EMA +0.060 / +0.059,
-      mean of their last 20 margins +0.029 / +0.005) and lost 0.027 / 0.011 fused NDCG@10 on
-      their held-out questions; conversations whose gain held (last-20 means +0.069 / +0.086)
-      kept their alpha. The EMA is no longer consulted then: with a per-session margin
-      standard deviation of ~0.2 it crosses 0.05 every few sessions, and asking both
-      statistics to pass took the influence away on each dip of either. On the simulated
-      user, seed 0, the EMA guard alone held alpha at 1.0 for sessions 112-120 while the
-      last-20 mean stayed at +0.045 to +0.057, and recovery after the project change took 22
-      sessions instead of 10 (docs/predictor.md, "Margin guard").
+      of the last 20 is below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN` (0: a
+      model that loses on average has no influence; a window of ties keeps what the success
+      rate earned). The EMA (factor 0.1) weighs the last ~10 sessions; a streak of wins after
+      a weak stretch lifts it over 0.05 while the gain is not sustained. The EMA is no longer
+      consulted then: with a per-session margin standard deviation of ~0.2 it crosses 0.05
+      every few sessions, and asking both statistics to pass took the influence away on each
+      dip of either. On the simulated user, seed 0, the EMA guard alone held alpha at 1.0 for
+      sessions 112-120 while the last-20 mean stayed at +0.045 to +0.057, and recovery after
+      the project change took 22 sessions instead of 10 (docs/predictor.md, "Margin guard").
+      The window first asked for a mean gain of 0.035, fitted to four LoCoMo losses of older
+      models on a thin margin. Once ties left the success rate (:func:`record_comparison`),
+      three quarters of LoCoMo's comparisons are ties at margin 0, and 0.035 held models that
+      won most decisive comparisons at alpha 1 (Phase 6 conv-47 / conv-50 at last-20 means
+      +0.031 / +0.033). At 0: LoCoMo pool 50 fused +0.025 -> +0.032 from scratch and +0.033 ->
+      +0.039 with Phase 6 (paired +0.008 [+0.004, +0.012] / +0.006 [+0.003, +0.011]), worst
+      conversation unchanged; 24 simulated users +0.002 [+0.001, +0.003] over all 200
+      sessions (docs/predictor.md, "The margin window asks for a gain above 0").
 
     Asking for a full window before any influence was tried and not kept: it delayed the
     simulated user's first influence from session 17 to 22, which changed which models its
