@@ -230,8 +230,39 @@ def test_predictor_status_table_shows_trouble_and_project_slices():
     for want in ("[predictor: disabled | crashes=3/hr]", "success rate", "0.62", "+0.071", "40 scored, 7 score errors",
                  "model v4, trained 2026-11-22T10:00:00Z", "p50 3.2 / p95 9.5 ms over 40",
                  "disabled, pid -, 3 restarts, 3 crashes in the last hour", "crash 3, timeout 4",
-                 "acme: 0.70 over 12, ledger: 0.25 over 5"):
+                 "acme: 0.70 over 12, ledger: 0.25 over 5",
+                 "no margins yet; lets the success rate decide alpha"):
         assert want in text, want
+
+
+def test_predictor_status_table_says_why_the_margin_guard_holds_alpha_at_one():
+    """A person asking why alpha is 1 while the success rate is high reads the margin guard's
+    reason: the last 20 comparisons average a loss, or the EMA is under 0.05 before the
+    window is full."""
+    from rich.console import Console
+
+    from memlane.cli.predictor_cmd import status_table
+
+    base = {"enabled": True, "phase": "active", "alpha": 1.0, "status_line": "[predictor: active]",
+            "scored_sessions": 60, "score_errors": 0, "training": False}
+    losing = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.02, "cold_start_exited": True,
+                                "recent_margins": [0.1] * 8 + [-0.1] * 12}}
+    console = Console(width=240, record=True)
+    console.print(status_table(losing))
+    text = console.export_text()
+    assert "last 20 margins average -0.020" in text
+    assert "holds alpha at 1: the last 20 comparisons average a margin of -0.020 NDCG@10" in text
+    early = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.03, "cold_start_exited": True,
+                               "recent_margins": [0.03] * 12}}
+    console = Console(width=240, record=True)
+    console.print(status_table(early))
+    text = console.export_text()
+    assert "the margin EMA is +0.030 NDCG@10 (below 0.05) and the window holds 12 of 20 comparisons" in text
+    gaining = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.0, "cold_start_exited": True,
+                                 "recent_margins": [0.01] * 20}}
+    console = Console(width=240, record=True)
+    console.print(status_table(gaining))
+    assert "last 20 margins average +0.010; lets the success rate decide alpha" in console.export_text()
 
 
 def test_an_error_a_command_lets_through_is_one_line_not_a_traceback(tmp_path):

@@ -645,3 +645,26 @@ def test_status_line_of_every_phase_follows_the_state():
     assert status_line(active, "disabled", crashes_last_hour=3) == \
         "[predictor: disabled | crashes=3/hr | baseline fallback]"
     assert status_line(active, "retraining") == "[predictor: retraining | drift detected | baseline fallback]"
+
+
+def test_the_margin_guard_reason_is_what_alpha_for_applies():
+    """``margin_guard_reason`` names a reason exactly when the guard holds an exited,
+    non-drifting predictor at alpha 1, for both forms of the guard."""
+    from memlane.predictor import settings as C
+    from memlane.predictor.policy import margin_guard_reason
+
+    cases = [
+        ([0.1] * C.MARGIN_WINDOW, 0.0, None),  # full window with a gain: the EMA is not consulted
+        ([-0.01] * C.MARGIN_WINDOW, 0.2, "average a margin of -0.010"),  # full window with a loss
+        ([0.0] * C.MARGIN_WINDOW, -0.1, None),  # a window of ties keeps the earned alpha
+        ([0.1] * 5, C.MARGIN_GUARD_MIN - 0.01, "holds 5 of 20"),  # early: the EMA decides
+        ([0.1] * 5, C.MARGIN_GUARD_MIN, None),
+    ]
+    for margins, ema, why in cases:
+        s = exited_state(0.7, 30)
+        s.recent_margins, s.margin_ema = list(margins), ema
+        reason = margin_guard_reason(s)
+        if why is None:
+            assert reason is None and alpha_for(s) == pytest.approx(0.3)
+        else:
+            assert reason is not None and why in reason and alpha_for(s) == 1.0

@@ -41,6 +41,18 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{float(v):.1f}"
 
 
+def _margin_guard(state: dict[str, Any]) -> str:
+    """The margin guard's reading of a status ``state`` (:func:`memlane.predictor.policy.margin_guard_reason`)."""
+    from memlane.predictor import policy
+    from memlane.predictor import settings as C
+
+    ps = policy.PolicyState.from_dict(state)
+    window = ps.recent_margins[-C.MARGIN_WINDOW:]
+    mean = f"last {len(window)} margins average {sum(window) / len(window):+.3f}" if window else "no margins yet"
+    why = policy.margin_guard_reason(ps)
+    return f"{mean}; " + (f"holds alpha at 1: {why}" if why else "lets the success rate decide alpha")
+
+
 def status_table(st: dict[str, Any]) -> Table:
     """The ``/api/predictor/status`` object as a two-column table (what a person reads first).
 
@@ -58,6 +70,7 @@ def status_table(st: dict[str, Any]) -> Table:
     t.add_row("success rate", f"{float(s.get('success_rate', 0.0)):.2f} "
               "(EMA of wins over the baseline, NDCG@10, ties left out); "
               f"margin EMA {float(s.get('margin_ema', 0.0)):+.3f}")
+    t.add_row("margin guard", _margin_guard(s))
     t.add_row("sessions", f"{s.get('training_sessions', 0)} training-grade, {s.get('comparisons', 0)} compared, "
               f"{st.get('scored_sessions', 0)} scored, {st.get('score_errors', 0)} score errors (baseline served)")
     trained = f"model v{s.get('model_version', 0)}" + (f", trained {s['last_trained']}" if s.get("last_trained") else

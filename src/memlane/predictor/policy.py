@@ -22,6 +22,7 @@ __all__ = [
     "alpha_for",
     "evaluation_ndcg",
     "exploration_target",
+    "margin_guard_reason",
     "ndcg_of_ranking",
     "phase_of",
     "pick_exploration",
@@ -170,13 +171,7 @@ def alpha_for(state: PolicyState) -> float:
     simulated user's first influence from session 17 to 22, which changed which models its
     overlap gate let through (seed 0's last-50 gain fell +0.106 -> +0.091).
     """
-    if not state.cold_start_exited or state.drifting:
-        return 1.0
-    window = state.recent_margins[-C.MARGIN_WINDOW:]
-    if len(window) >= C.MARGIN_WINDOW:
-        if sum(window) / len(window) < C.MARGIN_WINDOW_MIN:
-            return 1.0
-    elif state.margin_ema < C.MARGIN_GUARD_MIN:
+    if not state.cold_start_exited or state.drifting or margin_guard_reason(state) is not None:
         return 1.0
     alpha = 1.0 - state.success_rate
     n = state.sessions_since_exit
@@ -185,6 +180,32 @@ def alpha_for(state: PolicyState) -> float:
         if n < step * (i + 1):
             return max(alpha, floor)
     return min(max(alpha, 0.0), 1.0)
+
+
+def margin_guard_reason(state: PolicyState) -> str | None:
+    """Why the margin guard of :func:`alpha_for` holds alpha at 1 for ``state``, or None.
+
+    Until :data:`~memlane.predictor.settings.MARGIN_WINDOW` (20) eligible comparisons exist
+    the margin EMA decides (below :data:`~memlane.predictor.settings.MARGIN_GUARD_MIN`,
+    0.05); from then on the mean margin (predictor minus baseline NDCG@10) of the last 20
+    (below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN`, 0). Cold start and drift,
+    which also hold alpha at 1, are not the guard's and give None here.
+
+    Returns:
+        one sentence for a person (``memlane predictor status``), or None when the guard
+        lets the success rate decide.
+    """
+    window = state.recent_margins[-C.MARGIN_WINDOW:]
+    if len(window) >= C.MARGIN_WINDOW:
+        mean = sum(window) / len(window)
+        if mean < C.MARGIN_WINDOW_MIN:
+            return (f"the last {len(window)} comparisons average a margin of {mean:+.3f} NDCG@10 "
+                    f"(below {C.MARGIN_WINDOW_MIN:g}: the model loses on average)")
+        return None
+    if state.margin_ema < C.MARGIN_GUARD_MIN:
+        return (f"the margin EMA is {state.margin_ema:+.3f} NDCG@10 (below {C.MARGIN_GUARD_MIN:g}) "
+                f"and the window holds {len(window)} of {C.MARGIN_WINDOW} comparisons")
+    return None
 
 
 def rrf_fuse(baseline: Sequence[str], predictor: Sequence[str], alpha: float, k: float = 12.0) -> dict[str, float]:
