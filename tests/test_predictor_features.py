@@ -26,7 +26,7 @@ from memlane.predictor.tokenizer import (
 
 
 def test_schema_is_versioned_and_hashed():
-    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 22
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 23
     assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
     assert len(F.SCHEMA_HASH) == 16
     # The hash follows the names and their order.
@@ -51,6 +51,7 @@ def test_feature_matrix_hand_computed():
         pinned=True,
         bm25_score=0.3,
         vector_score=None,
+        query_coverage=0.75,
     )
     row = build_feature_matrix([cand], when)[0]
     got = dict(zip(F.FEATURE_NAMES, row.tolist()))
@@ -73,6 +74,7 @@ def test_feature_matrix_hand_computed():
         "pinned": 1.0,
         "bm25_score": 0.3,
         "vector_score": 0.0,
+        "query_coverage": 0.75,
     }
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, abs=1e-6), name
@@ -86,11 +88,13 @@ def test_feature_matrix_defaults_and_clamps():
     assert m[0, i["log_age_days"]] == 0.0  # clock skew clamped
     assert m[0, i["log_access_count"]] == pytest.approx(math.log(10))
     assert m[0, i["baseline_rank_inv"]] == 0.0 and m[0, i["context_similarity"]] == 0.0
+    assert m[0, i["query_coverage"]] == 0.0
     assert build_feature_matrix([], datetime(2026, 1, 1)).shape == (0, F.NUM_FEATURES)
 
 
 @pytest.mark.parametrize(
-    "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity"]
+    "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity",
+              "query_coverage"]
 )
 def test_feature_matrix_rejects_non_finite(field):
     base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)

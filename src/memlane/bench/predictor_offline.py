@@ -59,7 +59,7 @@ from memlane.predictor import policy
 from memlane.predictor import settings as C
 from memlane.predictor.settings import PredictorSettings
 from memlane.recall.hybrid import boost
-from memlane.predictor.dataset import build_session, derived_signals
+from memlane.predictor.dataset import build_session, derived_signals, with_query_coverage
 from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES
 from memlane.predictor.model import BASELINE_PRIOR
 from memlane.storage import predictor as pred_sql
@@ -264,7 +264,7 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
         out = []
         for i, q in enumerate(questions):
             key = f"{conv.id}-q{q.index}"
-            row = conn.execute("SELECT project, signals, started_at FROM sessions WHERE session_key = ?",
+            row = conn.execute("SELECT project, signals, started_at, context FROM sessions WHERE session_key = ?",
                                (key,)).fetchone()
             if row is None or not row[1]:
                 continue
@@ -275,7 +275,7 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
                                       (key,)).fetchall())
             cands = sorted((r for r in cands if r.features is not None), key=lambda r: ranks.get(r.memory_id) or 0)
             evidence = {mem_of[e] for e in q.evidence if e in mem_of}
-            raw = [dict(r.features or {}) for r in cands]
+            raw = with_query_coverage([r.features or {} for r in cands], row[3] or "", [r.content for r in cands])
             if dating == "answerable" and evidence:
                 last = max(created[m] for m in evidence)
                 when = next((t for t in starts if t > last), last + timedelta(days=1))

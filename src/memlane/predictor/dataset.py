@@ -14,6 +14,10 @@ which needs the projects the user had started sessions in before the session, an
 project-vocabulary flags (schema v5, :mod:`memlane.predictor.vocabulary`), which need every
 memory written before it (the sidecar derives them when it scores, :func:`load_sessions` when
 it loads a session for training).
+
+``query_coverage`` (schema v6) is logged; for a session logged before it existed,
+:func:`load_sessions` computes it from the session's stored context and the memories' text
+with the daemon's own function (:func:`with_query_coverage`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from memlane.predictor.coverage import query_coverage
 from memlane.predictor.data import Session
 from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.features import (
@@ -36,7 +41,7 @@ from memlane.predictor.features import (
 from memlane.storage import predictor as pred_sql
 
 __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_signals", "load_sessions",
-           "signals_to_features"]
+           "signals_to_features", "with_query_coverage"]
 
 #: The per-candidate signal keys (CandidateFeatures' fields), logged as JSON.
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
@@ -109,6 +114,27 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     return out
 
 
+def with_query_coverage(raw: Sequence[Mapping[str, Any]], context: str, texts: Sequence[str]
+                        ) -> list[dict[str, Any]]:
+    """The logged signals ``raw`` ([n] dicts), with ``query_coverage`` computed where it is missing.
+
+    Sessions logged before schema v6 lack the signal; it is a function of the session's stored
+    context and each memory's text (:func:`memlane.predictor.coverage.query_coverage`, as the
+    daemon computes it when it logs), so training gives them the value scoring would have.
+    A logged value is kept as logged.
+
+    Raises:
+        ValueError: ``raw`` and ``texts`` differ in length.
+    """
+    if len(raw) != len(texts):
+        raise ValueError("raw signals and texts must have the same length")
+    out = [dict(r) for r in raw]
+    if any("query_coverage" not in r for r in out):
+        for r, c in zip(out, query_coverage(context or "", texts)):
+            r.setdefault("query_coverage", c)
+    return out
+
+
 def _project_and_content(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str]]:
     out: dict[str, tuple[str | None, str]] = {}
     for i in range(0, len(ids), 500):
@@ -139,7 +165,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             mentions_project=bool(raw.get("mentions_project", False)),
             names_other_project=bool(raw.get("names_other_project", False)),
             shares_project_vocabulary=bool(raw.get("shares_project_vocabulary", False)),
-            shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)))
+            shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)),
+            query_coverage=float(raw.get("query_coverage") or 0.0))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -223,8 +250,9 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
             ctx = _vector(s.context_vector, native_dim) if s.context_model == embedding_model else None
             derived = derived_signals(conn, [r.memory_id for r in rows], project=s.project, session_time=when,
                                       vocabulary=vocabulary)
+            logged = with_query_coverage([r.features or {} for r in rows], s.context or "", [r.content for r in rows])
             out.append(build_session(
-                candidates=[{**(r.features or {}), **derived[r.memory_id]} for r in rows], session_time=when,
+                candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(rows, logged)], session_time=when,
                 session_gap_hours=float(sig.get("session_gap_hours", 0.0)),
                 candidate_vectors=[_vector(r.vector, native_dim) for r in rows],
                 candidate_texts=[r.content for r in rows], context_vector=ctx, context_text=s.context or "",

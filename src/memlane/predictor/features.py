@@ -36,7 +36,7 @@ __all__ = [
     "project_name",
 ]
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -62,6 +62,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "names_other_project",  # 1 when the memory is stored under or names another project of the user
     "shares_project_vocabulary",  # 1 when a memory naming no project uses words only the session's project's notes use
     "shares_other_project_vocabulary",  # 1 when it uses words only another project's notes use
+    "query_coverage",  # share of the session context's stemmed query terms the memory's own text holds, [0, 1]
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -130,7 +131,14 @@ class CandidateFeatures:
             its text contains a token that only memories of the session's project contain
             (:mod:`memlane.predictor.vocabulary`).
         shares_other_project_vocabulary: the same, for a token of another project.
+        query_coverage: the share of the session context's query terms (stemmed, stop words
+            out) that the memory's own text contains, [0, 1] (:mod:`memlane.predictor.coverage`);
+            0 when the context has no term.
 
+    Schema v6 added ``query_coverage``: the recall matches a memory through its own text and the
+    context indexed with it, and only this says which of the query's terms the memory itself
+    holds (LoCoMo held-out questions, listwise linear model: +0.055 -> +0.069 NDCG@10 over the
+    baseline; docs/predictor.md, "Query-term coverage").
     Schema v5 added the two vocabulary flags: about a third of the candidates of a user's
     vague session starts are notes of some project that name none ("Deploys go out via make
     release to fly.io"), and only their words say which project (docs/predictor.md).
@@ -159,6 +167,7 @@ class CandidateFeatures:
     names_other_project: bool = False
     shares_project_vocabulary: bool = False
     shares_other_project_vocabulary: bool = False
+    query_coverage: float = 0.0
 
 
 def project_name(project: str | None) -> str | None:
@@ -242,6 +251,7 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             float(bool(c.names_other_project)),
             float(bool(c.shares_project_vocabulary)),
             float(bool(c.shares_other_project_vocabulary)),
+            _finite(c.query_coverage, "query_coverage", i),
         ]
     return rows
 
@@ -294,6 +304,7 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
             "shares_project_vocabulary": [bool(r.get("shares_project_vocabulary", False)) for r in signals],
             "shares_other_project_vocabulary": [bool(r.get("shares_other_project_vocabulary", False))
                                                 for r in signals],
+            "query_coverage": opt("query_coverage"),
         }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
@@ -305,7 +316,7 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     already inverted, None already 0); None when a numeric column holds a non-finite value."""
     numeric = {k: np.array(cols[k], dtype=np.float64) for k in (
         "age_days", "importance", "access_count", "session_gap_hours", "baseline_score",
-        "context_similarity", "bm25_score", "vector_score")}
+        "context_similarity", "bm25_score", "vector_score", "query_coverage")}
     if not all(np.isfinite(v).all() for v in numeric.values()):
         return None
     n = len(cols["age_days"])
@@ -316,7 +327,7 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     rows[:, i["log_access_count"]] = np.log1p(np.maximum(numeric["access_count"], 0.0))
     rows[:, i["tod_sin"]:i["moy_cos"] + 1] = times
     rows[:, i["log_session_gap_hours"]] = np.log1p(np.maximum(numeric["session_gap_hours"], 0.0))
-    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score"):
+    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score", "query_coverage"):
         rows[:, i[name]] = numeric[name]
     for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",
                  "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary"):

@@ -124,9 +124,9 @@ class PredictorService:
 
     # -- session-start ------------------------------------------------------------------
     def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float,
-                          project: str | None = None) -> dict[str, dict[str, Any]]:
+                          project: str | None = None, context_text: str = "") -> dict[str, dict[str, Any]]:
         """Raw per-candidate signals (:func:`memlane.services.predictor_signals.candidate_signals`)."""
-        return candidate_signals(self.index, self.db, pool, now_epoch, project)
+        return candidate_signals(self.index, self.db, pool, now_epoch, project, context_text)
 
     def rank(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
              project: str | None, now: str, last_start: str | None) -> RankDecision:
@@ -165,7 +165,7 @@ class PredictorService:
         baseline = [p.memory_id for p in pool]
         local = datetime.fromtimestamp(now_epoch, tz=timezone.utc).astimezone()
         gap = max(0.0, (now_epoch - iso_to_epoch(last_start)) / 3600.0) if last_start else 0.0
-        features = self.candidate_signals(pool, now_epoch, project)
+        features = self.candidate_signals(pool, now_epoch, project, context_text)
         with self._lock:
             alpha = 1.0 if self.disabled else policy.alpha_for(self.state)
             phase = policy.phase_of(self.state, disabled=self.disabled,

@@ -4,7 +4,8 @@ predictive-memory-scorer.md "Additional scoring signals": each candidate's raw s
 logged at scoring time (``session_memories.features``) and sent in the ``score`` request;
 training rebuilds the feature matrix from the very same logged values
 (:func:`memlane.predictor.dataset.build_session`), so serving and training never disagree.
-Reads only the in-memory index and, with a project, one query for the mention signal.
+Reads the in-memory index, the candidates' texts (``query_coverage``) and, with a project, one
+query for the mention signal.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from memlane.predictor.coverage import query_coverage
 from memlane.predictor.features import project_name
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.predictor_types import PoolMember
@@ -35,7 +37,7 @@ def mentions_project(row: tuple[str, str | None] | None, project: str | None, na
 
 
 def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMember], now_epoch: float,
-                      project: str | None = None) -> dict[str, dict[str, Any]]:
+                      project: str | None = None, context_text: str = "") -> dict[str, dict[str, Any]]:
     """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`).
 
     Args:
@@ -44,6 +46,8 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
         pool: the candidates in baseline order.
         now_epoch: the session start, Unix seconds.
         project: the session's project, or None.
+        context_text: the session context the pool was recalled for (``query_coverage``:
+            :func:`memlane.predictor.coverage.query_coverage`; "" gives 0 for every candidate).
 
     Returns:
         ``{memory_id: {signal: value}}``; ``age_days`` in days, ``baseline_rank`` 0-based.
@@ -52,8 +56,13 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
     name = project_name(project)
     texts = db.read(lambda c: pred_sql.mention_inputs(c, [p.memory_id for p in pool], project)) \
         if project else {}
+    ids = [p.memory_id for p in pool]
+    coverage = [0.0] * len(pool)
+    if context_text.strip() and pool:
+        contents = db.read(lambda c: pred_sql.memory_texts(c, ids))
+        coverage = query_coverage(context_text, [contents.get(m, "") for m in ids])
     out: dict[str, dict[str, Any]] = {}
-    for p, f in zip(pool, fields):
+    for p, f, cov in zip(pool, fields, coverage):
         out[p.memory_id] = {
             "age_days": max(0.0, (now_epoch - f["created"]) / 86400.0) if f else 0.0,
             "importance": float(f["importance"]) if f else 0.5,
@@ -65,6 +74,7 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
             "context_similarity": None if p.similarity is None else float(p.similarity),
             "bm25_score": p.bm25_score, "vector_score": p.vector_score,
             "mentions_project": mentions_project(texts.get(p.memory_id), project, name),
+            "query_coverage": cov,
         }
     return out
 

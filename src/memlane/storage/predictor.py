@@ -108,6 +108,18 @@ def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -
     return out
 
 
+def memory_texts(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+    """``{memory_id: content}`` for the ids that exist (the ``query_coverage`` signal)."""
+    out: dict[str, str] = {}
+    cur = conn.cursor()
+    cur.row_factory = None
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i:i + 500])
+        for r in cur.execute(f"SELECT id, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[r[0]] = r[1]
+    return out
+
+
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
     """Session keys of the canary set, the oldest session first."""
     return [r[0] for r in conn.execute("""SELECT pc.session_key FROM predictor_canary pc
