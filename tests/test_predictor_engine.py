@@ -17,6 +17,7 @@ from memlane.predictor import checkpoint as ckpt
 from memlane.predictor import settings as C
 from memlane.predictor.checkpoint import CheckpointMeta
 from memlane.predictor.data import collate
+from memlane.predictor.coverage import query_coverage
 from memlane.predictor.dataset import build_session, load_sessions
 from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine, load_or_fresh, non_positive_columns
 from memlane.predictor.errors import (
@@ -448,12 +449,14 @@ def test_load_sessions_round_trip(seeded_db):
     assert list(good.candidate_texts) == ["", "", "", "", "", "memory five text", "memory six text"]
     np.testing.assert_array_equal(good.context_embedding, ctx)
     assert good.context_text == ""
-    # The exact feature matrix serving would build: local session time and the logged gap.
+    # The exact feature matrix serving would build: local session time and the logged gap. The
+    # rows were logged without query_coverage (before schema v6): training computes it from the
+    # session's context "context text" and each memory's text ("memory 3 text"): 1 of 2 terms.
     when = datetime.fromisoformat("2026-02-03T09:30:00+01:00")
     expected = build_feature_matrix([CandidateFeatures(
         age_days=2.0 + i, importance=0.1 * i, access_count=i, session_gap_hours=6.5, is_embedded=i < 5,
         is_superseded=i == 4, baseline_score=1.0 / (i + 1), baseline_rank=i, context_similarity=0.05 * i,
-        pinned=i == 0) for i in range(7)], when)
+        pinned=i == 0, query_coverage=0.5) for i in range(7)], when)
     np.testing.assert_array_equal(good.features, expected)
 
     other = sessions[1]
@@ -491,7 +494,10 @@ def test_scoring_path_builds_the_same_session_as_training(seeded_db):
     stored = load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM, min_confidence=0.6, keys=["good"])[0]
     ctx = conn.execute("SELECT context_vector FROM sessions WHERE session_key = 'good'").fetchone()[0]
     ids = [f"m{i}" for i in range(7)]
-    params = {"candidate_ids": ids, "candidates": [feats(i) for i in range(7)],
+    # a v6 daemon logs and sends query_coverage for its context (what training backfills here)
+    texts = [conn.execute("SELECT content FROM memories WHERE id = ?", (m,)).fetchone()[0] for m in ids]
+    cov = query_coverage("context text", texts)
+    params = {"candidate_ids": ids, "candidates": [{**feats(i), "query_coverage": cov[i]} for i in range(7)],
               "session_time": "2026-02-03T09:30:00+01:00", "session_gap_hours": 6.5, "project": "proj",
               "context_embedding": np.frombuffer(ctx, dtype="<f4").tolist()}
     got_ids, served = parse_score_params(

@@ -50,9 +50,9 @@ LABEL_SCALE = 5.0                   # ListNet target sharpening (losses/listnet.
 # linear residual over the feature schema trains, full-batch (one step per epoch).
 FULL_MODEL_MIN_SESSIONS = 300
 LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
-LINEAR_STAGE_MAX_EPOCHS = 200
-LINEAR_STAGE_PATIENCE = 40
-PRIOR_STRENGTH = 5.0                # c of the linear weights' Gaussian prior: lambda = c / training sessions
+LINEAR_STAGE_MAX_EPOCHS = 400       # full-batch Adam steps: 200 stopped short of the MAP (docs/predictor.md, "The linear stage fits its prior's optimum")
+LINEAR_STAGE_PATIENCE = 80
+PRIOR_STRENGTH = 1.0                # c of the linear weights' Gaussian prior: lambda = c / training sessions (was 5)
 # Features whose linear weight may only be <= 0 (train.fit's non_positive): being older never
 # raises a memory's score. docs/predictor.md, "Age may only count against a memory".
 NON_POSITIVE_FEATURES: tuple[str, ...] = ("log_age_days",)
