@@ -270,7 +270,9 @@ def test_item7_session_start_injects_the_rrf_fusion_of_both_recorded_rankings(ho
     assert {r["memory_id"] for r in got if r["was_injected"]} == set(order[:5])
     # the alpha matters: alpha 1 (the baseline alone) and alpha 0 (the predictor alone) give other orders
     assert expected_fusion(b_rank, p_rank, 1.0, vectors)[0] != order
-    assert expected_fusion(b_rank, p_rank, 0.0, vectors)[0] != order
+    # nearly the predictor's order alone (at exactly 0 the fused scores are 1 / (k + r), and a
+    # diversity factor of 0.55 = 22 / 40 can tie two of them: ranks 10 and 28)
+    assert expected_fusion(b_rank, p_rank, 0.00314159, vectors)[0] != order
     assert any(adjusted[m] != pytest.approx(alpha / (RRF_K + b_rank[m]) + (1 - alpha) / (RRF_K + p_rank[m]),
                                             rel=1e-12) for m in order), "topic diversity never applied"
 
@@ -305,7 +307,10 @@ def test_item15_drift_reset_through_the_service(home, shared_embedder):
     state = policy.PolicyState.from_dict({
         **start.to_dict(), "success_rate": 0.05, "cold_start_exited": True,
         "sessions_since_exit": C.EARLY_ACTIVE_RAMP_SESSIONS, "low_streak": 0, "drifting": False,
-        "margin_ema": 0.1, "recent_margins": [0.1] * C.MARGIN_WINDOW, "sessions_since_train": 0})
+        # a window of the largest margins: the losses below (down to -1 each once the model
+        # disagrees with the injected five) leave its mean above 0, so the margin guard does not
+        # take the influence away before the drift reset this test is about
+        "margin_ema": 0.1, "recent_margins": [1.0] * C.MARGIN_WINDOW, "sessions_since_train": 0})
     assert policy.alpha_for(state) == pytest.approx(0.95)
     persist_state(home, state)
     with opened(home, shared_embedder, drift_reset_window=window, min_training_sessions=1,
