@@ -49,7 +49,7 @@ class QueryCoverage:
     """Stemmed query-term coverage with a bounded cache of memory term sets (thread-safe).
 
     Each distinct text is tokenised once by SQLite's own FTS5 tokenizer (an in-memory table,
-    :class:`memlane.recall.fts_cache.Tokenizer`, ~10 us a text) and kept while among the
+    :class:`memlane.recall.fts_cache.Tokenizer`, ~30 us a text) and kept while among the
     :data:`MAX_CACHED_TEXTS` most recently used.
     """
 

@@ -4,8 +4,8 @@ predictive-memory-scorer.md "Additional scoring signals": each candidate's raw s
 logged at scoring time (``session_memories.features``) and sent in the ``score`` request;
 training rebuilds the feature matrix from the very same logged values
 (:func:`memlane.predictor.dataset.build_session`), so serving and training never disagree.
-Reads the in-memory index, the candidates' texts (``query_coverage``) and, with a project, one
-query for the mention signal.
+Reads the in-memory index and, with a session context or a project, the candidates' texts in
+one query (``query_coverage``, ``mentions_project``).
 """
 
 from __future__ import annotations
@@ -54,13 +54,14 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
     """
     fields = index.candidate_fields([p.seq for p in pool])
     name = project_name(project)
-    texts = db.read(lambda c: pred_sql.mention_inputs(c, [p.memory_id for p in pool], project)) \
-        if project else {}
     ids = [p.memory_id for p in pool]
     coverage = [0.0] * len(pool)
-    if context_text.strip() and pool:
-        contents = db.read(lambda c: pred_sql.memory_texts(c, ids))
-        coverage = query_coverage(context_text, [contents.get(m, "") for m in ids])
+    texts: dict[str, tuple[str, str | None]] = {}
+    if context_text.strip() and pool:  # one read of every candidate's text serves both signals
+        texts = db.read(lambda c: pred_sql.contents_and_projects(c, ids))
+        coverage = query_coverage(context_text, [texts.get(m, ("", None))[0] for m in ids])
+    elif project:
+        texts = db.read(lambda c: pred_sql.mention_inputs(c, ids, project))
     out: dict[str, dict[str, Any]] = {}
     for p, f, cov in zip(pool, fields, coverage):
         out[p.memory_id] = {

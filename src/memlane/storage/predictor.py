@@ -108,15 +108,18 @@ def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -
     return out
 
 
-def memory_texts(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
-    """``{memory_id: content}`` for the ids that exist (the ``query_coverage`` signal)."""
-    out: dict[str, str] = {}
+def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """``{memory_id: (content, project)}`` for the ids that exist: the ``query_coverage`` signal
+    reads every candidate's text, and the ``mentions_project`` signal takes the same rows
+    (:func:`mention_inputs` is the narrower read when only that signal needs them)."""
+    out: dict[str, tuple[str, str | None]] = {}
     cur = conn.cursor()
     cur.row_factory = None
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
-        for r in cur.execute(f"SELECT id, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
-            out[r[0]] = r[1]
+        for r in cur.execute(f"SELECT id, content, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
+                             chunk):
+            out[r[0]] = (r[1], r[2])
     return out
 
 
