@@ -28,6 +28,7 @@ from memlane.predictor.errors import (
 )
 from memlane.predictor.features import (
     CURRENT_SCHEMA,
+    FEATURE_INDEX,
     NUM_FEATURES,
     CandidateFeatures,
     FeatureSchema,
@@ -452,11 +453,14 @@ def test_load_sessions_round_trip(seeded_db):
     # The exact feature matrix serving would build: local session time and the logged gap. The
     # rows were logged without query_coverage (before schema v6): training computes it from the
     # session's context "context text" and each memory's text ("memory 3 text"): 1 of 2 terms.
+    # content_chars (schema v7) is the length of each memory's text, read with it.
+    texts = ["memory 0 text", "memory 1 text", "memory 2 text", "memory 3 text", "memory 4 text",
+             "memory five text", "memory six text"]
     when = datetime.fromisoformat("2026-02-03T09:30:00+01:00")
     expected = build_feature_matrix([CandidateFeatures(
         age_days=2.0 + i, importance=0.1 * i, access_count=i, session_gap_hours=6.5, is_embedded=i < 5,
         is_superseded=i == 4, baseline_score=1.0 / (i + 1), baseline_rank=i, context_similarity=0.05 * i,
-        pinned=i == 0, query_coverage=0.5) for i in range(7)], when)
+        pinned=i == 0, query_coverage=0.5, content_chars=len(texts[i])) for i in range(7)], when)
     np.testing.assert_array_equal(good.features, expected)
 
     other = sessions[1]
@@ -505,6 +509,9 @@ def test_scoring_path_builds_the_same_session_as_training(seeded_db):
         lookup=lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()})
     assert got_ids == ids
     np.testing.assert_array_equal(served.features, stored.features)
+    lengths = served.features[:, FEATURE_INDEX["log_content_chars"]]  # schema v7, from the texts on both paths
+    np.testing.assert_allclose(lengths, [np.log1p(len(t)) / 6.0 for t in texts], rtol=1e-6)
+    assert lengths.min() > 0
     np.testing.assert_array_equal(served.candidate_embeddings, stored.candidate_embeddings)
     assert list(served.candidate_texts) == list(stored.candidate_texts)
     np.testing.assert_array_equal(served.context_embedding, stored.context_embedding)

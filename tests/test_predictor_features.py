@@ -26,7 +26,7 @@ from memlane.predictor.tokenizer import (
 
 
 def test_schema_is_versioned_and_hashed():
-    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 23
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 24
     assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
     assert len(F.SCHEMA_HASH) == 16
     # The hash follows the names and their order.
@@ -52,6 +52,7 @@ def test_feature_matrix_hand_computed():
         bm25_score=0.3,
         vector_score=None,
         query_coverage=0.75,
+        content_chars=round(math.e**3 - 1),  # 19 chars: log(20) / 6
     )
     row = build_feature_matrix([cand], when)[0]
     got = dict(zip(F.FEATURE_NAMES, row.tolist()))
@@ -75,6 +76,7 @@ def test_feature_matrix_hand_computed():
         "bm25_score": 0.3,
         "vector_score": 0.0,
         "query_coverage": 0.75,
+        "log_content_chars": math.log(20) / 6,
     }
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, abs=1e-6), name
@@ -88,13 +90,13 @@ def test_feature_matrix_defaults_and_clamps():
     assert m[0, i["log_age_days"]] == 0.0  # clock skew clamped
     assert m[0, i["log_access_count"]] == pytest.approx(math.log(10))
     assert m[0, i["baseline_rank_inv"]] == 0.0 and m[0, i["context_similarity"]] == 0.0
-    assert m[0, i["query_coverage"]] == 0.0
+    assert m[0, i["query_coverage"]] == 0.0 and m[0, i["log_content_chars"]] == 0.0
     assert build_feature_matrix([], datetime(2026, 1, 1)).shape == (0, F.NUM_FEATURES)
 
 
 @pytest.mark.parametrize(
     "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity",
-              "query_coverage"]
+              "query_coverage", "content_chars"]
 )
 def test_feature_matrix_rejects_non_finite(field):
     base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)

@@ -166,7 +166,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             names_other_project=bool(raw.get("names_other_project", False)),
             shares_project_vocabulary=bool(raw.get("shares_project_vocabulary", False)),
             shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)),
-            query_coverage=float(raw.get("query_coverage") or 0.0))
+            query_coverage=float(raw.get("query_coverage") or 0.0),
+            content_chars=int(raw.get("content_chars") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -190,7 +191,8 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
         session_time: the session's local start time (time-of-day features).
         session_gap_hours: hours since the previous session.
         candidate_vectors: ``n`` content vectors ``[native_dim]`` or None (text path).
-        candidate_texts: ``n`` memory texts (used where the vector is None).
+        candidate_texts: ``n`` memory texts (the text path where the vector is None, and
+            ``log_content_chars``: their length in characters on every row).
         context_vector: ``[native_dim]`` or None (then ``context_text`` takes the text path).
         project: project name (project slot).
         native_dim: embedding width E.
@@ -203,6 +205,8 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
     n = len(candidates)
     if len(candidate_vectors) != n or len(candidate_texts) != n:
         raise ValueError("candidates, vectors and texts must have the same length")
+    # log_content_chars (schema v7) counts the text both paths hold here, never a logged value.
+    candidates = [{**raw, "content_chars": len(text or "")} for raw, text in zip(candidates, candidate_texts)]
     embedded = np.array([v is not None and v.shape[0] == native_dim for v in candidate_vectors], dtype=bool)
     matrix = feature_matrix_from_signals(candidates, is_embedded=embedded.tolist(),
                                          session_gap_hours=session_gap_hours, session_time=session_time)
