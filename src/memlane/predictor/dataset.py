@@ -18,6 +18,9 @@ it loads a session for training).
 ``query_coverage`` (schema v6) is logged; for a session logged before it existed,
 :func:`load_sessions` computes it from the session's stored context and the memories' text
 with the daemon's own function (:func:`with_query_coverage`).
+
+``log_content_chars`` (schema v7) is neither logged nor read: :func:`build_session` counts the
+candidate texts both paths already hold (the sidecar reads them by id to score).
 """
 
 from __future__ import annotations
