@@ -29,5 +29,5 @@ def test_mentions_project_reads_only_the_texts_of_other_projects(open_store) -> 
                    "other-plain": False}
     assert not any(f["mentions_project"] for f in svc.candidate_signals(pool, 0.0, None).values())
     # the memories of the session's project are not read (their text cannot change the signal)
-    rows = c.db.read(lambda conn: pred_sql.mention_inputs(conn, list(ids.values()), PROJECT))
+    rows = c.db.read(lambda conn: pred_sql.contents_and_projects(conn, list(ids.values()), unread_project=PROJECT))
     assert rows[ids["own"]] == ("", PROJECT) and rows[ids["other-plain"]] == texts["other-plain"]

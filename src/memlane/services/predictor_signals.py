@@ -61,7 +61,7 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
         texts = db.read(lambda c: pred_sql.contents_and_projects(c, ids))
         coverage = query_coverage(context_text, [texts.get(m, ("", None))[0] for m in ids])
     elif project:
-        texts = db.read(lambda c: pred_sql.mention_inputs(c, ids, project))
+        texts = db.read(lambda c: pred_sql.contents_and_projects(c, ids, unread_project=project))
     out: dict[str, dict[str, Any]] = {}
     for p, f, cov in zip(pool, fields, coverage):
         out[p.memory_id] = {

@@ -93,32 +93,25 @@ def memory_rows(conn: sqlite3.Connection, ids: Sequence[str], model: str | None
     return out
 
 
-def mention_inputs(conn: sqlite3.Connection, ids: Sequence[str], project: str) -> dict[str, tuple[str, str | None]]:
-    """``{memory_id: (content, project)}`` for the ``mentions_project`` signal, with ``""`` as the
-    content of memories stored under ``project`` (they mention it whatever they say: their text
-    is not read)."""
-    out: dict[str, tuple[str, str | None]] = {}
-    cur = conn.cursor()
-    cur.row_factory = None
-    for i in range(0, len(ids), 500):
-        chunk = list(ids[i:i + 500])
-        for r in cur.execute(f"SELECT id, CASE WHEN project = ? THEN '' ELSE content END, project FROM memories "
-                             f"WHERE id IN ({','.join('?' * len(chunk))})", [project, *chunk]):
-            out[r[0]] = (r[1], r[2])
-    return out
-
-
-def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str], *, unread_project: str | None = None
+                          ) -> dict[str, tuple[str, str | None]]:
     """``{memory_id: (content, project)}`` for the ids that exist: the ``query_coverage`` signal
-    reads every candidate's text, and the ``mentions_project`` signal takes the same rows
-    (:func:`mention_inputs` is the narrower read when only that signal needs them)."""
+    reads every candidate's text, the ``mentions_project`` signal takes the same rows.
+
+    Args:
+        unread_project: when only ``mentions_project`` needs the rows, the session's project:
+            memories stored under it get ``""`` as content (they mention it whatever they say,
+            so their text is not read).
+    """
     out: dict[str, tuple[str, str | None]] = {}
     cur = conn.cursor()
     cur.row_factory = None
+    content = "content" if unread_project is None else "CASE WHEN project = ? THEN '' ELSE content END"
+    head = [] if unread_project is None else [unread_project]
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
-        for r in cur.execute(f"SELECT id, content, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
-                             chunk):
+        for r in cur.execute(f"SELECT id, {content}, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
+                             [*head, *chunk]):
             out[r[0]] = (r[1], r[2])
     return out
 
