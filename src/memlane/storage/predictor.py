@@ -123,28 +123,22 @@ def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str], *, unrea
 USEFUL_LABEL = 0.5
 
 
-#: The read of :func:`useful_before` (``{marks}``: one ``?`` per id, then the cut-off). One
-#: index seek per candidate (memories.id), then the first of its useful rows (partial index
-#: of migration 0012) whose session ended before the cut-off: EXISTS stops there, so a memory
-#: useful in thousands of sessions costs what one useful in one does.
-USEFUL_BEFORE_SQL = """SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND EXISTS (
-    SELECT 1 FROM session_memories sm JOIN sessions s ON s.session_key = sm.session_key
-    WHERE sm.memory_id = m.id AND sm.label > 0.5 AND s.ended_at IS NOT NULL AND s.ended_at < ?)"""
-
-
 def useful_before(conn: sqlite3.Connection, ids: Sequence[str], *, before: str) -> set[str]:
     """The memories among ``ids`` labelled useful (final label > :data:`USEFUL_LABEL`) in a
     session that ended before ``before`` (ISO-8601 UTC, memlane's timestamp format).
 
-    Reads at most one useful row per candidate (:data:`USEFUL_BEFORE_SQL`): 0.08 ms p50 for
-    50 candidates of a LoCoMo store after 121 sessions (12,100 candidate rows, 170 useful).
-    Unknown ids are left out.
+    Reads only the useful rows of those memories (partial index of migration 0012), not every
+    row in which they were candidates.
     """
     out: set[str] = set()
     for i in range(0, len(ids), 500):
         chunk = list(ids[i:i + 500])
-        sql = USEFUL_BEFORE_SQL.format(marks=",".join("?" * len(chunk)))
-        out.update(r[0] for r in conn.execute(sql, [*chunk, before]))
+        marks = ",".join("?" * len(chunk))
+        out.update(r[0] for r in conn.execute(
+            f"""SELECT DISTINCT sm.memory_id FROM session_memories sm
+                JOIN sessions s ON s.session_key = sm.session_key
+                WHERE sm.memory_id IN ({marks}) AND sm.label > 0.5
+                  AND s.ended_at IS NOT NULL AND s.ended_at < ?""", [*chunk, before]))
     return out
 
 
