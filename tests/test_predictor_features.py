@@ -26,7 +26,7 @@ from memlane.predictor.tokenizer import (
 
 
 def test_schema_is_versioned_and_hashed():
-    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 25
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 24
     assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
     assert len(F.SCHEMA_HASH) == 16
     # The hash follows the names and their order.

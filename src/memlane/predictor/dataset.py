@@ -8,13 +8,12 @@ into a feature matrix with :func:`memlane.predictor.features.feature_matrix_from
 :func:`build_session` here, so a model is never trained on features it is not served
 (the failure of the one public predictor of this design).
 
-Four signals are not logged but derived from the database by :func:`derived_signals`, with
+Three signals are not logged but derived from the database by :func:`derived_signals`, with
 the same function and the same cut-off on both paths: ``names_other_project`` (schema v4),
-which needs the projects the user had started sessions in before the session, the two
+which needs the projects the user had started sessions in before the session, and the two
 project-vocabulary flags (schema v5, :mod:`memlane.predictor.vocabulary`), which need every
-memory written before it, and ``useful_before`` (schema v8), which needs the labels of the
-sessions that ended before it (the sidecar derives them when it scores, :func:`load_sessions`
-when it loads a session for training).
+memory written before it (the sidecar derives them when it scores, :func:`load_sessions` when
+it loads a session for training).
 
 ``query_coverage`` (schema v6) is logged; for a session logged before it existed,
 :func:`load_sessions` computes it from the session's stored context and the memories' text
@@ -51,8 +50,7 @@ __all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_sig
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
 
 #: The per-candidate signals :func:`derived_signals` reads from the database (not logged).
-DERIVED_SIGNALS = ("names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary",
-                   "useful_before")
+DERIVED_SIGNALS = ("names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary")
 
 
 def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
@@ -60,11 +58,6 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
                     memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None,
                     vocabulary: VocabularyCache | None = None) -> dict[str, dict[str, Any]]:
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
-
-    ``useful_before`` (schema v8): the memory was labelled useful (final label >
-    :data:`~memlane.storage.predictor.USEFUL_LABEL`) in a session that ended before
-    ``session_time`` (:func:`memlane.storage.predictor.useful_before`); with or without a
-    project.
 
     ``names_other_project``: the memory is stored under a project other than ``project``, or
     its text names (:func:`memlane.predictor.features.project_name`, case-insensitive
@@ -90,20 +83,15 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
             caller. None: a new one, read here (every memory).
 
     Returns:
-        ``{memory_id: {signal: bool}}`` with the :data:`DERIVED_SIGNALS` for every id in ``ids``
-        (the project signals all False when ``project`` is None).
+        ``{memory_id: {signal: bool}}`` with the :data:`DERIVED_SIGNALS` for every id in ``ids``.
     """
     from memlane.services.clock import to_iso
 
     out: dict[str, dict[str, Any]] = {m: dict.fromkeys(DERIVED_SIGNALS, False) for m in ids}
-    if not ids:
-        return out
-    before = to_iso(session_time)
-    for mid in pred_sql.useful_before(conn, ids, before=before):
-        out[mid]["useful_before"] = True
-    if project is None:
+    if project is None or not ids:
         return out
     own = project_name(project)
+    before = to_iso(session_time)
     # The projects started before, by index seeks on sessions(project, started_at): one seek
     # per project, not a scan of every session (100 candidates at 5,000 sessions: 1.7 -> 0.8 ms p50).
     known = [p for (p,) in conn.execute(
@@ -182,8 +170,7 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             shares_project_vocabulary=bool(raw.get("shares_project_vocabulary", False)),
             shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)),
             query_coverage=float(raw.get("query_coverage") or 0.0),
-            content_chars=int(raw.get("content_chars") or 0),
-            useful_before=bool(raw.get("useful_before", False)))
+            content_chars=int(raw.get("content_chars") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 

@@ -36,7 +36,7 @@ __all__ = [
     "project_name",
 ]
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "7"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -64,7 +64,6 @@ FEATURE_NAMES: tuple[str, ...] = (
     "shares_other_project_vocabulary",  # 1 when it uses words only another project's notes use
     "query_coverage",  # share of the session context's stemmed query terms the memory's own text holds, [0, 1]
     "log_content_chars",  # log(1 + characters of the memory's text) / CONTENT_CHARS_LOG_SCALE
-    "useful_before",  # 1 when the memory was labelled useful in a session that ended before this one
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 #: ``log_content_chars = log(1 + chars) / CONTENT_CHARS_LOG_SCALE``: a memory of ~400 characters
@@ -142,15 +141,6 @@ class CandidateFeatures:
         content_chars: characters of the memory's text (>= 0). Not logged:
             :func:`memlane.predictor.dataset.build_session` counts it from the candidate texts
             on both paths (0 for a memory whose text is gone).
-        useful_before: the memory was labelled useful (final label > 0.5) in a session that
-            ended before this one started. Not logged: derived from the database on both paths
-            (:func:`memlane.predictor.dataset.derived_signals`).
-
-    Schema v8 added ``useful_before``: what helped this user once is likely to help again
-    (a fact asked about twice, the note a recurring task needs); neither the recall nor
-    ``log_access_count`` (every recall counts, helpful or not) can say so. Chosen on the same
-    LoCoMo validation split as v7: +0.041 -> +0.064 NDCG@10 over the baseline for the
-    predictor alone (docs/predictor.md, "Useful before").
 
     Schema v7 added ``log_content_chars``: a one-line remark ("Thanks!", "ok, will do") rarely
     holds what a later session needs, a memory that states facts is longer; the share of query
@@ -193,7 +183,6 @@ class CandidateFeatures:
     shares_other_project_vocabulary: bool = False
     query_coverage: float = 0.0
     content_chars: int = 0
-    useful_before: bool = False
 
 
 def project_name(project: str | None) -> str | None:
@@ -279,7 +268,6 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             float(bool(c.shares_other_project_vocabulary)),
             _finite(c.query_coverage, "query_coverage", i),
             math.log1p(max(_finite(c.content_chars, "content_chars", i), 0.0)) / CONTENT_CHARS_LOG_SCALE,
-            float(bool(c.useful_before)),
         ]
     return rows
 
@@ -334,7 +322,6 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
                                                 for r in signals],
             "query_coverage": opt("query_coverage"),
             "content_chars": opt("content_chars"),
-            "useful_before": [bool(r.get("useful_before", False)) for r in signals],
         }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
@@ -361,7 +348,6 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
         rows[:, i[name]] = numeric[name]
     rows[:, i["log_content_chars"]] = np.log1p(np.maximum(numeric["content_chars"], 0.0)) / CONTENT_CHARS_LOG_SCALE
     for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",
-                 "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary",
-                 "useful_before"):
+                 "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary"):
         rows[:, i[name]] = np.array(cols[name], dtype=np.float64)
     return rows.astype(np.float32)

@@ -116,32 +116,6 @@ def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str], *, unrea
     return out
 
 
-#: Final label above which a candidate row counts as "labelled useful" (``useful_before``).
-#: Labels are in [-1, 1]; agent feedback of 1.0 gives ~0.7 (0.7 x agent + 0.2 x fts + 0.1 x
-#: continuity), feedback of 0.5 gives ~0.35. The partial index of migration 0012 is defined
-#: with this literal, and SQLite uses it only when a query repeats it: keep both in step.
-USEFUL_LABEL = 0.5
-
-
-def useful_before(conn: sqlite3.Connection, ids: Sequence[str], *, before: str) -> set[str]:
-    """The memories among ``ids`` labelled useful (final label > :data:`USEFUL_LABEL`) in a
-    session that ended before ``before`` (ISO-8601 UTC, memlane's timestamp format).
-
-    Reads only the useful rows of those memories (partial index of migration 0012), not every
-    row in which they were candidates.
-    """
-    out: set[str] = set()
-    for i in range(0, len(ids), 500):
-        chunk = list(ids[i:i + 500])
-        marks = ",".join("?" * len(chunk))
-        out.update(r[0] for r in conn.execute(
-            f"""SELECT DISTINCT sm.memory_id FROM session_memories sm
-                JOIN sessions s ON s.session_key = sm.session_key
-                WHERE sm.memory_id IN ({marks}) AND sm.label > 0.5
-                  AND s.ended_at IS NOT NULL AND s.ended_at < ?""", [*chunk, before]))
-    return out
-
-
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
     """Session keys of the canary set, the oldest session first."""
     return [r[0] for r in conn.execute("""SELECT pc.session_key FROM predictor_canary pc
