@@ -120,12 +120,12 @@ def test_the_linear_stage_learns_a_topic_no_similarity_or_feature_shows():
 
 
 def test_the_bilinear_l2_is_strong_on_few_sessions_and_fades_faster_than_one_over_n():
-    """3 / n^1.5: five times the old 0.2 / n at 10 sessions, equal to it at 225, below after."""
-    assert bilinear_l2(10) == pytest.approx(3 / 10 ** 1.5)
-    assert bilinear_l2(10) > 4.5 * (0.2 / 10)
-    assert bilinear_l2(225) == pytest.approx(0.2 / 225)
-    assert bilinear_l2(400) < 0.2 / 400
-    assert bilinear_l2(0) == bilinear_l2(1) == pytest.approx(3.0)
+    """10 / n^1.5: ~16 times the old 0.2 / n at 10 sessions, equal to it at 2,500, below after."""
+    assert bilinear_l2(10) == pytest.approx(10 / 10 ** 1.5)
+    assert bilinear_l2(10) > 15 * (0.2 / 10)
+    assert bilinear_l2(2500) == pytest.approx(0.2 / 2500)
+    assert bilinear_l2(3000) < 0.2 / 3000
+    assert bilinear_l2(0) == bilinear_l2(1) == pytest.approx(10.0)
     values = [bilinear_l2(n) for n in range(1, 500)]
     assert all(a > b > 0 for a, b in zip(values, values[1:]))
 

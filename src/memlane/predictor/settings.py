@@ -56,7 +56,7 @@ PRIOR_STRENGTH = 1.0                # c of the linear weights' Gaussian prior: l
 # Features whose linear weight may only be <= 0 (train.fit's non_positive): being older never
 # raises a memory's score. docs/predictor.md, "Age may only count against a memory".
 NON_POSITIVE_FEATURES: tuple[str, ...] = ("log_age_days",)
-BILINEAR_PRIOR_STRENGTH = 3.0       # c of the bilinear term's L2 (||W||^2): lambda = c / sessions ** p
+BILINEAR_PRIOR_STRENGTH = 10.0      # c of the bilinear term's L2 (||W||^2): lambda = c / sessions ** p
 BILINEAR_PRIOR_EXPONENT = 1.5       # p: the L2 falls faster than 1 / sessions (engine.bilinear_l2)
 MIN_VALIDATION_SESSIONS = 4         # a validation split needs >= 4 sessions (>= 20 to train on)
 NDCG_K = 10
