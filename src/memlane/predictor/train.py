@@ -247,7 +247,7 @@ def fit(
         bilinear_l2: adds ``bilinear_l2 * ||W||^2`` over the bilinear term's W
             (``context_bilinear``) to every step's loss, a Gaussian prior centred at 0 (the
             engine passes :func:`~memlane.predictor.engine.bilinear_l2`,
-            ``BILINEAR_PRIOR_STRENGTH / sessions ** 1.5``); >= 0.
+            ``BILINEAR_PRIOR_STRENGTH / sessions ** BILINEAR_PRIOR_EXPONENT``); >= 0.
 
     Returns:
         a :class:`FitResult`; training stops at the first non-finite loss (the
