@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from memlane.auth import CLIENT_HEADER, auth_headers, ensure_token
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.embedding.local_onnx import LocalOnnxEmbedder
@@ -113,13 +114,37 @@ def row_snapshot(c: Container, *, exclude: tuple[str, ...] = ("access_count", "l
     return c.db.read(read)
 
 
+#: The base URL in-process test clients use: a loopback Host the request guard accepts.
+TEST_BASE_URL = "http://127.0.0.1:7437"
+
+
+def api_client(c: Container, **kwargs: Any):  # noqa: ANN201 - fastapi.testclient.TestClient
+    """A TestClient over ``create_app(c)`` that sends the store's token, as memlane's own clients do.
+
+    Keyword arguments go to TestClient (default ``raise_server_exceptions=False``, so a 500
+    is seen as the response a real client would get)."""
+    from fastapi.testclient import TestClient
+
+    from memlane.api.app import create_app
+
+    kwargs.setdefault("raise_server_exceptions", False)
+    kwargs.setdefault("base_url", TEST_BASE_URL)
+    headers = {CLIENT_HEADER: "test", **auth_headers(c.settings.home), **kwargs.pop("headers", {})}
+    if c.settings.require_token and "Authorization" not in headers:
+        headers.update({"Authorization": "Bearer " + ensure_token(c.settings.home)})
+    client = TestClient(create_app(c), **kwargs)
+    client.headers.update(headers)
+    return client
+
+
 READY_TIMEOUT_S = 60
 
 
 class Daemon:
     """One ``python -m memlane serve`` child process on a loopback port."""
 
-    def __init__(self, home: Path, log: Path, *, provider: str = "local") -> None:
+    def __init__(self, home: Path, log: Path, *, provider: str = "local",
+                 extra_env: dict[str, str] | None = None) -> None:
         self.home = home
         self.log_path = log
         self.port = free_port()
@@ -127,10 +152,21 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
         env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
                    MEMLANE_EMBEDDING__PROVIDER=provider, MEMLANE_LOG_LEVEL="warning")
+        env.update(extra_env or {})
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memlane", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The token header for this daemon's home (as memlane's own clients send it)."""
+        return {CLIENT_HEADER: "test", **auth_headers(self.home)}
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An httpx.Client on this daemon with the token header (the caller closes it)."""
+        kwargs.setdefault("timeout", 30)
+        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
 
     def log(self) -> str:
         self._log.flush()
@@ -163,13 +199,14 @@ class Daemon:
 
 @pytest.fixture
 def start_daemon(tmp_path):
-    """Factory: ``start_daemon(home, provider=...)`` -> a ready Daemon; all are killed at teardown."""
+    """Factory: ``start_daemon(home, provider=..., env={...})`` -> a ready Daemon (``env``: extra
+    variables for the child, e.g. ``MEMLANE_*`` settings); all are killed at teardown."""
     started: list[Daemon] = []
 
-    def start(home: Path | None = None, provider: str = "local") -> Daemon:
+    def start(home: Path | None = None, provider: str = "local", env: dict[str, str] | None = None) -> Daemon:
         home = home or tmp_path / "home"
         home.mkdir(parents=True, exist_ok=True)
-        d = Daemon(home, tmp_path / f"daemon-{len(started)}.log", provider=provider)
+        d = Daemon(home, tmp_path / f"daemon-{len(started)}.log", provider=provider, extra_env=env)
         started.append(d)
         d.wait_ready()
         return d

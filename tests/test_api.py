@@ -9,9 +9,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import row_snapshot
+from conftest import api_client, row_snapshot
 from memlane import __version__
-from memlane.api.app import create_app
 
 J = {"content-type": "application/json"}
 MAX_BODY = 4096
@@ -23,7 +22,7 @@ def api(open_store):
     """(client, container) over a BM25-only store with small size caps."""
     c = open_store(max_body_bytes=MAX_BODY, max_content_chars=MAX_CONTENT, max_batch=5,
                    embedding={"provider": "none", "api_key": "sk-very-secret"})
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         yield client, c
 
 
@@ -36,7 +35,7 @@ def client(api):
 def vclient(open_store):
     """A client over a store with the real local embedding model."""
     c = open_store(embedding="local")
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         yield client
 
 

@@ -26,7 +26,7 @@ from memlane.services.inputs import RememberInput
 
 def test_daemon_serves_over_the_network(start_daemon):
     d = start_daemon()
-    with httpx.Client(base_url=d.url, timeout=30) as http:
+    with d.client(timeout=30) as http:
         h = http.get("/health").json()
         assert h["status"] == "ok" and h["embedding_model"] == "all-MiniLM-L6-v2-onnx-int8"
         assert Path(h["db_path"]) == d.home / "memories.db"
@@ -53,7 +53,7 @@ def test_oversize_chunked_body_over_the_network(start_daemon):
             yield block
         yield b'"}}'
 
-    with httpx.Client(base_url=d.url, timeout=60) as http:
+    with d.client(timeout=60) as http:
         r = http.post("/api/memory/remember", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "payload_too_large"
@@ -64,7 +64,7 @@ def test_acknowledged_writes_survive_kill_9(start_daemon, tmp_path):
     home = tmp_path / "durable"
     d = start_daemon(home)
     acked: dict[str, str] = {}
-    with httpx.Client(base_url=d.url, timeout=30) as http:
+    with d.client(timeout=30) as http:
         for i in range(40):
             content = f"Durable memory number {i}: the deploy key rotates every {i + 1} days."
             r = http.post("/api/memory/remember", json={"content": content, "project": "dur"})
@@ -85,7 +85,7 @@ def test_acknowledged_writes_survive_kill_9(start_daemon, tmp_path):
     assert d.proc.returncode == -signal.SIGKILL
 
     d2 = start_daemon(home)
-    with httpx.Client(base_url=d2.url, timeout=30) as http:
+    with d2.client(timeout=30) as http:
         for mid, content in acked.items():
             r = http.get(f"/api/memory/{mid}")
             assert r.status_code == 200, (mid, r.text)
@@ -115,7 +115,7 @@ def test_concurrent_writers_against_the_real_process(start_daemon):
     stop_readers = threading.Event()
 
     def writer(t: int) -> None:
-        with httpx.Client(base_url=d.url, timeout=60) as http:
+        with d.client(timeout=60) as http:
             i = 0
             while i < per_thread:
                 if t % 4 == 0 and i + 5 <= per_thread:  # some threads send batches of 5
@@ -136,7 +136,7 @@ def test_concurrent_writers_against_the_real_process(start_daemon):
                         results[res["content_hash"]].add(res["id"])
 
     def reader() -> None:
-        with httpx.Client(base_url=d.url, timeout=60) as http:
+        with d.client(timeout=60) as http:
             for k in range(200):
                 if stop_readers.is_set():
                     return
@@ -159,7 +159,7 @@ def test_concurrent_writers_against_the_real_process(start_daemon):
     assert "Traceback" not in d.log()
     dup_ids = {h: ids for h, ids in results.items() if len(ids) != 1}
     assert dup_ids == {}, "a content got more than one id"
-    with httpx.Client(base_url=d.url, timeout=30) as http:
+    with d.client(timeout=30) as http:
         listing = http.get("/api/memories", params={"limit": 1000}).json()
         assert listing["total"] == len(results)
         assert {m["id"] for m in listing["items"]} == {next(iter(ids)) for ids in results.values()}
@@ -218,7 +218,7 @@ def test_sigterm_stops_the_workers_and_closes_the_store(start_daemon, tmp_path):
     no job stays leased by the dead process (else it waits for the 5-minute lease timeout)."""
     home = tmp_path / "term"
     d = start_daemon(home, provider="none")
-    with httpx.Client(base_url=d.url, timeout=60) as http:
+    with d.client(timeout=60) as http:
         for start in range(0, 1200, 200):  # one extraction job per memory, skipped (no LLM) by 2 workers
             batch = [{"content": f"Note {i}: the staging host for service {i % 37} is node-{i % 11}."}
                      for i in range(start, start + 200)]

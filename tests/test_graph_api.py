@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.graph import persist_extraction
 
 AT = "2026-01-01T00:00:00.000Z"
@@ -18,7 +18,7 @@ AT = "2026-01-01T00:00:00.000Z"
 @pytest.fixture
 def api(open_store):
     c = open_store()
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         r = client.post("/api/memory/remember", json={"content": "Alice Smith prefers Vim over Emacs."})
         mid = r.json()["id"]
         client.post("/api/memory/remember", json={"content": "Billing runs nightly exports."})

@@ -9,7 +9,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.services.inputs import RememberInput
 from test_sessions_end import TRANSCRIPT, Reply, judge, verdict  # noqa: F401  (judge is a fixture)
 
@@ -42,7 +42,7 @@ def api(open_store):
                               "Walrus is the name of the nightly backup job.",
                               "Okapi dashboards show the p99 latency."]):
         c.memories.remember(RememberInput(content=text, importance=0.9 - i / 10, project="proj"))
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         yield client, c
 
 
@@ -85,7 +85,8 @@ def test_full_session_over_http(client) -> None:
     assert r.status_code == 200, r.text
     end = r.json()
     assert set(end) == {"session_key", "scoring", "scorer", "score", "confidence", "labels", "transcript_stored",
-                        "summary_job_id"}
+                        "summary_job_id", "judge"}
+    assert end["judge"] is None  # no LLM judge configured
     assert (end["scoring"], end["scorer"], end["labels"], end["transcript_stored"]) == ("done", "behavioral", 3,
                                                                                         True)
     assert isinstance(end["summary_job_id"], int)
@@ -134,13 +135,14 @@ def test_session_key_with_spaces_and_unicode(client) -> None:
 def test_session_end_with_llm_judge_over_http(open_store, judge) -> None:
     c = open_store(llm=judge.openai())
     mid = c.memories.remember(RememberInput(content="The zebra cluster hosts billing.")).id
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         client.post("/api/hooks/session-start", json={"session_key": "j"})
         judge.script(Reply(verdict({mid[:8]: 0.9}, score=0.8)))
         r = client.post("/api/hooks/session-end", json={"session_key": "j", "transcript": TRANSCRIPT,
                                                         "wait": True})
         assert r.status_code == 200, r.text
-        assert (r.json()["scoring"], r.json()["scorer"], r.json()["score"]) == ("done", "llm", 0.8)
+        assert (r.json()["scoring"], r.json()["scorer"], r.json()["score"], r.json()["judge"]) == \
+            ("done", "llm", 0.8, "done")
         judge.script(Reply(verdict({})))
         r = client.post("/api/hooks/session-end", json={"session_key": "j2", "transcript": TRANSCRIPT})
         assert r.json()["scoring"] == "queued" and r.json()["scorer"] is None
@@ -287,14 +289,14 @@ def test_ten_megabyte_prompt_changes_nothing(api) -> None:
 
 def test_body_over_the_server_limit_is_413(open_store) -> None:
     c = open_store(max_body_bytes=64 * 1024)
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         r = client.post("/api/hooks/session-end", json={"session_key": "x", "transcript": "t" * 100_000})
         assert_error(r, 413, "payload_too_large")
 
 
 def test_oversize_transcript_is_413(open_store) -> None:
     c = open_store(sessions={"max_transcript_chars": 1000})
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         r = client.post("/api/hooks/session-end", json={"session_key": "x", "transcript": "t" * 1001})
         err = assert_error(r, 413, "payload_too_large")
         assert err["details"]["field"] == "transcript"

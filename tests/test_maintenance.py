@@ -5,9 +5,8 @@ injected clock, the halt tracker, semantic dedup, and the repair endpoints."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.errors import Conflict, NotFound
 from memlane.pipeline import diagnostics as dg
 from memlane.pipeline.maintenance import MaintenanceWorker
@@ -246,7 +245,7 @@ def test_dedup_needs_destructive_writes_allowed(open_store):
 def test_repair_endpoints(store):
     c = store
     add_jobs(c, 1, "dead")
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         d = client.get("/api/diagnostics").json()
         assert d["recommendations"][0]["action"] == dg.REQUEUE_DEAD_JOBS and d["report"]["dead_rate"] == 1.0
         assert set(d["limits"]) == set(dg.ACTIONS)

@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from memlane.api.app import create_app
+from memlane.auth import auth_headers
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.mcp.http import mount
@@ -45,6 +46,10 @@ def anyio_backend() -> str:
 
 
 # -- servers and sessions -----------------------------------------------------------------------
+#: The token header of each in-process daemon, by URL (filled as each one starts).
+TOKEN_HEADERS: dict[str, dict[str, str]] = {}
+
+
 class InProcessDaemon:
     """The daemon app with /mcp mounted, on uvicorn in a thread (the container stays inspectable)."""
 
@@ -57,6 +62,8 @@ class InProcessDaemon:
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                                     lifespan="on", timeout_graceful_shutdown=5))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.headers = auth_headers(home)
+        TOKEN_HEADERS[self.url] = self.headers
 
     def start(self) -> None:
         self.thread.start()
@@ -81,15 +88,22 @@ def inproc(tmp_path: Path) -> Iterator[InProcessDaemon]:
 
 
 @asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url + "/mcp") as (read, write):
+async def http_session(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    client = create_mcp_http_client(headers=headers if headers is not None else TOKEN_HEADERS.get(url, {}))
+    async with client, streamable_http_client(url + "/mcp", http_client=client) as (read, write):
         async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
             await session.initialize()
             yield session
 
 
 @asynccontextmanager
-async def stdio_session(daemon_url: str, tmp_path: Path) -> AsyncIterator[ClientSession]:
+async def stdio_session(daemon_url: str, tmp_path: Path, token_home: Path | None = None) -> AsyncIterator[ClientSession]:
+    # The stdio server reads the token from its own home, as it does for a user.
+    (tmp_path / "stdio-home").mkdir(exist_ok=True)
+    if token_home is not None:
+        (tmp_path / "stdio-home" / "token").write_text((token_home / "token").read_text())
     params = StdioServerParameters(
         command=sys.executable,
         args=["-c", "from memlane.cli.mcp_cmd import mcp_app; mcp_app()", "serve", "--url", daemon_url],
@@ -155,7 +169,7 @@ async def round_trip(s: ClientSession, daemon_url: str) -> str:
     assert rewritten["content"] == "The user prefers tabs, width 4."
 
     # Feedback applies to memories injected into the session: start one on the daemon.
-    async with httpx.AsyncClient(base_url=daemon_url) as h:
+    async with httpx.AsyncClient(base_url=daemon_url, headers=TOKEN_HEADERS.get(daemon_url, {})) as h:
         start = (await h.post("/api/hooks/session-start", json={"session_key": "sess-1"})).json()
     injected = [i["id"] for i in start["injected"]]
     assert mid in injected
@@ -247,7 +261,7 @@ async def test_http_bad_input_is_a_tool_error(inproc: InProcessDaemon) -> None:
 
 
 async def test_http_mount_leaves_the_rest_of_the_daemon_alone(inproc: InProcessDaemon) -> None:
-    async with httpx.AsyncClient(base_url=inproc.url) as h:
+    async with httpx.AsyncClient(base_url=inproc.url, headers=inproc.headers) as h:
         assert (await h.get("/health")).status_code == 200
         r = await h.get("/no-such-path")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
@@ -268,7 +282,7 @@ def test_http_mount_survives_a_restarted_lifespan(tmp_path: Path) -> None:
     mount(app, c)
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    headers = {"Accept": "application/json, text/event-stream"}
+    headers = {"Accept": "application/json, text/event-stream", **auth_headers(c.settings.home)}
     try:
         r = TestClient(app, base_url="http://127.0.0.1:7437").post("/mcp", json=init, headers=headers)
         assert r.status_code == 503 and r.json()["error"]["code"] == "mcp_unavailable"
@@ -283,13 +297,14 @@ def test_http_mount_survives_a_restarted_lifespan(tmp_path: Path) -> None:
 # -- stdio, backed by a daemon subprocess -----------------------------------------------------------
 async def test_stdio_against_a_real_daemon(start_daemon, tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path / "daemon-home", provider="none")
-    async with stdio_session(daemon.url, tmp_path) as s:
+    TOKEN_HEADERS[daemon.url] = daemon.headers
+    async with stdio_session(daemon.url, tmp_path, token_home=daemon.home) as s:
         assert {t.name for t in (await s.list_tools()).tools} == TOOLS
         mid = await round_trip(s, daemon.url)
         await bad_calls(s)
-    r = httpx.get(f"{daemon.url}/api/memory/{mid}/history").json()
+    r = httpx.get(f"{daemon.url}/api/memory/{mid}/history", headers=daemon.headers).json()
     assert [(e["event"], e["who"]) for e in r][0] == ("created", "mcp") and r[-1]["event"] == "deleted"
-    assert not (tmp_path / "stdio-home").exists(), "the stdio server must not open a database"
+    assert not (tmp_path / "stdio-home" / "memories.db").exists(), "the stdio server must not open a database"
 
 
 async def test_stdio_with_the_daemon_down_returns_a_clear_error(tmp_path: Path) -> None:

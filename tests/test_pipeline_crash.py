@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
+
+from memlane.auth import auth_headers
 import pytest
 
 from conftest import free_port
@@ -83,6 +85,7 @@ class Serve:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
+        self.home = home
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
         env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
                    MEMLANE_EMBEDDING__PROVIDER="none", MEMLANE_LOG_LEVEL="warning",
@@ -139,7 +142,8 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
     first = Serve(home, tmp_path / "serve-1.log", llm.url)
     try:
         wait_for(first.ready, "daemon 1 ready", log=first.log())
-        r = httpx.post(first.url + "/api/memory/remember", json={"content": SOURCE}, timeout=30)
+        r = httpx.post(first.url + "/api/memory/remember", json={"content": SOURCE}, timeout=30,
+                       headers=auth_headers(home))
         assert r.status_code == 200, r.text
         mid = r.json()["id"]
         wait_for(script.started.is_set, "the extraction call to reach the LLM", log=first.log())
@@ -157,12 +161,12 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
         wait_for(second.ready, "daemon 2 ready", log=second.log())
 
         def done() -> bool:
-            j = httpx.get(f"{second.url}/api/memory/jobs/{job_id}", timeout=10).json()
+            j = httpx.get(f"{second.url}/api/memory/jobs/{job_id}", timeout=10, headers=auth_headers(home)).json()
             return j.get("status") == "completed"
 
         wait_for(done, "the job to complete after the restart", log=second.log())
-        job = httpx.get(f"{second.url}/api/memory/jobs/{job_id}", timeout=10).json()
-        m = httpx.get(f"{second.url}/api/memory/{mid}", timeout=10).json()
+        job = httpx.get(f"{second.url}/api/memory/jobs/{job_id}", timeout=10, headers=auth_headers(home)).json()
+        m = httpx.get(f"{second.url}/api/memory/{mid}", timeout=10, headers=auth_headers(home)).json()
     finally:
         second.kill()
     assert job["attempts"] == 2 and job["result"]["outcomes"]["created"] == 2

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import open_container
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT, enqueue_extraction
@@ -235,7 +234,7 @@ def test_status_and_job_endpoints(tmp_path):
     c = open_container(load_settings(**_home(tmp_path, shadowMode=True)))
     try:
         mid = c.memories.remember(RememberInput(content="User prefers tabs over spaces")).id
-        with TestClient(create_app(c), raise_server_exceptions=False) as client:
+        with api_client(c) as client:
             s = client.get("/api/pipeline/status").json()
             assert s["mode"] == "shadow" and s["mutationsAllowed"] is False
             assert s["jobs"][EXTRACT] == {"pending": 1}

@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.predictor.client import SidecarClient
@@ -147,7 +146,7 @@ def test_a_stopped_sidecar_misses_the_default_deadline_then_the_next_start_is_sc
     last = p.channel.recent_errors[-1]
     assert last["kind"] == "timeout" and last["deadline_ms"] == 120.0  # the default deadline applied
     assert last["error"] == error
-    with TestClient(create_app(c)) as client:
+    with api_client(c, raise_server_exceptions=True) as client:
         st = client.get("/api/predictor/status").json()
     assert st["score_timeout_ms"] == 120.0 and st["score_error_kinds"] == kinds1
     assert st["score_recent_errors"][-1]["kind"] == "timeout"

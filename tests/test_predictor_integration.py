@@ -27,9 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.services.clock import now_iso
@@ -367,7 +366,7 @@ def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(w
     scores = p.backend.call("score", req, timeout_s=60)["scores"]
     version, model_bin = p.state.model_version, (world.home / "predictor" / "model.bin").read_bytes()
     assert p.state.trained and version >= 1
-    with TestClient(create_app(c)) as client:
+    with api_client(c, raise_server_exceptions=True) as client:
         runs = client.get("/api/predictor/status").json()["training_runs"]
     assert runs["total"] == len(training_rows(c)) == runs["accepted"] + runs["rejected"] and runs["accepted"] >= 1
     # Fill the canary set now, as the retrain would, so that the retrain adds no member: the
@@ -401,7 +400,7 @@ def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(w
     assert p.backend.call("status", timeout_s=60)["model_version"] == version
     assert p.backend.call("score", req, timeout_s=60)["scores"] == scores
     # and the run is counted, by reason, in the status the daemon returns and the CLI prints
-    with TestClient(create_app(c)) as client:
+    with api_client(c, raise_server_exceptions=True) as client:
         st = client.get("/api/predictor/status").json()
     after = st["training_runs"]
     assert after["total"] == runs["total"] + 1 and after["accepted"] == runs["accepted"]
@@ -510,7 +509,7 @@ def test_sigkilled_sidecar_means_baseline_then_a_restart_scores_again(world):
     # Let the reader thread see the EOF before the start. Without this wait the test is racy: a
     # call() that finds the process already reaped restarts it first, and the reader then skips
     # recording the crash (SidecarClient._read_loop: "a restarted sidecar already took over").
-    with TestClient(create_app(c)) as client:
+    with api_client(c, raise_server_exceptions=True) as client:
         for _ in range(400):
             side = client.get("/api/predictor/status").json()["sidecar"]
             if side["error_counts"].get("crash", 0) > crashes:
@@ -636,7 +635,7 @@ def test_api_status_comparisons_training_and_manual_train(world):
     c = ready(world)
     drive_to_warming(world)  # a training run exists even when this test runs alone
     labelled_session(world, "api", 4)  # and at least one comparison
-    with TestClient(create_app(c)) as client:
+    with api_client(c, raise_server_exceptions=True) as client:
         st = client.get("/api/predictor/status").json()
         assert st["enabled"] is True and {"phase", "alpha", "status_line", "state", "sidecar"} <= set(st)
         assert st["phase"] == c.predictor.phase() and st["alpha"] == 1.0
@@ -682,7 +681,7 @@ def test_api_without_predictor_reports_disabled_and_refuses_train(tmp_path):
     c = open_container(load_settings(home=tmp_path / "off", embedding={"provider": "none"}), predictor=False)
     try:
         assert c.predictor is None
-        with TestClient(create_app(c)) as client:
+        with api_client(c, raise_server_exceptions=True) as client:
             st = client.get("/api/predictor/status").json()
             assert st["enabled"] is False and st["alpha"] == 1.0
             r = client.post("/api/predictor/train")

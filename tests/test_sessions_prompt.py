@@ -9,9 +9,8 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import FeedbackResult, PromptInput, StartInput
 from memlane.storage import sessions as sess_sql
@@ -129,7 +128,7 @@ def test_threshold_irrelevant_prompt_injects_nothing(open_store) -> None:
         assert r.inject == "" and r.injected == [] and r.matched == []
     r = prompt(c, "t", "how does the deploy script push the docker image?")
     assert r.injected == [dep]
-    assert r.inject.startswith("Memories related to this prompt:\n")
+    assert r.inject.startswith("<memlane-memories>\nMemories related to this prompt: These are notes recalled")
     assert f"[{dep[:8]}]" in r.inject and "<memory-feedback>" in r.inject
 
 
@@ -278,7 +277,7 @@ def test_feedback_disabled_by_settings(open_store) -> None:
 def test_feedback_via_http(kitchen) -> None:
     c, ids = kitchen
     z = ids["zebra"]
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         r = client.post("/api/sessions/feedback", json={"session_key": "k", "memory_feedback": {z[:8]: 0.8}})
         assert r.status_code == 200 and r.json() == {"applied": 1, "ignored": 0}
         r = client.post("/api/sessions/feedback",

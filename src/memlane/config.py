@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     daemon_url: str = Field(
         "", description="URL the CLI talks to; empty = http://{host}:{port}."
     )
+    require_token: bool = Field(
+        True, description="Every route but GET /health needs the per-install token ($MEMLANE_HOME/token). "
+        "Turn off only inside a trusted container: the daemon warns at start, and refuses a non-loopback "
+        "bind address without it.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host header names accepted besides loopback names and the bind "
+        "address (e.g. a container's service name); anything else gets 403 (DNS-rebinding defence).")
     max_content_chars: int = Field(
         100_000, ge=1, description="Largest memory content accepted, characters."
     )

@@ -9,13 +9,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import Body, FastAPI, Query
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError as PydanticValidationError
 
 from memlane import __version__
 from memlane.api import errors
+from memlane.api.guard import RequestGuard
+from memlane.auth import TokenStore
 from memlane.api.limits import BodyLimit
 from memlane.api.schemas import (
     ActorIn, BatchIn, BatchOut, HistoryOut, ListOut, MemoryIn, MemoryOut, PatchIn, RecallIn,
@@ -42,16 +44,23 @@ def create_app(container: Container) -> FastAPI:
     app.state.started = time.time()
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=container.settings.max_body_bytes)
+    settings = container.settings
+    # The token file is created here, before the first request (Starlette builds middleware lazily).
+    tokens = TokenStore(settings.home) if settings.require_token else None
+    app.add_middleware(RequestGuard, tokens=tokens, bind_host=settings.host, allowed_hosts=settings.allowed_hosts)
     mem = container.memories
     rec = container.recall
     rec.warm()  # the BM25 / hint legs' in-memory FTS statistics, built in the background
 
     @app.get("/health", tags=["meta"])
-    def health() -> dict[str, Any]:
-        """Liveness and the basics: version, uptime (s), live memory count, embedding model.
+    def health(request: Request) -> dict[str, Any]:
+        """Liveness. Without the token: ``{"status": "ok"}`` only. With it, also version, uptime (s),
+        live memory count, embedding model and database path.
 
         Cheap by design (an index-only count): full statistics, which scan every memory and
         vector (~50 ms at 10,000 memories), are in ``GET /api/memories``."""
+        if not getattr(request.state, "authenticated", False):
+            return {"status": "ok"}
         return {"status": "ok", "version": __version__,
                 "uptime_s": round(time.time() - app.state.started, 3),
                 "memories": mem.live_count(),

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import httpx
 
+from memlane.auth import auth_headers
 from memlane.bench.corpus import memory_texts, queries
 from memlane.bench.metrics import latency_summary
 from memlane.bench.stages import restart_with_hints, stage_config, stage_overhead
@@ -130,7 +131,8 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
             stack.enter_context(stage_config(Path(tmp), pipeline_stages, reranker))
         proc = start_daemon(Path(tmp), port)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as http:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300,
+                              headers=auth_headers(Path(tmp))) as http:
                 t0 = time.perf_counter()
                 for start in range(0, len(fill), FILL_BATCH):
                     batch = [{"content": t, "who": "bench"} for t in fill[start:start + FILL_BATCH]]

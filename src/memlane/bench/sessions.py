@@ -24,9 +24,11 @@ from typing import Any, Callable
 
 import httpx
 
+from memlane.auth import auth_headers
 from memlane.bench.corpus import memory_texts, queries
 from memlane.bench.latency import free_port, start_daemon, wait_for_job_backlog, wait_for_predictor
 from memlane.bench.metrics import latency_summary
+from memlane.homelock import acquire as acquire_home
 from memlane.config import load_settings
 from memlane.container import open_container
 from memlane.services.clock import to_iso
@@ -121,9 +123,12 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
     assert home is not None
     home.mkdir(parents=True, exist_ok=True)
     try:
-        size = fill_store(home, data, n_memories, progress)
-        if predictor and alpha is not None:
-            seed_alpha(home, alpha)
+        # Written directly, so under the home's lock: a daemon already serving this store is
+        # refused here with its pid instead of missing the fill (memlane.homelock).
+        with acquire_home(home, "memlane bench sessions", hint="stop it first, or give the bench another --store"):
+            size = fill_store(home, data, n_memories, progress)
+            if predictor and alpha is not None:
+                seed_alpha(home, alpha)
         qs = queries(data)
         port = free_port()
         proc = start_daemon(home, port, env={"MEMLANE_PREDICTOR__ENABLED": "true" if predictor else "false"})
@@ -131,7 +136,8 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         served: list[float] = []  # session-start time inside the daemon (its took_ms)
         run = f"{int(time.time())}"
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                              headers=auth_headers(home)) as http:
                 if predictor:
                     wait_for_predictor(http)
                 backlog = wait_for_job_backlog(http)

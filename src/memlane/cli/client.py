@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from memlane.auth import CLIENT_HEADER, auth_headers
+from memlane.config import default_home
 from memlane.errors import MemlaneError
 
 
@@ -21,11 +24,17 @@ class DaemonError(MemlaneError):
 
 
 class Client:
-    """JSON over HTTP to the daemon at ``base_url``; timeouts in seconds."""
+    """JSON over HTTP to the daemon at ``base_url``; timeouts in seconds.
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+    Every request carries the token of ``home`` (``$MEMLANE_HOME/token``, see
+    :mod:`memlane.auth`) and the ``X-Memlane-Client`` header, so the user never types either.
+    """
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0, *, home: Path | None = None,
+                 client_name: str = "cli") -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        headers = {CLIENT_HEADER: client_name, **auth_headers(home if home is not None else default_home())}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers, trust_env=False)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send one request; returns the decoded JSON.

@@ -24,6 +24,7 @@ from memlane.cli.hooks import connect_app, disconnect_app, hook_app
 from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
 from memlane.cli.replay import replay_app
+from memlane.cli.token_cmd import token_app
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
@@ -37,6 +38,7 @@ app.add_typer(connect_app, name="connect")
 app.add_typer(disconnect_app, name="disconnect")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(predictor_app, name="predictor")
+app.add_typer(token_app, name="token")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -49,7 +51,8 @@ def _settings(home: Optional[Path] = None, **over: Any):  # noqa: ANN202
 
 
 def _client(url: Optional[str]) -> Client:
-    return Client(url or _settings().url)
+    settings = _settings()
+    return Client(url or settings.url, home=settings.home)
 
 
 def _fail(exc: Exception) -> None:
@@ -75,11 +78,14 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
     import uvicorn
 
     from memlane.api.app import create_app
+    from memlane.api.guard import bind_warnings
     from memlane.container import open_container
 
     try:
         settings = _settings(home, host=host, port=port)
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for warning in bind_warnings(settings.host, settings.require_token):
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
         container = open_container(settings, warmup=True, start_workers=True)
     except MemlaneError as exc:

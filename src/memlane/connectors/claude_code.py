@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.config import Settings
 from memlane.connectors.claude_settings import (  # noqa: F401 - re-exported
     HOOK_TIMEOUTS_S, MCP_NAME, ConnectResult, SettingsFileError, connect, default_claude_json_path,
@@ -149,7 +150,9 @@ def _run_hook(event_name: str, stdin_text: str, settings: Settings, timeout_s: f
     endpoint = ENDPOINTS[event.event]
     timeout = float(timeout_s or settings.hook_timeout_s)
     spool_dir = spool_dir_for(settings.home)
-    with httpx.Client(base_url=settings.url, timeout=httpx.Timeout(timeout), trust_env=False) as client:
+    headers = {CLIENT_HEADER: "hook", **auth_headers(settings.home)}
+    with httpx.Client(base_url=settings.url, timeout=httpx.Timeout(timeout), trust_env=False,
+                      headers=headers) as client:
         try:
             sent, failed = replay_spool(client, spool_dir, budget_s=replay_budget_s, timeout_s=timeout)
             if sent or failed:

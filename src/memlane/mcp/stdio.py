@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.config import Settings
 from memlane.errors import Conflict, MemlaneError, NotFound, PayloadTooLarge, ValidationError
 from memlane.mcp.server import build_mcp, search_hit
@@ -46,9 +47,10 @@ class HttpBackend:
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
+                                  headers={CLIENT_HEADER: "mcp", **(headers or {})}, trust_env=False)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -133,7 +135,7 @@ def run_stdio(settings: Settings, url: str | None = None) -> None:
 
     Nothing but MCP messages is written to stdout; logs go to stderr.
     """
-    backend = HttpBackend(url or settings.url)
+    backend = HttpBackend(url or settings.url, headers=auth_headers(settings.home))
     try:
         build_mcp(backend).run("stdio")
     finally:

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import httpx
 
+from memlane.auth import auth_headers
+from memlane.config import default_home
 from memlane.bench.latency import free_port, start_daemon
 from memlane.bench.locomo import Conversation, load_locomo
 from memlane.bench.metrics import latency_summary
@@ -133,6 +135,7 @@ def run_replay(data: Path, *, url: str | None = None, max_conversations: int | N
     convs = load_locomo(data)[:max_conversations] if max_conversations else load_locomo(data)
     tmp = None
     proc = None
+    home: Path | None = None
     if url is None:
         if keep is None:
             tmp = tempfile.TemporaryDirectory(prefix="memlane-replay-")
@@ -145,7 +148,8 @@ def run_replay(data: Path, *, url: str | None = None, max_conversations: int | N
     totals: dict[str, int] = {}
     t0 = time.perf_counter()
     try:
-        with httpx.Client(base_url=url, timeout=300) as http:
+        with httpx.Client(base_url=url, timeout=300,
+                          headers=auth_headers(home if home is not None else default_home())) as http:
             d = _Driver(http, timings)
             for i, conv in enumerate(convs):
                 counts = replay_conversation(d, conv, max_questions=max_questions)
