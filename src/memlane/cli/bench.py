@@ -185,3 +185,36 @@ def hooks(runs: int = typer.Option(10, help="Runs per hook event."),
                   f"{e['max_s']:.2f}", f"{e['timeout_s']:g}", "yes" if e["under_timeout"] else "NO")
     console.print(t)
     console.print(f"report: {path}")
+
+
+@bench_app.command("security")
+def security(out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Try the attacks of issue "Secure by default" against real daemons on a temporary home:
+    DNS rebinding, no token, cross-origin and body-less POSTs, forbidden config keys, SSRF,
+    injection framing, secrets at rest, another user, two daemons on one home. Prints each
+    attack and its outcome; exits 1 if any succeeded."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from memlane.bench.security import run as run_security
+
+    report = run_security(progress=lambda m: err.print(f"[dim]{escape(m)}...[/dim]"))
+    path = _out_path(out, "security")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    t = Table(title="memlane bench security (a daemon with default settings; target: 0 succeeded)")
+    for c in ("group", "attack", "outcome", "result"):
+        t.add_column(c, overflow="fold")
+    for a in report["attacks"]:
+        result = "[red]SUCCEEDED[/red]" if a["succeeded"] else "skipped" if a["succeeded"] is None else "refused"
+        t.add_row(escape(a["group"]), escape(a["attack"]), escape(a["outcome"]), result)
+    console.print(t)
+    cost = report["guard_cost"]
+    console.print(f"attacks: {len(report['attacks'])}, succeeded {report['succeeded']}, refused {report['refused']}, "
+                  f"skipped {report['skipped']}")
+    console.print(f"request guard cost: median {cost['median_ms']:.4f} ms per request "
+                  f"({cost['guarded_median_ms']:.4f} guarded vs {cost['bare_median_ms']:.4f} bare, "
+                  f"{cost['calls']:.0f} calls each)")
+    console.print(f"report: {path}")
+    if report["succeeded"]:
+        raise typer.Exit(1)
