@@ -1,5 +1,9 @@
 """Document ingest: the URL fetcher against a real loopback HTTP server, chunking, the ingest
-job (status transitions, dedup, retries, failures) and the /api/documents endpoints."""
+job (status transitions, dedup, retries, failures) and the /api/documents endpoints.
+
+The loopback test server is reached through the address guard's allow-list (``LOOPBACK``),
+as a user reaches a server on their own machine; tests/test_security_fetch.py covers the
+refusals."""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from fastapi.testclient import TestClient
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.documents.chunking import chunk_text
 from memlane.documents.fetcher import FetchError, fetch_url, html_to_text
 from memlane.documents.service import CHUNK_TYPE, DOCUMENT_INGEST, DocumentService
@@ -20,6 +23,9 @@ from memlane.storage import documents as doc_sql
 from memlane.storage import jobs as J
 
 T0 = "2026-01-01T00:00:00.000Z"
+#: documents.allowedHosts entries that let the loopback test server through the address guard.
+LOOPBACK = ["127.0.0.1"]
+ALLOW_LOOPBACK = {"documents": {"allowedHosts": LOOPBACK}}
 PAGE = """<!doctype html><html><head><title>  Deploy &amp; Ops Guide </title>
 <style>body { color: red }</style><script>var secret = "do not index";</script></head>
 <body><h1>Deploys</h1><p>Every deploy goes through <b>staging</b> first &mdash; always.</p>
@@ -138,8 +144,12 @@ def server() -> Iterator[Loopback]:
 
 # -- fetcher ---------------------------------------------------------------------------
 
+def fetch_local(url: str, **kw):
+    return fetch_url(url, allowed_hosts=LOOPBACK, **kw)
+
+
 def test_html_is_stripped_and_title_extracted(server):
-    r = fetch_url(server.url("/page.html"))
+    r = fetch_local(server.url("/page.html"))
     assert r.title == "Deploy & Ops Guide"
     assert r.content_type == "text/html" and r.byte_length == len(PAGE.encode())
     assert "Every deploy goes through staging first \u2014 always." in r.content
@@ -149,42 +159,42 @@ def test_html_is_stripped_and_title_extracted(server):
 
 
 def test_text_json_xml_types_and_charset(server):
-    assert fetch_url(server.url("/latin1.txt")).content == "caf\u00e9 cr\u00e8me"
-    j = fetch_url(server.url("/data.json"))
+    assert fetch_local(server.url("/latin1.txt")).content == "caf\u00e9 cr\u00e8me"
+    j = fetch_local(server.url("/data.json"))
     assert j.content_type == "application/json" and "payments team" in j.content and j.title is None
-    assert fetch_url(server.url("/feed")).content_type == "application/atom+xml"
+    assert fetch_local(server.url("/feed")).content_type == "application/atom+xml"
 
 
 @pytest.mark.parametrize("path", ["/image.png", "/notype"])
 def test_wrong_or_missing_content_type_is_refused(server, path):
     with pytest.raises(FetchError, match="unsupported content type") as e:
-        fetch_url(server.url(path))
+        fetch_local(server.url(path))
     assert e.value.retryable is False
 
 
 def test_oversize_declared_and_streamed(server):
     with pytest.raises(FetchError, match="over the limit of 1024 bytes") as e:
-        fetch_url(server.url("/big"), max_bytes=1024)
+        fetch_local(server.url("/big"), max_bytes=1024)
     assert not e.value.retryable
     with pytest.raises(FetchError, match="over the limit of 2048 bytes"):
-        fetch_url(server.url("/big-stream"), max_bytes=2048)
-    assert len(fetch_url(server.url("/big"), max_bytes=5000).content) == 5000
+        fetch_local(server.url("/big-stream"), max_bytes=2048)
+    assert len(fetch_local(server.url("/big"), max_bytes=5000).content) == 5000
 
 
 @pytest.mark.parametrize("path", ["/slow-headers", "/trickle"])
 def test_slow_server_times_out(server, path):
     with pytest.raises(FetchError, match="timed out after 300 ms") as e:
-        fetch_url(server.url(path), timeout_ms=300)
+        fetch_local(server.url(path), timeout_ms=300)
     assert e.value.retryable is True
 
 
 def test_redirects_are_followed_within_the_limit(server):
-    r = fetch_url(server.url("/redirect/3"))
+    r = fetch_local(server.url("/redirect/3"))
     assert r.final_url.endswith("/page.html") and r.title == "Deploy & Ops Guide"
     with pytest.raises(FetchError, match="more than 2 redirects"):
-        fetch_url(server.url("/redirect/3"), max_redirects=2)
+        fetch_local(server.url("/redirect/3"), max_redirects=2)
     with pytest.raises(FetchError, match="only http and https"):
-        fetch_url(server.url("/to-ftp"))
+        fetch_local(server.url("/to-ftp"))
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "/relative", "http://", "",
@@ -196,10 +206,10 @@ def test_bad_urls_are_refused_before_any_request(url):
 
 def test_http_errors_retryable_or_not(server):
     with pytest.raises(FetchError, match="HTTP 404") as e:
-        fetch_url(server.url("/missing"))
+        fetch_local(server.url("/missing"))
     assert not e.value.retryable
     with pytest.raises(FetchError, match="HTTP 503") as e:
-        fetch_url(server.url("/broken"))
+        fetch_local(server.url("/broken"))
     assert e.value.retryable
 
 
@@ -306,7 +316,7 @@ def test_identical_chunks_reuse_memories_and_delete_keeps_shared_ones(open_store
 
 
 def test_retryable_fetch_failures_retry_then_fail_the_document(open_store, server):
-    c = open_store(memory={"pipeline_v2": {"worker": {"maxRetries": 2}}})
+    c = open_store(memory={"pipeline_v2": {"worker": {"maxRetries": 2}, **ALLOW_LOOPBACK}})
     clock = Clock()
     svc = _svc(c, clock)
     w = _worker(c, svc, clock)
@@ -325,7 +335,7 @@ def test_retryable_fetch_failures_retry_then_fail_the_document(open_store, serve
 
 
 def test_permanent_failures_fail_at_once(open_store, server):
-    c = open_store()
+    c = open_store(memory={"pipeline_v2": ALLOW_LOOPBACK})
     clock = Clock()
     svc = _svc(c, clock)
     w = _worker(c, svc, clock)
@@ -338,7 +348,7 @@ def test_permanent_failures_fail_at_once(open_store, server):
 
 
 def test_url_document_backfills_title_and_stores_the_body(open_store, server):
-    c = open_store()
+    c = open_store(memory={"pipeline_v2": ALLOW_LOOPBACK})
     clock = Clock()
     svc = _svc(c, clock)
     doc = svc.create(url=server.url("/page.html"))
@@ -368,8 +378,8 @@ def test_a_deleted_document_is_not_ingested(open_store):
 
 @pytest.fixture
 def api(open_store):
-    c = open_store(memory={"pipeline_v2": {"documents": {"maxContentBytes": 2048}}})
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    c = open_store(memory={"pipeline_v2": {"documents": {"maxContentBytes": 2048, "allowedHosts": LOOPBACK}}})
+    with api_client(c) as client:
         yield c, client
 
 

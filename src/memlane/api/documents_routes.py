@@ -8,8 +8,11 @@
   document shares).
 * ``GET /api/documents/{id}/chunks`` -- its chunks in order, with the memory ids.
 
-Errors use the one JSON shape: 422 bad input, 413 content over ``documents.maxContentBytes``,
-404 unknown id, 409 already deleted.
+Errors use the one JSON shape: 422 bad input (``fetch_failed`` for a malformed or non-http(s)
+URL, ``address_refused`` for a numeric or ``localhost`` host that names a loopback, private,
+link-local or other non-public address not in ``documents.allowedHosts``; hosts given by name
+are checked when fetched, see :mod:`memlane.netguard`), 413 content over
+``documents.maxContentBytes``, 404 unknown id, 409 already deleted.
 """
 
 from __future__ import annotations

@@ -9,25 +9,34 @@
 * content types ``text/html``, ``text/*``, ``application/json``, ``application/xml`` (and
   ``application/*+xml``, ``application/*+json``); anything else (binary, missing) is refused;
 * at most ``max_redirects`` (default 5) redirects, each to ``http``/``https`` only;
+* no request to a loopback, private, link-local (cloud metadata), multicast, CGNAT, reserved
+  or otherwise non-public address, whatever the spelling of the host, on the first request and
+  on every redirect hop, unless ``allowed_hosts`` lists it: the requests go through
+  :func:`memlane.netguard.guarded_client`, which resolves each host once, checks every address
+  and connects to the address it checked (see :mod:`memlane.netguard`); proxy variables in the
+  environment are ignored;
 * HTML: ``<script>``, ``<style>``, ``<noscript>``, ``<template>`` dropped, tags removed with a
   line break after block elements, entities decoded (selectolax/Lexbor), the first ``<title>``
   returned as the title.
 
 Errors are :class:`FetchError` with ``retryable`` (timeouts, connection failures, 5xx, 429)
-or not (bad URL, 4xx, content type, size): the document worker retries only the former.
+or not (bad URL, refused address, 4xx, content type, size): the document worker retries only
+the former. A refused address is :class:`FetchRefused` (code ``address_refused``), naming the
+host, the address and why.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
 
 import httpx
 from selectolax.lexbor import LexborHTMLParser
 
 from memlane.errors import ValidationError
+from memlane.netguard import AddressRefused, HostAllowlist, check_literal, guarded_client, normalize_host
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -59,6 +68,18 @@ class FetchError(ValidationError):
         self.retryable = retryable
 
 
+class FetchRefused(FetchError):
+    """The URL's host is, or resolves to, an address outbound fetches may not reach
+    (:func:`memlane.netguard.refusal`); never retryable. ``details``: host, address, reason."""
+
+    code = "address_refused"
+
+    @classmethod
+    def of(cls, exc: AddressRefused) -> FetchRefused:
+        """The fetch error for a refusal of the address guard."""
+        return cls(exc.message, **exc.details)
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     """A fetched body as text.
@@ -80,22 +101,53 @@ class FetchResult:
 
 
 def check_url(url: str) -> str:
-    """``url`` stripped, if it is an absolute ``http``/``https`` URL with a host.
+    """``url`` stripped, if it is an absolute ``http``/``https`` URL with a valid host and port.
+
+    The URL is parsed by httpx, the parser the fetch itself uses, so what is checked is what
+    would be requested. The host must be a DNS name (IDNA allowed) or an IP literal; the port,
+    when given, 1-65535.
 
     Raises:
-        FetchError: another scheme, no host, or longer than :data:`MAX_URL_CHARS`.
+        FetchError: not a string, empty, longer than :data:`MAX_URL_CHARS`, unparsable
+            (e.g. ``http://[::1/``), another scheme, no host, a malformed host, a bad port.
     """
     if not isinstance(url, str) or not url.strip():
         raise FetchError("url: must be a non-empty string", field="url")
     url = url.strip()
     if len(url) > MAX_URL_CHARS:
         raise FetchError(f"url: longer than {MAX_URL_CHARS} characters", field="url")
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https"):
-        raise FetchError(f"url: only http and https are fetched, not {parts.scheme or 'a relative URL'!r}",
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise FetchError(f"url: not a valid URL ({str(exc)[:200]})", field="url") from None
+    if parsed.scheme not in ("http", "https"):
+        raise FetchError(f"url: only http and https are fetched, not {parsed.scheme[:20] or 'a relative URL'!r}",
                          field="url")
-    if not parts.hostname:
+    if not parsed.raw_host:
         raise FetchError("url: has no host", field="url")
+    try:
+        normalize_host(parsed.raw_host.decode("ascii"))
+    except (ValueError, UnicodeError):
+        raise FetchError(f"url: {parsed.host[:100]!r} is not a valid host name or IP address", field="url") from None
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise FetchError(f"url: port {parsed.port} is outside 1-65535", field="url")
+    return url
+
+
+def check_target(url: str, allow: HostAllowlist) -> str:
+    """:func:`check_url`, then refuse a host that names a refused address without DNS: a
+    numeric address in any spelling (``127.0.0.1``, ``2130706433``, ``0x7f000001``,
+    ``[::ffff:127.0.0.1]``...) or ``localhost``, unless ``allow`` lists it. Host names are
+    checked when fetched (after resolution).
+
+    Raises:
+        FetchError: see :func:`check_url`. FetchRefused: a refused address.
+    """
+    url = check_url(url)
+    try:
+        check_literal(httpx.URL(url).raw_host.decode("ascii"), allow)
+    except AddressRefused as exc:
+        raise FetchRefused.of(exc) from None
     return url
 
 
@@ -107,29 +159,42 @@ def accepted_type(content_type: str) -> bool:
 
 
 def fetch_url(url: str, *, timeout_ms: float = DEFAULT_TIMEOUT_MS, max_bytes: int = DEFAULT_MAX_BYTES,
-              max_redirects: int = DEFAULT_MAX_REDIRECTS, client: httpx.Client | None = None) -> FetchResult:
+              max_redirects: int = DEFAULT_MAX_REDIRECTS, allowed_hosts: Sequence[str] | HostAllowlist = (),
+              client: httpx.Client | None = None) -> FetchResult:
     """GET ``url`` and return its text (see the module docstring for every guard).
 
     Args:
         timeout_ms: deadline of the whole fetch, ms.
         max_bytes: largest body accepted, bytes.
         max_redirects: redirects followed at most.
-        client: an httpx client to use (not closed); default a new one per call.
+        allowed_hosts: exceptions to the address policy (:class:`memlane.netguard.HostAllowlist`
+            entries: host names, IPs, CIDR networks); used for the default client.
+        client: an httpx client to use (not closed), which then carries the address policy:
+            build it with :func:`memlane.netguard.guarded_client`; default a new guarded one per call.
 
     Raises:
         FetchError: bad URL, timeout, connection error, HTTP status >= 400, too many redirects,
-            unsupported content type, body over ``max_bytes``.
+            unsupported content type, body over ``max_bytes``. FetchRefused: the host or a
+            redirect's host is, or resolves to, a refused address.
+        ValueError: a malformed ``allowed_hosts`` entry.
     """
     url = check_url(url)
     deadline = time.monotonic() + timeout_ms / 1000.0
     own = client is None
-    http = client or httpx.Client(follow_redirects=False, headers={"User-Agent": USER_AGENT})
+    if client is None:
+        allow = allowed_hosts if isinstance(allowed_hosts, HostAllowlist) else HostAllowlist(allowed_hosts)
+        client = guarded_client(allow, headers={"User-Agent": USER_AGENT})
+    http = client
     try:
         current = url
         for _ in range(max_redirects + 1):
             result = _get_once(http, current, deadline, timeout_ms, max_bytes)
-            if isinstance(result, str):  # a redirect target
-                current = check_url(urljoin(current, result))
+            if isinstance(result, str):  # a redirect target, vetted when it is requested
+                try:
+                    target = str(httpx.URL(current).join(result))
+                except (httpx.InvalidURL, ValueError, TypeError) as exc:
+                    raise FetchError(f"redirect to an invalid URL ({str(exc)[:200]})", url=current) from None
+                current = check_url(target)
                 continue
             body, ctype, charset = result
             return _to_text(url, current, body, ctype, charset)
@@ -177,6 +242,8 @@ def _get_once(http: httpx.Client, url: str, deadline: float, timeout_ms: float, 
                     raise FetchError(f"body is over the limit of {max_bytes} bytes", url=url, limit=max_bytes)
                 _remaining(deadline, timeout_ms, url)
             return bytes(buf), ctype, resp.charset_encoding
+    except AddressRefused as exc:
+        raise FetchRefused.of(exc) from None
     except httpx.TimeoutException as exc:
         raise FetchError(f"timed out after {timeout_ms:.0f} ms", retryable=True, url=url,
                          timeout_ms=timeout_ms) from exc

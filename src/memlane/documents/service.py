@@ -11,6 +11,12 @@ outside the write lock, then its own short transaction; the in-memory index foll
 linked in ``document_memories``. Chunk memories have type ``document_chunk``, importance 0.3,
 ``source_type='document'``, ``source_id=<document id>`` and the title as a tag.
 
+Outbound fetches obey :mod:`memlane.netguard`: a URL whose host is, or resolves to, a
+loopback, private, link-local, multicast or otherwise non-public address is refused (at
+create when the host is numeric or ``localhost``, with 422 ``address_refused``; otherwise when
+fetched, failing the document at once), on every redirect hop, unless
+``documents.allowedHosts`` lists it.
+
 Dedup: a chunk already linked to a live memory (a retried job) is not written again; a chunk
 whose text equals a live memory's (content hash) reuses that memory. Failures: a permanent one
 (bad URL, HTTP 4xx, content type, size, no text) fails the document at once; others are
@@ -27,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memlane.documents.chunking import chunk_text
-from memlane.documents.fetcher import FetchError, FetchResult, check_url, fetch_url
+from memlane.documents.fetcher import FetchError, FetchResult, check_target, fetch_url
 from memlane.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
+from memlane.netguard import HostAllowlist
 from memlane.pipeline.config import PipelineV2Settings
 from memlane.pipeline.runtime import SkipJob
 from memlane.services.clock import now_iso
@@ -75,7 +82,8 @@ class DocumentService:
         db: the database (migrated).
         memories: writes chunk memories (embedding, dedup, index).
         pipeline: returns the current pipeline settings (``documents.*``, ``worker.maxRetries``).
-        fetch: the URL fetcher (``fetch_url``'s signature); tests may pass one with a client.
+        fetch: the URL fetcher (``fetch_url``'s signature; called with ``timeout_ms``,
+            ``max_bytes`` and ``allowed_hosts``).
         fetch_timeout_ms: the fetch deadline, ms.
         now: the clock, ISO-8601 UTC.
         on_enqueue: called after a document is queued (wakes the worker).
@@ -98,8 +106,10 @@ class DocumentService:
         """Queue a document from ``url`` or raw ``content`` (exactly one) and its ingest job.
 
         Raises:
-            ValidationError: neither or both of url/content, a non-http(s) URL, empty content,
-                a bad title, project or tag. PayloadTooLarge: content over
+            ValidationError: neither or both of url/content, a malformed or non-http(s) URL,
+                empty content, a bad title, project or tag. FetchRefused (422
+                ``address_refused``): a numeric or ``localhost`` host naming a refused address
+                not in ``documents.allowedHosts``. PayloadTooLarge: content over
                 ``documents.maxContentBytes`` (UTF-8 bytes).
         """
         p = self._pipeline()
@@ -107,7 +117,7 @@ class DocumentService:
             raise ValidationError("give exactly one of url or content", details={"fields": ["url", "content"]})
         byte_length = None
         if url is not None:
-            url = check_url(url)
+            url = check_target(url, HostAllowlist(p.documents.allowed_hosts))
         else:
             check_text(content, "content", max_chars=p.documents.max_content_bytes)  # type: ignore[arg-type]
             byte_length = len(content.encode("utf-8"))  # type: ignore[union-attr]
@@ -234,7 +244,8 @@ class DocumentService:
         p = self._pipeline().documents
         text, title = doc.raw_content, doc.title
         if doc.source_type == "url" and text is None:
-            res = self._fetch(doc.source_url, timeout_ms=self.fetch_timeout_ms, max_bytes=p.max_content_bytes)
+            res = self._fetch(doc.source_url, timeout_ms=self.fetch_timeout_ms, max_bytes=p.max_content_bytes,
+                              allowed_hosts=HostAllowlist(p.allowed_hosts))
             title = title or (res.title[:MAX_TITLE_CHARS] if res.title else None)
             self.db.write(lambda c: doc_sql.set_fetched(c, doc.id, content=res.content, content_type=res.content_type,
                                                       byte_length=res.byte_length, title=title, at=self._now()))

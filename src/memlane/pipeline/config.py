@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic import ValidationError as PydValidationError
 from pydantic.alias_generators import to_camel, to_snake
 
+from memlane.netguard import HostAllowlist
 from memlane.providers.settings import LlmSettings
 
 
@@ -147,6 +148,16 @@ class DocumentsSettings(_Group):
     chunk_size: int = Field(2_000, ge=200, le=50_000, description="Chunk window, chars.")
     chunk_overlap: int = Field(200, ge=0, le=10_000, description="Overlap between chunks, chars.")
     max_content_bytes: int = Field(10_485_760, ge=1_024, le=104_857_600, description="Largest fetched body, bytes.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Hosts a URL fetch may reach although they are loopback, private, "
+        "link-local or otherwise non-public: host names (matched against the URL's host), IP addresses or CIDR "
+        "networks (matched against the resolved addresses). Set in config.yaml or the environment only.")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _valid_hosts(cls, value: list[str]) -> list[str]:
+        HostAllowlist(value)  # the one parser of allow-list entries; raises ValueError naming the entry
+        return [v.strip() for v in value]
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> DocumentsSettings:
