@@ -8,6 +8,5 @@ Modules:
     continuity   the LLM continuity judge: prompt and reply parsing.
     inject       the text agents see (status line, memory block, feedback request).
     checkpoints  session checkpoints: buffered, merged, redacted; recovery digests.
-    redact       secret scrubbing before anything is stored.
     inputs       dataclasses in and out.
 """

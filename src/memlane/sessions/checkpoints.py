@@ -8,7 +8,7 @@ Writes are buffered per session and flushed by one background thread every
 ``flush_interval_s`` (2.5 s): everything pending at a tick is written, so two triggers for a
 session within one window become one checkpoint (queries/remembers unioned, newest kept, caps
 20/10; prompt deltas summed; the most significant trigger kept). A ``pre_compaction`` trigger
-is flushed at once. Every text is redacted (:func:`memlane.sessions.redact.redact`) at queue
+is flushed at once. Every text is redacted (:func:`memlane.redact.redact`) at queue
 time, and the built digest once more, before it reaches the database.
 """
 
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.errors import ValidationError
 from memlane.services.clock import to_iso
-from memlane.sessions.redact import redact
+from memlane.redact import redact
 from memlane.storage import checkpoints as store
 from memlane.storage.db import Database
 

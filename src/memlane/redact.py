@@ -1,21 +1,27 @@
-"""Pattern-based secret scrubbing before storage (memory-pipeline-v2.md "Session Checkpoints":
+"""The one secret-redaction function of memlane (memory-pipeline-v2.md "Session Checkpoints":
 "Secrets are redacted before storage using pattern-based scrubbing (Bearer tokens, API keys,
 base64 credential blobs, env variable values)").
+
+Applied before storing transcripts, session context and checkpoints, and to memories as the
+``redact.memories`` setting says (docs/security.md lists what is stored and what is redacted).
+This module is a leaf (standard library only).
 
 ``redact(text)`` replaces the secret part of each match with ``[REDACTED]`` and keeps its label,
 so ``Authorization: Bearer abc.def`` becomes ``Authorization: Bearer [REDACTED]`` and
 ``api_key = "sk-..."`` becomes ``api_key = "[REDACTED]"``. Vendor keys keep their public prefix
 (``sk-ant-[REDACTED]``, ``ghp_[REDACTED]``, ``AKIA[REDACTED]``). It is idempotent (passes run to a
 fixpoint and no pattern matches a bare ``[REDACTED]``), never raises, and stays near linear in
-the input size (no nested quantifiers, bounded label scans, a value is only scanned after its
-label is accepted). ``session_key`` is deliberately not a secret label.
+the input size (no repeat nested in an unbounded repeat, bounded label scans, a value is only
+scanned after its label is accepted; tests/test_redact.py counts the characters every regex call
+passes over). Every regex is a compiled module constant. ``session_key`` is deliberately not a secret label.
 
 Rules, in order:
 
 1. PEM private key blocks (``-----BEGIN ... PRIVATE KEY-----`` .. ``-----END ...-----``); a block
    with no END line is redacted to the end of the text.
 2. JWTs (``eyJ<b64url>.<b64url>.<b64url>``), whole.
-3. URL credentials: ``scheme://user:PASSWORD@host``.
+3. URL credentials: ``scheme://user:PASSWORD@host``; the password runs to the last ``@`` before
+   the next ``/`` or space (``postgres://u:p@ss@db/x`` -> ``postgres://u:[REDACTED]@db/x``).
 4. ``Authorization:`` / ``Authorization=`` values: always after a scheme (Bearer, Basic, Token,
    Digest, Negotiate); without a scheme only when the value is token-like (see ``_tokenish``).
 5. A bare ``bearer <token>`` (any case; the token is the next non-space run) when it is token-like
@@ -23,9 +29,18 @@ Rules, in order:
    the base64 decodes to printable ``user:password`` text or is >= 40 characters.
 6. Vendor keys: Anthropic ``sk-ant-``, OpenAI ``sk-``/``sk-proj-`` (body must contain a digit or
    both cases, so ``sk-learn-compatible-models`` survives), GitHub ``ghp_ gho_ ghu_ ghs_ ghr_
-   github_pat_``, AWS ``AKIA``/``ASIA`` + 16, Slack ``xox[baprs]-`` and ``xapp-``, Google ``AIza``.
+   github_pat_``, GitLab ``glpat- gldt- glrt- glptt- glsoat-``, AWS ``AKIA``/``ASIA`` + 16, Slack
+   ``xox[baprs]-`` and ``xapp-``, Google ``AIza`` (API keys), ``ya29.`` (OAuth access tokens) and
+   ``GOCSPX-`` (OAuth client secrets), Stripe ``sk_live_ sk_test_ rk_live_ rk_test_ pk_live_
+   pk_test_ whsec_``, PyPI ``pypi-AgE...`` upload tokens; npm ``npm_`` and Hugging Face ``hf_``
+   (body: >= 30 letters and digits with a digit or both cases, so ``hf_`` identifiers survive).
+   Azure connection strings: the value of ``AccountKey=`` / ``SharedAccessKey=`` up to its ``;``.
+   MySQL clients: ``mysql ... -pPASSWORD`` (the password glued to ``-p``; ``-p`` alone prompts,
+   ``-P`` is the port) for ``mysql mysqldump mysqladmin mysqlimport mysqlshow mysqlcheck
+   mariadb mariadb-dump``.
 7. Labelled values ``NAME = value`` / ``NAME: value`` / ``"NAME": "value"`` (JSON, YAML, ini,
-   code, ``export NAME=...``, ``.env`` lines). NAME is split into segments (``_ - .`` and
+   code, ``export NAME=...``, ``.env`` lines, ``--NAME=value`` command-line options such as
+   ``--password=...``; ``PGPASSWORD=...`` is an env-style name). NAME is split into segments (``_ - .`` and
    camelCase); it is a secret label when a segment is one of ``_SECRET_WORDS`` (``password``,
    ``token``, ``secret``, ``auth``, ``credentials`` ...) or a pair is ``api key``, ``private key``,
    ``access key`` ... An ALL-CAPS name (env style) or one after ``export`` is a label when it
@@ -54,29 +69,62 @@ import re
 REDACTED_MARK = "[REDACTED]"
 _MAX_PASSES = 6
 
+# Each pattern starts with a literal and checks the word boundary before it with a lookbehind
+# placed after it: the regex engine then scans for the literal, several times faster than a
+# leading "\b" or lookbehind, which is tried at every position.
 _PEM = re.compile(
-    r"(-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]*-----)|\Z)")
-_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
-_URL_CRED = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://[^\s:/@]{1,256}:)([^\s@/]{1,256})(?=@)")
+    r"(-----BEGIN ((?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]{0,80}-----)|\Z)")
+_JWT = re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
+# URL credentials after "://"; the password is greedy up to the last "@" before a "/" or a space
+# (bounded: O(256) per URL).
+_URL_CRED = re.compile(r"(://[^\s:/@]{0,256}:)([^\s/]{1,256})(?=@)")
 _AUTH_HEADER = re.compile(
-    r"(?i)\b(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
+    r"(?i)(authorization(?<=\bauthorization)[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
     r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)")
-_BEARER = re.compile(r"(?i)\b(bearer[ \t]+)([^\s\"'`]+)")
-_BASIC = re.compile(r"\b(Basic[ \t]+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])")
+_BEARER = re.compile(r"(?i)(bearer(?<=\bbearer)[ \t]+)([^\s\"'`]+)")
+_BASIC = re.compile(r"(Basic(?<=\bBasic)[ \t]+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])")
 #: Vendor keys: group 1 (the public prefix) is kept.
 _VENDOR = [re.compile(p) for p in (
-    r"\b(sk-ant-)[A-Za-z0-9_\-]{8,}",
-    r"\b(github_pat_)[A-Za-z0-9_]{20,}",
-    r"\b(gh[pousr]_)[A-Za-z0-9]{20,}",
-    r"\b(AKIA|ASIA)[A-Z0-9]{16}\b",
-    r"\b(xox[baprs]-)[A-Za-z0-9-]{10,}",
-    r"\b(xapp-)[A-Za-z0-9-]{10,}",
-    r"\b(AIza)[0-9A-Za-z_\-]{30,}",
+    r"(sk-ant-(?<=\bsk-ant-))[A-Za-z0-9_\-]{8,}",
+    r"(github_pat_(?<=\bgithub_pat_))[A-Za-z0-9_]{20,}",
+    r"(gh(?<=\bgh)[pousr]_)[A-Za-z0-9]{20,}",
+    r"(A(?<=\bA)(?:KIA|SIA))[A-Z0-9]{16}\b",
+    r"(xox(?<=\bxox)[baprs]-)[A-Za-z0-9-]{10,}",
+    r"(xapp-(?<=\bxapp-))[A-Za-z0-9-]{10,}",
+    r"(AIza(?<=\bAIza))[0-9A-Za-z_\-]{30,}",
+    r"(ya29\.(?<=\bya29\.))[0-9A-Za-z_\-]{20,}",
+    r"(GOCSPX-(?<=\bGOCSPX-))[0-9A-Za-z_\-]{20,}",
+    r"(gl(?<=\bgl)(?:pat|dt|rt|ptt|soat)-)[0-9A-Za-z_\-]{20,}",
+    r"([srp]k_(?<=\b[srp]k_)(?:live|test)_)[0-9A-Za-z]{10,}",
+    r"(whsec_(?<=\bwhsec_))[0-9A-Za-z]{20,}",
+    r"(pypi-(?<=\bpypi-))AgE[0-9A-Za-z_\-]{50,}",
 )]
-_OPENAI = re.compile(r"\b(sk-)((?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})")
+#: Lower-case literals one of which a text must hold for the matching ``_VENDOR`` rule to run.
+_VENDOR_NEEDLES = (("sk-ant-",), ("github_pat_",), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("akia", "asia"),
+                   ("xox",), ("xapp-",), ("aiza",), ("ya29.",), ("gocspx-",),
+                   ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-"), ("k_live_", "k_test_"), ("whsec_",),
+                   ("pypi-age",))
+#: npm and Hugging Face tokens: prefix kept, body must look random (``_random_body``).
+_RANDOM_VENDOR = re.compile(r"((?:npm|hf)_(?:(?<=\bnpm_)|(?<=\bhf_)))([0-9A-Za-z]{30,})(?![0-9A-Za-z_])")
+#: Azure connection-string keys: the value runs to the next ``;`` (the string goes on after it).
+_AZURE_KEY = re.compile(
+    r"(?i)((?:AccountKey|SharedAccessKey)(?:(?<=\bAccountKey)|(?<=\bSharedAccessKey))[ \t]*=[ \t]*)([^;\s\"'`]+)")
+#: A MySQL/MariaDB client's ``-pPASSWORD`` (case-sensitive ``-p``: ``-P`` is the port).
+_MYSQL_P = re.compile(
+    r"(?i:(?:mysql|mariadb)(?:(?<=\bmysql)|(?<=\bmariadb))(?:dump|admin|import|show|check|-dump)?)(?![\w-])"
+    r"[^\n;|&]{0,300}?[ \t](-p)(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'`]+)")
+_OPENAI = re.compile(r"(sk-(?<=\bsk-))((?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})")
 _KV_LABEL = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<export>export[ \t]+)?(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80})(?P=q)"
-    r"[ \t]*(?::=|=>|[:=])[ \t]*")
+    r"(?<![A-Za-z0-9_.\-])(?:(?P<export>export[ \t]{1,16})|--)?(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80})"
+    r"(?P=q)[ \t]{0,64}(?::=|=>|[:=])[ \t]*")
+#: The secret words of ``_SECRETISH`` in lower case, searched in the lower-cased text: rule 7
+#: looks for labels only around them.
+_SECRETISH_LOW = re.compile(r"pass|pwd|secret|token|auth|cred|key|priv")
+#: How far a label's start can be before a secret word in its name ("export", 16 blanks, a
+#: quote, 80 name characters) and its separator after it (81 name characters, a quote, 64
+#: blanks, ":=").
+_LABEL_BEFORE = 6 + 16 + 1 + 80
+_LABEL_AFTER = 81 + 1 + 64 + 2
 _KV_VALUE = re.compile(
     r"(?:(?:[Bb]earer|[Bb]asic|[Tt]oken)[ \t]+)?"
     r"(?P<value>\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?|[^\s\"'`]+)")
@@ -100,7 +148,12 @@ _META_SUFFIXES = frozenset({
     "expiration", "ttl", "budget", "usage", "estimate", "max", "min", "header", "field", "policy",
     "rotation", "hint", "prefix", "format", "required", "enabled",
 })
+#: A name can be a secret label (``_is_secret_name``) only if it holds one of these.
+_SECRETISH = re.compile(r"(?i)pass|pwd|secret|token|auth|cred|key|priv")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_NAME_SEPARATORS = re.compile(r"[_.\-]+")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_LOWER_RUN = re.compile(r"[a-z]+")
 
 
 def redact(text: str) -> str:
@@ -122,17 +175,37 @@ def redact(text: str) -> str:
 def _one_pass(text: str) -> str:
     if not text:
         return text
-    text = _PEM.sub(_pem_sub, text)
-    text = _JWT.sub(REDACTED_MARK, text)
-    text = _URL_CRED.sub(lambda m: m.group(1) + REDACTED_MARK, text)
-    text = _scan(_AUTH_HEADER, text, _auth_sub)
-    text = _scan(_BEARER, text, lambda m: _keep(m, 2) if _tokenish(m.group(2)) else None)
-    text = _scan(_BASIC, text, _basic_sub)
-    for pattern in _VENDOR:
-        text = pattern.sub(lambda m: m.group(1) + REDACTED_MARK, text)
-    # a rejected body holds no random sub-body either: resume after it (linear on sk-aaa-sk-aaa...)
-    text = _scan(_OPENAI, text, lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
-                 resume_after_reject=True)
+    # A rule runs only when the text holds one of its literals (in any case). A redaction only
+    # puts "[REDACTED]" between kept characters, so no rule creates another rule's literal: the
+    # lower-cased text of the pass's start answers for the whole pass.
+    low = text.lower()
+    if "-----begin" in low:
+        text = _PEM.sub(_pem_sub, text)
+    if "eyj" in low:
+        text = _JWT.sub(REDACTED_MARK, text)
+    if "://" in low:
+        text = _scan(_URL_CRED, text, lambda m: _keep(m, 2))
+    if "authorization" in low:
+        text = _scan(_AUTH_HEADER, text, _auth_sub)
+    if "bearer" in low:
+        text = _scan(_BEARER, text, lambda m: _keep(m, 2) if _tokenish(m.group(2)) else None)
+    if "basic" in low:
+        text = _scan(_BASIC, text, _basic_sub)
+    for pattern, needles in zip(_VENDOR, _VENDOR_NEEDLES):
+        if any(n in low for n in needles):
+            text = pattern.sub(lambda m: m.group(1) + REDACTED_MARK, text)
+    if "npm_" in low or "hf_" in low:
+        text = _scan(_RANDOM_VENDOR, text,
+                     lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
+                     resume_after_reject=True)
+    if "accountkey" in low or "sharedaccesskey" in low:
+        text = _scan(_AZURE_KEY, text, lambda m: _keep(m, 2))
+    if "mysql" in low or "mariadb" in low:
+        text = _scan(_MYSQL_P, text, _mysql_sub)
+    if "sk-" in low:
+        # a rejected body holds no random sub-body either: resume after it (linear on sk-aaa-sk-aaa...)
+        text = _scan(_OPENAI, text, lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
+                     resume_after_reject=True)
     text = _kv_redact(text)
     return _scan(_B64_RUN, text, lambda m: REDACTED_MARK if _credential_blob(m.group(0)) else None)
 
@@ -169,6 +242,14 @@ def _pem_sub(m: re.Match[str]) -> str:
     return f"{m.group(1)}\n{REDACTED_MARK}\n{end}"
 
 
+def _mysql_sub(m: re.Match[str]) -> str | None:
+    """``-p`` + the password, keeping its quotes (None when already redacted)."""
+    replacement = _value_replacement(m.group(2))
+    if replacement is None:
+        return None
+    return m.group(0)[: m.start(2) - m.start(0)] + replacement
+
+
 def _auth_sub(m: re.Match[str]) -> str | None:
     if m.group(2) is None and not _tokenish(m.group(3)):
         return None
@@ -187,22 +268,36 @@ def _basic_sub(m: re.Match[str]) -> str | None:
 
 
 def _kv_redact(text: str) -> str:
-    """Rule 7. The label is matched first and the value only after a secret label, so a
-    rejected label costs its own length (linear time on ``a=a=a=...``)."""
+    """Rule 7. A secret label's name holds a secret word (``_SECRETISH``), so labels are looked
+    for only in a bounded window around each secret word, in text order; the value is matched
+    only after a secret label. Linear: each secret word costs its window, and after a redaction
+    the scan resumes past the value."""
+    low = text.lower()
+    # str.lower() keeps positions unless a character lower-cases to several (rare non-ASCII)
+    hits = _SECRETISH_LOW.finditer(low) if len(low) == len(text) else _SECRETISH.finditer(text)
     out: list[str] = []
     last = pos = 0
-    while (m := _KV_LABEL.search(text, pos)) is not None:
-        v = (_KV_VALUE.match(text, m.end())
-             if _is_secret_name(m.group("name"), exported=m.group("export") is not None) else None)
-        if v is None:
-            pos = m.start() + 1
+    for hit in hits:
+        i = hit.start()
+        if i < pos:
             continue
-        replacement = _value_replacement(v.group("value"))
-        if replacement is not None:
-            out.append(text[last:v.start("value")])
-            out.append(replacement)
-            last = v.end()
-        pos = v.end()
+        p = max(pos, i - _LABEL_BEFORE)
+        while (found := _KV_LABEL.search(text, p, i + _LABEL_AFTER)) is not None and found.start() <= i:
+            p = found.start() + 1
+            m = _KV_LABEL.match(text, found.start())  # the whole label (its blanks may run past the window)
+            if m is None or not m.start("name") <= i < m.end("name") or not _is_secret_name(
+                    m.group("name"), exported=m.group("export") is not None):
+                continue
+            v = _KV_VALUE.match(text, m.end())
+            if v is None:
+                continue
+            replacement = _value_replacement(v.group("value"))
+            if replacement is not None:
+                out.append(text[last:v.start("value")])
+                out.append(replacement)
+                last = v.end()
+            pos = v.end()
+            break
     out.append(text[last:])
     return "".join(out)
 
@@ -219,13 +314,15 @@ def _value_replacement(value: str) -> str | None:
 
 def _segments(name: str) -> list[str]:
     out: list[str] = []
-    for part in re.split(r"[_.\-]+", name):
+    for part in _NAME_SEPARATORS.split(name):
         out.extend(s.lower() for s in _CAMEL.findall(part))
     return out
 
 
 def _is_secret_name(name: str, *, exported: bool = False) -> bool:
     """Whether ``name`` labels a secret value (rule 7 of the module docstring)."""
+    if _SECRETISH.search(name) is None:
+        return False
     segs = _segments(name)
     if not segs or segs[-1] in _META_SUFFIXES:
         return False
@@ -260,7 +357,7 @@ def _credential_blob(run: str) -> bool:
         return False
     if not (any(c.isupper() for c in core) and any(c.islower() for c in core) and any(c.isdigit() for c in core)):
         return False
-    if re.fullmatch(r"[0-9a-fA-F]+", core):
+    if _HEX.fullmatch(core):
         return False
-    lower_runs = re.findall(r"[a-z]+", core)
+    lower_runs = _LOWER_RUN.findall(core)
     return sum(map(len, lower_runs)) / len(lower_runs) < 3.0
