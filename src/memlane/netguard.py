@@ -294,7 +294,7 @@ def _resolve(resolver: Resolver, host: str, port: int, timeout: float | None) ->
         raise httpcore.ConnectTimeout(f"resolving {host} took longer than {timeout:.1f} s")
     if "error" in box:
         exc = box["error"]
-        if isinstance(exc, (socket.gaierror, UnicodeError)):
+        if isinstance(exc, (OSError, UnicodeError)):  # gaierror is an OSError
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         raise exc
     return box["infos"]
