@@ -9,6 +9,12 @@ each lifespan (each daemon start, each test client) builds a fresh streamable HT
 The route is added to the app's router rather than mounted at ``/``, so the daemon's own 404,
 405 and error shapes are untouched. When the daemon binds a loopback address the SDK's
 DNS-rebinding protection is on (only ``127.0.0.1``, ``localhost`` and ``[::1]`` Host headers).
+
+Refusals: the SDK answers most protocol errors with a JSON-RPC error object (kept: it is the
+MCP transport's own error shape, which MCP clients read), but a few in plain text (``421
+Invalid Host header``, ``400 Invalid Content-Type header``, ``403 Invalid Origin header``).
+:class:`_ShapedRefusals` rewrites every 4xx/5xx answer that is not JSON into the daemon's one
+error shape, keeping its status and quoting its text as the message.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlane.api.errors import error_response
 from memlane.container import Container
@@ -28,6 +34,46 @@ from memlane.mcp.server import build_server
 
 #: Path of the MCP endpoint on the daemon.
 MCP_PATH = "/mcp"
+
+
+#: Error codes of the SDK's plain-text refusals, by HTTP status.
+_REFUSAL_CODES = {400: "bad_request", 403: "forbidden_origin", 404: "not_found", 405: "method_not_allowed",
+                  406: "not_acceptable", 413: "payload_too_large", 415: "unsupported_media_type",
+                  421: "forbidden_host"}
+#: Bytes of a plain-text refusal quoted in the message.
+_REFUSAL_QUOTE_BYTES = 500
+
+
+class _ShapedRefusals:
+    """ASGI ``send`` wrapper: passes every response through, except a 4xx/5xx whose
+    content type is not JSON, which it buffers and replaces by :func:`error_response` with the
+    same status (code from ``_REFUSAL_CODES``, ``http_error`` otherwise; 5xx ``internal_error``)."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope, self.receive, self.send = scope, receive, send
+        self.held: dict[str, Any] | None = None
+        self.body = bytearray()
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = {k.lower(): v for k, v in message.get("headers", ())}
+            ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+            if message["status"] >= 400 and not (ctype == b"application/json" or ctype.endswith(b"+json")):
+                self.held = message
+                return
+        elif message["type"] == "http.response.body" and self.held is not None:
+            if len(self.body) < _REFUSAL_QUOTE_BYTES:
+                self.body += message.get("body", b"")[:_REFUSAL_QUOTE_BYTES]
+            if message.get("more_body", False):
+                return
+            status = self.held["status"]
+            text = bytes(self.body[:_REFUSAL_QUOTE_BYTES]).decode("utf-8", "replace").strip()
+            code = "internal_error" if status >= 500 else _REFUSAL_CODES.get(status, "http_error")
+            self.held = None
+            response = error_response(status, code, f"MCP endpoint refused the request: {text or status}")
+            await response(self.scope, self.receive, self.send)
+            return
+        await self.send(message)
 
 
 class _Endpoint:
@@ -43,7 +89,7 @@ class _Endpoint:
                                       "the MCP endpoint is not running (the app's lifespan has not started)")
             await response(scope, receive, send)
             return
-        await handler(scope, receive, send)
+        await handler(scope, receive, _ShapedRefusals(scope, receive, send) if scope["type"] == "http" else send)
 
 
 def mount(app: FastAPI, container: Container) -> MCPServer:

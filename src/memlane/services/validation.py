@@ -57,7 +57,7 @@ def check_metadata(value: object, field: str = "metadata") -> dict:
     if not isinstance(value, dict):
         raise ValidationError(f"{field}: expected an object", details={"field": field})
     try:
-        json.dumps(value, allow_nan=False).encode("utf-8")
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")  # surrogates raise here
     except (ValueError, TypeError, UnicodeEncodeError) as exc:
         raise ValidationError(f"{field}: not storable as standard JSON ({exc})", details={"field": field}) from exc
     return value

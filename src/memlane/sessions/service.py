@@ -30,8 +30,8 @@ from memlane.sessions import continuity
 from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inflight import InflightStarts
 from memlane.sessions.feedback import resolve_feedback
-from memlane.sessions.inject import (Shown, render_block, select_in_rank_order, select_within_budget, short_id,
-                                     status_line)
+from memlane.sessions.inject import (Shown, render_block, render_recovery, select_in_rank_order,
+                                     select_within_budget, short_id, status_line)
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
 from memlane.sessions import ranking
@@ -161,7 +161,7 @@ class SessionService:
         if existing is not None and existing.started:
             inject = ""
             if inp.source == "compact" and self.checkpoints is not None:
-                inject = self.checkpoints.recovery_digest(session_key=key, project=project)
+                inject = render_recovery(self.checkpoints.recovery_digest(session_key=key, project=project))
             return StartResult(key, "existing", inject, existing.predictor_state,
                                took_ms=(time.perf_counter() - t0) * 1000)
         s = self.settings
@@ -310,6 +310,8 @@ class SessionService:
         s = self.settings
         key = self._key(inp.session_key)
         project = self._opt(inp.project, "project")
+        self._opt(inp.cwd, "cwd")
+        self._opt(inp.harness, "harness")
         check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
         self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
@@ -357,6 +359,7 @@ class SessionService:
         """
         key = self._key(session_key)
         project = self._opt(project, "project")
+        self._opt(harness, "harness")
         if context is not None:
             check_text(context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
         if self.checkpoints is None:
@@ -367,8 +370,8 @@ class SessionService:
         self.checkpoints.flush()
         digest = self.checkpoints.recovery_digest(session_key=key, project=project)
         prompt = self.checkpoints.summary_prompt(key, project, context)
-        return {"session_key": key, "inject": f"{prompt}\n\n{digest}".strip(), "summary_prompt": prompt,
-                "digest": digest}
+        return {"session_key": key, "inject": f"{prompt}\n\n{render_recovery(digest)}".strip(),
+                "summary_prompt": prompt, "digest": digest}
 
     def compaction_complete(self, session_key: str, *, project: str | None, harness: str | None,
                             summary: str | None) -> dict[str, Any]:
@@ -379,6 +382,7 @@ class SessionService:
         """
         key = self._key(session_key)
         project = self._opt(project, "project")
+        self._opt(harness, "harness")
         if summary is not None:
             check_text(summary, "summary", max_chars=self.settings.max_prompt_chars, allow_empty=True)
         if self.checkpoints is None or not (summary or "").strip():
@@ -414,7 +418,8 @@ class SessionService:
         """
         key = self._key(inp.session_key)
         project = self._opt(inp.project, "project")
-        self._opt(inp.reason, "reason")
+        for name in ("reason", "cwd", "harness"):
+            self._opt(getattr(inp, name), name)
         if inp.transcript is not None:
             check_text(inp.transcript, "transcript", max_chars=self.settings.max_transcript_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
