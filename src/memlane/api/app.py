@@ -47,6 +47,9 @@ def create_app(container: Container) -> FastAPI:
     settings = container.settings
     # The token file is created here, before the first request (Starlette builds middleware lazily).
     tokens = TokenStore(settings.home) if settings.require_token else None
+    from memlane.observability.hub import ensure as ensure_observability
+    from memlane.observability.middleware import ObservabilityMiddleware
+    app.add_middleware(ObservabilityMiddleware, obs=ensure_observability(container))  # inside the guard
     app.add_middleware(RequestGuard, tokens=tokens, bind_host=settings.host, allowed_hosts=settings.allowed_hosts)
     mem = container.memories
     rec = container.recall
@@ -153,6 +156,8 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(repair_routes.router(container))
     from memlane.api import knowledge_routes
     app.include_router(knowledge_routes.router(container))
+    from memlane.observability import routes as observability_routes
+    app.include_router(observability_routes.router(container))
 
     from memlane.mcp.http import mount
     mount(app, container)

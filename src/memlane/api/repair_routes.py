@@ -35,8 +35,13 @@ def router(container: Container) -> APIRouter:
 
     @r.get("/api/diagnostics")
     def diagnostics() -> dict[str, Any]:
-        """Health report, recommendations, halted actions, repair limits, last cycle."""
-        return container.maintenance.diagnose()  # type: ignore[attr-defined]
+        """Health report, recommendations, halted actions, repair limits, last cycle, and the
+        health domains (``domains``, ``score``, ``status``: memlane.observability.diagnostics)."""
+        from memlane.observability.diagnostics import health_report
+        from memlane.observability.hub import ensure
+        health = health_report(container, ensure(container))
+        return {**container.maintenance.diagnose(), "domains": health["domains"],  # type: ignore[attr-defined]
+                "score": health["score"], "status": health["status"]}
 
     @r.post("/api/repair/{action}")
     def repair(action: str, body: RepairIn | None = None) -> dict[str, Any]:

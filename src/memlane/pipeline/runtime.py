@@ -216,6 +216,18 @@ class JobWorker(PollingWorker):
         self._ahead_pending: list[Job] = []
         #: jobs that came leased ahead (telemetry).
         self.leased_ahead = 0
+        #: called as ``fn(job, outcome, took_ms, error)`` after every job (outcome: completed,
+        #: skipped, retried or dead; ``error`` the exception of a failed attempt, else None):
+        #: the daemon's latency histograms and error ring (memlane.observability).
+        self.listeners: list[Callable[[Job, str, float, BaseException | None], None]] = []
+
+    def _notify(self, job: Job, outcome: str, t0: float, error: BaseException | None = None) -> None:
+        took = (time.perf_counter() - t0) * 1000
+        for fn in list(self.listeners):
+            try:
+                fn(job, outcome, took, error)
+            except Exception:  # an observer never breaks the worker
+                log.exception("worker %s: job listener failed", self.name)
 
     def register(self, job_type: str, handler: JobHandler) -> None:
         """Handle jobs of ``job_type`` with ``handler(job) -> dict | None`` (replaces an earlier one)."""
@@ -257,12 +269,14 @@ class JobWorker(PollingWorker):
         self.last_job_id = job.id
         self._ahead_pending.clear()
         _current.worker = self
+        t0 = time.perf_counter()
         try:
             result = self._handlers[job.job_type](job)
         except SkipJob as s:
             self._drop_pending_ahead()
             self.db.write(lambda c: jobs_sql.skip(c, job.id, s.reason, now=self._now()))
             self.outcomes["skipped"] += 1
+            self._notify(job, "skipped", t0)
             return True
         except Exception as exc:
             self._drop_pending_ahead()
@@ -270,6 +284,7 @@ class JobWorker(PollingWorker):
             delay = backoff_ms(job.attempts, rng=self._rng)
             status = self.db.write(lambda c: jobs_sql.fail(c, job, error, now=self._now(), backoff_ms=delay))
             self.outcomes["dead" if status == "dead" else "retried"] += 1
+            self._notify(job, "dead" if status == "dead" else "retried", t0, exc)
             raise
         finally:
             _current.worker = None
@@ -279,6 +294,7 @@ class JobWorker(PollingWorker):
             self._ahead = self._ahead_pending.pop()
         self._ahead_pending.clear()
         self.outcomes["completed"] += 1
+        self._notify(job, "completed", t0)
         return True
 
     def _drop_pending_ahead(self) -> None:

@@ -100,6 +100,9 @@ class SidecarClient:
         self.ready_status: dict[str, Any] | None = None
         self.errors: deque[dict[str, Any]] = deque(maxlen=50)
         self.error_counts: Counter[str] = Counter()
+        #: called as ``fn(kind, message)`` for every recorded error (the daemon's error ring,
+        #: memlane.observability); a listener that raises is logged and skipped.
+        self.listeners: list[Callable[[str, str], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -316,6 +319,11 @@ class SidecarClient:
         self.error_counts[kind] += 1
         self.errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind, "message": message})
         log.warning("predictor %s: %s", kind, message)
+        for fn in list(self.listeners):
+            try:
+                fn(kind, message)
+            except Exception:  # an observer never breaks the client
+                log.exception("predictor error listener failed")
 
     def status(self) -> dict[str, Any]:
         """Process and error state for /api/predictor/status."""

@@ -89,6 +89,16 @@ class ScoreChannel:
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=SCORE_ERROR_WINDOW)
         self.latency_ms: deque[float] = deque(maxlen=SCORE_LATENCY_WINDOW)
         self._lock = threading.Lock()
+        #: called as ``fn(took_ms, error_kind)`` after every request (``error_kind`` None when it
+        #: was answered): the daemon's latency histograms (memlane.observability).
+        self.listeners: list[Callable[[float, str | None], None]] = []
+
+    def _notify(self, took_ms: float, kind: str | None) -> None:
+        for fn in list(self.listeners):
+            try:
+                fn(took_ms, kind)
+            except Exception:  # an observer never breaks scoring
+                pass
 
     def deadline_ms(self) -> float:
         """The deadline a request sent now gets, ms (the live ``scoreTimeoutMs``; never raises:
@@ -130,6 +140,7 @@ class ScoreChannel:
         with self._lock:
             self.scored += 1
             self.latency_ms.append(took_ms)
+        self._notify(took_ms, None)
         ranked = sorted(baseline, key=lambda m: -scores[m])
         return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took_ms)
 
@@ -150,6 +161,7 @@ class ScoreChannel:
             self.recent_errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind,
                                        "error": error[:300], "deadline_ms": deadline_ms,
                                        "took_ms": round(took_ms, 3)})
+        self._notify(took_ms, kind)
         return ScoreResult({}, {}, [], error=error, took_ms=took_ms)
 
 

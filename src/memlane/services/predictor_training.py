@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -66,6 +67,9 @@ class Retrainer:
         self._backend = backend
         self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-predictor-train")
         self._training: Future[Any] | None = None
+        #: called as ``fn(row, took_ms)`` after every run with its training-log row and its wall
+        #: time (ms): the daemon's latency histograms and error ring (memlane.observability).
+        self.listeners: list[Callable[[dict[str, Any], float], None]] = []
 
     def schedule(self, trigger: str) -> Future[Any] | None:
         """Queue a retrain on the training thread unless one is queued or running."""
@@ -107,6 +111,7 @@ class Retrainer:
             StorageError: the training-log row could not be written (sidecar failures are
                 not raised: they are the row's ``error``).
         """
+        t0 = time.perf_counter()
         now = now_iso()
         keys, newest_member, newest = self.db.read(lambda c: (
             pred_sql.canary_keys(c), pred_sql.canary_newest_start(c),
@@ -179,4 +184,9 @@ class Retrainer:
             pred_sql.save_state(conn, saved, now)
 
         self.db.write(job)
+        for fn in list(self.listeners):
+            try:
+                fn(row, (time.perf_counter() - t0) * 1000)
+            except Exception:  # an observer never breaks training
+                log.exception("training listener failed")
         return row
