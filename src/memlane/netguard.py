@@ -33,6 +33,7 @@ connect timeout, is an ``httpcore`` connect error that the transport maps to htt
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -427,6 +428,13 @@ class _Body(httpx.SyncByteStream):
             close()
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """httpx's default verifying context, built once: loading the CA bundle takes ~70 ms, and a
+    client context is safe to share between connections and threads."""
+    return httpx.create_ssl_context()
+
+
 class GuardedTransport(httpx.BaseTransport):
     """An httpx transport over an httpcore pool whose connections go through :class:`GuardedBackend`.
 
@@ -443,7 +451,12 @@ class GuardedTransport(httpx.BaseTransport):
     def __init__(self, allow: HostAllowlist = NO_EXCEPTIONS, *, verify: ssl.SSLContext | str | bool = True,
                  resolver: Resolver = socket.getaddrinfo, max_connections: int = 10) -> None:
         self.backend = GuardedBackend(allow, resolver=resolver)
-        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+        if isinstance(verify, ssl.SSLContext):
+            context = verify
+        elif verify is True:
+            context = _default_tls()
+        else:
+            context = httpx.create_ssl_context(verify=verify)
         self._pool = httpcore.ConnectionPool(ssl_context=context, max_connections=max_connections,
                                              max_keepalive_connections=max_connections,
                                              network_backend=self.backend, retries=0)
