@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from memlane.api.app import create_app
+from conftest import api_client
 from memlane.config import load_settings, public_settings
 from memlane.container import open_container
 from memlane.errors import ConfigError
@@ -50,7 +49,8 @@ def test_seed_defaults():
     assert (c.enabled, c.prompt_interval, c.time_interval_ms, c.max_checkpoints_per_session, c.retention_days,
             c.recovery_budget_chars) == (True, 10, 900_000, 50, 7, 2_000)
     t = p.telemetry
-    assert (t.posthog_host, t.posthog_api_key, t.flush_interval_ms, t.flush_batch_size, t.retention_days) == \
+    assert (t.posthog_host, t.posthog_api_key.get_secret_value(), t.flush_interval_ms, t.flush_batch_size,
+            t.retention_days) == \
         ("", "", 60_000, 50, 90)
     e = p.embedding_tracker
     assert (e.enabled, e.poll_ms, e.batch_size) == (True, 5_000, 8)
@@ -232,7 +232,7 @@ def test_snake_keys():
 @pytest.fixture
 def api(tmp_path):
     c = open_container(load_settings(home=tmp_path / "home", embedding={"provider": "none"}))
-    with TestClient(create_app(c), raise_server_exceptions=False) as client:
+    with api_client(c) as client:
         yield c, client
     c.close()
 
@@ -294,7 +294,7 @@ def test_post_config_score_timeout_applies_in_process(api):
     ({"recall": {"nope": 1}}, 400, "recall.nope: unknown key"),
     ({"nope": 1}, 400, "nope: unknown key"),
     ({"memory": 5}, 400, "memory: must be a mapping"),
-    ({"home": "/tmp/elsewhere"}, 400, "home"),
+    ({"home": "/tmp/elsewhere"}, 403, "home: cannot be changed over HTTP"),
     ([1, 2], 400, "JSON object"),
     ("text", 400, "JSON object"),
 ])
@@ -303,7 +303,7 @@ def test_post_config_bad_input_is_400_and_writes_nothing(api, body, status, need
     r = client.post("/api/config", json=body)
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert err["code"] == "config_error" and needle in err["message"]
+    assert err["code"] == ("config_forbidden" if status == 403 else "config_error") and needle in err["message"]
     assert not (c.settings.home / "config.yaml").exists()
     assert c.settings.memory.pipeline_v2 == PipelineV2Settings()
 

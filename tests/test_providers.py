@@ -835,7 +835,8 @@ def test_claude_rejects_bad_timeout() -> None:
 
 def test_llm_settings_defaults_and_descriptions() -> None:
     s = LlmSettings()
-    assert (s.provider, s.model, s.base_url, s.api_key, s.timeout_s, s.max_tokens) == ("none", "", "", "", 45.0, 1024)
+    assert (s.provider, s.model, s.base_url, s.api_key.get_secret_value(), s.timeout_s, s.max_tokens) == \
+        ("none", "", "", "", 45.0, 1024)
     for name, info in LlmSettings.model_fields.items():
         assert info.description, f"{name} has no description"
 

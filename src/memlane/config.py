@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from memlane.config_checks import check_strings, settings_string_error, strict_type_errors
 from memlane.errors import ConfigError
 from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
@@ -49,9 +50,12 @@ class EmbeddingSettings(BaseModel):
     base_url: str = Field(
         "",
         description="HTTP provider base URL; empty = http://127.0.0.1:11434 (ollama) "
-        "or https://api.openai.com/v1 (openai).",
+        "or https://api.openai.com/v1 (openai). Set in config.yaml or the environment only.",
     )
-    api_key: str = Field("", description="Bearer token for the openai provider (never logged).")
+    api_key: SecretStr = Field(
+        SecretStr(""), description="Bearer token for the openai provider (never logged, masked in every dump), "
+        "sent only to the base URL it was first used with (memlane.key_binding). "
+        "Set in config.yaml or the environment only.")
     dimensions: int = Field(
         0, ge=0, le=8192, description="Expected vector size for HTTP providers; 0 = learn it from the first reply."
     )
@@ -164,6 +168,16 @@ class Settings(BaseSettings):
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
 
+    @model_validator(mode="after")
+    def _no_unencodable_strings(self) -> Settings:
+        # Every source (config.yaml, MEMLANE_* variables, which may carry surrogate-escaped
+        # bytes, constructor arguments): a NUL or a lone surrogate would break every JSON
+        # answer and every print of the settings, so it is refused here, naming the key.
+        problem = settings_string_error(self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
     @property
     def db_path(self) -> Path:
         """``{home}/memories.db``."""
@@ -204,13 +218,37 @@ class YamlSource(PydanticBaseSettingsSource):
         path = Path(os.environ.get("MEMLANE_CONFIG", home / "config.yaml")).expanduser()
         if not path.is_file():
             return {}
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        return yaml_settings_data(data)
+        return read_config_file(path, self.settings_cls)
+
+
+def read_config_file(path: Path, settings_cls: type[BaseModel]) -> dict[str, Any]:
+    """config.yaml at ``path`` as Settings input (:func:`yaml_settings_data`), checked: valid
+    UTF-8 and YAML, a mapping, no NUL or lone surrogate in any key or string, and every value
+    of the type its setting has (strictly: ``true`` is not a number, ``"300"`` not an int).
+
+    Raises:
+        ConfigError: naming the file and the key path; nothing is coerced or skipped.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    check_strings(data, where=f"{path}: ")
+    flat = yaml_settings_data(data)
+    typed = {k: v for k, v in flat.items() if k != "home"}  # home: a path, given as text
+    errors = strict_type_errors(settings_cls, typed)
+    if errors:
+        lines = error_lines(errors)
+        raise ConfigError(f"{path}: wrong type: " + "; ".join(lines), details={"errors": lines})
+    return flat
 
 
 def yaml_settings_data(data: dict[str, Any]) -> dict[str, Any]:
@@ -245,13 +283,12 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:
-    """The settings as JSON-able data with secrets (API keys) masked."""
+    """The settings as JSON-able data with secrets masked: a set API key is ``"***"``, an unset
+    one ``""``."""
     data = settings.model_dump(mode="json")
-    for section in ("embedding", "llm"):
-        if data.get(section, {}).get("api_key"):
-            data[section]["api_key"] = "***"
-    tele = data.get("memory", {}).get("pipeline_v2", {}).get("telemetry", {})
-    if tele.get("posthog_api_key"):
-        tele["posthog_api_key"] = "***"
+    data["embedding"]["api_key"] = "***" if settings.embedding.api_key.get_secret_value() else ""
+    data["llm"]["api_key"] = "***" if settings.llm.api_key.get_secret_value() else ""
+    tele = data["memory"]["pipeline_v2"]["telemetry"]
+    tele["posthog_api_key"] = "***" if settings.memory.pipeline_v2.telemetry.posthog_api_key.get_secret_value() else ""
     data["db_path"] = str(settings.db_path)
     return data

@@ -16,6 +16,7 @@ from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
 from memlane.graph.wiring import wire as wire_graph
+from memlane.key_binding import enforce_key_bindings
 from memlane.pipeline.config import extraction_llm_settings
 from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
@@ -106,8 +107,10 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
 
     Raises:
         StorageError: the database cannot be opened or migrated.
+        ConfigError: ``{home}/key-bindings.json`` is unreadable (memlane.key_binding).
     """
     settings.home.mkdir(parents=True, exist_ok=True)
+    enforce_key_bindings(settings)  # an API key goes only to the base URL it was first used with
     db = Database(settings.db_path, read_pool_size=settings.read_pool_size,
                   busy_timeout_ms=settings.busy_timeout_ms, synchronous=settings.sqlite_synchronous)
     migrate(db)

@@ -181,11 +181,24 @@ def status(url: Optional[str] = UrlOpt) -> None:
 
 
 @app.command("config")
-def config_cmd(home: Optional[Path] = HomeOpt) -> None:
+def config_cmd(home: Optional[Path] = HomeOpt,
+               bind_keys: bool = typer.Option(
+                   False, "--bind-keys", help="Send each configured API key to its section's current base URL "
+                   "from now on (a key is otherwise sent only where it was first used). Restart the daemon after.")
+               ) -> None:
     """Print the effective settings (defaults < config.yaml < MEMLANE_* environment)."""
     try:
         s = _settings(home)
-    except MemlaneError as exc:
+        if bind_keys:
+            from memlane.key_binding import bind_keys as bind
+
+            bound = bind(s)
+            for section, origin in bound.items():
+                console.print(f"{section}.api_key: bound to {escape(origin)}")
+            if not bound:
+                console.print("no API key is configured for a provider that sends one; nothing bound")
+            return
+    except (MemlaneError, OSError) as exc:
         _fail(exc)
         return
     console.print_json(json.dumps(public_settings(s)))

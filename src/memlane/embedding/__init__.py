@@ -60,7 +60,7 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder | None:
         return OpenAICompatEmbedder(
             settings.model,
             base_url=settings.base_url or "https://api.openai.com/v1",
-            api_key=settings.api_key,
+            api_key=settings.api_key.get_secret_value(),
             timeout_s=settings.timeout_s,
             dimensions=settings.dimensions,
         )

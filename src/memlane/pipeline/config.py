@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydValidationError
 from pydantic.alias_generators import to_camel, to_snake
 
+from memlane.config_checks import printable
 from memlane.netguard import HostAllowlist
 from memlane.providers.settings import LlmSettings
 
@@ -189,8 +190,9 @@ class ContinuitySettings(_Group):
 class TelemetrySettings(_Group):
     """Pipeline telemetry export (off unless ``telemetryEnabled``)."""
 
-    posthog_host: str = Field("", description="PostHog host; empty = none.")
-    posthog_api_key: str = Field("", description="PostHog project key (never logged).")
+    posthog_host: str = Field("", description="PostHog host; empty = none. Set in config.yaml or the environment only.")
+    posthog_api_key: SecretStr = Field(SecretStr(""), description="PostHog project key (never logged, masked in "
+                                       "every dump). Set in config.yaml or the environment only.")
     flush_interval_ms: int = Field(60_000, ge=5_000, le=600_000, description="Flush interval, ms.")
     flush_batch_size: int = Field(50, ge=1, le=500, description="Events per flush.")
     retention_days: int = Field(90, ge=1, le=365, description="Local event retention, days.")
@@ -396,23 +398,27 @@ def extraction_llm_settings(pipeline: PipelineV2Settings, llm: LlmSettings) -> L
     ``extraction.model`` when set, and ``extraction.timeout`` (ms) as ``timeout_s`` (seconds).
 
     A provider other than ``settings.llm``'s starts from that provider's defaults (empty model
-    and base URL); the API key and CLI command are kept.
+    and base URL) and gets no API key: ``llm.api_key`` belongs to ``llm.base_url`` and is never
+    sent to another provider's default URL (memlane.key_binding). The CLI command is kept.
     """
     ex = pipeline.extraction
     provider = ex.provider or llm.provider
     same = provider == llm.provider
     return LlmSettings(provider=provider, model=ex.model or (llm.model if same else ""),
-                       base_url=llm.base_url if same else "", api_key=llm.api_key, command=llm.command,
+                       base_url=llm.base_url if same else "", api_key=llm.api_key if same else SecretStr(""),
+                       command=llm.command,
                        timeout_s=ex.timeout / 1000.0, max_tokens=llm.max_tokens)
 
 
-def error_lines(exc: PydValidationError, prefix: str = "") -> list[str]:
+def error_lines(exc: PydValidationError | list[dict[str, Any]], prefix: str = "") -> list[str]:
     """One ``path: message`` line per error, e.g. ``memory.pipelineV2.worker.pollMs: must be >= 100``.
 
-    Range, choice and unknown-key errors get short messages; others keep pydantic's.
+    ``exc`` is a ValidationError or its ``errors()`` list. Range, choice and unknown-key errors
+    get short messages; others keep pydantic's. The input value is never echoed, and key paths
+    are escaped (a key may hold any character).
     """
     out = []
-    for e in exc.errors():
+    for e in (exc if isinstance(exc, list) else exc.errors()):
         loc = [str(p) for p in (*([prefix] if prefix else []), *e["loc"])]
         if loc and loc[0] == "memory":  # the pipeline's paths in the seed's camelCase
             loc = ["memory", *(camel(p) for p in loc[1:])]
@@ -424,5 +430,8 @@ def error_lines(exc: PydValidationError, prefix: str = "") -> list[str]:
                "literal_error": f"must be one of {ctx.get('expected')}"}.get(kind, e["msg"])
         if kind == "value_error":
             msg = e["msg"].removeprefix("Value error, ")
-        out.append(f"{path or '(root)'}: {msg}")
+        if not path and kind == "value_error":  # a model-level rule whose message names its keys
+            out.append(printable(msg, 300))
+            continue
+        out.append(f"{printable(path, 200) or '(root)'}: {printable(msg, 300)}")
     return out

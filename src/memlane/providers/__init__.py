@@ -66,7 +66,7 @@ def build_provider(settings: LlmSettings) -> LlmProvider | None:
         return OpenAICompatProvider(
             settings.model,
             base_url=settings.base_url,
-            api_key=settings.api_key,
+            api_key=settings.api_key.get_secret_value(),
             timeout_s=settings.timeout_s,
             max_tokens=settings.max_tokens,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 
 
 class LlmSettings(BaseModel):
@@ -24,13 +24,16 @@ class LlmSettings(BaseModel):
     base_url: str = Field(
         "",
         description="HTTP provider base URL; empty = http://127.0.0.1:11434 (ollama) or "
-        "http://127.0.0.1:8080/v1 (openai). Ignored by claude-code.",
+        "http://127.0.0.1:8080/v1 (openai). Ignored by claude-code. Set in config.yaml or the environment only.",
     )
-    api_key: str = Field(
-        "", description="Bearer token for the openai provider, sent only when non-empty (never logged)."
+    api_key: SecretStr = Field(
+        SecretStr(""), description="Bearer token for the openai provider, sent only when non-empty (never logged, "
+        "masked in every dump) and only to the base URL it was first used with (memlane.key_binding). "
+        "Set in config.yaml or the environment only."
     )
     command: str = Field(
-        "claude", description="The Claude Code CLI executable for claude-code (a name on PATH or a full path)."
+        "claude", description="The Claude Code CLI executable for claude-code (a name on PATH or a full path). "
+        "Set in config.yaml or the environment only."
     )
     timeout_s: float = Field(
         45.0, gt=0, le=600, description="Timeout of one generate call, seconds (claude-code: the whole process run)."
