@@ -450,3 +450,19 @@ def test_real_daemon_refuses_loopback_and_redirect_hops(start_daemon, sites, tmp
     assert failed["status"] == "failed" and "127.0.0.1" in failed["error"] and "loopback" in failed["error"]
     assert relay.hits == {"/ok": 1, "/hop": 1} and secret.total == 0
 
+
+@pytest.mark.parametrize("patch", [
+    {"memory": {"pipelineV2": {"documents": {"allowedHosts": ["127.0.0.1"]}}}},
+    {"memory": {"pipeline_v2": {"documents": {"allowed_hosts": ["127.0.0.0/8"]}}}},
+    {"memory": {"pipelineV2": {"documentAllowedHosts": ["localhost"]}}},  # the legacy flat spelling
+    {"memory": {"pipelineV2": {"documentsAllowedHosts": ["169.254.169.254"]}}},
+])
+def test_the_allow_list_cannot_be_widened_over_http(api, sites, patch):
+    target = sites()
+    c, client = api
+    r = client.post("/api/config", json=patch)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "config_forbidden", r.text
+    assert c.settings.memory.pipeline_v2.documents.allowed_hosts == []
+    assert not (c.settings.home / "config.yaml").exists()
+    r = client.post("/api/documents", json={"url": f"http://127.0.0.1:{target.port}/"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "address_refused"
