@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from typer.testing import CliRunner
 
@@ -137,6 +138,7 @@ FORBIDDEN_PATCHES = [
     ({"memory": {"pipelineV2": {"posthogApiKey": "phc_x"}}}, "memory.pipelineV2.telemetry.posthogApiKey"),  # legacy
     ({"predictor": {"baseWeights": "/tmp/evil.bin"}}, "predictor.base_weights"),
     ({"redact": {"memories": "off"}}, "redact"),
+    ({"recall": {"ranker_model": "/tmp/evil.model"}}, "recall.ranker_model"),
     ({"recall": {"alpha": 0.1}, "daemon_url": ATTACKER}, "daemon_url"),  # with an allowed key: all refused
 ]
 
@@ -171,6 +173,18 @@ def test_every_url_key_and_command_setting_is_in_the_forbidden_list():
                 yield path
 
     found = set(walk(Settings, ""))
+    # and every text setting that names a file, a path, a program, a URL or a host
+    described = re.compile(r"\bfile\b|\bpath\b|executable|checkpoint|\bURL\b|\bhost\b", re.I)
+
+    def texts(model: type[BaseModel], prefix: str) -> Iterator[str]:
+        for name, f in model.model_fields.items():
+            ann = f.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                yield from texts(ann, f"{prefix}{name}.")
+            elif ann in (str, SecretStr, list[str]) and described.search(f.description or ""):
+                yield f"{prefix}{name}"
+
+    found |= set(texts(Settings, ""))
     assert {"daemon_url", "host", "port", "home", "require_token", "embedding.base_url", "embedding.api_key",
             "llm.base_url", "llm.api_key", "llm.command"} <= found
     assert found <= HTTP_FORBIDDEN_KEYS, sorted(found - HTTP_FORBIDDEN_KEYS)
@@ -364,6 +378,34 @@ def test_wrongly_typed_values_are_refused_not_coerced(api, patch, key):
     assert not c.settings.memory.pipeline_v2.shadow_mode
 
 
+@pytest.mark.parametrize("body, needle", [
+    (b'{"recall": {"recency_half_life_days": Infinity}}', "recall.recency_half_life_days: the value must be a finite"),
+    (b'{"recall": {"alpha": NaN}}', "recall.alpha: the value must be a finite number"),
+    (b'{"busy_timeout_ms": 1000000000000000000000000000000}', "busy_timeout_ms: must be <= 3600000"),
+    (b'{"llm": {"max_tokens": 100000000000}}', "llm.max_tokens: must be <= 1000000"),
+    (b'{"log_level": "verbose"}', "log_level: must be one of critical, error, warning, info, debug"),
+])
+def test_values_the_daemon_cannot_run_with_are_refused(api, body, needle):
+    c, client = api
+    before = _file(c)
+    r = client.post("/api/config", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+    assert _file(c) == before and client.get("/api/config").status_code == 200
+
+
+def test_non_finite_numbers_in_config_yaml_and_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    path.write_text("recall:\n  recency_half_life_days: .inf\n")
+    monkeypatch.setenv("MEMLANE_CONFIG", str(path))
+    with pytest.raises(ConfigError, match="recall.recency_half_life_days: the value must be a finite number"):
+        load_settings(home=tmp_path)
+    path.write_text("log_level: DEBUG\n")
+    assert load_settings(home=tmp_path).log_level == "debug"
+    monkeypatch.setenv("MEMLANE_RECALL__RECENCY_HALF_LIFE_DAYS", "inf")
+    with pytest.raises(ConfigError, match="recency_half_life_days"):
+        load_settings(home=tmp_path)
+
+
 def test_score_timeout_true_in_config_yaml_is_an_error_not_1_ms(tmp_path, monkeypatch):
     path = tmp_path / "config.yaml"
     path.write_text("predictor:\n  scoreTimeoutMs: true\n")
@@ -465,8 +507,8 @@ def test_memlane_config_on_a_broken_config_yaml_is_one_clear_line(tmp_path):
 
 
 def test_a_surrogate_in_the_environment_is_refused_naming_the_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("MEMLANE_LOG_LEVEL", "info\udcff")  # an undecodable byte, as os.environ carries it
-    with pytest.raises(ConfigError, match="log_level: contains a lone surrogate"):
+    monkeypatch.setenv("MEMLANE_EMBEDDING__MODEL", "m\udcff")  # an undecodable byte, as os.environ carries it
+    with pytest.raises(ConfigError, match="embedding.model: contains a lone surrogate"):
         load_settings(home=tmp_path)
 
 

@@ -14,19 +14,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
-from memlane.config_checks import check_strings, settings_string_error, strict_type_errors
+from memlane.config_checks import check_values, settings_value_error, strict_type_errors
 from memlane.errors import ConfigError
 from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
 from memlane.sessions.checkpoints import CheckpointSettings
 from memlane.predictor.settings import PredictorSettings
+
+
+#: The log levels ``log_level`` accepts (lower-case; input in any case).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def default_home() -> Path:
@@ -83,7 +87,7 @@ class RecallSettings(BaseModel):
         "the FTS column weight and the share of the context vector in the vector score.",
     )
     recency_half_life_days: float = Field(
-        30.0, gt=0, description="Half-life of the recency boost, days."
+        30.0, gt=0, le=36_500, description="Half-life of the recency boost, days."
     )
     recency_weight: float = Field(
         0.0, ge=0.0, le=1.0, description="Maximum multiplicative recency boost (0 = off)."
@@ -92,7 +96,7 @@ class RecallSettings(BaseModel):
         0.05, ge=0.0, le=1.0, description="Maximum multiplicative boost from access_count (rehearsal), log-scaled."
     )
     max_query_chars: int = Field(
-        100_000, ge=1, description="Queries longer than this are truncated (never rejected)."
+        100_000, ge=1, le=100_000_000, description="Queries longer than this are truncated (never rejected)."
     )
 
 
@@ -116,9 +120,11 @@ class SessionSettings(BaseModel):
         description="Prompt recall injects only hits at or above this hybrid score (say nothing rather than pad).")
     min_training_sessions: int = Field(10, ge=1, le=1000, description="Scored sessions before the predictor may train.")
     agent_feedback: bool = Field(True, description="Ask the agent to rate injected memories (<memory-feedback>).")
-    max_prompt_chars: int = Field(100_000, ge=1, description="Longest prompt a hook accepts, characters.")
+    max_prompt_chars: int = Field(
+        100_000, ge=1, le=100_000_000, description="Longest prompt a hook accepts, characters.")
     max_transcript_chars: int = Field(
-        20_000_000, ge=1, description="Longest transcript stored at session-end, characters (stored losslessly).")
+        20_000_000, ge=1, le=2_000_000_000,
+        description="Longest transcript stored at session-end, characters (stored losslessly).")
 
 
 class Settings(BaseSettings):
@@ -142,21 +148,22 @@ class Settings(BaseSettings):
         default_factory=list, description="Host header names accepted besides loopback names and the bind "
         "address (e.g. a container's service name); anything else gets 403 (DNS-rebinding defence).")
     max_content_chars: int = Field(
-        100_000, ge=1, description="Largest memory content accepted, characters."
+        100_000, ge=1, le=100_000_000, description="Largest memory content accepted, characters."
     )
     max_body_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="Largest HTTP request body accepted, bytes."
+        16 * 1024 * 1024, ge=1024, le=1 << 30, description="Largest HTTP request body accepted, bytes."
     )
-    max_batch: int = Field(1000, ge=1, description="Most memories in one batch remember call.")
+    max_batch: int = Field(1000, ge=1, le=100_000, description="Most memories in one batch remember call.")
     hook_timeout_s: float = Field(
         4.0, gt=0, le=55, description="How long a hook command waits for the daemon before spooling the event, "
         "seconds (Claude Code's own hook timeout is 60 s).")
     read_pool_size: int = Field(4, ge=1, le=64, description="Read connections in the pool.")
-    busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy_timeout, ms.")
+    busy_timeout_ms: int = Field(5000, ge=0, le=3_600_000, description="SQLite busy_timeout, ms.")
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."
     )
-    log_level: str = Field("info", description="Daemon log level.")
+    log_level: str = Field("info", description="Daemon log level: critical, error, warning, info or debug "
+                           "(any case).")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Embedding provider.")
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
     sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
@@ -168,12 +175,21 @@ class Settings(BaseSettings):
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
 
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        # Both logging.basicConfig and uvicorn take these names; anything else failed at start.
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
     @model_validator(mode="after")
-    def _no_unencodable_strings(self) -> Settings:
+    def _no_unencodable_values(self) -> Settings:
         # Every source (config.yaml, MEMLANE_* variables, which may carry surrogate-escaped
         # bytes, constructor arguments): a NUL or a lone surrogate would break every JSON
-        # answer and every print of the settings, so it is refused here, naming the key.
-        problem = settings_string_error(self)
+        # answer and every print of the settings, a NaN or an infinity every JSON answer, so
+        # they are refused here, naming the key.
+        problem = settings_value_error(self)
         if problem:
             raise ValueError(problem)
         return self
@@ -241,7 +257,7 @@ def read_config_file(path: Path, settings_cls: type[BaseModel]) -> dict[str, Any
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
-    check_strings(data, where=f"{path}: ")
+    check_values(data, where=f"{path}: ")
     flat = yaml_settings_data(data)
     typed = {k: v for k, v in flat.items() if k != "home"}  # home: a path, given as text
     errors = strict_type_errors(settings_cls, typed)

@@ -1,10 +1,12 @@
-"""Checks every source of settings shares: no NUL or lone surrogate in any string, strict types
-for values that arrive typed (config.yaml, the JSON of ``POST /api/config``).
+"""Checks every source of settings shares: no NUL or lone surrogate in any string, no NaN or
+infinity, strict types for values that arrive typed (config.yaml, the JSON of ``POST /api/config``).
 
 Why strings are checked: a NUL cannot go through a C API (paths, subprocess arguments, SQLite
 text) unharmed, and a lone surrogate (``"\\ud800"``, which JSON and YAML can both spell) is not
 encodable as UTF-8, so a setting holding one breaks every JSON answer and every print of the
-settings. Both are refused where they enter, with a ConfigError naming the key.
+settings. Both are refused where they enter, with a ConfigError naming the key. A NaN or an
+infinity (Python's JSON reader takes ``NaN`` and ``Infinity``, YAML ``.nan`` and ``.inf``) cannot be
+written as JSON and passes a one-sided range check, so it is refused the same way.
 
 Why types are strict: lax validation turns ``true`` into ``1`` (``scoreTimeoutMs: true`` became
 a 1 ms deadline) and ``"300"`` into ``300``. JSON and YAML carry types, so a wrong one is a
@@ -14,11 +16,12 @@ parsed (``MEMLANE_PORT=7437``); this module's strict pass is only run on typed s
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SecretStr, create_model
+from pydantic import BaseModel, ConfigDict, SecretStr, create_model, field_validator, model_validator
 from pydantic import ValidationError as PydValidationError
 
 from memlane.errors import ConfigError
@@ -50,9 +53,9 @@ def printable(text: Any, limit: int = 80) -> str:
     return out if len(out) <= limit else out[:limit] + "..."
 
 
-def check_strings(data: Any, *, prefix: str = "", where: str = "") -> None:
+def check_values(data: Any, *, prefix: str = "", where: str = "") -> None:
     """Refuse ``data`` (a parsed JSON / YAML value) when a key or a string value holds a NUL or
-    a lone surrogate, or when it nests deeper than :data:`MAX_DEPTH`.
+    a lone surrogate, a number is NaN or infinite, or it nests deeper than :data:`MAX_DEPTH`.
 
     Args:
         data: mappings, lists and scalars as ``json.loads`` / ``yaml.safe_load`` return them.
@@ -83,11 +86,15 @@ def check_strings(data: Any, *, prefix: str = "", where: str = "") -> None:
             if reason:
                 raise ConfigError(f"{where}{printable(path) or '(root)'}: the value {reason}",
                                   details={"key": printable(path)})
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}{printable(path) or '(root)'}: the value must be a finite number",
+                              details={"key": printable(path)})
 
 
-def settings_string_error(model: BaseModel, prefix: str = "") -> str | None:
-    """``"path: reason"`` for the first string setting of a validated model (nested models,
-    lists, paths and secrets included) that holds a NUL or a lone surrogate; None when all are clean."""
+def settings_value_error(model: BaseModel, prefix: str = "") -> str | None:
+    """``"path: reason"`` for the first setting of a validated model (nested models, lists, paths
+    and secrets included) that is a string holding a NUL or a lone surrogate, or a NaN or infinite
+    number; None when all are clean."""
     stack: list[tuple[str, Any]] = [(prefix, model)]
     while stack:
         path, value = stack.pop()
@@ -105,6 +112,8 @@ def settings_string_error(model: BaseModel, prefix: str = "") -> str | None:
                 reason = bad_char(text)
                 if reason:
                     return f"{path}: {reason}"
+            elif isinstance(value, float) and not math.isfinite(value):
+                return f"{path}: must be a finite number"
     return None
 
 
@@ -117,7 +126,15 @@ def plain_model(settings_cls: type[BaseModel]) -> type[BaseModel]:
     strict=True)`` checks a config.yaml or an API patch on its own. Unknown keys are ignored
     (callers that refuse them check first)."""
     fields: dict[str, Any] = {name: (f.annotation, f) for name, f in settings_cls.model_fields.items()}
-    return create_model(f"{settings_cls.__name__}Data", __config__=ConfigDict(extra="ignore"), **fields)
+    # The class's own validators come along (its nested models carry theirs).
+    decorators = settings_cls.__pydantic_decorators__
+    validators: dict[str, Any] = {
+        **{name: field_validator(*d.info.fields, mode=d.info.mode)(classmethod(getattr(d.func, "__func__", d.func)))
+           for name, d in decorators.field_validators.items()},
+        **{name: model_validator(mode=d.info.mode)(d.func) for name, d in decorators.model_validators.items()},
+    }
+    return create_model(f"{settings_cls.__name__}Data", __config__=ConfigDict(extra="ignore"),
+                        __validators__=validators, **fields)
 
 
 #: Error types of a strict pass that mean "wrong type" (as opposed to out of range or a rule

@@ -39,8 +39,8 @@ class LlmSettings(BaseModel):
         45.0, gt=0, le=600, description="Timeout of one generate call, seconds (claude-code: the whole process run)."
     )
     max_tokens: int = Field(
-        1024, ge=1, description="Cap on generated tokens per call (ignored by claude-code, which has no such option)."
-    )
+        1024, ge=1, le=1_000_000,
+        description="Cap on generated tokens per call (ignored by claude-code, which has no such option).")
 
     @model_validator(mode="after")
     def _openai_needs_model(self) -> LlmSettings:

@@ -12,8 +12,8 @@ What a patch may not do (the whole patch is refused, nothing is written):
   changed in config.yaml or the environment only. The hook commands, the CLI and the MCP stdio
   server read config.yaml at every run, so a ``daemon_url`` written here would redirect them
   at once, whatever the daemon does;
-* hold a NUL or a lone surrogate in any key or string, or nest deeper than config.yaml can
-  (:mod:`memlane.config_checks`): 400 ``config_error``;
+* hold a NUL or a lone surrogate in any key or string, a NaN or an infinity, or nest deeper
+  than config.yaml can (:mod:`memlane.config_checks`): 400 ``config_error``;
 * give a value of the wrong type: validation is strict (``true`` is not a number, ``"300"``
   not an int; JSON carries types), and every range and rule of the settings applies: 400.
 
@@ -41,7 +41,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydValidationError
 
 from memlane.config import Settings, read_config_file, yaml_settings_data
-from memlane.config_checks import check_strings, plain_model, printable
+from memlane.config_checks import check_values, plain_model, printable
 from memlane.errors import ConfigError
 from memlane.fsutil import atomic_write
 from memlane.pipeline.config import (
@@ -67,7 +67,7 @@ PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms"})
 #: send prompts and transcripts (``daemon_url``), which servers receive memory texts and API
 #: keys (every ``base_url``, ``api_key``, the telemetry host and key, the document fetcher's
 #: allow-list of internal hosts), which program or file the daemon runs or loads
-#: (``llm.command``, ``predictor.base_weights``), where the data lives (``home``) and how much
+#: (``llm.command``, ``predictor.base_weights``, ``recall.ranker_model``), where the data lives (``home``) and how much
 #: secret text is stored raw (``redact``: turning it off would hand whoever can read memories
 #: the secrets of every later session). Whoever can reach the API must not be able to change
 #: any of them: they are set in config.yaml or the environment, by the user.
@@ -77,7 +77,7 @@ HTTP_FORBIDDEN_KEYS: frozenset[str] = frozenset({
     "llm.base_url", "llm.api_key", "llm.command",
     "memory.pipeline_v2.documents.allowed_hosts",
     "memory.pipeline_v2.telemetry.posthog_host", "memory.pipeline_v2.telemetry.posthog_api_key",
-    "predictor.base_weights", "redact",
+    "predictor.base_weights", "recall.ranker_model", "redact",
 })
 
 #: Settings the hook commands read from config.yaml at each run (memlane.connectors.claude_code):
@@ -246,15 +246,15 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
     Raises:
         ConfigKeyForbidden (403): the patch names a key of :data:`HTTP_FORBIDDEN_KEYS`; the
             message lists them and says where to change them.
-        ConfigError (400): the patch is not a mapping, names an unknown key, holds a NUL or a
-            lone surrogate, nests too deep, or a value is of the wrong type or out of range (the
+        ConfigError (400): the patch is not a mapping, names an unknown key, holds a NUL, a
+            lone surrogate, a NaN or an infinity, nests too deep, or a value is of the wrong type or out of range (the
             message names the key path); the existing config.yaml is broken. Nothing is
             written then, and nothing in ``settings`` changes.
         OSError: the file could not be written.
     """
     if not isinstance(patch, dict):
         raise ConfigError("the body must be a JSON object shaped like config.yaml")
-    check_strings(patch)
+    check_values(patch)
     memory = patch.get("memory")
     if memory is not None and not isinstance(memory, dict):
         raise ConfigError("memory: must be a mapping (e.g. {\"pipelineV2\": {...}})")
