@@ -50,7 +50,10 @@ def create_app(container: Container) -> FastAPI:
     from memlane.observability.hub import ensure as ensure_observability
     from memlane.observability.middleware import ObservabilityMiddleware
     app.add_middleware(ObservabilityMiddleware, obs=ensure_observability(container))  # inside the guard
-    app.add_middleware(RequestGuard, tokens=tokens, bind_host=settings.host, allowed_hosts=settings.allowed_hosts)
+    from memlane.dashboard.auth import DashboardAuth
+    app.state.dashboard_auth = DashboardAuth()  # the dashboard's login codes and cookie sessions
+    app.add_middleware(RequestGuard, tokens=tokens, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,
+                       sessions=app.state.dashboard_auth)
     mem = container.memories
     rec = container.recall
     rec.warm()  # the BM25 / hint legs' in-memory FTS statistics, built in the background
@@ -158,6 +161,8 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(knowledge_routes.router(container))
     from memlane.observability import routes as observability_routes
     app.include_router(observability_routes.router(container))
+    from memlane.dashboard.routes import install as install_dashboard
+    install_dashboard(app, container, app.state.dashboard_auth)  # the web dashboard at / (memlane dashboard)
 
     from memlane.mcp.http import mount
     mount(app, container)

@@ -16,7 +16,12 @@ Order of the checks, each refusing in the one error shape:
 4. **Token**: every route except ``GET /health`` needs ``Authorization: Bearer <token>``
    (:mod:`memlane.auth`), compared in constant time; otherwise 401 ``unauthorized``.
    ``GET /health`` without the token answers only ``{"status": "ok"}``: the route reads
-   ``scope["state"]["authenticated"]``, set here.
+   ``scope["state"]["authenticated"]``, set here. The dashboard's session cookie
+   (:mod:`memlane.dashboard.auth`, set by ``GET /login`` with a one-time code) is the one
+   alternative to the token, on every route; ``scope["state"]["auth"]`` says which was used
+   (``"token"`` or ``"cookie"``). ``GET /login`` itself is open (the route checks the code).
+   A refused browser page request (GET, not under ``/api/``, accepting HTML) gets the 401 as a
+   small HTML page saying how to sign in.
 
 With ``require_token`` off (a trusted container), step 4 is skipped; 1-3 still apply.
 """
@@ -24,6 +29,7 @@ With ``require_token`` off (a trusted container), step 4 is skipped; 1-3 still a
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,7 +39,7 @@ from memlane.auth import CLIENT_HEADER, TokenStore, bearer_value
 #: Host names every daemon accepts (loopback).
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 _STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_OPEN_PATHS = frozenset({"/health"})
+_OPEN_PATHS = frozenset({"/health", "/login"})
 _WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 
 
@@ -57,12 +63,15 @@ class RequestGuard:
         tokens: the token to require (step 4), or None to skip step 4.
         bind_host: the address the daemon binds (accepted as a Host name unless a wildcard).
         allowed_hosts: further Host names to accept (e.g. a container's service name).
+        sessions: the dashboard's sessions (:class:`memlane.dashboard.auth.DashboardAuth`): a
+            live session cookie counts as the token. None: only the token.
     """
 
     def __init__(self, app: ASGIApp, *, tokens: TokenStore | None, bind_host: str,
-                 allowed_hosts: Iterable[str] = ()) -> None:
+                 allowed_hosts: Iterable[str] = (), sessions: Any = None) -> None:
         self.app = app
         self.tokens = tokens
+        self.sessions = sessions
         names = set(LOOPBACK_NAMES) | {h.strip().lower().strip("[]") for h in allowed_hosts if h.strip()}
         if bind_host.strip().lower() not in _WILDCARD_BINDS:
             names.add(bind_host.strip().lower().strip("[]"))
@@ -79,7 +88,8 @@ class RequestGuard:
         if refusal is not None:
             status, code, message = refusal
             extra = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            response = error_response(status, code, message)
+            response = (_page_refusal(message) if status == 401 and _wants_page(scope, headers)
+                        else error_response(status, code, message))
             if extra:
                 response.headers.update(extra)
             await response(scope, receive, send)
@@ -105,7 +115,15 @@ class RequestGuard:
                                              f"{CLIENT_HEADER} header")
         presented = bearer_value(headers.get(b"authorization", b"").decode("latin-1"))
         authenticated = self.tokens is None or self.tokens.matches(presented)
-        scope.setdefault("state", {})["authenticated"] = authenticated
+        via = "token" if authenticated else None
+        if not authenticated and self.sessions is not None and b"cookie" in headers:
+            from memlane.dashboard.auth import cookie_value
+
+            if self.sessions.valid(cookie_value(headers[b"cookie"].decode("latin-1"))):
+                authenticated, via = True, "cookie"
+        state = scope.setdefault("state", {})
+        state["authenticated"] = authenticated
+        state["auth"] = via
         if authenticated or (scope.get("path") in _OPEN_PATHS and method in ("GET", "HEAD")):
             return None
         where = self.tokens.path if self.tokens is not None else "the home"
@@ -113,6 +131,25 @@ class RequestGuard:
             return 401, "unauthorized", (f"this route needs the daemon's token: send 'Authorization: Bearer "
                                          f"<token>' (the token is in {where}; memlane's own clients send it)")
         return 401, "unauthorized", f"wrong token (the current one is in {where}; see `memlane token rotate`)"
+
+
+def _wants_page(scope: Scope, headers: dict[bytes, bytes]) -> bool:
+    """A browser asking for a page: GET, outside ``/api/``, accepting text/html."""
+    return (scope.get("method") == "GET" and not str(scope.get("path", "")).startswith("/api/")
+            and b"text/html" in headers.get(b"accept", b""))
+
+
+def _page_refusal(reason: str) -> Any:
+    """The 401 as a small HTML page (memlane.dashboard.auth.UNAUTHORIZED_PAGE)."""
+    from html import escape
+
+    from starlette.responses import HTMLResponse
+
+    from memlane.dashboard.auth import UNAUTHORIZED_PAGE
+
+    text = "This page needs a dashboard session." if "token" in reason else reason
+    return HTMLResponse(UNAUTHORIZED_PAGE.format(reason=escape(text)), status_code=401,
+                        headers={"Cache-Control": "no-store"})
 
 
 def is_loopback_bind(host: str) -> bool:

@@ -39,6 +39,7 @@ app.add_typer(disconnect_app, name="disconnect")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(token_app, name="token")
+import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

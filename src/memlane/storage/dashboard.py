@@ -313,14 +313,3 @@ def recent_jobs(conn: sqlite3.Connection, *, limit: int, offset: int = 0, status
         f"FROM memory_jobs {where} ORDER BY id DESC LIMIT ? OFFSET ?", (*args, int(limit), int(offset))))
     return rows, int(total)
 
-
-def entity_neighbourhood(conn: sqlite3.Connection, entity_id: str, *, limit: int = 24) -> dict[str, Any]:
-    """The entity's relations (both directions, strongest first) with the other end's name and type."""
-    rows = _rows(conn.execute(
-        """SELECT r.source_entity_id AS source, r.target_entity_id AS target, r.relation_type AS relation,
-                  r.strength AS strength, e.id AS other_id, e.name AS other_name, e.entity_type AS other_type
-           FROM relations r JOIN entities e
-             ON e.id = CASE WHEN r.source_entity_id = ? THEN r.target_entity_id ELSE r.source_entity_id END
-           WHERE r.source_entity_id = ? OR r.target_entity_id = ?
-           ORDER BY r.strength DESC LIMIT ?""", (entity_id, entity_id, entity_id, int(limit))))
-    return {"edges": rows}

@@ -1,0 +1,513 @@
+"""What the dashboard's pages show and do, over the container's services.
+
+Read views (one page of rows each, paginated on the server) and the dashboard's own actions:
+
+* :meth:`DashboardService.flag_wrong` -- the correction modal (memory-system-v3-design.md
+  section 10): the corrected text becomes a new memory that supersedes the wrong one (nothing
+  is overwritten: the old row and its history stay), or, for "no longer applies" without a
+  correction, the memory is forgotten (soft delete, recoverable); for "duplicate", it is
+  superseded by the original. Every session that injected it gets the negative training label
+  the predictor learns from (:data:`FLAGGED_WRONG_LABEL`, the seed's "user explicitly deleted
+  or marked obsolete" strength) with the reason :data:`FLAGGED_WRONG_REASON`.
+* :meth:`DashboardService.review` -- the session-end review of what the pipeline inferred from
+  a session: approve (``metadata.review = "approved"``), edit (new content, ``"edited"``) or
+  reject (``"rejected"``, then forgotten).
+
+Bad input raises :class:`memlane.errors.ValidationError` (422), unknown ids NotFound (404),
+state conflicts Conflict (409): the API answers them in the one error shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from memlane.errors import Conflict, NotFound, ValidationError
+from memlane.graph.knowledge import KnowledgeService
+from memlane.observability.diagnostics import health_report
+from memlane.observability.hub import ensure
+from memlane.observability.timeline import session_timeline
+from memlane.predictor import policy
+from memlane.predictor import settings as pred_settings
+from memlane.services.clock import now_iso
+from memlane.services.inputs import RecallQuery, RememberInput
+from memlane.sessions.labels import DELETED_AFTER_INJECTION_LABEL
+from memlane.storage import dashboard as dash_sql
+from memlane.storage import jobs as jobs_sql
+from memlane.storage import memories as mem_sql
+from memlane.storage import predictor as pred_sql
+from memlane.storage.models import Memory
+
+#: The training label of a memory the user flagged wrong, on every session that injected it.
+FLAGGED_WRONG_LABEL = DELETED_AFTER_INJECTION_LABEL
+FLAGGED_WRONG_REASON = "negative:user_flagged_wrong"
+#: "What's wrong?" answers of the correction modal.
+WRONG_REASONS = ("inaccurate", "outdated", "too_specific", "duplicate")
+REVIEW_ACTIONS = ("approve", "edit", "reject")
+#: Who the dashboard's writes are recorded as.
+WHO = "dashboard"
+#: Rows per page of every list.
+PAGE_SIZE = 25
+#: Sessions in the rolling NDCG@10 mean of the Predictor page.
+NDCG_WINDOW = 20
+#: Most search hits a search page can page through (the recall's own cap).
+MAX_SEARCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Pagination of one list: ``page`` (1-based) of ``pages``, ``size`` rows each."""
+
+    page: int
+    size: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.size))
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.size
+
+    @property
+    def has_prev(self) -> bool:
+        return self.page > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.pages
+
+
+def page_number(value: Any) -> int:
+    """A 1-based page number from a query parameter (anything else is page 1)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return 1
+    return min(max(1, n), 10_000_000)
+
+
+def _memory_view(m: Memory) -> dict[str, Any]:
+    return {"id": m.id, "type": m.type, "content": m.content, "project": m.project, "tags": list(m.tags),
+            "who": m.who, "why": m.why, "source_type": m.source_type, "source_id": m.source_id,
+            "created_at": m.created_at, "updated_at": m.updated_at, "last_accessed": m.last_accessed,
+            "access_count": m.access_count, "pinned": m.pinned, "is_deleted": m.is_deleted,
+            "deleted_at": m.deleted_at, "superseded_by": m.superseded_by, "importance": m.importance,
+            "confidence": m.confidence, "embedding_model": m.embedding_model, "metadata": m.metadata,
+            "extraction_status": m.extraction_status, "context": m.context}
+
+
+def _ndcg(ranking: list[str], relevance: dict[str, float]) -> float | None:
+    return policy.ndcg_of_ranking(ranking, relevance)
+
+
+class DashboardService:
+    """The dashboard's views and actions over ``container``'s services."""
+
+    def __init__(self, container: Any) -> None:
+        self.c = container
+        self.db = container.db
+        self.obs = ensure(container)
+        self.graph = KnowledgeService(container.db)
+
+    # -- health ---------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """The Health page: domains, store counts, recent sessions, latency, errors and what
+        needs attention (unhealthy domains, dead jobs, a disabled sidecar, maintenance advice)."""
+        report = health_report(self.c, self.obs)
+        stats = self.db.read(mem_sql.stats)
+        sessions, total_sessions = self.db.read(lambda c: dash_sql.sessions_page(c, limit=5, offset=0))
+        attention: list[dict[str, str]] = []
+        for name, d in report["domains"].items():
+            if d["status"] in ("unhealthy", "degraded"):
+                notes = "; ".join(d.get("notes") or []) or d["status"]
+                attention.append({"what": f"{name} is {d['status']}", "detail": notes,
+                                  "link": f"/#domain-{name}"})
+        if report["domains"]["queue"]["jobs_dead"]:
+            attention.append({"what": f"{report['domains']['queue']['jobs_dead']} failed (dead) job(s)",
+                              "detail": "retried until their attempts ran out", "link": "/knowledge?jobs=dead"})
+        pred = report["domains"]["predictor"]
+        if pred.get("crash_disabled"):
+            attention.append({"what": "the predictor sidecar is disabled", "detail": "repeated crashes: the "
+                              "baseline ranking serves until the cool-down ends", "link": "/predictor"})
+        maint = getattr(self.c, "maintenance", None)
+        if maint is not None:
+            for rec in maint.diagnose()["recommendations"]:
+                attention.append({"what": f"maintenance recommends {rec['action']}", "detail": rec["reason"],
+                                  "link": "/api/diagnostics"})
+        latency = self.obs.latency.report(sparkline_minutes=60)["operations"]
+        return {"report": report, "stats": stats, "sessions": sessions, "total_sessions": total_sessions,
+                "latency": latency, "errors": self.obs.errors.recent(limit=10), "attention": attention}
+
+    # -- memories -------------------------------------------------------------------------
+    def facets(self) -> dict[str, list[str]]:
+        """Projects, types and source types for the filter menus."""
+        return self.db.read(dash_sql.facet_values)
+
+    def memories(self, *, q: str | None, project: str | None, type_: str | None, source_type: str | None,
+                 pinned: bool | None, state: str, page: int) -> dict[str, Any]:
+        """One page of memories: the hybrid recall's hits for ``q`` (best first) or, without
+        ``q``, the newest; filtered by project, type, source, pinned and state.
+
+        Raises:
+            ValidationError: an unknown state.
+        """
+        if state not in dash_sql.MEMORY_STATES:
+            raise ValidationError(f"state: one of {', '.join(dash_sql.MEMORY_STATES)}", details={"field": "state"})
+        if not q:
+            def read(c: Any) -> tuple[list[Memory], int]:
+                pg = Page(page, PAGE_SIZE, 0)
+                return dash_sql.memories_page(c, limit=PAGE_SIZE, offset=pg.offset, project=project, type_=type_,
+                                              source_type=source_type, pinned=pinned, state=state)
+            items, total = self.db.read(read)
+            return {"items": [{**_memory_view(m), "score": None} for m in items],
+                    "page": Page(page, PAGE_SIZE, total), "searched": False}
+        # Filters recall cannot apply (source, pinned, states other than live) are applied to its
+        # hits: it is then asked for its cap, so that a page of the filtered list can be cut.
+        post = source_type is not None or pinned is not None or state != "live"
+        res = self.c.recall.recall(RecallQuery(
+            query=q, limit=MAX_SEARCH if post else min(MAX_SEARCH, page * PAGE_SIZE + 1), project=project,
+            types=(type_,) if type_ else (), include_deleted=state in ("deleted", "all"), touch=False,
+            exclude_superseded=state == "live"))
+        hits = [h for h in res.hits if _keep(h.memory, source_type, pinned, state)]
+        pg = Page(page, PAGE_SIZE, len(hits))
+        shown = hits[pg.offset:pg.offset + PAGE_SIZE]
+        return {"items": [{**_memory_view(h.memory), "score": round(h.score, 4)} for h in shown], "page": pg,
+                "searched": True, "legs": list(res.legs), "capped": len(res.hits) >= MAX_SEARCH}
+
+    def memory_card(self, memory_id: str) -> dict[str, Any]:
+        """One memory with its provenance, supersede chain, history and sessions.
+
+        Raises:
+            NotFound: unknown id.
+        """
+        m = self.c.memories.get(memory_id)
+        history = self.c.memories.history(memory_id)
+
+        def read(c: Any) -> dict[str, Any]:
+            chain = dash_sql.supersede_chain(c, memory_id)
+            sessions = dash_sql.memory_sessions(c, memory_id, limit=PAGE_SIZE)
+            source_session = m.source_id if m.source_id and dash_sql.session_exists(c, m.source_id) else None
+            source_memory = m.source_id if m.source_id and not source_session and \
+                dash_sql.memory_exists(c, m.source_id) else None
+            return {"chain": chain, "sessions": sessions, "source_session": source_session,
+                    "source_memory": source_memory}
+
+        extra = self.db.read(read)
+        return {"memory": _memory_view(m), "history": history, **extra}
+
+    def flag_wrong(self, memory_id: str, *, reason: str, corrected: str | None = None,
+                   original_id: str | None = None, note: str | None = None) -> dict[str, Any]:
+        """The correction modal (module docstring).
+
+        Args:
+            reason: one of :data:`WRONG_REASONS`.
+            corrected: the corrected text (required for inaccurate and too_specific; optional
+                for outdated).
+            original_id: the memory this one duplicates (required for duplicate).
+            note: the user's words, recorded as the history row's ``why``.
+
+        Returns:
+            ``{"old": memory, "new": memory or None, "action": "superseded" | "forgotten",
+            "labelled": sessions given the negative label}``.
+        Raises:
+            ValidationError: a bad reason or a missing correction. NotFound: unknown id.
+            Conflict: the memory is deleted or already superseded.
+        """
+        if reason not in WRONG_REASONS:
+            raise ValidationError(f"reason: one of {', '.join(WRONG_REASONS)}", details={"field": "reason"})
+        old = self.c.memories.get(memory_id)
+        if old.is_deleted or old.superseded_by is not None:
+            raise Conflict("this memory is already deleted or superseded", details={"id": memory_id})
+        corrected = (corrected or "").strip() or None
+        why = f"flagged wrong ({reason})" + (f": {note.strip()[:300]}" if note and note.strip() else "")
+        new: Memory | None = None
+        if reason == "duplicate":
+            if not original_id:
+                raise ValidationError("original_id: the memory this one duplicates", details={"field": "original_id"})
+            new = self.c.memories.get(original_id)
+            if new.id == old.id or new.is_deleted:
+                raise ValidationError("original_id: a different live memory", details={"field": "original_id"})
+        elif corrected is not None:
+            res = self.c.memories.remember(RememberInput(
+                content=corrected, type=old.type, importance=old.importance, confidence=1.0, project=old.project,
+                tags=old.tags, metadata={"corrects": old.id, "wrong_because": reason}, who=WHO, why=why,
+                source_type="user_correction", source_id=old.id))
+            new = self.c.memories.get(res.id)
+        elif reason != "outdated":
+            raise ValidationError("corrected: the corrected text", details={"field": "corrected"})
+        if new is not None and new.id != old.id:
+            self.c.memories.supersede(old.id, new.id, who=WHO, why=why)
+            action = "superseded"
+        else:
+            self.c.memories.delete(old.id, who=WHO, why=why)
+            action = "forgotten"
+        labelled = self.db.write(lambda c: dash_sql.label_flagged_wrong(
+            c, old.id, label=FLAGGED_WRONG_LABEL, reason=FLAGGED_WRONG_REASON))
+        return {"old": _memory_view(self.c.memories.get(old.id)),
+                "new": _memory_view(new) if new is not None else None, "action": action, "labelled": labelled}
+
+    # -- sessions -------------------------------------------------------------------------
+    def sessions(self, *, project: str | None, page: int) -> dict[str, Any]:
+        """One page of sessions, newest first."""
+        def read(c: Any) -> tuple[list[dict[str, Any]], int]:
+            return dash_sql.sessions_page(c, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, project=project)
+        rows, total = self.db.read(read)
+        return {"items": rows, "page": Page(page, PAGE_SIZE, total)}
+
+    def session(self, key: str, *, page: int) -> dict[str, Any]:
+        """One session: its row and score, injected memories and why, prompt hits, feedback and
+        labels (candidates paginated), the comparison inspector, the review and the timeline.
+
+        Raises:
+            NotFound: unknown key.
+        """
+        detail = self.c.sessions.get(key)  # waits for the key's in-flight start; NotFound when unknown
+
+        def read(c: Any) -> dict[str, Any]:
+            pg_rows, total = dash_sql.session_candidates(c, key, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+            injected, _ = dash_sql.session_candidates(c, key, limit=1000, offset=0, injected_only=True)
+            return {"candidates": pg_rows, "candidates_total": total, "injected": injected,
+                    "comparison": dash_sql.comparison_of(c, key), "signals": dash_sql.session_signals(c, key),
+                    "review": dash_sql.session_review_rows(c, key), "events": dash_sql.session_events(c, key)}
+
+        data = self.db.read(read)
+        rows = detail["memories"]
+        hits = [r for r in rows if r.fts_hit_count > 0]
+        rated = [r for r in rows if r.agent_feedback_count > 0]
+        inspector = self._inspector(rows, data["comparison"]) if data["comparison"] else None
+        review = [self._review_item(r) for r in data["review"]]
+        applied = [r for r in rows if r.was_injected and ((r.label or 0) > 0.5 or r.fts_hit_count > 0)]
+        return {"session": detail["session"], "score": detail["score"], "candidates": data["candidates"],
+                "page": Page(page, PAGE_SIZE, data["candidates_total"]), "injected": data["injected"],
+                "hits": hits, "rated": rated, "signals": data["signals"], "inspector": inspector,
+                "review": review, "applied": applied,
+                "timeline": session_timeline(data["events"]) if data["events"] else []}
+
+    @staticmethod
+    def _review_item(r: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        meta = json.loads(r["metadata"]) if isinstance(r["metadata"], str) and r["metadata"] else {}
+        auto = r["confidence"] > 0.9 and r["access_count"] >= 3
+        state = meta.get("review") or ("auto_confirmed" if auto else "needs_review")
+        if r["is_deleted"] and state == "needs_review":
+            state = "forgotten"
+        return {**{k: r[k] for k in ("id", "type", "content", "confidence", "created_at", "is_deleted",
+                                     "superseded_by", "source_id", "who")}, "review": state}
+
+    def _inspector(self, rows: list[Any], cmp: dict[str, Any]) -> dict[str, Any]:
+        """The comparison inspector of one compared session (seed 4.6)."""
+        by_id = {r.memory_id: r for r in rows}
+        relevance = {k: float(v) for k, v in (cmp["relevance_scores"] or {}).items()}
+
+        def item(mid: str, rank: int) -> dict[str, Any]:
+            r = by_id.get(mid)
+            return {"memory_id": mid, "rank": rank, "content": r.content if r else None,
+                    "injected": bool(r and r.was_injected), "fts_hits": r.fts_hit_count if r else 0,
+                    "relevance": relevance.get(mid), "label": r.label if r else None}
+
+        predictor = [item(m, i + 1) for i, m in enumerate(cmp["predictor_top_ids"])]
+        baseline = [item(m, i + 1) for i, m in enumerate(cmp["baseline_top_ids"])]
+        listed = set(cmp["predictor_top_ids"]) | set(cmp["baseline_top_ids"])
+        fts_only = [{"memory_id": r.memory_id, "content": r.content, "fts_hits": r.fts_hit_count,
+                     "relevance": relevance.get(r.memory_id)} for r in rows
+                    if r.source == "fts_only" and r.memory_id not in listed]
+        diversity = [{"memory_id": r.memory_id, "content": r.content, "baseline_rank": r.baseline_rank,
+                      "final_rank": r.rank} for r in rows
+                     if r.was_injected and r.baseline_rank is not None and r.rank != r.baseline_rank]
+        gate = pred_settings.MIN_SCORER_CONFIDENCE
+        fused = self._fused_ndcg(cmp)
+        return {"comparison": cmp, "predictor": predictor, "baseline": baseline, "fts_only": fts_only,
+                "diversity": diversity, "confidence_gate": gate,
+                "passed_gate": cmp["scorer_confidence"] >= gate, "fused_ndcg": fused}
+
+    def _fused_ndcg(self, cmp: dict[str, Any]) -> float | None:
+        """NDCG@10 of the RRF fusion of the comparison's two top-10s at its alpha, over its pool."""
+        if not cmp["predictor_top_ids"]:
+            return None
+        fused = policy.rrf_fuse(cmp["baseline_top_ids"], cmp["predictor_top_ids"], float(cmp["alpha"]),
+                                self.c.settings.predictor.rrf_k)
+        order = sorted(fused, key=lambda m: -fused[m])
+        return _ndcg(order, {k: float(v) for k, v in (cmp["relevance_scores"] or {}).items()})
+
+    def review(self, memory_id: str, *, action: str, content: str | None = None) -> dict[str, Any]:
+        """Approve, edit or reject one memory of a session-end review (module docstring).
+
+        Raises:
+            ValidationError: a bad action or an edit without content. NotFound: unknown id.
+            Conflict: the memory is deleted.
+        """
+        if action not in REVIEW_ACTIONS:
+            raise ValidationError(f"action: one of {', '.join(REVIEW_ACTIONS)}", details={"field": "action"})
+        m = self.c.memories.get(memory_id)
+        if m.is_deleted:
+            raise Conflict("this memory is deleted; recover it first", details={"id": memory_id})
+        state = {"approve": "approved", "edit": "edited", "reject": "rejected"}[action]
+        meta = {**m.metadata, "review": state, "reviewed_at": now_iso()}
+        patch: dict[str, Any] = {"metadata": meta}
+        if action == "edit":
+            if not content or not content.strip():
+                raise ValidationError("content: the edited text", details={"field": "content"})
+            patch["content"] = content
+        if action == "approve":
+            patch["confidence"] = 1.0
+        updated = self.c.memories.update(memory_id, patch, who=WHO, why=f"session review: {state}")
+        if action == "reject":
+            updated = self.c.memories.delete(memory_id, who=WHO, why="session review: rejected")
+        return {"memory": _memory_view(updated), "review": state}
+
+    # -- predictor ------------------------------------------------------------------------
+    def predictor(self, *, page: int) -> dict[str, Any]:
+        """The Predictor page: mode (``cold_start`` until a model serves past cold start,
+        ``active`` after, ``disabled``), status, charts' series and a page of comparisons."""
+        pred = self.c.predictor
+        status = pred.status() if pred is not None else None
+        minimum = self.c.settings.predictor.min_training_sessions
+
+        def read(c: Any) -> dict[str, Any]:
+            return {"comparisons": dash_sql.comparisons_series(c, limit=1000),
+                    "training": dash_sql.training_series(c, limit=500),
+                    "recent": dash_sql.recent_scored_sessions(c, limit=10),
+                    "grade": dash_sql.training_grade_count(c, min_confidence=pred_settings.MIN_SCORER_CONFIDENCE),
+                    "outcomes": pred_sql.training_outcomes(c)}
+
+        data = self.db.read(read)
+        state = status["state"] if status else {}
+        phase = status["phase"] if status else "disabled"
+        collected = int(state.get("training_sessions", data["grade"]))
+        mode = "disabled" if pred is None else ("cold_start" if phase == "collecting" else "active")
+        series = self._series(data["comparisons"])
+        comps = list(reversed(data["comparisons"]))
+        pg = Page(page, PAGE_SIZE, len(comps))
+        return {"mode": mode, "phase": phase, "status": status, "minimum": minimum, "collected": collected,
+                "progress": min(1.0, collected / minimum) if minimum else 1.0, "recent": data["recent"],
+                "series": series, "training": data["training"], "outcomes": data["outcomes"],
+                "comparisons": comps[pg.offset:pg.offset + PAGE_SIZE], "page": pg,
+                "domain": health_report(self.c, self.obs)["domains"]["predictor"],
+                "latency": self.obs.latency.get("predictor_score").summary(),
+                "latency_minutes": self.obs.latency.get("predictor_score").minutes(),
+                "errors": self.obs.errors.recent(stage="predictor", limit=10)}
+
+    def _series(self, comps: list[dict[str, Any]]) -> dict[str, Any]:
+        """Per comparison (oldest first): outcome, success rate, alpha, and the rolling
+        NDCG@10 of baseline, predictor and fused over the last :data:`NDCG_WINDOW` sessions."""
+        idx, won, lost, tie, excluded, rate, alpha = [], [], [], [], [], [], []
+        nb, np_, nf = [], [], []
+        keys: list[str] = []
+        window: list[tuple[float, float, float]] = []
+        for i, c in enumerate(comps):
+            idx.append(i + 1)
+            keys.append(c["session_key"])
+            pw = c["predictor_won"]
+            margin = c["margin"]
+            point = c["predictor_ndcg"] - 0.0
+            won.append(point if pw == 1 else None)
+            lost.append(point if pw == 0 else None)
+            tie.append(point if pw is None and c["ema_updated"] and abs(margin) < 1e-12 else None)
+            excluded.append(point if not c["ema_updated"] else None)
+            rate.append(c["success_rate"])
+            alpha.append(c["alpha"])
+            fused = self._fused_ndcg(c)
+            window.append((c["baseline_ndcg"], c["predictor_ndcg"], fused if fused is not None else c["baseline_ndcg"]))
+            recent = window[-NDCG_WINDOW:]
+            nb.append(round(sum(w[0] for w in recent) / len(recent), 4))
+            np_.append(round(sum(w[1] for w in recent) / len(recent), 4))
+            nf.append(round(sum(w[2] for w in recent) / len(recent), 4))
+        return {"x": idx, "keys": keys, "won": won, "lost": lost, "tie": tie, "excluded": excluded,
+                "success_rate": rate, "alpha": alpha, "ndcg_baseline": nb, "ndcg_predictor": np_,
+                "ndcg_fused": nf, "window": NDCG_WINDOW,
+                "last": {"baseline": nb[-1], "predictor": np_[-1], "fused": nf[-1]} if nb else None}
+
+    # -- knowledge ------------------------------------------------------------------------
+    def knowledge(self, *, q: str | None, entity_type: str | None, page: int, jobs_status: str | None,
+                  jobs_page: int) -> dict[str, Any]:
+        """The Knowledge page: a page of entities, the workers, the queue and a page of jobs."""
+        ents = self.graph.list_entities(q=q, entity_type=entity_type, limit=PAGE_SIZE,
+                                            offset=(page - 1) * PAGE_SIZE)
+        if jobs_status is not None and jobs_status not in ("pending", "leased", "completed", "failed", "dead",
+                                                           "skipped"):
+            raise ValidationError("jobs: an unknown job status", details={"field": "jobs"})
+
+        def read(c: Any) -> dict[str, Any]:
+            jobs, total = dash_sql.recent_jobs(c, limit=PAGE_SIZE, offset=(jobs_page - 1) * PAGE_SIZE,
+                                               status=jobs_status)
+            return {"jobs": jobs, "jobs_total": total, "counts": jobs_sql.counts_by_status(c)}
+
+        data = self.db.read(read)
+        return {"entities": ents["entities"], "page": Page(page, PAGE_SIZE, ents["total"]),
+                "workers": self.c.workers.status(), "workers_started": self.c.workers.started,
+                "pipeline": self.c.settings.memory.pipeline_v2.flags(), "queue": data["counts"],
+                "jobs": data["jobs"], "jobs_page": Page(jobs_page, PAGE_SIZE, data["jobs_total"]),
+                "status": self.graph.status(getattr(self.c.recall, "graph_boost", None))}
+
+    def entity(self, entity_id: str, *, page: int) -> dict[str, Any]:
+        """One entity: its relations (the graph), aspects, a page of attributes and its mentions.
+
+        Raises:
+            NotFound: unknown entity.
+        """
+        e = self.graph.get_entity(entity_id, mentions_limit=PAGE_SIZE)
+        aspects = self.graph.aspects(entity_id)["aspects"]
+        attrs = self.graph.attributes(entity_id, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+        more = len(attrs["attributes"]) > PAGE_SIZE
+        return {"entity": e, "aspects": aspects, "attributes": attrs["attributes"][:PAGE_SIZE],
+                "attr_page": page, "attr_more": more, "graph": graph_layout(e)}
+
+
+def _keep(m: Memory, source_type: str | None, pinned: bool | None, state: str) -> bool:
+    if source_type is not None and (m.source_type or "") != source_type:
+        return False
+    if pinned is not None and m.pinned != pinned:
+        return False
+    if state == "live":
+        return not m.is_deleted and m.superseded_by is None
+    if state == "deleted":
+        return m.is_deleted
+    if state == "superseded":
+        return m.superseded_by is not None
+    return True
+
+
+def graph_layout(entity: dict[str, Any], *, size: int = 480, max_nodes: int = 16) -> dict[str, Any]:
+    """A radial layout of an entity's neighbourhood for the SVG graph: the entity in the centre,
+    its neighbours (by relation mentions) on a circle; ``size`` px square.
+
+    Returns:
+        ``{"size", "center": {id, name, x, y}, "nodes": [{id, name, x, y}], "edges": [{x1, y1,
+        x2, y2, label, lx, ly, outgoing}]}``.
+    """
+    cx = cy = size / 2
+    radius = size / 2 - 70
+    seen: dict[str, dict[str, Any]] = {}
+    edges = []
+    for rel in entity.get("relations", []):
+        outgoing = rel["source_entity_id"] == entity["id"]
+        other = rel["target_entity_id"] if outgoing else rel["source_entity_id"]
+        name = rel["target_name"] if outgoing else rel["source_name"]
+        if other == entity["id"]:
+            continue
+        if other not in seen:
+            if len(seen) >= max_nodes:
+                continue
+            seen[other] = {"id": other, "name": name or other}
+        edges.append((other, rel["relation_type"], outgoing))
+    n = max(1, len(seen))
+    for i, node in enumerate(seen.values()):
+        angle = 2 * math.pi * i / n - math.pi / 2
+        node["x"] = round(cx + radius * math.cos(angle), 1)
+        node["y"] = round(cy + radius * math.sin(angle), 1)
+    out_edges = []
+    for other, label, outgoing in edges:
+        node = seen[other]
+        out_edges.append({"x1": cx, "y1": cy, "x2": node["x"], "y2": node["y"], "label": label,
+                          "lx": round((cx + node["x"]) / 2, 1), "ly": round((cy + node["y"]) / 2, 1),
+                          "outgoing": outgoing})
+    return {"size": size, "center": {"id": entity["id"], "name": entity["name"], "x": cx, "y": cy},
+            "nodes": list(seen.values()), "edges": out_edges}
+
+
+__all__ = ["DashboardService", "FLAGGED_WRONG_LABEL", "FLAGGED_WRONG_REASON", "Page", "graph_layout",
+           "page_number", "NotFound"]

@@ -1,0 +1,248 @@
+"""The dashboard's login, pages and actions in process (issue 40, part 2).
+
+Each finding of the issue is written as the attack or the user's action: a request without
+the session cookie or the token on every dashboard and API route, a cross-origin request with
+a valid cookie, a replayed or expired login code, memory text that tries to become markup, a
+flag-wrong that must supersede (not overwrite) and label, a session-end review. None of the
+routes existed before, so each test fails on the old code.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import TEST_BASE_URL, api_client
+from memlane.dashboard.auth import CODE_TTL_S, COOKIE_NAME, DashboardAuth
+from memlane.dashboard.service import FLAGGED_WRONG_LABEL, FLAGGED_WRONG_REASON, PAGE_SIZE
+from memlane.storage import dashboard as dash_sql
+
+PAGES = ("/", "/memories", "/sessions", "/predictor", "/knowledge")
+
+
+def browser(api: TestClient) -> TestClient:
+    """A client on the same app that sends no token (a browser)."""
+    return TestClient(api.app, base_url=TEST_BASE_URL, raise_server_exceptions=False)
+
+
+def login(api: TestClient) -> TestClient:
+    """A browser signed in through the one-time link."""
+    code = api.post("/api/dashboard/login-code", json={}).json()
+    b = browser(api)
+    r = b.get(code["url"].replace("http://127.0.0.1:7437", ""), follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    return b
+
+
+def session_with_injection(api: TestClient, key: str = "s1", texts: tuple[str, ...] = ()) -> list[str]:
+    ids = [api.post("/api/memory/remember", json={"content": t, "project": "p"}).json()["id"] for t in texts]
+    api.post("/api/hooks/session-start", json={"session_key": key, "project": "p"})
+    api.post("/api/hooks/session-end", json={"session_key": key, "wait": True})
+    return ids
+
+
+def test_login_link_sets_a_strict_httponly_cookie_and_works_once(store):
+    api = api_client(store)
+    code = api.post("/api/dashboard/login-code", json={}).json()
+    assert code["url"].startswith("http://127.0.0.1:7437/login?code=") and code["expires_in_s"] == CODE_TTL_S
+    b = browser(api)
+    r = b.get("/login", params={"code": code["code"]}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"  # no code or token in the page URL
+    cookie = r.headers["set-cookie"]
+    for attr in ("HttpOnly", "SameSite=Strict", "Path=/"):
+        assert attr in cookie
+    assert re.match(rf"{COOKIE_NAME}=[A-Za-z0-9_-]{{40,}};", cookie)
+    assert b.get("/", headers={"accept": "text/html"}).status_code == 200
+    again = browser(api).get("/login", params={"code": code["code"]}, follow_redirects=False)
+    assert again.status_code == 401 and "not valid" in again.text and "set-cookie" not in again.headers
+    assert browser(api).get("/login", params={"code": "guessed"}).status_code == 401
+    assert browser(api).get("/login").status_code == 401
+
+
+def test_login_codes_and_sessions_expire():
+    t = [1000.0]
+    auth = DashboardAuth(clock=lambda: t[0])
+    code, _ = auth.issue_code()
+    t[0] += CODE_TTL_S + 1
+    assert auth.redeem(code) is None
+    code, _ = auth.issue_code()
+    sid = auth.redeem(code)
+    assert sid and auth.valid(sid) and not auth.valid(sid[:-1] + "x")
+    t[0] += 12 * 3600 + 1
+    assert not auth.valid(sid) and auth.session_count() == 0
+
+
+def test_a_login_code_needs_the_token_not_a_session(store):
+    b = login(api_client(store))
+    r = b.post("/api/dashboard/login-code", json={})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+
+
+def all_routes(routes):
+    """Every route, walking included routers (their paths are complete: no prefix at include)."""
+    for r in routes:
+        inner = getattr(r, "original_router", None)
+        if inner is not None:
+            yield from all_routes(inner.routes)
+        else:
+            yield r
+
+
+def test_every_route_refuses_a_request_without_cookie_or_token(store):
+    api = api_client(store)
+    b = browser(api)
+    checked = 0
+    for route in all_routes(api.app.routes):
+        path = getattr(route, "path", None)
+        methods = getattr(route, "methods", None) or {"GET"}
+        if path in (None, "/health", "/login") or path.startswith("/static"):
+            continue
+        concrete = re.sub(r"\{[^}]+\}", "x", path)
+        for method in methods - {"HEAD", "OPTIONS"}:
+            r = b.request(method, concrete, json={} if method != "GET" else None)
+            assert r.status_code == 401, (method, path, r.status_code)
+            checked += 1
+    assert checked > 40
+    for path in PAGES + ("/static/app.js", "/static/vendor/uplot/uPlot.iife.min.js", "/mcp"):
+        assert b.get(path).status_code == 401, path
+    page = b.get("/memories", headers={"accept": "text/html"})
+    assert page.status_code == 401 and "memlane dashboard" in page.text  # a page, not JSON, for a browser
+    assert b.get("/api/memories", headers={"accept": "text/html"}).json()["error"]["code"] == "unauthorized"
+    forged = browser(api)
+    forged.cookies.set(COOKIE_NAME, "forged")
+    assert forged.get("/").status_code == 401
+
+
+def test_the_cookie_works_for_pages_and_the_api_but_not_cross_origin(store):
+    api = api_client(store)
+    b = login(api)
+    for path in PAGES:
+        r = b.get(path)
+        assert r.status_code == 200, path
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
+    assert b.post("/api/memory/remember", json={"content": "from the dashboard"}).status_code == 200
+    evil = {"Origin": "http://evil.example"}
+    assert b.get("/api/memories", headers=evil).status_code == 403
+    assert b.post("/api/memory/remember", json={"content": "x"}, headers=evil).status_code == 403
+    # a form post from any page (no JSON content type) is refused before the cookie is even read
+    r = b.post("/api/memory/remember", content=b"content=x", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "csrf_refused"
+    assert b.post("/api/dashboard/logout", json={}).json() == {"ended": True}
+    assert b.get("/").status_code == 401
+
+
+def test_memory_text_is_escaped_on_every_page(store):
+    api = api_client(store)
+    evil = '<script>alert(1)</script><img src=x onerror=alert(2)> "quoted" & {{ 7*7 }}'
+    mid = api.post("/api/memory/remember", json={"content": evil, "project": "<b>proj</b>"}).json()["id"]
+    api.post("/api/hooks/session-start", json={"session_key": "<i>k</i>", "project": "<b>proj</b>",
+                                               "context": "alert"})
+    b = login(api)
+    for path in ("/memories", f"/memories/{mid}", "/memories?q=alert", "/sessions", "/", "/sessions/%3Ci%3Ek%3C/i%3E"):
+        html = b.get(path).text
+        assert "<script>alert(1)" not in html and "<img src=x" not in html and "<b>proj</b>" not in html, path
+        assert "&lt;i&gt;k&lt;/i&gt;" in html or "&lt;script&gt;" in html or "&lt;b&gt;proj" in html, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in b.get(f"/memories/{mid}").text
+    assert "{{ 7*7 }}" in b.get(f"/memories/{mid}").text.replace("&#34;", '"')  # not evaluated as a template
+
+
+def test_memory_list_is_paginated_and_filtered_on_the_server(store):
+    api = api_client(store)
+    batch = [{"content": f"memory number {i}", "project": "a" if i % 2 else "b", "type": "fact" if i % 3 else "note",
+              "pinned": i % 5 == 0} for i in range(60)]
+    api.post("/api/memory/remember", json={"memories": batch})
+    b = login(api)
+    first = b.get("/memories").text
+    assert first.count('<li class="card') == PAGE_SIZE and "Page 1 of 3" in first and "60 in all" in first
+    third = b.get("/memories", params={"page": 3}).text
+    assert third.count('<li class="card') == 10 and "memory number 0" in third  # oldest last
+    assert b.get("/memories", params={"page": 99}).text.count('<li class="card') == 0
+    assert "30 in all" in b.get("/memories", params={"project": "a"}).text
+    assert "12 in all" in b.get("/memories", params={"pinned": "yes"}).text
+    assert "20 in all" in b.get("/memories", params={"type": "note"}).text
+    hits = b.get("/memories", params={"q": "number 7", "project": "a"}).text
+    assert "memory number 7" in hits and "memory number 8<" not in hits
+
+
+def test_flag_wrong_supersedes_and_labels_every_session_that_injected_it(store):
+    api = api_client(store)
+    ids = session_with_injection(api, "s1", ("The deploy script lives in ops/deploy.sh",))
+    session_with_injection(api, "s2")
+    rows = api.get("/api/sessions/s1").json()["memories"]
+    assert rows[0]["memory_id"] == ids[0] and rows[0]["was_injected"]
+    b = login(api)
+    r = b.post(f"/api/dashboard/memories/{ids[0]}/flag-wrong",
+               json={"reason": "inaccurate", "corrected": "The deploy script lives in tools/ship.sh", "note": "moved"})
+    out = r.json()
+    assert r.status_code == 200 and out["action"] == "superseded" and out["labelled"] == 2
+    assert out["old"]["superseded_by"] == out["new"]["id"] and out["old"]["content"].endswith("ops/deploy.sh")
+    assert out["new"]["source_type"] == "user_correction" and out["new"]["source_id"] == ids[0]
+    for key in ("s1", "s2"):
+        row = next(m for m in api.get(f"/api/sessions/{key}").json()["memories"] if m["memory_id"] == ids[0])
+        assert row["label"] == FLAGGED_WRONG_LABEL and FLAGGED_WRONG_REASON in row["label_reason"]
+    history = [h["event"] for h in api.get(f"/api/memory/{ids[0]}/history").json()]
+    assert history[-1] == "superseded"
+    card = b.get(f"/memories/{ids[0]}").text
+    assert "superseded" in card and out["new"]["id"][:8] in card and f"{FLAGGED_WRONG_LABEL:.2f}" in card
+    again = b.post(f"/api/dashboard/memories/{ids[0]}/flag-wrong", json={"reason": "inaccurate", "corrected": "x"})
+    assert again.status_code == 409
+
+
+def test_flag_wrong_outdated_forgets_and_duplicate_points_at_the_original(store):
+    api = api_client(store)
+    a, b_, c = session_with_injection(api, "s1", ("Standup is at 9", "Standup is at nine", "Lunch at noon"))
+    br = login(api)
+    assert br.post(f"/api/dashboard/memories/{a}/flag-wrong", json={"reason": "too_specific"}).status_code == 422
+    assert br.post(f"/api/dashboard/memories/{a}/flag-wrong", json={"reason": "nope"}).status_code == 422
+    out = br.post(f"/api/dashboard/memories/{c}/flag-wrong", json={"reason": "outdated"}).json()
+    assert out["action"] == "forgotten" and out["old"]["is_deleted"] and out["new"] is None
+    dup = br.post(f"/api/dashboard/memories/{b_}/flag-wrong", json={"reason": "duplicate", "original_id": a}).json()
+    assert dup["old"]["superseded_by"] == a and dup["action"] == "superseded"
+
+
+def test_session_end_review_approves_edits_and_rejects(store):
+    api = api_client(store)
+    src = api.post("/api/memory/remember", json={"content": "turn", "source_type": "session",
+                                                  "source_id": "conv-1"}).json()["id"]
+    inferred = [api.post("/api/memory/remember", json={"content": f"Inferred fact {i}", "source_type": "pipeline_v2",
+                                                        "source_id": src, "confidence": 0.8}).json()["id"]
+                for i in range(3)]
+    api.post("/api/hooks/session-start", json={"session_key": "conv-1"})
+    api.post("/api/hooks/session-end", json={"session_key": "conv-1", "wait": True})
+    b = login(api)
+    page = b.get("/sessions/conv-1").text
+    assert "review required (3)" in page
+    assert b.post(f"/api/dashboard/review/{inferred[0]}", json={"action": "approve"}).json()["review"] == "approved"
+    edited = b.post(f"/api/dashboard/review/{inferred[1]}", json={"action": "edit", "content": "Corrected fact"}).json()
+    assert edited["memory"]["content"] == "Corrected fact" and edited["memory"]["metadata"]["review"] == "edited"
+    rejected = b.post(f"/api/dashboard/review/{inferred[2]}", json={"action": "reject"}).json()
+    assert rejected["memory"]["is_deleted"] and rejected["memory"]["metadata"]["review"] == "rejected"
+    assert b.post(f"/api/dashboard/review/{inferred[0]}", json={"action": "maybe"}).status_code == 422
+    page = b.get("/sessions/conv-1").text
+    assert "review required (0)" in page and "Reviewed (3)" in page
+    approved = api.get(f"/api/memory/{inferred[0]}").json()
+    assert approved["confidence"] == 1.0 and approved["metadata"]["review"] == "approved"
+    rows = store.db.read(lambda c: dash_sql.session_review_rows(c, "conv-1"))
+    assert {r["id"] for r in rows} == set(inferred)
+
+
+def test_predictor_page_shows_cold_start_without_a_predictor(store):
+    api = api_client(store)
+    session_with_injection(api, "s1", ("one memory",))
+    html = login(api).get("/predictor").text
+    assert "does not run in this daemon" in html and 'id="predictor-mode"' in html
+
+
+def test_sessions_pages_paginate_and_unknown_ids_are_404_pages(store):
+    api = api_client(store)
+    for i in range(30):
+        api.post("/api/hooks/session-start", json={"session_key": f"k{i:02d}"})
+    b = login(api)
+    assert "Page 1 of 2" in b.get("/sessions").text and b.get("/sessions?page=2").text.count("/sessions/k") == 5
+    for path in ("/memories/nope", "/sessions/nope", "/knowledge/entities/nope"):
+        r = b.get(path)
+        assert r.status_code == 404 and "not found" in r.text
+    assert b.get("/memories?state=bogus").status_code == 422
