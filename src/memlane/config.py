@@ -100,6 +100,16 @@ class RecallSettings(BaseModel):
     )
 
 
+class RedactSettings(BaseModel):
+    """Secret redaction before storage (memlane.redact; docs/security.md). Transcripts, session
+    context and checkpoints are always redacted."""
+
+    memories: Literal["hooks", "all", "off"] = Field(
+        "hooks", description="Memories redacted before they are stored: hooks = those whose source_type is "
+        "hook, session or transcript (text from an agent session's hooks); all = every memory (API, CLI, MCP, "
+        "import, documents); off = none.")
+
+
 class SessionSettings(BaseModel):
     """Session lifecycle: candidate pool, injection and prompt recall
     (predictive-memory-scorer.md "Candidate Pre-Filtering", "Hook Flow (session-start)")."""
@@ -124,7 +134,7 @@ class SessionSettings(BaseModel):
         100_000, ge=1, le=100_000_000, description="Longest prompt a hook accepts, characters.")
     max_transcript_chars: int = Field(
         20_000_000, ge=1, le=2_000_000_000,
-        description="Longest transcript stored at session-end, characters (stored losslessly).")
+        description="Longest transcript stored at session-end, characters (stored whole, secrets redacted).")
 
 
 class Settings(BaseSettings):
@@ -167,6 +177,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Embedding provider.")
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
     sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
+    redact: RedactSettings = Field(default_factory=RedactSettings, description="Secret redaction before storage.")
     llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
     continuity: CheckpointSettings = Field(
         default_factory=CheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")

@@ -15,6 +15,7 @@ import numpy as np
 from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
+from memlane.fileperms import private_dir
 from memlane.graph.wiring import wire as wire_graph
 from memlane.key_binding import enforce_key_bindings
 from memlane.pipeline.config import extraction_llm_settings
@@ -109,7 +110,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         StorageError: the database cannot be opened or migrated.
         ConfigError: ``{home}/key-bindings.json`` is unreadable (memlane.key_binding).
     """
-    settings.home.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home)  # created 0700 (memlane.fileperms)
     enforce_key_bindings(settings)  # an API key goes only to the base URL it was first used with
     db = Database(settings.db_path, read_pool_size=settings.read_pool_size,
                   busy_timeout_ms=settings.busy_timeout_ms, synchronous=settings.sqlite_synchronous)
@@ -120,7 +121,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     index = load_index(db, emb.model_id if emb is not None else None,
                        getattr(emb, "dimensions", 0) if emb is not None else 0)
     memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
-                             embed_batch=settings.embedding.batch_size)
+                             embed_batch=settings.embedding.batch_size,
+                             redact_memories=lambda: settings.redact.memories)
     recall = RecallService(memories, settings.recall)
     llm = build_provider(settings.llm)
     checkpoints = CheckpointService(db, settings.continuity)

@@ -172,6 +172,41 @@ def redact(text: str) -> str:
     return text
 
 
+#: ``redact.memories`` values: which memories are redacted before they are stored.
+MEMORY_MODES = ("hooks", "all", "off")
+#: ``source_type`` values that mark a memory as text from an agent session's hooks (a hook
+#: script, a session summary, a transcript): redacted in the default ``hooks`` mode.
+HOOK_SOURCE_TYPES = frozenset({"hook", "hooks", "session", "transcript"})
+
+
+def redacts_memory(mode: str, source_type: str | None) -> bool:
+    """Whether a memory with ``source_type`` is redacted under ``redact.memories = mode``.
+
+    ``all``: every memory (API, CLI, MCP, import, documents); ``hooks``: only those whose
+    ``source_type`` is one of :data:`HOOK_SOURCE_TYPES` (case-insensitive); ``off``: none.
+    An unknown mode redacts everything (the safe reading).
+    """
+    if mode == "off":
+        return False
+    if mode == "hooks":
+        return isinstance(source_type, str) and source_type.strip().lower() in HOOK_SOURCE_TYPES
+    return True
+
+
+def redact_json(value: object) -> object:
+    """``value`` (JSON-like data) with :func:`redact` applied to every string in it, keys kept.
+
+    Lists, tuples and dicts are rebuilt; numbers, booleans and None pass unchanged.
+    """
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_json(v) for v in value)
+    return value
+
+
 def _one_pass(text: str) -> str:
     if not text:
         return text

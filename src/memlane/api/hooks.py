@@ -45,7 +45,7 @@ class PromptIn(_Hook):
 
 class SessionEndIn(_Hook):
     reason: str | None = Field(None, description="clear | logout | prompt_input_exit | other")
-    transcript: str | None = Field(None, description="The session transcript, stored losslessly.")
+    transcript: str | None = Field(None, description="The session transcript, stored whole with secrets redacted.")
     wait: bool = Field(False, description="Wait for the LLM judge instead of scoring in the background.")
 
 

@@ -7,6 +7,7 @@ or stall the agent. Problems go to ``$MEMLANE_HOME/logs/hooks.log``.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from datetime import datetime
@@ -33,9 +34,11 @@ def _log_early(message: str) -> None:
     try:
         from memlane.config import default_home
 
+        from memlane.fileperms import open_private, private_dir
+
         path = default_home() / "logs" / "hooks.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
+        private_dir(path.parent)
+        with open_private(path, "a") as f:
             f.write(f"{datetime.now().isoformat(timespec='seconds')} ERROR memlane.cli.hooks: {message}\n")
     except Exception:  # noqa: BLE001
         pass
@@ -43,6 +46,7 @@ def _log_early(message: str) -> None:
 
 def _run(event: str, timeout: Optional[float]) -> None:
     out = ""
+    os.umask(0o077)  # private files: the spool, hooks.log and any directory this hook creates
     try:
         stdin = sys.stdin
         raw = b"" if stdin is None or stdin.isatty() else stdin.buffer.read(MAX_STDIN_BYTES)

@@ -25,6 +25,7 @@ from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
 from memlane.cli.replay import replay_app
 from memlane.cli.token_cmd import token_app
+from memlane.cli.doctor import doctor
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
@@ -39,6 +40,7 @@ app.add_typer(disconnect_app, name="disconnect")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(token_app, name="token")
+app.command(name="doctor")(doctor)
 import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -81,7 +83,9 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
     from memlane.api.app import create_app
     from memlane.api.guard import bind_warnings
     from memlane.container import open_container
+    from memlane.fileperms import set_private_umask, warn_if_loose
 
+    set_private_umask()  # whatever the daemon creates in the home is 0600 / 0700
     try:
         settings = _settings(home, host=host, port=port)
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -89,6 +93,7 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
         container = open_container(settings, warmup=True, start_workers=True)
+        warn_if_loose(settings.home, logging.getLogger("memlane.serve"))  # an older or hand-made home
     except MemlaneError as exc:
         _fail(exc)
         return

@@ -146,7 +146,9 @@ def _replay_lock(spool_dir: Path):  # noqa: ANN202
         yield True
         return
     try:
-        f = open(spool_dir / ".replay.lock", "a+b")  # noqa: SIM115
+        # created 0600 like every file in the home (open() would make it 0644 less the umask)
+        f = os.fdopen(os.open(spool_dir / ".replay.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                              0o600), "r+b")
     except OSError:
         yield True
         return

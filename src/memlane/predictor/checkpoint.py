@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from memlane.fileperms import private_dir
 from memlane.fsutil import atomic_write
 from memlane.predictor.errors import (
     CheckpointError,
@@ -147,7 +148,7 @@ def save(
     """
     path = Path(path)
     data = _encode(model, meta, flags)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     atomic_write(path, data, mode=0o600)
     return hashlib.sha256(data).hexdigest()
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import orjson
 
+from memlane.fileperms import open_private, private_dir
 from memlane.predictor import settings as C
 from memlane.predictor.errors import PredictorError
 
@@ -142,8 +143,8 @@ class SidecarClient:
             self._ready.clear()
             err: IO[Any] | int = subprocess.DEVNULL
             if self.stderr_path is not None:
-                self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
-                err = open(self.stderr_path, "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
+                private_dir(self.stderr_path.parent)  # the home's logs/: 0700, the log 0600
+                err = open_private(self.stderr_path, "a")  # handed to the child
             env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
             try:
                 self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,

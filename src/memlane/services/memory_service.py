@@ -24,6 +24,7 @@ from memlane.embedding.base import Embedder
 from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
 from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
+from memlane.redact import redact, redact_json, redacts_memory
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
@@ -55,11 +56,17 @@ class MemoryService:
         index: the in-memory index of every memory (vectors of ``embedder.model_id``).
         max_content_chars: largest accepted content, characters.
         embed_batch: texts per embedding call.
+        redact_memories: the ``redact.memories`` mode (``hooks``, ``all``, ``off``), or a callable
+            returning it at each write (the daemon's settings can change at run time): which
+            memories have the secrets in their text redacted before they are stored
+            (:func:`memlane.redact.redacts_memory`).
     """
 
     def __init__(self, db: Database, embedder: Embedder | None, index: MemoryIndex,
-                 *, max_content_chars: int = 100_000, embed_batch: int = 64) -> None:
+                 *, max_content_chars: int = 100_000, embed_batch: int = 64,
+                 redact_memories: str | Callable[[], str] = "hooks") -> None:
         self.db = db
+        self._redact_mode = redact_memories if callable(redact_memories) else (lambda: redact_memories)
         self.embedder = embedder
         self.index = index
         self.max_content_chars = max_content_chars
@@ -82,7 +89,8 @@ class MemoryService:
 
     # -- validation ----------------------------------------------------------------------
     def validate(self, item: RememberInput) -> RememberInput:
-        """Check and canonicalise one input.
+        """Check and canonicalise one input; its text (content, context, why, tags, metadata
+        strings) is redacted when ``redact.memories`` covers its ``source_type``.
 
         Raises:
             ValidationError / PayloadTooLarge: the input is unacceptable.
@@ -103,7 +111,14 @@ class MemoryService:
         created = parse_iso(item.created_at, "created_at") if item.created_at else None
         if not normalize_and_hash(item.content).storage_content:
             raise ValidationError("content: must not be empty", details={"field": "content"})
-        return replace(item, created_at=created, context=(item.context or None))
+        item = replace(item, created_at=created, context=(item.context or None))
+        if redacts_memory(self._redact_mode(), item.source_type):
+            # before hashing, embedding and the write: the memory row, its history, FTS, the
+            # vectors and whatever the pipeline extracts from it never see the secret
+            item = replace(item, content=redact(item.content), context=redact(item.context) if item.context else None,
+                           why=redact(item.why) if item.why else item.why, tags=tuple(redact(t) for t in item.tags),
+                           metadata=redact_json(item.metadata))
+        return item
 
     # -- embedding (never under the write lock) -----------------------------------------
     def _embed_missing(self, texts: dict[str, str], progress: Callable[[int], None] | None = None
@@ -276,6 +291,8 @@ class MemoryService:
         """Change fields of a live memory; a content change re-normalises, re-hashes and re-embeds.
 
         Patchable: content, context, type, importance, confidence, project, tags, metadata, pinned.
+        Text fields and ``why`` are redacted when ``redact.memories`` covers the memory's
+        ``source_type`` (as :meth:`validate` does at remember).
 
         Raises:
             NotFound: unknown id. Conflict: the memory is deleted, or the new content duplicates
@@ -314,10 +331,16 @@ class MemoryService:
                 if value is not None:
                     check_text(value, "context", max_chars=self.max_content_chars, allow_empty=True)
                 fields[key] = value or None
+        scrub = redacts_memory(self._redact_mode(), current.source_type)  # as at remember (validate)
+        if scrub:
+            why = redact(why) if why else why
+            for key in ("context", "tags", "metadata"):
+                if fields.get(key) is not None:
+                    fields[key] = redact_json(fields[key])
         content = current.content
         if "content" in patch:
             check_text(patch["content"], "content", max_chars=self.max_content_chars)
-            nc = normalize_and_hash(patch["content"])
+            nc = normalize_and_hash(redact(patch["content"]) if scrub else patch["content"])
             if not nc.storage_content:
                 raise ValidationError("content: must not be empty")
             content = nc.storage_content

@@ -79,7 +79,7 @@ class PromptResult:
 
 @dataclass(frozen=True, slots=True)
 class EndInput:
-    """session-end; the transcript is stored losslessly (up to the configured cap)."""
+    """session-end; the transcript is stored whole (up to the configured cap), secrets redacted."""
 
     session_key: str
     transcript: str | None = None

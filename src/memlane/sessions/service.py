@@ -14,12 +14,14 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from memlane.config import SessionSettings
 from memlane.errors import NotFound, StorageError, ValidationError
 from memlane.providers.base import LlmProvider
+from memlane.redact import redact
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
@@ -136,6 +138,8 @@ class SessionService:
             self._opt(getattr(inp, name), name)
         if inp.context is not None:
             check_text(inp.context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
+            # secrets never reach sessions.context (stored), the embedder or the predictor's inputs
+            inp = replace(inp, context=redact(inp.context))
         if inp.ranking not in ("effective", "relevance"):
             raise ValidationError("ranking: must be 'effective' or 'relevance'", details={"field": "ranking"})
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
@@ -423,7 +427,8 @@ class SessionService:
         if inp.transcript is not None:
             check_text(inp.transcript, "transcript", max_chars=self.settings.max_transcript_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
-        transcript = inp.transcript or ""
+        # Redacted before it is stored or sent to the LLM judge (docs/security.md).
+        transcript = redact(inp.transcript) if inp.transcript else ""
         judge = self.llm is not None and len(transcript) >= continuity.MIN_TRANSCRIPT_CHARS
         self.inflight.wait(key)
 

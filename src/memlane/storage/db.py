@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memlane.errors import StorageError
+from memlane.fileperms import create_private_file, private_dir
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Database:
     """The single writer and the reader pool over one SQLite file.
 
     Args:
-        path: database file; its directory is created.
+        path: database file; its directory is created (0700) and a new file is created 0600.
         read_pool_size: number of reader connections.
         busy_timeout_ms: SQLite busy_timeout, ms.
         synchronous: ``FULL`` (default) or ``NORMAL``.
@@ -106,7 +107,13 @@ class Database:
     def __init__(self, path: Path | str, *, read_pool_size: int = 4, busy_timeout_ms: int = 5000,
                  synchronous: str = "FULL") -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Private files: the directory 0700 when created here, a new database file 0600 before
+        # SQLite opens it (SQLite itself would create it 0644; its -wal and -shm copy its mode).
+        try:
+            private_dir(self.path.parent)
+            create_private_file(self.path)
+        except OSError as exc:
+            raise StorageError(f"cannot create database {path}: {exc}") from exc
         self._busy = busy_timeout_ms
         self._writer_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         #: The configured level, and the one the writer connection is set to right now.

@@ -282,8 +282,9 @@ def get_score(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
 
 def write_transcript(conn: sqlite3.Connection, key: str, content: str, *, harness: str | None,
                      project: str | None, at: str) -> bool:
-    """Store a transcript losslessly: the first one, replaced only by a longer one (a resumed
-    session ends again with its whole conversation). True if stored now."""
+    """Store a transcript whole: the first one, replaced only by a longer one (a resumed
+    session ends again with its whole conversation). True if stored now. ``content`` must
+    already be redacted (:func:`memlane.redact.redact`; the session service does it)."""
     return conn.execute(
         """INSERT INTO session_transcripts (session_key, content, harness, project, created_at)
            VALUES (?,?,?,?,?)
