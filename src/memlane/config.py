@@ -135,6 +135,14 @@ class SessionSettings(BaseModel):
     max_transcript_chars: int = Field(
         20_000_000, ge=1, le=2_000_000_000,
         description="Longest transcript stored at session-end, characters (stored whole, secrets redacted).")
+    judge_queue_max: int = Field(
+        8, ge=0, le=1000,
+        description="Session-ends that may wait for the LLM continuity judge besides the one it is judging; "
+        "beyond that a session-end is scored from behaviour at once, the reason recorded.")
+    judge_wait_s: float = Field(
+        60.0, gt=0, le=600,
+        description="Longest a session-end with wait: true waits for the judge, seconds; past it the answer "
+        "carries the behavioural score and says the judge is still queued or running.")
 
 
 class Settings(BaseSettings):

@@ -38,6 +38,11 @@ from memlane.storage.migrations import migrate
 
 log = logging.getLogger(__name__)
 
+#: Seconds the workers get to finish their tick at close before LLM calls in flight are aborted.
+WORKER_GRACE_S = 3.0
+#: Seconds the workers then get once those calls are aborted.
+WORKER_ABORTED_WAIT_S = 5.0
+
 
 @dataclass
 class Container:
@@ -60,8 +65,16 @@ class Container:
 
     def close(self) -> None:
         """Stop the workers; finish background judging, pending checkpoints and queued writes;
-        close the database, the embedder and the LLM providers."""
-        self.workers.stop_all()
+        close the database, the embedder and the LLM providers.
+
+        A shutdown never waits on an LLM: the continuity judge is stopped first (its backlog is
+        scored from behaviour, its call in flight aborted), and when workers are still busy after
+        :data:`WORKER_GRACE_S` (an extraction waiting on a hung model) the LLM providers are
+        closed, which aborts their calls in flight, before the workers are waited for again."""
+        self.sessions.stop_judge()
+        if self.workers.stop_all(timeout=WORKER_GRACE_S):
+            self._close_llms()
+            self.workers.stop_all(timeout=WORKER_ABORTED_WAIT_S)
         self.sessions.close()
         if self.predictor is not None:
             self.predictor.close()
@@ -69,6 +82,10 @@ class Container:
         self.db.close()
         if self.embedder is not None:
             self.embedder.close()
+        self._close_llms()
+
+    def _close_llms(self) -> None:
+        """Close the LLM providers (idempotent); calls in flight are aborted."""
         if self.llm is not None:
             self.llm.close()
         if self.extraction_llm is not None and self.extraction_llm is not self.llm:

@@ -46,7 +46,8 @@ class PromptIn(_Hook):
 class SessionEndIn(_Hook):
     reason: str | None = Field(None, description="clear | logout | prompt_input_exit | other")
     transcript: str | None = Field(None, description="The session transcript, stored whole with secrets redacted.")
-    wait: bool = Field(False, description="Wait for the LLM judge instead of scoring in the background.")
+    wait: bool = Field(False, description="Wait for the LLM judge (at most sessions.judge_wait_s seconds) instead "
+                                          "of scoring in the background; `judge` in the answer says how it went.")
 
 
 class PreCompactionIn(_Hook):
@@ -100,13 +101,18 @@ def router(container: Container) -> APIRouter:
 
     @r.post("/api/hooks/session-end", tags=["hooks"])
     def session_end(body: SessionEndIn) -> dict[str, Any]:
-        """Transcript stored, summary job enqueued, continuity scored, labels built."""
+        """Transcript stored, summary job enqueued, continuity scored, labels built.
+
+        With an LLM judge, ``judge`` is ``queued`` (scored in the background), ``done`` / ``failed``
+        (waited for), ``skipped`` (its backlog was full or the daemon is stopping: scored from
+        behaviour, reason stored) or, when ``wait`` ran out, ``queued`` / ``running`` with the
+        behavioural score as of now (not stored; the judge's verdict is stored when it answers)."""
         res = svc.end(EndInput(session_key=body.session_key, transcript=body.transcript, reason=body.reason,
                                project=body.project, cwd=body.cwd, harness=body.harness, now=body.now),
                       wait=body.wait)
         return {"session_key": res.session_key, "scoring": res.scoring, "scorer": res.scorer, "score": res.score,
                 "confidence": res.confidence, "labels": res.labels, "transcript_stored": res.transcript_stored,
-                "summary_job_id": res.summary_job_id}
+                "summary_job_id": res.summary_job_id, "judge": res.judge}
 
     @r.post("/api/hooks/pre-compaction", tags=["hooks"])
     def pre_compaction(body: PreCompactionIn) -> dict[str, Any]:

@@ -78,9 +78,9 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
           port: Optional[int] = typer.Option(None, help="TCP port (default 7437)."),
           home: Optional[Path] = HomeOpt) -> None:
     """Run the daemon in the foreground (HTTP API on 127.0.0.1:7437 by default)."""
-    import uvicorn
-
     from memlane.api.app import create_app
+    from memlane.cli.serving import run_server
+    from memlane.homelock import acquire as acquire_home
     from memlane.api.guard import bind_warnings
     from memlane.container import open_container
     from memlane.fileperms import set_private_umask, warn_if_loose
@@ -91,6 +91,10 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in bind_warnings(settings.host, settings.require_token):
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        # One process per home (memlane.homelock): a second daemon or a direct import would keep
+        # its own index and miss this one's writes. Held until the process ends.
+        home_lock = acquire_home(settings.home, "memlane serve", url=f"http://{settings.host}:{settings.port}",
+                                 hint="stop it first, or give this daemon another --home")
         err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
         container = open_container(settings, warmup=True, start_workers=True)
         warn_if_loose(settings.home, logging.getLogger("memlane.serve"))  # an older or hand-made home
@@ -112,10 +116,12 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
         gc.collect()
         gc.freeze()
         err.print(f"memlane listening on http://{settings.host}:{settings.port} (OpenAPI at /docs)")
-        uvicorn.run(app_, host=settings.host, port=settings.port,
-                    log_level=settings.log_level.lower(), access_log=False)
+        # The judge stops as soon as the shutdown begins: requests waiting on it answer at once.
+        run_server(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                   on_shutdown=container.sessions.stop_judge)
     finally:
         container.close()
+        home_lock.release()
 
 
 def _exit_after_sigterm(signum: int, frame: Any) -> None:
@@ -223,12 +229,12 @@ def import_cmd(path: Path = typer.Argument(..., exists=True, dir_okay=False, hel
 
     try:
         report = run_import(path, data_dir=data_dir, url=url or (None if data_dir else _settings().url),
-                            batch=batch, console=err)
-    except MemlaneError as exc:
+                            home=None if data_dir else _settings().home, batch=batch, console=err)
+    except (MemlaneError, OSError) as exc:
         _fail(exc)
         return
     console.print(f"imported {report['created']} new, {report['deduplicated']} duplicates, "
-                  f"{len(report['errors'])} bad lines")
+                  f"{report['bad_lines']} bad lines")
     for line_no, msg in report["errors"][:20]:
         err.print(f"  line {line_no}: {msg}")
     if report["errors"]:

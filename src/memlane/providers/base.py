@@ -64,7 +64,9 @@ class LlmProvider(Protocol):
         ...
 
     def close(self) -> None:
-        """Release connections; the provider is not used afterwards."""
+        """Release connections and abort the calls in flight (they raise :class:`LlmError` at
+        once); later calls fail without contacting the model. Idempotent. A daemon shutting
+        down calls it so that a hung model never holds up the exit."""
         ...
 
 
@@ -170,7 +172,8 @@ class HttpLlmProvider(ABC):
         return status is not None and 200 <= status < 300
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Abort the calls in flight (their sockets are shut down; they raise :class:`LlmError`
+        saying so), refuse new ones and close the connection pool. Idempotent."""
         self._client.close()
 
     def __repr__(self) -> str:

@@ -7,7 +7,8 @@ with stdin on ``/dev/null``; the reply is stdout, stripped. The prompt goes on *
 (not representable in argv) or starts with ``-`` (it would be parsed as an option).
 
 The child runs in its own session / process group (POSIX); on a timeout the whole group is
-killed with SIGKILL, so tools the CLI spawned do not outlive the call.
+killed with SIGKILL, so tools the CLI spawned do not outlive the call. :meth:`ClaudeCodeProvider.close`
+does the same to every call in flight (a daemon shutting down never waits on the CLI).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from typing import Any
 
 from memlane.httpjson import BODY_EXCERPT_CHARS
@@ -47,7 +49,8 @@ class ClaudeCodeProvider:
         timeout_s: default per-call timeout, seconds (> 0); covers the whole process run.
 
     ``max_tokens`` is accepted by ``generate`` for interface compatibility and ignored (the
-    CLI has no such option). Thread-safe: every call is its own process.
+    CLI has no such option). Thread-safe: every call is its own process; :meth:`close` kills
+    the process groups of the calls in flight.
     """
 
     kind = "claude-code"
@@ -57,6 +60,9 @@ class ClaudeCodeProvider:
         self.command = command or DEFAULT_COMMAND
         self.timeout_s = check_timeout(timeout_s)
         self.name = f"{self.kind}:{self.model}"
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
 
     def argv(self, prompt: str) -> list[str]:
         """The command line for ``prompt`` (without it when it goes on stdin)."""
@@ -82,6 +88,8 @@ class ClaudeCodeProvider:
         """
         timeout = check_timeout(timeout_s) if timeout_s is not None else self.timeout_s
         stdin_data = prompt.encode("utf-8") if prompt_via_stdin(prompt) else None
+        if self._closed:
+            raise self._fail("the provider was closed (shutting down); not started")
         try:
             # Trigger: the judge is itself a Claude Code session.
             # Why: run in the daemon's directory it could load that project's CLAUDE.md and hooks,
@@ -99,6 +107,11 @@ class ClaudeCodeProvider:
             )
         except OSError as exc:
             raise self._fail(f"cannot run {self.command!r}: {type(exc).__name__}: {exc}") from exc
+        with self._lock:
+            self._running.add(proc)
+            closed = self._closed
+        if closed:  # close() ran while the process was starting
+            _signal_group(proc)
         try:
             out, err = proc.communicate(input=stdin_data, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -111,7 +124,13 @@ class ClaudeCodeProvider:
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
         stdout = out.decode("utf-8", errors="replace")
+        if self._closed and proc.returncode != 0:
+            raise self._fail(f"{self.command!r} was killed: the provider was closed (shutting down)",
+                             exit_code=proc.returncode)
         if proc.returncode != 0:
             stderr = err.decode("utf-8", errors="replace").strip() or stdout.strip()
             excerpt = stderr[:BODY_EXCERPT_CHARS]
@@ -130,14 +149,21 @@ class ClaudeCodeProvider:
             return False
 
     def close(self) -> None:
-        """Nothing to release (no process outlives a call)."""
+        """Kill the process group of every call in flight (SIGKILL; the calls raise
+        :class:`LlmError` saying so) and refuse new calls. Does not wait; idempotent."""
+        with self._lock:
+            self._closed = True
+            running = list(self._running)
+        for proc in running:
+            if proc.returncode is None:  # not reaped yet: its pid is still its own
+                _signal_group(proc)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, command={self.command!r})"
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL ``proc``'s process group (POSIX; just ``proc`` elsewhere), reap it, close its pipes."""
+def _signal_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s process group (POSIX; just ``proc`` elsewhere) without waiting."""
     try:
         if hasattr(os, "killpg"):
             os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the pid
@@ -145,6 +171,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             proc.kill()
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s process group (POSIX; just ``proc`` elsewhere), reap it, close its pipes."""
+    _signal_group(proc)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable

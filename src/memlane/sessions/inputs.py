@@ -93,7 +93,9 @@ class EndInput:
 @dataclass(frozen=True, slots=True)
 class EndResult:
     """``scorer`` is ``llm`` or ``behavioral``; ``scoring`` is ``done`` or ``queued`` (LLM judging
-    runs in the background unless the caller waits)."""
+    runs in the background unless the caller waits). ``judge``: None when no judge applies (no
+    provider, short transcript), else ``queued``, ``running``, ``done``, ``failed`` or
+    ``skipped`` (:meth:`memlane.sessions.service.SessionService.end`)."""
 
     session_key: str
     scoring: str
@@ -103,3 +105,4 @@ class EndResult:
     labels: int
     transcript_stored: bool
     summary_job_id: int | None
+    judge: str | None = None

@@ -40,13 +40,18 @@ class SessionScorer:
         self.llm = llm
         self.predictor = predictor
 
-    def score_behavioral(self, key: str, now: str, note: str | None = None) -> tuple[str, float, float, int]:
-        """``(scorer, score, confidence, rows labelled)`` from behaviour: one read, labels and the predictor comparison in memory, one write."""
+    def score_behavioral(self, key: str, now: str, note: str | None = None,
+                         summary: tuple[str, str] | None = None) -> tuple[str, float, float, int]:
+        """``(scorer, score, confidence, rows labelled)`` from behaviour: one read, labels and the
+        predictor comparison in memory, one write.
+
+        Args:
+            note: appended to the stored reasoning (why no judge verdict).
+            summary: ``(status, error)`` for the session's summary job, set in the same write
+                (e.g. ``("skipped", "judge backlog full")``).
+        """
         rows, sess, compare = self._read_for_labels(key)
-        started_at = sess.started_at if sess else now
-        sigs = [self._signals(r, started_at) for r in rows]
-        injected = [c for r, c in zip(rows, sigs) if r.was_injected]
-        outcome = labels.behavioral_outcome(injected)
+        sigs, injected, outcome = self._behavioral(rows, sess, now)
         reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + \
             (f"; {note}" if note else "")
         used = sum(1 for c in injected if (c.agent_score or 0) > 0 or c.fts_hit_count > 0)
@@ -56,10 +61,27 @@ class SessionScorer:
                 c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
                 memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None,
                 at=now)
+            if summary is not None:
+                _finish_summary(c, key, summary[0], now, error=summary[1][:500])
 
         n = self._conclude(key, rows, sess, sigs, compare, labels.SessionOutcome(outcome.score, outcome.confidence, 0),
                            write_score)
         return "behavioral", outcome.score, outcome.confidence, n
+
+    def behavioral_preview(self, key: str, now: str) -> tuple[float, float]:
+        """``(score, confidence)`` the behavioural scorer gives the session now; nothing is
+        written (a session-end that stopped waiting for the judge answers with it)."""
+        rows, sess = self.db.read(lambda c: (sess_sql.session_memories(c, key), sess_sql.get_session(c, key)))
+        _, _, outcome = self._behavioral(rows, sess, now)
+        return outcome.score, outcome.confidence
+
+    def _behavioral(self, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None,
+                    now: str) -> tuple[list[labels.CandidateSignals], list[labels.CandidateSignals],
+                                          labels.SessionOutcome]:
+        """Every row's signals, the injected rows' signals and the behavioural outcome."""
+        sigs = [self._signals(r, sess.started_at if sess else now) for r in rows]
+        injected = [c for r, c in zip(rows, sigs) if r.was_injected]
+        return sigs, injected, labels.behavioral_outcome(injected)
 
     def score_llm(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int]:
         """``(scorer, score, confidence, rows labelled)`` from the LLM judge; a failed judge falls

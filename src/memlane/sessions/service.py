@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -31,6 +32,7 @@ from memlane.services.validation import check_text
 from memlane.sessions import continuity
 from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inflight import InflightStarts
+from memlane.sessions.judge_queue import JudgeQueue, JudgeRefused
 from memlane.sessions.feedback import resolve_feedback
 from memlane.sessions.inject import (Shown, render_block, render_recovery, select_in_rank_order,
                                      select_within_budget, short_id, status_line)
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Longest session key accepted, characters.
 MAX_SESSION_KEY = 256
+#: Seconds :meth:`SessionService.close` waits for the judge's thread once it is stopped.
+JUDGE_CLOSE_TIMEOUT_S = 5.0
 
 
 class SessionService:
@@ -71,7 +75,9 @@ class SessionService:
         self.llm = llm
         self.checkpoints = checkpoints
         self.db = memories.db
-        self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-judge")
+        # The LLM judge runs on its own thread with a bounded backlog; stopping it aborts the
+        # call in flight by closing the provider (sessions.judge_queue).
+        self._judge = JudgeQueue(lambda: self.settings.judge_queue_max, abort=self._abort_llm)
         self._warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-context")
         self.contexts = ContextVectors(memories.embedder, memories.index)
         self._pending: dict[str, Future] = {}
@@ -413,9 +419,21 @@ class SessionService:
     def end(self, inp: EndInput, *, wait: bool = False) -> EndResult:
         """Store the transcript, enqueue the summary job, score continuity, build labels.
 
-        With an LLM judge the scoring runs on a background thread unless ``wait``; without one
-        the session is scored from behaviour alone, synchronously, and marked ``behavioral``
-        (:class:`~memlane.sessions.scoring.SessionScorer`).
+        With an LLM judge the scoring runs on the judge's own thread (:mod:`.judge_queue`);
+        without one the session is scored from behaviour alone, synchronously, and marked
+        ``behavioral`` (:class:`~memlane.sessions.scoring.SessionScorer`). The result's ``judge``
+        says what became of the judge:
+
+        * ``"queued"``: not ``wait``; the judge scores it in the background.
+        * ``"done"`` / ``"failed"``: ``wait`` and the judge answered (scorer ``llm``) or failed
+          (scored from behaviour, the failure in the stored reasoning and the summary job).
+        * ``"skipped"``: ``sessions.judge_queue_max`` sessions were already waiting, or the daemon
+          is shutting down: scored from behaviour now, the reason stored in the score's
+          reasoning and the summary job (``skipped``). Never waits.
+        * ``"queued"`` / ``"running"`` with ``scoring: "queued"`` and scorer ``behavioral``:
+          ``wait`` and ``sessions.judge_wait_s`` passed first. The score is the behavioural one
+          as of now, not stored; the judge's verdict is stored when it answers (or, if it fails,
+          the behavioural score then).
 
         Raises:
             ValidationError / PayloadTooLarge: a bad key or an oversize transcript.
@@ -452,27 +470,79 @@ class SessionService:
                                    prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                    remembers=[])
         self.prompts.forget(key)
+        verdict: str | None = None
         try:
             if judge:
-                fut = self._judge.submit(self.scorer.score_llm, key, transcript, now)
-                with self._lock:
-                    self._pending[key] = fut
+                try:
+                    fut = self._judge.submit(partial(self._judge_session, key, transcript, now),
+                                             partial(self._skip_judge, key, now))
+                except JudgeRefused as exc:  # backlog full or stopping: behaviour, never a wait
+                    scorer, score, conf, n, verdict = self._skip_judge(key, now, str(exc))
+                    return EndResult(key, "done", scorer, score, conf, n, stored, job_id, judge=verdict)
+                self._track(key, fut)
                 if not wait:
-                    return EndResult(key, "queued", None, None, None, 0, stored, job_id)
-                scorer, score, conf, n = fut.result()
+                    return EndResult(key, "queued", None, None, None, 0, stored, job_id, judge="queued")
+                try:
+                    scorer, score, conf, n, verdict = fut.result(timeout=self.settings.judge_wait_s)
+                except FutureTimeout:
+                    state = self._judge.state(fut)
+                    if state != "done":  # the judge is still at it: answer with behaviour, honestly marked
+                        score, conf = self.scorer.behavioral_preview(key, now)
+                        return EndResult(key, "queued", "behavioral", score, conf, 0, stored, job_id, judge=state)
+                    scorer, score, conf, n, verdict = fut.result()
             else:
                 scorer, score, conf, n = self.scorer.score_behavioral(key, now)
         finally:
             # After the scoring, not alongside it: the warm-up flushes checkpoints and embeds
             # (~10-30 ms of CPU on 2 cores), which the session-end would otherwise wait behind.
             self._warmer.submit(self._warm_next_context, key, project, inp.cwd)
-        return EndResult(key, "done", scorer, score, conf, n, stored, job_id)
+        return EndResult(key, "done", scorer, score, conf, n, stored, job_id, judge=verdict)
+
+    def _judge_session(self, key: str, transcript: str, now: str) -> tuple[str, float, float, int, str]:
+        """The judge's job: the LLM scores the session (behaviour if it fails); + ``done``/``failed``."""
+        scorer, score, conf, n = self.scorer.score_llm(key, transcript, now)
+        return scorer, score, conf, n, "done" if scorer == "llm" else "failed"
+
+    def _skip_judge(self, key: str, now: str, reason: str) -> tuple[str, float, float, int, str]:
+        """Score from behaviour because the judge will not run (``reason``), recorded in the score's
+        reasoning and on the summary job (``skipped``); + ``skipped``."""
+        scorer, score, conf, n = self.scorer.score_behavioral(key, now, note=f"LLM judge skipped: {reason}",
+                                                              summary=("skipped", reason))
+        return scorer, score, conf, n, "skipped"
+
+    def _track(self, key: str, fut: Future) -> None:
+        """Remember a judge future for :meth:`wait_idle` until it is done."""
+        with self._lock:
+            self._pending[key] = fut
+
+        def forget(f: Future) -> None:
+            with self._lock:
+                if self._pending.get(key) is f:
+                    del self._pending[key]
+
+        fut.add_done_callback(forget)
+
+    def _abort_llm(self) -> None:
+        """End the judge's LLM call in flight: closing the provider shuts its sockets down or kills
+        its CLI process group (providers' ``close``). Only when the judge is being stopped."""
+        if self.llm is not None:
+            self.llm.close()
+
+    def stop_judge(self) -> None:
+        """Stop the judge without waiting: no new judging (session-ends score from behaviour),
+        the sessions waiting for it are scored from behaviour with the reason recorded, and the
+        call in flight is aborted. The daemon calls this as soon as it starts shutting down, so
+        ``wait: true`` session-ends answer at once and nothing waits on the model."""
+        self._judge.stop()
 
     def wait_idle(self, timeout_s: float = 120.0) -> None:
-        """Wait for background judging to finish (tests, replays, shutdown)."""
+        """Wait for background judging to finish (tests, replays).
+
+        Raises:
+            TimeoutError: a judged session is not done after ``timeout_s`` seconds.
+        """
         with self._lock:
             futs = list(self._pending.values())
-            self._pending.clear()
         for f in futs:
             f.result(timeout=timeout_s)
 
@@ -500,7 +570,11 @@ class SessionService:
         return self.db.read(sess_sql.summary)
 
     def close(self) -> None:
-        """Wait for write-behind starts and background work; the database stays open."""
+        """Wait for write-behind starts and background work; the database stays open.
+
+        The judge is stopped (:meth:`stop_judge`): the sessions still waiting for it are scored
+        from behaviour and a call in flight is aborted; its thread gets
+        :data:`JUDGE_CLOSE_TIMEOUT_S` seconds to finish those writes."""
         self.inflight.wait_all()
+        self._judge.close(JUDGE_CLOSE_TIMEOUT_S)
         self._warmer.shutdown(wait=True)
-        self._judge.shutdown(wait=True)
