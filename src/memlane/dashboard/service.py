@@ -51,6 +51,8 @@ WHO = "dashboard"
 PAGE_SIZE = 25
 #: Sessions in the rolling NDCG@10 mean of the Predictor page.
 NDCG_WINDOW = 20
+#: Timeline events shown on a session page (all of them: ``GET /api/timeline/{key}``).
+TIMELINE_SHOWN = 80
 #: Most search hits a search page can page through (the recall's own cap).
 MAX_SEARCH = 1000
 
@@ -284,7 +286,7 @@ class DashboardService:
                 "page": Page(page, PAGE_SIZE, data["candidates_total"]), "injected": data["injected"],
                 "hits": hits, "rated": rated, "signals": data["signals"], "inspector": inspector,
                 "review": review, "applied": applied,
-                "timeline": session_timeline(data["events"]) if data["events"] else []}
+                "timeline": (session_timeline(data["events"]) if data["events"] else [])[:TIMELINE_SHOWN]}
 
     @staticmethod
     def _review_item(r: dict[str, Any]) -> dict[str, Any]:
@@ -392,8 +394,10 @@ class DashboardService:
                 "errors": self.obs.errors.recent(stage="predictor", limit=10)}
 
     def _series(self, comps: list[dict[str, Any]]) -> dict[str, Any]:
-        """Per comparison (oldest first): outcome, success rate, alpha, and the rolling
-        NDCG@10 of baseline, predictor and fused over the last :data:`NDCG_WINDOW` sessions."""
+        """Per comparison (oldest first): its outcome as a dot at its NDCG@10 margin (won, lost,
+        tie, or excluded: scorer confidence under the 0.6 gate), the success rate after it and alpha; and
+        the rolling NDCG@10 of baseline, predictor and fused over the last :data:`NDCG_WINDOW`
+        sessions whose NDCG is defined (something in the pool had positive relevance)."""
         idx, won, lost, tie, excluded, rate, alpha = [], [], [], [], [], [], []
         nb, np_, nf = [], [], []
         keys: list[str] = []
@@ -401,25 +405,26 @@ class DashboardService:
         for i, c in enumerate(comps):
             idx.append(i + 1)
             keys.append(c["session_key"])
-            pw = c["predictor_won"]
-            margin = c["margin"]
-            point = c["predictor_ndcg"] - 0.0
-            won.append(point if pw == 1 else None)
-            lost.append(point if pw == 0 else None)
-            tie.append(point if pw is None and c["ema_updated"] and abs(margin) < 1e-12 else None)
-            excluded.append(point if not c["ema_updated"] else None)
+            pw, margin = c["predictor_won"], round(float(c["margin"]), 4)
+            counted = float(c["scorer_confidence"]) >= pred_settings.MIN_SCORER_CONFIDENCE
+            won.append(margin if counted and pw == 1 else None)
+            lost.append(margin if counted and pw == 0 else None)
+            tie.append(margin if counted and pw not in (0, 1) else None)
+            excluded.append(margin if not counted else None)
             rate.append(c["success_rate"])
             alpha.append(c["alpha"])
-            fused = self._fused_ndcg(c)
-            window.append((c["baseline_ndcg"], c["predictor_ndcg"], fused if fused is not None else c["baseline_ndcg"]))
+            if any(float(v) > 0 for v in (c["relevance_scores"] or {}).values()):
+                fused = self._fused_ndcg(c)
+                window.append((c["baseline_ndcg"], c["predictor_ndcg"],
+                               fused if fused is not None else c["baseline_ndcg"]))
             recent = window[-NDCG_WINDOW:]
-            nb.append(round(sum(w[0] for w in recent) / len(recent), 4))
-            np_.append(round(sum(w[1] for w in recent) / len(recent), 4))
-            nf.append(round(sum(w[2] for w in recent) / len(recent), 4))
+            for out, k in ((nb, 0), (np_, 1), (nf, 2)):
+                out.append(round(sum(w[k] for w in recent) / len(recent), 4) if recent else None)
+        defined = [i for i, v in enumerate(nb) if v is not None]
         return {"x": idx, "keys": keys, "won": won, "lost": lost, "tie": tie, "excluded": excluded,
                 "success_rate": rate, "alpha": alpha, "ndcg_baseline": nb, "ndcg_predictor": np_,
-                "ndcg_fused": nf, "window": NDCG_WINDOW,
-                "last": {"baseline": nb[-1], "predictor": np_[-1], "fused": nf[-1]} if nb else None}
+                "ndcg_fused": nf, "window": NDCG_WINDOW, "defined": len(window),
+                "last": {"baseline": nb[-1], "predictor": np_[-1], "fused": nf[-1]} if defined else None}
 
     # -- knowledge ------------------------------------------------------------------------
     def knowledge(self, *, q: str | None, entity_type: str | None, page: int, jobs_status: str | None,

@@ -13,7 +13,10 @@
   }
 
   async function call(method, url, body) {
-    const init = { method, credentials: "same-origin", headers: { "Accept": "application/json" } };
+    // X-Memlane-Client: a state-changing request without a JSON body (DELETE) passes the
+    // daemon's CSRF check only with it; a cross-site page cannot send it without a preflight.
+    const init = { method, credentials: "same-origin",
+                   headers: { "Accept": "application/json", "X-Memlane-Client": "dashboard" } };
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -124,23 +127,33 @@
     const pts = data(el.getAttribute("data-spark"));
     if (!pts || !pts.length) return;
     const x = pts.map((p) => p.t), p50 = pts.map((p) => p.p50), p95 = pts.map((p) => p.p95);
+    // The x range is the last hour, so that a few minutes of data sit at the right end.
+    const last = x[x.length - 1];
     new uPlot({ width: 220, height: 40, legend: { show: false }, cursor: { show: false },
-      axes: [{ show: false }, { show: false }], scales: { x: { time: true } },
-      series: [{}, { stroke: color("--accent"), width: 1.5, points: { show: pts.length < 3 } },
-               { stroke: color("--mid"), width: 1, points: { show: pts.length < 3 } }] }, [x, p50, p95], el);
+      axes: [{ show: false }, { show: false }],
+      scales: { x: { time: true, range: () => [last - 3600, last + 60] }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+      series: [{}, { stroke: color("--accent"), width: 1.5, points: { show: pts.length < 3, size: 5, fill: color("--accent") } },
+               { stroke: color("--mid"), width: 1, points: { show: pts.length < 3, size: 5, fill: color("--mid") } }] },
+      [x, p50, p95], el);
   });
 
   const winloss = document.getElementById("winloss");
   if (winloss) {
     const s = data("winloss-data");
     const dots = (stroke, fill) => ({ stroke: stroke, fill: fill, width: 0, paths: () => null, points: { show: true, size: 8, stroke: stroke, fill: fill } });
-    const plot = new uPlot({ width: width(winloss), height: 240, scales: { x: { time: false }, y: { range: [0, 1] } }, axes: axes("NDCG@10 / rate"),
+    // Dots at each session's NDCG@10 margin (predictor - baseline, left axis); the running
+    // success rate on the right axis.
+    const plot = new uPlot({ width: width(winloss), height: 240,
+      scales: { x: { time: false }, m: { range: [-1, 1] }, rate: { range: [0, 1] } },
+      axes: [{ stroke: color("--muted"), grid: { stroke: color("--line") } },
+             { scale: "m", stroke: color("--muted"), grid: { stroke: color("--line") }, label: "margin" },
+             { scale: "rate", side: 1, stroke: color("--muted"), grid: { show: false }, label: "success rate" }],
       series: [{ label: "session" },
-        Object.assign({ label: "won" }, dots(color("--good"), color("--good"))),
-        Object.assign({ label: "lost" }, dots(color("--warn"), color("--warn"))),
-        Object.assign({ label: "tie" }, dots(color("--tie"), color("--tie"))),
-        Object.assign({ label: "excluded" }, dots(color("--muted"), "transparent")),
-        { label: "success rate", stroke: color("--accent"), width: 2 }] },
+        Object.assign({ label: "won", scale: "m" }, dots(color("--good"), color("--good"))),
+        Object.assign({ label: "lost", scale: "m" }, dots(color("--warn"), color("--warn"))),
+        Object.assign({ label: "tie", scale: "m" }, dots(color("--tie"), color("--tie"))),
+        Object.assign({ label: "excluded", scale: "m" }, dots(color("--muted"), "transparent")),
+        { label: "success rate", scale: "rate", stroke: color("--accent"), width: 2 }] },
       [s.x, s.won, s.lost, s.tie, s.excluded, s.success_rate], winloss);
     // Click a session's point: open its comparison inspector.
     plot.over.addEventListener("click", function () {
