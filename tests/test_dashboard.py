@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from fastapi.testclient import TestClient
 
 from conftest import TEST_BASE_URL, api_client

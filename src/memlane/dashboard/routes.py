@@ -17,7 +17,7 @@ no-referrer`` and ``Cache-Control: no-store``.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from memlane import __version__
-from memlane.dashboard.auth import (COOKIE_NAME, UNAUTHORIZED_PAGE, DashboardAuth, cookie_value, expired_cookie,
+from memlane.dashboard.auth import (UNAUTHORIZED_PAGE, DashboardAuth, cookie_value, expired_cookie,
                                     session_cookie)
 from memlane.dashboard.service import PAGE_SIZE, REVIEW_ACTIONS, WRONG_REASONS, DashboardService, page_number
 from memlane.errors import MemlaneError
@@ -87,7 +87,7 @@ def _ts(value: Any) -> str:
     if not value:
         return ""
     if isinstance(value, (int, float)):
-        return datetime.utcfromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+        return datetime.fromtimestamp(value, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     s = str(value)
     return s[:16].replace("T", " ") if len(s) >= 16 and s[10:11] == "T" else s
 
@@ -244,4 +244,4 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
     return r
 
 
-__all__ = ["COOKIE_NAME", "CSP", "install", "router", "templates"]
+__all__ = ["CSP", "install", "router", "templates"]

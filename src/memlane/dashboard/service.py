@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from memlane.errors import Conflict, NotFound, ValidationError
+from memlane.errors import Conflict, ValidationError
 from memlane.graph.knowledge import KnowledgeService
 from memlane.observability.diagnostics import health_report
 from memlane.observability.hub import ensure
@@ -515,4 +515,4 @@ def graph_layout(entity: dict[str, Any], *, size: int = 480, max_nodes: int = 16
 
 
 __all__ = ["DashboardService", "FLAGGED_WRONG_LABEL", "FLAGGED_WRONG_REASON", "Page", "graph_layout",
-           "page_number", "NotFound"]
+           "page_number"]
