@@ -71,9 +71,12 @@ def test_import_into_a_data_directory(tmp_path):
         c.close()
 
 
-def test_commands_against_a_real_daemon(start_daemon, tmp_path):
+def test_commands_against_a_real_daemon(start_daemon, tmp_path, monkeypatch):
     d = start_daemon(provider="none")
     url = ["--url", d.url]
+    r = runner.invoke(app, ["status", *url])
+    assert r.exit_code == 1 and "unauthorized" in r.output  # another home's CLI has no token for it
+    monkeypatch.setenv("MEMLANE_HOME", str(d.home))  # the CLI reads the token from its home
     r = runner.invoke(app, ["remember", "Release trains leave every Tuesday.", "--type", "process",
                             "--tag", "release", *url])
     assert r.exit_code == 0 and r.output.startswith("created ")
@@ -104,8 +107,9 @@ def test_a_missing_daemon_is_a_clear_error(tmp_path):
         assert "no memlane daemon" in r.output
 
 
-def test_remember_rejected_input_is_reported(start_daemon):
+def test_remember_rejected_input_is_reported(start_daemon, monkeypatch):
     d = start_daemon(provider="none")
+    monkeypatch.setenv("MEMLANE_HOME", str(d.home))
     r = runner.invoke(app, ["remember", "x", "--importance", "7", "--url", d.url])
     assert r.exit_code == 1 and "importance" in r.output
 
@@ -199,8 +203,9 @@ def test_bench_predictor_pool_is_checked_before_any_work(tmp_path: Path) -> None
     assert "--pool" in runner.invoke(app, ["bench", "predictor", "--help"]).output
 
 
-def test_predictor_status_reads_as_a_table_and_as_json(start_daemon):
+def test_predictor_status_reads_as_a_table_and_as_json(start_daemon, monkeypatch):
     d = start_daemon()
+    monkeypatch.setenv("MEMLANE_HOME", str(d.home))
     r = runner.invoke(app, ["predictor", "status", "--url", d.url])
     assert r.exit_code == 0, r.output
     assert "[predictor: collecting | 0/10 sessions | baseline only]" in r.output  # the status line, not markup
