@@ -11,9 +11,7 @@ This module is a leaf: standard library only, so the light hook path can import 
 
 from __future__ import annotations
 
-import hmac
 import os
-import secrets
 import time
 from pathlib import Path
 
@@ -84,6 +82,8 @@ def rotate_token(home: Path | str) -> str:
     Raises:
         OSError: the home is not writable.
     """
+    import secrets  # here: reading a token (the light hook client) needs neither secrets nor hmac
+
     token = secrets.token_urlsafe(_TOKEN_BYTES)
     _write_private(token_path(home), token)
     return token
@@ -111,6 +111,9 @@ class TokenStore:
     """
 
     def __init__(self, home: Path | str, *, recheck_s: float = 1.0) -> None:
+        import hmac  # here, not at the top: the light hook client imports this module to read the token
+
+        self._compare = hmac.compare_digest
         self.path = token_path(home)
         self._recheck_s = recheck_s
         self._token = ensure_token(home).encode("ascii")
@@ -145,5 +148,5 @@ class TokenStore:
             candidate = presented.encode("ascii")
         except UnicodeEncodeError:
             return False
-        return hmac.compare_digest(candidate, self._token)
+        return self._compare(candidate, self._token)
 

@@ -166,24 +166,51 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
 
 
 @bench_app.command("hooks")
-def hooks(runs: int = typer.Option(10, help="Runs per hook event."),
+def hooks(runs: int = typer.Option(20, min=1, help="Measured rounds of the new command and the floor "
+                                   "(a round: session-start, user-prompt-submit, pre-compact, session-end)."),
+          old_runs: int = typer.Option(5, "--old-runs", min=0, help="Measured rounds of the old 'memlane hook' "
+                                       "(seconds per call)."),
+          memories: int = typer.Option(200, min=1, help="Memories in the daemon's store."),
+          embedding: str = typer.Option("local", help="The daemon's embedding provider: local | none."),
           out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
-    """The hook command with the daemon down: time, empty output, event spooled, every run."""
-    from memlane.bench.hooks import run_hooks_down
+    """The hook commands as Claude Code runs them (a new shell and process per call, the payload
+    on stdin) through a real daemon and with it down: the light memlane-hook, the old 'memlane
+    hook', a raw HTTP client (curl) as the floor and 'python -c pass' as a reference. Wall p50/p95, CPU
+    and peak memory per process."""
+    from rich.table import Table
 
+    from memlane.bench.hooks import run_hooks
+
+    if embedding not in ("local", "none"):
+        err.print("[red]error:[/red] --embedding is local or none")
+        raise typer.Exit(2)
     with stage_progress(err, "hooks") as tick:
-        report = run_hooks_down(runs, progress=tick)
-    path = _out_path(out, "hooks-down")
+        report = run_hooks(runs=runs, old_runs=old_runs, memories=memories, embedding=embedding, progress=tick)
+    path = _out_path(out, "hooks")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
-    from rich.table import Table
-    t = Table(title="memlane hook <event> with the daemon down (subprocess wall time)")
-    for c in ("event", "runs", "exit 0 + empty", "spooled", "p50 ms", "max s", "timeout s", "all under"):
-        t.add_column(c)
-    for name, e in report["events"].items():
-        t.add_row(name, str(e["runs"]), str(e["exit0_and_empty"]), str(e["spooled"]), f"{e['ms']['p50']:.0f}",
-                  f"{e['max_s']:.2f}", f"{e['timeout_s']:g}", "yes" if e["under_timeout"] else "NO")
-    console.print(t)
+    for state, title in (("up", "daemon up"), ("down", "daemon down (every run: exit 0, nothing printed, spooled)")):
+        t = Table(title=f"Hook commands, {title}: wall ms and peak MiB per process")
+        for c in ("event", "command", "runs", "p50 ms", "p95 ms", "max ms", "CPU p50 ms", "peak MiB", "x floor p50"):
+            t.add_column(c)
+        for event, per in report[state].items():
+            for name in ("new", "old", "floor", "python"):
+                if name not in per:
+                    continue
+                s = per[name]
+                ratio = report["ratios_p50_to_floor"][state][event].get(name)
+                t.add_row(event, name, str(s["runs"]), f"{s['ms']['p50']:.1f}", f"{s['ms']['p95']:.1f}",
+                          f"{s['ms']['max']:.1f}", f"{s['cpu_ms']['p50']:.1f}",
+                          "-" if s["peak_mib"] is None else f"{s['peak_mib']['max']:.1f}",
+                          "" if ratio is None else f"{ratio:g}")
+        console.print(t)
+    for name, cmd in report["commands"].items():
+        console.print(f"{name}: {cmd}")
+    m = report["machine"]
+    console.print(f"machine: {m['cpus']} CPUs, load average {m['loadavg_start'][0]:.1f} at the start and "
+                  f"{m['loadavg_end'][0]:.1f} at the end (1 min)")
+    met = report["targets_met"]
+    console.print("targets (new command): " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items()))
     console.print(f"report: {path}")
 
 

@@ -124,7 +124,10 @@ def connect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Opt
                             "'/opt/memlane/bin/memlane' (default: the absolute path of this memlane)."),
                         mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also register the MCP server.")) -> None:
     """Add memlane's SessionStart, UserPromptSubmit, SessionEnd and PreCompact hooks to Claude
-    Code (idempotent, other hooks kept, backup first) and register the memlane MCP server."""
+    Code (idempotent, other hooks kept, backup first) and register the memlane MCP server.
+
+    The hooks run the light client, the memlane-hook script beside memlane (standard library
+    only, starts in milliseconds); the MCP server runs 'memlane mcp serve'."""
     from memlane.connectors.claude_code import SettingsFileError, connect, default_memlane_cmd, default_settings_path
 
     cmd = shlex.split(command) if command else default_memlane_cmd()
@@ -141,8 +144,8 @@ def connect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Opt
 @disconnect_app.command("claude-code")
 def disconnect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Optional[Path] = ClaudeJsonOpt,
                            mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also remove the MCP server.")) -> None:
-    """Remove only memlane's hooks (commands containing 'memlane hook') and its MCP server from
-    Claude Code; everything else is left as it was (backup first)."""
+    """Remove only memlane's hooks (commands running memlane-hook, memlane.hookclient or 'memlane
+    hook') and its MCP server from Claude Code; everything else is left as it was (backup first)."""
     from memlane.connectors.claude_code import SettingsFileError, default_settings_path, disconnect
 
     try:

@@ -3,8 +3,11 @@
 
 * ``settings.json`` (default ``~/.claude/settings.json``, or ``$CLAUDE_CONFIG_DIR/settings.json``):
   ``{"hooks": {"<Event>": [{"matcher": "", "hooks": [{"type": "command", "command": ...,
-  "timeout": <s>}]}]}}``. Our hooks are the ones whose command contains ``memlane hook``; each
-  is added in a matcher group of its own, so nobody else's group is touched.
+  "timeout": <s>}]}]}}``. Each hook runs the light client (:mod:`memlane.hookclient`):
+  ``<dir>/memlane-hook <event>`` (:func:`hook_cmd_for`). Our hooks are the ones whose command runs
+  ``memlane-hook``, ``-m memlane.hookclient`` or the older ``memlane hook``; each is added in a
+  matcher group of its own, so nobody else's group is touched, and ``connect`` replaces an
+  older form of ours with the current one.
 * ``~/.claude.json``: user-scope MCP servers under the top-level ``"mcpServers"`` object; ours is
   ``"memlane": {"type": "stdio", "command": ..., "args": [..., "mcp", "serve"], "env": {}}``.
 
@@ -35,7 +38,13 @@ from memlane.errors import MemlaneError
 
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
 HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10}
-_OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b")
+# Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
+# client) or `python -m memlane.hookclient EVENT`, each possibly quoted by shlex.join.
+_OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b"
+                       r"|(?:^|[\s/\\'\"])memlane-hook(?:\.exe)?['\"]?(?:\s|$)"
+                       r"|\s-m\s+['\"]?memlane\.hookclient\b")
+#: The light hook client's console script (pyproject.toml [project.scripts]).
+HOOK_SCRIPT = "memlane-hook"
 MCP_NAME = "memlane"
 
 
@@ -88,6 +97,40 @@ def default_memlane_cmd() -> list[str]:
             return [str(cand)]
     found = shutil.which("memlane")
     return [os.path.abspath(found)] if found else [sys.executable, "-m", "memlane"]
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def default_hook_cmd() -> list[str]:
+    """An absolute command that runs the light hook client: the ``memlane-hook`` script beside
+    this interpreter, else the one on PATH, else ``[python, -m, memlane.hookclient]``."""
+    for name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe"):
+        if _executable(Path(sys.executable).parent / name):
+            return [str(Path(sys.executable).parent / name)]
+    found = shutil.which(HOOK_SCRIPT)
+    return [os.path.abspath(found)] if found else [sys.executable, "-m", "memlane.hookclient"]
+
+
+def hook_cmd_for(memlane_cmd: Sequence[str]) -> list[str]:
+    """The light hook command that goes with ``memlane_cmd`` (the event name is appended):
+
+    * ``[<dir>/memlane]`` -> ``[<dir>/memlane-hook]`` when that script exists (pip installs the
+      two side by side);
+    * ``[<python>, -m, memlane]`` -> ``[<python>, -m, memlane.hookclient]``;
+    * anything else, or no ``memlane-hook`` beside it -> ``[*memlane_cmd, hook]``: the CLI's
+      ``memlane hook EVENT``, which does the same but starts the full CLI first.
+    """
+    cmd = list(memlane_cmd)
+    if len(cmd) == 1:
+        exe = Path(cmd[0])
+        stem, suffix = (exe.name[:-4], ".exe") if exe.name.endswith(".exe") else (exe.name, "")
+        if stem == "memlane" and _executable(exe.with_name(HOOK_SCRIPT + suffix)):
+            return [str(exe.with_name(HOOK_SCRIPT + suffix))]
+    if len(cmd) == 3 and cmd[1:] == ["-m", "memlane"]:
+        return [cmd[0], "-m", "memlane.hookclient"]
+    return [*cmd, "hook"]
 
 
 def _is_ours(hook: Any) -> bool:
@@ -191,12 +234,12 @@ def _strip_ours(groups: list[Any]) -> tuple[list[Any], int]:
     return kept_groups, removed
 
 
-def _connect_hooks(path: Path, memlane_cmd: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, str]]:
+def _connect_hooks(path: Path, hook_cmd: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, str]]:
     def mutate(data: dict[str, Any]) -> dict[str, str]:
         hooks = _hooks_of(data, path)
         actions = {}
         for cc_event, timeout in HOOK_TIMEOUTS_S.items():
-            cmd = shlex.join([*memlane_cmd, "hook", normalize_event_name(cc_event)])
+            cmd = shlex.join([*hook_cmd, normalize_event_name(cc_event)])
             groups = hooks.get(cc_event, [])
             ours = [h for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
                     for h in g["hooks"] if _is_ours(h)]
@@ -278,11 +321,13 @@ def _disconnect_mcp(path: Path) -> Callable[[dict[str, Any]], str]:
 
 
 def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path: Path | None = None,
-            register_mcp: bool = True) -> ConnectResult:
+            register_mcp: bool = True, hook_cmd: Sequence[str] | None = None) -> ConnectResult:
     """Add our SessionStart, UserPromptSubmit, SessionEnd and PreCompact hooks (each running
-    ``<memlane_cmd> hook <event>``) to ``settings_path`` and, if ``register_mcp``, the user-scope
-    MCP server ``memlane`` (``<memlane_cmd> mcp serve``, stdio) to ``claude_json_path``
-    (default ``~/.claude.json``). Idempotent; other hooks, servers and keys are kept.
+    ``<hook_cmd> <event>``; ``hook_cmd`` defaults to :func:`hook_cmd_for` ``(memlane_cmd)``, the
+    light client) to ``settings_path`` and, if ``register_mcp``, the user-scope MCP server
+    ``memlane`` (``<memlane_cmd> mcp serve``, stdio) to ``claude_json_path`` (default
+    ``~/.claude.json``). Idempotent; other hooks, servers and keys are kept; an older form of
+    our hook command is replaced.
 
     Raises:
         SettingsFileError: a file is not valid JSON or has an unexpected shape (nothing written
@@ -291,12 +336,13 @@ def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path
     """
     if not memlane_cmd:
         raise ValueError("memlane_cmd must name the memlane command")
+    hook_cmd = list(hook_cmd) if hook_cmd else hook_cmd_for(memlane_cmd)
     claude_json = Path(claude_json_path or default_claude_json_path())
-    _dry_run(Path(settings_path), _connect_hooks(Path(settings_path), memlane_cmd))
+    _dry_run(Path(settings_path), _connect_hooks(Path(settings_path), hook_cmd))
     if register_mcp:
         _dry_run(claude_json, _connect_mcp(claude_json, memlane_cmd))
     result = ConnectResult(Path(settings_path), None)
-    result.hooks, backup = _edit_json(Path(settings_path), _connect_hooks(Path(settings_path), memlane_cmd))
+    result.hooks, backup = _edit_json(Path(settings_path), _connect_hooks(Path(settings_path), hook_cmd))
     result.backups += [backup] if backup else []
     if register_mcp:
         result.claude_json_path = claude_json
@@ -307,7 +353,8 @@ def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path
 
 def disconnect(settings_path: Path, *, claude_json_path: Path | None = None,
                unregister_mcp: bool = True) -> ConnectResult:
-    """Remove only our hooks (commands containing ``memlane hook``) from ``settings_path``,
+    """Remove only our hooks (commands running ``memlane-hook``, ``-m memlane.hookclient`` or
+    ``memlane hook``) from ``settings_path``,
     dropping groups, event lists and the ``hooks`` object that become empty, and our
     ``memlane`` MCP server from ``claude_json_path``. Same backups, atomicity and errors as
     :func:`connect`; a missing file is left missing."""

@@ -17,9 +17,14 @@ UserPromptSubmit, or a field of the wrong type is a :class:`ValueError` naming t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
-from typing import Any
+
+# The light hook client (memlane.hookclient) imports this module: typing stays out of its
+# start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact")
 
@@ -33,9 +38,15 @@ CLAUDE_CODE_NAMES = {
 _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
 
-@dataclass(frozen=True)
-class HookEvent:
-    """One hook call, independent of the harness that made it.
+_HOOK_EVENT_FIELDS = ("event", "session_key", "cwd", "project", "prompt", "source", "reason", "trigger",
+                      "custom_instructions", "transcript_path", "harness")
+
+
+# A namedtuple rather than a frozen dataclass: `dataclasses` imports `inspect` (with ast, dis
+# and tokenize), the largest import of the light hook client's start-up. Same construction by
+# keyword, same defaults, immutable, compared by value.
+class HookEvent(namedtuple("HookEvent", _HOOK_EVENT_FIELDS, defaults=(None,) * 6 + ("claude-code",))):
+    """One hook call, independent of the harness that made it (immutable).
 
     Attributes:
         event: one of ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``.
@@ -49,20 +60,10 @@ class HookEvent:
         trigger: what started a compaction (manual | auto).
         custom_instructions: the user's ``/compact`` instructions, if any.
         transcript_path: the harness's transcript file as given (not yet checked or read).
-        harness: the harness name sent to the daemon.
+        harness: the harness name sent to the daemon (default ``claude-code``).
     """
 
-    event: str
-    session_key: str
-    cwd: str
-    project: str
-    prompt: str | None = None
-    source: str | None = None
-    reason: str | None = None
-    trigger: str | None = None
-    custom_instructions: str | None = None
-    transcript_path: str | None = None
-    harness: str = "claude-code"
+    __slots__ = ()
 
 
 def normalize_event_name(name: str) -> str:

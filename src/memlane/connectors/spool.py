@@ -3,36 +3,96 @@
 Layout: one JSON file per event in ``$MEMLANE_HOME/spool/``, named
 ``<time_ns, 20 digits>-<pid>-<random>.json`` so that name order is time order. Each file holds
 ``{"endpoint": "/api/hooks/...", "body": {...}, "spooled_at": ISO-8601, "attempts": int}``.
-Files are written atomically (a hidden temp file in the same directory, then a rename).
+Files are written atomically (a hidden temp file in the same directory, then a rename), mode
+0600, and not fsynced: a spooled event survives the hook process or the daemon dying, but a
+power loss or OS crash within the kernel's writeback delay (seconds) can lose it (a file left
+empty or truncated is moved to ``rejected/`` on replay). Why: the spool is written while a
+user waits on a hook, and on a busy disk two fsyncs (file and directory) took 5-15 ms of the
+30 ms budget of a hook with the daemon down (docs/hooks.md).
 
 Caps (per spool directory): at most :data:`MAX_FILES` files and :data:`MAX_BYTES` bytes; the
 oldest files are dropped, each with a log line. Events the daemon rejects (any 4xx) or that
 failed :data:`MAX_ATTEMPTS` times with a 5xx or a read timeout move to ``spool/rejected/``
 (kept for inspection, capped the same way), so nothing is retried forever.
+
+Standard library only (no httpx at import time): the light hook client
+(:mod:`memlane.hookclient`) writes and replays the spool through :func:`replay_with` and its
+own ``http.client`` sender; :func:`replay_spool` does the same through an httpx client, so
+either path replays what the other spooled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import secrets
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
+from memlane.connectors.hooklog import LazyLogger
 
-from memlane.fsutil import atomic_write
+# The light hook client (memlane.hookclient) imports this module: typing and httpx stay out of
+# its start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-log = logging.getLogger(__name__)
+    import httpx
+
+# logging is imported on the first record only (memlane.connectors.hooklog)
+log = LazyLogger(__name__)
 
 MAX_FILES = 1000
 MAX_BYTES = 50 * 1024 * 1024
 MAX_ATTEMPTS = 5
 REJECTED = "rejected"
+
+#: How a replay sends one event: ``post(endpoint, body_bytes, timeout_s) -> (status, text)``.
+#: Raises :class:`DeliveryTimeout` when the request went out but no answer came in time, and
+#: :class:`DeliveryError` for any other transport failure (refused, reset, connect timeout).
+Post = Callable[[str, bytes, float], "tuple[int, str]"]
+
+
+class DeliveryError(Exception):
+    """The event could not be delivered (no HTTP answer); the spooled file is kept as it is."""
+
+
+class DeliveryTimeout(DeliveryError):
+    """The request was sent but the answer did not come within the timeout (counts as an attempt)."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (mode 0600): a hidden temp file in the same directory, then
+    a rename, so a reader sees the whole old file or the whole new one. No fsync (module
+    docstring). Raises OSError (the temp file is removed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _utc_iso(time_ns: int) -> str:
+    """``time_ns`` (ns since the epoch) as ``datetime.now(timezone.utc).isoformat()`` prints it."""
+    secs, ns = divmod(time_ns, 1_000_000_000)
+    micros = ns // 1000
+    stamp = "%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(secs)[:6]
+    return f"{stamp}.{micros:06d}+00:00" if micros else f"{stamp}+00:00"
 
 
 def spool_dir_for(home: Path) -> Path:
@@ -80,16 +140,16 @@ def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
     """Save one event for later delivery; returns its file, or ``None`` if it could not be saved
     (an event larger than ``max_bytes`` on its own, or an I/O error; logged, never raised)."""
     try:
-        data = json.dumps({"endpoint": endpoint, "body": body, "attempts": 0,
-                           "spooled_at": datetime.now(timezone.utc).isoformat()},
-                          ensure_ascii=False).encode("utf-8")
+        now_ns = time.time_ns()
+        data = json.dumps({"endpoint": endpoint, "body": body, "attempts": 0, "spooled_at": _utc_iso(now_ns)},
+                          ensure_ascii=False).encode("utf-8", "replace")  # a lone surrogate: "?"
         if len(data) > max_bytes:
             log.warning("spool: an event of %d bytes is over the %d-byte cap; not spooled", len(data), max_bytes)
             return None
         spool_dir = Path(spool_dir)
-        spool_dir.mkdir(parents=True, exist_ok=True)
-        path = spool_dir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
-        atomic_write(path, data)
+        spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = spool_dir / f"{now_ns:020d}-{os.getpid()}-{os.urandom(4).hex()}.json"
+        _write_atomic(path, data)
         enforce_caps(spool_dir, max_files, max_bytes)
         return path
     except (OSError, TypeError, ValueError) as exc:
@@ -100,7 +160,7 @@ def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
 def _reject(path: Path, why: str) -> None:
     target_dir = path.parent / REJECTED
     try:
-        target_dir.mkdir(exist_ok=True)
+        target_dir.mkdir(mode=0o700, exist_ok=True)
         os.replace(path, target_dir / path.name)
         log.warning("spool: %s moved to %s/ (%s)", path.name, REJECTED, why)
         enforce_caps(target_dir)
@@ -111,14 +171,33 @@ def _reject(path: Path, why: str) -> None:
 
 def replay_spool(client: httpx.Client, spool_dir: Path, *, budget_s: float | None = None,
                  timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
-    """Send the spooled events oldest first through ``client`` (an httpx client whose base URL
-    is the daemon), stopping at the first transient failure so that order is kept.
+    """:func:`replay_with` through ``client``, an httpx client whose base URL is the daemon
+    (its headers, e.g. the token, go with every request). Same arguments and result."""
+    import httpx  # only callers that already hold an httpx client get here
+
+    def post(endpoint: str, data: bytes, timeout: float) -> tuple[int, str]:
+        try:
+            r = client.post(endpoint, content=data, headers={"content-type": "application/json"}, timeout=timeout)
+        except httpx.ReadTimeout as exc:
+            raise DeliveryTimeout("read timeout") from exc
+        except httpx.HTTPError as exc:
+            raise DeliveryError(exc.__class__.__name__) from exc
+        return r.status_code, r.text
+
+    return replay_with(post, spool_dir, budget_s=budget_s, timeout_s=timeout_s, max_attempts=max_attempts)
+
+
+def replay_with(post: Post, spool_dir: Path, *, budget_s: float | None = None,
+                timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
+    """Send the spooled events oldest first through ``post`` (see :data:`Post`), stopping at
+    the first transient failure so that order is kept.
 
     * 2xx: delivered, the file is deleted.
     * 4xx: the daemon rejected it; moved to ``spool/rejected/``.
-    * 5xx or a read timeout: kept with ``attempts + 1``; after ``max_attempts`` moved to
-      ``rejected/``. Replay stops.
-    * connection refused / connect timeout / other transport errors: kept as is; replay stops.
+    * 5xx or a read timeout (:class:`DeliveryTimeout`): kept with ``attempts + 1``; after
+      ``max_attempts`` moved to ``rejected/``. Replay stops.
+    * connection refused / connect timeout / other transport errors (:class:`DeliveryError`):
+      kept as is; replay stops.
     * an unreadable or malformed file: moved to ``rejected/``.
 
     Args:
@@ -134,7 +213,7 @@ def replay_spool(client: httpx.Client, spool_dir: Path, *, budget_s: float | Non
     with _replay_lock(Path(spool_dir)) as locked:
         if not locked:  # another hook process is replaying right now
             return 0, 0
-        return _replay(client, Path(spool_dir), budget_s, timeout_s, max_attempts)
+        return _replay(post, Path(spool_dir), budget_s, timeout_s, max_attempts)
 
 
 @contextlib.contextmanager
@@ -163,7 +242,7 @@ def _replay_lock(spool_dir: Path):  # noqa: ANN202
         f.close()
 
 
-def _replay(client: httpx.Client, spool_dir: Path, budget_s: float | None, timeout_s: float,
+def _replay(post: Post, spool_dir: Path, budget_s: float | None, timeout_s: float,
             max_attempts: int) -> tuple[int, int]:
     deadline = None if budget_s is None else time.monotonic() + budget_s
     sent = failed = 0
@@ -183,22 +262,21 @@ def _replay(client: httpx.Client, spool_dir: Path, budget_s: float | None, timeo
             failed += 1
             continue
         try:
-            r = client.post(endpoint, content=json.dumps(body, ensure_ascii=False).encode("utf-8"),
-                            headers={"content-type": "application/json"}, timeout=left)
-        except httpx.ReadTimeout:
+            status, text = post(endpoint, json.dumps(body, ensure_ascii=False).encode("utf-8"), left)
+        except DeliveryTimeout:
             _count_attempt(path, record, max_attempts, "read timeout")
             return sent, failed + 1
-        except httpx.HTTPError as exc:
-            log.info("spool replay stopped: %s (%s)", exc.__class__.__name__, endpoint)
+        except DeliveryError as exc:
+            log.info("spool replay stopped: %s (%s)", exc, endpoint)
             return sent, failed + 1
-        if 200 <= r.status_code < 300:
+        if 200 <= status < 300:
             path.unlink(missing_ok=True)
             sent += 1
-        elif 400 <= r.status_code < 500:
-            _reject(path, f"HTTP {r.status_code} from {endpoint}: {r.text[:200]}")
+        elif 400 <= status < 500:
+            _reject(path, f"HTTP {status} from {endpoint}: {text[:200]}")
             failed += 1
         else:
-            _count_attempt(path, record, max_attempts, f"HTTP {r.status_code}")
+            _count_attempt(path, record, max_attempts, f"HTTP {status}")
             return sent, failed + 1
     return sent, failed
 
@@ -211,7 +289,7 @@ def _count_attempt(path: Path, record: dict[str, Any], max_attempts: int, why: s
     record["attempts"] = attempts
     try:
         if path.exists():
-            atomic_write(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+            _write_atomic(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
     except OSError as exc:
         log.warning("spool: cannot update %s (%s)", path.name, exc)
     log.info("spool replay stopped: %s (%s, attempt %d)", why, path.name, attempts)

@@ -14,16 +14,23 @@ blocks ``{"type": "text", "text": ...}``. Other line shapes are skipped, never a
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
-log = logging.getLogger(__name__)
+from memlane.connectors.hooklog import LazyLogger
+
+# The light hook client (memlane.hookclient) imports this module: typing stays out of its
+# start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# logging is imported on the first record only (memlane.connectors.hooklog)
+log = LazyLogger(__name__)
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 FEEDBACK_TAIL_BYTES = 2 * 1024 * 1024
@@ -173,13 +180,29 @@ def transcript_text(jsonl: str) -> str:
     return "\n".join(f"{role}: {text}" for role, text in turns)
 
 
+def _entries_from_the_end(jsonl: str) -> Iterator[dict[str, Any]]:
+    """:func:`_entries` in reverse order, each line parsed only when reached."""
+    for line in reversed(jsonl.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
 def last_assistant_texts(jsonl: str) -> list[str]:
     """The text blocks of the latest assistant turn (everything after the last human user
-    message that precedes the last assistant line), latest first."""
-    entries = list(_entries(jsonl))
+    message that precedes the last assistant line), latest first.
+
+    Lines are parsed from the end and only until that user message: a prompt hook reads up to
+    2 MB of transcript tail and needs just its last turn."""
     out: list[str] = []
     seen_assistant = False
-    for entry in reversed(entries):
+    for entry in _entries_from_the_end(jsonl):
         turn = _turn(entry)
         if turn is None:
             continue
