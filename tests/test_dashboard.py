@@ -162,6 +162,12 @@ def test_memory_list_is_paginated_and_filtered_on_the_server(store):
     assert "30 in all" in b.get("/memories", params={"project": "a"}).text
     assert "12 in all" in b.get("/memories", params={"pinned": "yes"}).text
     assert "20 in all" in b.get("/memories", params={"type": "note"}).text
+    api.delete(f"/api/memory/{api.get('/api/memories', params={'limit': 1}).json()['items'][0]['id']}")
+    assert "59 in all" in b.get("/memories").text and "60 in all" in b.get("/memories", params={"state": "all"}).text
+    assert "1 in all" in b.get("/memories", params={"state": "deleted"}).text
+    health = b.get("/").text  # the store's counts, from the in-memory index
+    assert "<dt>live memories</dt><dd>59</dd>" in health and "<dt>deleted</dt><dd>1</dd>" in health
+    assert "<dt>pinned</dt><dd>12</dd>" in health
     hits = b.get("/memories", params={"q": "number 7", "project": "a"}).text
     assert "memory number 7" in hits and "memory number 8<" not in hits
 

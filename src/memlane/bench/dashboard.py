@@ -154,7 +154,7 @@ def urls(http: httpx.Client) -> dict[str, str]:
         "api /api/diagnostics": "/api/diagnostics", "api /api/diagnostics/predictor": "/api/diagnostics/predictor",
         "api /api/analytics/latency": "/api/analytics/latency", "api /api/analytics/errors": "/api/analytics/errors",
         "api /api/timeline/{session}": f"/api/timeline/{quote(key)}", "api /api/timeline/{memory}":
-        f"/api/timeline/{mem}", "api /metrics": "/metrics", "api /api/memories": "/api/memories?limit=25",
+        f"/api/timeline/{mem}", "api /metrics": "/metrics",
     }
     if ents:
         out["page /knowledge/entities/{id}"] = f"/knowledge/entities/{quote(ents[0]['id'])}"

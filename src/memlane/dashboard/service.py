@@ -20,12 +20,13 @@ state conflicts Conflict (409): the API answers them in the one error shape.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from memlane.errors import Conflict, ValidationError
 from memlane.graph.knowledge import KnowledgeService
-from memlane.observability.diagnostics import health_report
+from memlane.observability.diagnostics import health_report, predictor_domain
 from memlane.observability.hub import ensure
 from memlane.observability.timeline import session_timeline
 from memlane.predictor import policy
@@ -35,7 +36,7 @@ from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.sessions.labels import DELETED_AFTER_INJECTION_LABEL
 from memlane.storage import dashboard as dash_sql
 from memlane.storage import jobs as jobs_sql
-from memlane.storage import memories as mem_sql
+from memlane.storage.fts import Filters
 from memlane.storage import predictor as pred_sql
 from memlane.storage.models import Memory
 
@@ -51,6 +52,8 @@ WHO = "dashboard"
 PAGE_SIZE = 25
 #: Sessions in the rolling NDCG@10 mean of the Predictor page.
 NDCG_WINDOW = 20
+#: Seconds the filter menus' values are reused.
+FACETS_TTL_S = 30.0
 #: Timeline events shown on a session page (all of them: ``GET /api/timeline/{key}``).
 TIMELINE_SHOWN = 80
 #: Most search hits a search page can page through (the recall's own cap).
@@ -113,13 +116,14 @@ class DashboardService:
         self.db = container.db
         self.obs = ensure(container)
         self.graph = KnowledgeService(container.db)
+        self._facets: tuple[float, dict[str, list[str]]] | None = None
 
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """The Health page: domains, store counts, recent sessions, latency, errors and what
         needs attention (unhealthy domains, dead jobs, a disabled sidecar, maintenance advice)."""
         report = health_report(self.c, self.obs)
-        stats = self.db.read(mem_sql.stats)
+        stats = self.c.memories.index.state_counts()  # from memory: a table scan took ~30 ms at 11,600
         sessions, total_sessions = self.db.read(lambda c: dash_sql.sessions_page(c, limit=5, offset=0))
         attention: list[dict[str, str]] = []
         for name, d in report["domains"].items():
@@ -134,19 +138,23 @@ class DashboardService:
         if pred.get("crash_disabled"):
             attention.append({"what": "the predictor sidecar is disabled", "detail": "repeated crashes: the "
                               "baseline ranking serves until the cool-down ends", "link": "/predictor"})
-        maint = getattr(self.c, "maintenance", None)
-        if maint is not None:
-            for rec in maint.diagnose()["recommendations"]:
-                attention.append({"what": f"maintenance recommends {rec['action']}", "detail": rec["reason"],
-                                  "link": "/api/diagnostics"})
+        for rec in report["recommendations"]:
+            attention.append({"what": f"maintenance recommends {rec['action']}", "detail": rec["reason"],
+                              "link": "/api/diagnostics"})
         latency = self.obs.latency.report(sparkline_minutes=60)["operations"]
         return {"report": report, "stats": stats, "sessions": sessions, "total_sessions": total_sessions,
                 "latency": latency, "errors": self.obs.errors.recent(limit=10), "attention": attention}
 
     # -- memories -------------------------------------------------------------------------
     def facets(self) -> dict[str, list[str]]:
-        """Projects, types and source types for the filter menus."""
-        return self.db.read(dash_sql.facet_values)
+        """Projects, types and source types for the filter menus (cached :data:`FACETS_TTL_S` s:
+        the source types need a scan of every memory)."""
+        now = time.monotonic()
+        cached = self._facets
+        if cached is None or now - cached[0] > FACETS_TTL_S:
+            cached = (now, self.db.read(dash_sql.facet_values))
+            self._facets = cached
+        return cached[1]
 
     def memories(self, *, q: str | None, project: str | None, type_: str | None, source_type: str | None,
                  pinned: bool | None, state: str, page: int) -> dict[str, Any]:
@@ -159,11 +167,19 @@ class DashboardService:
         if state not in dash_sql.MEMORY_STATES:
             raise ValidationError(f"state: one of {', '.join(dash_sql.MEMORY_STATES)}", details={"field": "state"})
         if not q:
-            def read(c: Any) -> tuple[list[Memory], int]:
-                pg = Page(page, PAGE_SIZE, 0)
-                return dash_sql.memories_page(c, limit=PAGE_SIZE, offset=pg.offset, project=project, type_=type_,
-                                              source_type=source_type, pinned=pinned, state=state)
-            items, total = self.db.read(read)
+            offset = (page - 1) * PAGE_SIZE
+            filters = {"project": project, "type_": type_, "source_type": source_type, "pinned": pinned,
+                       "state": state}
+            if source_type is None and pinned is None and state in ("live", "all"):
+                # The total from the in-memory index (a count over the table's rows took ~13 ms
+                # at 11,600 memories); the page itself comes from idx_memories_created.
+                total = self.c.memories.index.count(Filters(
+                    project=project, types=(type_,) if type_ else (), include_deleted=state == "all",
+                    exclude_superseded=state == "live"))
+                items = self.db.read(lambda c: dash_sql.memories_rows(c, limit=PAGE_SIZE, offset=offset, **filters))
+            else:
+                items, total = self.db.read(lambda c: dash_sql.memories_page(c, limit=PAGE_SIZE, offset=offset,
+                                                                             **filters))
             return {"items": [{**_memory_view(m), "score": None} for m in items],
                     "page": Page(page, PAGE_SIZE, total), "searched": False}
         # Filters recall cannot apply (source, pinned, states other than live) are applied to its
@@ -191,10 +207,12 @@ class DashboardService:
         def read(c: Any) -> dict[str, Any]:
             chain = dash_sql.supersede_chain(c, memory_id)
             sessions = dash_sql.memory_sessions(c, memory_id, limit=PAGE_SIZE)
+            sessions_total = dash_sql.memory_session_count(c, memory_id)
             source_session = m.source_id if m.source_id and dash_sql.session_exists(c, m.source_id) else None
             source_memory = m.source_id if m.source_id and not source_session and \
                 dash_sql.memory_exists(c, m.source_id) else None
-            return {"chain": chain, "sessions": sessions, "source_session": source_session,
+            return {"chain": chain, "sessions": sessions, "sessions_total": sessions_total,
+                    "source_session": source_session,
                     "source_memory": source_memory}
 
         extra = self.db.read(read)
@@ -388,7 +406,7 @@ class DashboardService:
                 "progress": min(1.0, collected / minimum) if minimum else 1.0, "recent": data["recent"],
                 "series": series, "training": data["training"], "outcomes": data["outcomes"],
                 "comparisons": comps[pg.offset:pg.offset + PAGE_SIZE], "page": pg,
-                "domain": health_report(self.c, self.obs)["domains"]["predictor"],
+                "domain": predictor_domain(self.c, self.obs),
                 "latency": self.obs.latency.get("predictor_score").summary(),
                 "latency_minutes": self.obs.latency.get("predictor_score").minutes(),
                 "errors": self.obs.errors.recent(stage="predictor", limit=10)}

@@ -31,7 +31,7 @@ import os
 from typing import Any
 
 from memlane.observability.hub import Observability
-from memlane.pipeline.diagnostics import get_diagnostics
+from memlane.pipeline.diagnostics import build_recommendations, get_diagnostics
 from memlane.services.clock import now_iso
 from memlane.storage import sessions as sess_sql
 
@@ -81,7 +81,17 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
     timeout_ms = float(status.get("score_timeout_ms") or settings.score_timeout_ms)
     p95 = lat["p95"]
     notes: list[str] = []
-    if not alive or disabled:
+    lifecycle = sidecar.get("state")  # services.predictor_scoring.SidecarLifecycle
+    if lifecycle == "stopped":  # predictor.enabled turned off in the running daemon: not a fault
+        return _domain(None, {"sidecar_alive": alive, "sidecar_pid": sidecar.get("pid"), "phase": phase,
+                              "training_sessions": st.get("training_sessions", 0),
+                              "min_training_sessions": settings.min_training_sessions,
+                              "reason": "the predictor is disabled (predictor.enabled false)"})
+    if lifecycle == "dormant" and not disabled:
+        score = 0.6
+        notes.append("no model yet: the untrained model scores in the daemon; the sidecar starts for "
+                     "the first training run")
+    elif not alive or disabled:
         score = 0.0
         notes.append("sidecar crash-disabled" if disabled else "sidecar not running")
     elif phase == "collecting":
@@ -102,7 +112,8 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
         score -= 0.2
         notes.append(f"{crashes} crash(es) in the last hour")
     score = max(0.0, score)
-    label = "disabled" if disabled else ("cold_start" if phase == "collecting" and alive else status_of(score))
+    label = "disabled" if disabled else ("cold_start" if phase == "collecting" and (alive or lifecycle == "dormant")
+                                         else status_of(score))
     return _domain(score, {
         "sidecar_alive": alive, "sidecar_pid": sidecar.get("pid"), "phase": phase,
         "last_score_latency_ms": lat["last_ms"], "avg_score_latency_ms": lat["mean_ms"],
@@ -165,4 +176,5 @@ def health_report(container: Any, obs: Observability) -> dict[str, Any]:
     scored = [d["score"] for d in domains.values() if d["score"] is not None]
     overall = round(sum(scored) / len(scored), 4) if scored else None
     return {"at": at, "score": overall, "status": status_of(overall), "domains": domains,
-            "thresholds": {"healthy": HEALTHY, "degraded": DEGRADED}}
+            "thresholds": {"healthy": HEALTHY, "degraded": DEGRADED},
+            "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)]}

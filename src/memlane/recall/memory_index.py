@@ -271,6 +271,25 @@ class MemoryIndex:
                 ok[ok] = self._mask(filters)[rows[ok]]
         return ok
 
+    def count(self, filters: Filters) -> int:
+        """Memories passing ``filters`` (the dashboard's page totals, without a table scan)."""
+        with self._lock:
+            return int(self._mask(filters).sum())
+
+    def state_counts(self) -> dict[str, object]:
+        """``{"total", "live", "deleted", "superseded", "pinned" (live), "by_type" (live, most
+        first)}``: the store's counts from memory (the dashboard's Health page)."""
+        with self._lock:
+            n = self._n
+            deleted, live = self._deleted[:n], ~self._deleted[:n]
+            counts = np.bincount(self._type[:n][live], minlength=len(self._codes)) if n else np.zeros(0, int)
+            names = {code: key[5:] for key, code in self._codes.items() if isinstance(key, str) and
+                     key.startswith("type:")}
+            by_type = {names[c]: int(v) for c, v in enumerate(counts) if v and c in names}
+            return {"total": n, "live": int(live.sum()), "deleted": int(deleted.sum()),
+                    "superseded": int(self._superseded[:n].sum()), "pinned": int((self._pinned[:n] & live).sum()),
+                    "by_type": dict(sorted(by_type.items(), key=lambda kv: -kv[1]))}
+
     # -- the vector leg --------------------------------------------------------------------
     def scores(self, query: np.ndarray, filters: Filters, context_weight: float = 0.5
                ) -> tuple[np.ndarray, np.ndarray]:

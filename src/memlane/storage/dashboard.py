@@ -64,9 +64,15 @@ def memories_page(conn: sqlite3.Connection, *, limit: int, offset: int, **filter
     """One page of memories, newest first, and the total matching (filters: :func:`memory_filters`)."""
     clause, args = memory_filters(**filters)
     total = conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", args).fetchone()[0]
+    return memories_rows(conn, limit=limit, offset=offset, **filters), int(total)
+
+
+def memories_rows(conn: sqlite3.Connection, *, limit: int, offset: int, **filters: Any) -> list[Memory]:
+    """One page of memories, newest first, without the total (from ``idx_memories_created``)."""
+    clause, args = memory_filters(**filters)
     rows = conn.execute(f"SELECT * FROM memories WHERE {clause} ORDER BY created_at DESC, seq DESC "
                         "LIMIT ? OFFSET ?", (*args, int(limit), int(offset))).fetchall()
-    return [Memory.from_row(r) for r in rows], int(total)
+    return [Memory.from_row(r) for r in rows]
 
 
 def memories_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Memory]:
@@ -122,6 +128,11 @@ def memory_sessions(conn: sqlite3.Connection, memory_id: str, *, limit: int = 20
                   sm.label_reason
            FROM session_memories sm JOIN sessions s ON s.session_key = sm.session_key
            WHERE sm.memory_id = ? ORDER BY s.started_at DESC LIMIT ?""", (memory_id, int(limit))))
+
+
+def memory_session_count(conn: sqlite3.Connection, memory_id: str) -> int:
+    """Sessions that had this memory as a candidate."""
+    return int(conn.execute("SELECT count(*) FROM session_memories WHERE memory_id = ?", (memory_id,)).fetchone()[0])
 
 
 def label_flagged_wrong(conn: sqlite3.Connection, memory_id: str, *, label: float, reason: str) -> int:
