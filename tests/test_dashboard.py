@@ -10,11 +10,12 @@ routes existed before, so each test fails on the old code.
 from __future__ import annotations
 
 import re
+import time
 
 from fastapi.testclient import TestClient
 
 from conftest import TEST_BASE_URL, api_client
-from memlane.dashboard.auth import CODE_TTL_S, COOKIE_NAME, DashboardAuth
+from memlane.dashboard.auth import CODE_TTL_S, COOKIE_NAME, TOKEN_RECHECK_S, DashboardAuth
 from memlane.dashboard.service import FLAGGED_WRONG_LABEL, FLAGGED_WRONG_REASON, PAGE_SIZE
 from memlane.storage import dashboard as dash_sql
 
@@ -71,6 +72,18 @@ def test_login_codes_and_sessions_expire():
     assert sid and auth.valid(sid) and not auth.valid(sid[:-1] + "x")
     t[0] += 12 * 3600 + 1
     assert not auth.valid(sid) and auth.session_count() == 0
+
+
+def test_rotating_the_token_ends_every_dashboard_session(store):
+    from memlane.auth import rotate_token
+
+    api = api_client(store)
+    b = login(api)
+    assert b.get("/").status_code == 200
+    rotate_token(store.settings.home)
+    time.sleep(TOKEN_RECHECK_S + 0.1)  # the token file is read at most once per TOKEN_RECHECK_S
+    assert b.get("/").status_code == 401
+    assert login(api_client(store)).get("/").status_code == 200  # a new link, under the new token
 
 
 def test_a_login_code_needs_the_token_not_a_session(store):

@@ -17,7 +17,7 @@ from pydantic import ValidationError as PydanticValidationError
 from memlane import __version__
 from memlane.api import errors
 from memlane.api.guard import RequestGuard
-from memlane.auth import TokenStore
+from memlane.auth import TokenStore, read_token
 from memlane.api.limits import BodyLimit
 from memlane.api.schemas import (
     ActorIn, BatchIn, BatchOut, HistoryOut, ListOut, MemoryIn, MemoryOut, PatchIn, RecallIn,
@@ -51,7 +51,8 @@ def create_app(container: Container) -> FastAPI:
     from memlane.observability.middleware import ObservabilityMiddleware
     app.add_middleware(ObservabilityMiddleware, obs=ensure_observability(container))  # inside the guard
     from memlane.dashboard.auth import DashboardAuth
-    app.state.dashboard_auth = DashboardAuth()  # the dashboard's login codes and cookie sessions
+    # the dashboard's login codes and cookie sessions, bound to the token they were opened under
+    app.state.dashboard_auth = DashboardAuth(token=lambda: read_token(settings.home) if tokens else None)
     app.add_middleware(RequestGuard, tokens=tokens, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,
                        sessions=app.state.dashboard_auth)
     mem = container.memories

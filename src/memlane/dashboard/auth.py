@@ -9,7 +9,9 @@ seconds, then redirects to ``/``: neither the token nor the code appears in a pa
 that. The request guard (:mod:`memlane.api.guard`) accepts the cookie as the one alternative
 to the token, on every route; Host, Origin and CSRF checks apply to it as to the token.
 
-Codes and sessions live only in this process: a daemon restart logs every browser out. Ids are
+A session is bound to the token it was opened under: ``memlane token rotate`` ends every
+dashboard session (within :data:`TOKEN_RECHECK_S`), as it ends every client holding the old
+token. Codes and sessions live only in this process: a daemon restart logs every browser out. Ids are
 compared in constant time after a dictionary lookup by their SHA-256 (the lookup never sees the
 raw id); at most :data:`MAX_CODES` codes and :data:`MAX_SESSIONS` sessions are kept (the oldest
 go first).
@@ -36,6 +38,8 @@ MAX_CODES = 32
 #: Live sessions kept (the oldest dropped first).
 MAX_SESSIONS = 64
 _BYTES = 32
+#: Seconds between two reads of the token the sessions are bound to.
+TOKEN_RECHECK_S = 1.0
 
 
 def _digest(value: str) -> str:
@@ -46,14 +50,27 @@ class DashboardAuth:
     """One-time login codes and cookie sessions (thread-safe).
 
     Args:
+        token: returns the daemon's current token (None without one); sessions opened under one
+            token are refused once it changes. Read at most once per :data:`TOKEN_RECHECK_S`.
         clock: monotonic seconds (tests pass their own to expire codes and sessions).
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, token: Callable[[], str | None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._token = token
         self._clock = clock
         self._lock = threading.Lock()
         self._codes: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._sessions: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._bound: dict[str, str] = {}  # session digest -> digest of the token it was opened under
+        self._token_digest = ""
+        self._token_read = -1e18
+
+    def _current_token(self, now: float) -> str:
+        if now - self._token_read >= TOKEN_RECHECK_S:
+            self._token_read = now
+            self._token_digest = _digest(self._token() or "")
+        return self._token_digest
 
     @staticmethod
     def _put(table: OrderedDict[str, tuple[str, float]], value: str, expires: float, cap: int) -> None:
@@ -94,12 +111,20 @@ class DashboardAuth:
                 return None
             sid = secrets.token_urlsafe(_BYTES)
             self._put(self._sessions, sid, now + SESSION_TTL_S, MAX_SESSIONS)
+            self._bound = {k: v for k, v in self._bound.items() if k in self._sessions}
+            self._bound[_digest(sid)] = self._current_token(now)
             return sid
 
     def valid(self, sid: str | None) -> bool:
-        """True when ``sid`` names a live session."""
+        """True when ``sid`` names a live session opened under the current token."""
         with self._lock:
-            return self._find(self._sessions, sid, self._clock(), pop=False)
+            now = self._clock()
+            if not self._find(self._sessions, sid, now, pop=False):
+                return False
+            if self._bound.get(_digest(sid or "")) != self._current_token(now):
+                self._sessions.pop(_digest(sid or ""), None)  # the token was rotated: sign out
+                return False
+            return True
 
     def end(self, sid: str | None) -> bool:
         """End the session ``sid`` (logout); True when it was live."""
