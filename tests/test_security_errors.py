@@ -175,6 +175,15 @@ def test_a_rejected_value_is_echoed_clipped(api) -> None:
     assert r.status_code == 422
     [e] = shape(r)["details"]["errors"]
     assert len(e["input"]) <= ECHO_CHARS + 3 and e["input"].startswith('[[["\\ud800"')
+    r = client.post("/api/memory/recall", content=body({"query": "x", "k" * 5000: 1}), headers=J)
+    assert r.status_code == 422
+    [e] = shape(r)["details"]["errors"]
+    assert len(e["field"]) <= ECHO_CHARS + 3 and e["field"].startswith("kkk")
+    # a lone surrogate in a key: the key is the rejected value (not "the body is not an object")
+    r = client.post("/api/memory/recall", content=body({"query": "x", "k\ud800" * 5000: 1}), headers=J)
+    assert r.status_code == 422
+    [e] = shape(r)["details"]["errors"]
+    assert len(e["input"]) <= ECHO_CHARS + 3 and e["input"].startswith("k\\ud800k")
 
 
 def test_error_response_encodes_whatever_an_error_carries() -> None:
