@@ -12,9 +12,10 @@ DNS-rebinding protection is on (only ``127.0.0.1``, ``localhost`` and ``[::1]`` 
 
 Refusals: the SDK answers most protocol errors with a JSON-RPC error object (kept: it is the
 MCP transport's own error shape, which MCP clients read), but a few in plain text (``421
-Invalid Host header``, ``400 Invalid Content-Type header``, ``403 Invalid Origin header``).
-:class:`_ShapedRefusals` rewrites every 4xx/5xx answer that is not JSON into the daemon's one
-error shape, keeping its status and quoting its text as the message.
+Invalid Host header``, ``400 Invalid Content-Type header``, ``403 Invalid Origin header``,
+``413 Request body too large``). :class:`_ShapedRefusals` rewrites every 4xx/5xx answer that is
+not JSON into the daemon's one error shape, keeping its status and quoting its text as the
+message.
 """
 
 from __future__ import annotations
