@@ -108,8 +108,12 @@ def test_dns_rebinding_hosts_are_refused_on_every_route(store) -> None:
                 r = client.request(method, path, headers={"Host": host}, json={"content": "planted"})
                 assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_host", (host, path)
         assert client.get("/api/memories").json()["total"] == 0
-        for host in ("localhost:7437", "127.0.0.1", "[::1]:7437", "LOCALHOST"):
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        for host in ("localhost:7437", "127.0.0.1", "[::1]:7437", "LOCALHOST", "localhost"):
             assert client.get("/api/memories", headers={"Host": host}).status_code == 200, host
+            r = client.post("/mcp", json=init, headers={"Host": host, "Accept": "application/json, text/event-stream"})
+            assert r.status_code == 200, (host, r.text)  # the same Host rules on /mcp as everywhere
 
 
 def test_allowed_hosts_and_the_bind_host_are_accepted(open_store) -> None:

@@ -7,8 +7,10 @@ each lifespan (each daemon start, each test client) builds a fresh streamable HT
 ``/mcp`` route delegates to the current one and answers 503 while none is running.
 
 The route is added to the app's router rather than mounted at ``/``, so the daemon's own 404,
-405 and error shapes are untouched. When the daemon binds a loopback address the SDK's
-DNS-rebinding protection is on (only ``127.0.0.1``, ``localhost`` and ``[::1]`` Host headers).
+405 and error shapes are untouched. Host and Origin are checked for ``/mcp`` as for every
+other route, by the daemon's request guard (:mod:`memlane.api.guard`: loopback names, the bind
+host and ``allowed_hosts``); the SDK's own DNS-rebinding check, which has narrower rules of its
+own, is turned off so that one set of rules decides.
 
 Refusals: the SDK answers most protocol errors with a JSON-RPC error object (kept: it is the
 MCP transport's own error shape, which MCP clients read), but a few in plain text (``421
@@ -26,6 +28,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -107,7 +110,9 @@ def mount(app: FastAPI, container: Container) -> MCPServer:
     @contextlib.asynccontextmanager
     async def lifespan(a: Any) -> AsyncIterator[Any]:
         async with previous(a) as state:
-            sub = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+            sub = server.streamable_http_app(
+                streamable_http_path=MCP_PATH, host=host,
+                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
             handler = next(r.endpoint for r in sub.routes if isinstance(r, Route) and r.path == MCP_PATH)
             async with server.session_manager.run():
                 endpoint.handler = handler
