@@ -583,3 +583,16 @@ def test_direct_log_lines_read_like_logging_and_the_file_rotates_privately(tmp_p
     assert all((tmp_path / "logs" / f).stat().st_mode & 0o777 == 0o600 for f in files)
     assert (tmp_path / "logs").stat().st_mode & 0o777 == 0o700
     assert "line 11" in (tmp_path / "logs" / "hooks.log").read_text()
+
+
+def test_an_unusable_home_still_prints_nothing_and_exits_0(tmp_path: Path, repo: Path) -> None:
+    """A home that cannot be created (a file in its path): no spool, no log, and still exit 0
+    with nothing on stdout or stderr (logging's last-resort handler never prints)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    env = clean_env(blocker / "home", MEMLANE_PORT=str(free_port()))
+    for event, extra in EVENTS:
+        p = run_hook(hook_cmd(), event, payload(extra, repo), env)
+        assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    p = run_hook(hook_cmd(), "session-start", b"not json", env)
+    assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")

@@ -696,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = ""
     os.umask(0o077)  # private files: the spool, hooks.log and any directory this hook creates
     _direct_log = True  # records go straight to hooks.log: logging is never imported
+    direct_to(None)  # until the home is known, records are dropped (never printed on stderr)
     try:
         target = resolve_target()
         try:

@@ -84,14 +84,17 @@ class LogFile:
 
 
 _sink: LogFile | None = None
+_direct = False
 
 
 def direct_to(sink: LogFile | None) -> None:
-    """Send every :class:`LazyLogger`'s records straight to ``sink`` (``None``: to ``logging``)."""
-    global _sink
+    """From now on, send every :class:`LazyLogger`'s records straight to ``sink``, never through
+    ``logging`` (``None``: drop them, e.g. before the home is known, so nothing reaches
+    logging's last-resort handler on stderr)."""
+    global _sink, _direct
     if _sink is not None and _sink is not sink:
         _sink.close()
-    _sink = sink
+    _sink, _direct = sink, True
 
 
 def format_line(level: str, name: str, message: str, *, now: float | None = None, exc_text: str = "") -> str:
@@ -115,8 +118,8 @@ class LazyLogger:
         self._logger: logging.Logger | None = None
 
     def _log(self, level: str, msg: object, args: tuple[object, ...], exc_info: bool = False) -> None:
-        if _sink is not None:
-            if _LEVELS[level] < DIRECT_LEVEL:
+        if _direct:
+            if _sink is None or _LEVELS[level] < DIRECT_LEVEL:
                 return
             try:
                 message = str(msg) % args if args else str(msg)
