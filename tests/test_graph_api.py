@@ -17,7 +17,7 @@ AT = "2026-01-01T00:00:00.000Z"
 
 @pytest.fixture
 def api(open_store):
-    c = open_store()
+    c = open_store(memory={"pipelineV2": {"graph": {"boost_weight": 0.15}}})  # the seed's boost (memlane ships 0)
     with api_client(c) as client:
         r = client.post("/api/memory/remember", json={"content": "Alice Smith prefers Vim over Emacs."})
         mid = r.json()["id"]

@@ -101,13 +101,13 @@ def create_app(container: Container) -> FastAPI:
         res = rec.recall(RecallQuery(
             query=body.query, limit=body.limit, project=body.project, types=tuple(body.types),
             since=body.since, until=body.until, include_deleted=body.include_deleted,
-            min_score=body.min_score, alpha=body.alpha, now=body.now))
+            min_score=body.min_score, alpha=body.alpha, now=body.now, touch=body.touch, ranker=body.ranker))
         # Trigger: recall is the hot path (every prompt). Why: re-validating the answer through
         # the response model cost more than the search at 10 hits. Outcome: the documented
         # shape (RecallOut) is built directly; test_api checks it against the model.
         return JSONResponse({"results": [{**memory_dict(h.memory), "score": h.score, "vector_score": h.vector_score,
-                                          "bm25_score": h.bm25_score} for h in res.hits],
-                             "legs": list(res.legs), "took_ms": round(res.took_ms, 3)})
+                                          "bm25_score": h.bm25_score, "rank_score": h.rank_score} for h in res.hits],
+                             "legs": list(res.legs), "took_ms": round(res.took_ms, 3), "ranker": res.ranker})
 
     @app.get("/api/memory/{memory_id}", tags=["memory"], response_model=MemoryOut)
     def get_memory(memory_id: str) -> MemoryOut:

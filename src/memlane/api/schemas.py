@@ -6,7 +6,7 @@ wrong type is a 422 naming the field rather than a silently ignored value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,6 +79,12 @@ class RecallIn(_Strict):
     min_score: float | None = Field(None, description="Drop results below this final score.")
     alpha: float | None = Field(None, description="Vector-leg weight; default from settings.")
     now: str | None = Field(None, description="Reference time for recency (ISO-8601); default now.")
+    touch: bool = Field(True, description="Count each returned memory as accessed (access_count, last_accessed: "
+                        "the rehearsal boost's input). False leaves the store unchanged, for automated or "
+                        "exploratory recalls that should not promote what they return.")
+    ranker: Literal["learned", "heuristic"] | None = Field(
+        None, description="Who orders the best candidates; default recall.ranker (the learned ranker when "
+        "its features are available).")
 
 
 class MemoryOut(BaseModel):
@@ -129,12 +135,15 @@ class RecallHitOut(MemoryOut):
     score: float = Field(..., description="Final score after merge and boosts.")
     vector_score: float | None = Field(..., description="Vector-leg score in [0, 1]; null if the leg did not run.")
     bm25_score: float | None = Field(..., description="Normalised BM25 score in [0, 1]; null if the leg did not run.")
+    rank_score: float | None = Field(None, description="The learned ranker's score (hits are in its order); null "
+                                     "when the heuristic ranked.")
 
 
 class RecallOut(BaseModel):
     results: list[RecallHitOut]
     legs: list[str] = Field(..., description="Which legs ran: bm25, vector.")
     took_ms: float
+    ranker: str = Field("heuristic", description="Which ranker ordered the hits: learned or heuristic.")
 
 
 class PatchIn(_Strict):

@@ -20,7 +20,7 @@ from rich.table import Table
 from memlane.bench.metrics import LEVELS, METRICS
 from memlane.fsutil import atomic_write
 
-__all__ = ["REFERENCE", "reference_table", "render_table", "write_json"]
+__all__ = ["REFERENCE", "reference_table", "render_ablation", "render_table", "write_json"]
 
 #: Published turn-level retrieval reference points, in percent (MANIFEST.md).
 REFERENCE: tuple[dict[str, Any], ...] = (
@@ -71,6 +71,26 @@ def render_table(agg: Mapping[str, Any], reference: bool = True,
         for ref in REFERENCE:
             table.add_row(f"ref: {ref['name']}", "", "turn",
                           *(_fmt(ref.get(m)) for m in metrics), style="dim")
+    return table
+
+
+def render_ablation(ablation: Mapping[str, Any], full: Mapping[str, Any]) -> Table:
+    """Table of the feature-group ablation (``memlane.bench.retrieval.ablation``): turn-level
+    R@5, R@10 and NDCG@10 overall and R@5 per category with each group left out, under the
+    full model's row (percent)."""
+    cats = [str(c) for c in full.get("by_category", {})]
+    table = Table(title="Learned ranker without each feature group (leave-one-conversation-out, turn level, percent)",
+                  title_justify="left")
+    for c in ("features", "R@5", "R@10", "NDCG@10", *(f"R@5 cat {c}" for c in cats)):
+        table.add_column(c, justify="left" if c == "features" else "right")
+
+    def row(label: str, overall: Mapping[str, Any], by_cat: Mapping[str, Any]) -> None:
+        table.add_row(label, *(_fmt(overall.get(m)) for m in ("R@5", "R@10", "NDCG@10")),
+                      *(_fmt(by_cat.get(c, {}).get("R@5")) for c in cats))
+
+    row("all", full["overall"]["turn"], {str(k): v["turn"] for k, v in full.get("by_category", {}).items()})
+    for group, res in ablation.items():
+        row(f"without {group}", res["overall"], res["by_category"])
     return table
 
 

@@ -37,8 +37,17 @@ def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only loc
               context_weight: Optional[float] = typer.Option(None, help="Context weight (default: settings)."),
               bm25_only: bool = typer.Option(False, "--bm25-only", help="No embeddings: the BM25 leg alone."),
               max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
-              workdir: Optional[Path] = typer.Option(None, help="Keep the per-conversation stores here.")) -> None:
-    """LoCoMo retrieval: R@5/10/25/50, recall_any/all, NDCG@10 at turn and session level."""
+              workdir: Optional[Path] = typer.Option(
+                  None, help="Keep the per-conversation stores here (a complete one is reused next time)."),
+              ranker: Optional[str] = typer.Option(
+                  None, help="learned | heuristic (default: the shipped recall.ranker)."),
+              cv: Optional[str] = typer.Option(
+                  None, help="conversation: the learned ranker by leave-one-conversation-out (implied when the "
+                  "model was trained on a conversation under test)."),
+              ablate: bool = typer.Option(False, "--ablate",
+                                          help="With the learned ranker: also each feature group left out.")) -> None:
+    """LoCoMo retrieval: R@5/10/25/50, recall_any/all, NDCG@10 at turn and session level, with the
+    shipped settings (the stages on are printed); the learned ranker beside the heuristic one."""
     from memlane.bench.report import reference_table, render_table, write_json
     from memlane.bench.retrieval import RetrievalConfig, run
 
@@ -53,8 +62,12 @@ def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only loc
         from memlane.embedding import LocalOnnxEmbedder
         embedder = LocalOnnxEmbedder()
         embedder.warmup()
+    if ranker not in (None, "learned", "heuristic") or cv not in (None, "conversation"):
+        err.print("[red]error:[/red] --ranker is learned or heuristic; --cv is conversation")
+        raise typer.Exit(2)
     cfg = RetrievalConfig(context_turns=context_turns, alpha=alpha, context_weight=context_weight,
-                          use_vectors=not bm25_only, max_conversations=max_conversations)
+                          use_vectors=not bm25_only, max_conversations=max_conversations, ranker=ranker, cv=cv,
+                          ablate=ablate)
     with stage_progress(err, "locomo") as tick:
         try:
             report = run(data, embedder=embedder, config=cfg, workdir=workdir, progress=tick)
@@ -62,15 +75,41 @@ def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only loc
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2)
     path = write_json(_out_path(out, "locomo-retrieval"), report)
-    console.print(render_table(report["metrics"]))
+    from rich.markup import escape
+
+    from memlane.bench.report import render_ablation
+    from memlane.bench.retrieval import describe_stages
+
+    console.print(escape("stages: " + describe_stages(report["stages"])))
+    state = report["ranker"]
+    if report["heuristic_metrics"] is not None:
+        console.print(render_table(report["heuristic_metrics"], reference=False,
+                                   title="LoCoMo retrieval, heuristic ranking (percent)"))
+        console.print(render_table(report["metrics"], title=f"LoCoMo retrieval, learned ranker: "
+                                   f"{state['evaluation']} (percent)"))
+        console.print(escape(f"learned ranker: {state['note'] if 'note' in state else state['evaluation']}"))
+        lat_r = state.get("rerank_latency_ms")
+        if lat_r:
+            console.print(f"learned stage in process (features + model, {lat_r['candidates_p50']:.0f} candidates): "
+                          f"p50 {lat_r['warm']['p50']:.2f} ms warm, {lat_r['cold']['p50']:.2f} ms with a cold "
+                          f"text cache; p95 {lat_r['warm']['p95']:.2f} ms warm")
+        if report.get("ablation"):
+            console.print(render_ablation(report["ablation"], report["metrics"]))
+    else:
+        console.print(render_table(report["metrics"]))
+        if state.get("note"):
+            console.print(escape(state["note"]))
     console.print(reference_table())
     ing, lat = report["ingest"], report["recall_latency_ms"]
     console.print(f"questions scored: {report['metrics']['overall']['n']} "
                   f"(excluded, no evidence: {report['metrics']['overall']['excluded']}); "
                   f"dropped evidence ids: {report['dropped_evidence_ids']}; "
                   f"turns deduplicated on ingest: {report['deduplicated_turns']}")
-    console.print(f"ingest: {ing['memories']} memories in {ing['seconds']:.1f} s = "
-                  f"{ing['memories_per_s']:.0f} memories/s (embeddings included)")
+    if ing["memories"]:
+        console.print(f"ingest: {ing['memories']} memories in {ing['seconds']:.1f} s = "
+                      f"{ing['memories_per_s']:.0f} memories/s (embeddings included)")
+    if ing["reused_memories"]:
+        console.print(f"stores reused from --workdir: {ing['reused_memories']} turns")
     console.print(f"recall (in process, k=50): p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms over {lat['n']} queries")
     console.print(f"report: {path}")
 

@@ -25,6 +25,7 @@ from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
 from memlane.cli.replay import replay_app
 from memlane.cli.token_cmd import token_app
+from memlane.cli.train_cmd import train_app
 from memlane.cli.doctor import doctor
 from memlane.cli.client import Client
 from memlane.config import load_settings, public_settings
@@ -33,6 +34,7 @@ from memlane.errors import MemlaneError
 app = typer.Typer(rich_markup_mode="markdown", name="memlane", help="Local-first memory daemon for AI agents.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
+app.add_typer(train_app, name="train")
 app.add_typer(replay_app, name="replay")
 app.add_typer(hook_app, name="hook")
 app.add_typer(connect_app, name="connect")

@@ -17,6 +17,12 @@ A monotonic-clock deadline (``graph.boost_timeout_ms``) is checked before the fi
 after each one; past it, what was accumulated so far is used (``timed_out``). Any exception
 gives an empty result: the boost is additive only, so recall is never worse than unboosted.
 A query naming no known entity stops after step 1 (one indexed IN query).
+
+Only specific entities boost: one linked to more than ``graph.boost_max_share`` (5 %) of the
+store's memories (and to more than 5) is left out at step 1. On LoCoMo the inline linker links
+each turn's ``"{speaker}:"`` label, so a question naming a speaker boosted every turn of that
+speaker (about half the store) by 0.15; adversarial questions, which name the wrong speaker,
+lost 18.7 points of R@5 (docs/benchmarks.md, "Graph boost").
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ log = logging.getLogger(__name__)
 MAX_ENTITY_HITS = 20
 MAX_NEIGHBOURS = 50
 MAX_MEMORIES = 200
+#: An entity linked to this many memories or fewer always boosts (small stores).
+MIN_SPECIFIC_MENTIONS = 5
 #: Candidates per step-3 query in ``storage.graph.linked_seqs`` (its output order, chunk by chunk).
 SQL_CHUNK = 500
 
@@ -55,17 +63,35 @@ class GraphLookup:
     error: str | None = None
 
 
+def query_entities(conn: sqlite3.Connection, query: str, max_mentions: int | None = None) -> list[str]:
+    """Step 1: ids of the entities the query names, most mentioned first, at most
+    :data:`MAX_ENTITY_HITS`; with ``max_mentions``, only entities linked to at most that many
+    memories (a name most of the store mentions, such as a conversation's speaker, says
+    nothing about which memory answers)."""
+    hits = graph_sql.entities_by_canonical(conn, names.query_ngrams(query), MAX_ENTITY_HITS)
+    return [eid for eid, n in hits if max_mentions is None or n <= max_mentions]
+
+
+def specific_mentions(memories: int, max_share: float) -> int | None:
+    """The most memories an entity may be linked to and still boost: ``max_share`` of the
+    store's ``memories``, at least :data:`MIN_SPECIFIC_MENTIONS`; None (no limit) when
+    ``max_share`` is 1."""
+    if max_share >= 1.0:
+        return None
+    return max(MIN_SPECIFIC_MENTIONS, int(max_share * memories))
+
+
 def graph_entities(conn: sqlite3.Connection, query: str, *, deadline: float,
-                   clock: Callable[[], float] = time.monotonic) -> GraphLookup:
+                   clock: Callable[[], float] = time.monotonic, max_mentions: int | None = None) -> GraphLookup:
     """Steps 1 and 2 of :func:`graph_linked_seqs` (they do not need the candidates): the query's
-    entities and their one-hop neighbours. Never raises (an error sets ``error``)."""
+    entities (:func:`query_entities`) and their one-hop neighbours. Never raises (an error sets
+    ``error``)."""
     out = GraphLookup()
     try:
         if clock() >= deadline:
             out.timed_out = True
             return out
-        out.entity_ids = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query),
-                                                                            MAX_ENTITY_HITS)]
+        out.entity_ids = query_entities(conn, query, max_mentions)
         if not out.entity_ids:
             return out
         if clock() >= deadline:
@@ -82,7 +108,7 @@ def graph_entities(conn: sqlite3.Connection, query: str, *, deadline: float,
 
 def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequence[int], *,
                       deadline: float, clock: Callable[[], float] = time.monotonic,
-                      entities: GraphLookup | None = None) -> GraphLookup:
+                      entities: GraphLookup | None = None, max_mentions: int | None = None) -> GraphLookup:
     """The candidates (memory seqs) linked to the query's entities or their neighbours.
 
     Args:
@@ -93,6 +119,7 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
         clock: monotonic clock, seconds (tests pass a fake one).
         entities: steps 1 and 2 already done (:func:`graph_entities`, e.g. while the query was
             embedded); only step 3 runs here.
+        max_mentions: see :func:`query_entities`.
     Returns:
         a :class:`GraphLookup`; never raises (an error gives an empty ``seqs`` and ``error``).
     """
@@ -108,8 +135,7 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
             if clock() >= deadline:
                 out.timed_out = True
                 return out
-            out.entity_ids = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query),
-                                                                                MAX_ENTITY_HITS)]
+            out.entity_ids = query_entities(conn, query, max_mentions)
             if not out.entity_ids or not candidate_seqs:
                 return out
             if clock() >= deadline:
@@ -174,6 +200,8 @@ class GraphBooster:
         db: the database (reads only).
         settings: returns the current ``pipeline_v2.graph`` settings (read per call: hot flags).
         clock: monotonic clock, seconds.
+        memory_count: returns the store's memory count, for ``graph.boost_max_share``
+            (:func:`specific_mentions`); None: no limit.
 
     Never raises; disabled, a zero weight, a timeout with nothing found, or an error return
     ``merged`` unchanged. Telemetry: ``calls``, ``boosted`` (calls that boosted something),
@@ -181,10 +209,11 @@ class GraphBooster:
     """
 
     def __init__(self, db: Database, settings: Callable[[], GraphSettings],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, memory_count: Callable[[], int] | None = None) -> None:
         self.db = db
         self.settings = settings
         self.clock = clock
+        self.memory_count = memory_count
         self._lock = threading.Lock()
         self.counters = {"calls": 0, "boosted": 0, "timeouts": 0, "errors": 0}
 
@@ -200,8 +229,9 @@ class GraphBooster:
             if not g.enabled or g.boost_weight <= 0:
                 return None
             deadline = self.clock() + g.boost_timeout_ms / 1000.0
+            cap = self._max_mentions(g)
             return pool.submit(lambda: (deadline, self.db.read(
-                lambda c: graph_entities(c, query, deadline=deadline, clock=self.clock))))
+                lambda c: graph_entities(c, query, deadline=deadline, clock=self.clock, max_mentions=cap))))
         except Exception as exc:
             log.warning("graph lookup not started: %s", exc)
             return None
@@ -234,8 +264,10 @@ class GraphBooster:
             if entities is not None and links is not None:
                 found = linked_from(entities, list(merged), links, deadline=deadline, clock=self.clock)
             else:
+                cap = self._max_mentions(g)
                 found = self.db.read(lambda c: graph_linked_seqs(c, query, list(merged), deadline=deadline,
-                                                                 clock=self.clock, entities=entities))
+                                                                 clock=self.clock, entities=entities,
+                                                                 max_mentions=cap))
             self._count(found)
             return apply_boost(merged, found.seqs, g.boost_weight)
         except Exception as exc:  # recall must never fail because of the graph
@@ -243,6 +275,11 @@ class GraphBooster:
             with self._lock:
                 self.counters["errors"] += 1
             return merged
+
+    def _max_mentions(self, g: GraphSettings) -> int | None:
+        if self.memory_count is None:
+            return None
+        return specific_mentions(self.memory_count(), g.boost_max_share)
 
     def _count(self, found: GraphLookup) -> None:
         with self._lock:

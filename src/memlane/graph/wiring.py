@@ -30,7 +30,7 @@ def wire(c: Any) -> None:
     pipeline = lambda: c.settings.memory.pipeline_v2  # noqa: E731
     graph = lambda: pipeline().graph  # noqa: E731
     c.memories.created_hooks.append(linker_hook(graph))
-    c.recall.graph_boost = GraphBooster(c.db, graph)
+    c.recall.graph_boost = GraphBooster(c.db, graph, memory_count=lambda: c.recall.index.size)
     worker = JobWorker(c.db, CLASSIFY_WORKER, poll_ms=lambda: pipeline().worker.poll_ms,
                        lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
                        enabled=lambda: pipeline().enabled and graph().enabled)

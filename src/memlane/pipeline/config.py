@@ -101,8 +101,14 @@ class GraphSettings(_Group):
     """Knowledge graph boost (seed "Graph Boost")."""
 
     enabled: bool = Field(True, description="Write entity graph and boost graph-linked memories in recall.")
-    boost_weight: float = Field(0.15, ge=0.0, le=1.0, description="Score added to graph-linked hits (fraction).")
+    boost_weight: float = Field(0.0, ge=0.0, le=1.0, description="Score added to graph-linked hits (fraction). "
+                                "0 by default (the seed's is 0.15): on LoCoMo every weight tried lowered R@5 "
+                                "(docs/benchmarks.md, 'Graph boost'); the graph itself is still built.")
     boost_timeout_ms: int = Field(500, ge=50, le=5_000, description="Budget of the graph lookup per recall, ms.")
+    boost_max_share: float = Field(
+        0.05, gt=0.0, le=1.0, description="Only entities linked to at most this share of the store's memories "
+        "(and always those linked to 5 or fewer) boost: a name most memories mention, such as a chat's speaker, "
+        "says nothing about which one answers (fraction; 1 = every entity).")
 
 
 class RerankerSettings(_Group):

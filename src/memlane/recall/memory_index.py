@@ -328,6 +328,28 @@ class MemoryIndex:
         sc = np.clip(np.where(has_x, (1.0 - context_weight) * c + context_weight * x, c), 0.0, 1.0)
         return {s: float(v) for (s, _), v in zip(rows, sc)}
 
+    def leg_cosines(self, query: np.ndarray, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Content-only and context-only cosines of the given memories with ``query`` (float32
+        [d]), float64 [len(seqs)] each, NaN where the memory is unknown or has no such vector
+        (the learned ranker's ``vector_content`` / ``vector_context``)."""
+        q = self._check(query)
+        content = np.full(len(seqs), np.nan)
+        context = np.full(len(seqs), np.nan)
+        with self._lock:
+            rows = np.array([self._row_of.get(s, -1) for s in seqs], dtype=np.int64)
+            ok = rows >= 0
+            if not ok.any():
+                return content, context
+            has_c = np.zeros(len(seqs), dtype=bool)
+            has_x = np.zeros(len(seqs), dtype=bool)
+            has_c[ok] = self._has_content[rows[ok]]
+            has_x[ok] = self._has_context[rows[ok]]
+            if has_c.any():
+                content[has_c] = self._content[rows[has_c]] @ q
+            if has_x.any():
+                context[has_x] = self._context[rows[has_x]] @ q
+        return content, context
+
     def search(self, query: np.ndarray, k: int, filters: Filters, context_weight: float = 0.5
                ) -> list[tuple[int, float]]:
         """Top-k ``(seq, score)`` by vector score, best first; query float32 [d]."""

@@ -338,9 +338,13 @@ class RecallStages:
 
 
 def wire(c: "Container") -> None:
-    """Give ``c.recall`` its stages (settings read at call time) and register the hints worker."""
+    """Give ``c.recall`` its stages and its learned ranker (settings read at call time) and
+    register the hints worker."""
     from memlane.recall import hints
 
     c.recall.stages = RecallStages(c.db, c.recall.index, lambda: c.settings.memory.pipeline_v2)
     c.recall.stages.fts = c.recall.fts_cache
+    from memlane.ranker.stage import LearnedRanker
+
+    c.recall.ranker = LearnedRanker(lambda: c.settings.recall)  # the learned reranking stage
     hints.wire(c)

@@ -60,6 +60,7 @@ class RecallQuery:
     touch: bool = True
     include_global: bool = False  # with a project: also memories without a project
     exclude_superseded: bool = False
+    ranker: str | None = None  # "learned" / "heuristic"; None: recall.ranker (memlane.ranker.stage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +71,15 @@ class RecallHit:
     score: float
     vector_score: float | None
     bm25_score: float | None
+    rank_score: float | None = None  # the learned ranker's score when it ordered the hits
 
 
 @dataclass(frozen=True, slots=True)
 class RecallResult:
-    """Hits, best first, and how the query was served (``legs``: which legs ran; ``ms``: time)."""
+    """Hits, best first, and how the query was served (``legs``: which legs ran; ``ms``: time;
+    ``ranker``: which ranker ordered the hits, ``learned`` or ``heuristic``)."""
 
     hits: list[RecallHit]
     legs: tuple[str, ...]
     took_ms: float
+    ranker: str = "heuristic"

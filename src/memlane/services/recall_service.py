@@ -24,7 +24,7 @@ from memlane.recall.bm25 import bm25_leg
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex, single_threaded_blas
-from memlane.recall.stages import Prefetched, RecallStages
+from memlane.recall.stages import Prefetched, RecallStages, read_candidates
 from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
@@ -101,6 +101,9 @@ class RecallService:
         #: memory-pipeline-v2 graph boost ``(query, merged) -> merged``, never raises (memlane.graph.search
         #: .GraphBooster); set by memlane.graph.wiring.wire.
         self.graph_boost: Any = None
+        #: the learned reranking stage (memlane.ranker.stage.LearnedRanker); set by
+        #: memlane.recall.stages.wire. None: heuristic ranking only.
+        self.ranker: Any = None
 
     @property
     def embedder(self) -> Embedder | None:
@@ -122,11 +125,15 @@ class RecallService:
         if cache is not None:
             cache.schedule()
 
-    def recall(self, q: RecallQuery) -> RecallResult:
+    def recall(self, q: RecallQuery, *, pool_out: list[Any] | None = None) -> RecallResult:
         """Run one recall.
 
         Any string is a valid query (empty, quotes, FTS operators, 100 KB: truncated to
         ``max_query_chars``). An empty query returns no hits.
+
+        With ``pool_out`` (a list), the candidate pool the learned ranker reads
+        (:class:`memlane.ranker.features.Pool`, heuristic order) is appended to it whether or
+        not the ranker runs: the training set is built from these (``memlane train ranker``).
 
         Raises:
             ValidationError: limit outside [1, 1000], alpha or min_score outside [0, 1],
@@ -141,6 +148,8 @@ class RecallService:
         for name, v in (("alpha", alpha), ("min_score", min_score)):
             if not 0.0 <= v <= 1.0:
                 raise ValidationError(f"{name}: must be in [0, 1]", details={"field": name})
+        if q.ranker is not None and q.ranker not in ("learned", "heuristic"):
+            raise ValidationError("ranker: must be 'learned' or 'heuristic'", details={"field": "ranker"})
         if q.project is not None:
             check_text(q.project, "project", max_chars=MAX_SHORT_CHARS, allow_empty=True)
         for t in q.types:
@@ -158,6 +167,12 @@ class RecallService:
             return RecallResult([], (), (time.perf_counter() - t0) * 1000)
 
         n_cand = max(q.limit * s.candidate_multiplier, 50)
+        # The learned ranker rescores the best ``pool_size`` candidates: each leg fetches that many.
+        ranker = self.ranker
+        want_pool = ranker is not None and (pool_out is not None or ranker.reason_off(
+            q.ranker, self.index.model_id, self.embedder is not None and alpha > 0) is None)
+        n_pool = ranker.pool_size() if want_pool else 0
+        n_cand = max(n_cand, n_pool)
         legs: list[str] = []
         # Everything that does not need the query vector runs, in order, on one worker while this
         # thread embeds the query (onnxruntime and SQLite release the GIL: on 2 cores they
@@ -173,7 +188,7 @@ class RecallService:
         # in one query after the merge.
         rows_needed = self.stages is not None and self.stages.active()
         links = self.stages is not None and (graph_future is not None or (rows_needed and self.stages.hub_active()))
-        prefetch = rows_needed or links
+        prefetch = rows_needed or links or want_pool
         bm25_future = ahead.submit(self._bm25, expr, n_cand, filters, prefetch, links) if expr is not None else None
         hint_future = (self.stages.submit_hints(ahead, expr, n_cand, filters, prefetch, links)
                        if self.stages else None)
@@ -215,6 +230,7 @@ class RecallService:
             missing = [x for x in merged if x not in prefetched.rows]
             if missing:
                 prefetched.add(self.stages.prefetch_rows(missing, links))
+        unboosted = merged
         if graph_future is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
             merged = self.graph_boost.boost(text, merged, prepared=graph_future,
                                             links=prefetched.seq_links() if prefetched is not None else None)
@@ -226,21 +242,79 @@ class RecallService:
                       age_days=(now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
                       recency_weight=s.recency_weight, recency_half_life_days=s.recency_half_life_days)
         fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
+        # With the learned ranker the heuristic ranks a pool of n_pool; rows are read after it.
+        upto = max(q.limit, n_pool)
+        fetch_ranked = fetch if not want_pool else (lambda want: {})  # noqa: E731
         # dampening -> reranker (None: baseline ranking); alpha 0 = no vector signal, in the reranker too
-        staged = self.stages.rank(text, qv if alpha > 0 else None, seqs, final, known, merged, min_score, q.limit,
-                                  fetch, prefetched) if self.stages is not None else None
+        staged = self.stages.rank(text, qv if alpha > 0 else None, seqs, final, known, merged, min_score, upto,
+                                  fetch_ranked, prefetched) if self.stages is not None else None
         if staged is not None:
             ranked, rows = staged
         else:
             ok = known & (final > 0.0) & (final >= min_score)
-            order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][: q.limit]
+            order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][:upto]
             ranked = [(float(final[i]), seqs[i]) for i in order]
+            rows = fetch_ranked([seq for _, seq in ranked])
+        used, rank_scores = "heuristic", None
+        if want_pool:
+            ranked, rank_scores, used = self._learned(q, text, ranked[:n_pool], unboosted, merged, prefetched,
+                                                      qv if alpha > 0 else None, now, pool_out)
+            ranked = ranked[: q.limit]
             rows = fetch([seq for _, seq in ranked])
-        hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25)
+        hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25,
+                          rank_scores.get(seq) if rank_scores is not None else None)
                 for final, seq in ranked if seq in rows]
         if q.touch and hits:
             self._touch(hits)
-        return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000)
+        return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000, used)
+
+    def _learned(self, q: RecallQuery, text: str, ranked: list[tuple[float, int]], unboosted: dict, merged: dict,
+                 prefetched: Prefetched | None, qv: np.ndarray | None, now: datetime, pool_out: list[Any] | None
+                 ) -> tuple[list[tuple[float, int]], dict[int, float] | None, str]:
+        """The learned reranking stage (memlane.ranker.stage) over the heuristic's best
+        candidates ``ranked`` ((final score, seq), best first): (the order, seq -> model score
+        or None, the ranker that ordered them). Never raises: on any failure the heuristic
+        order stands."""
+        from memlane.ranker.features import Pool
+
+        try:
+            reason = self.ranker.reason_off(q.ranker, self.index.model_id, qv is not None)
+            if (reason is not None and pool_out is None) or not ranked:
+                return ranked, None, "heuristic"
+            seqs = [seq for _, seq in ranked]
+            rows = dict(prefetched.rows) if prefetched is not None else {}
+            missing = [x for x in seqs if x not in rows]
+            if missing:
+                rows.update(self.memories.db.read(lambda c: read_candidates(c, missing, False)).rows)
+            keep = [i for i, x in enumerate(seqs) if x in rows]
+            ranked, seqs = [ranked[i] for i in keep], [seqs[i] for i in keep]
+            legs = [merged[x][1] for x in seqs]
+            nan = float("nan")
+            if qv is not None:
+                v_content, v_context = self.index.leg_cosines(qv, seqs)
+            else:
+                v_content = v_context = np.full(len(seqs), np.nan)
+            pool = Pool(
+                seqs=seqs, contents=[rows[x].content for x in seqs],
+                hybrid=np.array([unboosted[x][0] if x in unboosted else merged[x][0] for x in seqs]),
+                final=np.array([f for f, _ in ranked]),
+                vector=np.array([nan if g.vector is None else g.vector for g in legs]),
+                vector_content=v_content, vector_context=v_context,
+                bm25=np.array([nan if g.bm25 is None else g.bm25 for g in legs]),
+                created=self.index.ranking_fields(seqs)[2].astype(np.float64), now=now.timestamp())
+            if pool_out is not None:
+                pool_out.append(pool)
+            if reason is not None:
+                return ranked, None, "heuristic"
+            scores = self.ranker.score(text, pool)
+            if scores is None:
+                return ranked, None, "heuristic"
+            order = np.lexsort((np.arange(len(seqs)), -scores))  # ties keep the heuristic order
+            return ([ranked[i] for i in order.tolist()], {seqs[i]: float(scores[i]) for i in range(len(seqs))},
+                    "learned")
+        except Exception as exc:  # the learned stage never fails a recall
+            log.warning("learned ranker skipped: %s", exc)
+            return ranked, None, "heuristic"
 
     def _bm25(self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False, links: bool = False
               ) -> tuple[list[tuple[int, float]], Prefetched | None]:

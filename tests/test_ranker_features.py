@@ -1,0 +1,154 @@
+"""The learned ranker's features (memlane.ranker.features), each on hand-made pools, and the pool
+recall hands the ranker on a real store."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from memlane.ranker import features as F
+from memlane.services.inputs import RecallQuery, RememberInput
+
+NOW = 1_700_000_000.0
+DAY = 86_400.0
+
+
+def pool(contents: list[str], *, hybrid=None, final=None, vector=None, bm25=None, seqs=None, created=None,
+         v_content=None, v_context=None) -> F.Pool:
+    m = len(contents)
+    arr = lambda v, d: np.asarray(v if v is not None else d, dtype=np.float64)  # noqa: E731
+    return F.Pool(seqs=list(seqs if seqs is not None else range(1, m + 1)), contents=contents,
+                  hybrid=arr(hybrid, np.linspace(0.9, 0.1, m)), final=arr(final, np.linspace(0.9, 0.1, m)),
+                  vector=arr(vector, np.linspace(0.8, 0.2, m)), vector_content=arr(v_content, [np.nan] * m),
+                  vector_context=arr(v_context, [np.nan] * m), bm25=arr(bm25, [0.0] * m),
+                  created=arr(created, [NOW - DAY] * m), now=NOW)
+
+
+@pytest.fixture
+def cache():
+    c = F.TextCache()
+    yield c
+    c.close()
+
+
+def col(x: np.ndarray, name: str) -> list[float]:
+    return x[:, F.FEATURES.index(name)].tolist()
+
+
+def test_schema_is_named_grouped_and_versioned() -> None:
+    assert len(F.FEATURES) == len(set(F.FEATURES)) and F.SCHEMA_VERSION >= 1
+    assert set(F.FEATURE_GROUPS.values()) == set(F.GROUPS)
+    assert F.group_columns(["query"]) == [F.FEATURES.index("question_word"), F.FEATURES.index("query_words")]
+    with pytest.raises(ValueError, match="unknown feature group"):
+        F.group_columns(["nope"])
+
+
+def test_retrieval_scores_ranks_and_gaps(cache) -> None:
+    x = F.compute("tea", pool(["a", "b", "c"], hybrid=[0.5, 0.9, 0.7], final=[0.95, 0.9, 0.7],
+                              vector=[0.2, np.nan, 0.6], bm25=[0.0, 1.0, 0.5]), cache)
+    assert col(x, "hybrid") == pytest.approx([0.5, 0.9, 0.7])
+    assert col(x, "hybrid_rank") == [2, 0, 1]
+    assert col(x, "hybrid_gap") == pytest.approx([0.4, 0.0, 0.2])
+    z = (np.array([0.5, 0.9, 0.7]) - 0.7) / np.std([0.5, 0.9, 0.7])
+    assert col(x, "hybrid_z") == pytest.approx(z.tolist(), rel=1e-5)
+    assert col(x, "final_rank") == [0, 1, 2]  # the pool comes in heuristic order
+    assert col(x, "final_gap") == pytest.approx([0.0, 0.05, 0.25])
+    assert col(x, "vector_rank") == [1, 2, 0]  # the missing score ranks last
+    assert math.isnan(col(x, "vector")[1]) and col(x, "vector_gap")[0] == pytest.approx(0.4)
+    assert col(x, "bm25_rank")[1:] == [0, 1] and math.isnan(col(x, "bm25_rank")[0])  # no match: no rank
+
+
+def test_content_and_context_cosines_pass_through(cache) -> None:
+    x = F.compute("q", pool(["a", "b"], v_content=[0.3, 0.4], v_context=[np.nan, 0.9]), cache)
+    assert col(x, "vector_content") == pytest.approx([0.3, 0.4])
+    assert math.isnan(col(x, "vector_context")[0]) and col(x, "vector_context")[1] == pytest.approx(0.9)
+
+
+def test_coverage_counts_stemmed_query_terms_in_the_memory_itself(cache) -> None:
+    x = F.compute("painting sunsets lakes", pool(["I painted a sunset", "lakes", "nothing here"]), cache)
+    assert col(x, "coverage") == pytest.approx([2 / 3, 1 / 3, 0.0])
+    # rarer terms weigh more: "lake" is in one memory, as are "paint" and "sunset"
+    idf = [col(x, "coverage_idf")[i] for i in range(3)]
+    assert idf[0] == pytest.approx(2 / 3) and idf[2] == 0.0
+    x = F.compute("paint lake", pool(["paint", "paint", "lake"]), cache)
+    assert col(x, "coverage_idf")[2] > col(x, "coverage_idf")[0]  # "lake" rarer than "paint"
+    assert col(x, "log_chars") == pytest.approx([math.log1p(5), math.log1p(5), math.log1p(4)])
+
+
+def test_query_names_and_speaker_labels() -> None:
+    assert F.query_names("What did Caroline tell Mel about the LGBTQ group?") == ["caroline", "mel", "lgbtq"]
+    assert F.query_names("When did she go?") == []
+    assert F.speaker_of("Caroline: hi there") == "caroline"
+    assert F.speaker_of("Jean Luc: ok") == "jean luc"
+    assert F.speaker_of("no label: here") is None and F.speaker_of("Caroline said hi") is None
+
+
+def test_entity_overlap_speaker_and_body(cache) -> None:
+    contents = ["Caroline: I went to the group", "Melanie: Caroline was there too", "a note without speaker"]
+    x = F.compute("What did Caroline do at the group?", pool(contents), cache)
+    assert col(x, "query_names") == [1, 1, 1]
+    assert col(x, "speaker_match")[:2] == [1.0, 0.0] and math.isnan(col(x, "speaker_match")[2])
+    assert col(x, "speaker_other")[:2] == [0.0, 1.0]
+    assert col(x, "names_in_body") == [0.0, 1.0, 0.0]  # the label is not the body
+    x = F.compute("what happened at the group?", pool(contents), cache)
+    assert all(math.isnan(v) for v in col(x, "names_in_body") + col(x, "speaker_other"))
+
+
+def test_time_expressions_in_query_and_memory(cache) -> None:
+    contents = ["I went there yesterday", "We met last week at noon", "It was in May 2023", "I like tea",
+                "in three months", "see you next weekend", "the market sells bread"]
+    x = F.compute("When did she go to the museum?", pool(contents), cache)
+    assert col(x, "query_temporal") == [1.0] * 7
+    assert col(x, "memory_time_expr") == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    for q in ("What year did he move?", "How long has she painted?", "which month was it"):
+        assert col(F.compute(q, pool(["x"]), cache), "query_temporal") == [1.0]
+    assert col(F.compute("What does she paint?", pool(["x"]), cache), "query_temporal") == [0.0]
+
+
+def test_age_and_recency_rank(cache) -> None:
+    x = F.compute("q", pool(["a", "b", "c"], created=[NOW - 10 * DAY, NOW, NOW + DAY]), cache)
+    assert col(x, "log_age_days") == pytest.approx([math.log1p(10), 0.0, 0.0])  # future counts as now
+    assert col(x, "recency_rank") == pytest.approx([2 / 3, 1 / 3, 0.0])
+
+
+def test_cooccurrence_of_neighbours_in_seq_and_time(cache) -> None:
+    x = F.compute("q", pool(["a", "b", "c", "d"], seqs=[10, 11, 13, 40], hybrid=[0.9, 0.5, 0.3, 0.2],
+                            created=[NOW, NOW + 60, NOW + 120, NOW + 10 * DAY]), cache)
+    assert col(x, "prev_hybrid") == pytest.approx([0.0, 0.9, 0.0, 0.0])
+    assert col(x, "next_hybrid") == pytest.approx([0.5, 0.0, 0.0, 0.0])
+    assert col(x, "near2_max") == pytest.approx([0.5, 0.9, 0.5, 0.0])  # 13 is two after 11
+    assert col(x, "hour_count") == [2, 2, 2, 0]
+    assert col(x, "hour_sum") == pytest.approx([0.8, 1.2, 1.4, 0.0])
+
+
+def test_query_form(cache) -> None:
+    assert F.question_word("When did it happen?") == F.QUESTION_WORDS["when"]
+    assert F.question_word("Did Mel paint?") == F.QUESTION_WORDS["did"]
+    assert F.question_word("tea preferences") == 0
+    x = F.compute("Where is the deploy script kept?", pool(["x"]), cache)
+    assert col(x, "question_word") == [F.QUESTION_WORDS["where"]] and col(x, "query_words") == [6]
+
+
+def test_empty_pool_and_any_query(cache) -> None:
+    assert F.compute("q", pool([]), cache).shape == (0, len(F.FEATURES))
+    for q in ("", "\"; DROP TABLE x; --", "日本語のテキスト", "x" * 10_000):
+        x = F.compute(q, pool(["Caroline: hi", "b"]), cache)
+        assert x.shape == (2, len(F.FEATURES)) and x.dtype == np.float32
+
+
+def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
+    c = vstore
+    for text in ("Caroline: I went to the LGBTQ support group yesterday", "Melanie: I painted a sunrise",
+                 "Caroline: the group was very welcoming", "Melanie: my kids love the beach"):
+        c.memories.remember(RememberInput(content=text, context="earlier talk about groups"))
+    pools: list[F.Pool] = []
+    res = c.recall.recall(RecallQuery(query="When did Caroline go to the support group?", limit=2, touch=False,
+                                      ranker="heuristic"), pool_out=pools)
+    assert res.ranker == "heuristic" and len(pools) == 1
+    p = pools[0]
+    assert len(p) == 4 and p.seqs[:2] == [h.memory.seq for h in res.hits]  # heuristic order, whole pool
+    assert list(p.final[:2]) == pytest.approx([h.score for h in res.hits])
+    assert not np.isnan(p.vector_content).any() and not np.isnan(p.vector_context).any()
+    assert p.contents[0] == res.hits[0].memory.content
