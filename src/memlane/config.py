@@ -27,6 +27,7 @@ from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
 from memlane.sessions.checkpoints import CheckpointSettings
 from memlane.predictor.settings import PredictorSettings
+from memlane.drift.settings import DriftSettings
 
 
 #: The log levels ``log_level`` accepts (lower-case; input in any case).
@@ -200,6 +201,7 @@ class Settings(BaseSettings):
         default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.pipeline.config).")
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
+    drift: DriftSettings = Field(default_factory=DriftSettings, description="Memory drift and staleness (docs/drift.md).")
 
     @field_validator("log_level")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from memlane.pipeline.config import extraction_llm_settings
 from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
 from memlane.pipeline import wiring_docs
+from memlane.drift import wiring as drift_wiring
 from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
@@ -62,6 +64,8 @@ class Container:
     extraction_llm: LlmProvider | None = None
     #: The predictor (memlane.services.predictor_service), or None when it does not run here.
     predictor: PredictorService | None = None
+    #: Drift and staleness (memlane.drift.service.DriftService), wired by memlane.drift.wiring.
+    drift: Any = None
 
     def close(self) -> None:
         """Stop the workers; finish background judging, pending checkpoints and queued writes;
@@ -79,6 +83,8 @@ class Container:
         if self.predictor is not None:
             self.predictor.close()
         self.checkpoints.close()
+        if self.drift is not None:
+            self.drift.close()
         self.db.close()
         if self.embedder is not None:
             self.embedder.close()
@@ -177,3 +183,4 @@ def _wire_pipeline(c: Container) -> None:
     extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
     extract_job.add_workers(c, pipeline().worker.concurrency)  # extraction-2 ... (worker.concurrency)
     wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers
+    drift_wiring.wire(c)  # issue 41: references, drift check, retrieval rules, staleness sweep

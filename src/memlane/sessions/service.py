@@ -83,6 +83,9 @@ class SessionService:
         self._pending: dict[str, Future] = {}
         self.inflight = InflightStarts()  # starts answered before their record committed
         self.prompts = RecentPrompts()  # recent prompts per active session (checkpoint digests)
+        #: memlane.drift.service.DriftService (set by memlane.drift.wiring): stale or drifting
+        #: memories are never injected proactively; what is shown is queued for a drift check.
+        self.drift: Any = None
         self._lock = threading.Lock()
         self.scorer = SessionScorer(self.db, llm, predictor)
         memories.listeners.append(self.scorer.on_memory_event)
@@ -206,7 +209,10 @@ class SessionService:
                     self.predictor.apply(decision, pending.result())
                 if decision.alpha < 1.0 and decision.predictor_rank:
                     pool = ranking.fuse_pool(pool, decision, index)
-        chosen = select_in_rank_order([p.memory_id for p in pool], s.inject_budget_chars, s.inject_limit,
+        ranked_ids = [p.memory_id for p in pool]
+        if self.drift is not None:  # issue 41: never inject a stale or drifting memory proactively
+            ranked_ids = self.drift.injectable(ranked_ids)
+        chosen = select_in_rank_order(ranked_ids, s.inject_budget_chars, s.inject_limit,
                                        (lambda ids: contents) if contents is not None else
                                        (lambda ids: self.db.read(lambda c: mem_sql.contents(c, ids))))
         explored = None
@@ -225,6 +231,8 @@ class SessionService:
             chosen = ranking.explored_shown(chosen, explored[0], explored[1], rows)
             decision.signals["exploration"] = {"replaced": explored[0], "explored": explored[1]}
         chosen_ids = {c.id for c in chosen}
+        if self.drift is not None:  # issue 41: what is shown is checked for drift, write-behind
+            self.drift.schedule_ids(list(chosen_ids))
         p_scores = decision.predictor_scores if decision is not None else {}
         p_ranks = decision.predictor_rank if decision is not None else {}
         feats = decision.features if decision is not None and not deferred else {}  # deferred: recorded later
@@ -349,6 +357,9 @@ class SessionService:
         feedback = FeedbackResult(applied, ignored + len(scores) - applied)
         fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched
                  if not shown.get(mid)]
+        if self.drift is not None:  # issue 41: never inject a stale or drifting memory proactively
+            allowed = set(self.drift.injectable([f.id for f in fresh]))
+            fresh = [f for f in fresh if f.id in allowed]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
         inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
         self.prompts.note(key, inp.prompt)

@@ -1,0 +1,472 @@
+"""Drift and staleness of memories at retrieval (issue 41; docs/drift.md).
+
+:class:`DriftService` keeps, in memory, each memory's references and its open prediction errors
+(the *flags*). Retrieval paths call it:
+
+* :meth:`DriftService.after_recall` (recall, MCP search, prompt-submit's recall): hits whose
+  memory is flagged get the score and confidence penalty and a warning prefix; hits with
+  references are queued for a check. Cost on the answer path: one dict lookup per hit.
+* :meth:`DriftService.injectable` (session-start, prompt-submit): drops flagged memories from
+  what is injected proactively.
+
+The check runs write-behind on one background thread (:meth:`check`): for each memory with
+document references, the max cosine similarity between its vector and the current chunk vectors
+of each referenced document (both from the in-memory index, one matrix product per document);
+``1 - max_sim > threshold`` writes a ``memory_drift`` row (debounced: an open row of the same
+memory and document within ``debounce_hours`` is updated, strongest signal kept). For each file
+reference, a ``stat``: a missing file writes ``memory_stale_file`` and marks the reference stale.
+
+Updating a memory resolves its open rows and re-extracts its references; forgetting it deletes
+them (listeners on :class:`memlane.services.memory_service.MemoryService`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from memlane.drift import references as refs_mod
+from memlane.drift.settings import DriftSettings
+from memlane.errors import NotFound, ValidationError
+from memlane.recall.memory_index import MemoryIndex
+from memlane.services.clock import now_iso, to_iso
+from memlane.storage import drift as drift_sql
+from memlane.storage.db import Database
+from memlane.storage.drift import PredictionError, Reference
+
+log = logging.getLogger(__name__)
+
+#: The chunk memories of documents are what references point at; they are never checked.
+CHUNK_TYPE = "document_chunk"
+#: Prefix of a document reference stored before its document is ingested (resolved at check).
+UNRESOLVED = "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """Why a memory is not trusted: an open prediction error in short."""
+
+    error_id: int
+    error_type: str
+    target: str
+    distance: float
+    label: str
+
+    def warning(self) -> str:
+        """The words of the warning prefix for this flag."""
+        if self.error_type == "memory_drift":
+            return f"drifted from document {self.label!r} (similarity {1.0 - self.distance:.2f})"
+        if self.error_type == "memory_stale_file":
+            return f"file {self.target} {self.label}"
+        if self.error_type == "memory_stale_entity":
+            return f"entity {self.label} was superseded"
+        return f"external signal from {self.label}"
+
+
+def warning_prefix(flags: Sequence[Flag]) -> str:
+    """``[STALE: ...]`` (a file or entity is gone) or ``[DRIFT: ...]``, the reasons joined by ``; ``."""
+    kind = "STALE" if any(f.error_type in ("memory_stale_file", "memory_stale_entity") for f in flags) else "DRIFT"
+    return f"[{kind}: " + "; ".join(dict.fromkeys(f.warning() for f in flags)) + "]"
+
+
+def _flag(e: PredictionError) -> Flag:
+    ctx = e.context
+    if e.error_type == "memory_drift":
+        label = str(ctx.get("title") or e.target)
+    elif e.error_type == "memory_stale_file":
+        label = str(ctx.get("reason") or "is missing")
+    elif e.error_type == "memory_stale_entity":
+        label = str(ctx.get("entity") or e.target)
+    else:
+        label = str(ctx.get("source") or "unknown")
+    return Flag(e.error_id, e.error_type, e.target, e.cosine_distance, label)
+
+
+class DriftService:
+    """Drift detection, file staleness and the retrieval rules over one store.
+
+    Args:
+        db: the database (migrated to 0013).
+        index: the in-memory index (memory and chunk vectors).
+        settings: returns the current :class:`DriftSettings` (read at use time).
+        now: the clock, ISO-8601 UTC.
+    """
+
+    def __init__(self, db: Database, index: MemoryIndex, settings: Callable[[], DriftSettings], *,
+                 now: Callable[[], str] = now_iso) -> None:
+        self.db = db
+        self.index = index
+        self._settings = settings
+        self._now = now
+        self._lock = threading.Lock()
+        self._refs: dict[str, tuple[Reference, ...]] = {}
+        self._project: dict[str, str | None] = {}
+        self._flags: dict[str, tuple[Flag, ...]] = {}
+        self._pending: set[str] = set()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-drift")
+        self._closed = False
+
+    # -- state ------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read every live memory's references and open prediction errors into memory."""
+        def read(conn):
+            refs = drift_sql.references(conn)
+            projects = dict(conn.execute(
+                "SELECT DISTINCT m.id, m.project FROM memory_references r JOIN memories m ON m.id = r.memory_id"
+            ).fetchall())
+            return refs, projects, drift_sql.open_errors(conn)
+
+        refs, projects, errors = self.db.read(read)
+        by_mem: dict[str, list[Reference]] = {}
+        for r in refs:
+            by_mem.setdefault(r.memory_id, []).append(r)
+        flags: dict[str, list[Flag]] = {}
+        for e in errors:
+            flags.setdefault(e.memory_id, []).append(_flag(e))
+        with self._lock:
+            self._refs = {k: tuple(v) for k, v in by_mem.items()}
+            self._project = projects
+            self._flags = {k: tuple(v) for k, v in flags.items()}
+
+    def flags_of(self, memory_id: str) -> tuple[Flag, ...]:
+        """The memory's open flags (empty: trusted)."""
+        return self._flags.get(memory_id, ())
+
+    def references_of(self, memory_id: str) -> tuple[Reference, ...]:
+        """The memory's stored references."""
+        return self._refs.get(memory_id, ())
+
+    def _add_flag(self, memory_id: str, flag: Flag) -> None:
+        with self._lock:
+            old = [f for f in self._flags.get(memory_id, ()) if f.error_id != flag.error_id]
+            self._flags[memory_id] = (*old, flag)
+
+    def _drop(self, memory_id: str, *, refs: bool) -> None:
+        with self._lock:
+            self._flags.pop(memory_id, None)
+            if refs:
+                self._refs.pop(memory_id, None)
+                self._project.pop(memory_id, None)
+
+    # -- write side -------------------------------------------------------------------------
+    def extract_in_tx(self, conn, memory_id: str, content: str, project: str | None, at: str) -> tuple[Reference, ...]:
+        """Extract and store the memory's references inside the caller's write transaction, and
+        remember them. Document references whose document is not ingested yet are kept with
+        target ``?<raw>`` and resolved at each check."""
+        cands = refs_mod.extract(content)
+        docs = refs_mod.DocumentTable(drift_sql.live_documents(conn))
+        out: list[Reference] = []
+        resolved = {raw for raw, _ in refs_mod.document_references(cands, docs)}
+        for raw, doc in refs_mod.document_references(cands, docs):
+            out.append(Reference(memory_id, "document", raw, doc))
+        for c in cands:
+            if c.kind in ("wiki", "url") and c.raw not in resolved and len(out) < 2 * refs_mod.MAX_PER_KIND:
+                out.append(Reference(memory_id, "document", c.raw, UNRESOLVED + c.raw))
+        for raw, rel in refs_mod.file_references(cands, project):
+            out.append(Reference(memory_id, "file", raw, rel))
+        drift_sql.replace_references(conn, memory_id, out, at=at)
+        with self._lock:
+            if out:
+                self._refs[memory_id] = tuple(out)
+                self._project[memory_id] = project
+            else:
+                self._refs.pop(memory_id, None)
+        return tuple(out)
+
+    def created_hook(self, conn, new: Any, at: str) -> None:
+        """``MemoryService.created_hooks`` entry: references of a new memory (same transaction)."""
+        if new.type != CHUNK_TYPE:
+            self.extract_in_tx(conn, new.id, new.content, new.project, at)
+
+    def on_memory_event(self, event: str, memory: Any) -> None:
+        """``MemoryService.listeners`` entry: ``updated`` resolves open rows and re-extracts the
+        references; ``deleted`` removes rows and references; ``recovered`` re-extracts."""
+        if memory.type == CHUNK_TYPE:
+            return
+        at = self._now()
+        if event == "updated":
+            def job(conn):
+                drift_sql.resolve_memory(conn, memory.id, at=at)
+                self.extract_in_tx(conn, memory.id, memory.content, memory.project, at)
+            self.db.write(job)
+            self._drop(memory.id, refs=False)
+        elif event == "deleted":
+            self.db.write(lambda conn: drift_sql.delete_memory(conn, memory.id))
+            self._drop(memory.id, refs=True)
+        elif event == "recovered":
+            self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at))
+
+    # -- retrieval rules --------------------------------------------------------------------
+    def injectable(self, memory_ids: Sequence[str]) -> list[str]:
+        """``memory_ids`` without the flagged ones (never injected proactively), order kept."""
+        if not self._settings().enabled or not self._flags:
+            return list(memory_ids)
+        return [m for m in memory_ids if m not in self._flags]
+
+    def after_recall(self, hits: list[Any]) -> list[Any]:
+        """Apply the retrieval rules to recall hits (``RecallHit``) and queue their check.
+
+        A flagged hit's memory comes back with its content prefixed by the warning and its
+        confidence, like its score, multiplied by ``1 - penalty``; hits are re-sorted by score.
+        Never raises (a failure leaves the hits as they were)."""
+        s = self._settings()
+        if not s.enabled or not hits:
+            return hits
+        try:
+            self.schedule([h.memory for h in hits])
+            if not self._flags:
+                return hits
+            keep = 1.0 - s.penalty
+            out, changed = [], False
+            for h in hits:
+                flags = self._flags.get(h.memory.id)
+                if flags:
+                    m = dataclasses.replace(h.memory, content=f"{warning_prefix(flags)} {h.memory.content}",
+                                            confidence=h.memory.confidence * keep)
+                    h = dataclasses.replace(h, memory=m, score=h.score * keep)
+                    changed = True
+                out.append(h)
+            if changed:
+                out.sort(key=lambda h: -h.score)
+            return out
+        except Exception:  # the rules never fail a recall
+            log.exception("drift retrieval rules skipped")
+            return hits
+
+    def schedule(self, memories: Sequence[Any]) -> None:
+        """Queue a write-behind check of the memories that have references (``Memory``-like:
+        ``id``, ``seq``, ``project``). Returns at once."""
+        if self._closed or not self._settings().enabled:
+            return
+        todo = []
+        with self._lock:
+            for m in memories:
+                if m.id in self._refs and m.id not in self._pending:
+                    self._pending.add(m.id)
+                    todo.append((m.id, m.seq))
+        if todo:
+            try:
+                self._pool.submit(self._run, todo)
+            except RuntimeError:  # closing
+                with self._lock:
+                    self._pending.difference_update(i for i, _ in todo)
+
+    def schedule_ids(self, memory_ids: Sequence[str]) -> None:
+        """Like :meth:`schedule` for memory ids alone (session-start); seqs are read on the
+        background thread."""
+        if self._closed or not self._settings().enabled:
+            return
+        with self._lock:
+            ids = [m for m in memory_ids if m in self._refs and m not in self._pending]
+            self._pending.update(ids)
+        if ids:
+            try:
+                self._pool.submit(self._run_ids, ids)
+            except RuntimeError:
+                with self._lock:
+                    self._pending.difference_update(ids)
+
+    def _run_ids(self, ids: list[str]) -> None:
+        try:
+            seqs = self.db.read(lambda c: drift_sql.seqs_of(c, ids))
+            self.check([(m, seqs[m]) for m in ids if m in seqs])
+        except Exception:
+            log.exception("drift check failed")
+        finally:
+            with self._lock:
+                self._pending.difference_update(ids)
+
+    def _run(self, todo: list[tuple[str, int]]) -> None:
+        try:
+            self.check(todo)
+        except Exception:
+            log.exception("drift check failed")
+        finally:
+            with self._lock:
+                self._pending.difference_update(i for i, _ in todo)
+
+    def drain(self) -> None:
+        """Wait until every queued check has run."""
+        if not self._closed:
+            self._pool.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Finish queued checks and stop the background thread (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+
+    # -- the check --------------------------------------------------------------------------
+    def check(self, todo: Sequence[tuple[str, int]]) -> list[PredictionError]:
+        """Check memories ``(id, seq)`` now: drift from referenced documents and missing files.
+
+        Returns the rows written or updated. Runs on the caller's thread (the write-behind thread,
+        or a test, the sweep and the benchmark)."""
+        s = self._settings()
+        items = [(mid, seq, self._refs.get(mid, ())) for mid, seq in todo]
+        items = [(mid, seq, r) for mid, seq, r in items if r]
+        if not items:
+            return []
+        at = self._now()
+        writes: list[dict[str, Any]] = []
+        doc_pairs: list[tuple[str, int, str]] = []
+        docs = None
+        for mid, seq, refs in items:
+            for r in refs:
+                if r.kind == "document":
+                    if docs is None:  # resolved again at each check: a re-ingested URL follows its newest
+                        docs = refs_mod.DocumentTable(self.db.read(drift_sql.live_documents))
+                    target = docs.resolve(refs_mod.candidate_of(r.raw))
+                    if target:
+                        doc_pairs.append((mid, seq, target))
+                elif r.kind == "file":
+                    root = self._project.get(mid)
+                    if root and not os.path.exists(os.path.join(root, r.target)):
+                        writes.append({"memory_id": mid, "error_type": "memory_stale_file", "target": r.target,
+                                       "distance": 1.0, "context": {"reason": "is missing", "project": root}})
+        if doc_pairs:
+            writes += self._drift(doc_pairs, s.threshold)
+        if not writes:
+            return []
+        since = _minus_hours(at, s.debounce_hours)
+
+        def job(conn):
+            out = []
+            for w in writes:
+                if w["error_type"] == "memory_stale_file":
+                    drift_sql.mark_file_stale(conn, w["memory_id"], w["target"], reason="missing", at=at)
+                if conn.execute("SELECT 1 FROM memories WHERE id = ? AND is_deleted = 0",
+                                (w["memory_id"],)).fetchone() is None:
+                    continue
+                eid, _ = drift_sql.record(conn, memory_id=w["memory_id"], error_type=w["error_type"],
+                                          target=w["target"], distance=w["distance"], context=w["context"], at=at,
+                                          debounce_since=since)
+                out.append(eid)
+            return drift_sql.get_errors(conn, out)
+
+        rows = self.db.write(job)
+        for e in rows:
+            if e.resolved_at is None:
+                self._add_flag(e.memory_id, _flag(e))
+        return rows
+
+    def distances(self, pairs: Sequence[tuple[int, str]]) -> list[float | None]:
+        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq) and the
+        current chunks of a document (by id), from the in-memory index; None when the memory or
+        the document has no vector."""
+        doc_ids = sorted({d for _, d in pairs})
+        chunks = self.db.read(lambda c: drift_sql.chunk_seqs(c, doc_ids))
+        mem_seqs = sorted({m for m, _ in pairs})
+        all_seqs = mem_seqs + [x for d in doc_ids for x in chunks.get(d, [])]
+        vecs, has = self.index.vectors_of(all_seqs)
+        if not len(all_seqs) or not has.any():
+            return [None] * len(pairs)
+        norms = np.linalg.norm(vecs, axis=1)
+        norms[norms == 0] = 1.0
+        vecs = vecs / norms[:, None]
+        row = {seq: i for i, seq in enumerate(all_seqs[: len(mem_seqs)])}
+        start, spans = len(mem_seqs), {}
+        for d in doc_ids:
+            n = len(chunks.get(d, []))
+            idx = np.arange(start, start + n)
+            spans[d] = idx[has[idx]]
+            start += n
+        out: list[float | None] = []
+        for m, d in pairs:
+            i, span = row[m], spans.get(d)
+            if not has[i] or span is None or not len(span):
+                out.append(None)
+                continue
+            out.append(float(1.0 - np.max(vecs[span] @ vecs[i])))
+        return out
+
+    def _drift(self, pairs: list[tuple[str, int, str]], threshold: float) -> list[dict[str, Any]]:
+        dist = self.distances([(seq, d) for _, seq, d in pairs])
+        out = []
+        titles: dict[str, str | None] = {}
+        for (mid, _, doc), dd in zip(pairs, dist):
+            if dd is None or dd <= threshold:
+                continue
+            if doc not in titles:
+                titles[doc] = self.db.read(lambda c: drift_sql.document_title(c, doc))
+            out.append({"memory_id": mid, "error_type": "memory_drift", "target": doc, "distance": dd,
+                        "context": {"document_id": doc, "title": titles[doc], "max_sim": 1.0 - dd,
+                                    "threshold": threshold}})
+        return out
+
+    # -- consumer surface -------------------------------------------------------------------
+    def list(self, *, error_type: str | None = None, memory_id: str | None = None, resolved: bool | None = False,
+             limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """Prediction errors, newest first, each with its ``memory`` sub-object.
+
+        Raises:
+            ValidationError: an unknown error type, limit outside [1, 1000] or a negative offset.
+        """
+        if error_type is not None and error_type not in drift_sql.ERROR_TYPES:
+            raise ValidationError(f"error_type: one of {', '.join(drift_sql.ERROR_TYPES)}",
+                                  details={"field": "error_type"})
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise ValidationError("limit must be in [1, 1000] and offset >= 0", details={"field": "limit"})
+        rows = self.db.read(lambda c: drift_sql.list_errors(c, error_type=error_type, memory_id=memory_id,
+                                                            resolved=resolved, limit=limit, offset=offset))
+        return [{**e.as_dict(), "memory": m} for e, m in rows]
+
+    def record_signal(self, memory_id: str, *, source: str, evidence: Any, weight: float = 1.0) -> dict[str, Any]:
+        """Store external evidence that a memory is stale (a ``memory_external_signal`` row).
+
+        Raises:
+            ValidationError: empty or long source, evidence not a JSON object, weight outside [0, 10].
+            NotFound: no live memory with that id.
+        """
+        if not isinstance(source, str) or not source.strip() or len(source) > 200:
+            raise ValidationError("source: a non-empty string of at most 200 characters",
+                                  details={"field": "source"})
+        if not isinstance(evidence, dict):
+            raise ValidationError("evidence: a JSON object", details={"field": "evidence"})
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 10.0:
+            raise ValidationError("weight: a number in [0, 10]", details={"field": "weight"})
+        at = self._now()
+
+        def job(conn):
+            if conn.execute("SELECT 1 FROM memories WHERE id = ? AND is_deleted = 0", (memory_id,)).fetchone() is None:
+                raise NotFound(f"memory {memory_id} not found")
+            eid, _ = drift_sql.record(conn, memory_id=memory_id, error_type="memory_external_signal", target="",
+                                      distance=float(weight), weight=float(weight), at=at, debounce_since=None,
+                                      context={"source": source.strip(), "evidence": evidence},
+                                      query=f"signal:{source.strip()}")
+            return drift_sql.get_errors(conn, [eid])[0]
+
+        e = self.db.write(job)
+        self._add_flag(memory_id, _flag(e))
+        return e.as_dict()
+
+    def resolve(self, error_id: int) -> bool:
+        """Dismiss one open row (a false positive). Returns False when unknown or already resolved."""
+        at = self._now()
+        ok = self.db.write(lambda c: drift_sql.resolve(c, error_id, at=at))
+        if ok:
+            with self._lock:
+                for mid, flags in list(self._flags.items()):
+                    rest = tuple(f for f in flags if f.error_id != error_id)
+                    if len(rest) != len(flags):
+                        if rest:
+                            self._flags[mid] = rest
+                        else:
+                            self._flags.pop(mid)
+        return ok
+
+
+def _minus_hours(at: str, hours: float) -> str | None:
+    """``at`` minus ``hours`` as a timestamp string; None for a zero window (no debounce)."""
+    if hours <= 0:
+        return None
+    return to_iso(datetime.fromisoformat(at.replace("Z", "+00:00")) - timedelta(hours=hours))

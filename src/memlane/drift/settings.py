@@ -1,0 +1,33 @@
+"""Settings of drift and staleness detection (``drift.*`` in config.yaml, ``MEMLANE_DRIFT__*``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class DriftSettings(BaseModel):
+    """Thresholds and switches of :mod:`memlane.drift` (docs/drift.md)."""
+
+    enabled: bool = Field(True, description="Check retrieved memories for drift and missing files (write-behind) "
+                          "and apply the retrieval rules (no proactive injection, penalty and warning in recall).")
+    threshold: float = Field(
+        0.62, ge=0.0, le=2.0,
+        description="A memory drifts from a referenced document when 1 - (max cosine similarity between its "
+        "embedding and the document's current chunks) is above this (cosine distance). Chosen on the httpx "
+        "drift benchmark (docs/drift.md).")
+    debounce_hours: float = Field(
+        24.0, ge=0.0, le=24.0 * 365,
+        description="An open row for the same memory, target and type detected within this many hours is "
+        "updated in place (strongest signal kept) instead of a new row being written.")
+    penalty: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="Recall and MCP search multiply a stale or drifting memory's score and confidence by "
+        "(1 - penalty) and prefix its content with a warning.")
+    sweep_every_sessions: int = Field(
+        20, ge=0, le=100_000,
+        description="The staleness sweep runs every this many session-starts (and at a project's first "
+        "session); 0 = never on its own.")
+    git: bool = Field(True, description="Read renames and deletions from git (the real git binary) when a "
+                      "project is a git repository.")
+    propagation_floor: float = Field(
+        0.05, ge=0.0, le=1.0, description="Confidence propagation stops where a change is smaller than this.")
