@@ -36,10 +36,29 @@ class MemoryIn(_Strict):
     pinned: bool = Field(False, description="Pinned memories are always candidates for injection.")
     context: str | None = Field(
         None, description="Surrounding text (e.g. preceding turns), indexed for recall but not part of the memory.")
+    # V3 (docs/v3.md; checked by memlane.v3.model)
+    scope: str | None = Field(None, description="global | module | work_unit | session; default: the type's "
+                              "fixed scope (workflow_recipe global; context_cost, prefetch_pattern module), else global.")
+    source: str = Field("agent_explicit", description="agent_explicit | observer_inferred | qa_auto | mcp_auto | "
+                        "commit_auto | user_taught.")
+    work_unit_ref: dict[str, Any] | None = Field(
+        None, description='The work unit: {"methodology": str, "hierarchy": [outermost, ..., innermost], "label"?: str}.')
+    related_files: list[str] = Field(default_factory=list, description="Files the memory is about (repo-relative).")
+    related_modules: list[str] = Field(default_factory=list, description="Modules the memory is about.")
+    needs_review: bool = Field(False, description="Waiting for the user's review (inferred memories).")
+    user_verified: bool = Field(False, description="The user confirmed it.")
+    citation_text: str | None = Field(None, description="Short form for an inline citation (<= 200 characters).")
+    commit_sha: str | None = Field(None, description="The git commit that produced it (7-64 hex digits).")
+    decay_half_life_days: float | None = Field(None, description="Decay half-life override in days "
+                                               "(default: work_state 7, dead_end 90).")
+    type_fields: dict[str, Any] = Field(default_factory=dict, description="The type's extended fields "
+                                        "(dead_end: approach_tried, why_it_failed...; see docs/v3.md).")
 
     def to_input(self) -> RememberInput:
         d = self.model_dump()
         d["tags"] = tuple(d["tags"])
+        d["related_files"] = tuple(d["related_files"])
+        d["related_modules"] = tuple(d["related_modules"])
         return RememberInput(**d)
 
 
@@ -112,6 +131,19 @@ class MemoryOut(BaseModel):
     superseded_by: str | None
     embedding_model: str | None
     extraction_status: str
+    scope: str = "global"
+    source: str = "agent_explicit"
+    work_unit_ref: dict[str, Any] | None = None
+    methodology: str | None = None
+    related_files: list[str] = Field(default_factory=list)
+    related_modules: list[str] = Field(default_factory=list)
+    needs_review: bool = False
+    user_verified: bool = False
+    citation_text: str | None = None
+    commit_sha: str | None = None
+    decay_half_life_days: float | None = None
+    stale_at: str | None = None
+    type_fields: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, m: Memory) -> "MemoryOut":
@@ -128,6 +160,11 @@ def memory_dict(m: Memory) -> dict[str, Any]:
         "last_accessed": m.last_accessed, "access_count": m.access_count, "pinned": m.pinned,
         "is_deleted": m.is_deleted, "deleted_at": m.deleted_at, "superseded_by": m.superseded_by,
         "embedding_model": m.embedding_model, "extraction_status": m.extraction_status,
+        "scope": m.scope, "source": m.source, "work_unit_ref": m.work_unit_ref, "methodology": m.methodology,
+        "related_files": list(m.related_files), "related_modules": list(m.related_modules),
+        "needs_review": m.needs_review, "user_verified": m.user_verified, "citation_text": m.citation_text,
+        "commit_sha": m.commit_sha, "decay_half_life_days": m.decay_half_life_days, "stale_at": m.stale_at,
+        "type_fields": m.type_fields,
     }
 
 
@@ -160,6 +197,17 @@ class PatchIn(_Strict):
     pinned: bool | None = None
     who: str | None = None
     why: str | None = None
+    scope: str | None = None
+    source: str | None = None
+    work_unit_ref: dict[str, Any] | None = None
+    related_files: list[str] | None = None
+    related_modules: list[str] | None = None
+    needs_review: bool | None = None
+    user_verified: bool | None = None
+    citation_text: str | None = None
+    commit_sha: str | None = None
+    decay_half_life_days: float | None = None
+    type_fields: dict[str, Any] | None = None
 
 
 class ActorIn(_Strict):

@@ -25,6 +25,7 @@ from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
 from memlane.cli.replay import replay_app
 from memlane.cli.token_cmd import token_app
+from memlane.cli import v3_cmd
 from memlane.cli.train_cmd import train_app
 from memlane.cli.doctor import doctor
 from memlane.cli.client import Client
@@ -44,6 +45,7 @@ app.add_typer(predictor_app, name="predictor")
 app.add_typer(token_app, name="token")
 app.command(name="doctor")(doctor)
 import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
+app.add_typer(v3_cmd.memories_app, name="memories")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -61,7 +63,7 @@ def _client(url: Optional[str]) -> Client:
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[red]error:[/red] {exc}")
+    err.print(f"[red]error:[/red] {escape(str(exc))}")
     raise typer.Exit(1)
 
 
@@ -132,20 +134,21 @@ def _exit_after_sigterm(signum: int, frame: Any) -> None:
 
 
 @app.command()
+@v3_cmd.v3_options("remember")
 def remember(content: str = typer.Argument(..., help="The memory text ('-' reads stdin)."),
              type_: str = typer.Option("fact", "--type", help="Memory type."),
              importance: float = typer.Option(0.5, help="Importance in [0, 1]."),
              project: Optional[str] = typer.Option(None, help="Project scope."),
              tag: list[str] = typer.Option([], "--tag", help="A tag (repeatable)."),
              pinned: bool = typer.Option(False, help="Pin the memory."),
-             url: Optional[str] = UrlOpt) -> None:
-    """Store one memory through the running daemon."""
+             url: Optional[str] = UrlOpt, **v3: Any) -> None:
+    """Store one memory through the running daemon (V3 fields: docs/v3.md)."""
     if content == "-":
         content = sys.stdin.read()
     try:
         r = _client(url).request("POST", "/api/memory/remember", json={
             "content": content, "type": type_, "importance": importance, "project": project,
-            "tags": tag, "pinned": pinned, "who": "cli"})
+            "tags": tag, "pinned": pinned, "who": "cli", **v3_cmd.remember_fields(**v3)})
     except MemlaneError as exc:
         _fail(exc)
         return
@@ -153,16 +156,18 @@ def remember(content: str = typer.Argument(..., help="The memory text ('-' reads
 
 
 @app.command()
+@v3_cmd.v3_options("recall")
 def recall(query: str = typer.Argument(..., help="What to look for (any text)."),
            limit: int = typer.Option(10, "--limit", "-k", help="Results, 1..1000."),
            project: Optional[str] = typer.Option(None, help="Only this project."),
            type_: list[str] = typer.Option([], "--type", help="Only these types (repeatable)."),
            as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
-           url: Optional[str] = UrlOpt) -> None:
-    """Recall memories through the running daemon."""
+           url: Optional[str] = UrlOpt, **v3: Any) -> None:
+    """Recall memories through the running daemon (V3 conditions: docs/v3.md)."""
+    where = v3_cmd.recall_where(**v3)
     try:
-        r = _client(url).request("POST", "/api/memory/recall", json={
-            "query": query, "limit": limit, "project": project, "types": type_})
+        r = _client(url).request("POST", "/api/v3/recall" if where else "/api/memory/recall", json={
+            "query": query, "limit": limit, "project": project, "types": type_, **where})
     except MemlaneError as exc:
         _fail(exc)
         return

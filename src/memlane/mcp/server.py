@@ -77,9 +77,10 @@ class FeedbackResult(BaseModel):
 class Backend(Protocol):
     """What the tools need. Methods are blocking, return JSON-able data and raise MemlaneError."""
 
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str]) -> list[dict[str, Any]]: ...
+    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
+               where: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
     def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str) -> dict[str, Any]: ...
+              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]: ...
     def get(self, memory_id: str) -> dict[str, Any]: ...
     def list(self, *, limit: int, offset: int, project: str | None, type: str | None) -> dict[str, Any]: ...
     def modify(self, memory_id: str, fields: dict[str, Any], *, who: str, why: str | None) -> dict[str, Any]: ...
@@ -102,14 +103,23 @@ class LocalBackend:
     def __init__(self, container: Container) -> None:
         self.c = container
 
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str]) -> list[dict[str, Any]]:
-        res = self.c.recall.recall(RecallQuery(query=query, limit=limit, project=project, types=tuple(types)))
+    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
+               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        q = RecallQuery(query=query, limit=limit, project=project, types=tuple(types))
+        if where:  # V3 conditions (memlane.v3.service.V3Service.recall)
+            from memlane.storage.v3 import V3Filter
+            from memlane.v3.service import V3Service
+            f = V3Filter(**{k: tuple(v) if isinstance(v, list) else v for k, v in where.items()})
+            res = V3Service(self.c.db, self.c.memories, self.c.recall).recall(q, f)
+        else:
+            res = self.c.recall.recall(q)
         return [search_hit({**_memory(h.memory), "score": round(h.score, 6)}) for h in res.hits]
 
     def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str) -> dict[str, Any]:
+              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
+        extra = {k: tuple(v) if k in ("related_files", "related_modules") else v for k, v in (v3 or {}).items()}
         r = self.c.memories.remember(RememberInput(content=content, type=type, importance=importance,
-                                                   project=project, tags=tuple(tags), who=who))
+                                                   project=project, tags=tuple(tags), who=who, **extra))
         return {"id": r.id, "status": r.status}
 
     def get(self, memory_id: str) -> dict[str, Any]:
@@ -173,6 +183,11 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         limit: Limit = 10,
         project: Project = None,
         types: Annotated[list[str] | None, Field(description="Only these memory types, e.g. [\"preference\"].")] = None,
+        scopes: Annotated[list[str] | None, Field(description="Only these scopes: global, module, work_unit, session.")] = None,
+        sources: Annotated[list[str] | None, Field(description="Only these sources, e.g. [\"user_taught\"].")] = None,
+        related_file: Annotated[str | None, Field(description="Only memories about this file (repo-relative).")] = None,
+        work_unit: Annotated[str | None, Field(description="Only memories of this work unit (outermost id).")] = None,
+        needs_review: Annotated[bool | None, Field(description="Only memories waiting for review (true) or not.")] = None,
     ) -> Annotated[CallToolResult, list[SearchHit]]:
         """Search long-term memory (hybrid keyword + semantic recall), best match first.
 
@@ -180,16 +195,28 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         sessions: the user's preferences, project conventions, past decisions, known pitfalls.
         Returns [{id, content, type, project, score, created_at}]; an empty list means nothing
         relevant is stored. Use memory_get with an id for the full record."""
-        return await _run(backend.search, query, limit=limit, project=project, types=list(types or []))
+        where = {k: v for k, v in (("scopes", scopes), ("sources", sources), ("related_file", related_file),
+                                   ("work_unit", work_unit), ("needs_review", needs_review)) if v is not None}
+        return await _run(backend.search, query, limit=limit, project=project, types=list(types or []),
+                          where=where or None)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False))
     async def memory_store(
         content: Annotated[str, Field(description="The memory: one self-contained fact, in a full sentence.")],
-        type: Annotated[str, Field(description="fact, preference, decision, constraint, procedure, ...")] = "fact",
+        type: Annotated[str, Field(description="fact, preference, decision, constraint, procedure, ... or a V3 "
+                                               "type: gotcha, pattern, error_pattern, module_insight, dead_end, "
+                                               "workflow_recipe, ...")] = "fact",
         importance: Importance = 0.5,
         project: Project = None,
         tags: Tags = None,
+        scope: Annotated[str | None, Field(description="global, module, work_unit or session; default global.")] = None,
+        related_files: Annotated[list[str] | None, Field(description="Files this is about (repo-relative).")] = None,
+        related_modules: Annotated[list[str] | None, Field(description="Modules this is about.")] = None,
+        work_unit_ref: Annotated[dict[str, Any] | None, Field(
+            description='{"methodology": "native", "hierarchy": ["spec-12", "subtask-3"]}')] = None,
+        type_fields: Annotated[dict[str, Any] | None, Field(
+            description="The type's extended fields, e.g. dead_end: approach_tried, why_it_failed.")] = None,
     ) -> Annotated[CallToolResult, StoreResult]:
         """Store a new long-term memory that should survive this session.
 
@@ -198,8 +225,11 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         exactly the same content again is harmless: it returns the existing id with status
         "deduplicated". To change an existing memory use memory_modify instead.
         Returns {id, status}."""
+        v3 = {k: v for k, v in (("scope", scope), ("related_files", related_files),
+                                ("related_modules", related_modules), ("work_unit_ref", work_unit_ref),
+                                ("type_fields", type_fields)) if v is not None}
         return await _run(backend.store, content, type=type, importance=importance, project=project,
-                          tags=list(tags or []), who=WHO)
+                          tags=list(tags or []), who=WHO, v3=v3 or None)
 
     @server.tool(annotations=READ)
     async def memory_get(id: MemoryId) -> Annotated[CallToolResult, MemoryOut]:

@@ -81,16 +81,18 @@ class HttpBackend:
     def _path(memory_id: str) -> str:
         return "/api/memory/" + quote(memory_id, safe="")
 
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str]) -> list[dict[str, Any]]:
-        body = self._request("POST", "/api/memory/recall",
-                             json={"query": query, "limit": limit, "project": project, "types": types})
+    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
+               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        body = self._request("POST", "/api/v3/recall" if where else "/api/memory/recall",
+                             json={"query": query, "limit": limit, "project": project, "types": types,
+                                   **(where or {})})
         return [search_hit({**h, "score": round(h["score"], 6)}) for h in body["results"]]
 
     def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str) -> dict[str, Any]:
+              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
         body = self._request("POST", "/api/memory/remember", json={
             "content": content, "type": type, "importance": float(importance), "project": project,
-            "tags": tags, "who": who})
+            "tags": tags, "who": who, **(v3 or {})})
         return {"id": body["id"], "status": body["status"]}
 
     def get(self, memory_id: str) -> dict[str, Any]:

@@ -31,6 +31,18 @@ class RememberInput:
     created_at: str | None = None
     pinned: bool = False
     context: str | None = None
+    # V3 fields (memlane.v3.model): scope None = the type's fixed scope, else global
+    scope: str | None = None
+    source: str = "agent_explicit"
+    work_unit_ref: dict[str, Any] | None = None
+    related_files: tuple[str, ...] = ()
+    related_modules: tuple[str, ...] = ()
+    needs_review: bool = False
+    user_verified: bool = False
+    citation_text: str | None = None
+    commit_sha: str | None = None
+    decay_half_life_days: float | None = None
+    type_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

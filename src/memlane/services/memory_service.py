@@ -32,6 +32,7 @@ from memlane.storage import embeddings as emb_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.models import HistoryEntry, Memory, NewMemory
+from memlane.v3.model import check_v3
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +113,21 @@ class MemoryService:
         if not normalize_and_hash(item.content).storage_content:
             raise ValidationError("content: must not be empty", details={"field": "content"})
         item = replace(item, created_at=created, context=(item.context or None))
+        v3 = check_v3(type_=item.type, scope=item.scope, source=item.source, work_unit_ref=item.work_unit_ref,
+                      related_files=item.related_files, related_modules=item.related_modules,
+                      citation_text=item.citation_text, commit_sha=item.commit_sha, type_fields=item.type_fields,
+                      decay_half_life_days=item.decay_half_life_days, needs_review=item.needs_review,
+                      user_verified=item.user_verified)
+        v3.pop("methodology")
+        item = replace(item, **v3)
         if redacts_memory(self._redact_mode(), item.source_type):
             # before hashing, embedding and the write: the memory row, its history, FTS, the
             # vectors and whatever the pipeline extracts from it never see the secret
             item = replace(item, content=redact(item.content), context=redact(item.context) if item.context else None,
                            why=redact(item.why) if item.why else item.why, tags=tuple(redact(t) for t in item.tags),
-                           metadata=redact_json(item.metadata))
+                           metadata=redact_json(item.metadata),
+                           citation_text=redact(item.citation_text) if item.citation_text else item.citation_text,
+                           type_fields=redact_json(item.type_fields))
         return item
 
     # -- embedding (never under the write lock) -----------------------------------------
@@ -207,6 +217,12 @@ class MemoryService:
                     metadata=dict(it.metadata), who=it.who, why=it.why, source_type=it.source_type,
                     source_id=it.source_id, created_at=it.created_at or now, pinned=it.pinned,
                     embedding_model=model if embedded else None,
+                    scope=it.scope or "global", source=it.source, work_unit_ref=it.work_unit_ref,
+                    methodology=it.work_unit_ref["methodology"] if it.work_unit_ref else None,
+                    related_files=it.related_files, related_modules=it.related_modules,
+                    needs_review=it.needs_review, user_verified=it.user_verified, citation_text=it.citation_text,
+                    commit_sha=it.commit_sha, decay_half_life_days=it.decay_half_life_days,
+                    type_fields=it.type_fields,
                 )
                 seq = mem_sql.insert(conn, new)
                 mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=it.who,
@@ -290,7 +306,9 @@ class MemoryService:
                why: str | None = None) -> Memory:
         """Change fields of a live memory; a content change re-normalises, re-hashes and re-embeds.
 
-        Patchable: content, context, type, importance, confidence, project, tags, metadata, pinned.
+        Patchable: content, context, type, importance, confidence, project, tags, metadata, pinned,
+        and the V3 fields (scope, source, work_unit_ref, related_files, related_modules, needs_review,
+        user_verified, citation_text, commit_sha, decay_half_life_days, type_fields).
         Text fields and ``why`` are redacted when ``redact.memories`` covers the memory's
         ``source_type`` (as :meth:`validate` does at remember).
 
@@ -299,7 +317,7 @@ class MemoryService:
             another live memory. ValidationError: a bad value or an unknown field.
         """
         allowed = {"content", "context", "type", "importance", "confidence", "project", "tags",
-                   "metadata", "pinned"}
+                   "metadata", "pinned"} | _V3_PATCHABLE
         unknown = set(patch) - allowed
         if unknown:
             raise ValidationError(f"cannot patch {sorted(unknown)}; patchable: {sorted(allowed)}")
@@ -331,10 +349,18 @@ class MemoryService:
                 if value is not None:
                     check_text(value, "context", max_chars=self.max_content_chars, allow_empty=True)
                 fields[key] = value or None
+        v3_keys = set(patch) & _V3_PATCHABLE
+        if v3_keys or "type" in fields:  # the V3 fields are checked together, against the new type
+            merged = {k: patch.get(k, getattr(current, k)) for k in _V3_PATCHABLE}
+            v3 = check_v3(type_=fields.get("type", current.type), **merged)
+            for k in v3_keys:
+                fields[k] = v3[k]
+            if "work_unit_ref" in v3_keys:
+                fields["methodology"] = v3["methodology"]
         scrub = redacts_memory(self._redact_mode(), current.source_type)  # as at remember (validate)
         if scrub:
             why = redact(why) if why else why
-            for key in ("context", "tags", "metadata"):
+            for key in ("context", "tags", "metadata", "citation_text", "type_fields"):
                 if fields.get(key) is not None:
                     fields[key] = redact_json(fields[key])
         content = current.content
@@ -487,6 +513,11 @@ def supersede_in_tx(conn: sqlite3.Connection, old_id: str, new_id: str, *, who: 
     mem_sql.add_history(conn, old_id, "superseded", old_content=old.content, new_content=new.content,
                         changes={"superseded_by": [None, new_id]}, who=who, why=why, at=at)
     return mem_sql.get(conn, old_id)  # type: ignore[return-value]
+
+
+#: The V3 fields :meth:`MemoryService.update` accepts (checked by memlane.v3.model.check_v3).
+_V3_PATCHABLE = frozenset({"scope", "source", "work_unit_ref", "related_files", "related_modules", "needs_review",
+                           "user_verified", "citation_text", "commit_sha", "decay_half_life_days", "type_fields"})
 
 
 def _check_actor(who: str | None, why: str | None) -> None:

@@ -13,7 +13,12 @@ _PATCHABLE = {
     "type", "content", "normalized_content", "content_hash", "context", "context_hash",
     "importance", "confidence", "project", "tags", "metadata", "pinned", "superseded_by",
     "embedding_model", "extraction_status", "source_type", "source_id",
+    # V3 (migration 0014)
+    "scope", "source", "work_unit_ref", "methodology", "related_files", "related_modules", "needs_review",
+    "user_verified", "citation_text", "commit_sha", "decay_half_life_days", "stale_at", "type_fields",
 }
+_JSON_COLUMNS = {"metadata", "work_unit_ref", "type_fields"}
+_LIST_COLUMNS = {"tags", "related_files", "related_modules"}
 
 
 def get(conn: sqlite3.Connection, memory_id: str) -> Memory | None:
@@ -75,12 +80,17 @@ def insert(conn: sqlite3.Connection, m: NewMemory) -> int:
     cur = conn.execute(
         """INSERT INTO memories (id, type, content, normalized_content, content_hash, context,
                context_hash, importance, confidence, project, tags, metadata, who, why,
-               source_type, source_id, created_at, updated_at, pinned, embedding_model)
-           VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+               source_type, source_id, created_at, updated_at, pinned, embedding_model,
+               scope, source, work_unit_ref, methodology, related_files, related_modules, needs_review,
+               user_verified, citation_text, commit_sha, decay_half_life_days, type_fields)
+           VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
         (m.id, m.type, m.content, m.normalized_content, m.content_hash, m.context, m.context_hash,
          m.importance, m.confidence, m.project, json.dumps(list(m.tags)), json.dumps(m.metadata),
          m.who, m.why, m.source_type, m.source_id, m.created_at, m.created_at, int(m.pinned),
-         m.embedding_model),
+         m.embedding_model,
+         m.scope, m.source, json.dumps(m.work_unit_ref) if m.work_unit_ref is not None else None, m.methodology,
+         json.dumps(list(m.related_files)), json.dumps(list(m.related_modules)), int(m.needs_review),
+         int(m.user_verified), m.citation_text, m.commit_sha, m.decay_half_life_days, json.dumps(m.type_fields)),
     )
     return int(cur.lastrowid)
 
@@ -97,11 +107,11 @@ def update_fields(conn: sqlite3.Connection, memory_id: str, fields: dict[str, An
         raise ValueError(f"not patchable: {sorted(unknown)}")
     values = []
     for key, value in fields.items():
-        if key == "tags":
+        if key in _LIST_COLUMNS:
             value = json.dumps(list(value))
-        elif key == "metadata":
-            value = json.dumps(value)
-        elif key == "pinned":
+        elif key in _JSON_COLUMNS:
+            value = json.dumps(value) if value is not None else None
+        elif key in ("pinned", "needs_review", "user_verified"):
             value = int(bool(value))
         values.append(value)
     assignments = ", ".join(f"{k} = ?" for k in fields)

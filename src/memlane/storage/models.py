@@ -39,6 +39,20 @@ class Memory:
     superseded_by: str | None
     embedding_model: str | None
     extraction_status: str
+    # V3 (migration 0014; memlane.v3.model checks them)
+    scope: str = "global"
+    source: str = "agent_explicit"
+    work_unit_ref: dict[str, Any] | None = None
+    methodology: str | None = None
+    related_files: tuple[str, ...] = ()
+    related_modules: tuple[str, ...] = ()
+    needs_review: bool = False
+    user_verified: bool = False
+    citation_text: str | None = None
+    commit_sha: str | None = None
+    decay_half_life_days: float | None = None
+    stale_at: str | None = None
+    type_fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Memory":
@@ -48,6 +62,13 @@ class Memory:
         d["metadata"] = json.loads(d["metadata"] or "{}")
         d["pinned"] = bool(d["pinned"])
         d["is_deleted"] = bool(d["is_deleted"])
+        if "scope" in d:
+            d["work_unit_ref"] = json.loads(d["work_unit_ref"]) if d["work_unit_ref"] else None
+            d["related_files"] = tuple(json.loads(d["related_files"] or "[]"))
+            d["related_modules"] = tuple(json.loads(d["related_modules"] or "[]"))
+            d["needs_review"] = bool(d["needs_review"])
+            d["user_verified"] = bool(d["user_verified"])
+            d["type_fields"] = json.loads(d["type_fields"] or "{}")
         return cls(**d)
 
 
@@ -95,6 +116,19 @@ class NewMemory:
     created_at: str = ""
     pinned: bool = False
     embedding_model: str | None = None
+    # V3 (migration 0014)
+    scope: str = "global"
+    source: str = "agent_explicit"
+    work_unit_ref: dict[str, Any] | None = None
+    methodology: str | None = None
+    related_files: tuple[str, ...] = ()
+    related_modules: tuple[str, ...] = ()
+    needs_review: bool = False
+    user_verified: bool = False
+    citation_text: str | None = None
+    commit_sha: str | None = None
+    decay_half_life_days: float | None = None
+    type_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,142 @@
+"""V3 memory endpoints (issue 42; docs/v3.md): ``/api/v3/...``.
+
+* ``GET /api/v3/memories``: list by the V3 fields (scope, source, work unit, related file...).
+* ``POST /api/v3/recall``: hybrid recall restricted by the same conditions.
+* ``GET /api/v3/stats``: live memories by scope, source and type; review and stale counts.
+* ``POST /api/v3/memories/{id}/verify``: the user's review (confirm, or send back to review).
+* ``POST/GET/DELETE /api/v3/relations``: memory-to-memory relations.
+
+Remembering with the V3 fields is ``POST /api/memory/remember`` (its body takes them); changing
+them is ``PATCH /api/memory/{id}``. Thin: the services check every value (422 in the one error shape).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.api.schemas import MemoryOut, memory_dict
+from memlane.container import Container
+from memlane.services.inputs import RecallQuery
+from memlane.storage.v3 import V3Filter
+from memlane.v3.service import V3Service
+
+
+
+def _s() -> Any:
+    """An optional string query parameter (a fresh Query each: FastAPI binds one per parameter)."""
+    return Query(None, max_length=1000)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class V3FilterIn(_Strict):
+    """Conditions on the V3 fields; all given ones must hold."""
+
+    scopes: list[str] = Field(default_factory=list, description="global, module, work_unit, session.")
+    sources: list[str] = Field(default_factory=list, description="agent_explicit, observer_inferred, ...")
+    methodology: str | None = None
+    work_unit: str | None = Field(None, description="The outermost entry of work_unit_ref.hierarchy.")
+    related_file: str | None = None
+    related_module: str | None = None
+    needs_review: bool | None = None
+    user_verified: bool | None = None
+    commit_sha: str | None = None
+    stale: bool | None = None
+
+    def to_filter(self, **extra: Any) -> V3Filter:
+        d = self.model_dump()
+        return V3Filter(scopes=tuple(d.pop("scopes")), sources=tuple(d.pop("sources")), **d, **extra)
+
+
+class V3RecallIn(V3FilterIn):
+    """A recall request with V3 conditions."""
+
+    query: str
+    limit: int = Field(10, description="Hits to return, 1..1000.")
+    project: str | None = None
+    types: list[str] = Field(default_factory=list)
+    include_global: bool = False
+    touch: bool = True
+
+
+class RelationIn(_Strict):
+    source_id: str
+    target_id: str
+    relation: Literal["validates", "required_with", "conflicts_with", "supersedes", "derived_from"]
+    weight: float = 1.0
+
+
+class VerifyIn(_Strict):
+    verified: bool = Field(True, description="True confirms; false sends the memory back to review.")
+    who: str | None = None
+
+
+def router(container: Container) -> APIRouter:
+    """The V3 routes over ``container``'s services."""
+    r = APIRouter(tags=["v3"])
+    svc = V3Service(container.db, container.memories, container.recall)
+
+    @r.get("/api/v3/memories")
+    def list_v3(project: str | None = _s(), type: list[str] = Query([]), scope: list[str] = Query([]),
+                source: list[str] = Query([]), methodology: str | None = _s(), work_unit: str | None = _s(),
+                related_file: str | None = _s(), related_module: str | None = _s(),
+                needs_review: bool | None = Query(None), user_verified: bool | None = Query(None),
+                commit_sha: str | None = Query(None, max_length=64), stale: bool | None = Query(None),
+                include_deleted: bool = Query(False), limit: int = Query(50, ge=1, le=1000),
+                offset: int = Query(0, ge=0, le=10_000_000)) -> dict[str, Any]:
+        """Memories matching every given condition, newest first (``type``/``scope``/``source`` repeatable)."""
+        f = V3Filter(project=project, types=tuple(type), scopes=tuple(scope), sources=tuple(source),
+                     methodology=methodology, work_unit=work_unit, related_file=related_file,
+                     related_module=related_module, needs_review=needs_review, user_verified=user_verified,
+                     commit_sha=commit_sha, stale=stale, include_deleted=include_deleted)
+        items, total = svc.search(f, limit=limit, offset=offset)
+        return {"items": [memory_dict(m) for m in items], "total": total, "limit": limit, "offset": offset}
+
+    @r.post("/api/v3/recall")
+    def recall_v3(body: V3RecallIn) -> JSONResponse:
+        """Hybrid recall keeping only hits that match the V3 conditions (ranked within the best
+        ``limit`` x 10 candidates, at least 100, at most 1000)."""
+        f = V3FilterIn.model_validate({k: getattr(body, k) for k in V3FilterIn.model_fields}).to_filter()
+        res = svc.recall(RecallQuery(query=body.query, limit=body.limit, project=body.project,
+                                     types=tuple(body.types), include_global=body.include_global,
+                                     touch=body.touch), f)
+        return JSONResponse({"results": [{**memory_dict(h.memory), "score": h.score, "vector_score": h.vector_score,
+                                          "bm25_score": h.bm25_score} for h in res.hits],
+                             "legs": list(res.legs), "took_ms": round(res.took_ms, 3)})
+
+    @r.get("/api/v3/stats")
+    def stats_v3(project: str | None = _s()) -> dict[str, Any]:
+        """Live memories by scope, source and type; how many need review, are verified, are stale."""
+        return svc.counts(project)
+
+    @r.post("/api/v3/memories/{memory_id}/verify", response_model=MemoryOut)
+    def verify(memory_id: str, body: VerifyIn | None = None) -> MemoryOut:
+        """Confirm a memory (user_verified, out of the review queue) or send it back to review."""
+        body = body or VerifyIn()
+        return MemoryOut.of(svc.verify(memory_id, verified=body.verified, who=body.who))
+
+    @r.post("/api/v3/relations")
+    def add_relation(body: RelationIn) -> dict[str, Any]:
+        """Store a directed relation between two live memories (again: updates the weight)."""
+        return svc.relate(body.source_id, body.target_id, body.relation, weight=body.weight)
+
+    @r.get("/api/v3/relations")
+    def list_relations(memory_id: str = Query(..., max_length=200),
+                       direction: Literal["out", "in", "both"] = Query("both"),
+                       relation: str | None = Query(None, max_length=64)) -> dict[str, Any]:
+        """Relations touching one memory."""
+        return {"relations": svc.relations(memory_id, direction=direction, relation=relation)}
+
+    @r.delete("/api/v3/relations")
+    def delete_relation(source_id: str = Query(..., max_length=200), target_id: str = Query(..., max_length=200),
+                        relation: str | None = Query(None, max_length=64)) -> dict[str, Any]:
+        """Delete the relation(s) from ``source_id`` to ``target_id``."""
+        return {"removed": svc.unrelate(source_id, target_id, relation)}
+
+    return r
