@@ -5,6 +5,8 @@
 * ``GET /api/v3/stats``: live memories by scope, source and type; review and stale counts.
 * ``POST /api/v3/memories/{id}/verify``: the user's review (confirm, or send back to review).
 * ``POST/GET/DELETE /api/v3/relations``: memory-to-memory relations.
+* ``POST /api/v3/coaccess/bootstrap``, ``GET /api/v3/coaccess/predict``, ``GET /api/v3/coaccess/stats``:
+  the co-access graph of a project's files (from ``git log``; memlane.coaccess).
 
 Remembering with the V3 fields is ``POST /api/memory/remember`` (its body takes them); changing
 them is ``PATCH /api/memory/{id}``. Thin: the services check every value (422 in the one error shape).
@@ -70,6 +72,13 @@ class RelationIn(_Strict):
     target_id: str
     relation: Literal["validates", "required_with", "conflicts_with", "supersedes", "derived_from"]
     weight: float = 1.0
+
+
+class BootstrapIn(_Strict):
+    repo: str = Field(..., description="Path of the project's git repository (the daemon's filesystem).")
+    project: str = Field("", description="Project name the graph is kept under ('' = default).")
+    rev: str = Field("HEAD", description="Revision whose history is read.")
+    max_commits: int | None = Field(None, description="Only the newest this many commits.")
 
 
 class VerifyIn(_Strict):
@@ -138,5 +147,31 @@ def router(container: Container) -> APIRouter:
                         relation: str | None = Query(None, max_length=64)) -> dict[str, Any]:
         """Delete the relation(s) from ``source_id`` to ``target_id``."""
         return {"removed": svc.unrelate(source_id, target_id, relation)}
+
+    from pathlib import Path
+
+    from memlane.coaccess.graph import MAX_K, CoAccessService
+
+    co = CoAccessService(container.db)
+
+    @r.post("/api/v3/coaccess/bootstrap")
+    def coaccess_bootstrap(body: BootstrapIn) -> dict[str, Any]:
+        """Rebuild a project's co-access graph from ``git log`` of a repository (real git)."""
+        return co.bootstrap_git(Path(body.repo).expanduser(), project=body.project, rev=body.rev,
+                                max_commits=body.max_commits)
+
+    @r.get("/api/v3/coaccess/predict")
+    def coaccess_predict(file: str = Query(..., max_length=1000), project: str = Query("", max_length=200),
+                         k: int = Query(10, ge=1, le=MAX_K), suffix: str = Query("", max_length=20)
+                         ) -> dict[str, Any]:
+        """The files most likely needed with ``file``, best first (reason: co-change, directory, popular)."""
+        preds = co.predict(file, project=project, k=k, suffix=suffix)
+        return {"file": file, "predictions": [{"file": p.file, "score": round(p.score, 6), "raw_count": p.raw_count,
+                                               "weight": round(p.weight, 6), "reason": p.reason} for p in preds]}
+
+    @r.get("/api/v3/coaccess/stats")
+    def coaccess_stats(project: str = Query("", max_length=200)) -> dict[str, Any]:
+        """Files and directed edges of a project's co-access graph."""
+        return co.stats(project)
 
     return r

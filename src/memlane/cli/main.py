@@ -46,6 +46,7 @@ app.add_typer(token_app, name="token")
 app.command(name="doctor")(doctor)
 import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
 app.add_typer(v3_cmd.memories_app, name="memories")
+app.add_typer(v3_cmd.coaccess_app, name="coaccess")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

@@ -5,6 +5,8 @@
   ``--fields``) and the V3 conditions to ``memlane recall`` (``--scope``, ``--source``, ``--file``,
   ``--module``, ``--work-unit``, ``--needs-review/--reviewed``).
 * ``memlane memories list|stats|verify|relate|relations``: the ``/api/v3`` routes.
+* ``memlane coaccess bootstrap|predict|stats``: the co-access graph (``/api/v3/coaccess``).
+* ``memlane bench prefetch``: registered on the bench group (memlane.bench.prefetch).
 
 Light: only typer, rich and the HTTP client are imported (no numpy, no database).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
@@ -21,11 +24,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from memlane.cli.bench import bench_app
 from memlane.cli.client import Client
 from memlane.config import load_settings
 from memlane.errors import MemlaneError, ValidationError
 
 memories_app = typer.Typer(help="V3 memories: list by scope, source, work unit, file; review; relations.",
+                           no_args_is_help=True, add_completion=False)
+coaccess_app = typer.Typer(help="Co-access graph of a project's files: bootstrap from git log, predict.",
                            no_args_is_help=True, add_completion=False)
 _out = Console()
 _err = Console(stderr=True, soft_wrap=True)
@@ -210,3 +216,71 @@ def relations_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _UR
     r = _call(url, "GET", "/api/v3/relations", params={"memory_id": memory_id})
     for e in r["relations"]:
         _out.print(f"{e['source_id']} {e['relation']} {e['target_id']} (weight {e['weight']})", highlight=False)
+
+
+@coaccess_app.command("bootstrap")
+def coaccess_bootstrap(repo: Path = typer.Argument(Path("."), help="The project's git repository."),
+                       project: str = typer.Option("", help="Project name the graph is kept under."),
+                       rev: str = typer.Option("HEAD", help="Revision whose history is read."),
+                       max_commits: Optional[int] = typer.Option(None, help="Only the newest N commits."),
+                       url: Optional[str] = _URL) -> None:
+    """(Re)build the project's co-access graph from `git log` (the daemon runs git)."""
+    r = _call(url, "POST", "/api/v3/coaccess/bootstrap", json={
+        "repo": str(repo.resolve()), "project": project, "rev": rev, "max_commits": max_commits})
+    _out.print(f"{r['commits']} commits -> {r['files']} files, {r['edges']} edges ({r['took_ms']:.0f} ms)",
+               highlight=False)
+
+
+@coaccess_app.command("predict")
+def coaccess_predict(file: str = typer.Argument(..., help="A file path, relative to the repository root."),
+                     project: str = typer.Option("", help="Project name."),
+                     k: int = typer.Option(10, "-k", help="How many files, 1..100."),
+                     url: Optional[str] = _URL) -> None:
+    """The files most likely needed together with FILE."""
+    r = _call(url, "GET", "/api/v3/coaccess/predict", params={"file": file, "project": project, "k": k})
+    for p in r["predictions"]:
+        _out.print(f"{p['score']:8.3f}  {p['raw_count']:4d}  {p['reason']:<9}  {p['file']}", highlight=False)
+
+
+@coaccess_app.command("stats")
+def coaccess_stats(project: str = typer.Option("", help="Project name."), url: Optional[str] = _URL) -> None:
+    """Files and edges in the project's co-access graph."""
+    _out.print_json(json.dumps(_call(url, "GET", "/api/v3/coaccess/stats", params={"project": project})))
+
+
+@bench_app.command("prefetch")
+def bench_prefetch(data: Path = typer.Option(Path("../shared/bench-data/cochange"), help="The cochange data "
+                                             "directory (MANIFEST.md)."),
+                   git: bool = typer.Option(True, "--git/--no-git", help="Bootstrap through a real git repository "
+                                            "(git fast-import, then git log) or from the recorded changes."),
+                   online: bool = typer.Option(False, help="Also learn each scored commit after scoring it."),
+                   out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/).")) -> None:
+    """Co-access graph vs the co-change-count and import baselines on httpx's history: bootstrap
+    from the commits up to 0.23.0, then for each later commit give its first file and predict the
+    rest (recall@5, recall@10, MRR; per-commit time)."""
+    from datetime import datetime
+
+    from memlane.bench.prefetch import run
+
+    try:
+        report = run(data, use_git=git, online=online, progress=lambda m: _err.print(f"[dim]{escape(m)}...[/dim]"))
+    except MemlaneError as exc:
+        _err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    path = out or Path("bench-results") / f"prefetch-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    b = report["bootstrap"]
+    _out.print(f"bootstrap ({b['source']}): {b['commits']} commits -> {b['files']} files, {b['edges']} edges "
+               f"in {b['total_ms']:.0f} ms", highlight=False)
+    for label, s in report["sets"].items():
+        t = Table(title=f"{label}: {s['commits']} commits after 0.23.0" + (" (online)" if report["online"] else ""))
+        for col in ("method", "recall@5", "recall@10", "MRR"):
+            t.add_column(col)
+        for name, m in s["methods"].items():
+            t.add_row(name, f"{m['recall@5']:.4f}", f"{m['recall@10']:.4f}", f"{m['mrr']:.4f}")
+        _out.print(t)
+        ms = s["ms_per_commit"]
+        _out.print(f"graph prediction per commit: p50 {ms['p50']:.3f} ms, p95 {ms['p95']:.3f} ms, "
+                   f"max {ms['max']:.3f} ms", highlight=False)
+    _out.print(f"report: {path}", highlight=False)
