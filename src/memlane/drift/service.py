@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from memlane.drift import references as refs_mod
+from memlane.drift.sentences import split_sentences
 from memlane.drift.settings import DriftSettings
+from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import now_iso, to_iso
@@ -47,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: The chunk memories of documents are what references point at; they are never checked.
 CHUNK_TYPE = "document_chunk"
+#: Documents whose sentence vectors are kept in memory (least recently used dropped).
+SENTENCE_CACHE = 256
 #: Prefix of a document reference stored before its document is ingested (resolved at check).
 UNRESOLVED = "?"
 
@@ -98,11 +103,12 @@ class DriftService:
         db: the database (migrated to 0013).
         index: the in-memory index (memory and chunk vectors).
         settings: returns the current :class:`DriftSettings` (read at use time).
+        embedder: returns the embedder (None: chunk vectors only, no sentence vectors).
         now: the clock, ISO-8601 UTC.
     """
 
     def __init__(self, db: Database, index: MemoryIndex, settings: Callable[[], DriftSettings], *,
-                 now: Callable[[], str] = now_iso) -> None:
+                 embedder: Callable[[], Any] | None = None, now: Callable[[], str] = now_iso) -> None:
         self.db = db
         self.index = index
         self._settings = settings
@@ -114,6 +120,10 @@ class DriftService:
         self._pending: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-drift")
         self._closed = False
+        self._embedder = embedder
+        self._starts = 0
+        self._seen_projects: set[str] = set()
+        self._sentences: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
 
     # -- state ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -360,34 +370,60 @@ class DriftService:
         return rows
 
     def distances(self, pairs: Sequence[tuple[int, str]]) -> list[float | None]:
-        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq) and the
-        current chunks of a document (by id), from the in-memory index; None when the memory or
-        the document has no vector."""
+        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq) and a
+        document (by id): the max over the document's current chunk vectors (from the in-memory
+        index) and its sentence vectors (:meth:`sentence_vectors`). None when the memory or the
+        document has no vector."""
         doc_ids = sorted({d for _, d in pairs})
-        chunks = self.db.read(lambda c: drift_sql.chunk_seqs(c, doc_ids))
+        chunks = self.db.read(lambda c: drift_sql.chunk_rows(c, doc_ids))
         mem_seqs = sorted({m for m, _ in pairs})
-        all_seqs = mem_seqs + [x for d in doc_ids for x in chunks.get(d, [])]
-        vecs, has = self.index.vectors_of(all_seqs)
-        if not len(all_seqs) or not has.any():
-            return [None] * len(pairs)
-        norms = np.linalg.norm(vecs, axis=1)
-        norms[norms == 0] = 1.0
-        vecs = vecs / norms[:, None]
-        row = {seq: i for i, seq in enumerate(all_seqs[: len(mem_seqs)])}
-        start, spans = len(mem_seqs), {}
+        mvecs, mhas = self.index.vectors_of(mem_seqs)
+        mvecs = _unit(mvecs)
+        row = {seq: i for i, seq in enumerate(mem_seqs)}
+        units: dict[str, np.ndarray] = {}
         for d in doc_ids:
-            n = len(chunks.get(d, []))
-            idx = np.arange(start, start + n)
-            spans[d] = idx[has[idx]]
-            start += n
+            rows = chunks.get(d, [])
+            cv, chas = self.index.vectors_of([seq for seq, _ in rows]) if rows else (None, None)
+            parts = [_unit(cv[chas])] if rows and chas.any() else []
+            sv = self.sentence_vectors(d, [text for _, text in rows])
+            if sv is not None and len(sv):
+                parts.append(sv)
+            if parts:
+                units[d] = np.vstack(parts)
         out: list[float | None] = []
         for m, d in pairs:
-            i, span = row[m], spans.get(d)
-            if not has[i] or span is None or not len(span):
+            i, u = row[m], units.get(d)
+            if not mhas[i] or u is None:
                 out.append(None)
                 continue
-            out.append(float(1.0 - np.max(vecs[span] @ vecs[i])))
+            out.append(float(1.0 - np.max(u @ mvecs[i])))
         return out
+
+    def sentence_vectors(self, document_id: str, chunk_texts: Sequence[str]) -> np.ndarray | None:
+        """Unit vectors [n, d] of the sentences of a document's current chunks, embedded once per
+        version of its text (kept for the last :data:`SENTENCE_CACHE` documents); None without an
+        embedder. A statement that is still in the document finds its own sentence here, which
+        a 2,000-character chunk's vector does not resolve (docs/drift.md)."""
+        emb = self._embedder() if self._embedder is not None else None
+        if emb is None or not chunk_texts:
+            return None
+        key = hash(tuple(chunk_texts))
+        with self._lock:
+            hit = self._sentences.get(document_id)
+            if hit is not None and hit[0] == key:
+                self._sentences.move_to_end(document_id)
+                return hit[1]
+        sents = split_sentences("\n\n".join(chunk_texts))
+        if not sents:
+            return None
+        vecs = _unit(np.asarray(emb.embed(sents), dtype=np.float32))
+        if vecs.shape[1] != self.index.dimensions:
+            return None
+        with self._lock:
+            self._sentences[document_id] = (key, vecs)
+            while len(self._sentences) > SENTENCE_CACHE:
+                self._sentences.popitem(last=False)
+        return vecs
 
     def _drift(self, pairs: list[tuple[str, int, str]], threshold: float) -> list[dict[str, Any]]:
         dist = self.distances([(seq, d) for _, seq, d in pairs])
@@ -402,6 +438,105 @@ class DriftService:
                         "context": {"document_id": doc, "title": titles[doc], "max_sim": 1.0 - dd,
                                     "threshold": threshold}})
         return out
+
+    # -- staleness sweep --------------------------------------------------------------------
+    def sweep(self, project: str | None = None) -> dict[str, Any]:
+        """Check every file reference (of one project root, or all): a missing file that git saw
+        renamed gets its reference rewritten to the new path (its stale rows resolved); any other
+        missing file marks the reference stale and writes a ``memory_stale_file`` row.
+
+        Returns counts: ``checked``, ``missing``, ``renamed``, ``stale``, ``git`` (repositories
+        read), and the ``renames`` / ``stale_files`` as ``[memory_id, old, new]`` /
+        ``[memory_id, path, reason]``."""
+        s = self._settings()
+        rows = self.db.read(lambda c: drift_sql.file_references(c, project))
+        by_root: dict[str, list[tuple[Reference, str]]] = {}
+        for ref, root, created in rows:
+            by_root.setdefault(root, []).append((ref, created))
+        renames: list[list[str]] = []
+        stale: list[list[str]] = []
+        repos = 0
+        for root, refs in by_root.items():
+            missing = [(r, created) for r, created in refs if not os.path.exists(os.path.join(root, r.target))]
+            if not missing:
+                continue
+            changes = None
+            groot = git_root(root) if s.git else None
+            if groot is not None:
+                repos += 1
+                changes = git_changes(groot, since=min(created for _, created in missing))
+                prefix = os.path.relpath(os.path.realpath(root), os.path.realpath(groot)).replace(os.sep, "/")
+                prefix = "" if prefix == "." else prefix + "/"
+            for r, _ in missing:
+                verdict, new = ("unknown", None)
+                if changes is not None:
+                    verdict, new = changes.final(prefix + r.target)
+                    if new is not None and new.startswith(prefix) and os.path.exists(os.path.join(groot, new)):
+                        new = new[len(prefix):]
+                    else:
+                        new = None
+                if verdict == "renamed" and new is not None:
+                    renames.append([r.memory_id, r.target, new])
+                else:
+                    stale.append([r.memory_id, r.target, "was deleted (git)" if verdict == "deleted" else "is missing"])
+        at = self._now()
+        since = _minus_hours(at, s.debounce_hours)
+
+        def job(conn):
+            eids = []
+            for mid, old, new in renames:
+                drift_sql.rename_file(conn, mid, old, new)
+                drift_sql.resolve_target(conn, mid, old, "memory_stale_file", at=at)
+            for mid, path, reason in stale:
+                drift_sql.mark_file_stale(conn, mid, path, reason=reason, at=at)
+                eid, _ = drift_sql.record(conn, memory_id=mid, error_type="memory_stale_file", target=path,
+                                          distance=1.0, context={"reason": reason}, at=at, debounce_since=since)
+                eids.append(eid)
+            return drift_sql.get_errors(conn, eids), drift_sql.references(conn, sorted({m for m, *_ in renames}))
+
+        if renames or stale:
+            errors, fresh = self.db.write(job)
+            with self._lock:
+                for mid in {m for m, *_ in renames}:
+                    self._refs[mid] = tuple(x for x in fresh if x.memory_id == mid)
+                    left = tuple(f for f in self._flags.get(mid, ())
+                                 if not (f.error_type == "memory_stale_file"
+                                         and any(f.target == o for m2, o, _ in renames if m2 == mid)))
+                    if left:
+                        self._flags[mid] = left
+                    else:
+                        self._flags.pop(mid, None)
+            for e in errors:
+                self._add_flag(e.memory_id, _flag(e))
+        return {"checked": len(rows), "missing": len(renames) + len(stale), "renamed": len(renames),
+                "stale": len(stale), "git": repos, "renames": renames, "stale_files": stale}
+
+    def session_started(self, project: str | None) -> None:
+        """Count a session-start; the sweep runs (write-behind) every ``sweep_every_sessions``
+        starts, and for a project at its first session in this process when it has had no
+        earlier one."""
+        s = self._settings()
+        if self._closed or not s.enabled or s.sweep_every_sessions <= 0:
+            return
+        with self._lock:
+            self._starts += 1
+            every = self._starts % s.sweep_every_sessions == 0
+            first = project is not None and project not in self._seen_projects
+            if project is not None:
+                self._seen_projects.add(project)
+        if every or first:
+            try:
+                self._pool.submit(self._sweep_job, None if every else project, first and not every)
+            except RuntimeError:
+                pass
+
+    def _sweep_job(self, project: str | None, only_if_new: bool) -> None:
+        try:
+            if only_if_new and self.db.read(lambda c: drift_sql.session_count(c, project)) > 1:
+                return
+            self.sweep(project)
+        except Exception:
+            log.exception("staleness sweep failed")
 
     # -- consumer surface -------------------------------------------------------------------
     def list(self, *, error_type: str | None = None, memory_id: str | None = None, resolved: bool | None = False,
@@ -463,6 +598,13 @@ class DriftService:
                         else:
                             self._flags.pop(mid)
         return ok
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    n = np.linalg.norm(v, axis=1)
+    n[n == 0] = 1.0
+    return v / n[:, None]
 
 
 def _minus_hours(at: str, hours: float) -> str | None:

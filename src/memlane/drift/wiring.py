@@ -15,7 +15,7 @@ def wire(c: "Container") -> DriftService:
     create, resolution on update, removal on forget), recall (retrieval rules, write-behind
     check) and sessions (no proactive injection of flagged memories). Settings are read at use
     time (``c.settings.drift``)."""
-    svc = DriftService(c.db, c.recall.index, lambda: c.settings.drift)
+    svc = DriftService(c.db, c.recall.index, lambda: c.settings.drift, embedder=lambda: c.memories.embedder)
     svc.load()
     c.memories.created_hooks.append(svc.created_hook)
     c.memories.listeners.append(svc.on_memory_event)

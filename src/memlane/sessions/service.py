@@ -233,6 +233,7 @@ class SessionService:
         chosen_ids = {c.id for c in chosen}
         if self.drift is not None:  # issue 41: what is shown is checked for drift, write-behind
             self.drift.schedule_ids(list(chosen_ids))
+            self.drift.session_started(project)  # the periodic staleness sweep
         p_scores = decision.predictor_scores if decision is not None else {}
         p_ranks = decision.predictor_rank if decision is not None else {}
         feats = decision.features if decision is not None and not deferred else {}  # deferred: recorded later

@@ -86,17 +86,17 @@ def references(conn: sqlite3.Connection, memory_ids: Sequence[str] | None = None
     return [Reference(*r) for r in conn.execute(sql + " ORDER BY r.id", args)]
 
 
-def file_references(conn: sqlite3.Connection, project: str | None = None) -> list[tuple[Reference, str]]:
-    """Every live memory's file references with the memory's project root: ``(reference, project)``,
-    optionally of one project only."""
-    sql = ("SELECT r.memory_id, r.kind, r.raw, r.target, r.stale_at, r.stale_reason, m.project "
+def file_references(conn: sqlite3.Connection, project: str | None = None) -> list[tuple[Reference, str, str]]:
+    """Every live memory's file references with the memory's project root and creation time:
+    ``(reference, project, created_at)``, optionally of one project only."""
+    sql = ("SELECT r.memory_id, r.kind, r.raw, r.target, r.stale_at, r.stale_reason, m.project, m.created_at "
            "FROM memory_references r JOIN memories m ON m.id = r.memory_id "
            "WHERE r.kind = 'file' AND m.is_deleted = 0 AND m.project IS NOT NULL")
     args: list[Any] = []
     if project is not None:
         sql += " AND m.project = ?"
         args.append(project)
-    return [(Reference(*r[:6]), r[6]) for r in conn.execute(sql + " ORDER BY r.id", args)]
+    return [(Reference(*r[:6]), r[6], r[7]) for r in conn.execute(sql + " ORDER BY r.id", args)]
 
 
 def mark_file_stale(conn: sqlite3.Connection, memory_id: str, target: str, *, reason: str, at: str) -> bool:
@@ -132,6 +132,19 @@ def document_title(conn: sqlite3.Connection, document_id: str) -> str | None:
     """A document's title (or URL when untitled), None when unknown."""
     r = conn.execute("SELECT coalesce(title, source_url) FROM documents WHERE id = ?", (document_id,)).fetchone()
     return r[0] if r else None
+
+
+def chunk_rows(conn: sqlite3.Connection, document_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
+    """The live chunk memories of each document: ``(seq, content)`` in chunk order."""
+    if not document_ids:
+        return {}
+    out: dict[str, list[tuple[int, str]]] = {d: [] for d in document_ids}
+    for doc, seq, content in conn.execute(
+            "SELECT dm.document_id, m.seq, m.content FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
+            f"WHERE dm.document_id IN ({','.join('?' * len(document_ids))}) AND m.is_deleted = 0 "
+            "ORDER BY dm.chunk_index", list(document_ids)):
+        out[doc].append((int(seq), content))
+    return out
 
 
 def chunk_seqs(conn: sqlite3.Connection, document_ids: Sequence[str]) -> dict[str, list[int]]:
@@ -268,3 +281,8 @@ def seqs_of(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[str, in
     return {r[0]: int(r[1]) for r in conn.execute(
         f"SELECT id, seq FROM memories WHERE is_deleted = 0 AND id IN ({','.join('?' * len(memory_ids))})",
         list(memory_ids))}
+
+
+def session_count(conn: sqlite3.Connection, project: str | None) -> int:
+    """Sessions recorded for a project."""
+    return int(conn.execute("SELECT count(*) FROM sessions WHERE project IS ?", (project,)).fetchone()[0])
