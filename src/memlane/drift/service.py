@@ -37,12 +37,14 @@ import numpy as np
 
 from memlane.drift import references as refs_mod
 from memlane.drift.sentences import split_sentences
+from memlane.drift.propagation import propagate
 from memlane.drift.settings import DriftSettings
 from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
+from memlane.storage import relations as rel_sql
 from memlane.storage.db import Database
 from memlane.storage.drift import PredictionError, Reference
 
@@ -158,7 +160,10 @@ class DriftService:
     def _add_flag(self, memory_id: str, flag: Flag) -> None:
         with self._lock:
             old = [f for f in self._flags.get(memory_id, ()) if f.error_id != flag.error_id]
+            newly = memory_id not in self._flags
             self._flags[memory_id] = (*old, flag)
+        if newly:  # flagged wrong or stale: its related memories feel it (confidence propagation)
+            self._propagate_flag(memory_id)
 
     def _drop(self, memory_id: str, *, refs: bool) -> None:
         with self._lock:
@@ -199,7 +204,8 @@ class DriftService:
 
     def on_memory_event(self, event: str, memory: Any) -> None:
         """``MemoryService.listeners`` entry: ``updated`` resolves open rows and re-extracts the
-        references; ``deleted`` removes rows and references; ``recovered`` re-extracts."""
+        references; ``deleted`` removes rows and references; ``superseded`` propagates a drop to
+        zero to its related memories (its own row unchanged); ``recovered`` re-extracts."""
         if memory.type == CHUNK_TYPE:
             return
         at = self._now()
@@ -212,6 +218,11 @@ class DriftService:
         elif event == "deleted":
             self.db.write(lambda conn: drift_sql.delete_memory(conn, memory.id))
             self._drop(memory.id, refs=True)
+        elif event == "superseded":  # its related memories lose what it gave them
+            try:
+                self.propagate(memory.id, 0.0, store_source=False)
+            except Exception:
+                log.exception("confidence propagation from superseded %s failed", memory.id)
         elif event == "recovered":
             self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at))
 
@@ -537,6 +548,52 @@ class DriftService:
             self.sweep(project)
         except Exception:
             log.exception("staleness sweep failed")
+
+    # -- confidence propagation -------------------------------------------------------------
+    def propagate(self, memory_id: str, new_confidence: float, *, store_source: bool = True) -> dict[str, float]:
+        """Change a memory's confidence to ``new_confidence`` and propagate the change along its
+        relations (:mod:`memlane.drift.propagation`), in one write transaction. With
+        ``store_source`` False the memory's own row is left as it is (a flag whose penalty is
+        applied at retrieval) and only its neighbours change.
+
+        Returns ``memory id -> new confidence`` of every memory changed (the source included
+        when stored).
+
+        Raises:
+            ValidationError: a confidence outside [0, 1]. NotFound: no live memory with that id.
+        """
+        if isinstance(new_confidence, bool) or not isinstance(new_confidence, (int, float)) \
+                or not 0.0 <= new_confidence <= 1.0:
+            raise ValidationError("confidence: a number in [0, 1]", details={"field": "confidence"})
+        floor = self._settings().propagation_floor
+        at = self._now()
+
+        def job(conn):
+            cur = drift_sql.confidences(conn, [memory_id]).get(memory_id)
+            if cur is None:
+                raise NotFound(f"memory {memory_id} not found")
+
+            def neighbours(node):
+                return [(r.target_id if r.source_id == node else r.source_id, r.relation, r.weight)
+                        for r in rel_sql.list_for(conn, node)]
+
+            changes = propagate(memory_id, cur, float(new_confidence), neighbours=neighbours,
+                                confidence=lambda m: drift_sql.confidences(conn, [m]).get(m), floor=floor)
+            if store_source:
+                changes = {memory_id: float(new_confidence), **changes}
+            drift_sql.set_confidence(conn, changes, at=at)
+            return changes
+
+        return self.db.write(job)
+
+    def _propagate_flag(self, memory_id: str) -> None:
+        """A new flag: the memory's neighbours feel the penalty its retrieval applies."""
+        try:
+            cur = self.db.read(lambda c: drift_sql.confidences(c, [memory_id])).get(memory_id)
+            if cur is not None:
+                self.propagate(memory_id, cur * (1.0 - self._settings().penalty), store_source=False)
+        except Exception:
+            log.exception("confidence propagation from %s failed", memory_id)
 
     # -- consumer surface -------------------------------------------------------------------
     def list(self, *, error_type: str | None = None, memory_id: str | None = None, resolved: bool | None = False,
