@@ -36,7 +36,7 @@ from conftest import free_port
 pytestmark = pytest.mark.anyio
 
 TOOLS = {"memory_search", "memory_store", "memory_get", "memory_list", "memory_modify", "memory_forget",
-         "memory_feedback"}
+         "memory_feedback", "memory_prune"}
 CALL_TIMEOUT_S = 60
 
 
@@ -236,7 +236,7 @@ async def test_http_lists_seven_tools_with_descriptions_and_schemas(inproc: InPr
     assert tools["memory_search"].input_schema["required"] == ["query"]
     assert tools["memory_store"].input_schema["properties"]["importance"]["maximum"] == 1
     assert set(tools["memory_modify"].input_schema["properties"]) == {
-        "id", "content", "type", "importance", "tags", "pinned", "why"}
+        "id", "content", "type", "importance", "tags", "pinned", "keep", "why"}
     assert tools["memory_feedback"].input_schema["required"] == ["session_key", "feedback"]
     assert tools["memory_get"].annotations.read_only_hint is True
     assert tools["memory_forget"].annotations.destructive_hint is True

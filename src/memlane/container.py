@@ -183,4 +183,5 @@ def _wire_pipeline(c: Container) -> None:
     extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
     extract_job.add_workers(c, pipeline().worker.concurrency)  # extraction-2 ... (worker.concurrency)
     wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers
+    from memlane.v3 import lifecycle as v3_lifecycle; v3_lifecycle.wire(c)  # noqa: E702  pruning worker (docs/v3.md)
     drift_wiring.wire(c)  # issue 41: references, drift check, retrieval rules, staleness sweep

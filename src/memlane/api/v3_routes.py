@@ -5,6 +5,8 @@
 * ``GET /api/v3/stats``: live memories by scope, source and type; review and stale counts.
 * ``POST /api/v3/memories/{id}/verify``: the user's review (confirm, or send back to review).
 * ``POST/GET/DELETE /api/v3/relations``: memory-to-memory relations.
+* ``POST /api/v3/lifecycle/run|archive|prune-low-confidence``, ``GET /api/v3/lifecycle/status``,
+  ``POST /api/v3/memories/{id}/keep|pin``: pruning and the user's controls (memlane.v3.lifecycle).
 * ``POST /api/v3/coaccess/bootstrap``, ``GET /api/v3/coaccess/predict``, ``GET /api/v3/coaccess/stats``:
   the co-access graph of a project's files (from ``git log``; memlane.coaccess).
 
@@ -81,6 +83,30 @@ class BootstrapIn(_Strict):
     max_commits: int | None = Field(None, description="Only the newest this many commits.")
 
 
+class LifecycleRunIn(_Strict):
+    dry_run: bool = Field(False, description="Report what the rules would do without doing it.")
+    project: str | None = Field(None, description="Only this project's memories.")
+    project_root: str | None = Field(None, description="Directory for the file rules (default: the project's "
+                                     "latest session's working directory).")
+
+
+class ArchiveIn(_Strict):
+    methodology: str
+    work_unit: str = Field(..., description="The merged work unit (outermost hierarchy entry).")
+    dry_run: bool = False
+
+
+class PruneLowIn(_Strict):
+    threshold: float = Field(0.2, description="Prune memories with confidence below this, 0..1.")
+    idle_days: float = Field(30.0, description="... not accessed for this many days.")
+    project: str | None = None
+    dry_run: bool = False
+
+
+class PinIn(_Strict):
+    pinned: bool = True
+
+
 class VerifyIn(_Strict):
     verified: bool = Field(True, description="True confirms; false sends the memory back to review.")
     who: str | None = None
@@ -151,6 +177,45 @@ def router(container: Container) -> APIRouter:
     from pathlib import Path
 
     from memlane.coaccess.graph import MAX_K, CoAccessService
+    from memlane.v3.lifecycle import LifecycleService
+
+    life = LifecycleService(container.db, container.memories)
+
+    @r.post("/api/v3/lifecycle/run")
+    def lifecycle_run(body: LifecycleRunIn | None = None) -> dict[str, Any]:
+        """Prune now: apply the lifecycle rules once (or report them with ``dry_run``)."""
+        body = body or LifecycleRunIn()
+        return life.run(project=body.project, project_root=body.project_root, dry_run=body.dry_run)
+
+    @r.post("/api/v3/lifecycle/archive")
+    def lifecycle_archive(body: ArchiveIn) -> dict[str, Any]:
+        """Archive the memories of a merged work unit (pinned and user-verified ones stay)."""
+        return life.archive_work_unit(body.methodology, body.work_unit, dry_run=body.dry_run)
+
+    @r.post("/api/v3/lifecycle/prune-low-confidence")
+    def lifecycle_prune_low(body: PruneLowIn) -> dict[str, Any]:
+        """Prune memories below a confidence threshold not accessed for some days."""
+        return life.prune_low_confidence(threshold=body.threshold, idle_days=body.idle_days, project=body.project,
+                                         dry_run=body.dry_run)
+
+    @r.get("/api/v3/lifecycle/status")
+    def lifecycle_status() -> dict[str, Any]:
+        """The background lifecycle worker's telemetry and last report (null before its first run)."""
+        try:
+            w = container.workers.get("v3-lifecycle")
+        except KeyError:
+            return {"worker": None, "last_report": None}
+        return {"worker": w.telemetry(), "last_report": getattr(w, "last_report", None)}
+
+    @r.post("/api/v3/memories/{memory_id}/keep", response_model=MemoryOut)
+    def keep(memory_id: str) -> MemoryOut:
+        """Keep a memory: user-verified, so no automatic rule prunes it (and out of review)."""
+        return MemoryOut.of(svc.verify(memory_id, verified=True, who="user"))
+
+    @r.post("/api/v3/memories/{memory_id}/pin", response_model=MemoryOut)
+    def pin(memory_id: str, body: PinIn | None = None) -> MemoryOut:
+        """Pin (or with ``{"pinned": false}`` unpin) a memory: always a session-start candidate, never pruned."""
+        return MemoryOut.of(container.memories.update(memory_id, {"pinned": (body or PinIn()).pinned}, who="user"))
 
     co = CoAccessService(container.db)
 

@@ -4,7 +4,8 @@
   ``--file``, ``--module``, ``--work-unit``, ``--commit``, ``--citation``, ``--needs-review``,
   ``--fields``) and the V3 conditions to ``memlane recall`` (``--scope``, ``--source``, ``--file``,
   ``--module``, ``--work-unit``, ``--needs-review/--reviewed``).
-* ``memlane memories list|stats|verify|relate|relations``: the ``/api/v3`` routes.
+* ``memlane memories list|stats|verify|relate|relations|prune|prune-low|archive|keep|pin``: the
+  ``/api/v3`` routes.
 * ``memlane coaccess bootstrap|predict|stats``: the co-access graph (``/api/v3/coaccess``).
 * ``memlane bench prefetch``: registered on the bench group (memlane.bench.prefetch).
 
@@ -284,3 +285,65 @@ def bench_prefetch(data: Path = typer.Option(Path("../shared/bench-data/cochange
         _out.print(f"graph prediction per commit: p50 {ms['p50']:.3f} ms, p95 {ms['p95']:.3f} ms, "
                    f"max {ms['max']:.3f} ms", highlight=False)
     _out.print(f"report: {path}", highlight=False)
+
+
+def _report(r: dict[str, Any], verb: str) -> None:
+    what = "would be " if r.get("dry_run") else ""
+    _out.print(f"{r.get(verb, 0)} {what}{verb}" + (f", {r['stale_marked']} {what}marked stale"
+                                                    if "stale_marked" in r else ""), highlight=False)
+    for rule, n in (r.get("by_rule") or {}).items():
+        _out.print(f"  {rule}: {n}", highlight=False)
+
+
+@memories_app.command("prune")
+def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only report what the rules would do."),
+              project: Optional[str] = typer.Option(None, help="Only this project's memories."),
+              root: Optional[Path] = typer.Option(None, "--root", help="Project root for the file rules "
+                                                  "(default: the project's latest session's directory)."),
+              url: Optional[str] = _URL) -> None:
+    """Prune now: apply the lifecycle rules (docs/v3.md) once."""
+    body: dict[str, Any] = {"dry_run": dry_run, "project": project}
+    if root is not None:
+        body["project_root"] = str(root.resolve())
+    _report(_call(url, "POST", "/api/v3/lifecycle/run", json=body), "pruned")
+
+
+@memories_app.command("prune-low")
+def prune_low_cmd(threshold: float = typer.Option(0.2, help="Confidence below this, 0..1."),
+                  idle_days: float = typer.Option(30.0, help="Not accessed for this many days."),
+                  project: Optional[str] = typer.Option(None, help="Only this project's memories."),
+                  dry_run: bool = typer.Option(False, "--dry-run", help="Only report."),
+                  url: Optional[str] = _URL) -> None:
+    """Prune low-confidence memories not accessed for a while (pinned and kept ones stay)."""
+    _report(_call(url, "POST", "/api/v3/lifecycle/prune-low-confidence", json={
+        "threshold": threshold, "idle_days": idle_days, "project": project, "dry_run": dry_run}), "pruned")
+
+
+@memories_app.command("archive")
+def archive_cmd(work_unit: str = typer.Argument(..., help="METHODOLOGY:WORK_UNIT of the merged work unit, "
+                                                "e.g. native:spec-12."),
+                dry_run: bool = typer.Option(False, "--dry-run", help="Only report."),
+                url: Optional[str] = _URL) -> None:
+    """Archive the memories of a merged work unit."""
+    try:
+        ref = parse_work_unit(work_unit)
+    except ValidationError as exc:
+        _err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    _report(_call(url, "POST", "/api/v3/lifecycle/archive", json={
+        "methodology": ref["methodology"], "work_unit": ref["hierarchy"][0], "dry_run": dry_run}), "archived")
+
+
+@memories_app.command("keep")
+def keep_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _URL) -> None:
+    """Keep a memory: user-verified, never pruned by a rule."""
+    m = _call(url, "POST", f"/api/v3/memories/{memory_id}/keep")
+    _out.print(f"{m['id']} kept (user_verified)", highlight=False)
+
+
+@memories_app.command("pin")
+def pin_cmd(memory_id: str = typer.Argument(...), off: bool = typer.Option(False, "--off", help="Unpin."),
+            url: Optional[str] = _URL) -> None:
+    """Pin a memory (always a session-start candidate, never pruned), or unpin it with --off."""
+    m = _call(url, "POST", f"/api/v3/memories/{memory_id}/pin", json={"pinned": not off})
+    _out.print(f"{m['id']} pinned={m['pinned']}", highlight=False)

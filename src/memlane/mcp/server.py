@@ -1,4 +1,4 @@
-"""The seven memlane MCP tools, defined once over a :class:`Backend`.
+"""The eight memlane MCP tools, defined once over a :class:`Backend`.
 
 ``build_server(container)`` serves them in-process (the daemon's ``/mcp`` endpoint);
 :mod:`memlane.mcp.stdio` serves the same definitions over a backend that calls the daemon's HTTP
@@ -63,6 +63,13 @@ class MemoryPage(BaseModel):
     total: int = Field(description="Memories matching the filters (all pages).")
 
 
+class PruneResult(BaseModel):
+    pruned: int = Field(description="Memories pruned (soft-deleted, recoverable), or that would be with dry_run.")
+    stale_marked: int = Field(description="Memories marked stale (a related file is gone).")
+    by_rule: dict[str, int] = Field(description="How many each lifecycle rule matched.")
+    dry_run: bool
+
+
 class ForgetResult(BaseModel):
     id: str
     deleted: bool
@@ -86,6 +93,7 @@ class Backend(Protocol):
     def modify(self, memory_id: str, fields: dict[str, Any], *, who: str, why: str | None) -> dict[str, Any]: ...
     def forget(self, memory_id: str, *, who: str, why: str | None) -> dict[str, Any]: ...
     def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]: ...
+    def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]: ...
 
 
 def _memory(m: Any) -> dict[str, Any]:
@@ -140,6 +148,12 @@ class LocalBackend:
         r = self.c.sessions.feedback(session_key, scores)
         return {"applied": r.applied, "ignored": r.ignored}
 
+    def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]:
+        from memlane.v3.lifecycle import LifecycleService
+
+        r = LifecycleService(self.c.db, self.c.memories).run(project=project, dry_run=dry_run)
+        return {k: r[k] for k in PruneResult.model_fields}
+
 
 # -- tool plumbing ----------------------------------------------------------------------------
 def tool_error(message: str) -> CallToolResult:
@@ -174,7 +188,7 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_h
 
 
 def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
-    """An MCP server exposing the seven memory tools over ``backend``."""
+    """An MCP server exposing the eight memory tools over ``backend``."""
     server = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
     @server.tool(annotations=READ)
@@ -259,19 +273,22 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         importance: Annotated[float | None, Field(ge=0.0, le=1.0, description="New importance, 0..1.")] = None,
         tags: Annotated[list[str] | None, Field(description="New tags (replace the old ones).")] = None,
         pinned: Annotated[bool | None, Field(description="Pinned memories are always offered at session start.")] = None,
+        keep: Annotated[bool | None, Field(description="Only when the user says so: true marks the memory "
+                                                     "user-verified, so no lifecycle rule prunes it.")] = None,
         why: Why = None,
     ) -> Annotated[CallToolResult, MemoryOut]:
         """Correct or update an existing memory in place (only the fields you pass change; the
         old version is kept in its history). Use it when a stored memory is outdated or
         imprecise, instead of storing a second, contradicting memory. Returns the updated memory."""
-        given = {"content": content, "type": type, "importance": importance, "tags": tags, "pinned": pinned}
+        given = {"content": content, "type": type, "importance": importance, "tags": tags, "pinned": pinned,
+                 "user_verified": keep}
         fields = {k: v for k, v in given.items() if v is not None}
 
         def call() -> dict[str, Any]:
             memory_id = _need_id(id)
             if not fields:
                 raise ValidationError("nothing to change: give at least one of content, type, importance, "
-                                      "tags, pinned")
+                                      "tags, pinned, keep")
             return backend.modify(memory_id, fields, who=WHO, why=why)
 
         return await _run(call)
@@ -298,6 +315,20 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         Returns {applied, ignored}."""
         return await _run(backend.feedback, session_key, dict(feedback))
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=False, open_world_hint=False))
+    async def memory_prune(
+        dry_run: Annotated[bool, Field(description="True (default): only report what would be pruned.")] = True,
+        project: Project = None,
+    ) -> Annotated[CallToolResult, PruneResult]:
+        """Apply memlane's lifecycle rules now (the user's "prune now"): expired session-scoped
+        memories, decayed work states and dead ends, long-unused low-confidence memories, expired
+        workflow recipes; memories about files that are gone are marked stale. Pinned and kept
+        (user-verified) memories are never pruned; pruned memories can be recovered. Call it with
+        dry_run=false only when the user asks. Returns {pruned, stale_marked, by_rule, dry_run}."""
+        return await _run(backend.prune, dry_run=dry_run, project=project)
+
+    from memlane.drift import mcp_tools; mcp_tools.register(server, backend, _run)  # noqa: E702 (issue 41)
     return server
 
 
@@ -305,6 +336,6 @@ def build_server(container: Container) -> MCPServer:
     """The MCP server over ``container``'s services (in-process; the caller owns the container).
 
     Tools: memory_search, memory_store, memory_get, memory_list, memory_modify, memory_forget,
-    memory_feedback (see each tool's description for shapes and errors).
+    memory_feedback, memory_prune (see each tool's description for shapes and errors).
     """
     return build_mcp(LocalBackend(container))

@@ -124,6 +124,10 @@ class HttpBackend:
                              json={"session_key": session_key, "memory_feedback": scores})
         return {"applied": body["applied"], "ignored": body["ignored"]}
 
+    def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]:
+        body = self._request("POST", "/api/v3/lifecycle/run", json={"dry_run": dry_run, "project": project})
+        return {k: body[k] for k in ("pruned", "stale_marked", "by_rule", "dry_run")}
+
     def close(self) -> None:
         self._http.close()
 
