@@ -14,6 +14,7 @@ import pytest
 
 from memlane.ranker import features as F
 from memlane.ranker.model import SHIPPED_MODEL, RankerSchemaError, header_for, load, read_header, save
+from memlane.ranker.stage import MIN_POOL
 from memlane.ranker.train import QuestionPool, folds, rerank, train
 from memlane.services.inputs import RecallQuery, RememberInput
 
@@ -36,12 +37,19 @@ QUESTIONS = ["When did Caroline go to the support group?", "What did Melanie pai
              "What instrument does Melanie play?", "Where is Caroline from?", "What did the kids make?"]
 
 
+#: Everyday turns around the ones above: the learned stage reorders pools of at least
+#: MIN_POOL (50) candidates, the scale it was trained on.
+FILLER = [f"{who}: {what} on day {i}" for i in range(12) for who, what in (
+    ("Caroline", "groceries and the weather were fine"), ("Melanie", "the kids had school and a nap"),
+    ("Caroline", "I read a book about gardens"), ("Melanie", "we cooked pasta for dinner"))]
+
+
 @pytest.fixture
 def chat(vstore):
     c = vstore
-    for i, t in enumerate(TURNS):
-        c.memories.remember(RememberInput(content=t, created_at=f"2023-05-0{1 + i // 4}T10:00:0{i % 4}.000Z",
-                                          context=TURNS[i - 1] if i else None))
+    turns = TURNS + FILLER
+    c.memories.remember_many([RememberInput(content=t, created_at=f"2023-05-{1 + i // 10:02d}T10:00:{i % 10:02d}.000Z",
+                                            context=turns[i - 1] if i else None) for i, t in enumerate(turns)])
     return c
 
 
@@ -50,6 +58,7 @@ def capture(c) -> list[tuple[str, F.Pool]]:
     for q in QUESTIONS:
         pools: list[F.Pool] = []
         c.recall.recall(RecallQuery(query=q, limit=5, touch=False, ranker="heuristic"), pool_out=pools)
+        assert len(pools[0]) >= MIN_POOL
         out.append((q, pools[0]))
     return out
 
@@ -63,7 +72,7 @@ def small_model(c, captured) -> object:
         words = {w.lower().strip("?") for w in q.split() if len(w) > 5}
         labels = [str(s) for s, text in zip(p.seqs, p.contents) if words & {w.lower() for w in text.split()}]
         qp.append(QuestionPool("conv-t", i, 4, q, tuple(labels), [str(s) for s in p.seqs], x))
-    return train(qp, params={"min_data_in_leaf": 2, "min_sum_hessian_in_leaf": 0.0}, rounds=20, threads=1)
+    return train(qp, params={"min_data_in_leaf": 5}, rounds=20, threads=1)
 
 
 def test_model_file_round_trip_and_schema_refusal(chat, tmp_path: Path) -> None:
@@ -203,3 +212,23 @@ def test_cross_validation_ranks_each_conversation_with_a_model_not_trained_on_it
     assert set(rankings) == {(p.conversation, p.index) for p in qp}
     for p in qp:
         assert sorted(rankings[(p.conversation, p.index)]) == sorted(p.dia_ids[:50])
+
+
+@pytest.mark.skipif(not SHIPPED_MODEL.is_file(), reason="the shipped model is built by `memlane train ranker`")
+def test_http_recall_says_which_ranker_answered(chat) -> None:
+    from conftest import api_client
+
+    client = api_client(chat)
+    body = {"query": "What did Melanie paint?", "limit": 5, "touch": False}
+    out = client.post("/api/memory/recall", json=body).json()
+    assert out["ranker"] == "learned"  # the default: the shipped model, its features available
+    assert all(h["rank_score"] is not None for h in out["results"])
+    assert [h["score"] for h in out["results"]] == sorted((h["score"] for h in out["results"]), reverse=True)
+    out = client.post("/api/memory/recall", json={**body, "ranker": "heuristic"}).json()
+    assert out["ranker"] == "heuristic" and all(h["rank_score"] is None for h in out["results"])
+    out = client.post("/api/memory/recall", json={**body, "alpha": 0.5}).json()
+    assert out["ranker"] == "heuristic"  # an explicit blend is served as asked
+    chat.settings.recall.ranker = "heuristic"  # the setting turns it off
+    assert client.post("/api/memory/recall", json=body).json()["ranker"] == "heuristic"
+    r = client.post("/api/memory/recall", json={**body, "ranker": "magic"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"

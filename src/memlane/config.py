@@ -101,7 +101,7 @@ class RecallSettings(BaseModel):
     )
 
     ranker: Literal["learned", "heuristic"] = Field(
-        "heuristic", description="Who orders recall's best candidates: 'learned' (the LightGBM model shipped "
+        "learned", description="Who orders recall's best candidates: 'learned' (the LightGBM model shipped "
         "in the package, trained on LoCoMo; used when its features are available: the vector leg ran with "
         "the embedding model it was trained on) or 'heuristic' (the hybrid score, boosts and stages only)."
     )

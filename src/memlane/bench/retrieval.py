@@ -249,6 +249,11 @@ def _learned(report: dict[str, Any], pools: list, convs: list[Conversation], con
     heuristic = report["metrics"]
     if state["available"]:
         state["rerank_latency_ms"] = rerank_latency(pools, load_cached(Path(state["model_path"])))
+    if (config.cv == "conversation" or overlap) and len(ids) < 2:
+        state["note"] = ("learned ranker not evaluated: " + ("the model was trained on " + ", ".join(overlap)
+                         if overlap else "cross-validation was asked for") + " and leave-one-conversation-out "
+                         "needs two or more conversations; heuristic ranking")
+        return
     if config.cv == "conversation" or overlap:
         rankings, folds = cross_validate(pools, progress=progress)
         for f in folds:  # never evaluated on its training data

@@ -144,7 +144,7 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
         times: dict[str, list[float]] = {v: [] for v in variants}
         names = list(variants)
         for i in range(WARMUP + n_queries):
-            q = RecallQuery(questions[i % len(questions)], limit=10, touch=False)
+            q = RecallQuery(questions[i % len(questions)], limit=10, touch=False, ranker="heuristic")
             for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: no variant always first
                 use(name)
                 if name == "all" and i == WARMUP and c.recall.stages is not None:

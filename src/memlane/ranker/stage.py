@@ -9,10 +9,12 @@ are rescored by the LightGBM model (:mod:`memlane.ranker.model`) over the featur
 The stage runs only when its features are available; otherwise the heuristic order stands
 and the reason is reported (:meth:`LearnedRanker.reason_off`):
 
-* ``recall.ranker`` is ``heuristic`` (setting, or the request's ``ranker``);
+* ``recall.ranker`` is ``heuristic`` (setting, or the request's ``ranker``), or the request
+  sets ``alpha`` without asking for ``ranker: learned`` (it asked for a heuristic blend);
 * the model file is missing, unreadable or of another feature schema (refused, logged once);
 * the vector leg did not run (no embedder, alpha 0) or the store's embedding model is not the
-  one the model was trained on: the vector features would mean something else.
+  one the model was trained on: the vector features would mean something else;
+* the pool holds fewer than :data:`MIN_POOL` candidates (a small store).
 
 Never raises into recall: a failure keeps the heuristic order.
 """
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 LEARNED = "learned"
 HEURISTIC = "heuristic"
+#: Fewest candidates the learned stage reorders: the model was trained on pools of 100 from
+#: stores of 369-688 memories; its rank, gap and co-occurrence features mean something else in
+#: a pool of a handful (a small store keeps the heuristic order).
+MIN_POOL = 50
 #: Rerank timings kept (ms), for benchmarks and status.
 TIMING_SAMPLES = 1000
 
@@ -87,10 +93,14 @@ class LearnedRanker:
         choice = requested or getattr(self.settings(), "ranker", HEURISTIC)
         return choice == LEARNED
 
-    def reason_off(self, requested: str | None, embedding_model: str | None, vector_ran: bool) -> str | None:
-        """None when the stage can run for this recall, else why not."""
+    def reason_off(self, requested: str | None, embedding_model: str | None, vector_ran: bool,
+                   alpha_given: bool = False) -> str | None:
+        """None when the stage can run for this recall, else why not. A request that sets
+        ``alpha`` (and does not ask for the learned ranker) gets the heuristic blend it asked for."""
         if not self.wanted(requested):
             return "heuristic requested"
+        if alpha_given and requested != LEARNED:
+            return "alpha given: the heuristic blend was asked for"
         model, why = self.model()
         if model is None:
             return why

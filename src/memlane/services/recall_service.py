@@ -120,10 +120,13 @@ class RecallService:
 
     def warm(self) -> None:
         """Start building the in-memory FTS statistics now (in the background) when the store is
-        large enough to use them, instead of at the first recall. Never raises."""
+        large enough to use them, and loading the learned ranker's model, instead of at the first
+        recall. Never raises."""
         cache = self.fts_cache()
         if cache is not None:
             cache.schedule()
+        if self.ranker is not None and self.ranker.wanted(None):  # parse the model off the first recall's path
+            self._pool.submit(self.ranker.model)
 
     def recall(self, q: RecallQuery, *, pool_out: list[Any] | None = None) -> RecallResult:
         """Run one recall.
@@ -170,7 +173,7 @@ class RecallService:
         # The learned ranker rescores the best ``pool_size`` candidates: each leg fetches that many.
         ranker = self.ranker
         want_pool = ranker is not None and (pool_out is not None or ranker.reason_off(
-            q.ranker, self.index.model_id, self.embedder is not None and alpha > 0) is None)
+            q.ranker, self.index.model_id, self.embedder is not None and alpha > 0, q.alpha is not None) is None)
         n_pool = ranker.pool_size() if want_pool else 0
         n_cand = max(n_cand, n_pool)
         legs: list[str] = []
@@ -276,9 +279,10 @@ class RecallService:
         or None, the ranker that ordered them). Never raises: on any failure the heuristic
         order stands."""
         from memlane.ranker.features import Pool
+        from memlane.ranker.stage import MIN_POOL
 
         try:
-            reason = self.ranker.reason_off(q.ranker, self.index.model_id, qv is not None)
+            reason = self.ranker.reason_off(q.ranker, self.index.model_id, qv is not None, q.alpha is not None)
             if (reason is not None and pool_out is None) or not ranked:
                 return ranked, None, "heuristic"
             seqs = [seq for _, seq in ranked]
@@ -304,14 +308,18 @@ class RecallService:
                 created=self.index.ranking_fields(seqs)[2].astype(np.float64), now=now.timestamp())
             if pool_out is not None:
                 pool_out.append(pool)
-            if reason is not None:
+            if reason is not None or len(pool) < MIN_POOL:
                 return ranked, None, "heuristic"
             scores = self.ranker.score(text, pool)
             if scores is None:
                 return ranked, None, "heuristic"
             order = np.lexsort((np.arange(len(seqs)), -scores))  # ties keep the heuristic order
-            return ([ranked[i] for i in order.tolist()], {seqs[i]: float(scores[i]) for i in range(len(seqs))},
-                    "learned")
+            # Hits keep the heuristic score scale, assigned in the learned order (the i-th hit gets
+            # the pool's i-th best score): scores stay monotone and min_score / prompt thresholds
+            # keep their meaning; the model's own score is rank_score.
+            scale = [f for f, _ in ranked]  # best first
+            return ([(scale[r], ranked[i][1]) for r, i in enumerate(order.tolist())],
+                    {seqs[i]: float(scores[i]) for i in range(len(seqs))}, "learned")
         except Exception as exc:  # the learned stage never fails a recall
             log.warning("learned ranker skipped: %s", exc)
             return ranked, None, "heuristic"

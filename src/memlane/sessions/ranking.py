@@ -62,8 +62,10 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
     """
     cap = s.candidate_pool_size
     limit = min(cap, s.similarity_top) if s.similarity_top > 0 else cap
-    hits = recall.recall(RecallQuery(query=context, limit=limit, project=project,
-                                     include_global=True, exclude_superseded=True, now=now, touch=False)).hits
+    # The heuristic order: the predictor's baseline and its logged signals were measured on it (the
+    # learned ranker at session-start is issue 39's item 3, not measured yet).
+    hits = recall.recall(RecallQuery(query=context, limit=limit, project=project, include_global=True,
+                                     exclude_superseded=True, now=now, touch=False, ranker="heuristic")).hits
     if not hits:
         return [], {}
     ranked = [(h.memory.seq, h.memory.id, float(h.score)) for h in hits]

@@ -1,0 +1,30 @@
+"""The retrieval bench runs the shipped settings and says which stages were on (issue 39)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memlane.bench.retrieval import RetrievalConfig, describe_stages, run, stages_of
+from memlane.config import Settings
+
+
+def test_stages_of_the_shipped_settings(tmp_path: Path) -> None:
+    st = stages_of(Settings(home=tmp_path))
+    assert st["graph_boost"] == {"on": False, "weight": 0.0, "max_share": 0.05}
+    assert st["ranker"] == "learned" and st["hints"] is False and st["embedding_reranker"] is False
+    assert st["dampening"] == {"gravity": True, "hub": False, "resolution": True}
+    line = describe_stages(st)
+    for part in ("graph boost off", "hints off", "gravity on", "hub off", "resolution on", "embedding reranker off",
+                 "ranker learned", "alpha 0.7"):
+        assert part in line
+    on = stages_of(Settings(home=tmp_path, memory={"pipelineV2": {"graph": {"boostWeight": 0.15}}},
+                            recall={"ranker": "heuristic"}))
+    assert "graph boost on (+0.15" in describe_stages(on) and on["ranker"] == "heuristic"
+
+
+def test_bad_ranker_or_cv_is_refused_before_any_work(tmp_path: Path) -> None:
+    for cfg in (RetrievalConfig(ranker="magic"), RetrievalConfig(cv="question")):
+        with pytest.raises(ValueError):
+            run(tmp_path / "missing.json", embedder=None, config=cfg)
