@@ -178,10 +178,12 @@ class DriftService:
         remember them. Document references whose document is not ingested yet are kept with
         target ``?<raw>`` and resolved at each check."""
         cands = refs_mod.extract(content)
-        docs = refs_mod.DocumentTable(drift_sql.live_documents(conn))
         out: list[Reference] = []
-        resolved = {raw for raw, _ in refs_mod.document_references(cands, docs)}
-        for raw, doc in refs_mod.document_references(cands, docs):
+        found: list[tuple[str, str]] = []
+        if any(c.kind in ("wiki", "url", "id") for c in cands):  # the documents are read only then
+            found = refs_mod.document_references(cands, refs_mod.DocumentTable(drift_sql.live_documents(conn)))
+        resolved = {raw for raw, _ in found}
+        for raw, doc in found:
             out.append(Reference(memory_id, "document", raw, doc))
         for c in cands:
             if c.kind in ("wiki", "url") and c.raw not in resolved and len(out) < 2 * refs_mod.MAX_PER_KIND:
