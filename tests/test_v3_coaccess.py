@@ -157,3 +157,22 @@ def test_prefetch_bench_on_httpx_history_meets_the_count_baseline():
         for metric in ("recall@5", "recall@10", "mrr"):
             assert graph[metric] >= count[metric], (label, metric, graph, count)
         assert s["methods"]["imports"]["recall@10"] > 0
+
+
+def test_background_bootstrap_at_a_projects_first_session(store, repo, tmp_path):
+    from memlane.coaccess.graph import BootstrapWorker
+
+    (repo.path / "sub").mkdir()
+    (tmp_path / "plain").mkdir()
+    store.db.write(lambda c: c.executemany(
+        "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, ?, ?, '2026-01-01T00:00:00Z')",
+        [("s1", "demo", str(repo.path / "sub")), ("s2", "plain", str(tmp_path / "plain")),
+         ("s3", "gone", str(tmp_path / "missing"))]))
+    svc = CoAccessService(store.db)
+    w = BootstrapWorker(svc)
+    assert w.run_once() is True
+    assert w.tried == {"demo": "bootstrapped: 12 commits", "plain": "no repository", "gone": "no directory"}
+    assert svc.predict("app.py", project="demo", k=1)[0].file == "util.py"  # paths from the repository root
+    repo.commit("app.py", "late.py")
+    assert w.run_once() is False  # tried once per run: no rebuild
+    assert store.workers.get("v3-coaccess-bootstrap").name == "v3-coaccess-bootstrap"

@@ -273,3 +273,28 @@ def test_cli_remember_and_list_v3_against_a_daemon(start_daemon):
     assert [h["type"] for h in json.loads(rec.stdout)["results"]] == ["dead_end"]
     rec = cli("recall", "mock the transport", "--reviewed", "--json")
     assert rec.returncode == 0 and json.loads(rec.stdout)["results"] == []
+
+
+def test_hostile_values_are_422_never_500(store, tmp_path):
+    client = api_client(store)
+    a = client.post("/api/memory/remember", json={"content": "first memory"}).json()["id"]
+    cases = [
+        ("POST", "/api/memory/remember", {"content": "x y", "citation_text": "bad \ud800 half"}),
+        ("POST", "/api/memory/remember", {"content": "x y", "related_files": ["a\x00b"]}),
+        ("POST", "/api/memory/remember", {"content": "x y", "type": "work_state",
+                                          "type_fields": {"methodology_state": {"x": "\udfff"}}}),
+        ("POST", "/api/v3/relations", {"source_id": a, "target_id": "\ud800", "relation": "validates"}),
+        ("POST", "/api/v3/coaccess/bootstrap", {"repo": "/tmp/\x00evil"}),
+        ("POST", "/api/v3/coaccess/bootstrap", {"repo": str(tmp_path), "rev": "\ud800"}),
+        ("POST", "/api/v3/recall", {"query": "x", "scopes": ["global"] * 5, "related_file": "\ud800"}),
+    ]
+    for method, path, body in cases:
+        # json.dumps escapes lone surrogates (\\ud800), as a hostile client would send them
+        r = client.request(method, path, content=json.dumps(body), headers={"content-type": "application/json"})
+        assert r.status_code == 422, (path, body, r.status_code, r.text)
+        assert r.json()["error"]["code"] == "validation_error"
+    many = [("type", f"t{i}") for i in range(101)]
+    assert client.get("/api/v3/memories", params=many).status_code == 422
+    dup = [("scope", "global")] * 2000
+    r = client.get("/api/v3/memories", params=dup)
+    assert r.status_code == 200 and r.json()["total"] == 1

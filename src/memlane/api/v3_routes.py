@@ -26,6 +26,7 @@ from memlane.api.schemas import MemoryOut, memory_dict
 from memlane.container import Container
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
+from memlane.v3.model import check_str
 from memlane.v3.service import V3Service
 
 
@@ -107,6 +108,24 @@ class PinIn(_Strict):
     pinned: bool = True
 
 
+class ToolUseIn(BaseModel):
+    """A Claude Code PostToolUse payload (extra keys such as transcript_path are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str
+    tool_name: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    tool_response: Any = None
+    cwd: str | None = None
+    project: str | None = None
+    error: str | None = Field(None, description="The failure text when the call failed.")
+
+
+class ObserverEndIn(_Strict):
+    session_id: str
+    project: str | None = None
+
+
 class VerifyIn(_Strict):
     verified: bool = Field(True, description="True confirms; false sends the memory back to review.")
     who: str | None = None
@@ -180,6 +199,35 @@ def router(container: Container) -> APIRouter:
     from memlane.v3.lifecycle import LifecycleService
 
     life = LifecycleService(container.db, container.memories)
+    from memlane.v3.observer import Observer, check_payload_error
+
+    observer = Observer(container.db)
+
+    @r.post("/api/v3/observer/tool-use")
+    def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
+        """Record one tool call in the session's scratchpad; returns the signals it completed."""
+        err = body.error if body.error is not None else check_payload_error(body.tool_response)
+        sig = observer.record(body.session_id, body.tool_name, body.tool_input, project=body.project,
+                              cwd=body.cwd, error=err)
+        return {"signals": [{"type": t, **d} for t, d in sig]}
+
+    @r.post("/api/v3/observer/session-end")
+    def observer_session_end(body: ObserverEndIn) -> dict[str, Any]:
+        """The session's files go into the co-access graph (origin ``session``)."""
+        files = observer.session_files(check_str(body.session_id, "session_id", max_chars=200))
+        if len(files) >= 1:
+            co.record_files(files, project=body.project or "", origin="session")
+        return {"files": len(files)}
+
+    @r.get("/api/v3/observer/signals")
+    def observer_signals(session_id: str = Query(..., max_length=200)) -> dict[str, Any]:
+        """The scratchpad of one session: its signals in order."""
+        return {"signals": observer.signals(session_id)}
+
+    @r.get("/api/v3/observer/inferences")
+    def observer_inferences(project: str | None = Query(None, max_length=200)) -> dict[str, Any]:
+        """What the inference rules suggest from a project's signals (template text; not stored)."""
+        return {"inferences": observer.inferences(project)}
 
     @r.post("/api/v3/lifecycle/run")
     def lifecycle_run(body: LifecycleRunIn | None = None) -> dict[str, Any]:
@@ -222,7 +270,7 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/v3/coaccess/bootstrap")
     def coaccess_bootstrap(body: BootstrapIn) -> dict[str, Any]:
         """Rebuild a project's co-access graph from ``git log`` of a repository (real git)."""
-        return co.bootstrap_git(Path(body.repo).expanduser(), project=body.project, rev=body.rev,
+        return co.bootstrap_git(Path(check_str(body.repo, "repo")).expanduser(), project=body.project, rev=body.rev,
                                 max_commits=body.max_commits)
 
     @r.get("/api/v3/coaccess/predict")

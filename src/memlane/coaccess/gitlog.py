@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memlane.errors import ValidationError
+from memlane.v3.model import check_str
 
 #: Seconds one git command may take.
 GIT_TIMEOUT_S = 120
@@ -110,6 +111,22 @@ def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     return proc.stdout
 
 
+def toplevel(path: Path) -> Path | None:
+    """The top level of the git work tree containing ``path``, or None when it is in none.
+
+    Raises:
+        ValidationError: git is missing or times out.
+    """
+    try:
+        out = _git(path, "rev-parse", "--show-toplevel")
+    except ValidationError as exc:
+        if "failed" in str(exc):
+            return None
+        raise
+    top = out.decode("utf-8", "replace").strip()
+    return Path(top) if top else None
+
+
 def parse_log(text: str) -> list[Commit]:
     """Parse ``git log --name-status -M --format=%x1e%H%x1f%cI%x1f%s`` output (oldest first when
     run with ``--reverse``). Lines of a change are ``STATUS<TAB>PATH`` or ``R100<TAB>OLD<TAB>NEW``."""
@@ -144,7 +161,8 @@ def read_history(repo: Path, *, rev: str = "HEAD", max_commits: int | None = Non
     """
     if not repo.is_dir():
         raise ValidationError(f"not a directory: {str(repo)[:200]}")
-    if not rev or rev.startswith("-") or any(c.isspace() for c in rev):
+    check_str(rev, "rev", max_chars=200)
+    if rev.startswith("-") or any(c.isspace() for c in rev):
         raise ValidationError("rev: expected a git revision (no leading '-', no spaces)")
     args = ["log", "--reverse", "--no-merges", "--name-status", "-M", "--no-color",
             "--format=%x1e%H%x1f%cI%x1f%s"]

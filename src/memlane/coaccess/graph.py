@@ -11,6 +11,7 @@ directory, then of the project.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import time
 from collections.abc import Iterable, Sequence
@@ -18,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memlane.coaccess.gitlog import Commit, read_history
-from memlane.errors import ValidationError
+from memlane.coaccess.gitlog import Commit, read_history, toplevel
+from memlane.errors import MemlaneError, ValidationError
+from memlane.pipeline.runtime import PollingWorker
 from memlane.services.clock import now_iso
 from memlane.storage import coaccess as co_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
+
+log = logging.getLogger(__name__)
 
 #: Commits touching more files than this add no pairs (see the module docstring).
 MAX_PAIR_FILES = 50
@@ -157,3 +161,49 @@ class CoAccessService:
         at = now_iso()
         self.db.write(lambda c: co_sql.add_commit(c, project, uniq, at=at, max_pair_files=self.max_pair_files,
                                                   origin=origin))
+
+
+#: Newest commits a background bootstrap reads (bounds its time on a long history).
+AUTO_MAX_COMMITS = 5000
+
+
+class BootstrapWorker(PollingWorker):
+    """Bootstraps each project's co-access graph from ``git log`` when the project is first seen:
+    every ``poll_ms`` it reads the projects whose sessions recorded a working directory, and for
+    each one without a graph whose directory is inside a git work tree, runs
+    :meth:`CoAccessService.bootstrap_git` on the repository's top level (newest
+    :data:`AUTO_MAX_COMMITS` commits). A project is tried once per daemon run; a directory that is
+    not a repository (or git missing) is skipped quietly."""
+
+    def __init__(self, service: CoAccessService, *, poll_ms: float = 60_000) -> None:
+        super().__init__("v3-coaccess-bootstrap", poll_ms=poll_ms)
+        self.service = service
+        self.tried: dict[str, str] = {}  # project -> outcome ("bootstrapped: N commits", "no repository", ...)
+
+    def tick(self) -> bool:
+        from memlane.storage import lifecycle as lc_sql
+
+        roots = self.service.db.read(lc_sql.project_roots)
+        did = False
+        for project, cwd in roots.items():
+            if project in self.tried:
+                continue
+            self.tried[project] = self._bootstrap(project, Path(cwd))
+            did = did or self.tried[project].startswith("bootstrapped")
+        return did
+
+    def _bootstrap(self, project: str, cwd: Path) -> str:
+        if not cwd.is_dir():
+            return "no directory"
+        if self.service.stats(project)["files"]:
+            return "graph exists"
+        try:
+            top = toplevel(cwd)
+            if top is None:
+                return "no repository"
+            r = self.service.bootstrap_git(top, project=project, max_commits=AUTO_MAX_COMMITS)
+        except MemlaneError as exc:
+            log.info("co-access bootstrap of %s skipped: %s", project, exc)
+            return f"skipped: {exc}"[:300]
+        log.info("co-access graph of %s: %s", project, r)
+        return f"bootstrapped: {r['commits']} commits"

@@ -246,5 +246,9 @@ class LifecycleWorker(PollingWorker):
 
 
 def wire(container: Any) -> None:
-    """Register the lifecycle worker on ``container`` (started with the other workers)."""
+    """Register the V3 background workers on ``container`` (started with the other workers): the
+    lifecycle job and the co-access graph's bootstrap from git (memlane.coaccess.graph)."""
+    from memlane.coaccess.graph import BootstrapWorker, CoAccessService
+
     container.workers.add(LifecycleWorker(LifecycleService(container.db, container.memories)))
+    container.workers.add(BootstrapWorker(CoAccessService(container.db)))

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from memlane.errors import ValidationError
+from memlane.services.validation import check_metadata
 
 V3_TYPES: tuple[str, ...] = (
     "gotcha", "decision", "preference", "pattern", "requirement", "error_pattern", "module_insight",
@@ -73,7 +74,7 @@ def check_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
 
 
 def check_str(value: object, field: str, *, max_chars: int = MAX_ITEM_CHARS) -> str:
-    """A non-empty string of at most ``max_chars`` characters without NUL."""
+    """A non-empty string of at most ``max_chars`` characters, without NUL or lone surrogates."""
     if not isinstance(value, str):
         raise _fail(field, "expected a string")
     if not value.strip():
@@ -82,6 +83,10 @@ def check_str(value: object, field: str, *, max_chars: int = MAX_ITEM_CHARS) -> 
         raise _fail(field, f"at most {max_chars} characters")
     if "\x00" in value:
         raise _fail(field, "must not contain NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(field, "must be valid Unicode (no lone surrogates)") from None
     return value
 
 
@@ -145,7 +150,7 @@ def _check_kind(kind: str, value: object, field: str) -> Any:
     if kind == "obj":
         if not isinstance(value, dict):
             raise _fail(field, "expected a JSON object")
-        return value
+        return check_metadata(value, field)
     if kind.startswith("enum:"):
         return check_choice(value, field, tuple(kind[5:].split("|")))
     if kind == "steps":

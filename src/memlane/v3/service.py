@@ -25,6 +25,8 @@ from memlane.v3.model import SCOPES, SOURCES, check_choice, check_commit_sha, ch
 #: Recall with V3 conditions ranks this many candidates (``limit`` x 10, at least 100, at most
 #: 1000) and keeps the first ``limit`` that match: a match ranked below the pool is not returned.
 POOL_FACTOR, POOL_MIN, POOL_MAX = 10, 100, 1000
+#: Most values of a repeatable filter (``type``).
+MAX_FILTER_VALUES = 100
 
 
 def check_filter(f: V3Filter) -> V3Filter:
@@ -33,10 +35,14 @@ def check_filter(f: V3Filter) -> V3Filter:
     Raises:
         ValidationError: a scope or source outside its set, an over-long string, a bad SHA.
     """
+    if len(f.types) > MAX_FILTER_VALUES:
+        raise ValidationError(f"type: at most {MAX_FILTER_VALUES} values", details={"field": "type"})
     for s in f.scopes:
         check_choice(s, "scope", SCOPES)
     for s in f.sources:
         check_choice(s, "source", SOURCES)
+    f = replace(f, scopes=tuple(dict.fromkeys(f.scopes)), sources=tuple(dict.fromkeys(f.sources)),
+                types=tuple(dict.fromkeys(f.types)))
     for name in ("project", "methodology", "work_unit", "related_file", "related_module"):
         v = getattr(f, name)
         if v is not None:
@@ -110,7 +116,8 @@ class V3Service:
         Raises:
             NotFound: either memory is unknown. ValidationError: unknown relation, self-edge, bad weight.
         """
-        for mid in (source_id, target_id):
+        for name, mid in (("source_id", source_id), ("target_id", target_id)):
+            check_str(mid, name, max_chars=200)
             if self.memories.get(mid).is_deleted:
                 raise NotFound(f"memory {mid!r:.80} is deleted", details={"id": mid[:80]})
         at = now_iso()
