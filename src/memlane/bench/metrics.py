@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
 from memlane.bench.locomo import CATEGORY_NAMES
+from memlane.ndcg import ndcg_at_k as unified_ndcg
 
 __all__ = [
     "KS",
@@ -85,18 +86,19 @@ def recall_all_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
 
 
 def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
-    """Normalised discounted cumulative gain with binary gains.
+    """Normalised discounted cumulative gain with binary gains:
+    :func:`memlane.ndcg.ndcg_at_k` with gain 1 per relevant id, counted at its first
+    occurrence only.
 
     ``DCG@k = sum_{i=1..k} rel_i / log2(i + 1)`` where ``rel_i`` is 1 for a
     relevant id at its first occurrence at 1-based rank ``i`` and 0 otherwise;
     ``IDCG@k = sum_{i=1..min(|relevant|, k)} 1 / log2(i + 1)``;
     ``NDCG@k = DCG@k / IDCG@k`` (Järvelin & Kekäläinen, "Cumulated gain-based
-    evaluation of IR techniques", ACM TOIS 20(4), 2002).
+    evaluation of IR techniques", ACM TOIS 20(4), 2002). Raises ValueError for an
+    empty ``relevant`` or ``k < 1``.
     """
     _check(relevant, k)
-    dcg = sum(1.0 / math.log2(i + 2) for i, hit in enumerate(_hits(ranked, relevant, k)) if hit)
-    idcg = sum(1.0 / math.log2(i + 2) for i in range(min(len(relevant), k)))
-    return dcg / idcg
+    return unified_ndcg(list(ranked), dict.fromkeys(relevant, 1.0), k, first_occurrence_only=True, undefined=0.0)
 
 
 # ---------------------------------------------------------------- sessions

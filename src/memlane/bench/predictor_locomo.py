@@ -45,6 +45,7 @@ from memlane.bench.retrieval import turn_inputs
 from memlane.config import Settings
 from memlane.container import open_container
 from memlane.embedding.base import Embedder
+from memlane.ndcg import ndcg_at_k
 from memlane.predictor import policy
 from memlane.services.clock import to_iso
 from memlane.sessions.inputs import EndInput, StartInput
@@ -88,9 +89,7 @@ def ndcg_binary(order: Sequence[str], relevant: set[str], n_relevant: int, k: in
     Returns:
         NDCG@k in [0, 1] (0.0 when ``n_relevant`` is 0).
     """
-    dcg = sum(1.0 / math.log2(i + 2) for i, m in enumerate(order[:k]) if m in relevant)
-    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(n_relevant, k)))
-    return dcg / ideal if ideal > 0 else 0.0
+    return ndcg_at_k(order, dict.fromkeys(relevant, 1.0), k, ideal_gains=[1.0] * n_relevant, undefined=0.0)
 
 
 def _recall_at(order: Sequence[str], relevant: set[str], n_relevant: int, k: int = 5) -> float:

@@ -18,7 +18,6 @@ paired bootstrap 95 % interval, and recovery after the project change.
 
 from __future__ import annotations
 
-import math
 import random
 import shutil
 import time
@@ -33,6 +32,7 @@ from memlane.bench.simulated_user import SimulatedUser, generate
 from memlane.config import Settings
 from memlane.container import open_container
 from memlane.embedding.base import Embedder
+from memlane.ndcg import ndcg_at_k
 from memlane.services.clock import to_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, StartInput
@@ -46,10 +46,9 @@ WINDOW = 10
 
 
 def _ndcg(order: Sequence[str], relevance: dict[str, float], k: int = 10) -> float:
-    dcg = sum(relevance.get(m, 0.0) / math.log2(i + 2) for i, m in enumerate(order[:k]))
-    gains = sorted(relevance.values(), reverse=True)[:k]
-    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
-    return dcg / ideal if ideal > 0 else 0.0
+    """NDCG@k of ``order`` with the simulated user's relevance as gains, unclipped, the ideal
+    over every relevant memory (also those outside the pool), 0.0 when nothing is relevant."""
+    return ndcg_at_k(order, relevance, k, clip_negative=False, undefined=0.0)
 
 
 def _utc(local: datetime) -> str:

@@ -8,12 +8,12 @@ once per session-end comparison with :func:`record_comparison`.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memlane.ndcg import ndcg_at_k
 from memlane.predictor import settings as C
 
 __all__ = [
@@ -237,19 +237,17 @@ def rrf_fuse(baseline: Sequence[str], predictor: Sequence[str], alpha: float, k:
 
 
 def ndcg_of_ranking(ranking: Sequence[str], relevance: Mapping[str, float], k: int = C.NDCG_K) -> float | None:
-    """NDCG@k of a ranking against graded relevance (seed "NDCG": DCG = sum rel_i / log2(i + 2)).
-
-    Negative labels count as 0 gain; memories missing from ``relevance`` have gain 0.
+    """NDCG@k of a ranking against graded relevance (seed "NDCG"): :func:`memlane.ndcg.ndcg_at_k`
+    with its defaults (negative labels count as 0 gain, memories missing from ``relevance``
+    have gain 0, the ideal over every value of ``relevance``).
 
     Returns:
         NDCG in [0, 1], or ``None`` when no memory has positive relevance (undefined).
+
+    Raises:
+        ValueError: ``k < 1``.
     """
-    gains = sorted((max(float(v), 0.0) for v in relevance.values()), reverse=True)
-    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains[:k]))
-    if ideal <= 0:
-        return None
-    dcg = sum(max(float(relevance.get(m, 0.0)), 0.0) / math.log2(i + 2) for i, m in enumerate(ranking[:k]))
-    return dcg / ideal
+    return ndcg_at_k(ranking, relevance, k)
 
 
 def evaluation_ndcg(baseline: Sequence[str], predictor: Sequence[str], injected: Sequence[str],

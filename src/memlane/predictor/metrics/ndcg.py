@@ -10,6 +10,9 @@ and NDCG unbounded. Consequence: NDCG does not tell a harmful memory from a mere
 irrelevant one; the listwise loss still does.
 
 Ties in ``y_pred`` are broken by slate position (stable sort), padded slots rank last.
+
+This is the batched, padding-aware tensor form of :func:`memlane.ndcg.ndcg_at_k` (the one
+definition, pure Python) with its defaults: clipped gains, the ideal over the session's labels.
 """
 
 from __future__ import annotations
