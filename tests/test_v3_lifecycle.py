@@ -204,3 +204,16 @@ async def test_mcp_prune_and_keep(tmp_path, anyio_backend):
             assert not d.container.memories.get(kept).is_deleted
     finally:
         d.stop()
+
+
+def test_file_rules_use_the_latest_sessions_directory(store, tmp_path):
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    (old_dir / "a.py").write_text("x")
+    store.db.write(lambda c: c.executemany(
+        "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, 'p', ?, ?)",
+        [("s1", str(old_dir), "2026-01-01T00:00:00Z"), ("s2", str(new_dir), "2026-02-01T00:00:00Z")]))
+    mid = remember(store, "a.py holds the parser", 1, project="p", related_files=("a.py",))
+    assert run(store)["by_rule"] == {"file_missing": 1}  # judged under the newer directory, where a.py is not
+    assert store.memories.get(mid).stale_at

@@ -63,6 +63,7 @@ def ended_sessions(conn: sqlite3.Connection) -> int:
 
 def project_roots(conn: sqlite3.Connection) -> dict[str, str]:
     """``project -> cwd`` of each project's latest session that recorded a working directory."""
+    # SQLite takes the bare column (cwd) from the row holding max(started_at): one pass, no subquery
     return {r[0]: r[1] for r in conn.execute(
-        """SELECT project, cwd FROM sessions s WHERE project IS NOT NULL AND cwd IS NOT NULL
-               AND started_at = (SELECT max(started_at) FROM sessions t WHERE t.project = s.project AND t.cwd IS NOT NULL)""")}
+        """SELECT project, cwd, max(started_at) FROM sessions WHERE project IS NOT NULL AND cwd IS NOT NULL
+           GROUP BY project""")}
