@@ -1,65 +1,37 @@
-"""A small HTTP client for the CLI: talks to a running daemon, turns errors into clear messages."""
+"""The CLI's daemon client: :class:`memlane.daemon_client.DaemonClient` (re-exported here with
+its two errors), with a missing daemon worded for a terminal."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from memlane.auth import CLIENT_HEADER, auth_headers
-from memlane.config import default_home
-from memlane.errors import MemlaneError
+from memlane.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+
+__all__ = ["Client", "DaemonError", "DaemonUnavailable"]
 
 
-class DaemonUnavailable(MemlaneError):
-    """No daemon answers at the configured URL."""
+class Client(DaemonClient):
+    """:class:`DaemonClient` for the CLI (``X-Memlane-Client: cli`` by default).
 
-    status = 503
-    code = "daemon_unavailable"
-
-
-class DaemonError(MemlaneError):
-    """The daemon answered with an error (its code and message are kept)."""
-
-
-class Client:
-    """JSON over HTTP to the daemon at ``base_url``; timeouts in seconds.
-
-    Every request carries the token of ``home`` (``$MEMLANE_HOME/token``, see
-    :mod:`memlane.auth`) and the ``X-Memlane-Client`` header, so the user never types either.
+    When nothing listens at the URL, :meth:`request` raises :class:`DaemonUnavailable` saying
+    ``no memlane daemon at URL (ConnectError); start it with `memlane serve```; every other
+    failure is the shared client's.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, *, home: Path | None = None,
-                 client_name: str = "cli") -> None:
-        self.base_url = base_url.rstrip("/")
-        headers = {CLIENT_HEADER: client_name, **auth_headers(home if home is not None else default_home())}
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers, trust_env=False)
-
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Send one request; returns the decoded JSON.
+        """As :meth:`DaemonClient.request`.
 
         Raises:
-            DaemonUnavailable: connection refused or timed out.
-            DaemonError: a 4xx/5xx answer (message from the error shape).
+            DaemonUnavailable: connection refused, timed out or broken.
+            DaemonError: a 4xx/5xx answer, or a 2xx answer that is not JSON.
         """
         try:
-            r = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise DaemonUnavailable(
-                f"no memlane daemon at {self.base_url} ({exc.__class__.__name__}); start it with `memlane serve`"
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise DaemonUnavailable(f"the daemon at {self.base_url} did not answer in time") from exc
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                e = DaemonError(f"{err['code']}: {err['message']}", details=err.get("details"))
-            except Exception:
-                e = DaemonError(f"HTTP {r.status_code}: {r.text[:200]}")
-            e.status = r.status_code
-            raise e
-        return r.json()
-
-    def close(self) -> None:
-        self._http.close()
+            return super().request(method, path, **kwargs)
+        except DaemonUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, (httpx.ConnectError, httpx.ConnectTimeout)):
+                raise DaemonUnavailable(f"no memlane daemon at {self.base_url} ({type(cause).__name__}); "
+                                        "start it with `memlane serve`") from cause
+            raise

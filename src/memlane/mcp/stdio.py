@@ -12,13 +12,14 @@ Endpoints used: ``POST /api/memory/recall``, ``POST /api/memory/remember``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.config import Settings
+from memlane.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from memlane.errors import Conflict, MemlaneError, NotFound, PayloadTooLarge, ValidationError
 from memlane.mcp.server import build_mcp, search_hit
 
@@ -31,11 +32,8 @@ _ERRORS: dict[str, type[MemlaneError]] = {
 }
 
 
-class DaemonUnreachable(MemlaneError):
-    """No memlane daemon answers at the configured URL."""
-
-    status = 503
-    code = "daemon_unavailable"
+#: The MCP name of the shared "no daemon" error (same class as the CLI's).
+DaemonUnreachable = DaemonUnavailable
 
 
 class HttpBackend:
@@ -47,35 +45,18 @@ class HttpBackend:
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
-                                  headers={CLIENT_HEADER: "mcp", **(headers or {})}, trust_env=False)
+                 transport: httpx.BaseTransport | None = None, home: Path | None = None) -> None:
+        self._client = DaemonClient(base_url, timeout_s, home=home, client_name="mcp", transport=transport)
+        self.base_url = self._client.base_url
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            r = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise DaemonUnreachable(f"memlane daemon not reachable at {self.base_url}; "
-                                    "start it with `memlane serve`") from exc
-        except httpx.TimeoutException as exc:
-            raise DaemonUnreachable(f"memlane daemon at {self.base_url} did not answer in time "
-                                    f"({type(exc).__name__}); try again") from exc
-        except httpx.HTTPError as exc:
-            raise DaemonUnreachable(f"memlane daemon at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
-        if r.status_code >= 400:
-            err = body.get("error") if isinstance(body, dict) else None
-            if isinstance(err, dict) and isinstance(err.get("message"), str):
-                cls = _ERRORS.get(str(err.get("code")), MemlaneError)
-                raise cls(err["message"], details=err.get("details") if isinstance(err.get("details"), dict) else None)
-            raise MemlaneError(f"memlane daemon at {self.base_url} answered HTTP {r.status_code}: {r.text[:200]}")
-        if body is None:
-            raise MemlaneError(f"unexpected answer from {self.base_url}{path} (not JSON): is this a memlane daemon?")
-        return body
+            return self._client.request(method, path, **kwargs)
+        except DaemonError as exc:
+            if exc.daemon_code is None:
+                raise MemlaneError(exc.daemon_message) from None
+            cls = _ERRORS.get(exc.daemon_code, MemlaneError)
+            raise cls(exc.daemon_message, details=exc.details or None) from None
 
     @staticmethod
     def _path(memory_id: str) -> str:
@@ -129,7 +110,7 @@ class HttpBackend:
         return {k: body[k] for k in ("pruned", "stale_marked", "by_rule", "dry_run")}
 
     def close(self) -> None:
-        self._http.close()
+        self._client.close()
 
 
 def run_stdio(settings: Settings, url: str | None = None) -> None:
@@ -141,7 +122,7 @@ def run_stdio(settings: Settings, url: str | None = None) -> None:
 
     Nothing but MCP messages is written to stdout; logs go to stderr.
     """
-    backend = HttpBackend(url or settings.url, headers=auth_headers(settings.home))
+    backend = HttpBackend(url or settings.url, home=settings.home)
     try:
         build_mcp(backend).run("stdio")
     finally:
