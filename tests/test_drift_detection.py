@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.sessions.inputs import PromptInput, StartInput
 
@@ -17,6 +19,12 @@ NOTE_V1 = ("Project Alpha status. The login blocker is still open: the auth data
            "to Postgres before the release can ship. Owners: infra team.")
 NOTE_V2 = ("Project Alpha status. Release 2.0 shipped in March. The onboarding tutorial now has new "
            "screenshots and the marketing site was redesigned with a dark theme.")
+
+
+@pytest.fixture
+def vstore(open_store):
+    """A store with the real embedding model that re-checks a memory at every retrieval."""
+    return open_store(embedding="local", drift={"recheck_seconds": 0})
 
 
 def _ingest(c, content: str, title: str) -> str:
@@ -184,3 +192,17 @@ def test_words_that_look_like_paths_are_not_file_references(vstore, tmp_path: Pa
     mid = c.memories.remember(RememberInput(content="Use e.g. config.yaml or ../../etc/passwd here.",
                                             project=str(root))).id
     assert c.drift.references_of(mid) == ()
+
+
+def test_a_memory_checked_recently_is_not_checked_again_until_updated(open_store):
+    c = open_store(embedding="local", drift={"recheck_seconds": 3600})
+    doc = _ingest(c, NOTE_V1, "alpha-status")
+    mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
+    _recall(c)
+    c.documents.delete(doc)
+    _ingest(c, NOTE_V2, "alpha-status")
+    _recall(c)
+    assert _rows(c) == []  # checked minutes ago: not again yet
+    c.memories.update(mid, {"content": f"{BLOCKER} Still true? See [[alpha-status]]."})
+    _recall(c)
+    assert [r["memory_id"] for r in _rows(c)] == [mid]  # the update cleared it: checked again, drifts

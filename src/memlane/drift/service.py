@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +121,7 @@ class DriftService:
         self._project: dict[str, str | None] = {}
         self._flags: dict[str, tuple[Flag, ...]] = {}
         self._pending: set[str] = set()
+        self._checked: dict[str, float] = {}  # memory id -> time.monotonic() of its last queued check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-drift")
         self._closed = False
         self._embedder = embedder
@@ -168,6 +170,7 @@ class DriftService:
     def _drop(self, memory_id: str, *, refs: bool) -> None:
         with self._lock:
             self._flags.pop(memory_id, None)
+            self._checked.pop(memory_id, None)
             if refs:
                 self._refs.pop(memory_id, None)
                 self._project.pop(memory_id, None)
@@ -271,10 +274,12 @@ class DriftService:
         if self._closed or not self._settings().enabled:
             return
         todo = []
+        now, gap = time.monotonic(), self._settings().recheck_seconds
         with self._lock:
             for m in memories:
-                if m.id in self._refs and m.id not in self._pending:
+                if m.id in self._refs and m.id not in self._pending and now - self._checked.get(m.id, -1e18) >= gap:
                     self._pending.add(m.id)
+                    self._checked[m.id] = now
                     todo.append((m.id, m.seq))
         if todo:
             try:
@@ -288,9 +293,12 @@ class DriftService:
         background thread."""
         if self._closed or not self._settings().enabled:
             return
+        now, gap = time.monotonic(), self._settings().recheck_seconds
         with self._lock:
-            ids = [m for m in memory_ids if m in self._refs and m not in self._pending]
+            ids = [m for m in memory_ids if m in self._refs and m not in self._pending
+                   and now - self._checked.get(m, -1e18) >= gap]
             self._pending.update(ids)
+            self._checked.update((m, now) for m in ids)
         if ids:
             try:
                 self._pool.submit(self._run_ids, ids)

@@ -16,6 +16,10 @@ class DriftSettings(BaseModel):
         "embedding and the document's current chunk and sentence vectors) is above this (cosine distance). "
         "0.39 was chosen on the httpx 0.13->0.18 pair of `memlane bench drift` (best F1 with precision >= 0.8; "
         "the seed's starting 0.62 flagged almost nothing there); docs/drift.md.")
+    recheck_seconds: float = Field(
+        60.0, ge=0.0, le=86_400.0,
+        description="A memory checked less than this many seconds ago is not checked again when it is retrieved "
+        "again (the write-behind check's load on a busy store); an update of the memory clears it.")
     debounce_hours: float = Field(
         24.0, ge=0.0, le=24.0 * 365,
         description="An open row for the same memory, target and type detected within this many hours is "
