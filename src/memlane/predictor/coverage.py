@@ -29,9 +29,9 @@ logged before the signal existed, from the session's stored context and the memo
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
+from memlane.lru import LRUCache
 from memlane.recall.fts_cache import Tokenizer
 from memlane.storage.fts import query_tokens
 
@@ -55,32 +55,18 @@ class QueryCoverage:
 
     def __init__(self, max_cached: int = MAX_CACHED_TEXTS) -> None:
         self._tokenizer = Tokenizer(FTS_TOKENIZE)
-        self._terms: OrderedDict[str, frozenset[str]] = OrderedDict()
-        self._max = max(1, int(max_cached))
-        self._lock = threading.Lock()
+        self._terms: LRUCache[str, frozenset[str]] = LRUCache(max(1, int(max_cached)))
 
     def terms(self, texts: Sequence[str]) -> list[frozenset[str]]:
         """The stemmed term set of each text (``len(texts)`` sets, in order)."""
-        out: list[frozenset[str] | None] = []
-        missing: list[str] = []
-        with self._lock:
-            for t in texts:
-                got = self._terms.get(t)
-                if got is not None:
-                    self._terms.move_to_end(t)
-                else:
-                    missing.append(t)
-                out.append(got)
+        out = [self._terms.get(t) for t in texts]
+        missing = [t for t, got in zip(texts, out) if got is None]
         if missing:
             unique = list(dict.fromkeys(missing))
             made = {t: frozenset(tokens) for t, tokens in zip(unique, self._tokenizer.words(unique))}
-            with self._lock:
-                for t, s in made.items():
-                    self._terms[t] = s
-                    self._terms.move_to_end(t)
-                while len(self._terms) > self._max:
-                    self._terms.popitem(last=False)
-            out = [s if s is not None else made[t] for s, t in zip(out, texts)]
+            for t, terms in made.items():
+                self._terms.put(t, terms)
+            out = [got if got is not None else made[t] for got, t in zip(out, texts)]
         return out  # type: ignore[return-value]
 
     def query_terms(self, query: str) -> frozenset[str]:

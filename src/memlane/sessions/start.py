@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from memlane.config import SessionSettings
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError
+from memlane.lru import LRUCache
 from memlane.recall.memory_index import MemoryIndex
 from memlane.sessions.diversity import apply_topic_diversity
 
@@ -56,8 +56,8 @@ class ContextVectors:
         self.embedder = embedder
         self.index = index
         self.size = size
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(size)
+        self._stats_lock = threading.Lock()
         self.hits = self.misses = 0
 
     def get(self, context: str) -> np.ndarray | None:
@@ -65,23 +65,21 @@ class ContextVectors:
         text = context[:CONTEXT_EMBED_CHARS]
         if self.embedder is None or not len(self.index) or not text.strip():
             return None
-        with self._lock:
-            v = self._cache.get(text)
+        v = self._cache.get(text)
+        with self._stats_lock:
             if v is not None:
-                self._cache.move_to_end(text)
                 self.hits += 1
-                return v
-            self.misses += 1
+            else:
+                self.misses += 1
+        if v is not None:
+            return v
         try:
             v = self.embedder.embed([text])[0]
         except EmbeddingError:
             return None
         if v.shape != (self.index.dimensions,):
             return None
-        with self._lock:
-            self._cache[text] = v
-            while len(self._cache) > self.size:
-                self._cache.popitem(last=False)
+        self._cache.put(text, v)
         return v
 
     def warm(self, context: str) -> None:
