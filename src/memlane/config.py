@@ -9,6 +9,7 @@ prints the effective values.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -122,6 +123,21 @@ class SessionSettings(BaseModel):
     """Session lifecycle: candidate pool, injection and prompt recall
     (predictive-memory-scorer.md "Candidate Pre-Filtering", "Hook Flow (session-start)")."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        # sessions.min_training_sessions shared its name with predictor.min_training_sessions
+        # while meaning only the status line's N: the old key still sets the new one (unless
+        # both are given), with a warning naming the new key.
+        if isinstance(data, dict) and "min_training_sessions" in data:
+            data = dict(data)
+            value = data.pop("min_training_sessions")
+            data.setdefault("collecting_target_sessions", value)
+            logging.getLogger("memlane.config").warning(
+                "sessions.min_training_sessions is deprecated: it is now sessions.collecting_target_sessions "
+                "(the predictor's training threshold is predictor.min_training_sessions)")
+        return data
+
     candidate_pool_size: int = Field(100, ge=1, le=1000, description="Most candidates recorded per session-start.")
     effective_top: int = Field(50, ge=1, le=1000, description="Candidates taken by effectiveScore.")
     similarity_top: int = Field(50, ge=0, le=1000, description="Candidates taken by similarity to the session context.")
@@ -136,7 +152,11 @@ class SessionSettings(BaseModel):
     prompt_min_score: float = Field(
         0.45, ge=0.0, le=1.0,
         description="Prompt recall injects only hits at or above this hybrid score (say nothing rather than pad).")
-    min_training_sessions: int = Field(10, ge=1, le=1000, description="Scored sessions before the predictor may train.")
+    collecting_target_sessions: int = Field(
+        10, ge=1, le=1000,
+        description="The N of the session-start status line '[memlane: collecting | n/N ...]' shown when the "
+        "predictor does not run (the predictor's own threshold is predictor.min_training_sessions). "
+        "Formerly sessions.min_training_sessions, still accepted with a warning.")
     agent_feedback: bool = Field(True, description="Ask the agent to rate injected memories (<memory-feedback>).")
     max_prompt_chars: int = Field(
         100_000, ge=1, le=100_000_000, description="Longest prompt a hook accepts, characters.")

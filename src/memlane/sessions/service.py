@@ -289,7 +289,7 @@ class SessionService:
             if not won:  # another process started this key first (nothing to record later)
                 return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
         header = self.predictor.status_line() if self.predictor is not None else \
-            status_line(state, scored, s.min_training_sessions)
+            status_line(state, scored, s.collecting_target_sessions)
         block = render_block("Relevant memories:", chosen, with_feedback=s.agent_feedback)
         inject = header + ("\n" + block if block else "\n")
         return StartResult(key, "new", inject, state, candidate_count=len(pool),
