@@ -7,7 +7,29 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
+
+
+class ErrorRow(BaseModel):
+    """One prediction error (``memory``: the memory it is about, in the listing)."""
+
+    error_id: int
+    memory_id: str
+    target: str
+    query: str
+    cosine_distance: float
+    error_type: str
+    weight: float
+    context: dict[str, Any]
+    detected_at: str
+    resolved_at: str | None
+    memory: dict[str, Any] | None = None
+
+
+class ErrorsOut(BaseModel):
+    """Prediction errors, newest first."""
+
+    items: list[ErrorRow]
 
 
 class _Local:
@@ -73,7 +95,7 @@ def register(server: Any, backend: Any, run: Any) -> None:
         resolved: Annotated[bool | None, Field(description="false (default): open ones; true: resolved; "
                                                            "null: both.")] = False,
         limit: Annotated[int, Field(ge=1, le=1000, description="Most rows, newest first.")] = 20,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, ErrorsOut]:
         """List memories that may no longer match the world: drifted from a document they
         reference (memory_drift), referencing a file that is gone (memory_stale_file), or
         reported by an external signal. Each row carries its memory (content, tags, dates).
@@ -90,7 +112,7 @@ def register(server: Any, backend: Any, run: Any) -> None:
         evidence: Annotated[dict[str, Any], Field(description="Any JSON object (stored as given).")],
         weight: Annotated[float, Field(ge=0.0, le=10.0, description="How sure the memory is stale; 1 = normal.")]
         = 1.0,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, ErrorRow]:
         """Record external evidence that a memory is stale (a commit that fixed the bug it
         describes, a closed ticket...). The memory is then no longer injected proactively and
         search shows it with a warning until it is updated or forgotten. Returns the row."""
