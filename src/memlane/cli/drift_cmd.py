@@ -138,3 +138,29 @@ def bench_drift(data: Path = typer.Option(DEFAULT_DRIFT_DATA, help="The httpx dr
                    str(len(r["renamed"])), "%.2f/%.2f" % tuple(r["renamed_pr"]))
     console.print(st)
     console.print(f"report: {path}")
+
+
+@bench_app.command("drift-latency")
+def bench_drift_latency(memories: int = typer.Option(10_000, min=100, help="Memories in the store."),
+                        queries: int = typer.Option(300, min=10, help="Queries, each run with drift on and off."),
+                        data: Path = typer.Option(Path("../shared/bench-data/locomo/locomo10.json"),
+                                                  help="LoCoMo file (the texts of `bench latency`)."),
+                        out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+    """Recall p50 with drift on vs off on one store in the same minutes (paired, in process), and the
+    retrieval rules' cost on 10 hits with 3 flagged."""
+    from memlane.bench.drift_latency import run_drift_latency
+    from memlane.bench.report import write_json
+    from memlane.embedding.local_onnx import LocalOnnxEmbedder
+
+    emb = LocalOnnxEmbedder()
+    try:
+        emb.warmup()
+        r = run_drift_latency(data, n_memories=memories, n_queries=queries, embedder=emb)
+    finally:
+        emb.close()
+    path = write_json(_out_path(out, "bench-drift-latency"), r)
+    console.print(f"{r['memories']} memories ({r['memories_with_references']} with references), {r['queries']} "
+                  f"queries: recall p50 drift on {r['p50_on_ms']:.2f} ms, off {r['p50_off_ms']:.2f} ms, paired "
+                  f"median difference {r['paired_median_diff_ms']:+.3f} ms; retrieval rules on 10 hits with 3 "
+                  f"flagged {r['after_recall_us_10_hits_3_flagged']:.1f} us; load {r['load_avg'][0]:.1f}")
+    console.print(f"report: {path}")
