@@ -102,3 +102,13 @@ def test_first_session_of_a_project_sweeps_it(store, repo: Path):
     c.sessions.start(StartInput("first", project=str(repo), context="legacy"))
     c.drift.drain()
     assert [r["target"] for r in c.drift.list(memory_id=b)] == ["src/legacy.py"]
+
+
+def test_v3_related_files_are_file_references(store, repo: Path):
+    c = store
+    mid = c.memories.remember(RememberInput(content="Half-even rounding for invoices.", project=str(repo),
+                                            related_files=("src/rounding.py",))).id
+    assert [(r.kind, r.target) for r in c.drift.references_of(mid)] == [("file", "src/rounding.py")]
+    git(repo, "rm", "-q", "src/rounding.py")
+    _commit(repo, "drop rounding")
+    assert c.drift.sweep(str(repo))["stale_files"] == [[mid, "src/rounding.py", "was deleted (git)"]]

@@ -176,11 +176,14 @@ class DriftService:
                 self._project.pop(memory_id, None)
 
     # -- write side -------------------------------------------------------------------------
-    def extract_in_tx(self, conn, memory_id: str, content: str, project: str | None, at: str) -> tuple[Reference, ...]:
+    def extract_in_tx(self, conn, memory_id: str, content: str, project: str | None, at: str,
+                      related_files: Sequence[str] = ()) -> tuple[Reference, ...]:
         """Extract and store the memory's references inside the caller's write transaction, and
-        remember them. Document references whose document is not ingested yet are kept with
-        target ``?<raw>`` and resolved at each check."""
-        cands = refs_mod.extract(content)
+        remember them. ``related_files`` (V3's field) are file candidates besides the paths in the
+        text. Document references whose document is not ingested yet are kept with target
+        ``?<raw>`` and resolved at each check."""
+        cands = refs_mod.extract(content) + [refs_mod.Candidate("file", f) for f in related_files
+                                             if isinstance(f, str) and f]
         out: list[Reference] = []
         found: list[tuple[str, str]] = []
         if any(c.kind in ("wiki", "url", "id") for c in cands):  # the documents are read only then
@@ -205,7 +208,7 @@ class DriftService:
     def created_hook(self, conn, new: Any, at: str) -> None:
         """``MemoryService.created_hooks`` entry: references of a new memory (same transaction)."""
         if new.type != CHUNK_TYPE:
-            self.extract_in_tx(conn, new.id, new.content, new.project, at)
+            self.extract_in_tx(conn, new.id, new.content, new.project, at, getattr(new, "related_files", ()) or ())
 
     def on_memory_event(self, event: str, memory: Any) -> None:
         """``MemoryService.listeners`` entry: ``updated`` resolves open rows and re-extracts the
@@ -217,7 +220,8 @@ class DriftService:
         if event == "updated":
             def job(conn):
                 drift_sql.resolve_memory(conn, memory.id, at=at)
-                self.extract_in_tx(conn, memory.id, memory.content, memory.project, at)
+                self.extract_in_tx(conn, memory.id, memory.content, memory.project, at,
+                                   getattr(memory, "related_files", ()) or ())
             self.db.write(job)
             self._drop(memory.id, refs=False)
         elif event == "deleted":
@@ -229,7 +233,8 @@ class DriftService:
             except Exception:
                 log.exception("confidence propagation from superseded %s failed", memory.id)
         elif event == "recovered":
-            self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at))
+            self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at,
+                                                          getattr(memory, "related_files", ()) or ()))
 
     # -- retrieval rules --------------------------------------------------------------------
     def injectable(self, memory_ids: Sequence[str]) -> list[str]:
