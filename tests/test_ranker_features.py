@@ -152,3 +152,32 @@ def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
     assert list(p.final[:2]) == pytest.approx([h.score for h in res.hits])
     assert not np.isnan(p.vector_content).any() and not np.isnan(p.vector_context).any()
     assert p.contents[0] == res.hits[0].memory.content
+
+
+def test_question_turns_ranks_of_coverage_and_content_cosine(cache) -> None:
+    x = F.compute("painting sunsets", pool(["Melanie: what did you paint?", "Caroline: I painted sunsets",
+                                            "Caroline: ok"], v_content=[0.2, 0.9, np.nan]), cache)
+    assert col(x, "is_question") == [1.0, 0.0, 0.0]
+    assert col(x, "coverage_rank") == [1, 0, 2]
+    assert col(x, "vector_content_rank") == [1, 0, 2]  # no content vector ranks last
+
+
+def test_neighbours_coverage(cache) -> None:
+    x = F.compute("painting sunsets", pool(["Melanie: what did you paint?", "Caroline: I painted sunsets",
+                                            "unrelated"], seqs=[5, 6, 9]), cache)
+    assert col(x, "prev_coverage") == pytest.approx([0.0, 0.5, 0.0])  # seq 6 follows the question
+    assert col(x, "next_coverage") == pytest.approx([1.0, 0.0, 0.0])  # seq 5 is followed by the answer
+
+
+def test_neighbours_question_cosine_and_speaker_and_relative_scores(cache) -> None:
+    contents = ["Melanie: what did you paint?", "Caroline: I painted sunsets", "Caroline: nice", "far away"]
+    x = F.compute("What did Caroline paint?", pool(contents, seqs=[5, 6, 7, 20], v_content=[0.5, 0.8, np.nan, 0.1]),
+                  cache)
+    assert col(x, "prev_is_question")[1:3] == [1.0, 0.0]
+    assert math.isnan(col(x, "prev_is_question")[0]) and math.isnan(col(x, "prev_is_question")[3])
+    assert col(x, "prev_vector_content")[1:3] == pytest.approx([0.5, 0.8])
+    assert col(x, "next_vector_content")[:2] == pytest.approx([0.8, 0.0])  # seq 7 has no vector: 0
+    assert col(x, "prev_speaker_match")[1:3] == [0.0, 1.0] and col(x, "next_speaker_match")[:2] == [1.0, 1.0]
+    assert col(x, "vector_content_gap") == pytest.approx([-0.3, 0.0, -0.8, -0.7])
+    # query terms {caroline, paint}: the best memory holds both, stemmed ("painted")
+    assert col(x, "coverage_rel") == pytest.approx([0.5, 1.0, 0.5, 0.0])

@@ -211,7 +211,8 @@ def test_cross_validation_ranks_each_conversation_with_a_model_not_trained_on_it
     assert seen == [{"conv-1", "conv-2"}, {"conv-0", "conv-2"}, {"conv-0", "conv-1"}]
     assert set(rankings) == {(p.conversation, p.index) for p in qp}
     for p in qp:
-        assert sorted(rankings[(p.conversation, p.index)]) == sorted(p.dia_ids[:50])
+        got = rankings[(p.conversation, p.index)]
+        assert len(got) == min(50, len(p.dia_ids)) and set(got) <= set(p.dia_ids)
 
 
 @pytest.mark.skipif(not SHIPPED_MODEL.is_file(), reason="the shipped model is built by `memlane train ranker`")

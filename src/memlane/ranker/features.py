@@ -23,8 +23,9 @@ Groups (used by the ablation in ``memlane bench retrieval --ranker learned --abl
   holds a time expression (``yesterday``, ``last week``, a month, a year...), its age at ``now``
   and its recency rank in the pool.
 * ``cooccurrence``: the candidates written next to this one (seq +- 1, +- 2) and within an hour
-  of it: how many there are, how well they score and how much of the query the previous and
-  next one hold (a turn's neighbours in a conversation).
+  of it: how many there are, how well they score, how much of the query the previous and next
+  one hold, their content cosine and speaker match, whether the previous one asks a question
+  (a turn's neighbours in a conversation: an answer follows its question).
 * ``query``: the question word and the query's length in words.
 
 Memory type, importance, access counts and feedback are not features: the public training data
@@ -45,21 +46,25 @@ import numpy as np
 from memlane.predictor.coverage import QueryCoverage
 
 #: Version of the feature schema (bump when a feature's meaning changes).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Feature name -> group, in column order.
 FEATURE_GROUPS: dict[str, str] = {
     "hybrid": "retrieval", "hybrid_rank": "retrieval", "hybrid_gap": "retrieval", "hybrid_z": "retrieval",
     "final": "retrieval", "final_rank": "retrieval", "final_gap": "retrieval",
     "vector": "retrieval", "vector_rank": "retrieval", "vector_gap": "retrieval",
-    "vector_content": "retrieval", "vector_content_rank": "retrieval", "vector_context": "retrieval",
+    "vector_content": "retrieval", "vector_content_rank": "retrieval", "vector_content_gap": "retrieval",
+    "vector_context": "retrieval",
     "bm25": "retrieval", "bm25_rank": "retrieval", "bm25_gap": "retrieval",
-    "coverage": "lexical", "coverage_idf": "lexical", "coverage_rank": "lexical", "log_chars": "lexical",
+    "coverage": "lexical", "coverage_idf": "lexical", "coverage_rank": "lexical", "coverage_rel": "lexical",
+    "log_chars": "lexical",
     "is_question": "lexical",
     "query_names": "entity", "speaker_match": "entity", "speaker_other": "entity", "names_in_body": "entity",
     "query_temporal": "time", "memory_time_expr": "time", "log_age_days": "time", "recency_rank": "time",
     "prev_hybrid": "cooccurrence", "next_hybrid": "cooccurrence", "near2_max": "cooccurrence",
     "prev_coverage": "cooccurrence", "next_coverage": "cooccurrence",
+    "prev_is_question": "cooccurrence", "prev_vector_content": "cooccurrence", "next_vector_content": "cooccurrence",
+    "prev_speaker_match": "cooccurrence", "next_speaker_match": "cooccurrence",
     "hour_count": "cooccurrence", "hour_sum": "cooccurrence",
     "question_word": "query", "query_words": "query",
 }
@@ -253,7 +258,9 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     put("vector_rank", _rank(vector))
     put("vector_gap", _gap(vector))
     put("vector_content", pool.vector_content)
+    v_content = np.nan_to_num(np.asarray(pool.vector_content, dtype=np.float64))  # no vector: 0
     put("vector_content_rank", _rank(np.asarray(pool.vector_content, dtype=np.float64)))
+    put("vector_content_gap", v_content - v_content.max())
     put("vector_context", pool.vector_context)
     put("bm25", bm25)
     matched = np.where(np.isnan(bm25), 0.0, bm25) > 0
@@ -267,23 +274,29 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     derived = cache.derived(pool.contents)
     coverage = np.zeros(m)
     if q_terms:
-        df = {t: sum(t in s for s in terms) for t in q_terms}
+        held = [q_terms & s for s in terms]  # the query terms each memory holds
+        df = dict.fromkeys(q_terms, 0)
+        for h in held:
+            for t in h:
+                df[t] += 1
         w = {t: math.log((m + 1.0) / (df[t] + 0.5)) for t in q_terms}
         total = sum(w.values())
-        coverage = np.array([len(q_terms & s) / len(q_terms) for s in terms])
-        put("coverage_idf", [sum(w[t] for t in q_terms & s) / total if total > 0 else 0.0 for s in terms])
+        coverage = np.array([len(h) / len(q_terms) for h in held])
+        put("coverage_idf", [sum(w[t] for t in h) / total if total > 0 else 0.0 for h in held])
     else:
         put("coverage_idf", 0.0)
     put("coverage", coverage)
     put("coverage_rank", _rank(coverage))
+    put("coverage_rel", coverage / (coverage.max() if coverage.max() > 0 else 1.0))
     put("log_chars", [d.log_chars for d in derived])
     put("is_question", [float(d.question) for d in derived])
     # entity
     names = query_names(query)
     name_set = set(names)
     put("query_names", len(names))
-    put("speaker_match", [np.nan if d.speaker is None else float(d.speaker.split()[0] in name_set
-                                                                  or d.speaker in name_set) for d in derived])
+    speaker_match = np.array([np.nan if d.speaker is None else float(d.speaker.split()[0] in name_set
+                                                                     or d.speaker in name_set) for d in derived])
+    put("speaker_match", speaker_match)
     put("speaker_other", [np.nan if d.speaker is None or not names else
                           float(not (d.speaker.split()[0] in name_set or d.speaker in name_set)) for d in derived])
     put("names_in_body", [len(name_set & d.body_words) / len(names) if names else np.nan for d in derived])
@@ -310,6 +323,16 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     put("near2_max", np.maximum.reduce(list(near.values())))
     put("prev_coverage", at(-1, sorted_cov))
     put("next_coverage", at(1, sorted_cov))
+
+    def nb(offset: int, values: np.ndarray) -> np.ndarray:  # as at(), NaN when no such candidate
+        i = np.minimum(np.searchsorted(sorted_seq, seq + offset), m - 1)
+        return np.where(sorted_seq[i] == seq + offset, values[order][i], np.nan)
+
+    put("prev_is_question", nb(-1, np.array([float(d.question) for d in derived])))
+    put("prev_vector_content", nb(-1, v_content))
+    put("next_vector_content", nb(1, v_content))
+    put("prev_speaker_match", nb(-1, speaker_match))
+    put("next_speaker_match", nb(1, speaker_match))
     close = np.abs(created[:, None] - created[None, :]) <= WINDOW_S
     np.fill_diagonal(close, False)
     put("hour_count", close.sum(axis=1))
