@@ -104,6 +104,10 @@ class RecallService:
         #: the learned reranking stage (memlane.ranker.stage.LearnedRanker); set by
         #: memlane.recall.stages.wire. None: heuristic ranking only.
         self.ranker: Any = None
+        #: issue 41: ``hits -> hits`` after ranking (memlane.drift.service.DriftService.after_recall:
+        #: penalty and warning for stale or drifting memories, write-behind drift check); set by
+        #: memlane.drift.wiring. None: off.
+        self.drift: Any = None
 
     @property
     def embedder(self) -> Embedder | None:
@@ -267,6 +271,8 @@ class RecallService:
         hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25,
                           rank_scores.get(seq) if rank_scores is not None else None)
                 for final, seq in ranked if seq in rows]
+        if self.drift is not None and hits:
+            hits = self.drift.after_recall(hits)
         if q.touch and hits:
             self._touch(hits)
         return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000, used)
