@@ -28,3 +28,25 @@ def test_bad_ranker_or_cv_is_refused_before_any_work(tmp_path: Path) -> None:
     for cfg in (RetrievalConfig(ranker="magic"), RetrievalConfig(cv="question")):
         with pytest.raises(ValueError):
             run(tmp_path / "missing.json", embedder=None, config=cfg)
+
+
+LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench-data" / "locomo" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.is_file(), reason=f"LoCoMo not found at {LOCOMO}")
+def test_latency_bench_times_both_rankers_on_one_daemon(tmp_path: Path) -> None:
+    """``bench latency --ranker-paired``: the same queries with each ranker, alternating, and the
+    daemon's answers say the ranker asked for answered (a store large enough for the learned one)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from memlane.cli.main import app
+
+    out = tmp_path / "lat.json"
+    r = CliRunner().invoke(app, ["bench", "latency", "--memories", "120", "--queries", "4", "--remembers", "1",
+                                 "--ranker-paired", "--data", str(LOCOMO), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    pr = json.loads(out.read_text())["recall_by_ranker"]
+    assert pr["answered"] == {"learned->learned": 4, "heuristic->heuristic": 4}
+    assert pr["learned"]["n"] == pr["heuristic"]["n"] == 4 and "alternating" in r.output

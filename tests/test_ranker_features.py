@@ -58,6 +58,8 @@ def test_retrieval_scores_ranks_and_gaps(cache) -> None:
     assert col(x, "vector_rank") == [1, 2, 0]  # the missing score ranks last
     assert math.isnan(col(x, "vector")[1]) and col(x, "vector_gap")[0] == pytest.approx(0.4)
     assert col(x, "bm25_rank")[1:] == [0, 1] and math.isnan(col(x, "bm25_rank")[0])  # no match: no rank
+    assert col(x, "final") == pytest.approx([0.95, 0.9, 0.7])
+    assert col(x, "bm25") == pytest.approx([0.0, 1.0, 0.5]) and col(x, "bm25_gap") == pytest.approx([1.0, 0.0, 0.5])
 
 
 def test_content_and_context_cosines_pass_through(cache) -> None:

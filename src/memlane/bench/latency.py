@@ -107,12 +107,16 @@ def wait_for_predictor(http: httpx.Client, timeout_s: float = 120.0) -> float:
 
 def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
                 port: int = 0, progress: Callable[[str, int, int], None] | None = None,
-                pipeline_stages: bool | None = None, reranker: bool = False) -> dict[str, Any]:
+                pipeline_stages: bool | None = None, reranker: bool = False,
+                ranker_paired: bool = False) -> dict[str, Any]:
     """Fill a fresh daemon with ``n_memories`` texts and time single requests.
 
     ``pipeline_stages``: True = hints (with synthetic hints), graph boost and dampening on (the
     reranker too when ``reranker``), plus each stage's in-process overhead
-    (``memlane.bench.stages``); False = all off; None = the defaults.
+    (``memlane.bench.stages``); False = all off; None = the defaults. ``ranker_paired``: after
+    the recall timing, each query once more with ``ranker: learned`` and once with ``ranker:
+    heuristic``, in alternating order, on the same daemon in the same minutes
+    (``recall_by_ranker``: a summary per ranker and how many answers each ranker gave).
 
     Returns:
         ``{"store_size", "fill": {memories, seconds, memories_per_s, batch},
@@ -154,6 +158,7 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                     recall_ms.append((time.perf_counter() - t) * 1000)
                     if progress:
                         progress("recall", i + 1, n_queries)
+                by_ranker = paired_rankers(http, qs, n_queries, progress) if ranker_paired else None
                 remember_ms = []
                 for i, text in enumerate(extra):
                     t = time.perf_counter()
@@ -178,4 +183,29 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
         "remember": latency_summary(remember_ms),
         "job_backlog": backlog,
         "pipeline_stages": stages,
+        "recall_by_ranker": by_ranker,
     }
+
+
+def paired_rankers(http: httpx.Client, qs: list[str], n_queries: int,
+                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Recall latency (limit 10) with the learned ranker and the heuristic one, each query once
+    with each, the first of the pair alternating: ``{"learned": summary, "heuristic": summary,
+    "answered": {ranker named in the answer: count}, "paired_median_diff_ms": median of
+    learned - heuristic per query}``."""
+    times: dict[str, list[float]] = {"learned": [], "heuristic": []}
+    answered: dict[str, int] = {}
+    for i in range(n_queries):
+        q = qs[(WARMUP + i) % len(qs)]
+        for r in (("learned", "heuristic") if i % 2 == 0 else ("heuristic", "learned")):
+            t = time.perf_counter()
+            resp = http.post("/api/memory/recall", json={"query": q, "limit": 10, "ranker": r})
+            times[r].append((time.perf_counter() - t) * 1000)
+            resp.raise_for_status()
+            got = resp.json().get("ranker", "?")
+            answered[f"{r}->{got}"] = answered.get(f"{r}->{got}", 0) + 1
+        if progress:
+            progress("recall, learned vs heuristic", i + 1, n_queries)
+    diffs = sorted(a - b for a, b in zip(times["learned"], times["heuristic"]))
+    return {"learned": latency_summary(times["learned"]), "heuristic": latency_summary(times["heuristic"]),
+            "answered": answered, "paired_median_diff_ms": diffs[len(diffs) // 2] if diffs else None}

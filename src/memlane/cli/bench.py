@@ -126,6 +126,9 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
                      "(plus each stage's in-process overhead), or all off; default: the configured defaults."),
             reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                           help="With --pipeline-stages: the reranker on too (off by default)."),
+            ranker_paired: bool = typer.Option(
+                False, "--ranker-paired", help="Also time each query with the learned ranker and with the "
+                "heuristic one, alternating, on the same daemon."),
             out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
     """Start a real daemon, fill it, and measure remember and recall latency over HTTP."""
     from memlane.bench.latency import run_latency
@@ -136,7 +139,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
     with stage_progress(err, "starting daemon") as tick:
         report = run_latency(data, n_memories=memories, n_queries=queries, n_remembers=remembers,
                              port=port, progress=tick, pipeline_stages=pipeline_stages,
-                             reranker=reranker)
+                             reranker=reranker, ranker_paired=ranker_paired)
     path = _out_path(out, "latency")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
@@ -154,6 +157,12 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
     b = report["job_backlog"]
     console.print(f"recall timed once the daemon's job queue drained: {b['initial']} jobs queued after the fill, "
                   f"waited {b['waited_s']} s, {b['left']} left; predictor sidecar ready after {b['predictor_wait_s']} s more")
+    pr = report.get("recall_by_ranker")
+    if pr:
+        console.print(f"recall, same queries, alternating: learned p50 {pr['learned']['p50']:.1f} ms (p95 "
+                      f"{pr['learned']['p95']:.1f}), heuristic p50 {pr['heuristic']['p50']:.1f} ms (p95 "
+                      f"{pr['heuristic']['p95']:.1f}); paired median difference {pr['paired_median_diff_ms']:.1f} ms; "
+                      f"answered: {pr['answered']}")
     if report["pipeline_stages"] is not None:
         from memlane.bench.stages import render_stages
         console.print(render_stages(report["pipeline_stages"]))
