@@ -212,6 +212,8 @@ class LifecycleService:
             raise ValidationError("threshold: must be in [0, 1]", details={"field": "threshold"})
         if isinstance(idle_days, bool) or not idle_days >= 0:
             raise ValidationError("idle_days: must be >= 0", details={"field": "idle_days"})
+        if project is not None:
+            project = check_str(project, "project")
         now_dt = datetime.fromisoformat((now or now_iso()).replace("Z", "+00:00"))
         cands = self.db.read(lambda c: lc_sql.candidates(c, project))
         ids = [m.id for m in cands
