@@ -17,5 +17,7 @@ def test_seed_alpha_stores_an_earned_state_the_daemon_reads(open_store, tmp_path
     state = policy.PolicyState.from_dict(c.db.read(pred_sql.load_state))
     assert policy.alpha_for(state) == pytest.approx(0.8)
     assert policy.phase_of(state) == "active" and state.margin_ema >= 0
+    # ...and a model for the sidecar, which the daemon starts only when there is one (issue 43).
+    assert (home / "predictor" / "model.bin").is_file()
     with pytest.raises(ValueError):
         seed_alpha(home, 1.0)

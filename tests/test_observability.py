@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -184,8 +186,13 @@ def _wait_for(fn, timeout_s: float = 60.0, every_s: float = 0.2):
     pytest.fail(f"condition not met within {timeout_s} s")
 
 
-def test_a_killed_sidecar_is_a_predictor_crash_and_an_unhealthy_predictor_domain(start_daemon):
-    d = start_daemon(provider="none")
+def test_a_killed_sidecar_is_a_predictor_crash_and_an_unhealthy_predictor_domain(start_daemon, tmp_path):
+    # The sidecar runs only with a model to serve (issue 43): give the home an untrained one.
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-c", "import sys; from memlane.predictor.engine import PredictorEngine; "
+                    "PredictorEngine(sys.argv[1], embedding_model_id='none', native_dim=1).save_checkpoint()",
+                    str(home / "predictor")], check=True, capture_output=True, timeout=300)
+    d = start_daemon(home, provider="none")
     with d.client() as c:
         def alive():
             dom = c.get("/api/diagnostics/predictor").json()
@@ -202,3 +209,13 @@ def test_a_killed_sidecar_is_a_predictor_crash_and_an_unhealthy_predictor_domain
         metrics = c.get("/metrics").text
         assert 'memlane_errors_total{stage="predictor"}' in metrics
         assert "memlane_predictor_sidecar_up 0.0" in metrics
+
+
+def test_no_model_yet_is_a_cold_start_not_a_dead_sidecar(start_daemon):
+    """Without a model the sidecar is not started (issue 43): a cold start at 0.6, not a fault."""
+    d = start_daemon(provider="none")
+    with d.client() as c:
+        dom = c.get("/api/diagnostics/predictor").json()
+    assert dom["sidecar_alive"] is False and dom["sidecar_pid"] is None
+    assert dom["status"] == "cold_start" and dom["score"] == 0.6
+    assert any("no model yet" in n for n in dom["notes"])

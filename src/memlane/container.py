@@ -29,7 +29,7 @@ from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
 from memlane.services.memory_service import MemoryService
 from memlane.providers import LlmProvider, build_provider
-from memlane.services.predictor_scoring import sidecar_for
+from memlane.services.predictor_scoring import sidecar_for, sidecar_lifecycle
 from memlane.services.predictor_service import PredictorService
 from memlane.services.recall_service import RecallService
 from memlane.sessions.checkpoints import CheckpointService
@@ -154,7 +154,10 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,
                               embedding_model_id=emb.model_id if emb is not None else "none",
                               native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1)
-        pred = PredictorService(db, index, backend, settings.predictor)
+        # The sidecar (PyTorch, ~300 MiB) runs only with a model to serve or a training run;
+        # until then the daemon scores with the untrained model's formula (issue 43).
+        pred = PredictorService(db, index, backend, settings.predictor,
+                                lifecycle=sidecar_lifecycle(backend, settings.predictor, home=settings.home))
         pred.start()
     sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred)
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)

@@ -25,6 +25,7 @@ from memlane.api.schemas import (
 )
 from memlane.container import Container
 from memlane.errors import ValidationError
+from memlane.procinfo import process_info
 from memlane.services.inputs import RecallQuery
 
 
@@ -62,17 +63,24 @@ def create_app(container: Container) -> FastAPI:
     @app.get("/health", tags=["meta"])
     def health(request: Request) -> dict[str, Any]:
         """Liveness. Without the token: ``{"status": "ok"}`` only. With it, also version, uptime (s),
-        live memory count, embedding model and database path.
+        live memory count, embedding model, database path and ``processes``: the daemon's and
+        the predictor sidecar's pid and resident memory (``rss_bytes``, ``peak_rss_bytes``;
+        the sidecar's ``state``: running, starting, dormant = no model yet, stopped; null when
+        the predictor does not run here).
 
         Cheap by design (an index-only count): full statistics, which scan every memory and
         vector (~50 ms at 10,000 memories), are in ``GET /api/memories``."""
         if not getattr(request.state, "authenticated", False):
             return {"status": "ok"}
+        pred = container.predictor
         return {"status": "ok", "version": __version__,
                 "uptime_s": round(time.time() - app.state.started, 3),
                 "memories": mem.live_count(),
                 "embedding_model": mem.embedder.model_id if mem.embedder else None,
-                "db_path": str(container.settings.db_path)}
+                "db_path": str(container.settings.db_path),
+                # What memlane costs: resident memory (bytes) of this process and of the sidecar.
+                "processes": {"daemon": process_info(),
+                              "predictor_sidecar": pred.sidecar_process() if pred is not None else None}}
 
     @app.post("/api/memory/remember", tags=["memory"], response_model=RememberOut | BatchOut)
     def remember(payload: dict[str, Any] = Body(..., openapi_examples={

@@ -40,6 +40,12 @@ def router(container: Container) -> APIRouter:
         pipeline ``mode`` and the effective ``config``. 403 ``config_forbidden`` for a key that is
         set in config.yaml or the environment only; 400 ``config_error`` for a bad key or value."""
         change = update_config(container.settings, patch)
+        if "predictor.enabled" in change.applied:
+            if container.predictor is not None:
+                container.predictor.sync()  # off: the sidecar stops now; on: it starts if there is a model
+            elif container.settings.predictor.enabled:  # started without a predictor: cannot run one now
+                change.applied.remove("predictor.enabled")
+                change.restart_required.append("predictor.enabled")
         return {"path": str(change.path), "applied": change.applied, "restart_required": change.restart_required,
                 "unchanged": change.unchanged, "warnings": change.warnings,
                 "pipeline": container.settings.memory.pipeline_v2.flags(),

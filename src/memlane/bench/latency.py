@@ -88,7 +88,8 @@ def wait_for_job_backlog(http: httpx.Client, timeout_s: float = 180.0) -> dict[s
 
 
 def wait_for_predictor(http: httpx.Client, timeout_s: float = 120.0) -> float:
-    """Wait until the daemon's predictor sidecar is ready (or the predictor is off); returns the
+    """Wait until the daemon's predictor sidecar is ready (or the predictor is off, or the
+    sidecar is dormant: no model yet, the untrained model scores in the daemon); returns the
     seconds waited. The sidecar loads PyTorch when the daemon starts (seconds of CPU on one of
     the two cores); requests timed meanwhile measure that start-up, not the steady state.
 
@@ -98,7 +99,8 @@ def wait_for_predictor(http: httpx.Client, timeout_s: float = 120.0) -> float:
     t0 = time.monotonic()
     while True:
         status = http.get("/api/predictor/status").json()
-        if not status.get("enabled", True) or status.get("sidecar", {}).get("ready"):
+        sidecar = status.get("sidecar") or {}
+        if not status.get("enabled", True) or sidecar.get("ready") or sidecar.get("state") == "dormant":
             return round(time.monotonic() - t0, 1)
         if time.monotonic() - t0 > timeout_s:
             raise RuntimeError(f"the predictor sidecar did not become ready in {timeout_s:.0f} s")

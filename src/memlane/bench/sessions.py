@@ -64,9 +64,13 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
         c.close()
 
 
-def seed_alpha(home: Path, alpha: float) -> None:
+def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniLM-L6-v2-onnx-int8",
+               native_dim: int = 384) -> None:
     """Store a policy state whose alpha is ``alpha`` (trained, cold start exited, past the early
-    floors, a non-negative margin EMA) in ``home``'s database, read by the next daemon.
+    floors, a non-negative margin EMA) in ``home``'s database, read by the next daemon, and a
+    model for its sidecar to serve (``predictor/model.bin``, the untrained weights in the
+    sidecar's own checkpoint format, unless one is there): the daemon starts its sidecar only
+    when there is a model, and every start with alpha < 1 waits for its scores.
 
     The bench's sessions carry no agent feedback (confidence < 0.6), so none of them moves the
     EMA or counts toward a retrain: alpha stays put for the whole run.
@@ -94,6 +98,11 @@ def seed_alpha(home: Path, alpha: float) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()
+    if not (home / "predictor" / C.CHECKPOINT_NAME).is_file():
+        from memlane.predictor.engine import PredictorEngine
+
+        PredictorEngine(home / "predictor", embedding_model_id=embedding_model_id,
+                        native_dim=native_dim).save_checkpoint()
 
 
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
@@ -116,7 +125,9 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         latency summaries, ms), ``"session_start_in_daemon"`` (the service's own time, the reply's
         ``took_ms``: the rest is HTTP), ``"job_backlog"`` (the wait for the job queue),
         ``"samples_ms": {hook: [ms per request]}`` (to pool interleaved runs),
-        ``"max_candidate_pool", "mean_candidate_pool", "mean_injected", "predictor"}``.
+        ``"max_candidate_pool", "mean_candidate_pool", "mean_injected", "predictor", "processes"}``
+        (``processes``: ``GET /health``'s, the daemon's and the sidecar's pid and resident memory
+        after the run).
     """
     tmp = tempfile.TemporaryDirectory(prefix="memlane-sessions-") if store is None else None
     home = Path(tmp.name) if tmp else store
@@ -169,6 +180,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                     if progress:
                         progress("sessions", i + 1, n_sessions)
                 pstatus = http.get("/api/predictor/status").json()
+                processes = http.get("/health").json().get("processes")  # resident memory after the run
         finally:
             proc.terminate()
             try:
@@ -185,6 +197,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                                "session_start_in_daemon": [round(x, 3) for x in served],
                                "prompt_submit": [round(x, 3) for x in prompts],
                                "session_end": [round(x, 3) for x in ends]},
+                "processes": processes,
                 "max_candidate_pool": max(pools),
                 "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected),
                 "predictor": {"enabled": predictor, "scored_sessions": pstatus.get("scored_sessions"),

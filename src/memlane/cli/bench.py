@@ -210,6 +210,10 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
     p = report["predictor"]
     console.print(f"predictor: {'on' if p['enabled'] else 'off'}; sessions scored {p['scored_sessions']}, "
                   f"score errors (baseline served) {p['score_errors']}, phase {p['phase']}, alpha {p.get('alpha')}")
+    if isinstance(report.get("processes"), dict):
+        from memlane.cli.main import _process_line
+
+        console.print("resident memory after the run: " + _process_line(report["processes"]))
     console.print(f"report: {path}")
 
 

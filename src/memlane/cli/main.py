@@ -90,8 +90,10 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
     from memlane.api.guard import bind_warnings
     from memlane.container import open_container
     from memlane.fileperms import set_private_umask, warn_if_loose
+    from memlane.procinfo import return_large_blocks
 
     set_private_umask()  # whatever the daemon creates in the home is 0600 / 0700
+    return_large_blocks()  # freed model-load temporaries go back to the system (memlane.procinfo)
     try:
         settings = _settings(home, host=host, port=port)
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -199,6 +201,31 @@ def status(url: Optional[str] = UrlOpt) -> None:
                   f"embedding model {stats['embedding_model']} ({stats['indexed']} indexed)")
     if stats["by_type"]:
         console.print("by type: " + ", ".join(f"{k} {v}" for k, v in stats["by_type"].items()))
+    procs = health.get("processes")
+    if isinstance(procs, dict):
+        console.print("resident memory: " + _process_line(procs))
+
+
+def _mib(n: Any) -> str:
+    return f"{n / 2**20:.0f} MiB" if isinstance(n, (int, float)) else "?"
+
+
+def _process_line(procs: dict[str, Any]) -> str:
+    """``/health``'s ``processes`` as one line: each process's resident memory (now, peak) and the total."""
+    d = procs.get("daemon") or {}
+    parts = [f"daemon {_mib(d.get('rss_bytes'))} (pid {d.get('pid')}, peak {_mib(d.get('peak_rss_bytes'))})"]
+    total = d.get("rss_bytes") or 0
+    s = procs.get("predictor_sidecar")
+    if s is None:
+        parts.append("predictor sidecar off (predictor.enabled is false)")
+    elif s.get("pid"):
+        parts.append(f"predictor sidecar {_mib(s.get('rss_bytes'))} (pid {s['pid']}, {s.get('state')}, "
+                     f"peak {_mib(s.get('peak_rss_bytes'))})")
+        total += s.get("rss_bytes") or 0
+    else:
+        why = {"dormant": "no model yet", "stopped": "predictor disabled"}.get(s.get("state"), s.get("state"))
+        parts.append(f"predictor sidecar not running ({why})")
+    return ", ".join(parts) + f"; total {_mib(total)}"
 
 
 @app.command("config")

@@ -96,7 +96,9 @@ def status_table(st: dict[str, Any]) -> Table:
         t.add_row("sidecar", "off (predictor.enabled is false)" if not st.get("enabled") else "not started")
     else:
         health = "disabled" if side.get("disabled") else "ready" if side.get("ready") else \
-            "starting" if side.get("alive") else "down"
+            "starting" if side.get("alive") else \
+            "not running: no model yet (the untrained model scores in the daemon)" if side.get("state") == "dormant" else \
+            "stopped (predictor.enabled is false)" if side.get("state") == "stopped" else "down"
         t.add_row("sidecar", f"{health}, pid {side.get('pid') or '-'}, {side.get('restarts', 0)} restarts, "
                   f"{side.get('crashes_last_hour', 0)} crashes in the last hour")
         errors = side.get("error_counts") or {}

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,27 +101,47 @@ def sub_batches(lengths: np.ndarray) -> list[list[int]]:
     return groups
 
 
-#: Single texts up to this many tokens run on the single-threaded query session.
-QUERY_SESSION_MAX_TOKENS = 48
+def parallel_groups(groups: list[list[int]], workers: int) -> list[list[int]]:
+    """``groups`` (:func:`sub_batches`) with the largest halved until there are ``workers`` of
+    them or none has two texts left: a call of a few similar texts still runs on every worker."""
+    out = [list(g) for g in groups]
+    while len(out) < workers:
+        big = max(range(len(out)), key=lambda i: len(out[i]), default=None)
+        if big is None or len(out[big]) < 2:
+            break
+        g = out.pop(big)
+        half = (len(g) + 1) // 2
+        out[big:big] = [g[:half], g[half:]]
+    return out
 
 
-def _session(ort: Any, threads: int) -> Any:
-    """An onnxruntime session of the model with ``threads`` intra-op threads (workers spin-wait
-    between runs only when there are several: batches keep their throughput, a single-threaded
-    query session never spins)."""
+def _session(ort: Any) -> Any:
+    """An onnxruntime session of the model: one intra-op thread (never spin-waiting) and no
+    memory arena.
+
+    One session serves every caller: ``run`` is thread-safe, so a query runs on its own thread
+    beside a batch, and a batch's sub-batches run on several threads at once (more throughput
+    than one run on two intra-op threads, which also had to spin to keep up). One session
+    holds the model once: the int8 weights are expanded to fp32 at load (~90 MB), and a second
+    session for queries held them twice. Results are bit for bit those of a multi-threaded
+    session (the kernels split rows, not sums).
+
+    No arena: onnxruntime's CPU arena keeps the peak of every run for the life of the session
+    (a daemon that embedded 64 texts of 256 tokens held 1.2 GB more); without it each run's
+    buffers are freed when it ends.
+    """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    options.enable_cpu_mem_arena = False
     # Trigger: onnxruntime's worker threads spin-wait after every run by default.
     # Why: on a 2-core machine the spinning steals the CPU from SQLite, numpy and the HTTP
-    #      server for the next milliseconds (measured: +8 ms per recall) - but without it a
-    #      batch run loses ~12 % throughput (97 -> 85 memories/s ingest).
-    # Outcome: only the multi-threaded batch session spins; queries use their own session.
-    spin = "1" if threads > 1 else "0"
-    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
-    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    #      server for the next milliseconds (measured: +8 ms per recall).
+    # Outcome: off; batches get their parallelism from concurrent runs instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path()), sess_options=options, providers=["CPUExecutionProvider"])
 
 
@@ -128,15 +149,15 @@ class LocalOnnxEmbedder:
     """Local, offline 384-dimensional sentence embeddings (all-MiniLM-L6-v2, int8 ONNX).
 
     Args:
-        threads: onnxruntime intra-op threads; 0 = ``os.cpu_count()``.
+        threads: sub-batches of one call embedded at once (each run single-threaded);
+            0 = ``os.cpu_count()``.
         max_length: tokens per text after truncation (1..512; the model was trained with 256).
 
-    The tokenizer and the sessions load on first use (or :meth:`warmup`). Two sessions share
-    the model file: batches and long texts run on one with ``threads`` intra-op threads; a single
-    short text (a recall query, up to 48 tokens) runs on a single-threaded one with its own lock,
-    so a query never waits behind an ingest batch and leaves the other core to the BM25 leg
-    (about 90 MB more RSS).
-    Thread-safe: loading and each run hold a lock; tokenisation runs outside it.
+    The tokenizer and the session load on first use (or :meth:`warmup`). One onnxruntime
+    session with a single intra-op thread serves every call (:func:`_session`): a single text
+    (a recall query, a session context) runs on the calling thread, never queued behind an
+    ingest batch; a batch's sub-batches run on up to ``threads`` threads at once.
+    Thread-safe: loading holds a lock; runs need none.
 
     Attributes:
         model_id: ``"all-MiniLM-L6-v2-onnx-int8"``.
@@ -154,11 +175,9 @@ class LocalOnnxEmbedder:
         self.threads = threads or os.cpu_count() or 1
         self.max_length = max_length
         self._load_lock = threading.Lock()
-        self._run_lock = threading.Lock()
-        self._query_lock = threading.Lock()
         self._tokenizer: Any = None
         self._session: Any = None
-        self._query_session: Any = None
+        self._pool: ThreadPoolExecutor | None = None
         self._with_token_types = False
 
     def _load(self) -> tuple[Any, Any]:
@@ -176,15 +195,15 @@ class LocalOnnxEmbedder:
                 tokenizer = Tokenizer.from_file(str(tokenizer_path()))
                 tokenizer.enable_truncation(max_length=self.max_length)
                 tokenizer.no_padding()  # the file pads to a fixed 128; we pad per sub-batch
-                session = _session(ort, self.threads)
-                query_session = _session(ort, 1)
+                session = _session(ort)
             except EmbeddingError:
                 raise
             except Exception as exc:  # onnxruntime / tokenizers raise their own types
                 raise EmbeddingError(f"{MODEL_ID}: cannot load the model: {exc}") from exc
             self._with_token_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+            if self.threads > 1:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="memlane-embed")
             self._tokenizer = tokenizer
-            self._query_session = query_session
             self._session = session
             return tokenizer, session
 
@@ -200,7 +219,8 @@ class LocalOnnxEmbedder:
         """Embed ``texts`` (each a ``str``; longer than ``max_length`` tokens is truncated).
 
         Texts are sorted by token count and run in sub-batches of up to 32 texts of similar
-        length (:func:`sub_batches`), then put back in input order.
+        length (:func:`sub_batches`, split further so every thread has one:
+        :func:`parallel_groups`), on up to ``threads`` threads at once, then put back in input order.
 
         Returns:
             float32 array ``[len(texts), 384]``, unit-norm rows; ``[0, 384]`` for no texts.
@@ -223,17 +243,21 @@ class LocalOnnxEmbedder:
                      else tokenizer.encode_batch(texts, add_special_tokens=True))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        if len(texts) == 1 and lengths[0] <= QUERY_SESSION_MAX_TOKENS:
-            # A query: its own single-threaded session, never queued behind ingest. Longer single
-            # texts (a session context) go to the multi-threaded session: ~2x faster there.
-            out[0] = self._run(self._query_session, encodings, int(lengths[0]), self._query_lock)[0]
+        pool = self._pool
+        groups = sub_batches(lengths)
+        if pool is not None and len(texts) > 1:
+            groups = parallel_groups(groups, self.threads)
+        if pool is None or len(groups) == 1:
+            for chunk in groups:
+                out[chunk] = self._run(session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
             return out
-        for chunk in sub_batches(lengths):
-            out[chunk] = self._run(session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
+        runs = [pool.submit(self._run, session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
+                for chunk in groups]
+        for chunk, run in zip(groups, runs):
+            out[chunk] = run.result()
         return out
 
-    def _run(self, session: Any, encodings: list[Any], width: int, lock: threading.Lock | None = None
-             ) -> np.ndarray:
+    def _run(self, session: Any, encodings: list[Any], width: int) -> np.ndarray:
         ids = np.zeros((len(encodings), width), dtype=np.int64)  # [PAD] is id 0
         mask = np.zeros((len(encodings), width), dtype=np.int64)
         for row, enc in enumerate(encodings):
@@ -243,8 +267,7 @@ class LocalOnnxEmbedder:
         if self._with_token_types:
             feeds["token_type_ids"] = np.zeros_like(ids)
         try:
-            with lock or self._run_lock:
-                hidden = session.run(None, feeds)[0]  # [b, width, 384]
+            hidden = session.run(None, feeds)[0]  # [b, width, 384]
         except Exception as exc:
             raise EmbeddingError(f"{MODEL_ID}: onnxruntime failed: {exc}") from exc
         weights = mask.astype(np.float32)
@@ -253,11 +276,14 @@ class LocalOnnxEmbedder:
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
 
     def close(self) -> None:
-        """Drop the session and tokenizer (a later :meth:`embed` loads them again)."""
-        with self._load_lock, self._run_lock, self._query_lock:
+        """Drop the session, its threads and the tokenizer (a later :meth:`embed` loads them
+        again; a call in progress finishes on the session it holds)."""
+        with self._load_lock:
+            pool, self._pool = self._pool, None
             self._session = None
-            self._query_session = None
             self._tokenizer = None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def __repr__(self) -> str:
         return f"LocalOnnxEmbedder(threads={self.threads}, max_length={self.max_length})"

@@ -3,8 +3,9 @@
 Following the SDK's "Add to an existing app" guide: a mounted sub-application's lifespan never
 runs, so the host app must enter ``session_manager.run()`` in its own lifespan. :func:`mount`
 chains that into the FastAPI app's existing lifespan. A session manager can run only once, so
-each lifespan (each daemon start, each test client) builds a fresh streamable HTTP app; the
-``/mcp`` route delegates to the current one and answers 503 while none is running.
+each lifespan (each daemon start, each test client) builds a fresh streamable HTTP app, on
+its first ``/mcp`` request (the SDK is imported then, not at start-up); the ``/mcp`` route
+delegates to the current one and answers 503 outside the lifespan.
 
 The route is added to the app's router rather than mounted at ``/``, so the daemon's own 404,
 405 and error shapes are untouched. Host and Origin are checked for ``/mcp`` as for every
@@ -26,15 +27,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncio
+
+import anyio
 from fastapi import FastAPI
-from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlane.api.errors import error_response
 from memlane.container import Container
-from memlane.mcp.server import build_server
 
 #: Path of the MCP endpoint on the daemon.
 MCP_PATH = "/mcp"
@@ -81,13 +82,76 @@ class _ShapedRefusals:
 
 
 class _Endpoint:
-    """ASGI endpoint forwarding to the streamable HTTP handler of the running lifespan."""
+    """ASGI endpoint forwarding to the streamable HTTP handler, built on the first request.
 
-    def __init__(self) -> None:
+    The MCP SDK costs ~1 s of imports and ~28 MiB, which a daemon nobody reaches over ``/mcp``
+    (the stdio server talks to the HTTP API) should not pay at start-up (issue 43). While the
+    app's lifespan runs, the first request imports it (in a worker thread), builds the server
+    and its streamable HTTP app, and runs the session manager in a task of its own until the
+    lifespan ends; later requests go straight to the handler. Outside the lifespan: 503.
+    """
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
         self.handler: ASGIApp | None = None
+        self.server: Any = None
+        self._open = False
+        self._lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def open(self) -> None:
+        """The lifespan started: requests may build the handler."""
+        self._open = True
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+
+    async def close(self) -> None:
+        """The lifespan ends: stop the session manager (when one was started) and refuse requests."""
+        self._open = False
+        self.handler = None
+        if self._stop is not None:
+            self._stop.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    def _build(self) -> tuple[Any, ASGIApp]:
+        """Import the SDK and build the server and its ``/mcp`` handler (blocking: a thread)."""
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from memlane.mcp.server import build_server
+
+        server = build_server(self.container)
+        sub = server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=self.container.settings.host,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        return server, next(r.endpoint for r in sub.routes if isinstance(r, Route) and r.path == MCP_PATH)
+
+    async def _run(self, server: Any, started: asyncio.Event) -> None:
+        assert self._stop is not None
+        async with server.session_manager.run():
+            started.set()
+            await self._stop.wait()
+
+    async def _ensure(self) -> ASGIApp | None:
+        if self.handler is not None or not self._open or self._lock is None:
+            return self.handler
+        async with self._lock:
+            if self.handler is None and self._open:
+                server, handler = await anyio.to_thread.run_sync(self._build)
+                started = asyncio.Event()
+                self._task = asyncio.create_task(self._run(server, started), name="memlane-mcp-sessions")
+                waiter = asyncio.create_task(started.wait())
+                await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if self._task.done():  # the session manager failed to start: say so, once per request
+                    self._task.result()
+                self.server, self.handler = server, handler
+        return self.handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.handler
+        handler = await self._ensure()
         if handler is None:
             response = error_response(503, "mcp_unavailable",
                                       "the MCP endpoint is not running (the app's lifespan has not started)")
@@ -96,32 +160,25 @@ class _Endpoint:
         await handler(scope, receive, _ShapedRefusals(scope, receive, send) if scope["type"] == "http" else send)
 
 
-def mount(app: FastAPI, container: Container) -> MCPServer:
-    """Serve the memory tools over streamable HTTP at ``/mcp`` on ``app``; returns the MCP server.
+def mount(app: FastAPI, container: Container) -> None:
+    """Serve the memory tools over streamable HTTP at ``/mcp`` on ``app``.
 
     Call once, before the app starts. The app's existing lifespan still runs (outermost); the
-    MCP session manager runs inside it and is shut down first.
+    MCP server is built on the first ``/mcp`` request (:class:`_Endpoint`) and its session
+    manager shut down first when the lifespan ends.
     """
-    server = build_server(container)
-    endpoint = _Endpoint()
-    host = container.settings.host
+    endpoint = _Endpoint(container)
     previous = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(a: Any) -> AsyncIterator[Any]:
         async with previous(a) as state:
-            sub = server.streamable_http_app(
-                streamable_http_path=MCP_PATH, host=host,
-                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-            handler = next(r.endpoint for r in sub.routes if isinstance(r, Route) and r.path == MCP_PATH)
-            async with server.session_manager.run():
-                endpoint.handler = handler
-                try:
-                    yield state
-                finally:
-                    endpoint.handler = None
+            endpoint.open()
+            try:
+                yield state
+            finally:
+                await endpoint.close()
 
     app.router.lifespan_context = lifespan
     app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, include_in_schema=False))
-    app.state.mcp_server = server
-    return server
+    app.state.mcp_endpoint = endpoint

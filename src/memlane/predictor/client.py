@@ -95,6 +95,8 @@ class SidecarClient:
         self._ready = threading.Event()
         self._outq: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._closing = False
+        # Processes stopped on purpose (:meth:`stop`): their exit is not a crash.
+        self._stopped: set[subprocess.Popen[str]] = set()
         self.crashes: deque[float] = deque()
         self.disabled_until: float | None = None
         self.restarts = 0
@@ -184,6 +186,34 @@ class SidecarClient:
             proc.kill()
             proc.wait(timeout=5)
         self._fail_pending(PredictorUnavailable("predictor sidecar closed", details={"kind": "crash"}))
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Stop the sidecar on purpose: close its stdin (it exits after its current request)
+        and reap it; SIGKILL after ``timeout_s`` seconds. Not a crash, and not final: a later
+        :meth:`start` (or :meth:`send`) spawns it again. Requests in flight fail with
+        :class:`PredictorUnavailable` (kind ``crash``: the process went away under them).
+
+        Returns:
+            True when a running process was stopped.
+        """
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                return False
+            self._stopped.add(proc)
+            self._proc = None
+            self._ready.clear()
+            outq = self._outq
+        try:
+            outq.put(None)
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=5)
+        self._fail_pending(PredictorUnavailable("predictor sidecar stopped", details={"kind": "crash"}))
+        return True
 
     def kill(self) -> None:
         """SIGKILL the sidecar (tests and the cool-down path); counts as a crash when noticed."""
@@ -290,7 +320,10 @@ class SidecarClient:
                 self._record("malformed", "reply without result or error")
                 fut.set_exception(PredictorUnavailable("malformed predictor reply", details={"kind": "malformed"}))
         proc.wait()
-        if not self._closing:
+        with self._lock:
+            stopped = proc in self._stopped
+            self._stopped.discard(proc)
+        if not self._closing and not stopped:
             self._record("crash", f"sidecar exited with code {proc.returncode}")
             self._crash()
         if self._proc is not proc:  # a restarted sidecar already took over: leave its state alone

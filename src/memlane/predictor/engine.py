@@ -40,7 +40,7 @@ __all__ = ["PredictorEngine", "TrainReport"]
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = "model.bin"
+CHECKPOINT_NAME = C.CHECKPOINT_NAME
 
 
 @dataclass

@@ -24,16 +24,13 @@ from torch import nn
 
 from memlane.predictor.data import SessionBatch
 from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
+from memlane.predictor.prior import BASELINE_PRIOR
 from memlane.predictor.tokenizer import MAX_TOKENS, NUM_BUCKETS, PAD_TOKEN_ID, PROJECT_SLOTS
 
 __all__ = ["MemoryScorer", "ScorerConfig", "configure_threads"]
 
-#: Initial weights of the baseline's own signals in the linear gate (see MemoryScorer.__init__).
-#: Only their ratio (2.5 : 1) matters for the untrained ranking; their scale sets how far a
-#: trained residual can move it: with 5.0 / 2.0 the linear stage's 200 steps at lr 1e-2 gained
-#: +0.042 NDCG@10 (mean of 8 offline splits on the simulated user), with 1.0 / 0.4 +0.060
-#: (0.5 / 0.2 and 2.0 / 0.8 within 0.002 of it; docs/predictor.md).
-BASELINE_PRIOR = {"baseline_score": 1.0, "baseline_rank_inv": 0.4}
+# The baseline prior's weights live with the torch-free untrained scorer (memlane.predictor.prior),
+# which the daemon uses before a user has a model; re-exported here.
 
 
 def baseline_prior_weights() -> torch.Tensor:

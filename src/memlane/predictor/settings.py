@@ -63,6 +63,7 @@ NDCG_K = 10
 CRASH_WINDOW_S = 3600.0             # crashes counted over one hour
 CRASH_COOLDOWN_S = 3600.0           # disabled this long after the threshold is reached
 START_TIMEOUT_S = 60.0              # sidecar start-up (torch import) budget
+CHECKPOINT_NAME = "model.bin"       # the user's model in the model directory ($MEMLANE_HOME/predictor)
 TRAIN_TIMEOUT_S = 120.0             # a training request's reply budget
 
 

@@ -21,7 +21,9 @@ Applied at once, in the running daemon, are only the keys listed here: the pipel
 :data:`memlane.pipeline.config.HOT_KEYS` (the mode flags, autonomous.frozen,
 autonomous.maintenanceMode, autonomous.allowUpdateDelete, the semantic-contradiction and
 telemetry switches) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
-daemon reads as each score request is sent). Every other changed key is written and reported
+daemon reads as each score request is sent, and ``predictor.enabled``: off stops the sidecar
+and serves the baseline, on starts it again when there is a model; a daemon that started
+with the predictor off needs a restart). Every other changed key is written and reported
 in ``restart_required``: nothing else changes the running daemon. :data:`CLIENT_READ_KEYS` are
 also read by the hook commands at each run; the answer warns that they take effect there at
 once. Environment variables (``MEMLANE_*``) still override the file: a hot key that one
@@ -57,8 +59,9 @@ from memlane.pipeline.config import (
 _lock = threading.Lock()
 _PIPELINE = ("memory", "pipeline_v2")
 #: Predictor keys applied in place to ``settings.predictor`` (the object the predictor service
-#: holds): the score deadline is read when each request is sent (services/predictor_scoring.py).
-PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms"})
+#: holds): the score deadline is read when each request is sent (services/predictor_scoring.py);
+#: ``enabled`` at each request, and the config route starts or stops the sidecar at once.
+PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms", "enabled"})
 
 #: Settings ``POST /api/config`` refuses (dotted snake_case paths; a patch naming any of them, in
 #: any spelling: camelCase, under ``memory:``, a pipeline legacy flat key, is refused whole).

@@ -12,6 +12,11 @@ The deadline is read from the live setting when each request is sent (the channe
 callable, not a number), so a changed ``scoreTimeoutMs`` applies to the next request. Every
 failure is counted by kind (:data:`ERROR_KINDS`) and the last ones are kept with the deadline
 that applied, so a timeout can be told from a crash after the fact.
+
+:class:`SidecarLifecycle` decides when the sidecar process runs: while there is a model to
+serve, during a training run, never while the predictor is disabled. Before a user has a
+model, the channel answers from the untrained model's formula in this process
+(:mod:`memlane.predictor.prior`: the same scores, without loading PyTorch).
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from memlane.predictor import settings as C
 from memlane.predictor.client import PredictorRpcError
+from memlane.predictor.prior import untrained_reply
 from memlane.predictor.settings import PredictorSettings
 from memlane.services.predictor_types import ScoreResult
 
@@ -60,11 +68,115 @@ class PredictorBackend(Protocol):
     def disabled(self) -> bool: ...
 
 
+class SidecarLifecycle:
+    """When the daemon's predictor sidecar runs (issue 43, "a daemon that is light to keep running").
+
+    The sidecar holds PyTorch and the model (~250-400 MiB resident). It runs while
+
+    * the predictor is enabled (``predictor.enabled``, read at each check: turning it off
+      stops the process), and
+    * there is a model to serve (``model_available()``: a ``model.bin`` in the model
+      directory or Phase 6 base weights), or a training run is in progress (:meth:`training`).
+
+    Otherwise it is *dormant*: not spawned at start-up on a store without a model, and stopped
+    after a training run that started it and left no model. A dormant sidecar's scores are the untrained
+    model's, computed in the daemon (:func:`memlane.predictor.prior.untrained_reply`), so a
+    session-start records the same predictor ranking either way. A sidecar that crashed while
+    wanted is restarted by the next request, as before (the client's crash rules apply).
+
+    Args:
+        backend: the sidecar client (``start``, ``stop``, ``wait_ready``, ``alive``).
+        model_available: whether a model exists to serve (cheap: called on every request).
+        enabled: whether the predictor is enabled now.
+        start_timeout_s: how long a training run waits for the sidecar to be ready (s).
+    """
+
+    def __init__(self, backend: Any, *, model_available: Callable[[], bool], enabled: Callable[[], bool],
+                 start_timeout_s: float = C.START_TIMEOUT_S) -> None:
+        self.backend = backend
+        self.model_available = model_available
+        self.enabled = enabled
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._training = 0
+        #: times the lifecycle stopped a running sidecar (no model left, or disabled).
+        self.stops = 0
+
+    def wanted(self) -> bool:
+        """The sidecar should run now (enabled, and a model to serve or a training run)."""
+        if not self.enabled():
+            return False
+        with self._lock:
+            if self._training:
+                return True
+        return bool(self.model_available())
+
+    def dormant(self) -> bool:
+        """Enabled, the sidecar not running and not wanted: score with the untrained model here."""
+        return self.enabled() and not self.backend.alive and not self.wanted()
+
+    def sync(self) -> None:
+        """Start the sidecar when it is wanted and not running; stop it when the predictor is
+        disabled.
+
+        Returns at once when starting (readiness is asynchronous); stopping waits for the
+        process to exit (it finishes its current request first).
+        """
+        if self.wanted():
+            if not self.backend.alive:
+                self.backend.start()
+        elif not self.enabled():
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.backend.alive and self.backend.stop():
+            self.stops += 1
+
+    @contextmanager
+    def training(self) -> Iterator[bool]:
+        """Hold the sidecar up for one training run; yields whether it is ready.
+
+        The sidecar is started (if needed) and waited for, up to ``start_timeout_s``; when the
+        block ends, a sidecar this run started is stopped again unless there is now a model to
+        serve (or another run); one that was running before is left running.
+        """
+        with self._lock:
+            self._training += 1
+        started_here = False
+        try:
+            ready = False
+            if self.enabled():
+                started_here = not self.backend.alive
+                self.backend.start()
+                ready = bool(self.backend.wait_ready(self.start_timeout_s))
+            yield ready
+        finally:
+            with self._lock:
+                self._training -= 1
+            if (started_here and not self.wanted()) or not self.enabled():
+                self._stop()
+
+    def status(self) -> dict[str, Any]:
+        """``{"state": "running" | "dormant" | "starting" | "stopped", "wanted", "model_available",
+        "training", "stops"}``: ``dormant`` = no model yet (the untrained model is computed in
+        the daemon), ``stopped`` = the predictor is disabled."""
+        alive = bool(self.backend.alive)
+        wanted = self.wanted()
+        ready = bool(getattr(self.backend, "ready", alive))
+        state = ("running" if ready else "starting") if alive else \
+            ("stopped" if not self.enabled() else "starting" if wanted else "dormant")
+        with self._lock:
+            training = self._training > 0
+        return {"state": state, "wanted": wanted, "model_available": bool(self.model_available()),
+                "training": training, "stops": self.stops}
+
+
 class ScoreChannel:
     """Score requests over one backend, with their counters.
 
     Args:
         backend: the sidecar client, or None (the predictor is off: every request fails open).
+        lifecycle: when the sidecar runs (:class:`SidecarLifecycle`); None: it always may.
         timeout_ms: ``scoreTimeoutMs``, ms, counted from the moment a request is sent: a number,
             or a callable returning the current value, read once per request when it is sent
             (the service passes ``lambda: settings.score_timeout_ms``, so a changed setting
@@ -80,10 +192,16 @@ class ScoreChannel:
             the daemon saw them (JSON and pipes included), ms.
     """
 
-    def __init__(self, backend: PredictorBackend | None, timeout_ms: float | Callable[[], float]) -> None:
+    def __init__(self, backend: PredictorBackend | None, timeout_ms: float | Callable[[], float],
+                 lifecycle: SidecarLifecycle | None = None) -> None:
         self.backend = backend
         self._timeout_ms = timeout_ms
+        #: when set and :meth:`SidecarLifecycle.dormant`, requests are answered by the
+        #: untrained model in this process (not sent, no latency recorded).
+        self.lifecycle = lifecycle
         self.scored = 0
+        #: of ``scored``, the requests the untrained model answered here (dormant sidecar).
+        self.scored_untrained = 0
         self.errors = 0
         self.error_kinds: Counter[str] = Counter()
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=SCORE_ERROR_WINDOW)
@@ -122,13 +240,15 @@ class ScoreChannel:
         """Send ``request`` and wait for its result on this thread."""
         return PendingScore(self, request).result()
 
-    def checked(self, baseline: list[str], reply: Any, took_ms: float) -> ScoreResult:
+    def checked(self, baseline: list[str], reply: Any, took_ms: float, *, local: bool = False) -> ScoreResult:
         """A ``score`` reply checked and ranked (stable: equal scores keep the baseline order).
 
         Args:
             baseline: the candidate ids, in baseline order.
             reply: the sidecar's result object.
             took_ms: the round trip, ms.
+            local: the untrained model answered in this process (counted in
+                ``scored_untrained``; not a sidecar round trip, so no latency is recorded).
 
         Raises:
             ValueError / KeyError / TypeError: the reply does not score exactly the candidates
@@ -139,8 +259,12 @@ class ScoreChannel:
             raise ValueError("reply does not score exactly the candidates with finite numbers")
         with self._lock:
             self.scored += 1
-            self.latency_ms.append(took_ms)
-        self._notify(took_ms, None)
+            if local:
+                self.scored_untrained += 1
+            else:
+                self.latency_ms.append(took_ms)
+        if not local:
+            self._notify(took_ms, None)
         ranked = sorted(baseline, key=lambda m: -scores[m])
         return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took_ms)
 
@@ -184,10 +308,14 @@ class PendingScore:
         self._t0 = time.perf_counter()
         self._error: BaseException | None = None
         self._sent: tuple[int, Future[Any]] | None = None
+        self._dormant = False  # answered by the untrained model here (SidecarLifecycle.dormant)
         self._replied: float | None = None  # perf_counter() when the reply arrived
         try:
             if channel.backend is None:
                 raise RuntimeError("predictor off")
+            if channel.lifecycle is not None and channel.lifecycle.dormant():
+                self._dormant = True
+                return
             self._sent = channel.backend.send("score", request)
             self._sent[1].add_done_callback(self._stamp)
         except Exception as exc:  # PredictorUnavailable (disabled, starting), bad JSON
@@ -209,6 +337,13 @@ class PendingScore:
         ch = self._channel
         if self._error is not None:
             return ch.failed(self._error, (time.perf_counter() - self._t0) * 1000, "unavailable")
+        if self._dormant:
+            try:
+                reply = untrained_reply(self._request)
+                took = (time.perf_counter() - self._t0) * 1000
+                return ch.checked(self._request["candidate_ids"], reply, took, local=True)
+            except Exception as exc:  # a signal the feature builder would refuse too
+                return ch.failed(exc, (time.perf_counter() - self._t0) * 1000, "malformed", self.deadline_ms)
         assert self._sent is not None and ch.backend is not None
         fut = self._sent[1]
         try:
@@ -244,3 +379,13 @@ def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embed
                            native_dim=native_dim, base_weights=settings.base_weights, threads=settings.threads)
     return SidecarClient(argv, crash_threshold=settings.crash_disable_threshold,
                          stderr_path=home / "logs" / "predictor.log")
+
+
+def sidecar_lifecycle(backend: Any, settings: PredictorSettings, *, home: Path) -> SidecarLifecycle:
+    """The daemon's :class:`SidecarLifecycle`: a model to serve is ``{home}/predictor/model.bin``
+    (:data:`~memlane.predictor.settings.CHECKPOINT_NAME`: what :func:`sidecar_for`'s sidecar
+    loads and saves) or ``settings.base_weights``; enabled
+    is ``settings.enabled``, read at each check (``POST /api/config`` may change it)."""
+    model = home / "predictor" / C.CHECKPOINT_NAME
+    return SidecarLifecycle(backend, model_available=lambda: bool(settings.base_weights) or model.is_file(),
+                            enabled=lambda: settings.enabled)

@@ -41,7 +41,7 @@ from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords
 from memlane.services import predictor_exploration as exploration
 from memlane.services.predictor_rows import comparison_row
-from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel
+from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel, SidecarLifecycle
 from memlane.services.predictor_signals import candidate_signals, score_params
 from memlane.services.predictor_training import Retrainer
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
@@ -61,32 +61,50 @@ class PredictorService:
         settings: the eight exposed keys. Read at use time (``self.settings``, replaced or
             changed in place): ``score_timeout_ms`` applies to the next score request sent.
         rng: exploration randomness (seeded in tests and benchmarks).
+        lifecycle: when the sidecar process runs (:class:`SidecarLifecycle`: with a model to
+            serve or a training run, while ``settings.enabled``); None: from :meth:`start` on.
     """
 
     def __init__(self, db: Database, index: MemoryIndex, backend: PredictorBackend | None,
-                 settings: PredictorSettings, *, rng: random.Random | None = None) -> None:
+                 settings: PredictorSettings, *, rng: random.Random | None = None,
+                 lifecycle: SidecarLifecycle | None = None) -> None:
         self.db = db
         self.index = index
         self.backend = backend
         self.settings = settings
+        self.lifecycle = lifecycle
         self.rng = rng or random.Random()
         self._lock = threading.Lock()
         self.state = policy.PolicyState.from_dict(db.read(pred_sql.load_state))
         # Retrains, one at a time on their own thread (sharing the lock and the policy state).
-        self.retrainer = Retrainer(db, self._lock, state=lambda: self.state, backend=lambda: self.backend)
+        self.retrainer = Retrainer(db, self._lock, state=lambda: self.state, backend=self._live_backend,
+                                   hold=lifecycle.training if lifecycle is not None else None)
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
         self.records = DeferredRecords()
         # Score requests and their outcomes (counters, round-trip latency). The deadline is the
         # live setting, read when each request is sent (not fixed here).
-        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms)
+        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms, lifecycle)
 
     # -- lifecycle ------------------------------------------------------------------------
+    def _live_backend(self) -> PredictorBackend | None:
+        """The backend while the predictor is enabled (``settings.enabled``), else None."""
+        return self.backend if self.settings.enabled else None
+
     def start(self) -> None:
-        """Spawn the sidecar (returns at once; the first sessions use the baseline meanwhile)."""
-        if self.backend is not None:
+        """Spawn the sidecar when it is wanted (returns at once; the first sessions use the
+        baseline meanwhile). With a lifecycle: only when there is a model to serve."""
+        if self.lifecycle is not None:
+            self.lifecycle.sync()
+        elif self.backend is not None:
             self.backend.start()
+
+    def sync(self) -> None:
+        """Start or stop the sidecar as :class:`SidecarLifecycle` says now (after a change of
+        ``predictor.enabled``); without a lifecycle, nothing."""
+        if self.lifecycle is not None:
+            self.lifecycle.sync()
 
     def close(self) -> None:
         """Record the rankings still pending, finish a running retrain, stop the sidecar."""
@@ -98,8 +116,9 @@ class PredictorService:
 
     @property
     def disabled(self) -> bool:
-        """No sidecar, or the client disabled it after repeated crashes (baseline only)."""
-        return self.backend is None or self.backend.disabled
+        """No sidecar, ``predictor.enabled`` turned off, or the client disabled it after
+        repeated crashes (baseline only)."""
+        return self.backend is None or not self.settings.enabled or self.backend.disabled
 
     def phase(self) -> str:
         """collecting, warming, active, disabled or retraining (seed Phase 3 status)."""
@@ -176,8 +195,8 @@ class PredictorService:
         decision = RankDecision(order=baseline, fused={m: 1.0 / (self.settings.rrf_k + i + 1)
                                                        for i, m in enumerate(baseline)},
                                 alpha=alpha, phase=phase, features=features, signals=signals)
-        if not pool or self.backend is None:
-            decision.error = "predictor off" if self.backend is None else None
+        if not pool or self._live_backend() is None:
+            decision.error = "predictor off" if self._live_backend() is None else None
         else:
             decision.request = score_params(pool, features, context_vector, context_text, project, local, gap)
         return self._done(decision, t0)
@@ -407,10 +426,28 @@ class PredictorService:
         return self.retrainer.run(trigger)
 
     # -- observability ------------------------------------------------------------------
+    def sidecar_process(self) -> dict[str, Any]:
+        """The sidecar process, cheaply (no database read): ``{"state", "pid", "rss_bytes",
+        "peak_rss_bytes"}``, memory in bytes (:mod:`memlane.procinfo`); ``state`` as
+        :meth:`SidecarLifecycle.status` (``running``, ``starting``, ``dormant``: no model yet,
+        ``stopped``: disabled), ``pid`` and memory None while no process runs."""
+        from memlane.procinfo import process_info
+
+        st = self.backend.status() if self.backend is not None else {}
+        pid = st.get("pid") if st.get("alive") else None
+        if self.lifecycle is not None:
+            state = self.lifecycle.status()["state"]
+        else:
+            state = ("running" if st.get("ready") else "starting") if pid else "stopped"
+        info = process_info(pid) if pid else {"pid": None, "rss_bytes": None, "peak_rss_bytes": None}
+        return {"state": state, **info}
+
     def status(self) -> dict[str, Any]:
         """Phase, alpha, EMA, per-project slices, counters and the sidecar's health.
 
         Counters: ``scored_sessions`` and ``score_errors`` (score requests answered / failed),
+        ``scored_untrained`` (of the answered, those the untrained model answered in the daemon
+        while the sidecar was dormant: no model yet; ``sidecar.state``, :class:`SidecarLifecycle`),
         ``score_error_kinds`` (the failures by kind: ``timeout``, ``crash``, ``rpc_error``,
         ``malformed``, ``unavailable``; :data:`memlane.services.predictor_scoring.ERROR_KINDS`),
         ``score_recent_errors`` (the last failures with their kind and the deadline that applied,
@@ -437,6 +474,7 @@ class PredictorService:
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
         out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
                "status_line": self.status_line(), "state": s, "scored_sessions": self.channel.scored,
+               "scored_untrained": self.channel.scored_untrained,
                "score_errors": self.channel.errors, "score_error_kinds": kinds, "score_recent_errors": recent,
                "score_timeout_ms": self.channel.deadline_ms(), "deferred_sessions": self.records.deferred,
                "pending_records": self.pending_records(),
@@ -445,5 +483,7 @@ class PredictorService:
                "training_runs": runs, "settings": self.settings.model_dump()}
         if self.backend is not None:
             out["sidecar"] = self.backend.status()
+            if self.lifecycle is not None:
+                out["sidecar"].update(self.lifecycle.status())
         return out
 

@@ -17,10 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from memlane.predictor import policy
 from memlane.predictor import settings as C
+from memlane.predictor.client import PredictorUnavailable
 from memlane.recall.memory_index import iso_to_epoch
 from memlane.services.clock import now_iso
 from memlane.services.predictor_rows import training_log_row
@@ -57,14 +59,19 @@ class Retrainer:
         state: returns the service's policy state.
         backend: returns the sidecar client, or None when the predictor is off; read at use
             time (the service's ``backend`` may be replaced).
+        hold: returns a context manager that keeps the sidecar up for one run and yields
+            whether it is ready (:meth:`memlane.services.predictor_scoring.SidecarLifecycle.training`);
+            None: the sidecar is already up.
     """
 
     def __init__(self, db: Database, lock: threading.Lock, *, state: Callable[[], policy.PolicyState],
-                 backend: Callable[[], PredictorBackend | None]) -> None:
+                 backend: Callable[[], PredictorBackend | None],
+                 hold: Callable[[], AbstractContextManager[bool]] | None = None) -> None:
         self.db = db
         self._lock = lock
         self._state = state
         self._backend = backend
+        self._hold = hold
         self._trainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-predictor-train")
         self._training: Future[Any] | None = None
         #: called as ``fn(row, took_ms)`` after every run with its training-log row and its wall
@@ -147,10 +154,14 @@ class Retrainer:
         report: dict[str, Any]
         try:
             backend = self._backend()
-            assert backend is not None
-            report = backend.call("train_from_db", {"trigger": trigger, "influential": influential,
-                                                   "hold_out_canary": hold_out},
-                                  timeout_s=C.TRAIN_TIMEOUT_S)
+            if backend is None:
+                raise PredictorUnavailable("the predictor is disabled (predictor.enabled is false)")
+            with (self._hold() if self._hold is not None else nullcontext(True)) as ready:
+                if not ready:
+                    raise PredictorUnavailable(f"the predictor sidecar did not start within {C.START_TIMEOUT_S:.0f} s")
+                report = backend.call("train_from_db", {"trigger": trigger, "influential": influential,
+                                                       "hold_out_canary": hold_out},
+                                      timeout_s=C.TRAIN_TIMEOUT_S)
             error = report.get("error")
         except Exception as exc:
             report, error = {}, f"{type(exc).__name__}: {exc}"
