@@ -100,7 +100,6 @@ class RecallSettings(BaseModel):
     max_query_chars: int = Field(
         100_000, ge=1, le=100_000_000, description="Queries longer than this are truncated (never rejected)."
     )
-
     ranker: Literal["learned", "heuristic"] = Field(
         "learned", description="Who orders recall's best candidates: 'learned' (the LightGBM model shipped "
         "in the package, trained on LoCoMo; used when its features are available: the vector leg ran with "
@@ -108,6 +107,7 @@ class RecallSettings(BaseModel):
     )
     ranker_pool: int = Field(100, ge=10, le=500, description="Candidates the learned ranker rescores.")
     ranker_model: str = Field("", description="Learned ranker model file; empty = the one shipped in the package.")
+
 
 class RedactSettings(BaseModel):
     """Secret redaction before storage (memlane.redact; docs/security.md). Transcripts, session
