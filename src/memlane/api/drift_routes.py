@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query
+from fastapi import Path as FastApiPath
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.container import Container
@@ -70,7 +71,9 @@ def router(container: Container) -> APIRouter:
         return {"items": items, "limit": limit, "offset": offset}
 
     @r.post("/api/drift/errors/{error_id}/resolve")
-    def resolve_error(error_id: int) -> dict[str, Any]:
+    def resolve_error(error_id: int = FastApiPath(..., ge=1, le=2**63 - 1,
+                                                 description="A prediction error's id (SQLite INTEGER).")
+                      ) -> dict[str, Any]:
         """Mark one open row resolved; 404 when unknown or already resolved."""
         if not container.drift.resolve(error_id):
             raise NotFound(f"no open prediction error {error_id}")
