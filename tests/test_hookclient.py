@@ -252,15 +252,16 @@ def test_the_token_is_sent_and_a_wrong_one_is_refused_quietly(tmp_path: Path, re
     env = clean_env(home)
     ok = run_hook(hook_cmd(), "session-start", payload(EVENTS[0][1], repo, session_id="tok-1"), env)
     assert "ops/deploy.sh" in json.loads(ok.stdout)["hookSpecificOutput"]["additionalContext"]
-    token = (home / "token").read_text()
-    try:
-        (home / "token").write_text("not-the-token\n")
-        bad = run_hook(hook_cmd(), "session-start", payload(EVENTS[0][1], repo, session_id="tok-2"), env)
-        assert (bad.returncode, bad.stdout, bad.stderr) == (0, b"", b"")
-        assert spooled_files(home / "spool") == []
-        assert "HTTP 401" in (home / "logs" / "hooks.log").read_text()
-    finally:
-        (home / "token").write_text(token)
+    # A hook of another home (its own token) pointed at this daemon. Rewriting this home's token
+    # file instead would be a rotation, which the daemon adopts within a second.
+    other = tmp_path / "other-home"
+    other.mkdir(mode=0o700)
+    (other / "token").write_text("not-the-token\n")
+    bad_env = clean_env(other, MEMLANE_DAEMON_URL=d.url)
+    bad = run_hook(hook_cmd(), "session-start", payload(EVENTS[0][1], repo, session_id="tok-2"), bad_env)
+    assert (bad.returncode, bad.stdout, bad.stderr) == (0, b"", b"")
+    assert spooled_files(other / "spool") == []
+    assert "HTTP 401" in (other / "logs" / "hooks.log").read_text()
     with d.client() as c:
         assert c.get("/api/sessions/tok-2").status_code == 404
 
