@@ -141,7 +141,7 @@ def test_local_thread_safe(local: LocalOnnxEmbedder) -> None:
         np.testing.assert_allclose(r, expected, atol=1e-4)
 
 
-def test_one_single_threaded_session_and_batches_on_every_thread(local: LocalOnnxEmbedder) -> None:
+def test_one_session_and_batches_on_every_thread(local: LocalOnnxEmbedder) -> None:
     """One onnxruntime session for queries and batches (the fp32 weights held once, issue 43);
     a batch's sub-batches run concurrently, and give what one text at a time gives."""
     texts = MIXED[:12]
@@ -149,7 +149,7 @@ def test_one_single_threaded_session_and_batches_on_every_thread(local: LocalOnn
     one_by_one = np.stack([local.embed([t])[0] for t in texts])
     np.testing.assert_allclose(batch, one_by_one, atol=1e-4)
     assert [name for name in vars(local) if name.endswith("session")] == ["_session"]
-    assert local._session.get_session_options().intra_op_num_threads == 1
+    assert local._session.get_session_options().intra_op_num_threads == local.threads
     assert not local._session.get_session_options().enable_cpu_mem_arena
     # A handful of similar texts is one sub-batch: halved so both threads take part.
     groups = parallel_groups(sub_batches(np.array([10, 11, 12, 12, 13])), 2)

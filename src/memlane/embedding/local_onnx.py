@@ -115,16 +115,17 @@ def parallel_groups(groups: list[list[int]], workers: int) -> list[list[int]]:
     return out
 
 
-def _session(ort: Any) -> Any:
-    """An onnxruntime session of the model: one intra-op thread (never spin-waiting) and no
-    memory arena.
+def _session(ort: Any, threads: int) -> Any:
+    """An onnxruntime session of the model: ``threads`` intra-op threads that never spin-wait,
+    and no memory arena.
 
     One session serves every caller: ``run`` is thread-safe, so a query runs on its own thread
-    beside a batch, and a batch's sub-batches run on several threads at once (more throughput
-    than one run on two intra-op threads, which also had to spin to keep up). One session
+    beside a batch, and a batch's sub-batches run on several threads at once, sharing the
+    session's intra-op pool (as many texts/s as one run at a time on a spinning pool, and a
+    lone query gets every thread; docs/architecture.md, Footprint). One session
     holds the model once: the int8 weights are expanded to fp32 at load (~90 MB), and a second
-    session for queries held them twice. Results are bit for bit those of a multi-threaded
-    session (the kernels split rows, not sums).
+    session for queries held them twice. Results are bit for bit the same for any number of
+    threads (the kernels split rows, not sums).
 
     No arena: onnxruntime's CPU arena keeps the peak of every run for the life of the session
     (a daemon that embedded 64 texts of 256 tokens held 1.2 GB more); without it each run's
@@ -132,14 +133,14 @@ def _session(ort: Any) -> Any:
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.enable_cpu_mem_arena = False
     # Trigger: onnxruntime's worker threads spin-wait after every run by default.
     # Why: on a 2-core machine the spinning steals the CPU from SQLite, numpy and the HTTP
     #      server for the next milliseconds (measured: +8 ms per recall).
-    # Outcome: off; batches get their parallelism from concurrent runs instead.
+    # Outcome: off; batches keep their throughput by running sub-batches concurrently.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path()), sess_options=options, providers=["CPUExecutionProvider"])
@@ -149,14 +150,14 @@ class LocalOnnxEmbedder:
     """Local, offline 384-dimensional sentence embeddings (all-MiniLM-L6-v2, int8 ONNX).
 
     Args:
-        threads: sub-batches of one call embedded at once (each run single-threaded);
+        threads: onnxruntime intra-op threads, and sub-batches of one call embedded at once;
             0 = ``os.cpu_count()``.
         max_length: tokens per text after truncation (1..512; the model was trained with 256).
 
     The tokenizer and the session load on first use (or :meth:`warmup`). One onnxruntime
-    session with a single intra-op thread serves every call (:func:`_session`): a single text
-    (a recall query, a session context) runs on the calling thread, never queued behind an
-    ingest batch; a batch's sub-batches run on up to ``threads`` threads at once.
+    session serves every call (:func:`_session`): a single text (a recall query, a session
+    context) runs from the calling thread, never queued behind an ingest batch; a batch's
+    sub-batches run on up to ``threads`` threads at once.
     Thread-safe: loading holds a lock; runs need none.
 
     Attributes:
@@ -195,7 +196,7 @@ class LocalOnnxEmbedder:
                 tokenizer = Tokenizer.from_file(str(tokenizer_path()))
                 tokenizer.enable_truncation(max_length=self.max_length)
                 tokenizer.no_padding()  # the file pads to a fixed 128; we pad per sub-batch
-                session = _session(ort)
+                session = _session(ort, self.threads)
             except EmbeddingError:
                 raise
             except Exception as exc:  # onnxruntime / tokenizers raise their own types

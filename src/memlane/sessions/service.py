@@ -354,7 +354,12 @@ class SessionService:
             sess_sql.bump_prompt_count(c, key)
             return applied, sess_sql.get_session(c, key).prompt_count  # type: ignore[union-attr]
 
-        applied, count = self.db.write(job)
+        # Without agent feedback the prompt writes only derived records (the session row, its
+        # prompt count, which memories recall matched): committed without the WAL fsync, like a
+        # session-start's candidate log (storage.db "durable"; they survive a daemon kill, a
+        # power loss may drop the last of them); the fsync is the largest share of a
+        # prompt-submit's write (docs/sessions.md). Feedback ratings are training labels: durable.
+        applied, count = self.db.write(job, durable=bool(scores))
         feedback = FeedbackResult(applied, ignored + len(scores) - applied)
         fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched
                  if not shown.get(mid)]
