@@ -27,7 +27,6 @@ def test_seed_defaults():
     p = PipelineV2Settings()
     assert (p.enabled, p.shadow_mode, p.mutations_frozen, p.allow_update_delete) == (True, False, False, False)
     assert p.semantic_contradiction_enabled is False and p.semantic_contradiction_timeout_ms == 45_000
-    assert p.telemetry_enabled is False
     assert (p.extraction.provider, p.extraction.model, p.extraction.timeout, p.extraction.min_confidence) == \
         (None, "", 45_000, 0.7)
     assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms, p.worker.concurrency) == \
@@ -45,15 +44,6 @@ def test_seed_defaults():
         (300_000, 10, 60_000, 50, 600_000, 3, 0.92, 100)
     d = p.documents
     assert (d.worker_interval_ms, d.chunk_size, d.chunk_overlap, d.max_content_bytes) == (10_000, 2_000, 200, 10_485_760)
-    g = p.guardrails
-    assert (g.max_content_chars, g.chunk_target_chars, g.recall_truncate_chars) == (500, 300, 500)
-    c = p.continuity
-    assert (c.enabled, c.prompt_interval, c.time_interval_ms, c.max_checkpoints_per_session, c.retention_days,
-            c.recovery_budget_chars) == (True, 10, 900_000, 50, 7, 2_000)
-    t = p.telemetry
-    assert (t.posthog_host, t.posthog_api_key.get_secret_value(), t.flush_interval_ms, t.flush_batch_size,
-            t.retention_days) == \
-        ("", "", 60_000, 50, 90)
     e = p.embedding_tracker
     assert (e.enabled, e.poll_ms, e.batch_size) == (True, 5_000, 8)
     h = p.hints
@@ -219,9 +209,41 @@ def test_env_range_error_names_the_key(monkeypatch, tmp_path):
         load_settings(home=tmp_path)
 
 
-def test_public_settings_masks_the_posthog_key(tmp_path):
-    s = load_settings(home=tmp_path, memory={"pipelineV2": {"telemetry": {"posthogApiKey": "phc_secret"}}})
+REMOVED = [
+    ({"guardrails": {"maxContentChars": 800}}, ["memory.pipelineV2.guardrails"]),
+    ({"continuity": {"promptInterval": 5}, "telemetryEnabled": True},
+     ["memory.pipelineV2.continuity", "memory.pipelineV2.telemetryEnabled"]),
+    ({"telemetry": {"posthogHost": "https://ph.example", "posthogApiKey": "phc_secret"}},
+     ["memory.pipelineV2.telemetry"]),
+    ({"posthogApiKey": "phc_secret", "recallTruncateChars": 300, "guardrailsChunkTargetChars": 200},  # legacy flat
+     ["memory.pipelineV2.guardrails.chunkTargetChars", "memory.pipelineV2.guardrails.recallTruncateChars",
+      "memory.pipelineV2.telemetry.posthogApiKey"]),
+]
+
+
+@pytest.mark.parametrize("pipeline, labels", REMOVED)
+def test_a_config_with_removed_keys_loads_with_a_warning(tmp_path, monkeypatch, caplog, pipeline, labels):
+    """guardrails, continuity, telemetry and telemetryEnabled were accepted and never read: an old
+    config.yaml still loads (the keys are dropped), and the warning names each of them."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"memory": {"pipelineV2": {**pipeline, "worker": {"pollMs": 700}}}}))
+    monkeypatch.setenv("MEMLANE_CONFIG", str(path))
+    with caplog.at_level("WARNING", logger="memlane.config"):
+        s = load_settings(home=tmp_path)
+    assert s.memory.pipeline_v2.worker.poll_ms == 700  # the rest of the section still applies
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "deprecated and ignored" in warned and all(label in warned for label in labels)
+    assert not {"guardrails", "continuity", "telemetry", "telemetry_enabled"} & set(
+        s.memory.pipeline_v2.model_dump())
     assert "phc_secret" not in str(public_settings(s))
+
+
+def test_removed_keys_from_the_environment_are_ignored(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MEMLANE_MEMORY__PIPELINE_V2__TELEMETRY__POSTHOG_HOST", "https://ph.example")
+    with caplog.at_level("WARNING", logger="memlane.config"):
+        s = load_settings(home=tmp_path)
+    assert "memory.pipelineV2.telemetry" in caplog.text
+    assert s.memory.pipeline_v2.enabled is True
 
 
 def test_snake_keys():
@@ -297,6 +319,11 @@ def test_post_config_score_timeout_applies_in_process(api):
     ({"nope": 1}, 400, "nope: unknown key"),
     ({"memory": 5}, 400, "memory: must be a mapping"),
     ({"home": "/tmp/elsewhere"}, 403, "home: cannot be changed over HTTP"),
+    ({"memory": {"pipelineV2": {"telemetry": {"posthogHost": "https://ph.example"}}}}, 400,
+     "memory.pipelineV2.telemetry: removed setting"),
+    ({"memory": {"pipelineV2": {"posthogApiKey": "phc_x"}}}, 400,
+     "memory.pipelineV2.telemetry.posthogApiKey: removed setting"),
+    ({"memory": {"pipeline_v2": {"telemetry_enabled": True}}}, 400, "memory.pipelineV2.telemetryEnabled: removed"),
     ([1, 2], 400, "JSON object"),
     ("text", 400, "JSON object"),
 ])

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 from conftest import api_client
 from memlane.cli.main import app
-from memlane.config import Settings, load_settings
+from memlane.config import Settings, load_settings, public_settings
 from memlane.container import open_container
 from memlane.errors import ConfigError
 from memlane.key_binding import bindings_path, origin
@@ -134,8 +134,6 @@ FORBIDDEN_PATCHES = [
     ({"allowed_hosts": ["evil.example"]}, "allowed_hosts"),
     ({"memory": {"pipelineV2": {"documents": {"allowedHosts": ["169.254.169.254"]}}}},
      "memory.pipelineV2.documents.allowedHosts"),
-    ({"memory": {"pipelineV2": {"telemetry": {"posthogHost": ATTACKER}}}}, "memory.pipelineV2.telemetry.posthogHost"),
-    ({"memory": {"pipelineV2": {"posthogApiKey": "phc_x"}}}, "memory.pipelineV2.telemetry.posthogApiKey"),  # legacy
     ({"predictor": {"baseWeights": "/tmp/evil.bin"}}, "predictor.base_weights"),
     ({"redact": {"memories": "off"}}, "redact"),
     ({"recall": {"ranker_model": "/tmp/evil.model"}}, "recall.ranker_model"),
@@ -348,9 +346,9 @@ def test_the_extraction_llm_gets_the_key_only_with_the_llms_own_provider():
 def test_api_keys_are_secrets_in_every_dump(tmp_path):
     s = load_settings(home=tmp_path, embedding={"provider": "openai", "api_key": "sk-embed"},
                       llm={"provider": "openai", "model": "m", "api_key": "sk-llm"},
-                      memory={"pipelineV2": {"telemetry": {"posthogApiKey": "phc_key"}}})
-    for text in (repr(s), str(s.model_dump()), s.model_dump_json()):
-        assert "sk-embed" not in text and "sk-llm" not in text and "phc_key" not in text
+                      )
+    for text in (repr(s), str(s.model_dump()), s.model_dump_json(), str(public_settings(s))):
+        assert "sk-embed" not in text and "sk-llm" not in text
 
 
 # -- finding 8: strict types, NUL and lone surrogates --------------------------------------------

@@ -347,12 +347,20 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:
-    """The settings as JSON-able data with secrets masked: a set API key is ``"***"``, an unset
-    one ``""``."""
+    """The settings as JSON-able data with secrets masked: every :class:`~pydantic.SecretStr`
+    setting (``embedding.api_key``, ``llm.api_key``...) is ``"***"`` when set, ``""`` when not."""
     data = settings.model_dump(mode="json")
-    data["embedding"]["api_key"] = "***" if settings.embedding.api_key.get_secret_value() else ""
-    data["llm"]["api_key"] = "***" if settings.llm.api_key.get_secret_value() else ""
-    tele = data["memory"]["pipeline_v2"]["telemetry"]
-    tele["posthog_api_key"] = "***" if settings.memory.pipeline_v2.telemetry.posthog_api_key.get_secret_value() else ""
+    _mask_secrets(settings, data)
     data["db_path"] = str(settings.db_path)
     return data
+
+
+def _mask_secrets(model: BaseModel, data: dict[str, Any]) -> None:
+    """Replace, in ``data`` (``model``'s JSON dump, keyed by field name), each SecretStr field's
+    value by ``"***"`` (set) or ``""`` (empty), recursing into nested settings models."""
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, SecretStr):
+            data[name] = "***" if value.get_secret_value() else ""
+        elif isinstance(value, BaseModel) and isinstance(data.get(name), dict):
+            _mask_secrets(value, data[name])

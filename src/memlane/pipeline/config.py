@@ -22,6 +22,7 @@ its deterministic parts.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -173,37 +174,6 @@ class DocumentsSettings(_Group):
         return self
 
 
-class GuardrailsSettings(_Group):
-    """Size guardrails for extracted facts and recall output."""
-
-    max_content_chars: int = Field(500, ge=50, le=100_000, description="Longest extracted fact, chars.")
-    chunk_target_chars: int = Field(300, ge=50, le=50_000, description="Target chunk size for long content, chars.")
-    recall_truncate_chars: int = Field(500, ge=50, le=100_000, description="Recall output truncation, chars.")
-
-
-class ContinuitySettings(_Group):
-    """Seed "Session Checkpoints" keys, parsed and validated here; the checkpoint behaviour is
-    configured by memlane's top-level ``continuity`` section (CheckpointSettings)."""
-
-    enabled: bool = Field(True, description="Session checkpoints.")
-    prompt_interval: int = Field(10, ge=1, le=1000, description="Prompts between checkpoints.")
-    time_interval_ms: int = Field(900_000, ge=60_000, le=3_600_000, description="Time between checkpoints, ms.")
-    max_checkpoints_per_session: int = Field(50, ge=1, le=500, description="Checkpoints kept per session.")
-    retention_days: int = Field(7, ge=1, le=90, description="Checkpoint retention, days.")
-    recovery_budget_chars: int = Field(2_000, ge=200, le=10_000, description="Recovery block budget, chars.")
-
-
-class TelemetrySettings(_Group):
-    """Pipeline telemetry export (off unless ``telemetryEnabled``)."""
-
-    posthog_host: str = Field("", description="PostHog host; empty = none. Set in config.yaml or the environment only.")
-    posthog_api_key: SecretStr = Field(SecretStr(""), description="PostHog project key (never logged, masked in "
-                                       "every dump). Set in config.yaml or the environment only.")
-    flush_interval_ms: int = Field(60_000, ge=5_000, le=600_000, description="Flush interval, ms.")
-    flush_batch_size: int = Field(50, ge=1, le=500, description="Events per flush.")
-    retention_days: int = Field(90, ge=1, le=365, description="Local event retention, days.")
-
-
 class EmbeddingTrackerSettings(_Group):
     """The worker that embeds memories stored without a vector."""
 
@@ -238,8 +208,7 @@ class DampeningSettings(_Group):
 _GROUPS: dict[str, type[_Group]] = {
     "extraction": ExtractionSettings, "worker": WorkerSettings, "graph": GraphSettings,
     "reranker": RerankerSettings, "autonomous": AutonomousSettings, "repair": RepairSettings,
-    "documents": DocumentsSettings, "guardrails": GuardrailsSettings, "continuity": ContinuitySettings,
-    "telemetry": TelemetrySettings, "embeddingTracker": EmbeddingTrackerSettings, "hints": HintsSettings,
+    "documents": DocumentsSettings, "embeddingTracker": EmbeddingTrackerSettings, "hints": HintsSettings,
     "dampening": DampeningSettings,
 }
 
@@ -265,22 +234,56 @@ def _legacy_keys() -> dict[str, tuple[str, str]]:
         "extractionTimeoutMs": ("extraction", "timeout"),
         "maintenanceIntervalMs": ("autonomous", "maintenanceIntervalMs"),
         "maintenanceMode": ("autonomous", "maintenanceMode"),
-        "posthogHost": ("telemetry", "posthogHost"), "posthogApiKey": ("telemetry", "posthogApiKey"),
         "hintsTimeoutMs": ("hints", "timeout"), "hintsPollMs": ("hints", "poll"),
-        "maxContentChars": ("guardrails", "maxContentChars"),
-        "chunkTargetChars": ("guardrails", "chunkTargetChars"),
-        "recallTruncateChars": ("guardrails", "recallTruncateChars"),
     })
     return out
 
 
 LEGACY_KEYS: dict[str, tuple[str, str]] = _legacy_keys()
 
+#: Seed keys memlane accepted and never read, removed from the settings: a config that still
+#: sets them loads, with a warning naming them (:func:`removed_keys`); ``POST /api/config``
+#: refuses them. ``guardrails`` (fact, chunk and recall sizes: ``max_content_chars`` and the
+#: ``sessions.*_budget_chars`` settings bound those), ``continuity`` (checkpoints are configured
+#: by the top-level ``continuity`` section) and ``telemetry`` with ``telemetryEnabled`` (no
+#: telemetry is exported).
+_REMOVED_GROUPS: dict[str, tuple[str, ...]] = {
+    "guardrails": ("maxContentChars", "chunkTargetChars", "recallTruncateChars"),
+    "continuity": ("enabled", "promptInterval", "timeIntervalMs", "maxCheckpointsPerSession", "retentionDays",
+                   "recoveryBudgetChars"),
+    "telemetry": ("posthogHost", "posthogApiKey", "flushIntervalMs", "flushBatchSize", "retentionDays"),
+}
+_REMOVED_TOP: frozenset[str] = frozenset({*_REMOVED_GROUPS, "telemetryEnabled"})
+#: Their legacy flat spellings (``guardrailsMaxContentChars``, ``posthogApiKey``...).
+_REMOVED_FLAT: dict[str, str] = {
+    **{g + k[0].upper() + k[1:]: f"{g}.{k}" for g, keys in _REMOVED_GROUPS.items() for k in keys},
+    "maxContentChars": "guardrails.maxContentChars", "chunkTargetChars": "guardrails.chunkTargetChars",
+    "recallTruncateChars": "guardrails.recallTruncateChars", "posthogHost": "telemetry.posthogHost",
+    "posthogApiKey": "telemetry.posthogApiKey",
+}
+
+
+def removed_keys(data: Any) -> list[str]:
+    """The removed pipeline keys a ``memory.pipelineV2`` mapping sets, as sorted labels
+    (``memory.pipelineV2.telemetry``, ``memory.pipelineV2.telemetry.posthogApiKey`` for a legacy
+    flat key); ``[]`` for anything else. Keys may be camelCase or snake_case."""
+    if not isinstance(data, dict):
+        return []
+    out = set()
+    for k in data:
+        key = camel(str(k))
+        if key in _REMOVED_TOP:
+            out.add(key)
+        elif key in _REMOVED_FLAT:
+            out.add(_REMOVED_FLAT[key])
+    return sorted(f"memory.pipelineV2.{k}" for k in out)
+
+
 # Keys POST /api/config applies to the running daemon (each is read at use time by the
 # workers); every other change is written to config.yaml and needs a restart.
 HOT_KEYS: frozenset[str] = frozenset({
     "enabled", "shadowMode", "mutationsFrozen", "allowUpdateDelete", "semanticContradictionEnabled",
-    "semanticContradictionTimeoutMs", "telemetryEnabled", "autonomous.frozen", "autonomous.maintenanceMode",
+    "semanticContradictionTimeoutMs", "autonomous.frozen", "autonomous.maintenanceMode",
     "autonomous.allowUpdateDelete",
 })
 
@@ -297,7 +300,6 @@ class PipelineV2Settings(_Group):
     semantic_contradiction_enabled: bool = Field(False, description="LLM check for semantic contradictions.")
     semantic_contradiction_timeout_ms: int = Field(45_000, ge=5_000, le=300_000,
                                                    description="Semantic contradiction check timeout, ms.")
-    telemetry_enabled: bool = Field(False, description="Export pipeline telemetry (see telemetry).")
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings, description="Extraction LLM pass.")
     worker: WorkerSettings = Field(default_factory=WorkerSettings, description="Extraction worker.")
     graph: GraphSettings = Field(default_factory=GraphSettings, description="Knowledge graph.")
@@ -305,9 +307,6 @@ class PipelineV2Settings(_Group):
     autonomous: AutonomousSettings = Field(default_factory=AutonomousSettings, description="Maintenance worker.")
     repair: RepairSettings = Field(default_factory=RepairSettings, description="Repair budgets.")
     documents: DocumentsSettings = Field(default_factory=DocumentsSettings, description="Document ingest.")
-    guardrails: GuardrailsSettings = Field(default_factory=GuardrailsSettings, description="Size guardrails.")
-    continuity: ContinuitySettings = Field(default_factory=ContinuitySettings, description="Checkpoint keys.")
-    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings, description="Telemetry export.")
     embedding_tracker: EmbeddingTrackerSettings = Field(default_factory=EmbeddingTrackerSettings,
                                                         description="Embedding tracker worker.")
     hints: HintsSettings = Field(default_factory=HintsSettings, description="Prospective hints.")
@@ -322,6 +321,12 @@ class PipelineV2Settings(_Group):
         if not isinstance(data, dict):
             return data
         data = {camel(str(k)): v for k, v in data.items()}
+        dead = removed_keys(data)
+        if dead:
+            logging.getLogger("memlane.config").warning(
+                "%s: deprecated and ignored (memlane never read %s); remove %s from config.yaml",
+                ", ".join(dead), "it" if len(dead) == 1 else "them", "it" if len(dead) == 1 else "them")
+            data = {k: v for k, v in data.items() if k not in _REMOVED_TOP and k not in _REMOVED_FLAT}
         for key in [k for k in data if k in LEGACY_KEYS and k not in cls.model_fields and k not in _ALIASES]:
             value = data.pop(key)
             group, field = LEGACY_KEYS[key]
@@ -391,8 +396,7 @@ class MemorySettings(BaseModel):
 def apply_hot(current: PipelineV2Settings, new: PipelineV2Settings) -> PipelineV2Settings:
     """``current`` with the :data:`HOT_KEYS` taken from ``new`` (what a running daemon may change)."""
     top = {k: getattr(new, k) for k in ("enabled", "shadow_mode", "mutations_frozen", "allow_update_delete",
-                                        "semantic_contradiction_enabled", "semantic_contradiction_timeout_ms",
-                                        "telemetry_enabled")}
+                                        "semantic_contradiction_enabled", "semantic_contradiction_timeout_ms")}
     auto = current.autonomous.model_copy(update={
         "frozen": new.autonomous.frozen, "maintenance_mode": new.autonomous.maintenance_mode,
         "allow_update_delete": new.autonomous.allow_update_delete})

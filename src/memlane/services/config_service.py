@@ -14,13 +14,16 @@ What a patch may not do (the whole patch is refused, nothing is written):
   at once, whatever the daemon does;
 * hold a NUL or a lone surrogate in any key or string, a NaN or an infinity, or nest deeper
   than config.yaml can (:mod:`memlane.config_checks`): 400 ``config_error``;
+* name a removed pipeline key (``memory.pipelineV2.guardrails``, ``.continuity``, ``.telemetry``,
+  ``.telemetryEnabled``; :func:`memlane.pipeline.config.removed_keys`): 400 ``config_error``
+  (config.yaml files that still hold them load with a warning);
 * give a value of the wrong type: validation is strict (``true`` is not a number, ``"300"``
   not an int; JSON carries types), and every range and rule of the settings applies: 400.
 
 Applied at once, in the running daemon, are only the keys listed here: the pipeline's
 :data:`memlane.pipeline.config.HOT_KEYS` (the mode flags, autonomous.frozen,
-autonomous.maintenanceMode, autonomous.allowUpdateDelete, the semantic-contradiction and
-telemetry switches) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
+autonomous.maintenanceMode, autonomous.allowUpdateDelete, the semantic-contradiction
+switches) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
 daemon reads as each score request is sent, and ``predictor.enabled``: off stops the sidecar
 and serves the baseline, on starts it again when there is a model; a daemon that started
 with the predictor off needs a restart). Every other changed key is written and reported
@@ -52,6 +55,7 @@ from memlane.pipeline.config import (
     PipelineV2Settings,
     camel,
     error_lines,
+    removed_keys,
     snake,
     snake_keys,
 )
@@ -68,7 +72,7 @@ PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms", "enabled"})
 #: They decide where the daemon listens and who may talk to it (``host``, ``port``,
 #: ``require_token``, ``allowed_hosts``), where the hook commands, the CLI and the MCP server
 #: send prompts and transcripts (``daemon_url``), which servers receive memory texts and API
-#: keys (every ``base_url``, ``api_key``, the telemetry host and key, the document fetcher's
+#: keys (every ``base_url``, ``api_key``, the document fetcher's
 #: allow-list of internal hosts), which program or file the daemon runs or loads
 #: (``llm.command``, ``predictor.base_weights``, ``recall.ranker_model``), where the data lives (``home``) and how much
 #: secret text is stored raw (``redact``: turning it off would hand whoever can read memories
@@ -79,7 +83,6 @@ HTTP_FORBIDDEN_KEYS: frozenset[str] = frozenset({
     "embedding.base_url", "embedding.api_key",
     "llm.base_url", "llm.api_key", "llm.command",
     "memory.pipeline_v2.documents.allowed_hosts",
-    "memory.pipeline_v2.telemetry.posthog_host", "memory.pipeline_v2.telemetry.posthog_api_key",
     "predictor.base_weights", "recall.ranker_model", "redact",
 })
 
@@ -249,7 +252,7 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
     Raises:
         ConfigKeyForbidden (403): the patch names a key of :data:`HTTP_FORBIDDEN_KEYS`; the
             message lists them and says where to change them.
-        ConfigError (400): the patch is not a mapping, names an unknown key, holds a NUL, a
+        ConfigError (400): the patch is not a mapping, names an unknown or removed key, holds a NUL, a
             lone surrogate, a NaN or an infinity, nests too deep, or a value is of the wrong type or out of range (the
             message names the key path); the existing config.yaml is broken. Nothing is
             written then, and nothing in ``settings`` changes.
@@ -267,11 +270,15 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
             f"{', '.join(forbidden)}: cannot be changed over HTTP; change it in config.yaml or the environment "
             "(MEMLANE_*) and restart the daemon. Nothing was written.", details={"keys": forbidden})
     body = _normalize(patch)
+    pipe_patch = body.get("memory", {}).get("pipeline_v2") if isinstance(body.get("memory"), dict) else None
+    dead = removed_keys(pipe_patch)
+    if dead:
+        raise ConfigError(f"{', '.join(dead)}: removed setting (memlane never read it); leave it out. "
+                          "Nothing was written.", details={"keys": dead})
     unknown = _unknown_keys(Settings, body, "")
     if unknown:
         shown = [printable(k) for k in unknown]
         raise ConfigError(f"{shown[0]}: unknown key", details={"keys": shown})
-    pipe_patch = body.get("memory", {}).get("pipeline_v2") if isinstance(body.get("memory"), dict) else None
     with _lock:
         path = config_path(settings)
         merged = _deep_merge(_read_existing(path), body)
