@@ -10,7 +10,8 @@ import pytest
 
 from memlane.recall import fts_cache
 from memlane.recall.bm25 import bm25_leg, cached_bm25_leg
-from memlane.recall.fts_cache import CONTENT, HINTS, FtsCache, parse_averages, read_varint, tokenizer_option
+from memlane.recall.fts_cache import FtsCache, parse_averages, read_varint
+from memlane.storage.fts_stats import CONTENT, HINTS, tokenizer_option
 from memlane.recall.hints import cached_search_hints, search_hints
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.storage import hints as hints_sql

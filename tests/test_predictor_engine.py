@@ -37,7 +37,7 @@ from memlane.predictor.features import (
 from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 from memlane.predictor.synthetic import make_sessions
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql

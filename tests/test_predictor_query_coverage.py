@@ -20,8 +20,8 @@ from memlane.predictor.dataset import load_sessions, with_query_coverage
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.rpc_params import parse_score_params
 from memlane.predictor.settings import PredictorSettings
-from memlane.predictor.sidecar import open_readonly
-from memlane.recall.fts_cache import tokenizer_option
+from memlane.storage.db import open_readonly
+from memlane.storage.fts_stats import tokenizer_option
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_service import PredictorService
 from memlane.services.predictor_types import PoolMember

@@ -29,7 +29,7 @@ from memlane.predictor.engine import CHECKPOINT_NAME, load_or_fresh
 from memlane.predictor.errors import FeatureSchemaMismatchError
 from memlane.predictor.features import CURRENT_SCHEMA, FEATURE_INDEX, FEATURE_NAMES, FeatureSchema
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from memlane.predictor.client import PredictorRpcError, PredictorUnavailable, SidecarClient, sidecar_command
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.db import Database

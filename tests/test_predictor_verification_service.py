@@ -34,7 +34,7 @@ from memlane.container import Container, open_container
 from memlane.predictor import policy
 from memlane.predictor import settings as C
 from memlane.predictor.dataset import load_sessions
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 from memlane.services.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import short_id

@@ -18,7 +18,7 @@ import pytest
 from memlane.predictor.dataset import derived_signals, load_sessions
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 from memlane.predictor.vocabulary import MIN_DISTINCTIVE_DF, VocabularyCache, tokens
 from memlane.storage import memories as mem_sql
 from memlane.storage import predictor as pred_sql

@@ -44,7 +44,7 @@ from memlane.predictor.dataset import load_sessions
 from memlane.predictor.engine import PredictorEngine
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.policy import ndcg_of_ranking
-from memlane.predictor.sidecar import open_readonly
+from memlane.storage.db import open_readonly
 
 __all__ = ["graded_ndcg", "rolling_blocks", "run", "training_window"]
 

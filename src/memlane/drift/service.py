@@ -45,6 +45,7 @@ from memlane.errors import NotFound, ValidationError
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
+from memlane.storage import memories as mem_sql
 from memlane.storage import relations as rel_sql
 from memlane.storage.db import Database
 from memlane.storage.drift import PredictionError, Reference
@@ -134,9 +135,7 @@ class DriftService:
         """Read every live memory's references and open prediction errors into memory."""
         def read(conn):
             refs = drift_sql.references(conn)
-            projects = dict(conn.execute(
-                "SELECT DISTINCT m.id, m.project FROM memory_references r JOIN memories m ON m.id = r.memory_id"
-            ).fetchall())
+            projects = drift_sql.referencing_projects(conn)
             return refs, projects, drift_sql.open_errors(conn)
 
         refs, projects, errors = self.db.read(read)
@@ -380,8 +379,7 @@ class DriftService:
             for w in writes:
                 if w["error_type"] == "memory_stale_file":
                     drift_sql.mark_file_stale(conn, w["memory_id"], w["target"], reason="missing", at=at)
-                if conn.execute("SELECT 1 FROM memories WHERE id = ? AND is_deleted = 0",
-                                (w["memory_id"],)).fetchone() is None:
+                if not mem_sql.is_live(conn, w["memory_id"]):
                     continue
                 eid, _ = drift_sql.record(conn, memory_id=w["memory_id"], error_type=w["error_type"],
                                           target=w["target"], distance=w["distance"], context=w["context"], at=at,
@@ -644,7 +642,7 @@ class DriftService:
         at = self._now()
 
         def job(conn):
-            if conn.execute("SELECT 1 FROM memories WHERE id = ? AND is_deleted = 0", (memory_id,)).fetchone() is None:
+            if not mem_sql.is_live(conn, memory_id):
                 raise NotFound(f"memory {memory_id} not found")
             eid, _ = drift_sql.record(conn, memory_id=memory_id, error_type="memory_external_signal", target="",
                                       distance=float(weight), weight=float(weight), at=at, debounce_since=None,

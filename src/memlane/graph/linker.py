@@ -34,6 +34,7 @@ from memlane.graph import names, store
 from memlane.graph.protection import protection_for
 from memlane.pipeline.config import GraphSettings
 from memlane.storage import graph as graph_sql
+from memlane.storage.db import savepoint
 from memlane.storage.models import NewMemory
 
 log = logging.getLogger(__name__)
@@ -231,13 +232,10 @@ def linker_hook(graph: Callable[[], GraphSettings]) -> Callable[[sqlite3.Connect
     def hook(conn: sqlite3.Connection, new: NewMemory, at: str) -> None:
         if not graph().enabled:
             return
-        conn.execute("SAVEPOINT inline_linker")
         try:
-            link_memory(conn, new.id, new.content, at)
+            with savepoint(conn, "inline_linker"):
+                link_memory(conn, new.id, new.content, at)
         except Exception:
-            conn.execute("ROLLBACK TO inline_linker")
             log.exception("inline entity linker failed on memory %s", new.id)
-        finally:
-            conn.execute("RELEASE inline_linker")
 
     return hook

@@ -33,6 +33,7 @@ from typing import Any
 from memlane.graph import names
 from memlane.storage import graph as graph_sql
 from memlane.storage import jobs as jobs_sql
+from memlane.storage.db import savepoint
 
 log = logging.getLogger(__name__)
 
@@ -141,16 +142,13 @@ def persist_extraction(conn: sqlite3.Connection, *, memory_id: str, entities: li
     """
     out: dict[str, Any] = {"entities": 0, "entities_created": 0, "mentions": 0, "relations_created": 0,
                            "relations_updated": 0, "attributes": 0, "classify_jobs": 0, "skipped": 0, "error": None}
-    conn.execute("SAVEPOINT graph_persist")
     try:
-        _persist(conn, memory_id, entities or [], relations or [], at, out)
+        with savepoint(conn, "graph_persist"):
+            _persist(conn, memory_id, entities or [], relations or [], at, out)
     except Exception as exc:  # non-fatal by contract
-        conn.execute("ROLLBACK TO graph_persist")
         log.warning("graph persistence for memory %s failed: %s", memory_id, exc)
         out = {k: (0 if isinstance(v, int) else v) for k, v in out.items()}
         out["error"] = f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        conn.execute("RELEASE graph_persist")
     return out
 
 

@@ -191,8 +191,7 @@ class Repairs:
 
     def _check_fts(self, at: str) -> dict[str, Any]:
         def check(c) -> tuple[bool, int, int]:
-            total = int(c.execute("SELECT count(*) FROM memories").fetchone()[0])
-            return integrity_ok(c), mnt_sql.fts_row_count(c), total
+            return integrity_ok(c), mnt_sql.fts_row_count(c), mnt_sql.memory_row_count(c)
         ok, rows, total = self.db.write(check)
         before = ok and rows == total
         if before:
@@ -213,9 +212,7 @@ class Repairs:
     def _dedup(self, at: str, dry_run: bool) -> dict[str, Any]:
         p = self._pipeline().repair
         index = self.memories.index
-        cands = self.db.read(lambda c: [tuple(r) for r in c.execute(
-            "SELECT seq, id, pinned, importance FROM memories WHERE is_deleted = 0 AND superseded_by IS NULL "
-            "ORDER BY seq DESC LIMIT ?", (p.dedup_batch_size,))])
+        cands = self.db.read(lambda c: mnt_sql.newest_current(c, p.dedup_batch_size))
         if not cands or index.dimensions == 0:
             return {"examined": 0, "pairs": [], "deleted": 0, "dry_run": dry_run}
         vecs, has = index.vectors_of([c[0] for c in cands])

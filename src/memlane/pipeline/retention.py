@@ -21,7 +21,6 @@ days, dead jobs 30 days. The worker always runs (with or without the extraction 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -51,16 +50,6 @@ class RetentionWindows:
     dead_job_days: float = 30
 
 
-def _still_expired(conn: sqlite3.Connection, ids: list[str], cutoff: str) -> list[str]:
-    """The ids still soft-deleted before ``cutoff`` (one may have been recovered meanwhile)."""
-    if not ids:
-        return []
-    marks = ",".join("?" * len(ids))
-    ok = {r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks}) AND is_deleted = 1 "
-                                     "AND deleted_at < ?", (*ids, cutoff))}
-    return [i for i in ids if i in ok]
-
-
 def sweep(db: Database, *, now: str, windows: RetentionWindows = RetentionWindows(),
           limit: int = BATCH_LIMIT) -> dict[str, Any]:
     """Run the seven steps once, each in its own write transaction.
@@ -76,9 +65,9 @@ def sweep(db: Database, *, now: str, windows: RetentionWindows = RetentionWindow
     tomb_cut = add_ms(now, -windows.tombstone_days * DAY_MS)
     ids = db.read(lambda c: ret_sql.expired_tombstones(c, tomb_cut, limit))
     out: dict[str, Any] = {}
-    out["graph"] = db.write(lambda c: ret_sql.purge_graph_links(c, _still_expired(c, ids, tomb_cut)))
-    out["embeddings"] = db.write(lambda c: ret_sql.purge_embeddings(c, _still_expired(c, ids, tomb_cut)))
-    out["tombstones"] = db.write(lambda c: ret_sql.purge_memories(c, _still_expired(c, ids, tomb_cut)))
+    out["graph"] = db.write(lambda c: ret_sql.purge_graph_links(c, ret_sql.still_expired(c, ids, tomb_cut)))
+    out["embeddings"] = db.write(lambda c: ret_sql.purge_embeddings(c, ret_sql.still_expired(c, ids, tomb_cut)))
+    out["tombstones"] = db.write(lambda c: ret_sql.purge_memories(c, ret_sql.still_expired(c, ids, tomb_cut)))
     out["history"] = db.write(lambda c: ret_sql.purge_history(c, add_ms(now, -windows.history_days * DAY_MS), limit))
     out["completed_jobs"] = db.write(lambda c: ret_sql.purge_jobs(
         c, "completed", add_ms(now, -windows.completed_job_days * DAY_MS), limit))

@@ -32,8 +32,8 @@ import threading
 from collections.abc import Sequence
 
 from memlane.lru import LRUCache
-from memlane.recall.fts_cache import Tokenizer
 from memlane.storage.fts import query_tokens
+from memlane.storage.fts_stats import Tokenizer
 
 __all__ = ["FTS_TOKENIZE", "QueryCoverage", "query_coverage"]
 
@@ -49,7 +49,7 @@ class QueryCoverage:
     """Stemmed query-term coverage with a bounded cache of memory term sets (thread-safe).
 
     Each distinct text is tokenised once by SQLite's own FTS5 tokenizer (an in-memory table,
-    :class:`memlane.recall.fts_cache.Tokenizer`, ~30 us a text) and kept while among the
+    :class:`memlane.storage.fts_stats.Tokenizer`, ~30 us a text) and kept while among the
     :data:`MAX_CACHED_TEXTS` most recently used.
     """
 

@@ -69,21 +69,14 @@ from memlane.predictor.rpc_shapes import InvalidParams
 from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.storage import predictor as pred_sql
+from memlane.storage.db import open_readonly
 
-__all__ = ["InvalidParams", "Sidecar", "open_readonly", "serve"]
+__all__ = ["InvalidParams", "Sidecar", "serve"]
 
 log = logging.getLogger(__name__)
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 MAX_LINE_BYTES = 32 * 1024 * 1024
-
-
-def open_readonly(path: str | Path) -> sqlite3.Connection:
-    """A read-only connection (URI ``mode=ro`` plus ``PRAGMA query_only``)."""
-    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-    conn.execute("PRAGMA query_only = ON")
-    conn.execute("PRAGMA busy_timeout = 5000")
-    return conn
 
 
 class Sidecar:

@@ -23,6 +23,7 @@ from memlane.bench.retrieval import turn_inputs
 from memlane.config import Settings
 from memlane.container import Container, open_container
 from memlane.embedding.base import Embedder
+from memlane.storage import memories as mem_sql
 
 #: Marker file written once a store is complete: ``{"model": ..., "context_turns": ..., "memories": ...}``.
 MARKER = "ranker-store.json"
@@ -92,7 +93,6 @@ def build_store(conv: Conversation, root: Path, embedder: Embedder | None, *, co
 
 
 def _info(home: Path, c: Container) -> StoreInfo:
-    rows = c.db.read(lambda conn: conn.execute(
-        "SELECT seq, id, metadata FROM memories WHERE is_deleted = 0").fetchall())
+    rows = c.db.read(mem_sql.live_metadata)
     dia = {int(r[0]): json.loads(r[2])["dia_id"] for r in rows}
     return StoreInfo(home, {r[1]: dia[int(r[0])] for r in rows}, dia)

@@ -9,10 +9,11 @@ the filters leave fewer than ``n`` of a full page (restrictive filters), the fil
 
 from __future__ import annotations
 
-from memlane.recall.fts_cache import CONTENT, FtsCache
+from memlane.recall.fts_cache import FtsCache
 from memlane.recall.memory_index import MemoryIndex
 from memlane.storage import fts
 from memlane.storage.db import Database
+from memlane.storage.fts_stats import CONTENT
 
 #: Raw FTS matches fetched per wanted candidate before index filtering.
 FETCH_FACTOR = 3

@@ -35,20 +35,18 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from memlane.storage import fts_stats
 from memlane.storage.db import Database
+from memlane.storage.fts_stats import CONTENT, HINTS, Tokenizer
 
 log = logging.getLogger(__name__)
 
 #: FTS5 bm25 constants (fts5_aux.c).
 K1 = 1.2
 B = 0.75
-#: Structure and averages records of an FTS5 ``_data`` table.
-STRUCTURE_ID = 10
-AVERAGES_ID = 1
 #: A rebuild starts no sooner than this many times the last one's duration after it ended.
 REBUILD_SPACING = 3.0
 #: ... and no sooner than this after the last one started, seconds.
@@ -56,21 +54,7 @@ MIN_REBUILD_INTERVAL_S = 0.5
 #: Query words whose tokens are cached (a query vocabulary, not the corpus).
 MAX_CACHED_WORDS = 50_000
 
-_TOKENIZE = re.compile(r"""tokenize\s*=\s*(?:'((?:[^']|'')*)'|"((?:[^"]|"")*)")""", re.IGNORECASE)
 _PHRASE = re.compile(r'"([^"]*)"')
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One FTS5 table: its name, and the SQL mapping its rowids to memory seqs (None: the rowid is
-    the seq)."""
-
-    name: str
-    seq_sql: str | None = None
-
-
-CONTENT = TableSpec("memories_fts")
-HINTS = TableSpec("memory_hints_fts", "SELECT h.id, m.seq FROM memory_hints h JOIN memories m ON m.id = h.memory_id")
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -92,47 +76,6 @@ def parse_averages(block: bytes, columns: int) -> tuple[int, int]:
         t, pos = read_varint(block, pos)
         total += t
     return n_rows, total
-
-
-def tokenizer_option(create_sql: str) -> str | None:
-    """The ``tokenize`` option of an FTS5 CREATE statement (``unicode61`` when absent), or None when
-    the table uses an option that changes what bm25 reads (``detail``, ``columnsize``)."""
-    low = create_sql.lower()
-    if "detail" in low or "columnsize" in low:
-        return None
-    m = _TOKENIZE.search(create_sql)
-    if m is None:
-        return "unicode61"
-    return m.group(1).replace("''", "'") if m.group(1) is not None else m.group(2).replace('""', '"')
-
-
-class Tokenizer:
-    """FTS5 tokenisation by SQLite itself: a private in-memory FTS5 table with a given
-    ``tokenize`` option, read back through ``fts5vocab`` (instance). Thread-safe (one lock)."""
-
-    def __init__(self, option: str) -> None:
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        opt = option.replace("'", "''")
-        self._conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(c, tokenize='{opt}')")
-        self._conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-
-    def words(self, words: Sequence[str]) -> list[tuple[str, ...]]:
-        """The tokens of each word, in order (what FTS5 makes of the quoted phrase ``"word"``)."""
-        got: dict[int, list[tuple[int, str]]] = {}
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.executemany("INSERT INTO t(rowid, c) VALUES (?, ?)", list(enumerate(words)))
-                for term, doc, offset in self._conn.execute("SELECT term, doc, offset FROM v"):
-                    got.setdefault(doc, []).append((offset, term))
-            finally:
-                self._conn.execute("ROLLBACK")
-        return [tuple(t for _, t in sorted(got.get(i, []))) for i in range(len(words))]
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 class FtsTable:
@@ -298,7 +241,7 @@ class FtsCache:
             if self._disabled is not None:
                 return None
             if snap is not None:
-                now = self.db.read(lambda c: [_structure(c, t) for t in (CONTENT.name, HINTS.name)])
+                now = self.db.read(lambda c: [fts_stats.structure(c, t) for t in (CONTENT.name, HINTS.name)])
                 if now == [snap[CONTENT.name].structure, snap[HINTS.name].structure]:
                     self.counters["hit"] += 1
                     return snap
@@ -336,10 +279,7 @@ class FtsCache:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False,
-                                   isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 5000")
-            self._conn = conn
+            self._conn = fts_stats.open_reader(self.path)
         return self._conn
 
     def rebuild(self) -> bool:
@@ -350,36 +290,20 @@ class FtsCache:
             sqlite3.Error: SQLite failed.
         """
         with self._build_lock:
-            conn = self._connection()
-            raw: dict[str, tuple] = {}
-            conn.execute("BEGIN")
-            try:
-                for spec in (CONTENT, HINTS):
-                    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (spec.name,)).fetchone()
-                    option = tokenizer_option(row[0]) if row else None
-                    if option is None:
-                        self._disabled = f"{spec.name}: missing or unsupported FTS5 options"
-                        log.warning("FTS snapshot off: %s", self._disabled)
-                        return False
-                    cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{spec.name}")')]
-                    vocab = f"temp.memlane_vocab_{spec.name}"
-                    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING "
-                                 f"fts5vocab(main, '{spec.name}', 'instance')")
-                    avg = conn.execute(f'SELECT block FROM "{spec.name}_data" WHERE id = ?',
-                                       (AVERAGES_ID,)).fetchone()
-                    per_col = [conn.execute(f"SELECT term, group_concat(doc, ' ') FROM {vocab} WHERE col = ? "
-                                            "GROUP BY term", (col,)).fetchall() for col in cols]
-                    seq_of = dict(conn.execute(spec.seq_sql).fetchall()) if spec.seq_sql else None
-                    raw[spec.name] = (option, _structure(conn, spec.name), bytes(avg[0]) if avg else b"",
-                                      per_col, seq_of)
-            finally:
-                conn.execute("COMMIT")
+            raw = fts_stats.read_tables(self._connection(), (CONTENT, HINTS))
+            options: dict[str, str] = {}
+            for name, table in raw.items():
+                if table.option is None:
+                    self._disabled = f"{name}: missing or unsupported FTS5 options"
+                    log.warning("FTS snapshot off: %s", self._disabled)
+                    return False
+                options[name] = table.option
             snap: dict[str, FtsTable] = {}
             for spec in (CONTENT, HINTS):
-                option, structure, averages, per_col, seq_of = raw[spec.name]
-                n_rows, n_tokens = parse_averages(averages, len(per_col)) if averages else (0, 0)
+                t, option = raw[spec.name], options[spec.name]
+                n_rows, n_tokens = parse_averages(t.averages, len(t.per_column)) if t.averages else (0, 0)
                 try:
-                    snap[spec.name] = build_table(per_col, n_rows, n_tokens, seq_of, structure)
+                    snap[spec.name] = build_table(list(t.per_column), n_rows, n_tokens, t.seq_of, t.structure)
                 except ValueError as exc:
                     self.counters["rejected"] += 1
                     log.warning("FTS snapshot of %s not used: %s", spec.name, exc)
@@ -436,8 +360,3 @@ def _phrases(expr: str) -> list[str] | None:
             return None
         out.append(m.group(1))
     return out
-
-
-def _structure(conn: sqlite3.Connection, table: str) -> bytes:
-    row = conn.execute(f'SELECT block FROM "{table}_data" WHERE id = ?', (STRUCTURE_ID,)).fetchone()
-    return bytes(row[0]) if row else b""

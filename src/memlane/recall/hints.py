@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from memlane.pipeline.config import PipelineV2Settings
 from memlane.pipeline.runtime import JobWorker, SkipJob
 from memlane.providers import LlmError, LlmProvider, extract_json_object, strip_fences, strip_think
-from memlane.recall.fts_cache import HINTS, FtsCache
+from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.clock import now_iso
@@ -31,6 +31,7 @@ from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters, normalise
+from memlane.storage.fts_stats import HINTS
 from memlane.storage.jobs import Job
 from memlane.storage.models import NewMemory
 

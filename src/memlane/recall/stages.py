@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,9 +30,10 @@ from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
 from memlane.recall.rerank import RerankCandidate, Reranker, build_reranker, rerank
 from memlane.storage import hubs as hubs_sql
+from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters
-from memlane.storage.models import Memory
+from memlane.storage.models import CandRow, Memory
 
 if TYPE_CHECKING:
     from memlane.container import Container
@@ -47,16 +48,6 @@ TIMING_SAMPLES = 1000
 Merged = dict[int, tuple[float, LegScores]]
 
 
-class CandRow(NamedTuple):
-    """What the recall stages and the graph boost read of a candidate memory."""
-
-    seq: int
-    id: str
-    type: str
-    content: str
-    is_deleted: int
-
-
 def read_candidates(conn: sqlite3.Connection, seqs: list[int], links: bool) -> "Prefetched":
     """Rows of ``seqs`` (unknown seqs absent) and, with ``links``, their memories' entity links
     (``memory_entity_mentions``), in one read.
@@ -64,14 +55,7 @@ def read_candidates(conn: sqlite3.Connection, seqs: list[int], links: bool) -> "
     Raises:
         sqlite3.Error: SQLite failed.
     """
-    rows: dict[int, CandRow] = {}
-    cur = conn.cursor()
-    cur.row_factory = None  # plain tuples
-    for start in range(0, len(seqs), 500):
-        chunk = [int(x) for x in seqs[start:start + 500]]
-        for r in cur.execute(f"SELECT seq, id, type, content, is_deleted FROM memories WHERE seq IN "
-                             f"({','.join('?' * len(chunk))})", chunk):
-            rows[r[0]] = CandRow._make(r)
+    rows = mem_sql.candidate_rows(conn, seqs)
     return Prefetched(rows, hubs_sql.entities_of(conn, [r.id for r in rows.values()]) if links else None)
 
 

@@ -20,7 +20,7 @@ from memlane.providers.base import LlmError, LlmProvider
 from memlane.sessions import continuity, labels
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import sessions as sess_sql
-from memlane.storage.db import Database
+from memlane.storage.db import Database, savepoint
 from memlane.storage.models import Memory
 
 log = logging.getLogger(__name__)
@@ -159,15 +159,12 @@ class SessionScorer:
             sess_sql.write_labels(conn, out)
             if cmp is None:
                 return False
-            conn.execute("SAVEPOINT memlane_comparison")
             try:
-                self.predictor.write_comparison(conn, cmp)  # type: ignore[union-attr]
+                with savepoint(conn, "memlane_comparison"):
+                    self.predictor.write_comparison(conn, cmp)  # type: ignore[union-attr]
             except Exception:
-                conn.execute("ROLLBACK TO memlane_comparison")
-                conn.execute("RELEASE memlane_comparison")
                 log.exception("writing the predictor comparison of %s failed", key)
                 return False
-            conn.execute("RELEASE memlane_comparison")
             return True
 
         if self.db.write(job) and cmp is not None:
@@ -213,9 +210,7 @@ class SessionScorer:
         # Outcome: the labels of the scored sessions that hold this memory are rebuilt.
         if event not in ("deleted", "superseded", "recovered"):
             return
-        keys = self.db.read(lambda c: [r[0] for r in c.execute(
-            "SELECT DISTINCT sm.session_key FROM session_memories sm JOIN session_scores ss "
-            "ON ss.session_key = sm.session_key WHERE sm.memory_id = ?", (memory.id,))])
+        keys = self.db.read(lambda c: sess_sql.scored_sessions_holding(c, memory.id))
         for k in keys:
             try:
                 self.relabel(k)
@@ -232,7 +227,6 @@ def _parse(ts: str) -> datetime:
 
 def _finish_summary(conn: sqlite3.Connection, key: str, status: str, at: str, *, result: dict | None = None,
                     error: str | None = None) -> None:
-    r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = 'session_summary' AND session_key = ? "
-                     "ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-    if r:
-        jobs_sql.finish(conn, int(r[0]), status=status, at=at, result=result, error=error)
+    job_id = jobs_sql.latest_id_for_session(conn, key, "session_summary")
+    if job_id is not None:
+        jobs_sql.finish(conn, job_id, status=status, at=at, result=result, error=error)

@@ -89,6 +89,41 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = 
         raise StorageError(f"cannot open database {path}: {exc}") from exc
 
 
+def open_readonly(path: str | Path) -> sqlite3.Connection:
+    """A read-only connection of the predictor sidecar and offline readers: URI ``mode=ro`` plus
+    ``PRAGMA query_only``, ``busy_timeout`` 5 s, plain tuple rows, usable from any thread.
+
+    Raises:
+        sqlite3.Error: the file cannot be opened.
+    """
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+@contextmanager
+def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
+    """Run the block in ``SAVEPOINT name`` inside the caller's transaction: released when the block
+    ends, rolled back to (then released) when it raises, the exception propagating. The caller
+    decides whether a failure is fatal; the enclosing transaction stays usable either way.
+
+    Args:
+        conn: a connection inside a write transaction (a write job's).
+        name: an SQL identifier (a constant of the caller, never user input).
+    Raises:
+        sqlite3.Error: the savepoint statements failed; whatever the block raised.
+    """
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
+
+
 class Database:
     """The single writer and the reader pool over one SQLite file.
 

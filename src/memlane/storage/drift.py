@@ -286,3 +286,10 @@ def seqs_of(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[str, in
 def session_count(conn: sqlite3.Connection, project: str | None) -> int:
     """Sessions recorded for a project."""
     return int(conn.execute("SELECT count(*) FROM sessions WHERE project IS ?", (project,)).fetchone()[0])
+
+
+def referencing_projects(conn: sqlite3.Connection) -> dict[str, str | None]:
+    """``memory_id -> project`` of every memory (deleted or not) holding a reference."""
+    return dict(conn.execute(
+        "SELECT DISTINCT m.id, m.project FROM memory_references r JOIN memories m ON m.id = r.memory_id"
+    ).fetchall())

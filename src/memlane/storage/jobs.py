@@ -232,3 +232,10 @@ def latest_for_memory(conn: sqlite3.Connection, memory_id: str, job_type: str) -
     r = conn.execute("SELECT * FROM memory_jobs WHERE memory_id = ? AND job_type = ? ORDER BY id DESC LIMIT 1",
                      (memory_id, job_type)).fetchone()
     return Job.from_row(r) if r else None
+
+
+def latest_id_for_session(conn: sqlite3.Connection, session_key: str, job_type: str) -> int | None:
+    """The id of the newest job of ``job_type`` about session ``session_key``, or None."""
+    r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = ? AND session_key = ? ORDER BY id DESC LIMIT 1",
+                     (job_type, session_key)).fetchone()
+    return int(r[0]) if r else None

@@ -118,7 +118,19 @@ def fts_row_count(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM memories_fts_docsize").fetchone()[0])
 
 
+def memory_row_count(conn: sqlite3.Connection) -> int:
+    """Rows of ``memories`` (deleted ones included: the FTS index holds them too)."""
+    return int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+
 # -- repairs ------------------------------------------------------------------------------
+
+def newest_current(conn: sqlite3.Connection, limit: int) -> list[tuple[int, str, int, float]]:
+    """``(seq, id, pinned, importance)`` of the ``limit`` newest memories neither deleted nor
+    superseded, newest first (the dedup repair's batch)."""
+    return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+        "SELECT seq, id, pinned, importance FROM memories WHERE is_deleted = 0 AND superseded_by IS NULL "
+        "ORDER BY seq DESC LIMIT ?", (int(limit),))]
 
 def requeue_dead(conn: sqlite3.Connection, *, now: str, limit: int) -> int:
     """Return up to ``limit`` dead jobs (oldest first) to ``pending`` with a fresh attempt count,

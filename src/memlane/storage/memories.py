@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memlane.storage.models import HistoryEntry, IndexRow, Memory, NewMemory
+from memlane.storage.models import CandRow, HistoryEntry, IndexRow, Memory, NewMemory
 
 _PATCHABLE = {
     "type", "content", "normalized_content", "content_hash", "context", "context_hash",
@@ -222,3 +222,38 @@ def index_rows(conn: sqlite3.Connection, model: str | None) -> Iterable[IndexRow
     for r in cur:
         yield IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), float(r[9]), bool(r[10]),
                        int(r[11]))
+
+
+def candidate_rows(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, CandRow]:
+    """``seq -> CandRow`` of the memories ``seqs`` (deleted or not; unknown seqs absent), read as
+    plain tuples in chunks of 500."""
+    rows: dict[int, CandRow] = {}
+    cur = conn.cursor()
+    cur.row_factory = None  # plain tuples
+    for start in range(0, len(seqs), 500):
+        chunk = [int(x) for x in seqs[start:start + 500]]
+        for r in cur.execute(f"SELECT seq, id, type, content, is_deleted FROM memories WHERE seq IN "
+                             f"({','.join('?' * len(chunk))})", chunk):
+            rows[r[0]] = CandRow._make(r)
+    return rows
+
+
+def is_live(conn: sqlite3.Connection, memory_id: str) -> bool:
+    """Whether the memory exists and is not deleted (superseded memories count as live)."""
+    return conn.execute("SELECT 1 FROM memories WHERE id = ? AND is_deleted = 0", (memory_id,)).fetchone() is not None
+
+
+def live_metadata(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
+    """``(seq, id, metadata JSON text)`` of every live memory, in no particular order."""
+    return [(int(r[0]), r[1], r[2]) for r in conn.execute("SELECT seq, id, metadata FROM memories WHERE is_deleted = 0")]
+
+
+def projects_and_contents(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str]]:
+    """``id -> (project, content)`` of the memories ``ids`` (deleted or not; unknown ids absent)."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i:i + 500])
+        for mid, stored, content in conn.execute(
+                f"SELECT id, project, content FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[mid] = (stored, content)
+    return out

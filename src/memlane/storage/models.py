@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +147,14 @@ class IndexRow:
     importance: float = 0.5
     pinned: bool = False
     access_count: int = 0
+
+
+class CandRow(NamedTuple):
+    """What the recall stages and the graph boost read of a candidate memory
+    (:func:`memlane.storage.memories.candidate_rows`)."""
+
+    seq: int
+    id: str
+    type: str
+    content: str
+    is_deleted: int

@@ -121,3 +121,14 @@ def purge_documents(conn: sqlite3.Connection, cutoff: str, limit: int) -> int:
         return 0
     return conn.execute("DELETE FROM documents WHERE id IN (SELECT id FROM documents WHERE deleted_at IS NOT NULL "
                         "AND deleted_at < ? ORDER BY deleted_at LIMIT ?)", (cutoff, int(limit))).rowcount
+
+
+def still_expired(conn: sqlite3.Connection, ids: Sequence[str], cutoff: str) -> list[str]:
+    """The ids of ``ids`` still soft-deleted before ``cutoff`` (one may have been recovered
+    meanwhile), in the order given."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    ok = {r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks}) AND is_deleted = 1 "
+                                     "AND deleted_at < ?", (*ids, cutoff))}
+    return [i for i in ids if i in ok]

@@ -329,3 +329,25 @@ def shown_state(conn: sqlite3.Connection, key: str) -> dict[str, bool]:
     return {r[0]: bool(r[1]) for r in conn.execute(
         "SELECT memory_id, was_injected = 1 OR fts_hit_count > 0 FROM session_memories WHERE session_key = ?",
         (key,))}
+
+
+def scored_sessions_holding(conn: sqlite3.Connection, memory_id: str) -> list[str]:
+    """The keys of the scored sessions (a ``session_scores`` row) whose candidates include
+    ``memory_id``, each once."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT sm.session_key FROM session_memories sm JOIN session_scores ss "
+        "ON ss.session_key = sm.session_key WHERE sm.memory_id = ?", (memory_id,))]
+
+
+def projects_started_before(conn: sqlite3.Connection, before: str) -> list[str]:
+    """The distinct projects with a session started before ``before`` (ISO-8601), ascending.
+
+    One index seek per project on ``sessions(project, started_at)`` (a recursive skip-scan), not a
+    scan of every session.
+    """
+    return [p for (p,) in conn.execute(
+        """WITH RECURSIVE p(x) AS (SELECT min(project) FROM sessions
+                                   UNION ALL SELECT (SELECT min(project) FROM sessions WHERE project > x)
+                                   FROM p WHERE x IS NOT NULL)
+           SELECT x FROM p WHERE x IS NOT NULL
+             AND EXISTS (SELECT 1 FROM sessions WHERE project = x AND started_at < ?)""", (before,))]
