@@ -18,7 +18,7 @@ from memlane.predictor.features import CURRENT_SCHEMA, NUM_FEATURES
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
-from memlane.predictor.train import fit
+from memlane.predictor.train import Constraints, FitConfig, fit
 from predictor_checkpoint_helpers import writer_without
 
 torch.set_num_threads(1)
@@ -34,8 +34,8 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     batch = collate(sessions(24), native_dim=DIM)
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=3)
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-    stage = fit(model, opt, LOSS, [batch], max_epochs=40, early_stop_patience=40, max_seconds=1e9,
-                grad_masks=model.feature_residual_masks())
+    stage = fit(model, opt, LOSS, [batch], FitConfig(max_epochs=40, early_stop_patience=40, max_seconds=1e9),
+                Constraints(grad_masks=model.feature_residual_masks()))
     linear_stage = stage.model.feature_weights()
     init = model.feature_weights()
     anchor = fit_linear_anchor([batch], init, LOSS, lr=C.LEARNING_RATE, max_epochs=40, early_stop_patience=40,

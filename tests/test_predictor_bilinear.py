@@ -19,7 +19,7 @@ from memlane.predictor.losses import listnet_loss
 from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
-from memlane.predictor.train import fit
+from memlane.predictor.train import Constraints, FitConfig, fit
 from predictor_checkpoint_helpers import writer_without
 
 torch.set_num_threads(1)
@@ -111,8 +111,9 @@ def test_the_linear_stage_learns_a_topic_no_similarity_or_feature_shows():
     for name, grad_masks, basis in (("features", features_only, None),
                                     ("bilinear", masks, memory_basis(batches, 64, DIM))):
         opt = torch.optim.Adam([dict(live.named_parameters())[n] for n in grad_masks], lr=C.LEARNING_RATE)
-        result = fit(live, opt, LOSS, batches, max_epochs=200, early_stop_patience=40, previous_is_trained=False,
-                     grad_masks=grad_masks, memory_basis=basis, bilinear_l2=bilinear_l2(len(train)))
+        result = fit(live, opt, LOSS, batches,
+                     FitConfig(max_epochs=200, early_stop_patience=40, previous_is_trained=False),
+                     Constraints(grad_masks=grad_masks, memory_basis=basis, bilinear_l2=bilinear_l2(len(train))))
         assert result.accepted
         runs[name] = mean_ndcg(result.model, held)
     assert abs(runs["features"] - untrained) < 0.1
@@ -157,4 +158,5 @@ def test_fit_rejects_a_negative_bilinear_l2():
     live = MemoryScorer(ScorerConfig(native_dim=DIM), seed=0)
     opt = torch.optim.Adam(live.parameters(), lr=1e-3)
     with pytest.raises(ValueError):
-        fit(live, opt, LOSS, [collate(topic_sessions(2, seed=1), native_dim=DIM)], bilinear_l2=-1.0)
+        fit(live, opt, LOSS, [collate(topic_sessions(2, seed=1), native_dim=DIM)],
+            constraints=Constraints(bilinear_l2=-1.0))

@@ -22,7 +22,7 @@ from memlane.predictor.features import CURRENT_SCHEMA, FeatureSchema
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
-from memlane.predictor.train import fit
+from memlane.predictor.train import FitConfig, fit
 
 torch.set_num_threads(1)
 DIM = 24
@@ -153,7 +153,7 @@ def test_base_weights_fine_tune_flow(tmp_path):
     assert base.flags.is_pretrained_base and not base.flags.is_finetuned
     train = batched(make_sessions(16, native_dim=DIM, seed=2), batch_size=8, native_dim=DIM)
     optimizer = torch.optim.Adam(base.model.parameters(), lr=3e-3, fused=True)
-    result = fit(base.model, optimizer, listnet_loss, train, max_epochs=2, early_stop_patience=2)
+    result = fit(base.model, optimizer, listnet_loss, train, FitConfig(max_epochs=2, early_stop_patience=2))
     meta = CheckpointMeta(MODEL_ID, training={"base_sha256": base_digest, "steps": result.steps})
     save(user_path, result.model, meta, CheckpointFlags(is_finetuned=True))
     tuned = _load(user_path)

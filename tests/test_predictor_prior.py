@@ -19,7 +19,7 @@ from memlane.predictor.features import CURRENT_SCHEMA, FEATURE_INDEX, NUM_FEATUR
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import BASELINE_PRIOR, MemoryScorer, ScorerConfig, baseline_prior_weights
 from memlane.predictor.synthetic import make_sessions
-from memlane.predictor.train import fit
+from memlane.predictor.train import Constraints, FitConfig, fit
 
 torch.set_num_threads(1)
 DIM = 8
@@ -50,8 +50,9 @@ def test_fit_adds_the_penalty_to_the_loss_and_it_pulls_toward_the_centre():
 
     def run(prior):
         opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-        return fit(model, opt, LOSS, [batch], max_epochs=60, early_stop_patience=60, max_seconds=1e9,
-                   grad_masks=model.feature_residual_masks(), prior=prior)
+        return fit(model, opt, LOSS, [batch],
+                   FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
+                   Constraints(grad_masks=model.feature_residual_masks(), prior=prior))
 
     free, weak, strong = run(None), run((centre, 0.0)), run((centre, 50.0))
     # the first step's loss is the listwise loss plus lam * ||w0 - centre||^2

@@ -24,7 +24,7 @@ from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.synthetic import make_sessions
-from memlane.predictor.train import fit
+from memlane.predictor.train import Constraints, FitConfig, fit
 
 torch.set_num_threads(1)
 DIM = 8
@@ -49,8 +49,9 @@ def aged_sessions(n: int, *, older_is_better: bool, seed: int = 0):
 def train_linear(batch, non_positive=None):
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=1)
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-    result = fit(model, opt, LOSS, [batch], max_epochs=60, early_stop_patience=60, max_seconds=1e9,
-                 grad_masks=model.feature_residual_masks(), non_positive=non_positive)
+    result = fit(model, opt, LOSS, [batch],
+                 FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
+                 Constraints(grad_masks=model.feature_residual_masks(), non_positive=non_positive))
     return model, result
 
 
@@ -89,13 +90,14 @@ def test_fit_projects_a_positive_starting_weight_and_rejects_unknown_parameters(
         model.gate_linear.weight[0, -NUM_FEATURES + AGE] = 2.0
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
     batch = collate(aged_sessions(10, older_is_better=True), native_dim=DIM)
-    result = fit(model, opt, LOSS, [batch], max_epochs=1, early_stop_patience=1, max_seconds=1e9,
-                 grad_masks=model.feature_residual_masks(),
-                 non_positive=model.feature_column_mask(non_positive_columns()))
+    result = fit(model, opt, LOSS, [batch], FitConfig(max_epochs=1, early_stop_patience=1, max_seconds=1e9),
+                 Constraints(grad_masks=model.feature_residual_masks(),
+                             non_positive=model.feature_column_mask(non_positive_columns())))
     assert float(result.model.feature_weights()[AGE]) == 0.0
     assert float(model.feature_weights()[AGE]) == 2.0  # the live model is untouched
     with pytest.raises(ValueError, match="non_positive"):
-        fit(model, opt, LOSS, [batch], max_epochs=1, non_positive={"nope": torch.ones(1, dtype=torch.bool)})
+        fit(model, opt, LOSS, [batch], FitConfig(max_epochs=1),
+            Constraints(non_positive={"nope": torch.ones(1, dtype=torch.bool)}))
 
 
 def test_the_anchor_keeps_the_same_bound():

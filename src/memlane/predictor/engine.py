@@ -34,7 +34,7 @@ from memlane.predictor.gates import GateReport
 from memlane.predictor.losses import listnet_loss
 from memlane.predictor.metrics import topk_overlap
 from memlane.predictor.model import MemoryScorer, ScorerConfig, baseline_prior_weights
-from memlane.predictor.train import fit
+from memlane.predictor.train import Constraints, FitConfig, fit
 
 __all__ = ["PredictorEngine", "TrainReport"]
 
@@ -291,18 +291,19 @@ class PredictorEngine:
                     early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds,
                     held_at_zero=constant, non_positive=non_positive, prior=prior)
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
-            result = fit(live, self.optimizer, loss_fn, train_batches, anchor=anchor,
-                         max_seconds=max_seconds, validation=validation or None,
-                         max_epochs=max_epochs, early_stop_patience=early_stop_patience,
+            config = FitConfig(max_seconds=max_seconds, max_epochs=max_epochs,
+                               early_stop_patience=early_stop_patience, replay_share=C.REPLAY_SHARE,
+                               seed=self.seed + self.model_version,
+                               previous_is_trained=self.trained, check_overlap=influential)
+            constraints = Constraints(
+                anchor=anchor, memory_basis=basis,
+                grad_masks=live.feature_residual_masks() if linear else None,
+                held_at_zero=_held_at_zero(live, constant, non_positive),
+                non_positive=live.feature_column_mask(non_positive),
+                prior=prior if linear else None, bilinear_l2=l2)
+            result = fit(live, self.optimizer, loss_fn, train_batches, config, constraints,
                          canary=canary_batches or None, replay_batches=replay_batches or None,
-                         replay_share=C.REPLAY_SHARE, previous_is_trained=self.trained,
-                         check_overlap=influential,
-                         seed=self.seed + self.model_version,
-                         grad_masks=live.feature_residual_masks() if linear else None,
-                         held_at_zero=_held_at_zero(live, constant, non_positive),
-                         non_positive=live.feature_column_mask(non_positive),
-                         prior=prior if linear else None,
-                         memory_basis=basis, bilinear_l2=l2, previous_trained_on=self.trained_on)
+                         validation=validation or None, previous_trained_on=self.trained_on)
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
                 accepted=result.accepted, model_version=self.model_version,
