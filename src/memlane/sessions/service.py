@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -27,6 +27,7 @@ from memlane.services.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record
+from memlane.services.predictor_types import RankDecision
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import check_text
 from memlane.sessions import continuity
@@ -41,7 +42,7 @@ from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, Prompt
 from memlane.sessions import ranking
 from memlane.sessions.recent_prompts import RecentPrompts
 from memlane.sessions.scoring import SessionScorer
-from memlane.sessions.start import ContextVectors, build_pool
+from memlane.sessions.start import ContextVectors, RankedCandidate, build_pool
 from memlane.storage import predictor as pred_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
@@ -54,6 +55,51 @@ log = logging.getLogger(__name__)
 MAX_SESSION_KEY = 256
 #: Seconds :meth:`SessionService.close` waits for the judge's thread once it is stopped.
 JUDGE_CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class _RankedPool:
+    """A session-start's candidates in the order they are injected, with the predictor's
+    decision when it ran (``deferred``: its ranking is recorded after the answer,
+    :meth:`PredictorService.record_later`)."""
+
+    pool: list[RankedCandidate]
+    state: str
+    decision: RankDecision | None = None
+    deferred: bool = False
+    contents: dict[str, tuple[str, str]] | None = None  # read while the sidecar scored
+    encoded: dict[str, str] = field(default_factory=dict)  # the candidates' signals as JSON
+
+
+@dataclass(frozen=True)
+class _StartPlan:
+    """A new session-start, ranked and chosen, before anything is written."""
+
+    inp: StartInput
+    key: str
+    project: str | None
+    now: str
+    context: str
+    cv: Any  # the context's vector (numpy [D]) or None without an embedder
+    ranked: _RankedPool
+    chosen: list[Shown]
+    rows: list[sess_sql.CandidateRow]
+    model_id: str | None
+    signals: dict[str, Any] | None
+
+    @property
+    def state(self) -> str:
+        """The predictor phase recorded with the session."""
+        return self.ranked.state
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """The recording step's outcome: ``won`` False when another process started the key
+    first; ``released`` completes once the deferred predictor ranking may be sent."""
+
+    won: bool
+    released: Future[None] | None
 
 
 class SessionService:
@@ -130,10 +176,8 @@ class SessionService:
                 request or shutdown queues it (:meth:`InflightStarts.flush`). The key stays
                 claimed until it commits, and prompts, feedback, session-end and :meth:`get` for
                 it wait for that. The HTTP hook sets it and commits from a background task after
-                the response: measured on the session-start bench (4,000 memories, alpha 0.5,
-                five alternating pairs), HTTP p50 17.6-19.3 against 18.0-23.7 ms and p95
-                24.0-31.1 against 23.7-34.6 ms for queueing it before the answer
-                (docs/sessions.md).
+                the response, so the answer does not wait for the writer (docs/sessions.md has
+                the session-start bench with and without it).
 
         Raises:
             ValidationError: a bad key, project, context or timestamp.
@@ -158,29 +202,68 @@ class SessionService:
             state, scored = self.predictor_state()
         if not self.inflight.acquire(key):  # the same key is starting: its outcome first
             raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
-        handed = [False]  # set once the claim's release belongs to the commit (write-behind)
-        try:
-            return self._start_claimed(inp, key, project, now, state, scored, t0, defer_predictor,
-                                       hold_write, handed)
-        finally:
-            if not handed[0]:
-                self.inflight.settle(key, False)
+        try:  # until the recording step owns the claim, any way out releases it unrecorded
+            answer = self._existing_start(inp, key, project, t0)
+            plan = None if answer is not None else self._plan_start(inp, key, project, now, state,
+                                                                    defer_predictor)
+        except BaseException:
+            self.inflight.settle(key, False)
+            raise
+        if plan is None:
+            self.inflight.settle(key, False)
+            return answer
+        recorded = self._record_start(plan, hold_write)
+        if not recorded.won:  # another process started this key first (nothing to record later)
+            return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000)
+        return self._start_answer(plan, recorded, hold_write, scored, t0)
 
-    def _start_claimed(self, inp: StartInput, key: str, project: str | None, now: str, state: str, scored: int,
-                       t0: float, defer_predictor: bool, hold_write: bool,
-                       handed: list[bool]) -> StartResult:
-        """:meth:`start` once ``key`` is claimed; settles the claim itself once it is recorded."""
+    def _existing_start(self, inp: StartInput, key: str, project: str | None, t0: float) -> StartResult | None:
+        """The answer to a repeated start of a started key (the recovery digest for a
+        ``compact`` restart), or None for a new session."""
         existing = self.db.read(lambda c: sess_sql.get_session(c, key))
-        if existing is not None and existing.started:
-            inject = ""
-            if inp.source == "compact" and self.checkpoints is not None:
-                inject = render_recovery(self.checkpoints.recovery_digest(session_key=key, project=project))
-            return StartResult(key, "existing", inject, existing.predictor_state,
-                               took_ms=(time.perf_counter() - t0) * 1000)
-        s = self.settings
+        if existing is None or not existing.started:
+            return None
+        inject = ""
+        if inp.source == "compact" and self.checkpoints is not None:
+            inject = render_recovery(self.checkpoints.recovery_digest(session_key=key, project=project))
+        return StartResult(key, "existing", inject, existing.predictor_state,
+                           took_ms=(time.perf_counter() - t0) * 1000)
+
+    def _plan_start(self, inp: StartInput, key: str, project: str | None, now: str, state: str,
+                    defer_predictor: bool) -> _StartPlan:
+        """Rank the pool, choose what is injected, build the rows to record (no writes)."""
         context = inp.context or self._default_context(project, inp.cwd)
-        index = self.memories.index
         cv = self.contexts.get(context)
+        ranked = self._rank_pool(inp, context, cv, project, now, state, defer_predictor)
+        ranked, chosen, explored = self._choose(ranked)
+        chosen_ids = {c.id for c in chosen}
+        if self.drift is not None:  # issue 41: what is shown is checked for drift, write-behind
+            self.drift.schedule_ids(list(chosen_ids))
+            self.drift.session_started(project)  # the periodic staleness sweep
+        decision = ranked.decision
+        p_scores = decision.predictor_scores if decision is not None else {}
+        p_ranks = decision.predictor_rank if decision is not None else {}
+        feats = decision.features if decision is not None and not ranked.deferred else {}  # deferred: recorded later
+        rows = [sess_sql.CandidateRow(
+            memory_id=p.memory_id,
+            source="exploration" if explored is not None and p.memory_id == explored else "effective",
+            final_score=p.final_score, rank=p.rank,
+            was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
+            predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
+            predictor_rank=p_ranks.get(p.memory_id),
+            features=ranked.encoded.get(p.memory_id) or feats.get(p.memory_id)) for p in ranked.pool]
+        return _StartPlan(
+            inp=inp, key=key, project=project, now=now, context=context, cv=cv, ranked=ranked,
+            chosen=chosen, rows=rows,
+            model_id=self.memories.embedder.model_id if self.memories.embedder is not None else None,
+            signals=dict(decision.signals) if decision is not None and not ranked.deferred else None)
+
+    def _rank_pool(self, inp: StartInput, context: str, cv: Any, project: str | None, now: str, state: str,
+                   defer_predictor: bool) -> _RankedPool:
+        """The candidate pool (relevance or effective) in the order it is injected: fused with
+        the predictor's ranking when the predictor runs and has influence (alpha < 1)."""
+        s = self.settings
+        index = self.memories.index
         legs: dict[str, tuple[float | None, float | None]] = {}
         if inp.ranking == "relevance" and inp.context:
             pool, legs = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
@@ -189,114 +272,120 @@ class SessionService:
             eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
                                       limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
             pool = build_pool(eff, cv, index, s)
-        decision = None
-        deferred = False  # the predictor's ranking is recorded after the answer (record_later)
-        contents: dict[str, tuple[str, str]] | None = None  # read while the sidecar scores
-        encoded: dict[str, str] = {}  # the candidates' signals as JSON, encoded meanwhile too
-        if self.predictor is not None and pool:
-            last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
-            decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
-                                              context_text=context, project=project, now=now, last_start=last)
-            state = decision.phase
-            deferred = defer_predictor and self.predictor.can_defer(decision)
-            if not deferred:
-                # The sidecar scores on the other core; meanwhile this thread does the work that
-                # does not need the scores: the pool's contents and its logged signals' JSON.
-                pending = self.predictor.send_score(decision)  # sent from this thread, awaited here
-                contents = self.db.read(lambda c: mem_sql.contents(c, [p.memory_id for p in pool]))
-                encoded = {m: sess_sql.encode_features(f) for m, f in decision.features.items()}
-                if pending is not None:
-                    self.predictor.apply(decision, pending.result())
-                if decision.alpha < 1.0 and decision.predictor_rank:
-                    pool = ranking.fuse_pool(pool, decision, index)
-        ranked_ids = [p.memory_id for p in pool]
+        if self.predictor is None or not pool:
+            return _RankedPool(pool, state)
+        last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
+        decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
+                                          context_text=context, project=project, now=now, last_start=last)
+        if defer_predictor and self.predictor.can_defer(decision):
+            return _RankedPool(pool, decision.phase, decision, deferred=True)
+        # The sidecar scores on the other core; meanwhile this thread does the work that
+        # does not need the scores: the pool's contents and its logged signals' JSON.
+        pending = self.predictor.send_score(decision)  # sent from this thread, awaited here
+        contents = self.db.read(lambda c: mem_sql.contents(c, [p.memory_id for p in pool]))
+        encoded = {m: sess_sql.encode_features(f) for m, f in decision.features.items()}
+        if pending is not None:
+            self.predictor.apply(decision, pending.result())
+        if decision.alpha < 1.0 and decision.predictor_rank:
+            pool = ranking.fuse_pool(pool, decision, index)
+        return _RankedPool(pool, decision.phase, decision, contents=contents, encoded=encoded)
+
+    def _choose(self, ranked: _RankedPool) -> tuple[_RankedPool, list[Shown], str | None]:
+        """What is injected, in rank order within the budget, and the id exploration put in
+        (None when it did not run). A deferred ranking that exploration draws is scored now:
+        the pool returned is then no longer deferred."""
+        s = self.settings
+        ranked_ids = [p.memory_id for p in ranked.pool]
         if self.drift is not None:  # issue 41: never inject a stale or drifting memory proactively
             ranked_ids = self.drift.injectable(ranked_ids)
+        contents = ranked.contents
         chosen = select_in_rank_order(ranked_ids, s.inject_budget_chars, s.inject_limit,
                                        (lambda ids: contents) if contents is not None else
                                        (lambda ids: self.db.read(lambda c: mem_sql.contents(c, ids))))
+        decision = ranked.decision
+        if decision is None:
+            return ranked, chosen, None
+        ids = [c.id for c in chosen]
         explored = None
-        if decision is not None:
-            ids = [c.id for c in chosen]
-            if not deferred:
-                explored = self.predictor.explore(ids, decision)
-            elif self.predictor.exploration_drawn(ids, decision):
-                # Exploration swaps a slot by the predictor's ranking: this start needs it now.
-                deferred = False
-                self.predictor.score_now(decision)
-                explored = self.predictor.explore(ids, decision, drawn=True)
-        if explored is not None:
-            rows = {explored[1]: contents[explored[1]]} if contents and explored[1] in contents else \
-                self.db.read(lambda c: mem_sql.contents(c, [explored[1]]))
-            chosen = ranking.explored_shown(chosen, explored[0], explored[1], rows)
-            decision.signals["exploration"] = {"replaced": explored[0], "explored": explored[1]}
-        chosen_ids = {c.id for c in chosen}
-        if self.drift is not None:  # issue 41: what is shown is checked for drift, write-behind
-            self.drift.schedule_ids(list(chosen_ids))
-            self.drift.session_started(project)  # the periodic staleness sweep
-        p_scores = decision.predictor_scores if decision is not None else {}
-        p_ranks = decision.predictor_rank if decision is not None else {}
-        feats = decision.features if decision is not None and not deferred else {}  # deferred: recorded later
-        cand_rows = [sess_sql.CandidateRow(
-            memory_id=p.memory_id,
-            source="exploration" if explored is not None and p.memory_id == explored[1] else "effective",
-            final_score=p.final_score, rank=p.rank,
-            was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
-            predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
-            predictor_rank=p_ranks.get(p.memory_id),
-            features=encoded.get(p.memory_id) or feats.get(p.memory_id)) for p in pool]
-        model_id = self.memories.embedder.model_id if self.memories.embedder is not None else None
-        signals = dict(decision.signals) if decision is not None and not deferred else None
+        if not ranked.deferred:
+            explored = self.predictor.explore(ids, decision)
+        elif self.predictor.exploration_drawn(ids, decision):
+            # Exploration swaps a slot by the predictor's ranking: this start needs it now.
+            ranked = replace(ranked, deferred=False)
+            self.predictor.score_now(decision)
+            explored = self.predictor.explore(ids, decision, drawn=True)
+        if explored is None:
+            return ranked, chosen, None
+        replaced, added = explored
+        rows = {added: contents[added]} if contents and added in contents else \
+            self.db.read(lambda c: mem_sql.contents(c, [added]))
+        chosen = ranking.explored_shown(chosen, replaced, added, rows)
+        decision.signals["exploration"] = {"replaced": replaced, "explored": added}
+        return ranked, chosen, added
+
+    def _record_start(self, plan: _StartPlan, hold_write: bool) -> _Recorded:
+        """Record the session and its candidates in one transaction, now or write-behind
+        (``hold_write``). From here the claim on the key is this step's: it is settled when the
+        write ends, or handed to the held write, or released if registering either fails."""
+        key, decision = plan.key, plan.ranked.decision
 
         def job(conn: sqlite3.Connection) -> bool:  # one transaction: the session, candidates, features
-            if not sess_sql.insert_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd,
-                                           context=context, started_at=now, predictor_state=state):
+            if not sess_sql.insert_session(conn, key=key, project=plan.project, harness=plan.inp.harness,
+                                           cwd=plan.inp.cwd, context=plan.context, started_at=plan.now,
+                                           predictor_state=plan.state):
                 return False
-            sess_sql.record_candidates(conn, key, cand_rows, now)
-            if signals is not None:
-                pred_sql.set_session_inputs(conn, key, context_vector=cv, context_model=model_id, signals=signals)
+            sess_sql.record_candidates(conn, key, plan.rows, plan.now)
+            if plan.signals is not None:
+                pred_sql.set_session_inputs(conn, key, context_vector=plan.cv, context_model=plan.model_id,
+                                            signals=plan.signals)
             return True
 
         committed: Future[bool] | None = None
         released: Future[None] | None = None
-        if deferred:  # registered before the write: a session-end never misses it
-            committed, released = Future(), Future()
-            self.predictor.record_later(key, decision, committed, context_vector=cv, context_model=model_id,
-                                        released=released)
-        # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
-        # a daemon kill, and a power loss can drop only these last rows, never a memory.
-        if hold_write:
-            def submit() -> None:
-                try:
-                    fut = self.db.submit(job, durable=False)
-                except BaseException:  # the database is closed: nothing will be recorded later either
-                    if committed is not None and not committed.done():
-                        committed.set_result(False)
-                    raise
-                fut.add_done_callback(partial(self.inflight.settle_after, key, committed))
+        try:
+            if plan.ranked.deferred:  # registered before the write: a session-end never misses it
+                committed, released = Future(), Future()
+                self.predictor.record_later(key, decision, committed, context_vector=plan.cv,
+                                            context_model=plan.model_id, released=released)
+            # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
+            # a daemon kill, and a power loss can drop only these last rows, never a memory.
+            if hold_write:
+                def submit() -> None:
+                    try:
+                        fut = self.db.submit(job, durable=False)
+                    except BaseException:  # the database is closed: nothing will be recorded later either
+                        if committed is not None and not committed.done():
+                            committed.set_result(False)
+                        raise
+                    fut.add_done_callback(partial(self.inflight.settle_after, key, committed))
 
-            self.inflight.hold(key, submit)  # queued by result.commit() or the key's next request
-            handed[0] = True
-        else:
-            won = False
-            try:
-                won = self.db.write(job, durable=False)
-            finally:
-                if committed is not None:
-                    committed.set_result(won)
-                self.inflight.settle(key, won)
-                handed[0] = True
-            if not won:  # another process started this key first (nothing to record later)
-                return StartResult(key, "existing", "", state, took_ms=(time.perf_counter() - t0) * 1000)
+                self.inflight.hold(key, submit)  # queued by result.commit() or the key's next request
+                return _Recorded(True, released)
+        except BaseException:
+            self.inflight.settle(key, False)
+            raise
+        won = False
+        try:
+            won = self.db.write(job, durable=False)
+        finally:
+            if committed is not None:
+                committed.set_result(won)
+            self.inflight.settle(key, won)
+        return _Recorded(won, released)
+
+    def _start_answer(self, plan: _StartPlan, recorded: _Recorded, hold_write: bool, scored: int,
+                      t0: float) -> StartResult:
+        """The status line and the inject block of a recorded new session."""
+        s = self.settings
         header = self.predictor.status_line() if self.predictor is not None else \
-            status_line(state, scored, s.collecting_target_sessions)
-        block = render_block("Relevant memories:", chosen, with_feedback=s.agent_feedback)
+            status_line(plan.state, scored, s.collecting_target_sessions)
+        block = render_block("Relevant memories:", plan.chosen, with_feedback=s.agent_feedback)
         inject = header + ("\n" + block if block else "\n")
-        return StartResult(key, "new", inject, state, candidate_count=len(pool),
-                           injected=[{"id": c.id, "short_id": short_id(c.id)} for c in chosen],
+        return StartResult(plan.key, "new", inject, plan.state, candidate_count=len(plan.ranked.pool),
+                           injected=[{"id": c.id, "short_id": short_id(c.id)} for c in plan.chosen],
                            took_ms=(time.perf_counter() - t0) * 1000,
-                           release=None if released is None else partial(release_record, released),
-                           commit=partial(self.inflight.flush, key) if hold_write else None)
+                           release=None if recorded.released is None else partial(release_record, recorded.released),
+                           commit=partial(self.inflight.flush, plan.key) if hold_write else None)
 
     def _warm_next_context(self, key: str, project: str | None, cwd: str | None) -> None:
         # Trigger: a session ended; its checkpoint is about to become the project's latest.
