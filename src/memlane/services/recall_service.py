@@ -1,10 +1,16 @@
-"""Hybrid recall: BM25 leg + vector leg, merged, boosted, cut and ranked.
+"""Hybrid recall in three steps: legs -> merge -> stages.
 
-ARCHITECTURE "The three paths", 2: query embedding -> FTS5 BM25 candidates and exact vector
-KNN candidates -> merge (``alpha * vector + (1 - alpha) * bm25``, see ``recall.hybrid``) ->
-rehearsal and recency boosts -> ``min_score`` cut -> top ``limit``. Returned memories get
-their access_count bumped (rehearsal) in a background write, unless ``touch`` is off.
-"""
+ARCHITECTURE "The three paths", 2. :meth:`RecallService.recall` runs
+
+1. the legs (``_run_legs``): FTS5 BM25 candidates, the hint leg and the graph's entity lookup
+   on one worker while the query is embedded, then exact vector KNN candidates;
+2. the merge (``_merge``): ``alpha * vector + (1 - alpha) * bm25`` (``recall.hybrid``), the
+   hints (max), the graph boost;
+3. the stages (``_stages``): rehearsal and recency boosts, dampening and the reranker (or the
+   ``min_score`` cut and top ``limit``), the learned ranker; then the drift step.
+
+Returned memories get their access_count bumped (rehearsal) in a background write, unless
+``touch`` is off."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -81,6 +88,38 @@ class SerialBatch(Executor):
                 fut.set_exception(exc)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One validated recall: the cleaned query text, its filters, and how many candidates
+    each leg fetches (``n_cand``) and the learned ranker rescores (``n_pool``)."""
+
+    query: RecallQuery
+    text: str
+    filters: fts.Filters
+    now: datetime
+    alpha: float
+    min_score: float
+    n_cand: int
+    want_pool: bool
+    n_pool: int
+
+
+@dataclass(frozen=True)
+class _Legs:
+    """What the legs found: the query vector (or None: BM25 only), each leg's ``seq -> score``
+    (None when the leg did not run), the hint leg's and the graph lookup's pending work, and
+    the candidates' rows read ahead for the stages (filled further by the merge)."""
+
+    names: tuple[str, ...]
+    qv: np.ndarray | None
+    bm25: dict[int, float] | None
+    vector: dict[int, float] | None
+    hints: Any
+    graph: Any
+    links: bool
+    prefetched: Prefetched | None
+
+
 class RecallService:
     """Recall over the memory store.
 
@@ -133,7 +172,7 @@ class RecallService:
             self._pool.submit(self.ranker.model)
 
     def recall(self, q: RecallQuery, *, pool_out: list[Any] | None = None) -> RecallResult:
-        """Run one recall.
+        """Run one recall: legs -> merge -> stages.
 
         Any string is a valid query (empty, quotes, FTS operators, 100 KB: truncated to
         ``max_query_chars``). An empty query returns no hits.
@@ -147,6 +186,26 @@ class RecallService:
             a bad timestamp or filter string.
         """
         t0 = time.perf_counter()
+        plan = self._plan(q, pool_out is not None)
+        if plan is None:
+            return RecallResult([], (), (time.perf_counter() - t0) * 1000)
+        legs = self._run_legs(plan)
+        unboosted, merged = self._merge(plan, legs)
+        if not merged:
+            return RecallResult([], legs.names, (time.perf_counter() - t0) * 1000)
+        hits, used = self._stages(plan, legs, unboosted, merged, pool_out)
+        if self.drift is not None and hits:
+            hits = self.drift.after_recall(hits)
+        if q.touch and hits:
+            self._touch(hits)
+        return RecallResult(hits, legs.names, (time.perf_counter() - t0) * 1000, used)
+
+    def _plan(self, q: RecallQuery, collect_pool: bool) -> _Plan | None:
+        """Validate ``q`` and settle what this recall fetches; None for an empty query.
+
+        Raises:
+            ValidationError: see :meth:`recall`.
+        """
         s = self.settings
         if not isinstance(q.limit, int) or isinstance(q.limit, bool) or not 1 <= q.limit <= MAX_LIMIT:
             raise ValidationError(f"limit: must be an integer in [1, {MAX_LIMIT}]", details={"field": "limit"})
@@ -171,20 +230,25 @@ class RecallService:
         now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(timezone.utc)
         text = clean_query(q.query, s.max_query_chars)
         if not text.strip():
-            return RecallResult([], (), (time.perf_counter() - t0) * 1000)
-
-        n_cand = max(q.limit * s.candidate_multiplier, 50)
+            return None
         # The learned ranker rescores the best ``pool_size`` candidates: each leg fetches that many.
         ranker = self.ranker
-        want_pool = ranker is not None and (pool_out is not None or ranker.reason_off(
+        want_pool = ranker is not None and (collect_pool or ranker.reason_off(
             q.ranker, self.index.model_id, self.embedder is not None and alpha > 0, q.alpha is not None) is None)
         n_pool = ranker.pool_size() if want_pool else 0
-        n_cand = max(n_cand, n_pool)
-        legs: list[str] = []
-        # Everything that does not need the query vector runs, in order, on one worker while this
-        # thread embeds the query (onnxruntime and SQLite release the GIL: on 2 cores they
-        # overlap): the BM25 leg, the hint leg, the graph's entity lookup. One worker, not one
-        # each: fewer thread wake-ups, and together they take less than the embedding.
+        return _Plan(q, text, filters, now, alpha, min_score,
+                     n_cand=max(q.limit * s.candidate_multiplier, 50, n_pool), want_pool=want_pool, n_pool=n_pool)
+
+    def _run_legs(self, plan: _Plan) -> _Legs:
+        """The BM25, hint and vector legs, and the graph lookup's query-only steps.
+
+        Everything that does not need the query vector runs, in order, on one worker while this
+        thread embeds the query (onnxruntime and SQLite release the GIL: on 2 cores they
+        overlap): the BM25 leg, the hint leg, the graph's entity lookup. One worker, not one
+        each: fewer thread wake-ups, and together they take less than the embedding.
+        """
+        s = self.settings
+        text, n_cand, filters = plan.text, plan.n_cand, plan.filters
         expr = fts.match_expression(text)
         ahead = SerialBatch()
         # The graph lookup's first two steps (query entities, neighbours) need no candidates.
@@ -195,12 +259,11 @@ class RecallService:
         # in one query after the merge.
         rows_needed = self.stages is not None and self.stages.active()
         links = self.stages is not None and (graph_future is not None or (rows_needed and self.stages.hub_active()))
-        prefetch = rows_needed or links or want_pool
+        prefetch = rows_needed or links or plan.want_pool
         bm25_future = ahead.submit(self._bm25, expr, n_cand, filters, prefetch, links) if expr is not None else None
         hint_future = (self.stages.submit_hints(ahead, expr, n_cand, filters, prefetch, links)
                        if self.stages else None)
         ahead.start(self._pool)
-        vector_scores: dict[int, float] | None = None
         qv = None
         if self.embedder is not None and len(self.index):
             try:
@@ -210,72 +273,83 @@ class RecallService:
                     qv = None
             except EmbeddingError as exc:
                 log.warning("query embedding failed, BM25 only: %s", exc)
+        names: list[str] = []
         bm25_scores: dict[int, float] | None = None
         prefetched = Prefetched(links={} if links else None) if prefetch else None
         if bm25_future is not None:
             pairs, rows_ahead = bm25_future.result()
             bm25_scores = dict(pairs)
-            legs.append("bm25")
+            names.append("bm25")
             if prefetched is not None:
                 prefetched.add(rows_ahead)
+        vector_scores: dict[int, float] | None = None
         if qv is not None:
-            top = self.index.search(qv, n_cand, filters, s.context_weight)
-            vector_scores = dict(top)
+            vector_scores = dict(self.index.search(qv, n_cand, filters, s.context_weight))
             if bm25_scores:
                 missing = [x for x in bm25_scores if x not in vector_scores]
                 vector_scores.update(self.index.score_of(qv, missing, s.context_weight))
-            legs.append("vector")
+            names.append("vector")
+        return _Legs(tuple(names), qv, bm25_scores, vector_scores, hint_future, graph_future, links, prefetched)
 
-        merged = merge(vector_scores, bm25_scores, alpha)
+    def _merge(self, plan: _Plan, legs: _Legs) -> tuple[dict, dict]:
+        """The legs merged (``alpha * vector + (1 - alpha) * bm25``, ``recall.hybrid.merge``)
+        and the hints merged in (max): (that merge, the same after the graph boost), each
+        ``seq -> (score, leg scores)``; both empty without candidates. The remaining
+        candidates' rows are prefetched for the stages."""
+        merged = merge(legs.vector, legs.bm25, plan.alpha)
+        prefetched = legs.prefetched
         if self.stages is not None:  # hints merge (max), before the graph boost
-            merged = self.stages.merge_hints(merged, hint_future, alpha, qv, s.context_weight)
-            if prefetched is not None and hint_future is not None:
-                prefetched.add(self.stages.hint_rows(hint_future))
+            merged = self.stages.merge_hints(merged, legs.hints, plan.alpha, legs.qv, self.settings.context_weight)
+            if prefetched is not None and legs.hints is not None:
+                prefetched.add(self.stages.hint_rows(legs.hints))
         if not merged:
-            return RecallResult([], tuple(legs), (time.perf_counter() - t0) * 1000)
+            return merged, merged
         if prefetched is not None and self.stages is not None:  # the rest of the candidates' rows
             missing = [x for x in merged if x not in prefetched.rows]
             if missing:
-                prefetched.add(self.stages.prefetch_rows(missing, links))
-        unboosted = merged
-        if graph_future is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
-            merged = self.graph_boost.boost(text, merged, prepared=graph_future,
-                                            links=prefetched.seq_links() if prefetched is not None else None)
-        elif self.graph_boost is not None:
-            merged = self.graph_boost(text, merged)
+                prefetched.add(self.stages.prefetch_rows(missing, legs.links))
+        if legs.graph is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
+            return merged, self.graph_boost.boost(plan.text, merged, prepared=legs.graph,
+                                                  links=prefetched.seq_links() if prefetched is not None else None)
+        if self.graph_boost is not None:
+            return merged, self.graph_boost(plan.text, merged)
+        return merged, merged
+
+    def _stages(self, plan: _Plan, legs: _Legs, unboosted: dict, merged: dict, pool_out: list[Any] | None
+                ) -> tuple[list[RecallHit], str]:
+        """Rehearsal and recency boosts, dampening and the reranker (or the ``min_score`` cut
+        and top ``limit``), then the learned ranker: (the hits, the ranker that ordered them)."""
+        s, q = self.settings, plan.query
         seqs = list(merged)
         known, access, created = self.index.ranking_fields(seqs)
         final = boost(np.array([merged[x][0] for x in seqs]), access_count=access,
-                      age_days=(now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
+                      age_days=(plan.now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
                       recency_weight=s.recency_weight, recency_half_life_days=s.recency_half_life_days)
         fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
         # With the learned ranker the heuristic ranks a pool of n_pool; rows are read after it.
-        upto = max(q.limit, n_pool)
-        fetch_ranked = fetch if not want_pool else (lambda want: {})  # noqa: E731
-        # dampening -> reranker (None: baseline ranking); alpha 0 = no vector signal, in the reranker too
-        staged = self.stages.rank(text, qv if alpha > 0 else None, seqs, final, known, merged, min_score, upto,
-                                  fetch_ranked, prefetched) if self.stages is not None else None
+        upto = max(q.limit, plan.n_pool)
+        fetch_ranked = fetch if not plan.want_pool else (lambda want: {})  # noqa: E731
+        qv = legs.qv if plan.alpha > 0 else None  # alpha 0 = no vector signal, in the reranker too
+        # dampening -> reranker (None: baseline ranking)
+        staged = self.stages.rank(plan.text, qv, seqs, final, known, merged, plan.min_score, upto,
+                                  fetch_ranked, legs.prefetched) if self.stages is not None else None
         if staged is not None:
             ranked, rows = staged
         else:
-            ok = known & (final > 0.0) & (final >= min_score)
+            ok = known & (final > 0.0) & (final >= plan.min_score)
             order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][:upto]
             ranked = [(float(final[i]), seqs[i]) for i in order]
             rows = fetch_ranked([seq for _, seq in ranked])
         used, rank_scores = "heuristic", None
-        if want_pool:
-            ranked, rank_scores, used = self._learned(q, text, ranked[:n_pool], unboosted, merged, prefetched,
-                                                      qv if alpha > 0 else None, now, pool_out)
+        if plan.want_pool:
+            ranked, rank_scores, used = self._learned(q, plan.text, ranked[:plan.n_pool], unboosted, merged,
+                                                      legs.prefetched, qv, plan.now, pool_out)
             ranked = ranked[: q.limit]
             rows = fetch([seq for _, seq in ranked])
-        hits = [RecallHit(rows[seq], final, merged[seq][1].vector, merged[seq][1].bm25,
+        hits = [RecallHit(rows[seq], score, merged[seq][1].vector, merged[seq][1].bm25,
                           rank_scores.get(seq) if rank_scores is not None else None)
-                for final, seq in ranked if seq in rows]
-        if self.drift is not None and hits:
-            hits = self.drift.after_recall(hits)
-        if q.touch and hits:
-            self._touch(hits)
-        return RecallResult(hits, tuple(legs), (time.perf_counter() - t0) * 1000, used)
+                for score, seq in ranked if seq in rows]
+        return hits, used
 
     def _learned(self, q: RecallQuery, text: str, ranked: list[tuple[float, int]], unboosted: dict, merged: dict,
                  prefetched: Prefetched | None, qv: np.ndarray | None, now: datetime, pool_out: list[Any] | None
