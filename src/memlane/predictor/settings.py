@@ -34,9 +34,9 @@ DRIFT_RESET_EMA = 0.5               # EMA after a drift reset
 CANARY_SIZE = 25
 CANARY_REFRESH_DAYS = 7
 # Members the weekly refresh replaces at most (a fifth of CANARY_SIZE): once cold start has
-# exited every canary member is held out of training, and replacing every member by the week's
-# sessions held out the newest ones (docs/predictor.md, "The weekly refresh counts the week
-# between sessions and replaces a fifth").
+# exited every canary member is held out of training, so replacing them all would hold out the
+# week's newest sessions (docs/predictor.md, "The weekly refresh counts the week between
+# sessions and replaces a fifth").
 CANARY_REFRESH_MAX_REPLACED = 5
 MAX_TRAINING_SESSIONS = 500         # newest training-grade sessions read per run
 TRAINED_SESSIONS_KEPT = 2000        # trained-on session ids a checkpoint keeps (engine._remember_trained)
@@ -50,9 +50,9 @@ LABEL_SCALE = 5.0                   # ListNet target sharpening (losses/listnet.
 # linear residual over the feature schema trains, full-batch (one step per epoch).
 FULL_MODEL_MIN_SESSIONS = 300
 LINEAR_STAGE_BATCH_SIZE = 512       # >= MAX_TRAINING_SESSIONS: one full batch
-LINEAR_STAGE_MAX_EPOCHS = 400       # full-batch Adam steps: 200 stopped short of the MAP (docs/predictor.md, "The linear stage fits its prior's optimum")
+LINEAR_STAGE_MAX_EPOCHS = 400       # full-batch Adam steps, enough to reach the MAP (docs/predictor.md, "The linear stage fits its prior's optimum")
 LINEAR_STAGE_PATIENCE = 80
-PRIOR_STRENGTH = 1.0                # c of the linear weights' Gaussian prior: lambda = c / training sessions (was 5)
+PRIOR_STRENGTH = 1.0                # c of the linear weights' Gaussian prior: lambda = c / training sessions
 # Features whose linear weight may only be <= 0 (train.fit's non_positive): being older never
 # raises a memory's score. docs/predictor.md, "Age may only count against a memory".
 NON_POSITIVE_FEATURES: tuple[str, ...] = ("log_age_days",)

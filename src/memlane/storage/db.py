@@ -3,8 +3,8 @@
 The pattern of datasette: every write job runs on the single write connection under
 ``BEGIN IMMEDIATE``, its result handed back through a future; reads borrow a connection
 from a fixed pool. Jobs that queue up while the writer is busy share one transaction, each
-in its own SAVEPOINT, and one COMMIT (group commit: one fsync for many writers). PRAGMAs: ``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``,
-``synchronous`` configurable (FULL by default: an acknowledged write survives power loss,
+in its own SAVEPOINT, and one COMMIT (group commit: one fsync for many writers). PRAGMAs:
+``journal_mode=WAL``, ``busy_timeout``, ``foreign_keys=ON``, ``synchronous`` configurable (FULL by default: an acknowledged write survives power loss,
 not only a process kill).
 
 A write job may be submitted with ``durable=False`` (derived records such as a session-start's
@@ -17,11 +17,11 @@ any durable job commits with the configured level.
 
 WAL checkpoints run on their own thread and connection, never inside a write. SQLite's default
 (``wal_autocheckpoint`` = 1000 pages) makes the COMMIT that crosses 1,000 WAL pages copy them
-all back into the database file and fsync it before it returns: ~20-25 ms once every ~8
-session-starts at 4,000 memories (each start's candidate log dirties ~125 pages, mostly random
-leaves of ``idx_session_memories_memory``), which was the p95 of the whole write (100 candidate rows per
-transaction into a store of 4,000 memories and 450,000 candidate rows: 3.1 ms p50 / 25 ms p95,
-2.7 / 3.8 ms without the in-commit checkpoint). The writer connection sets ``wal_autocheckpoint = 0``; after each COMMIT
+all back into the database file and fsync it before it returns: one in every few
+session-start writes would pay for it (each start's candidate log dirties many random leaves
+of ``idx_session_memories_memory``), and that set the write's tail latency
+(docs/architecture.md, "Storage", has the measurement). The writer connection sets
+``wal_autocheckpoint = 0``; after each COMMIT
 it wakes the checkpointer, which runs ``PRAGMA wal_checkpoint(PASSIVE)`` at most once per
 :data:`CHECKPOINT_INTERVAL_S` (SQLite "Checkpointing": a PASSIVE checkpoint never blocks the
 writer or readers and never invokes the busy handler). Its fsyncs are those SQLite's own
