@@ -12,11 +12,10 @@ Layers (each a sub-package):
 
 import os as _os
 
-# Trigger: numpy's OpenBLAS starts one spinning thread per core for every matrix product.
-# Why: memlane's products are small (a 100 x 384 similarity block, a 10k x 384 matvec); on a
-#      2-core machine the threads fight onnxruntime and SQLite (measured: 0.6 ms -> 27 ms for
-#      the topic-diversity block after an embedding run).
-# Outcome: one BLAS thread unless the user set otherwise; must run before numpy is imported.
+# numpy's OpenBLAS starts one spinning thread per core for every matrix product. memlane's
+# products are small (a 100 x 384 similarity block, a 10k x 384 matvec), and on a small machine
+# those threads fight onnxruntime and SQLite (docs/decisions.md, "Threads"): one BLAS thread
+# unless the user set otherwise. Must run before numpy is imported.
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 __version__ = "0.1.0"

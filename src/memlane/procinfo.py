@@ -52,8 +52,8 @@ def return_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     glibc serves a large allocation from a mapping of its own and unmaps it when freed, but
     raises that threshold (up to 32 MiB) each time such a block is freed, after which blocks of
     that size come from the heap, whose free space stays resident. Loading the embedding model
-    frees many large temporaries, so the daemon kept ~50 MiB it no longer used (303 -> 253 MiB
-    resident idle, docs/architecture.md "Footprint"). ``mallopt(M_MMAP_THRESHOLD)`` fixes the
+    frees many large temporaries, which the daemon would keep resident while idle
+    (docs/architecture.md, "Footprint", has the numbers). ``mallopt(M_MMAP_THRESHOLD)`` fixes the
     threshold (and turns its raising off). Call early, before the model loads.
 
     Returns:

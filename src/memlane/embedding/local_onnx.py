@@ -137,10 +137,9 @@ def _session(ort: Any, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.enable_cpu_mem_arena = False
-    # Trigger: onnxruntime's worker threads spin-wait after every run by default.
-    # Why: on a 2-core machine the spinning steals the CPU from SQLite, numpy and the HTTP
-    #      server for the next milliseconds (measured: +8 ms per recall).
-    # Outcome: off; batches keep their throughput by running sub-batches concurrently.
+    # onnxruntime's worker threads spin-wait after every run by default; on a small machine the
+    # spinning steals the CPU from SQLite, numpy and the HTTP server (docs/decisions.md,
+    # "Threads"). Off; batches keep their throughput by running sub-batches concurrently.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path()), sess_options=options, providers=["CPUExecutionProvider"])

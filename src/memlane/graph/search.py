@@ -19,10 +19,9 @@ gives an empty result: the boost is additive only, so recall is never worse than
 A query naming no known entity stops after step 1 (one indexed IN query).
 
 Only specific entities boost: one linked to more than ``graph.boost_max_share`` (5 %) of the
-store's memories (and to more than 5) is left out at step 1. On LoCoMo the inline linker links
-each turn's ``"{speaker}:"`` label, so a question naming a speaker boosted every turn of that
-speaker (about half the store) by 0.15; adversarial questions, which name the wrong speaker,
-lost 18.7 points of R@5 (docs/benchmarks.md, "Graph boost").
+store's memories (and to more than 5) is left out at step 1: a name most memories mention,
+such as a chat's speaker label, says nothing about which memory answers, and boosting it
+buries the memories of everyone else (docs/benchmarks.md, "Graph boost").
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class GraphSettings(_Group):
 
     enabled: bool = Field(True, description="Write entity graph and boost graph-linked memories in recall.")
     boost_weight: float = Field(0.0, ge=0.0, le=1.0, description="Score added to graph-linked hits (fraction). "
-                                "0 by default (the seed's is 0.15): on LoCoMo every weight tried lowered R@5 "
+                                "0 by default (the seed's is 0.15): on LoCoMo no weight beat no boost "
                                 "(docs/benchmarks.md, 'Graph boost'); the graph itself is still built.")
     boost_timeout_ms: int = Field(500, ge=50, le=5_000, description="Budget of the graph lookup per recall, ms.")
     boost_max_share: float = Field(
@@ -115,9 +115,9 @@ class GraphSettings(_Group):
 class RerankerSettings(_Group):
     """Reranking of recall candidates."""
 
-    enabled: bool = Field(False, description="Rerank the top candidates. Off by default: the seed says "
-                          "reranking is disabled by default, and the embedding reranker lowered LoCoMo R@5 "
-                          "from 67.7 to 63.0 (conversation 1).")
+    enabled: bool = Field(False, description="Rerank the top candidates. Off by default, as the seed says; "
+                          "on LoCoMo the embedding reranker lowered retrieval (docs/decisions.md, "
+                          "'Defaults left off').")
     model: str = Field("", description="Reranker model; empty = the built-in one.")
     top_n: int = Field(20, ge=1, le=100, description="Candidates reranked.")
     timeout_ms: int = Field(2_000, ge=100, le=30_000, description="Reranker budget, ms.")
@@ -196,8 +196,8 @@ class DampeningSettings(_Group):
 
     gravity_enabled: bool = Field(True, description="Stage 1: gravity dampening.")
     hub_enabled: bool = Field(False, description="Stage 2: hub penalty. Off by default (the seed's default is "
-                              "on): on LoCoMo it lowered R@5 from 67.7 to 52.2 (conversation 1), penalising the "
-                              "turns that name the two speakers, i.e. most of them.")
+                              "on): in a chat most memories name the speakers, so it penalises most of them "
+                              "(docs/decisions.md, 'Defaults left off').")
     resolution_enabled: bool = Field(True, description="Stage 3: resolution boost.")
     hub_percentile: float = Field(0.9, ge=0.0, le=1.0, description="Entity degree percentile that makes a hub.")
     hub_penalty: float = Field(0.7, ge=0.0, le=1.0, description="Score multiplier for hub-only hits.")

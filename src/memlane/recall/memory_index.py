@@ -35,9 +35,9 @@ def single_threaded_blas() -> None:
     threadpoolctl cannot).
 
     Why: the vector leg is one matrix-vector product ([n, 384] x [384]), memory-bound. OpenBLAS
-    splits it over every core and its threads spin-wait between calls: on 2 shared cores that
-    measured 11.7 ms wall (3.7 ms CPU) for 10,000 vectors against 2.9 ms with one thread, and the
-    spinning takes the CPU from onnxruntime and SQLite. The results are bit-identical.
+    splits it over every core and its threads spin-wait between calls: on a small machine that
+    is slower than one thread, and the spinning takes the CPU from onnxruntime and SQLite
+    (docs/decisions.md, "Threads"). The results are bit-identical.
     """
     global _blas_limited
     if _blas_limited:
@@ -111,8 +111,8 @@ class MemoryIndex:
         """Memories with a content vector (those the vector leg can return).
 
         A counter, not a numpy sum: recall asks while its BM25 worker runs, and a numpy reduction
-        over 10,000 rows releases the GIL, which the worker then keeps for up to the interpreter's
-        switch interval (5 ms; measured 2.5 ms per recall at 10,000 memories).
+        over many rows releases the GIL, which the worker then keeps for up to the interpreter's
+        switch interval (docs/decisions.md, "Threads").
         """
         return self._vectors
 
