@@ -2,8 +2,8 @@
 
 Read from ``/proc/<pid>/status`` (Linux): ``VmRSS`` (resident now) and ``VmHWM`` (the peak
 resident set). Elsewhere, or for a process that is gone, the values are None. Standard
-library only: ``memlane status`` and ``GET /health`` report them (issue 43: "report them in
-``memlane status`` so a user can see what memlane costs").
+library only: ``memlane status`` and ``GET /health`` report them, so a user can see what
+memlane costs (docs/architecture.md, "Footprint").
 """
 
 from __future__ import annotations

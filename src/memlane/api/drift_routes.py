@@ -1,4 +1,4 @@
-"""Drift and staleness endpoints (issue 41; docs/drift.md):
+"""Drift and staleness endpoints (docs/drift.md):
 
 * ``GET /api/drift/errors`` -- prediction errors, newest first, each with its ``memory``
   (filters: ``error_type``, ``memory_id``, ``resolved`` = false (default) | true | all).

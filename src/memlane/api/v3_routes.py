@@ -1,4 +1,4 @@
-"""V3 memory endpoints (issue 42; docs/v3.md): ``/api/v3/...``.
+"""V3 memory endpoints (docs/v3.md): ``/api/v3/...``.
 
 * ``GET /api/v3/memories``: list by the V3 fields (scope, source, work unit, related file...).
 * ``POST /api/v3/recall``: hybrid recall restricted by the same conditions.

@@ -1,5 +1,5 @@
 """``memlane drift list|resolve``, ``memlane stale scan`` (through the running daemon) and
-``memlane bench drift`` (issue 41; docs/drift.md)."""
+``memlane bench drift`` (docs/drift.md)."""
 
 from __future__ import annotations
 

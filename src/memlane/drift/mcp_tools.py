@@ -1,4 +1,4 @@
-"""The drift MCP tools (issue 41): ``memory_record_signal`` and ``memory_prediction_errors``,
+"""The drift MCP tools (docs/drift.md): ``memory_record_signal`` and ``memory_prediction_errors``,
 registered on the memlane MCP server over either backend (in-process: the container's drift
 service; stdio: the daemon's HTTP routes, memlane.api.drift_routes)."""
 

@@ -1,4 +1,4 @@
-"""Drift and staleness of memories at retrieval (issue 41; docs/drift.md).
+"""Drift and staleness of memories at retrieval (docs/drift.md).
 
 :class:`DriftService` keeps, in memory, each memory's references and its open prediction errors
 (the *flags*). Retrieval paths call it:

@@ -84,8 +84,9 @@ class _ShapedRefusals:
 class _Endpoint:
     """ASGI endpoint forwarding to the streamable HTTP handler, built on the first request.
 
-    The MCP SDK costs ~1 s of imports and ~28 MiB, which a daemon nobody reaches over ``/mcp``
-    (the stdio server talks to the HTTP API) should not pay at start-up (issue 43). While the
+    The MCP SDK's imports cost start-up time and memory (docs/architecture.md, "Footprint"),
+    which a daemon nobody reaches over ``/mcp`` (the stdio server talks to the HTTP API) should
+    not pay. While the
     app's lifespan runs, the first request imports it (in a worker thread), builds the server
     and its streamable HTTP app, and runs the session manager in a task of its own until the
     lifespan ends; later requests go straight to the handler. Outside the lifespan: 503.

@@ -15,11 +15,9 @@ Why the model needs it: the recall scores a memory by its content and the contex
 it (the turns before it, ``recall.context_weight``), so the turn that *follows* the one
 holding an answer matches the question through its context nearly as well as the answer
 itself. BM25 sums term weights and cannot say which of the question's terms the memory's own
-text holds. On LoCoMo's held-out questions a listwise linear model over the v5 schema beats the
-hybrid baseline by +0.055 NDCG@10; with this one column, by +0.069 (learned from the
-conversation's own questions) and +0.069 (learned from the other nine); content-only BM25,
-context-only BM25, unstemmed and IDF-weighted coverage and the content-only cosine did less
-(docs/predictor.md, "Query-term coverage").
+text holds. docs/predictor.md, "Query-term coverage", has its gain on LoCoMo and the variants
+that did less (content-only and context-only BM25, unstemmed and IDF-weighted coverage, the
+content-only cosine).
 
 Both paths compute it with :func:`query_coverage`: the daemon when it logs a session-start's
 candidate signals, and training (:func:`memlane.predictor.dataset.load_sessions`) for sessions

@@ -178,10 +178,9 @@ class PredictorEngine:
 
         ``"linear"`` below :data:`~memlane.predictor.settings.FULL_MODEL_MIN_SESSIONS`: only the
         linear residual over the feature schema trains (:meth:`MemoryScorer.feature_residual_masks`),
-        full-batch; ``"full"`` from there on: every parameter, mini-batches. Why: offline on the
-        simulated user, a model trained on 20 / 40 / 80 / 120 sessions and evaluated on the next
-        40 scored -0.085 / -0.020 / -0.012 / +0.021 NDCG@10 against the baseline with every
-        parameter trained, and positive at every size with the linear stage (docs/predictor.md).
+        full-batch; ``"full"`` from there on: every parameter, mini-batches. Why: on few sessions
+        the full model ranks below the baseline, the linear stage above it (docs/predictor.md,
+        "Linear stage").
         """
         return "linear" if n_sessions < C.FULL_MODEL_MIN_SESSIONS else "full"
 
@@ -248,9 +247,8 @@ class PredictorEngine:
             bs = C.LINEAR_STAGE_BATCH_SIZE if linear else C.BATCH_SIZE
             # Full stage: the newest fifth (callers pass newest first) validates: it picks the
             # epoch whose weights are kept and stops training when held-out NDCG stops improving.
-            # Linear stage: no split. Its 19 weights barely overfit, while a fifth of 20-100
-            # sessions is too few to pick an epoch: offline on the simulated user the split cost
-            # 0.02-0.05 NDCG@10 at 20-80 sessions (docs/predictor.md, "Linear stage").
+            # Linear stage: no split. Its few weights barely overfit, while a fifth of 20-100
+            # sessions is too few to pick an epoch (docs/predictor.md, "Linear stage").
             n_val = len(labelled) // 5 if not linear and len(labelled) >= C.MIN_VALIDATION_SESSIONS * 5 else 0
             validation = batched(labelled[:n_val], batch_size=bs, native_dim=nd) if n_val else []
             labelled = labelled[n_val:]
@@ -433,12 +431,9 @@ def non_positive_columns() -> torch.Tensor:
 
     ``log_age_days`` is one: a memory does not become more useful by growing older, so a
     positive weight can only stand for something else that age happened to track in the
-    sessions trained on. On LoCoMo, whose questions are asked in the order their evidence
-    appears, the learning questions taught every conversation's model "older is better"
-    (weights +0.15 to +0.51) and the held-out questions, about the latest turns, needed the
-    opposite. The simulated users' final models learn -0.21 to -0.31 unconstrained (stale
-    notes lose); the bound binds only on a few of their first models (docs/predictor.md, "Age
-    may only count against a memory").
+    sessions trained on (on LoCoMo, whose questions follow the order of their evidence, "older
+    is better" is learned and wrong for later questions; docs/predictor.md, "Age may only
+    count against a memory").
 
     Raises:
         KeyError: a name in ``NON_POSITIVE_FEATURES`` is not a feature of the schema.

@@ -144,15 +144,11 @@ class CandidateFeatures:
 
     Schema v7 added ``log_content_chars``: a one-line remark ("Thanks!", "ok, will do") rarely
     holds what a later session needs, a memory that states facts is longer; the share of query
-    terms a memory holds does not say how much else it holds (LETOR's "stream length").
-    Chosen on a validation split that the reported numbers do not use (LoCoMo, each
-    conversation's questions 0-40 % learned from, 40-60 % scored; listwise linear stage):
-    +0.0326 -> +0.0389 NDCG@10 over the baseline, +0.0376 with the shipped column
-    (docs/predictor.md, "Content length").
+    terms a memory holds does not say how much else it holds (LETOR's "stream length"; chosen
+    on a validation split the reported numbers do not use: docs/predictor.md, "Content length").
     Schema v6 added ``query_coverage``: the recall matches a memory through its own text and the
     context indexed with it, and only this says which of the query's terms the memory itself
-    holds (LoCoMo held-out questions, listwise linear model: +0.055 -> +0.069 NDCG@10 over the
-    baseline; docs/predictor.md, "Query-term coverage").
+    holds (docs/predictor.md, "Query-term coverage").
     Schema v5 added the two vocabulary flags: about a third of the candidates of a user's
     vague session starts are notes of some project that name none ("Deploys go out via make
     release to fly.io"), and only their words say which project (docs/predictor.md).

@@ -125,9 +125,8 @@ class MemoryScorer(nn.Module):
             # baseline does (a residual re-ranker over a first-stage score). Every other gate
             # weight and the MLP's output layer start at 0 (ReZero-style: Bachlechner et al.
             # 2020, "ReZero is All You Need"), so training moves away from the baseline only
-            # where sessions disagree with it, instead of from random noise: on the simulated
-            # user's held-out sessions the random start cost -0.015 NDCG@10 before any training
-            # and its trained model never beat the baseline; this start beats it (docs/predictor.md).
+            # where sessions disagree with it, instead of from random noise, which starts below
+            # the baseline and trains to no better than it (docs/predictor.md).
             # The full stage's linear anchor (docs/predictor.md, "Full stage: an ensemble with a
             # linear anchor"): feature weights of a linear-stage model fitted on the same
             # sessions; while ``anchor_on`` is 1, :meth:`score` ranks by the sum of both models'

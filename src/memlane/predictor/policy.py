@@ -142,34 +142,20 @@ def alpha_for(state: PolicyState) -> float:
       :data:`~memlane.predictor.settings.MARGIN_WINDOW` (20) eligible comparisons), alpha is
       1.0 while the EMA of the NDCG margin is below
       :data:`~memlane.predictor.settings.MARGIN_GUARD_MIN` (0.05). The seed's success rate
-      counts wins, not their size: on LoCoMo a predictor that won ~45 % of sessions by small
-      margins and lost the rest by large ones earned alpha ~0.6 and cost the user NDCG; a model
-      that loses on average has no influence. The guard asks for a gain of 0.05 rather than of
-      0: a model that gains a little on the sessions it learns from can still lose on the
-      sessions that follow (LoCoMo conv-30: margin EMA +0.01 to +0.04 while learning, -0.046
-      fused NDCG@10 on its held-out questions at alpha 0.57; docs/predictor.md).
+      counts wins, not their size: a predictor that wins often by small margins and loses the
+      rest by large ones would earn influence and cost the user NDCG. The guard asks for a gain
+      of 0.05 rather than of 0 because a model that gains a little on the sessions it learns
+      from can still lose on the sessions that follow (docs/predictor.md, "Margin guard").
     * **Once the window is full**, the window alone decides: alpha is 1.0 while the mean margin
       of the last 20 is below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN` (0: a
       model that loses on average has no influence; a window of ties keeps what the success
-      rate earned). The EMA (factor 0.1) weighs the last ~10 sessions; a streak of wins after
-      a weak stretch lifts it over 0.05 while the gain is not sustained. The EMA is no longer
-      consulted then: with a per-session margin standard deviation of ~0.2 it crosses 0.05
-      every few sessions, and asking both statistics to pass took the influence away on each
-      dip of either. On the simulated user, seed 0, the EMA guard alone held alpha at 1.0 for
-      sessions 112-120 while the last-20 mean stayed at +0.045 to +0.057, and recovery after
-      the project change took 22 sessions instead of 10 (docs/predictor.md, "Margin guard").
-      The window first asked for a mean gain of 0.035, fitted to four LoCoMo losses of older
-      models on a thin margin. Once ties left the success rate (:func:`record_comparison`),
-      three quarters of LoCoMo's comparisons are ties at margin 0, and 0.035 held models that
-      won most decisive comparisons at alpha 1 (Phase 6 conv-47 / conv-50 at last-20 means
-      +0.031 / +0.033). At 0: LoCoMo pool 50 fused +0.025 -> +0.032 from scratch and +0.033 ->
-      +0.039 with Phase 6 (paired +0.008 [+0.004, +0.012] / +0.006 [+0.003, +0.011]), worst
-      conversation unchanged; 24 simulated users +0.002 [+0.001, +0.003] over all 200
-      sessions (docs/predictor.md, "The margin window asks for a gain above 0").
+      rate earned). The EMA (factor 0.1) weighs the last ~10 sessions: per-session margins
+      vary so much that it crosses 0.05 every few sessions, and asking both statistics to pass
+      would take the influence away on each dip of either (docs/predictor.md, "Margin guard"
+      and "The margin window asks for a gain above 0", with the thresholds tried).
 
-    Asking for a full window before any influence was tried and not kept: it delayed the
-    simulated user's first influence from session 17 to 22, which changed which models its
-    overlap gate let through (seed 0's last-50 gain fell +0.106 -> +0.091).
+    Asking for a full window before any influence was tried and not kept (docs/predictor.md,
+    "Margin window").
     """
     if not state.cold_start_exited or state.drifting or margin_guard_reason(state) is not None:
         return 1.0
@@ -305,11 +291,9 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
     training, when the untrained model's ranking is the baseline's own. Once the session-end
     relevance stopped paying the served ranking for memories the agent rated 0
     (:func:`memlane.sessions.labels.evaluation_relevance`), ties are also most of LoCoMo's
-    comparisons, and as losses they held a predictor that won most decisive comparisons at
-    alpha 1 and set off drift resets. Without them in the success rate, LoCoMo pool 50 went
-    from +0.011 to +0.025 fused from scratch and from +0.017 to +0.033 with Phase 6
-    (docs/predictor.md, "Ties move no success rate"). The margin guard of :func:`alpha_for`
-    still holds alpha at 1 for a model that does not gain.
+    comparisons, and as losses they would hold a predictor that wins most decisive comparisons
+    at alpha 1 and set off drift resets (docs/predictor.md, "Ties move no success rate"). The
+    margin guard of :func:`alpha_for` still holds alpha at 1 for a model that does not gain.
 
     A drift reset (success rate < 0.3 for ``drift_reset_window`` consecutive sessions after
     exit) sets alpha back to 1.0, the EMA to 0.5 and asks for a retrain (seed "Phase 5b").

@@ -23,9 +23,7 @@ __all__ = ["BASELINE_PRIOR", "untrained_reply", "untrained_scores"]
 
 #: Initial weights of the baseline's own signals in the linear gate (see MemoryScorer.__init__).
 #: Only their ratio (2.5 : 1) matters for the untrained ranking; their scale sets how far a
-#: trained residual can move it: with 5.0 / 2.0 the linear stage's 200 steps at lr 1e-2 gained
-#: +0.042 NDCG@10 (mean of 8 offline splits on the simulated user), with 1.0 / 0.4 +0.060
-#: (0.5 / 0.2 and 2.0 / 0.8 within 0.002 of it; docs/predictor.md).
+#: trained residual can move it, chosen offline on the simulated user (docs/predictor.md).
 BASELINE_PRIOR = {"baseline_score": 1.0, "baseline_rank_inv": 0.4}
 
 

@@ -11,10 +11,8 @@ it and no other project's memory does. A memory that names no project then share
 session's project's vocabulary (it contains one of its distinctive tokens) or another
 project's (one of theirs), or both, or neither.
 
-Measured (docs/predictor.md, "Project vocabulary"): on the simulated users' logged pools a
-listwise linear model gains +0.014 / +0.020 / +0.006 NDCG@10 (seeds 0 / 1 / 2) from the two
-flags, of the +0.030 / +0.042 / +0.033 an oracle of each note's true project gives; a
-naive-Bayes posterior over the named notes' words gave -0.004 / +0.003 / -0.004.
+docs/predictor.md, "Project vocabulary", has what the two flags gain, against an oracle of
+each note's true project and a naive-Bayes posterior over the named notes' words (not kept).
 
 As of a session: only memories created before the session's start count, and a project
 counts as named only if the user had started a session in it before (or it is the session's

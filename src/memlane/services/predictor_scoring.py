@@ -69,7 +69,7 @@ class PredictorBackend(Protocol):
 
 
 class SidecarLifecycle:
-    """When the daemon's predictor sidecar runs (issue 43, "a daemon that is light to keep running").
+    """When the daemon's predictor sidecar runs (a daemon that is light to keep running: docs/architecture.md, "Footprint").
 
     The sidecar holds PyTorch and the model (~250-400 MiB resident). It runs while
 

@@ -175,14 +175,12 @@ def evaluation_relevance(c: CandidateSignals, s: SessionOutcome) -> float:
       memory from "a second lightweight pass, or defaulted to 0.0 if confidently irrelevant".
       The soft negative ("Training Signals": 0.25 when the cosine to the context passes 0.6)
       is a training device. Read as relevance, it pays a ranking for agreeing with the
-      baseline's own similarity signal. On the simulated user (seeds 0-5), 27 % of the
-      comparisons that moved the EMA had one in their pool (docs/predictor.md, "The
-      comparison's relevance").
+      baseline's own similarity signal (docs/predictor.md, "The comparison's relevance", has
+      how often it decided a comparison).
     * the continuity term of an agent-rated memory (``0.1 * continuity``, one number for the
-      whole session). Only shown memories can be rated, so a memory the agent rated 0 still
-      counted 0.01-0.02, which paid whichever ranking was served: on LoCoMo most sessions
-      where both rankings put the evidence at the same places were baseline "wins" by ~0.015
-      (docs/predictor.md, "Ties move no success rate").
+      whole session). Only shown memories can be rated, so a memory the agent rated 0 would
+      still count a little, which pays whichever ranking was served and turns ties into
+      baseline "wins" (docs/predictor.md, "Ties move no success rate").
 
     Agent ratings with their FTS term, judged relevance, FTS evidence and the negative
     overrides count as in :func:`build_label`.

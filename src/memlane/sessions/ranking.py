@@ -62,8 +62,8 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
     """
     cap = s.candidate_pool_size
     limit = min(cap, s.similarity_top) if s.similarity_top > 0 else cap
-    # The heuristic order: the predictor's baseline and its logged signals were measured on it (the
-    # learned ranker at session-start is issue 39's item 3, not measured yet).
+    # The heuristic order: the predictor's baseline and its logged signals are defined on it; the
+    # learned recall ranker is not used at session-start.
     hits = recall.recall(RecallQuery(query=context, limit=limit, project=project, include_global=True,
                                      exclude_superseded=True, now=now, touch=False, ranker="heuristic")).hits
     if not hits:

@@ -237,7 +237,7 @@ class SessionService:
         ranked = self._rank_pool(inp, context, cv, project, now, state, defer_predictor)
         ranked, chosen, explored = self._choose(ranked)
         chosen_ids = {c.id for c in chosen}
-        if self.drift is not None:  # issue 41: what is shown is checked for drift, write-behind
+        if self.drift is not None:  # what is shown is checked for drift, write-behind
             self.drift.schedule_ids(list(chosen_ids))
             self.drift.session_started(project)  # the periodic staleness sweep
         decision = ranked.decision
@@ -296,7 +296,7 @@ class SessionService:
         the pool returned is then no longer deferred."""
         s = self.settings
         ranked_ids = [p.memory_id for p in ranked.pool]
-        if self.drift is not None:  # issue 41: never inject a stale or drifting memory proactively
+        if self.drift is not None:  # never inject a stale or drifting memory proactively
             ranked_ids = self.drift.injectable(ranked_ids)
         contents = ranked.contents
         chosen = select_in_rank_order(ranked_ids, s.inject_budget_chars, s.inject_limit,
@@ -452,7 +452,7 @@ class SessionService:
         feedback = FeedbackResult(applied, ignored + len(scores) - applied)
         fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched
                  if not shown.get(mid)]
-        if self.drift is not None:  # issue 41: never inject a stale or drifting memory proactively
+        if self.drift is not None:  # never inject a stale or drifting memory proactively
             allowed = set(self.drift.injectable([f.id for f in fresh]))
             fresh = [f for f in fresh if f.id in allowed]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)

@@ -1,4 +1,4 @@
-"""Pruning and lifecycle of V3 memories (issue 42 item 7; seed section 13).
+"""Pruning and lifecycle of V3 memories (seed memory-system-v3-design.md section 13; docs/v3.md).
 
 Rules (a memory that is pinned or user-verified is never touched by a rule; "prune" is memlane's
 soft delete with ``who="lifecycle"`` and the rule as ``why``: the memory leaves recall, can be

@@ -1,4 +1,4 @@
-"""The observer's first half (issue 42 item 3; seed section 5): tool calls in, signals and the
+"""The observer's first half (seed memory-system-v3-design.md section 5; docs/v3.md): tool calls in, signals and the
 crash-safe scratchpad, and the inference rules' candidates out.
 
 Each tool call is written to ``observer_events`` as it arrives, with the signals it completes

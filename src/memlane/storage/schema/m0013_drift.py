@@ -1,4 +1,4 @@
-"""0013: memory drift and staleness (issue 41; seeds memory-drift-detection.md and
+"""0013: memory drift and staleness (docs/drift.md; seeds memory-drift-detection.md and
 memory-system-v3-design.md "File Staleness Detection" / "Confidence Propagation").
 
 * ``memory_references``: what a memory refers to, extracted when it is written or updated. ``kind``

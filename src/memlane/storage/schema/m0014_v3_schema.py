@@ -1,4 +1,4 @@
-"""0014: the V3 memory schema (issue 42; seed memory-system-v3-design.md sections 4 and 11).
+"""0014: the V3 memory schema (docs/v3.md; seed memory-system-v3-design.md sections 4 and 11).
 
 Columns added to ``memories`` (every existing row keeps its content, id and seq; the defaults
 describe it: a ``global`` memory written by an agent, not under review):

@@ -1,4 +1,4 @@
-"""0015: the observer's scratchpad (issue 42 item 3; seed section 5 and its open question 1).
+"""0015: the observer's scratchpad (docs/v3.md; seed memory-system-v3-design.md section 5 and its open question 1).
 
 * ``observer_events``: one row per tool call the agent made (written as it arrives, so a daemon
   kill loses nothing): the session, its step number, the tool, the file it touched (if any),
