@@ -403,8 +403,8 @@ def http_poster(url: str, headers: Mapping[str, str]) -> Post:
 
     ``http`` URLs (the daemon) use a minimal HTTP/1.1 exchange over :mod:`socket`: the request,
     then a response read to its ``Content-Length``, its last chunk (``chunked``) or the close.
-    Why not ``http.client``: importing it (with ``email.parser`` and ``ssl``) took 19 ms of CPU
-    of a ~50 ms hook on a loaded machine (docs/hooks.md). ``https`` URLs go through
+    Why not ``http.client``: importing it (with ``email.parser`` and ``ssl``) is a large share
+    of a hook's whole run (docs/hooks.md has the measurement). ``https`` URLs go through
     ``http.client``. Anything that is not a well-formed answer is a :class:`DeliveryError`.
 
     The function returns ``(status, body text)`` and raises

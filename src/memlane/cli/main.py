@@ -117,10 +117,10 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
     signal.signal(signal.SIGTERM, _exit_after_sigterm)
     try:
         app_ = create_app(container)
-        # Trigger: the daemon is loaded (models, index, caches: ~200,000 tracked objects at 4,000
-        # memories). Why: every full collection walked them all, ~80-130 ms during which a
-        # request waited. Outcome: they move to the permanent generation; later collections see
-        # only what requests create (Python docs, gc.freeze).
+        # The daemon is loaded (models, index, caches: hundreds of thousands of tracked objects),
+        # and every full collection would walk them all while a request waits: they move to
+        # the permanent generation, and later collections see only what requests create
+        # (Python docs, gc.freeze; docs/decisions.md, "Threads").
         gc.collect()
         gc.freeze()
         err.print(f"memlane listening on http://{settings.host}:{settings.port} (OpenAPI at /docs)")

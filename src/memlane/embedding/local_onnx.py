@@ -237,8 +237,8 @@ class LocalOnnxEmbedder:
                 raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
         tokenizer, session = self._load()
         # One text (a recall query): ``encode`` keeps the GIL, ``encode_batch`` releases it. Recall
-        # embeds while its BM25 worker runs Python; a GIL release there handed the worker the GIL
-        # and cost the query ~2.5 ms of waiting to get it back (10,000 memories). Same ids.
+        # embeds while its BM25 worker runs Python; a GIL release there hands the worker the GIL
+        # and the query waits to get it back (docs/decisions.md, "Threads"). Same ids.
         encodings = ([tokenizer.encode(texts[0], add_special_tokens=True)] if len(texts) == 1
                      else tokenizer.encode_batch(texts, add_special_tokens=True))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))

@@ -252,8 +252,8 @@ class SidecarClient:
             raise PredictorUnavailable("predictor sidecar is starting")
         rid = next(self._ids)
         fut: Future[Any] = Future()
-        # orjson: ~0.5 ms less per 100-candidate score request than the stdlib, on the
-        # session-start path. It writes a non-finite number as null (the sidecar then reads
+        # orjson: faster than the stdlib on the session-start path (docs/decisions.md,
+        # "Serialisation"). It writes a non-finite number as null (the sidecar then reads
         # an optional signal as missing and refuses a required one with INVALID_PARAMS).
         line = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}).decode()
         with self._lock:

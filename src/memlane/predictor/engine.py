@@ -164,8 +164,8 @@ class PredictorEngine:
 
     @staticmethod
     def _new_optimizer(model: MemoryScorer, stage: str = "full") -> torch.optim.Optimizer:
-        # fused=True: one kernel for the whole update; on this 2-core CPU it halves a training
-        # step (34.6 -> 17.7 ms for 32 sessions x 50 candidates; the 1.05 M-entry hash table dominates).
+        # fused=True: one kernel for the whole update; the hash table's embedding dominates the
+        # step, so this roughly halves it (docs/decisions.md, "Training").
         if stage == "linear":
             masks = model.feature_residual_masks()
             named = dict(model.named_parameters())
@@ -394,15 +394,12 @@ def bilinear_l2(training_sessions: int) -> float:
     """The bilinear term's L2 weight for a run on ``training_sessions`` sessions (unitless).
 
     ``lam = BILINEAR_PRIOR_STRENGTH / n ** BILINEAR_PRIOR_EXPONENT`` (10 / n^1.5, n >= 1): the
-    Gaussian prior (centred at 0) on the 64 x 64 map ``W`` of the bilinear term. With the
-    MAP-style ``0.2 / n`` used before, the 4,096 weights trained on 10-40 sessions moved far
-    on little evidence and the first models lost to the baseline (simulated seeds 12 and 15
-    left cold start at sessions 48 and 53). The exponent 1.5 and c = 3 were chosen on the
-    rolling-origin replay of 16 simulated users' stores (``memlane bench predictor-rolling
-    --min-train 10 --block 10``; c = 1.5 / 3 / 6 at p = 1.5 and c = 0.2 to 20 at p = 1,
-    docs/predictor.md, "The bilinear term's L2 falls as n^-1.5"); c = 10 on the LoCoMo
-    validation split (docs/predictor.md, "A stronger bilinear L2, c = 10"). ``10 / n^1.5`` is
-    ~16x the old ``0.2 / n`` at 10 sessions, 4x at 160, equal at 2,500.
+    Gaussian prior (centred at 0) on the 64 x 64 map ``W`` of the bilinear term. It falls
+    faster than ``1 / n``: W's 4,096 weights must not move far on the little evidence of a
+    user's first sessions. The exponent was chosen on the rolling-origin replay of simulated
+    users' stores (``memlane bench predictor-rolling --min-train 10 --block 10``;
+    docs/predictor.md, "The bilinear term's L2 falls as n^-1.5"), c on the LoCoMo validation
+    split (docs/predictor.md, "A stronger bilinear L2, c = 10").
     """
     return C.BILINEAR_PRIOR_STRENGTH / max(1, training_sessions) ** C.BILINEAR_PRIOR_EXPONENT
 

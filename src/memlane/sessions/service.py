@@ -599,8 +599,8 @@ class SessionService:
             else:
                 scorer, score, conf, n = self.scorer.score_behavioral(key, now)
         finally:
-            # After the scoring, not alongside it: the warm-up flushes checkpoints and embeds
-            # (~10-30 ms of CPU on 2 cores), which the session-end would otherwise wait behind.
+            # After the scoring, not alongside it: the warm-up flushes checkpoints and embeds, CPU
+            # work the session-end would otherwise wait behind.
             self._warmer.submit(self._warm_next_context, key, project, inp.cwd)
         return EndResult(key, "done", scorer, score, conf, n, stored, job_id, judge=verdict)
 

@@ -25,8 +25,8 @@ from memlane.sessions.diversity import apply_topic_diversity
 
 
 #: Characters of the session context that are embedded (~150 tokens). The embedding's cost grows
-#: with its length (a 2,000-character checkpoint digest took ~30 ms on 2 cores); the head of the
-#: context (project, directory, the latest digest's first lines) carries the topic.
+#: with its length (docs/decisions.md, "Session-start writes"); the head of the context
+#: (project, directory, the latest digest's first lines) carries the topic.
 CONTEXT_EMBED_CHARS = 600
 
 

@@ -227,8 +227,8 @@ _SM_QUERY = f"""SELECT {', '.join('sm.' + c for c in _SM_COLUMNS)},
 def session_memories(conn: sqlite3.Connection, key: str) -> list[SessionMemory]:
     """Every candidate row of a session with the memory state the label rules read, by rank.
 
-    Rows are read as plain tuples (no ``sqlite3.Row`` -> dict step): ~1 ms for 90 candidates
-    where the dict route took ~5 ms.
+    Rows are read as plain tuples (no ``sqlite3.Row`` -> dict step), which is several times
+    faster on a session's candidates (docs/decisions.md, "Serialisation").
     """
     cur = conn.cursor()
     cur.row_factory = None

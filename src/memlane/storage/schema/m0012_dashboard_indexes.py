@@ -2,8 +2,7 @@
 
 * ``memories(source_id)``: the memories recorded in a session (``source_id`` = its key) and the
   pipeline's memories derived from them (``source_id`` = the source memory's id), for the
-  session-end review and the session timeline. Without it each is a scan of the whole table
-  (~10 ms at 11,600 memories).
+  session-end review and the session timeline. Without it each is a scan of the whole table.
 * ``memory_jobs(session_key)``: a session's jobs for its timeline (a scan of every job).
 * ``memories(superseded_by)``: the memories a memory replaced, for its supersede chain.
 
