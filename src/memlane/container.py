@@ -11,8 +11,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from memlane.config import Settings
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
@@ -102,16 +100,12 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
     """The in-memory index of every memory, with the vectors of ``model_id`` where stored."""
     index = MemoryIndex(model_id, dimensions)
     for r in db.read(lambda c: list(mem_sql.index_rows(c, model_id))):
-        cv = np.frombuffer(r.content_vector, dtype="<f4") if r.content_vector is not None else None
-        xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
-        entry = IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, cv, xv,
-                           r.is_superseded, r.importance, r.pinned, r.access_count)
+        entry = IndexEntry.from_row(r)
         try:
             index.upsert(entry)
         except ValueError as exc:  # a stored vector of another size: keep the memory, drop the vector
             log.warning("memory %s: %s; indexed without vectors", r.id, exc)
-            index.upsert(IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, None, None,
-                                    r.is_superseded, r.importance, r.pinned, r.access_count))
+            index.upsert(entry.without_vectors())
     return index
 
 

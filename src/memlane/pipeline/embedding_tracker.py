@@ -135,12 +135,8 @@ class EmbeddingTracker(PollingWorker):
         if self.index.model_id != model:
             return  # the index holds another model's vectors; the next restart loads these
         for r in self.db.read(lambda c: mnt_sql.index_rows_for(c, ids, model)):
-            cv = np.frombuffer(r.content_vector, dtype="<f4") if r.content_vector is not None else None
-            xv = np.frombuffer(r.context_vector, dtype="<f4") if r.context_vector is not None else None
-            entry = IndexEntry(r.seq, r.id, r.project, r.type, r.created_at, r.is_deleted, cv, xv, r.is_superseded,
-                               r.importance, r.pinned, r.access_count)
             try:
-                self.index.upsert(entry)
+                self.index.upsert(IndexEntry.from_row(r))
             except ValueError as exc:  # a vector of another size than the index's
                 log.error("embedding tracker: seq %d not indexed: %s", r.seq, exc)
 

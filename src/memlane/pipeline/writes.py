@@ -14,7 +14,8 @@ Two phases, never an LLM or embedding call under the write lock:
      ``extraction.min_confidence`` (0.7) -> ``skipped/low_fact_confidence``; empty normalized content
      -> ``skipped/empty_fact_content``; same content_hash as a live memory -> ``deduped`` (checked
      first, and again on a UNIQUE collision); else a new memory (source_type ``pipeline_v2``,
-     who ``pipeline-v2``, why ``extracted-fact``, linked by source_id/metadata to the source).
+     who ``pipeline-v2``, why ``extracted-fact``, linked by source_id/metadata to the source),
+     created by ``MemoryService.create_in_tx``, the create path of remember and import.
    * Beyond the seed, full mode never overwrites or deletes: UPDATE/DELETE create the fact as a new
      memory and mark the target ``superseded_by`` it (the target row and its history stay).
 
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from memlane.errors import EmbeddingError
+from memlane.errors import Conflict, EmbeddingError
 from memlane.normalize import normalize_and_hash
 from memlane.pipeline.config import PipelineV2Settings
 from memlane.pipeline.contradiction import (MIN_SEMANTIC_OVERLAP, overlap, semantic_contradiction,
@@ -185,18 +186,13 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
             new = _new_memory(source, fact, nc, model, nc.content_hash in vectors, job_id, extraction_model,
                               target_id, at)
             try:
-                seq = mem_sql.insert(conn, new)
-            except sqlite3.IntegrityError:  # a live twin appeared: the defensive dedup of the seed
+                entry = memories.create_in_tx(conn, new, at=at, vectors=vectors,
+                                              history_changes={"source_memory_id": source.id, "job_id": job_id})
+            except Conflict:  # a live twin appeared: the defensive dedup of the seed
                 return None
             if new.embedding_model and model:
                 emb_sql.upsert(conn, [(nc.content_hash, vectors[nc.content_hash])], model, at)
-            mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=WHO, why=WHY, at=at,
-                                changes={"source_memory_id": source.id, "job_id": job_id})
-            for hook in memories.created_hooks:
-                hook(conn, new, at)
-            entries.append(IndexEntry(seq, new.id, new.project, new.type, new.created_at, False,
-                                      vectors.get(nc.content_hash) if new.embedding_model else None, None,
-                                      False, new.importance, False))
+            entries.append(entry)
             report.created_ids.append(new.id)
             return new.id
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import numpy as np
 
 from memlane.storage.fts import Filters
+from memlane.storage.models import IndexRow, Memory, NewMemory
 
 #: Decay base of effectiveScore per day (seed: importance x 0.95^days).
 DECAY_PER_DAY = 0.95
@@ -65,7 +66,12 @@ def iso_to_epoch(ts: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
-    """One memory as the index sees it; vectors float32 of shape [d] or None."""
+    """One memory as the index sees it; vectors float32 of shape [d] or None.
+
+    Built by one of its constructors: :meth:`from_row` (a stored row with its vector blobs),
+    :meth:`from_memory` (a memory read back after a change) or :meth:`created` (a memory just
+    inserted); :meth:`without_vectors` is the same memory for BM25 only.
+    """
 
     seq: int
     id: str
@@ -79,6 +85,37 @@ class IndexEntry:
     importance: float = 0.5
     pinned: bool = False
     access_count: int = 0
+
+    @classmethod
+    def from_row(cls, row: IndexRow) -> IndexEntry:
+        """From a storage row (``storage.memories.index_rows``, ``storage.maintenance.index_rows_for``):
+        its vector blobs decoded as little-endian float32 [d] (None stays None)."""
+        return cls(row.seq, row.id, row.project, row.type, row.created_at, row.is_deleted,
+                   _vector(row.content_vector), _vector(row.context_vector), row.is_superseded, row.importance,
+                   row.pinned, row.access_count)
+
+    @classmethod
+    def from_memory(cls, m: Memory, content_vector: np.ndarray | None,
+                    context_vector: np.ndarray | None) -> IndexEntry:
+        """From a stored memory and its vectors (float32 [d] or None); superseded when
+        ``superseded_by`` is set."""
+        return cls(m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, content_vector, context_vector,
+                   m.superseded_by is not None, m.importance, m.pinned, m.access_count)
+
+    @classmethod
+    def created(cls, seq: int, new: NewMemory, content_vector: np.ndarray | None,
+                context_vector: np.ndarray | None) -> IndexEntry:
+        """A memory just inserted at ``seq``: live, not superseded, never accessed."""
+        return cls(seq, new.id, new.project, new.type, new.created_at, False, content_vector, context_vector,
+                   False, new.importance, new.pinned, 0)
+
+    def without_vectors(self) -> IndexEntry:
+        """The same memory with neither vector (indexed for BM25 and ranking only)."""
+        return replace(self, content_vector=None, context_vector=None)
+
+
+def _vector(blob: bytes | None) -> np.ndarray | None:
+    return np.frombuffer(blob, dtype="<f4") if blob is not None else None
 
 
 class MemoryIndex:

@@ -224,21 +224,47 @@ class MemoryService:
                     commit_sha=it.commit_sha, decay_half_life_days=it.decay_half_life_days,
                     type_fields=it.type_fields,
                 )
-                seq = mem_sql.insert(conn, new)
-                mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=it.who,
-                                    why=it.why, at=now)
-                for hook in self.created_hooks:
-                    hook(conn, new, now)
+                entries.append(self.create_in_tx(conn, new, at=now, vectors=vectors))
                 results.append(RememberResult(new.id, "created", nc.content_hash, embedded))
-                entries.append(IndexEntry(seq, new.id, new.project, new.type, new.created_at, False,
-                                          vectors.get(nc.content_hash), vectors.get(ch) if ch else None,
-                                          False, new.importance, new.pinned))
             return results, entries
 
         results, entries = self.db.write(job)
         for e in entries:
             self._index_upsert(e)
         return results
+
+    def create_in_tx(self, conn: sqlite3.Connection, new: NewMemory, *, at: str, vectors: dict[str, np.ndarray],
+                     history_changes: dict[str, Any] | None = None) -> IndexEntry:
+        """The one create path of a memory (remember, import, the pipeline's derived facts), inside
+        the caller's write transaction: the row (FTS by trigger), its ``created`` history row (who,
+        why from ``new``; ``history_changes`` as its changes), then every created hook.
+
+        The caller has checked for a live duplicate and stored the vectors; once the transaction
+        commits it hands the returned entry to :meth:`after_commit` (or the index directly).
+
+        Args:
+            conn: the write connection, inside ``Database.write``.
+            new: the normalised, hashed memory; ``created_at`` set.
+            at: the write time (ISO-8601 UTC), of the history row and the hooks.
+            vectors: content or context hash -> float32 [d]; the content vector is used when
+                ``new.embedding_model`` is set, the context vector when ``new.context_hash`` is.
+            history_changes: the ``changes`` JSON of the history row ({} when None).
+        Returns:
+            the memory's index entry (live, not superseded).
+        Raises:
+            Conflict: a live memory has the same content hash (its UNIQUE index; nothing is written).
+            Whatever a created hook raises (the caller's transaction rolls back).
+        """
+        try:
+            seq = mem_sql.insert(conn, new)
+        except sqlite3.IntegrityError as exc:
+            raise Conflict("a live memory has the same content", details={"content_hash": new.content_hash}) from exc
+        mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=new.who, why=new.why, at=at,
+                            changes=history_changes)
+        for hook in self.created_hooks:
+            hook(conn, new, at)
+        return IndexEntry.created(seq, new, vectors.get(new.content_hash) if new.embedding_model else None,
+                                  vectors.get(new.context_hash) if new.context_hash else None)
 
     def _index_upsert(self, entry: IndexEntry) -> None:
         # Trigger: a provider returned vectors of a new size after the index was built.
@@ -248,9 +274,7 @@ class MemoryService:
             self.index.upsert(entry)
         except ValueError as exc:
             log.error("vectors of seq %d not indexed: %s", entry.seq, exc)
-            self.index.upsert(IndexEntry(entry.seq, entry.id, entry.project, entry.type, entry.created_at,
-                                         entry.is_deleted, None, None, entry.is_superseded, entry.importance,
-                                         entry.pinned, entry.access_count))
+            self.index.upsert(entry.without_vectors())
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
@@ -420,8 +444,7 @@ class MemoryService:
             vecs = self.db.read(lambda c: emb_sql.get_vectors(c, hashes, model))
         cv = vecs.get(m.content_hash)
         xv = vecs.get(m.context_hash) if m.context_hash and cv is not None else None
-        self._index_upsert(IndexEntry(m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, cv, xv,
-                                      m.superseded_by is not None, m.importance, m.pinned, m.access_count))
+        self._index_upsert(IndexEntry.from_memory(m, cv, xv))
 
     def delete(self, memory_id: str, *, who: str | None = None, why: str | None = None) -> Memory:
         """Soft-delete: the row stays, recall skips it unless asked, :meth:`recover` restores it.
