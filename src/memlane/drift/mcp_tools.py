@@ -4,25 +4,21 @@ service; stdio: the daemon's HTTP routes, memlane.api.drift_routes)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from memlane.storage.drift import PredictionError
 
-class ErrorRow(BaseModel):
+
+# The stored row's fields (storage.drift.PredictionError) plus the memory; the docstring is the
+# schema description MCP clients read.
+@dataclass(frozen=True)
+class ErrorRow(PredictionError):
     """One prediction error (``memory``: the memory it is about, in the listing)."""
 
-    error_id: int
-    memory_id: str
-    target: str
-    query: str
-    cosine_distance: float
-    error_type: str
-    weight: float
-    context: dict[str, Any]
-    detected_at: str
-    resolved_at: str | None
     memory: dict[str, Any] | None = None
 
 

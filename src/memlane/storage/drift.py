@@ -29,7 +29,9 @@ class Reference:
     stale_reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# Not slotted: the MCP tools' ErrorRow extends it, and the MCP SDK builds an output schema from a
+# class's attributes, where a slot descriptor would read as a default.
+@dataclass(frozen=True)
 class PredictionError:
     """One ``prediction_errors`` row; ``context`` is the decoded JSON object."""
 
