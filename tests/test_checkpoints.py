@@ -22,15 +22,15 @@ from memlane.sessions.checkpoints import (
     MAX_REMEMBERS,
     TRIGGERS,
     TRUNCATED,
-    CheckpointService,
-    CheckpointSettings,
+    SessionCheckpointService,
+    SessionCheckpointSettings,
     format_periodic_digest,
     format_pre_compaction_digest,
     format_session_end_digest,
     normalize_project,
     truncate_lines,
 )
-from memlane.storage import checkpoints as store
+from memlane.storage import session_checkpoints as store
 
 T0 = 1_800_000_000.0  # 2027-01-15, seconds
 DAY = 86_400.0
@@ -64,10 +64,10 @@ def clock() -> FakeClock:
 @pytest.fixture
 def make(container, clock):
     """Factory for services on ``container.db``; every service is closed before the database."""
-    made: list[CheckpointService] = []
+    made: list[SessionCheckpointService] = []
 
-    def factory(flush_interval_s: float = 3600.0, **settings) -> CheckpointService:
-        svc = CheckpointService(container.db, CheckpointSettings(**settings), clock=clock,
+    def factory(flush_interval_s: float = 3600.0, **settings) -> SessionCheckpointService:
+        svc = SessionCheckpointService(container.db, SessionCheckpointSettings(**settings), clock=clock,
                                 flush_interval_s=flush_interval_s)
         made.append(svc)
         return svc
@@ -78,11 +78,11 @@ def make(container, clock):
 
 
 @pytest.fixture
-def svc(make) -> CheckpointService:
+def svc(make) -> SessionCheckpointService:
     return make()
 
 
-def rows(container: Container, session_key: str) -> list[store.Checkpoint]:
+def rows(container: Container, session_key: str) -> list[store.SessionCheckpoint]:
     """Checkpoints of a session, oldest first."""
     return container.db.read(lambda c: store.list_for_session(c, session_key))[::-1]
 
@@ -397,16 +397,16 @@ def test_storage_round_trip(container):
 
 
 def test_settings_defaults_aliases_and_ranges():
-    s = CheckpointSettings()
+    s = SessionCheckpointSettings()
     assert (s.enabled, s.prompt_interval, s.time_interval_ms, s.max_checkpoints_per_session, s.retention_days,
             s.recovery_budget_chars) == (True, 10, 900_000, 50, 7, 2000)
-    assert CheckpointSettings(promptInterval=5, timeIntervalMs=60_000).prompt_interval == 5
+    assert SessionCheckpointSettings(promptInterval=5, timeIntervalMs=60_000).prompt_interval == 5
     for bad in ({"prompt_interval": 0}, {"prompt_interval": 1001}, {"time_interval_ms": 59_999},
                 {"time_interval_ms": 3_600_001}, {"max_checkpoints_per_session": 501}, {"retention_days": 0},
                 {"retention_days": 91}, {"recovery_budget_chars": 199}, {"recovery_budget_chars": 10_001}):
         with pytest.raises(pydantic.ValidationError):
-            CheckpointSettings(**bad)
-    assert all(f.description for f in CheckpointSettings.model_fields.values())
+            SessionCheckpointSettings(**bad)
+    assert all(f.description for f in SessionCheckpointSettings.model_fields.values())
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -415,7 +415,7 @@ def test_settings_defaults_aliases_and_ranges():
 ])
 def test_normalize_project(raw, expected):
     assert normalize_project(raw) == expected
-    assert CheckpointService.normalize_project(raw) == expected
+    assert SessionCheckpointService.normalize_project(raw) == expected
 
 
 def test_formatters():
@@ -498,7 +498,7 @@ def test_failed_flush_keeps_the_batch_then_gives_up(clock):
     from memlane.sessions.checkpoints import MAX_FLUSH_ATTEMPTS
 
     db = FailingDb()
-    svc = CheckpointService(db, clock=clock, flush_interval_s=3600)  # type: ignore[arg-type]
+    svc = SessionCheckpointService(db, clock=clock, flush_interval_s=3600)  # type: ignore[arg-type]
     svc.queue("s", "periodic", prompt_count_delta=1)
     for attempt in range(1, MAX_FLUSH_ATTEMPTS):
         with pytest.raises(StorageError):

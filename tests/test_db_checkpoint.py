@@ -45,16 +45,16 @@ def test_checkpointer_backfills_committed_frames(tmp_path):
                 ro.close()
 
         assert _wait(lambda: in_file() == 800)  # no later write, so only the checkpointer can do it
-        assert db.checkpoints >= 1 and db.last_checkpoint is not None
-        assert db.last_checkpoint[2] == db.last_checkpoint[1]  # every frame copied back
+        assert db.wal_checkpoints >= 1 and db.last_wal_checkpoint is not None
+        assert db.last_wal_checkpoint[2] == db.last_wal_checkpoint[1]  # every frame copied back
     finally:
         db.close()
-    assert not db._checkpointer.is_alive()
+    assert not db._wal_checkpointer.is_alive()
 
 
 def test_checkpoint_after_close_reports_failure(tmp_path):
     db = Database(tmp_path / "c.db", read_pool_size=1)
     db.write(lambda c: c.execute("CREATE TABLE t (k INTEGER)"))
     db.close()
-    assert db.checkpoint() is None  # its connection is closed: logged, not raised
+    assert db.wal_checkpoint() is None  # its connection is closed: logged, not raised
 

@@ -26,7 +26,7 @@ from memlane.config_checks import check_values, settings_value_error, strict_typ
 from memlane.errors import ConfigError
 from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
 from memlane.providers.settings import LlmSettings
-from memlane.sessions.checkpoints import CheckpointSettings
+from memlane.sessions.checkpoints import SessionCheckpointSettings
 from memlane.predictor.settings import PredictorSettings
 from memlane.drift.settings import DriftSettings
 
@@ -215,8 +215,8 @@ class Settings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
     redact: RedactSettings = Field(default_factory=RedactSettings, description="Secret redaction before storage.")
     llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
-    continuity: CheckpointSettings = Field(
-        default_factory=CheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
+    continuity: SessionCheckpointSettings = Field(
+        default_factory=SessionCheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
     memory: MemorySettings = Field(
         default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.pipeline.config).")
     predictor: PredictorSettings = Field(

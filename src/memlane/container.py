@@ -30,7 +30,7 @@ from memlane.providers import LlmProvider, build_provider
 from memlane.services.predictor_scoring import sidecar_for, sidecar_lifecycle
 from memlane.services.predictor_service import PredictorService
 from memlane.services.recall_service import RecallService
-from memlane.sessions.checkpoints import CheckpointService
+from memlane.sessions.checkpoints import SessionCheckpointService
 from memlane.sessions.service import SessionService
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
@@ -54,7 +54,7 @@ class Container:
     memories: MemoryService
     recall: RecallService
     sessions: SessionService
-    checkpoints: CheckpointService
+    checkpoints: SessionCheckpointService
     llm: LlmProvider | None = None
     #: Background workers (memlane.pipeline.runtime); started only by open_container(start_workers=True).
     workers: WorkerRegistry = field(default_factory=WorkerRegistry)
@@ -142,7 +142,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
                              redact_memories=lambda: settings.redact.memories)
     recall = RecallService(memories, settings.recall)
     llm = build_provider(settings.llm)
-    checkpoints = CheckpointService(db, settings.continuity)
+    checkpoints = SessionCheckpointService(db, settings.continuity)
     pred = None
     if (start_workers if predictor is None else predictor) and settings.predictor.enabled:
         backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,

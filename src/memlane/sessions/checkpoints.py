@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from memlane.errors import ValidationError
 from memlane.services.clock import to_iso
 from memlane.redact import redact
-from memlane.storage import checkpoints as store
+from memlane.storage import session_checkpoints as store
 from memlane.storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ MAX_FLUSH_ATTEMPTS = 3        # a pending checkpoint whose write failed this oft
 TRUNCATED = "[truncated]"
 
 
-class CheckpointSettings(BaseModel):
+class SessionCheckpointSettings(BaseModel):
     """Config ``continuity`` (seed names accepted as aliases, e.g. ``promptInterval``)."""
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
@@ -198,7 +198,7 @@ def _epoch(iso: str | None) -> float | None:
     return None if dt is None else (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
-class CheckpointService:
+class SessionCheckpointService:
     """Queue, merge, flush, recover and prune session checkpoints.
 
     Args:
@@ -210,10 +210,10 @@ class CheckpointService:
     Call :meth:`close` before closing ``db``: it stops the thread and flushes what is pending.
     """
 
-    def __init__(self, db: Database, settings: CheckpointSettings | None = None, *,
+    def __init__(self, db: Database, settings: SessionCheckpointSettings | None = None, *,
                  clock: Callable[[], float] = time.time, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self._db = db
-        self.settings = settings or CheckpointSettings()
+        self.settings = settings or SessionCheckpointSettings()
         self._clock = clock
         self._interval = flush_interval_s
         self._lock = threading.Lock()          # pending, marks, thread state
@@ -390,7 +390,7 @@ class CheckpointService:
         budget = self.settings.recovery_budget_chars if budget_chars is None else int(budget_chars)
         norm = normalize_project(project)
 
-        def read(conn) -> store.Checkpoint | None:
+        def read(conn) -> store.SessionCheckpoint | None:
             cp = store.latest_for_session(conn, session_key) if session_key else None
             return cp if cp is not None or norm is None else store.latest_for_project(conn, norm)
 

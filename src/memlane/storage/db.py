@@ -23,7 +23,7 @@ of ``idx_session_memories_memory``), and that set the write's tail latency
 (docs/architecture.md, "Storage", has the measurement). The writer connection sets
 ``wal_autocheckpoint = 0``; after each COMMIT
 it wakes the checkpointer, which runs ``PRAGMA wal_checkpoint(PASSIVE)`` at most once per
-:data:`CHECKPOINT_INTERVAL_S` (SQLite "Checkpointing": a PASSIVE checkpoint never blocks the
+:data:`WAL_CHECKPOINT_INTERVAL_S` (SQLite "Checkpointing": a PASSIVE checkpoint never blocks the
 writer or readers and never invokes the busy handler). Its fsyncs are those SQLite's own
 checkpoint would do, so durability is unchanged.
 """
@@ -54,7 +54,7 @@ MAX_GROUP_COMMIT = 64
 
 #: Least time between two background WAL checkpoints, s (module docstring). At most this much
 #: committed work waits in the WAL before it is copied back into the database file.
-CHECKPOINT_INTERVAL_S = 1.0
+WAL_CHECKPOINT_INTERVAL_S = 1.0
 
 
 def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False,
@@ -160,15 +160,15 @@ class Database:
         self.commits = 0
         self.grouped_jobs = 0
         #: Background checkpoints run, and the last one's (busy, WAL frames, frames checkpointed).
-        self.checkpoints = 0
-        self.last_checkpoint: tuple[int, int, int] | None = None
+        self.wal_checkpoints = 0
+        self.last_wal_checkpoint: tuple[int, int, int] | None = None
         self._writer_conn.execute("PRAGMA wal_autocheckpoint = 0")  # the checkpointer's job instead
-        self._checkpoint_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
-        self._wake_checkpointer = threading.Event()
+        self._wal_checkpoint_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self._wake_wal_checkpointer = threading.Event()
         self._stopping = threading.Event()
-        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="memlane-checkpointer",
+        self._wal_checkpointer = threading.Thread(target=self._wal_checkpoint_loop, name="memlane-wal-checkpointer",
                                               daemon=True)
-        self._checkpointer.start()
+        self._wal_checkpointer.start()
         self._writer = threading.Thread(target=self._write_loop, name="memlane-writer", daemon=True)
         self._writer.start()
         self._pool: queue.Queue[sqlite3.Connection] = queue.Queue()
@@ -251,29 +251,29 @@ class Database:
             return
         self.commits += 1
         self.grouped_jobs += len(batch)
-        self._wake_checkpointer.set()
+        self._wake_wal_checkpointer.set()
         for fut, ok, value in outcomes:
             if ok:
                 fut.set_result(value)
             else:
                 fut.set_exception(value)  # type: ignore[arg-type]
 
-    # -- checkpoints -------------------------------------------------------------------
-    def _checkpoint_loop(self) -> None:
+    # -- WAL checkpoints ---------------------------------------------------------------
+    def _wal_checkpoint_loop(self) -> None:
         """Copy committed WAL frames back into the database file, off the write path."""
         last = 0.0
         while True:
-            self._wake_checkpointer.wait()
+            self._wake_wal_checkpointer.wait()
             if self._stopping.is_set():
                 return
-            wait = CHECKPOINT_INTERVAL_S - (time.monotonic() - last)
+            wait = WAL_CHECKPOINT_INTERVAL_S - (time.monotonic() - last)
             if wait > 0 and self._stopping.wait(wait):  # commits in the meantime join this one
                 return
-            self._wake_checkpointer.clear()
+            self._wake_wal_checkpointer.clear()
             last = time.monotonic()
-            self.checkpoint()
+            self.wal_checkpoint()
 
-    def checkpoint(self) -> tuple[int, int, int] | None:
+    def wal_checkpoint(self) -> tuple[int, int, int] | None:
         """Run one ``PRAGMA wal_checkpoint(PASSIVE)`` on the checkpointer's connection.
 
         Returns:
@@ -281,13 +281,13 @@ class Database:
             SQLite failed (logged; the next commit wakes the checkpointer again).
         """
         try:
-            row = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            row = self._wal_checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as exc:
             log.warning("WAL checkpoint failed: %s", exc)
             return None
-        self.checkpoints += 1
-        self.last_checkpoint = (int(row[0]), int(row[1]), int(row[2]))
-        return self.last_checkpoint
+        self.wal_checkpoints += 1
+        self.last_wal_checkpoint = (int(row[0]), int(row[1]), int(row[2]))
+        return self.last_wal_checkpoint
 
     def submit(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> Future:
         """Queue a write job without waiting; returns its future.
@@ -351,9 +351,9 @@ class Database:
         self._jobs.put(_STOP)
         self._writer.join(timeout=30)
         self._stopping.set()
-        self._wake_checkpointer.set()
-        self._checkpointer.join(timeout=30)
-        self._checkpoint_conn.close()
+        self._wake_wal_checkpointer.set()
+        self._wal_checkpointer.join(timeout=30)
+        self._wal_checkpoint_conn.close()
         try:
             self._writer_conn.execute("PRAGMA optimize")
         except sqlite3.Error:

@@ -1,7 +1,7 @@
 """SQL for ``session_checkpoints`` (migration 0002; memory-pipeline-v2.md "Session Checkpoints").
 
 SQL only: every function takes a connection (the writer's inside ``db.write`` for changes, a
-pooled reader for queries) and returns plain values or frozen :class:`Checkpoint` rows.
+pooled reader for queries) and returns plain values or frozen :class:`SessionCheckpoint` rows.
 Timestamps are memlane's ISO-8601 UTC strings (``2026-11-21T10:00:00.123Z``), which sort
 lexicographically; ties are broken by ``id`` (insertion order).
 """
@@ -21,7 +21,7 @@ _COLUMNS = ("id, session_key, harness, project, project_normalized, trigger, dig
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
+class SessionCheckpoint:
     """One row of ``session_checkpoints``.
 
     ``prompt_count`` is the number of prompts this checkpoint covers (the deltas merged into it);
@@ -63,8 +63,8 @@ def _json_list(raw: str | None) -> tuple[str, ...]:
     return tuple(str(x) for x in data) if isinstance(data, list) else ()
 
 
-def _row(r: sqlite3.Row) -> Checkpoint:
-    return Checkpoint(
+def _row(r: sqlite3.Row) -> SessionCheckpoint:
+    return SessionCheckpoint(
         id=r["id"], session_key=r["session_key"], harness=r["harness"], project=r["project"],
         project_normalized=r["project_normalized"], trigger=r["trigger"], digest=r["digest"],
         prompt_count=r["prompt_count"], memory_queries=_json_list(r["memory_queries"]),
@@ -89,7 +89,7 @@ def insert(conn: sqlite3.Connection, *, session_key: str, harness: str | None, p
     return int(cur.lastrowid)
 
 
-def latest_for_session(conn: sqlite3.Connection, session_key: str) -> Checkpoint | None:
+def latest_for_session(conn: sqlite3.Connection, session_key: str) -> SessionCheckpoint | None:
     """The newest checkpoint of ``session_key``, or None."""
     r = conn.execute(
         f"SELECT {_COLUMNS} FROM session_checkpoints WHERE session_key = ? "
@@ -97,7 +97,7 @@ def latest_for_session(conn: sqlite3.Connection, session_key: str) -> Checkpoint
     return _row(r) if r else None
 
 
-def latest_for_project(conn: sqlite3.Connection, project_normalized: str) -> Checkpoint | None:
+def latest_for_project(conn: sqlite3.Connection, project_normalized: str) -> SessionCheckpoint | None:
     """The newest checkpoint of any session whose normalized project is ``project_normalized``."""
     r = conn.execute(
         f"SELECT {_COLUMNS} FROM session_checkpoints WHERE project_normalized = ? "
@@ -105,7 +105,7 @@ def latest_for_project(conn: sqlite3.Connection, project_normalized: str) -> Che
     return _row(r) if r else None
 
 
-def list_for_session(conn: sqlite3.Connection, session_key: str, limit: int | None = None) -> list[Checkpoint]:
+def list_for_session(conn: sqlite3.Connection, session_key: str, limit: int | None = None) -> list[SessionCheckpoint]:
     """The checkpoints of ``session_key``, newest first (at most ``limit`` when given)."""
     sql = (f"SELECT {_COLUMNS} FROM session_checkpoints WHERE session_key = ? "
            "ORDER BY created_at DESC, id DESC")
