@@ -168,8 +168,9 @@ def test_scratchpad_survives_a_daemon_kill(start_daemon, tmp_path):
         sig = c.get("/api/v3/observer/signals", params={"session_id": "live"}).json()["signals"]
         assert [s["type"] for s in sig] == ["file_access", "file_access", "co_access", "file_access", "co_access",
                                             "backtrack"]
-        assert c.post("/api/v3/observer/session-end", json={"session_id": "live", "project": "demo"}).json() == {
-            "files": 2}
+        end = c.post("/api/v3/observer/session-end", json={"session_id": "live", "project": "demo"}).json()
+        assert end["files"] == 2 and end["promotion"]["outcome"] == "passed"  # one backtrack: below frequency
+        assert end["promotion"]["dropped"]["frequency"] == 1 and end["promotion"]["promoted"] == []
         pred = c.get("/api/v3/coaccess/predict", params={"file": "src/a.py", "project": "demo", "k": 1}).json()
         assert pred["predictions"][0]["file"] == "src/b.py"
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.api.schemas import MemoryOut, memory_dict
 from memlane.container import Container
+from memlane.errors import NotFound
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
 from memlane.v3.model import check_str
@@ -124,6 +125,18 @@ class ToolUseIn(BaseModel):
 class ObserverEndIn(_Strict):
     session_id: str
     project: str | None = None
+    finalize: bool = Field(True, description="Run the promotion pipeline for the session (memlane.v3.promotion).")
+    outcome: Literal["passed", "failed"] | None = Field(
+        None, description="The session's validation; default: failed when its last tool call failed, else passed.")
+
+
+class FinalizeIn(_Strict):
+    session_id: str
+    outcome: Literal["passed", "failed"] = Field("passed", description="passed: promote; failed: discard.")
+    project: str | None = None
+    why_failed: str | None = Field(None, description="With failed: why the approach was abandoned (a dead end "
+                                                     "when the run had 20+ steps).")
+    dry_run: bool = False
 
 
 class VerifyIn(_Strict):
@@ -202,6 +215,9 @@ def router(container: Container) -> APIRouter:
     from memlane.v3.observer import Observer, check_payload_error
 
     observer = Observer(container.db)
+    from memlane.v3.promotion import Promoter
+
+    promoter = Promoter(container.db, container.memories, lambda: container.llm)
 
     @r.post("/api/v3/observer/tool-use")
     def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
@@ -217,7 +233,21 @@ def router(container: Container) -> APIRouter:
         files = observer.session_files(check_str(body.session_id, "session_id", max_chars=200))
         if len(files) >= 1:
             co.record_files(files, project=body.project or "", origin="session")
-        return {"files": len(files)}
+        out: dict[str, Any] = {"files": len(files), "promotion": None}
+        if body.finalize:
+            outcome = body.outcome or ("failed" if observer.last_call_failed(body.session_id) else "passed")
+            try:
+                out["promotion"] = promoter.finalize(body.session_id, outcome=outcome, project=body.project).as_dict()
+            except NotFound:  # nothing observed in this session: nothing to promote
+                pass
+        return out
+
+    @r.post("/api/v3/observer/finalize")
+    def observer_finalize(body: FinalizeIn) -> dict[str, Any]:
+        """Promote a session's scratchpad after its validation passed, or discard it after a failure
+        (the promotion pipeline, docs/v3.md "Promotion")."""
+        return promoter.finalize(body.session_id, outcome=body.outcome, project=body.project,
+                                 why_failed=body.why_failed, dry_run=body.dry_run).as_dict()
 
     @r.get("/api/v3/observer/signals")
     def observer_signals(session_id: str = Query(..., max_length=200)) -> dict[str, Any]:

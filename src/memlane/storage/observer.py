@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 
+#: ``observer_signals.processed``: not yet finalized, promoted by a passing finalize, discarded by
+#: a failing one (memlane.v3.promotion). Discarded signals never feed an inference again.
+PENDING, PROMOTED, DISCARDED = 0, 1, 2
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One recorded tool call."""
@@ -53,9 +58,13 @@ def add_signals(conn: sqlite3.Connection, session_key: str, project: str | None,
 
 
 def signals(conn: sqlite3.Connection, *, session_key: str | None = None, project: str | None = None,
-            signal_type: str | None = None) -> list[tuple[str, str, int, dict[str, Any]]]:
-    """``(session_key, signal_type, step, data)`` rows, by id; filtered by session, project, type."""
+            signal_type: str | None = None, kept_only: bool = False) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """``(session_key, signal_type, step, data)`` rows, by id; filtered by session, project, type;
+    ``kept_only`` leaves out signals a failed validation discarded."""
     where, args = ["1=1"], []
+    if kept_only:
+        where.append("processed != ?")
+        args.append(DISCARDED)
     for col, v in (("session_key", session_key), ("project", project), ("signal_type", signal_type)):
         if v is not None:
             where.append(f"{col} = ?")
@@ -72,11 +81,79 @@ def session_files(conn: sqlite3.Connection, session_key: str) -> list[str]:
            GROUP BY file_path ORDER BY min(step)""", (session_key,))]
 
 
-def project_sessions(conn: sqlite3.Connection, project: str | None) -> dict[str, list[str]]:
-    """``session -> distinct files touched`` for every observed session of ``project`` (None: all)."""
+def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only: bool = False
+                     ) -> dict[str, list[str]]:
+    """``session -> distinct files touched`` for every observed session of ``project`` (None: all);
+    ``kept_only`` leaves out sessions whose scratchpad a failed validation discarded."""
     out: dict[str, list[str]] = {}
-    cond, args = ("project = ?", (project,)) if project is not None else ("1=1", ())
+    cond, args = ("project = ?", [project]) if project is not None else ("1=1", [])
+    if kept_only:
+        cond += " AND session_key NOT IN (SELECT session_key FROM observer_signals WHERE processed = ?)"
+        args.append(DISCARDED)
     for s, f in conn.execute(f"""SELECT session_key, file_path FROM observer_events WHERE {cond}
                                  AND file_path IS NOT NULL GROUP BY session_key, file_path""", args):
         out.setdefault(s, []).append(f)
     return out
+
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One observed session, for promotion: its project, steps, pending signals, edited files (in
+    first-edit order), the time of its last call (ms) and whether that call failed."""
+
+    project: str | None
+    steps: int
+    pending_signals: int
+    edited_files: list[str]
+    last_ms: int
+    last_failed: bool
+
+
+def session_summary(conn: sqlite3.Connection, session_key: str) -> SessionSummary | None:
+    """The session's :class:`SessionSummary`; None when no tool call of it was recorded."""
+    row = conn.execute(
+        """SELECT max(step), max(project), max(ts_ms) FROM observer_events WHERE session_key = ?""",
+        (session_key,)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    last = conn.execute("""SELECT error_hash FROM observer_events WHERE session_key = ? ORDER BY step DESC LIMIT 1""",
+                        (session_key,)).fetchone()
+    pending = conn.execute("SELECT count(*) FROM observer_signals WHERE session_key = ? AND processed = ?",
+                           (session_key, PENDING)).fetchone()[0]
+    edited = [r[0] for r in conn.execute(
+        """SELECT file_path FROM observer_events WHERE session_key = ? AND is_edit = 1 AND file_path IS NOT NULL
+           GROUP BY file_path ORDER BY min(step)""", (session_key,))]
+    return SessionSummary(row[1], int(row[0]), int(pending), edited, int(row[2] or 0), last[0] is not None)
+
+
+def mark_session(conn: sqlite3.Connection, session_key: str, state: int) -> int:
+    """Set the session's pending signals to ``state`` (PROMOTED or DISCARDED); returns how many."""
+    return conn.execute("UPDATE observer_signals SET processed = ? WHERE session_key = ? AND processed = ?",
+                        (state, session_key, PENDING)).rowcount
+
+
+def signals_with_time(conn: sqlite3.Connection, *, project: str | None, kept_only: bool
+                      ) -> list[tuple[str, str, int, dict[str, Any], str]]:
+    """``(session_key, signal_type, step, data, created_at)`` of ``project`` (None: every project), by
+    id; ``kept_only`` leaves out discarded signals."""
+    where, args = [], []
+    if project is not None:
+        where.append("project = ?")
+        args.append(project)
+    if kept_only:
+        where.append("processed != ?")
+        args.append(DISCARDED)
+    cond = " AND ".join(where) or "1=1"
+    return [(r[0], r[1], int(r[2]), json.loads(r[3]), r[4]) for r in conn.execute(
+        f"SELECT session_key, signal_type, step, data, created_at FROM observer_signals WHERE {cond} ORDER BY id",
+        args)]
+
+
+def stored_hashes(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
+    """Which of the content hashes belong to a live memory."""
+    if not hashes:
+        return set()
+    marks = ",".join("?" * len(hashes))
+    return {r[0] for r in conn.execute(
+        f"SELECT content_hash FROM memories WHERE is_deleted = 0 AND content_hash IN ({marks})", hashes)}

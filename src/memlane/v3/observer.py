@@ -14,9 +14,8 @@ far. Signals (seed "Signal Taxonomy"):
 * ``time_anomaly``: a file read for the :data:`READS_ANOMALY`-th time in the session, never edited.
 
 :meth:`Observer.inferences` applies the seed's inference rules to a project's signals and returns
-the memories they suggest with a structured template text. Not built: the hooks that feed it from
-Claude Code, the dead-end and context-cost rules, and the promotion pipeline (validation filter,
-frequency, novelty, score, LLM synthesis, storage as ``observer_inferred`` + ``needs_review``).
+the memories they suggest with a structured template text; :mod:`memlane.v3.promotion` turns them
+into memories after validation.
 """
 
 from __future__ import annotations
@@ -112,16 +111,22 @@ class Observer:
         rows = self.db.read(lambda c: obs_sql.signals(c, session_key=session_key))
         return [{"type": t, "step": s, **d} for _, t, s, d in rows]
 
+    def last_call_failed(self, session_key: str) -> bool:
+        """Whether the session's last recorded tool call failed (False when none was recorded)."""
+        info = self.db.read(lambda c: obs_sql.session_summary(c, session_key))
+        return info is not None and info.last_failed
+
     def session_files(self, session_key: str) -> list[str]:
         """The distinct files a session touched, in first-touch order."""
         return self.db.read(lambda c: obs_sql.session_files(c, session_key))
 
     def inferences(self, project: str | None = None) -> list[dict[str, Any]]:
-        """The seed's inference rules over a project's signals: ``[{"type", "content",
+        """The seed's inference rules over a project's kept signals (not those a failed validation
+        discarded): ``[{"type", "content",
         "related_files", "rule", "evidence"}]``; ``content`` is the structured template text (no
         LLM synthesis is built)."""
-        rows = self.db.read(lambda c: obs_sql.signals(c, project=project))
-        per_session = self.db.read(lambda c: obs_sql.project_sessions(c, project))
+        rows = self.db.read(lambda c: obs_sql.signals(c, project=project, kept_only=True))
+        per_session = self.db.read(lambda c: obs_sql.project_sessions(c, project, kept_only=True))
         return infer(rows, per_session)
 
 
