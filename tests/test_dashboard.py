@@ -19,7 +19,7 @@ from memlane.dashboard.auth import CODE_TTL_S, COOKIE_NAME, TOKEN_RECHECK_S, Das
 from memlane.dashboard.service import FLAGGED_WRONG_LABEL, FLAGGED_WRONG_REASON, PAGE_SIZE
 from memlane.storage import dashboard as dash_sql
 
-PAGES = ("/", "/memories", "/sessions", "/predictor", "/knowledge")
+PAGES = ("/", "/memories", "/sessions", "/predictor", "/knowledge", "/logs")
 
 
 def browser(api: TestClient) -> TestClient:
@@ -264,3 +264,95 @@ def test_sessions_pages_paginate_and_unknown_ids_are_404_pages(store):
         r = b.get(path)
         assert r.status_code == 404 and "not found" in r.text
     assert b.get("/memories?state=bogus").status_code == 422
+
+
+def test_stale_and_drifting_memories_need_attention_and_show_why_on_their_card(store):
+    api = api_client(store)
+    batch = [{"content": f"The release checklist item {i} is open", "project": "p"} for i in range(4)]
+    ids = [r["id"] for r in api.post("/api/memory/remember", json={"memories": batch}).json()["results"]]
+    b = login(api)
+    assert "stale or drifting" not in b.get("/").text  # nothing flagged: nothing needs attention
+    for mid in ids[:2]:
+        r = api.post(f"/api/memory/{mid}/signal", json={"source": "linear", "evidence": {"issue": "REL-1 closed"}})
+        assert r.status_code == 200
+    health = b.get("/").text
+    assert "2 stale or drifting memories" in health and "2 external signal" in health
+    assert 'href="/memories?drift=flagged&amp;state=all"' in health
+    flagged = b.get("/memories", params={"drift": "flagged", "state": "all"}).text
+    assert "2 in all" in flagged and flagged.count('<li class="card') == 2
+    assert "[DRIFT: external signal from linear]" in flagged
+    assert "2 in all" in b.get("/memories", params={"drift": "trusted"}).text
+    searched = b.get("/memories", params={"q": "release checklist", "drift": "flagged"}).text
+    assert searched.count('<li class="card') == 2 and "drifting" in searched
+    card = b.get(f"/memories/{ids[0]}").text
+    assert 'id="drift-warning"' in card and "[DRIFT: external signal from linear]" in card
+    assert "external signal" in card and 'data-action="drift-resolve"' in card
+    error_id = api.get("/api/drift/errors", params={"memory_id": ids[0]}).json()["items"][0]["error_id"]
+    # the card's "Dismiss (false positive)" button calls the drift API with the session cookie
+    assert b.post(f"/api/drift/errors/{error_id}/resolve", json={}).status_code == 200
+    card = b.get(f"/memories/{ids[0]}").text
+    assert 'id="drift-warning"' not in card and "resolved" in card
+    assert "1 stale or drifting memory" in b.get("/").text
+    assert "1 in all" in b.get("/memories", params={"drift": "flagged"}).text
+    api.patch(f"/api/memory/{ids[1]}", json={"content": "The release checklist item 1 is closed"})
+    assert "stale or drifting" not in b.get("/").text  # an update resolves its rows
+
+
+def test_logs_page_lists_log_events_and_errors_filtered_and_paginated_on_the_server(store):
+    import logging
+
+    api = api_client(store)
+    b = login(api)  # the observability hub (and the process's log ring) exists once the app is built
+    marker = f"logs-test-{time.monotonic_ns()}"
+    pred, pipe = logging.getLogger("memlane.predictor.logs_test"), logging.getLogger("memlane.pipeline.logs_test")
+    level = logging.getLogger("memlane").getEffectiveLevel()
+    for i in range(30):
+        pred.warning("%s predictor event %d <b>bold</b>", marker, i)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        pipe.error("%s pipeline failure", marker, exc_info=True)
+    assert level <= logging.WARNING  # the records above were created at the daemon's log level
+    page1 = b.get("/logs", params={"q": marker, "category": "predictor"}).text
+    assert "30 in all" in page1 and "Page 1 of 2" in page1 and page1.count(f"{marker} predictor event") == PAGE_SIZE
+    assert f"{marker} predictor event 29" in page1 and "&lt;b&gt;bold&lt;/b&gt;" in page1 and "<b>bold" not in page1
+    page2 = b.get("/logs", params={"q": marker, "category": "predictor", "page": 2}).text
+    assert page2.count(f"{marker} predictor event") == 5 and f"{marker} predictor event 0 &lt;b&gt;" in page2
+    errors_only = b.get("/logs", params={"q": marker, "level": "ERROR"}).text
+    assert "1 in all" in errors_only and "pipeline failure" in errors_only and "RuntimeError: boom" in errors_only
+    api_page = api.get("/api/analytics/logs", params={"q": marker, "category": "pipeline"}).json()
+    assert api_page["total"] == 1 and api_page["items"][0]["logger"] == "memlane.pipeline.logs_test"
+    assert api_page["items"][0]["level"] == "ERROR" and api_page["categories"]["predictor"] >= 30
+    assert api.get("/api/analytics/logs", params={"level": "LOUD"}).status_code == 422
+    assert b.get("/logs", params={"level": "loud"}).status_code == 422
+    # the error ring: a hook the daemon refuses lands there as a connector error
+    assert api.post("/api/hooks/session-start", json={"session_key": ""}).status_code == 422
+    errors = b.get("/logs", params={"kind": "errors", "stage": "connector"}).text
+    assert 'id="log-errors"' in errors and "connector" in errors and "1 in all" in errors
+    assert b.get("/logs", params={"kind": "other"}).status_code == 422
+
+
+def test_entity_page_pages_its_mentions_and_attributes_on_the_server(store):
+    from memlane.graph import persist_extraction
+
+    api = api_client(store)
+    batch = [{"content": f"Alice Smith works on project {i:02d}"} for i in range(30)]
+    ids = [r["id"] for r in api.post("/api/memory/remember", json={"memories": batch}).json()["results"]]
+    for i, mid in enumerate(ids):
+        at = f"2026-01-01T00:{i:02d}:00.000Z"
+        store.db.write(lambda c, mid=mid, i=i, at=at: persist_extraction(c, memory_id=mid, entities=[], at=at, relations=[
+            {"source": "Alice Smith", "target": f"Project {i:02d}", "relation": "works_on", "confidence": 0.9}]))
+    alice = next(e for e in api.get("/api/knowledge/entities", params={"q": "Alice"}).json()["entities"]
+                 if e["name"] == "Alice Smith")
+    attrs = api.get(f"/api/knowledge/entities/{alice['id']}/attributes", params={"limit": 500}).json()["attributes"]
+    b = login(api)
+    first = b.get(f"/knowledge/entities/{alice['id']}").text
+    mentions = first.split('id="mentions"')[1]
+    assert mentions.count("/memories/") == PAGE_SIZE and "30 in all" in mentions
+    second = b.get(f"/knowledge/entities/{alice['id']}", params={"mentions_page": 2}).text.split('id="mentions"')[1]
+    assert second.count("/memories/") == 5 and "Page 2 of 2" in second
+    shown = set(re.findall(r"works on project (\d\d)", mentions + second))
+    assert shown == {f"{i:02d}" for i in range(30)}  # the two pages together: every mention once
+    assert f"{len(attrs)} in all" in first
+    assert b.get(f"/knowledge/entities/{alice['id']}", params={"mentions_page": 9}).text.split(
+        'id="mentions"')[1].count("/memories/") == 0

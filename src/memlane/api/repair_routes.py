@@ -39,8 +39,9 @@ def router(container: Container) -> APIRouter:
         health domains (``domains``, ``score``, ``status``: memlane.observability.diagnostics)."""
         from memlane.observability.diagnostics import health_report
         from memlane.observability.hub import ensure
-        health = health_report(container, ensure(container))
-        return {**container.maintenance.diagnose(), "domains": health["domains"],  # type: ignore[attr-defined]
+        report = container.maintenance.report()  # type: ignore[attr-defined]
+        health = health_report(container, ensure(container), report)
+        return {**container.maintenance.diagnose(report), "domains": health["domains"],  # type: ignore[attr-defined]
                 "score": health["score"], "status": health["status"]}
 
     @r.post("/api/repair/{action}")

@@ -3,7 +3,7 @@ login flow and its few JSON actions. Thin: every page calls one
 :class:`memlane.dashboard.service.DashboardService` method and renders a template.
 
 Pages: ``/`` (Health), ``/memories`` and ``/memories/{id}``, ``/sessions`` and
-``/sessions/{key}``, ``/predictor``, ``/knowledge`` and ``/knowledge/entities/{id}``. Login:
+``/sessions/{key}``, ``/predictor``, ``/knowledge`` and ``/knowledge/entities/{id}``, ``/logs``. Login:
 ``POST /api/dashboard/login-code`` (the token only) -> ``GET /login?code=...`` (sets the session
 cookie, redirects to ``/``) and ``POST /api/dashboard/logout``. Actions (JSON in, JSON out, the
 one error shape): ``POST /api/dashboard/memories/{id}/flag-wrong`` and
@@ -205,7 +205,8 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
         filters = {"q": _opt(request, "q"), "project": _opt(request, "project"), "type_": _opt(request, "type"),
                    "source_type": None if source in (None, "any") else "" if source == "none" else source,
                    "pinned": {"yes": True, "no": False}.get(_opt(request, "pinned") or ""),
-                   "state": _opt(request, "state") or "live"}
+                   "state": _opt(request, "state") or "live",
+                   "flagged": {"flagged": True, "trusted": False}.get(_opt(request, "drift") or "")}
         return page(request, "memories.html", lambda: {
             **svc.memories(page=page_number(request.query_params.get("page")), **filters),
             "facets": svc.facets(), "filters": filters})
@@ -229,6 +230,13 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
         return page(request, "predictor.html", lambda: svc.predictor(
             page=page_number(request.query_params.get("page"))))
 
+    @r.get("/logs", response_class=HTMLResponse)
+    def logs_page(request: Request) -> HTMLResponse:
+        return page(request, "logs.html", lambda: svc.logs(
+            kind=_opt(request, "kind") or "events", category=_opt(request, "category"),
+            level=_opt(request, "level"), q=_opt(request, "q"), stage=_opt(request, "stage"),
+            page=page_number(request.query_params.get("page"))))
+
     @r.get("/knowledge", response_class=HTMLResponse)
     def knowledge_page(request: Request) -> HTMLResponse:
         return page(request, "knowledge.html", lambda: svc.knowledge(
@@ -239,7 +247,8 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
     @r.get("/knowledge/entities/{entity_id}", response_class=HTMLResponse)
     def entity_page(request: Request, entity_id: str) -> HTMLResponse:
         return page(request, "entity.html", lambda: svc.entity(
-            entity_id, page=page_number(request.query_params.get("page"))))
+            entity_id, page=page_number(request.query_params.get("page")),
+            mentions_page=page_number(request.query_params.get("mentions_page"))))
 
     return r
 

@@ -24,10 +24,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from memlane.drift.service import warning_prefix
 from memlane.errors import Conflict, ValidationError
 from memlane.graph.knowledge import KnowledgeService
 from memlane.observability.diagnostics import health_report, predictor_domain
 from memlane.observability.hub import ensure
+from memlane.observability.logs import LEVELS
 from memlane.observability.timeline import session_timeline
 from memlane.predictor import policy
 from memlane.predictor import settings as pred_settings
@@ -35,6 +37,7 @@ from memlane.services.clock import now_iso
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.sessions.labels import DELETED_AFTER_INJECTION_LABEL
 from memlane.storage import dashboard as dash_sql
+from memlane.storage import drift as drift_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage.fts import Filters
 from memlane.storage import predictor as pred_sql
@@ -58,6 +61,11 @@ FACETS_TTL_S = 30.0
 TIMELINE_SHOWN = 80
 #: Most search hits a search page can page through (the recall's own cap).
 MAX_SEARCH = 1000
+#: What the Logs page lists: the log ring's events or the error ring.
+LOG_KINDS = ("events", "errors")
+#: Prediction error types (docs/drift.md) in words.
+DRIFT_KINDS = {"memory_drift": "drifted from a document", "memory_stale_file": "file missing",
+               "memory_stale_entity": "entity superseded", "memory_external_signal": "external signal"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +129,24 @@ class DashboardService:
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """The Health page: domains, store counts, recent sessions, latency, errors and what
-        needs attention (unhealthy domains, dead jobs, a disabled sidecar, maintenance advice)."""
+        needs attention (unhealthy domains, stale or drifting memories, dead jobs, a disabled
+        sidecar, maintenance advice)."""
         report = health_report(self.c, self.obs)
         stats = self.c.memories.index.state_counts()  # from memory: a table scan took ~30 ms at 11,600
-        sessions, total_sessions = self.db.read(lambda c: dash_sql.sessions_page(c, limit=5, offset=0))
+
+        def read(c: Any) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+            rows, total = dash_sql.sessions_page(c, limit=5, offset=0)
+            return rows, total, dash_sql.drift_counts(c)
+
+        sessions, total_sessions, drift = self.db.read(read)
         attention: list[dict[str, str]] = []
+        if drift["memories"]:
+            kinds = ", ".join(f"{n} {DRIFT_KINDS.get(t, t)}" for t, n in sorted(drift["by_type"].items()))
+            attention.append({"what": f"{drift['memories']} stale or drifting memor"
+                                      f"{'y' if drift['memories'] == 1 else 'ies'}",
+                              "detail": f"{drift['errors']} unresolved prediction error(s): {kinds}; recall ranks "
+                                        "them lower with a warning and never injects them on its own",
+                              "link": "/memories?drift=flagged&state=all"})
         for name, d in report["domains"].items():
             if d["status"] in ("unhealthy", "degraded"):
                 notes = "; ".join(d.get("notes") or []) or d["status"]
@@ -143,7 +164,15 @@ class DashboardService:
                               "link": "/api/diagnostics"})
         latency = self.obs.latency.report(sparkline_minutes=60)["operations"]
         return {"report": report, "stats": stats, "sessions": sessions, "total_sessions": total_sessions,
-                "latency": latency, "errors": self.obs.errors.recent(limit=10), "attention": attention}
+                "latency": latency, "errors": self.obs.errors.recent(limit=10), "attention": attention,
+                "drift": drift}
+
+    def _warning(self, memory_id: str) -> str | None:
+        """The drift warning recall would prefix this memory with (``[STALE: ...]`` or
+        ``[DRIFT: ...]``), from the drift service's in-memory flags; None when trusted."""
+        drift = getattr(self.c, "drift", None)
+        flags = drift.flags_of(memory_id) if drift is not None else ()
+        return warning_prefix(flags) if flags else None
 
     # -- memories -------------------------------------------------------------------------
     def facets(self) -> dict[str, list[str]]:
@@ -157,9 +186,11 @@ class DashboardService:
         return cached[1]
 
     def memories(self, *, q: str | None, project: str | None, type_: str | None, source_type: str | None,
-                 pinned: bool | None, state: str, page: int) -> dict[str, Any]:
+                 pinned: bool | None, state: str, page: int, flagged: bool | None = None) -> dict[str, Any]:
         """One page of memories: the hybrid recall's hits for ``q`` (best first) or, without
-        ``q``, the newest; filtered by project, type, source, pinned and state.
+        ``q``, the newest; filtered by project, type, source, pinned, state and ``flagged``
+        (True: only stale or drifting memories, those with an unresolved prediction error).
+        Each item carries ``warning``, the drift warning recall gives it (None when trusted).
 
         Raises:
             ValidationError: an unknown state.
@@ -169,8 +200,8 @@ class DashboardService:
         if not q:
             offset = (page - 1) * PAGE_SIZE
             filters = {"project": project, "type_": type_, "source_type": source_type, "pinned": pinned,
-                       "state": state}
-            if source_type is None and pinned is None and state in ("live", "all"):
+                       "state": state, "flagged": flagged}
+            if source_type is None and pinned is None and flagged is None and state in ("live", "all"):
                 # The total from the in-memory index (a count over the table's rows took ~13 ms
                 # at 11,600 memories); the page itself comes from idx_memories_created.
                 total = self.c.memories.index.count(Filters(
@@ -180,23 +211,26 @@ class DashboardService:
             else:
                 items, total = self.db.read(lambda c: dash_sql.memories_page(c, limit=PAGE_SIZE, offset=offset,
                                                                              **filters))
-            return {"items": [{**_memory_view(m), "score": None} for m in items],
+            return {"items": [{**_memory_view(m), "score": None, "warning": self._warning(m.id)} for m in items],
                     "page": Page(page, PAGE_SIZE, total), "searched": False}
         # Filters recall cannot apply (source, pinned, states other than live) are applied to its
         # hits: it is then asked for its cap, so that a page of the filtered list can be cut.
-        post = source_type is not None or pinned is not None or state != "live"
+        post = source_type is not None or pinned is not None or flagged is not None or state != "live"
         res = self.c.recall.recall(RecallQuery(
             query=q, limit=MAX_SEARCH if post else min(MAX_SEARCH, page * PAGE_SIZE + 1), project=project,
             types=(type_,) if type_ else (), include_deleted=state in ("deleted", "all"), touch=False,
             exclude_superseded=state == "live"))
-        hits = [h for h in res.hits if _keep(h.memory, source_type, pinned, state)]
+        hits = [h for h in res.hits if _keep(h.memory, source_type, pinned, state)
+                and (flagged is None or flagged == (self._warning(h.memory.id) is not None))]
         pg = Page(page, PAGE_SIZE, len(hits))
         shown = hits[pg.offset:pg.offset + PAGE_SIZE]
-        return {"items": [{**_memory_view(h.memory), "score": round(h.score, 4)} for h in shown], "page": pg,
+        return {"items": [{**_memory_view(h.memory), "score": round(h.score, 4), "warning": self._warning(h.memory.id)}
+                          for h in shown], "page": pg,
                 "searched": True, "legs": list(res.legs), "capped": len(res.hits) >= MAX_SEARCH}
 
     def memory_card(self, memory_id: str) -> dict[str, Any]:
-        """One memory with its provenance, supersede chain, history and sessions.
+        """One memory with its provenance, drift state (the warning recall gives it and its
+        prediction errors, open and resolved, newest first), supersede chain, history and sessions.
 
         Raises:
             NotFound: unknown id.
@@ -211,12 +245,14 @@ class DashboardService:
             source_session = m.source_id if m.source_id and dash_sql.session_exists(c, m.source_id) else None
             source_memory = m.source_id if m.source_id and not source_session and \
                 dash_sql.memory_exists(c, m.source_id) else None
+            errors = [{**e.as_dict(), "kind": DRIFT_KINDS.get(e.error_type, e.error_type)}
+                      for e, _ in drift_sql.list_errors(c, memory_id=memory_id, resolved=None, limit=PAGE_SIZE)]
             return {"chain": chain, "sessions": sessions, "sessions_total": sessions_total,
                     "source_session": source_session,
-                    "source_memory": source_memory}
+                    "source_memory": source_memory, "drift_errors": errors}
 
         extra = self.db.read(read)
-        return {"memory": _memory_view(m), "history": history, **extra}
+        return {"memory": _memory_view(m), "history": history, "warning": self._warning(memory_id), **extra}
 
     def flag_wrong(self, memory_id: str, *, reason: str, corrected: str | None = None,
                    original_id: str | None = None, note: str | None = None) -> dict[str, Any]:
@@ -444,6 +480,30 @@ class DashboardService:
                 "ndcg_fused": nf, "window": NDCG_WINDOW, "defined": len(window),
                 "last": {"baseline": nb[-1], "predictor": np_[-1], "fused": nf[-1]} if defined else None}
 
+    # -- logs -----------------------------------------------------------------------------
+    def logs(self, *, kind: str, category: str | None, level: str | None, q: str | None, stage: str | None,
+             page: int) -> dict[str, Any]:
+        """The Logs page: one page (newest first) of the log ring's events (``kind="events"``,
+        filtered by category, level and above, and words) or of the error ring
+        (``kind="errors"``, filtered by stage), with the counts for the filter menus.
+
+        Raises:
+            ValidationError: an unknown kind or level.
+        """
+        if kind not in LOG_KINDS:
+            raise ValidationError(f"kind: one of {', '.join(LOG_KINDS)}", details={"field": "kind"})
+        if level is not None and level.upper() not in LEVELS:
+            raise ValidationError(f"level: one of {', '.join(LEVELS)}", details={"field": "level"})
+        offset = (page - 1) * PAGE_SIZE
+        if kind == "events":
+            items, total = self.obs.logs.page(category=category, level=level, q=q, offset=offset, limit=PAGE_SIZE)
+        else:
+            items, total = self.obs.errors.page(stage=stage, offset=offset, limit=PAGE_SIZE)
+        return {"kind": kind, "items": items, "page": Page(page, PAGE_SIZE, total),
+                "categories": self.obs.logs.categories(), "stages": self.obs.errors.by_stage(),
+                "levels": LEVELS, "filters": {"category": category, "level": level.upper() if level else None,
+                                              "q": q, "stage": stage}}
+
     # -- knowledge ------------------------------------------------------------------------
     def knowledge(self, *, q: str | None, entity_type: str | None, page: int, jobs_status: str | None,
                   jobs_page: int) -> dict[str, Any]:
@@ -466,18 +526,18 @@ class DashboardService:
                 "jobs": data["jobs"], "jobs_page": Page(jobs_page, PAGE_SIZE, data["jobs_total"]),
                 "status": self.graph.status(getattr(self.c.recall, "graph_boost", None))}
 
-    def entity(self, entity_id: str, *, page: int) -> dict[str, Any]:
-        """One entity: its relations (the graph), aspects, a page of attributes and its mentions.
+    def entity(self, entity_id: str, *, page: int, mentions_page: int = 1) -> dict[str, Any]:
+        """One entity: its relations (the graph), aspects, a page of its active attributes
+        (``page``) and a page of the memories that mention it (``mentions_page``), in one read.
 
         Raises:
             NotFound: unknown entity.
         """
-        e = self.graph.get_entity(entity_id, mentions_limit=PAGE_SIZE)
-        aspects = self.graph.aspects(entity_id)["aspects"]
-        attrs = self.graph.attributes(entity_id, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
-        more = len(attrs["attributes"]) > PAGE_SIZE
-        return {"entity": e, "aspects": aspects, "attributes": attrs["attributes"][:PAGE_SIZE],
-                "attr_page": page, "attr_more": more, "graph": graph_layout(e)}
+        e = self.graph.entity_view(entity_id, mentions_limit=PAGE_SIZE, mentions_offset=(mentions_page - 1) * PAGE_SIZE,
+                                   attributes_limit=PAGE_SIZE, attributes_offset=(page - 1) * PAGE_SIZE)
+        return {"entity": e, "aspects": e["aspects"], "attributes": e["attributes"],
+                "attr_page": Page(page, PAGE_SIZE, e["attributes_total"]),
+                "mentions_page": Page(mentions_page, PAGE_SIZE, e["mentions_total"]), "graph": graph_layout(e)}
 
 
 def _keep(m: Memory, source_type: str | None, pinned: bool | None, state: str) -> bool:

@@ -64,6 +64,32 @@ class KnowledgeService:
                     "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, 100)]}
         return self.db.read(read)
 
+    def entity_view(self, entity_id: str, *, mentions_limit: int = 25, mentions_offset: int = 0,
+                    attributes_limit: int = 25, attributes_offset: int = 0, relations_limit: int = 100
+                    ) -> dict[str, Any]:
+        """Everything one entity's page shows, in one read: the entity, a page of its mentions
+        (newest first) with their total, its relations (most mentioned first), its aspects, a
+        page of its active attributes (newest first) with their total.
+
+        Returns:
+            ``{**entity, "mentions_list", "mentions_total", "relations", "aspects", "attributes",
+            "attributes_total"}``.
+        Raises:
+            NotFound: no such entity.
+        """
+        def read(c: Any) -> dict[str, Any]:
+            e = self._entity(c, entity_id)
+            return {**entity_dict(e),
+                    "mentions_list": [asdict(m) for m in graph_sql.entity_mentions(c, entity_id, mentions_limit,
+                                                                                   mentions_offset)],
+                    "mentions_total": graph_sql.entity_mention_count(c, entity_id),
+                    "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, relations_limit)],
+                    "aspects": [asdict(a) for a in graph_sql.aspects_of_entity(c, entity_id)],
+                    "attributes": [asdict(a) for a in graph_sql.attributes_of_entity(
+                        c, entity_id, limit=attributes_limit, offset=attributes_offset)],
+                    "attributes_total": graph_sql.attribute_count(c, entity_id)}
+        return self.db.read(read)
+
     def aspects(self, entity_id: str) -> dict[str, Any]:
         """The entity's aspects, heaviest first, with active attribute counts.
 

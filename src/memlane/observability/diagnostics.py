@@ -31,7 +31,7 @@ import os
 from typing import Any
 
 from memlane.observability.hub import Observability
-from memlane.pipeline.diagnostics import build_recommendations, get_diagnostics
+from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
 from memlane.services.clock import now_iso
 from memlane.storage import sessions as sess_sql
 
@@ -127,17 +127,18 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
         "recent_errors": obs.errors.count_since(HOUR_S, stage="predictor"), "notes": notes}, status=label)
 
 
-def health_report(container: Any, obs: Observability) -> dict[str, Any]:
+def health_report(container: Any, obs: Observability, report: DiagnosticsReport | None = None) -> dict[str, Any]:
     """Every domain (see the module docstring): ``{"at", "score", "status", "domains": {name:
-    {"score", "status", ...details}}}``. One read of the counts; never raises for a subsystem
-    that is off.
+    {"score", "status", ...details}}}``. One read of the counts (none when ``report``, the
+    maintenance diagnostics read moments ago, is given); never raises for a subsystem that is off.
 
     Raises:
         StorageError: the database could not be read.
     """
     at = now_iso()
     emb = container.embedder
-    report = get_diagnostics(container.db, now=at, model=emb.model_id if emb is not None else None)
+    if report is None:
+        report = get_diagnostics(container.db, now=at, model=emb.model_id if emb is not None else None)
     c = report.counts
     domains: dict[str, dict[str, Any]] = {}
     storage_errors = obs.errors.count_since(HOUR_S, stage="storage")

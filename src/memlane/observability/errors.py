@@ -76,6 +76,21 @@ class ErrorRing:
                     break
         return out
 
+    def page(self, *, stage: str | None = None, code: str | None = None, offset: int = 0,
+             limit: int = 50) -> tuple[list[dict[str, Any]], int]:
+        """One page of entries, newest first, and how many match ``stage`` and ``code``.
+
+        Raises:
+            ValueError: a negative offset or a limit under 1.
+        """
+        if offset < 0 or limit < 1:
+            raise ValueError("offset must be >= 0 and limit >= 1")
+        with self._lock:
+            items = list(self._ring)
+        matched = [e for e in reversed(items)
+                   if (stage is None or e["stage"] == stage) and (code is None or e["code"] == code)]
+        return matched[offset:offset + limit], len(matched)
+
     def count_since(self, seconds: float, *, stage: str | None = None, code: str | None = None) -> int:
         """Entries still in the ring added within the last ``seconds`` (optionally of one stage/code)."""
         since = self._clock() - seconds

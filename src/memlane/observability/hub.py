@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memlane.errors import EmbeddingError, StorageError
+from memlane.observability import logs
 from memlane.observability.errors import ErrorRing
 from memlane.observability.latency import LatencyBook
 
@@ -28,7 +29,8 @@ JOB_STAGES = {"extract": "extraction", "session_summary": "extraction", "documen
 
 
 class Observability:
-    """Latency histograms (:class:`LatencyBook`) and the error ring (:class:`ErrorRing`).
+    """Latency histograms (:class:`LatencyBook`), the error ring (:class:`ErrorRing`) and the
+    process's log ring (:class:`memlane.observability.logs.LogRing`).
 
     Args:
         clock: wall-clock seconds for both (tests pass their own).
@@ -37,6 +39,7 @@ class Observability:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.latency = LatencyBook(clock=clock)
         self.errors = ErrorRing(clock=clock)
+        self.logs = logs.install()
         self.started = clock()
         #: the newest hook request seen (epoch s), for the connector domain.
         self.last_hook_at: float | None = None

@@ -5,6 +5,8 @@
 * ``GET /api/analytics/latency[?operation=]``: p50 / p95 / p99 (ms) and per-minute points of
   every timed operation.
 * ``GET /api/analytics/errors[?stage=&code=&limit=&after_id=]``: the error ring, newest first.
+* ``GET /api/analytics/logs[?category=&level=&q=&limit=&offset=]``: the log ring (the daemon's
+  newest log records as structured events), newest first, one page with the total.
 * ``GET /api/timeline/{key}``: a session's or a memory's events in order.
 * ``GET /metrics``: Prometheus text exposition.
 
@@ -13,7 +15,7 @@ All need the token (or the dashboard's session cookie), like every route but ``/
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
@@ -55,6 +57,19 @@ def router(container: Any) -> APIRouter:
         """The error ring (500 entries), newest first, with counts by stage."""
         return {"errors": obs.errors.recent(stage=stage, code=code, limit=limit, after_id=after_id),
                 "by_stage": obs.errors.by_stage(), "totals": dict(obs.errors.totals), "size": len(obs.errors)}
+
+    @r.get("/api/analytics/logs")
+    def logs(category: str | None = Query(None, max_length=64, description="e.g. predictor, pipeline, drift."),
+             level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = Query(
+                 None, description="This level and above."),
+             q: str | None = Query(None, max_length=200, description="Words in the message or the logger's name."),
+             limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=10_000)) -> dict[str, Any]:
+        """The log ring (the daemon's newest 2,000 log records at its log level), newest first:
+        ``items`` (``id, at, level, category, logger, message, exception``), ``total`` matching,
+        and the records by category."""
+        items, total = obs.logs.page(category=category, level=level, q=q, offset=offset, limit=limit)
+        return {"items": items, "total": total, "limit": limit, "offset": offset,
+                "categories": obs.logs.categories()}
 
     @r.get("/api/timeline/{key:path}")
     def get_timeline(key: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memlane.pipeline.config import PipelineV2Settings
-from memlane.pipeline.diagnostics import build_recommendations, get_diagnostics
+from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
 from memlane.pipeline.repairs import RepairRateLimited, Repairs
 from memlane.pipeline.runtime import PollingWorker
 from memlane.services.clock import now_iso
@@ -93,9 +93,14 @@ class MaintenanceWorker(PollingWorker):
         self.run_cycle()
         return False  # one cycle per interval
 
-    def diagnose(self) -> dict[str, Any]:
-        """The current report, its recommendations, halted actions and repair limits (no repair)."""
-        report = get_diagnostics(self.db, now=self._now(), model=self._model())
+    def report(self) -> DiagnosticsReport:
+        """The current :class:`DiagnosticsReport` (one read, no repair)."""
+        return get_diagnostics(self.db, now=self._now(), model=self._model())
+
+    def diagnose(self, report: DiagnosticsReport | None = None) -> dict[str, Any]:
+        """The current report (or ``report``, read moments ago by the caller), its
+        recommendations, halted actions and repair limits (no repair)."""
+        report = report if report is not None else self.report()
         return {"report": report.as_dict(),
                 "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)],
                 "halted": sorted(self.halt.halted), "limits": self.repairs.limits(),

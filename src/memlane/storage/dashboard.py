@@ -24,11 +24,13 @@ def _rows(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
 
 # -- memories ------------------------------------------------------------------------------
 def memory_filters(*, project: str | None = None, type_: str | None = None, source_type: str | None = None,
-                   pinned: bool | None = None, state: str = "live") -> tuple[str, list[Any]]:
+                   pinned: bool | None = None, state: str = "live", flagged: bool | None = None
+                   ) -> tuple[str, list[Any]]:
     """The WHERE clause (without the keyword) and its arguments for the memory filters.
 
     ``state``: live (not deleted, not superseded), deleted, superseded, or all. ``source_type``
-    ``""`` matches memories without one.
+    ``""`` matches memories without one. ``flagged``: True keeps only memories with an
+    unresolved prediction error (stale or drifting, docs/drift.md), False only those without.
 
     Raises:
         ValueError: an unknown state.
@@ -57,7 +59,24 @@ def memory_filters(*, project: str | None = None, type_: str | None = None, sour
     if pinned is not None:
         where.append("pinned = ?")
         args.append(int(pinned))
+    if flagged is not None:  # idx_pred_errors_memory; the open rows are few
+        where.append(("" if flagged else "NOT ") + "EXISTS (SELECT 1 FROM prediction_errors p "
+                     "WHERE p.memory_id = memories.id AND p.resolved_at IS NULL)")
     return " AND ".join(where), args
+
+
+def drift_counts(conn: sqlite3.Connection) -> dict[str, Any]:
+    """Unresolved prediction errors of memories that are not deleted (docs/drift.md):
+    ``{"memories": distinct memories, "errors": rows, "by_type": {error_type: rows}}``."""
+    rows = conn.execute(
+        "SELECT p.error_type, count(*) FROM prediction_errors p "
+        "JOIN memories m ON m.id = p.memory_id WHERE p.resolved_at IS NULL AND m.is_deleted = 0 "
+        "GROUP BY p.error_type").fetchall()
+    memories = conn.execute(
+        "SELECT count(DISTINCT p.memory_id) FROM prediction_errors p JOIN memories m ON m.id = p.memory_id "
+        "WHERE p.resolved_at IS NULL AND m.is_deleted = 0").fetchone()[0] if rows else 0
+    by_type = {str(r[0]): int(r[1]) for r in rows}
+    return {"memories": int(memories), "errors": sum(by_type.values()), "by_type": by_type}
 
 
 def memories_page(conn: sqlite3.Connection, *, limit: int, offset: int, **filters: Any) -> tuple[list[Memory], int]:

@@ -244,13 +244,20 @@ def list_entities(conn: sqlite3.Connection, *, q: str | None, entity_type: str |
     return [_of(Entity, r) for r in rows], total
 
 
-def entity_mentions(conn: sqlite3.Connection, entity_id: str, limit: int) -> list[Mention]:
-    """The entity's memory links, newest first, with the memory's content."""
+def entity_mentions(conn: sqlite3.Connection, entity_id: str, limit: int, offset: int = 0) -> list[Mention]:
+    """The entity's memory links, newest first, ``limit`` from ``offset``, with the memory's
+    content (read in order from ``idx_mentions_entity_created``, migration 0016)."""
     rows = conn.execute(
         """SELECT mm.*, m.content, m.is_deleted FROM memory_entity_mentions mm
            JOIN memories m ON m.id = mm.memory_id WHERE mm.entity_id = ? ORDER BY mm.created_at DESC, mm.memory_id
-           LIMIT ?""", (entity_id, limit)).fetchall()
+           LIMIT ? OFFSET ?""", (entity_id, limit, offset)).fetchall()
     return [_of(Mention, r) for r in rows]
+
+
+def entity_mention_count(conn: sqlite3.Connection, entity_id: str) -> int:
+    """How many memories the entity is linked to (``idx_mentions_entity``, covering)."""
+    return int(conn.execute("SELECT count(*) FROM memory_entity_mentions WHERE entity_id = ?",
+                            (entity_id,)).fetchone()[0])
 
 
 def entity_relations(conn: sqlite3.Connection, entity_id: str, limit: int) -> list[Relation]:
@@ -335,11 +342,19 @@ def attributes_of_entity(conn: sqlite3.Connection, entity_id: str, *, aspect_id:
         if v is not None:
             where.append(f"{col} = ?")
             args.append(v)
-    rows = conn.execute(
+    rows = conn.execute(  # one status, no other filter: in order from idx_attributes_entity_created (0016)
         f"""SELECT x.*, a.name AS aspect_name FROM entity_attributes x LEFT JOIN entity_aspects a ON a.id = x.aspect_id
             WHERE {' AND '.join(where)} ORDER BY x.created_at DESC, x.id LIMIT ? OFFSET ?""",
         (*args, limit, offset)).fetchall()
     return [_of(Attribute, r) for r in rows]
+
+
+def attribute_count(conn: sqlite3.Connection, entity_id: str, *, status: str | None = "active") -> int:
+    """How many attributes the entity has (of one status, or all with None)."""
+    if status is None:
+        return int(conn.execute("SELECT count(*) FROM entity_attributes WHERE entity_id = ?", (entity_id,)).fetchone()[0])
+    return int(conn.execute("SELECT count(*) FROM entity_attributes WHERE entity_id = ? AND status = ?",
+                            (entity_id, status)).fetchone()[0])
 
 
 def unclassified_attributes(conn: sqlite3.Connection, entity_id: str, limit: int) -> list[Attribute]:

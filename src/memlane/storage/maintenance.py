@@ -103,10 +103,12 @@ class HealthCounts:
 
 def health_counts(conn: sqlite3.Connection, *, now: str, model: str | None) -> HealthCounts:
     """The counts of :class:`HealthCounts` (read only)."""
-    j = conn.execute(
-        "SELECT count(*), coalesce(sum(status = 'dead'), 0), coalesce(sum(status = 'pending'), 0), "
-        "coalesce(sum(status = 'leased' AND leased_until IS NOT NULL AND leased_until < ?), 0) FROM memory_jobs",
-        (now,)).fetchone()
+    # Counted per status on idx_jobs_lease (covering) and stale leases on idx_jobs_status, not
+    # by reading every job row (docs/decisions.md, Indexes).
+    by_status = dict(conn.execute("SELECT status, count(*) FROM memory_jobs GROUP BY status").fetchall())
+    stale = conn.execute("SELECT count(*) FROM memory_jobs WHERE status = 'leased' AND leased_until IS NOT NULL "
+                         "AND leased_until < ?", (now,)).fetchone()[0]
+    j = (sum(by_status.values()), by_status.get("dead", 0), by_status.get("pending", 0), stale)
     m = conn.execute("SELECT count(*), coalesce(sum(is_deleted = 0), 0), coalesce(sum(is_deleted = 1), 0) "
                      "FROM memories").fetchone()
     return HealthCounts(int(j[0]), int(j[1]), int(j[2]), int(j[3]), int(m[0]), int(m[1]), int(m[2]),

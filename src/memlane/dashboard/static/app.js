@@ -69,6 +69,8 @@
       document.getElementById("flag-dialog").showModal();
     } else if (action === "flag-cancel") {
       document.getElementById("flag-dialog").close();
+    } else if (action === "drift-resolve") {
+      run(() => call("POST", "/api/drift/errors/" + encodeURIComponent(btn.getAttribute("data-error")) + "/resolve", {}));
     } else if (action === "review") {
       run(() => call("POST", "/api/dashboard/review/" + enc, { action: btn.getAttribute("data-review") }));
     } else if (action === "review-edit-open") {
