@@ -6,7 +6,8 @@ loopback LLM (memlane.bench.dashboard_llm) as the extraction model and continuit
 Flows: sign in through the one-time link; the predictor tab in cold start (before the fill)
 and in active mode (after it, a trained model serving); search and open a memory card; edit;
 flag wrong and see the superseding memory and the negative label; forget and recover; approve
-and reject in the session-end review; a session's comparison inspector; the knowledge graph.
+and reject in the session-end review; a session's comparison inspector; the knowledge graph; a
+stale memory in Needs attention, the filtered list and its card; the Logs page.
 Screenshots of every page go to ``bench-results/dashboard/`` (CI artefacts), with each page's
 navigation timing (``browser-timing.json``; recorded, never asserted).
 
@@ -358,3 +359,48 @@ def test_keyboard_reaches_the_skip_link_and_the_navigation(filled, page):
     assert page.evaluate("document.activeElement.textContent") == "Health"
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline == "solid"  # a visible focus style
+
+
+def test_a_stale_memory_needs_attention_and_its_card_says_why(filled, page):
+    mid = _injected_memory(filled, "conv-26-q7")
+    with api(filled) as c:
+        r = c.post(f"/api/memory/{mid}/signal", json={"source": "calendar", "evidence": {"event": "moved"}})
+        assert r.status_code == 200, r.text
+    visit(page, filled.url + "/", "health-attention")
+    attention = page.locator("#attention-h").locator("xpath=..")
+    assert "stale or drifting memor" in attention.inner_text() and "external signal" in attention.inner_text()
+    with page.expect_navigation():
+        attention.get_by_role("link", name="stale or drifting").click()
+    assert "drift=flagged" in page.url
+    cards = page.locator("li.card")
+    assert cards.count() >= 1 and "[DRIFT: external signal from calendar]" in page.inner_text("main")
+    visit(page, page.url, "memories-drifting")
+    with page.expect_navigation():
+        page.locator(f"li.card a[href='/memories/{mid}']").click()
+    assert "[DRIFT: external signal from calendar]" in page.locator("#drift-warning").inner_text()
+    assert "drifting" in page.locator(".badges").first.inner_text()
+    visit(page, page.url, "memory-drifting")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Dismiss (false positive)").click()
+    assert page.locator("#drift-warning").count() == 0 and "resolved" in page.locator("#drift-h").locator(
+        "xpath=..").inner_text()
+
+
+def test_logs_page_filters_events_and_errors_on_the_server(filled, page):
+    visit(page, filled.url + "/logs", "logs")
+    assert page.locator("h1").inner_text() == "Logs"
+    options = page.locator("select[name=category] option")
+    assert options.count() >= 2  # "any" and at least one category the daemon logged under
+    category = options.nth(1).get_attribute("value")
+    page.select_option("select[name=category]", category)
+    with page.expect_navigation():
+        page.locator("form[role=search] button[type=submit]").click()
+    assert f"category={category}" in page.url
+    rows = page.locator("#log-events tbody tr")
+    assert rows.count() >= 1
+    assert all(rows.nth(i).locator("td").nth(2).inner_text() == category for i in range(rows.count()))
+    with api(filled) as c:  # a hook the daemon refuses lands in the error ring, stage connector
+        assert c.post("/api/hooks/session-start", json={"session_key": ""}).status_code == 422
+    visit(page, filled.url + "/logs?kind=errors&stage=connector", "logs-errors")
+    assert page.locator("#log-errors tbody tr").count() >= 1
+    assert "connector" in page.locator("#log-errors tbody tr").first.inner_text()
