@@ -254,8 +254,8 @@ class MemoryScorer(nn.Module):
         The text path runs only on the items that take it (none, usually: a memory with a
         stored embedding is scored from it). The output is the same as running both paths
         on every item and selecting; the hash-bucket table then gets no gradient from a batch
-        without text items, instead of a dense all-zero one (16,385 x 64): at 500 training
-        sessions that zero gradient, its clip and its Adam update were ~30 % of a step.
+        without text items, instead of a dense all-zero one (16,385 x 64) whose clip and Adam
+        update would cost a large share of every step (docs/decisions.md, "Training").
         """
         lead = is_embedded.shape
         d = self.config.d_model
