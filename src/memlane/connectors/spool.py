@@ -7,8 +7,8 @@ Files are written atomically (a hidden temp file in the same directory, then a r
 0600, and not fsynced: a spooled event survives the hook process or the daemon dying, but a
 power loss or OS crash within the kernel's writeback delay (seconds) can lose it (a file left
 empty or truncated is moved to ``rejected/`` on replay). Why: the spool is written while a
-user waits on a hook, and on a busy disk two fsyncs (file and directory) took 5-15 ms of the
-30 ms budget of a hook with the daemon down (docs/hooks.md).
+user waits on a hook, and on a busy disk two fsyncs (file and directory) take a large share
+of a hook's budget with the daemon down (docs/hooks.md has the measurement).
 
 Caps (per spool directory): at most :data:`MAX_FILES` files and :data:`MAX_BYTES` bytes; the
 oldest files are dropped, each with a log line. Events the daemon rejects (any 4xx) or that

@@ -1,9 +1,9 @@
 """An in-memory copy of the FTS5 statistics that ``bm25()`` reads, for the BM25 and hint legs.
 
 Why: FTS5 computes ``bm25()`` row by row (a docsize lookup and a position-list walk per
-matching row), ~2.4 us a row: at 10,000 memories a LoCoMo question matches ~1,500 memories
-(3.5 ms) and ~5,000 of 30,000 hints (8 ms), more than the query embedding they overlap with.
-The same numbers from numpy arrays cost ~0.2 ms.
+matching row), and on a large store a question matches thousands of rows: the BM25 and hint
+legs would take longer than the query embedding they overlap with. The same numbers from
+numpy arrays cost a small fraction of that (docs/architecture.md, "Recall path").
 
 What is kept, per FTS5 table (``memories_fts``: ``normalized_content``, ``context``;
 ``memory_hints_fts``: ``hint``): every row's rowid and size in tokens (all columns), and per term

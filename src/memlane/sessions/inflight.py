@@ -3,9 +3,8 @@
 The session-start hook's answer (the inject text) does not depend on the start's record of
 its candidate pool, only on the pool and the scores. The HTTP hook therefore queues that
 record and answers at once (``SessionService.start(..., hold_write=True)``: the record is
-queued on the writer once the response is sent, below);
-with the predictor active this took the write, ~5-6 ms p50 and ~10-12 ms p95 at 4,000
-memories, off the answer (docs/sessions.md, "Write-behind session-start").
+queued on the writer once the response is sent, below), which takes the write off the
+answer (docs/sessions.md, "Write-behind session-start", has the measurement).
 
 What keeps this correct:
 
