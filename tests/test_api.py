@@ -129,7 +129,7 @@ def test_recall(vclient):
     assert out["legs"] == ["bm25", "vector"] and out["took_ms"] >= 0
     assert len(out["results"]) == 2
     # the hand-built answer is exactly the documented model, field for field
-    from memlane.api.schemas import RecallOut
+    from memlane.schemas.models import RecallOut
     assert RecallOut.model_validate(out).model_dump() == out
     top = out["results"][0]
     assert top["id"] == ids["Alice is allergic to peanuts."]

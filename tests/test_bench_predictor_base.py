@@ -16,7 +16,7 @@ import torch
 
 from memlane.bench.predictor_locomo import train_base
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.engine import PredictorEngine
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.model import MemoryScorer, ScorerConfig

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from memlane.bench.predictor_rolling import graded_ndcg, rolling_blocks, training_window
 from memlane.bench.predictor_simulated import run_simulated
 from memlane.cli.main import app
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 
 
 def test_graded_ndcg_matches_a_hand_computation():

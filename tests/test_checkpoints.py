@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.errors import ValidationError
+from memlane.config.continuity import SessionCheckpointSettings
 from memlane.sessions.checkpoints import (
     MAX_QUERIES,
     MAX_REMEMBERS,
     TRIGGERS,
     TRUNCATED,
     SessionCheckpointService,
-    SessionCheckpointSettings,
     format_periodic_digest,
     format_pre_compaction_digest,
     format_session_end_digest,

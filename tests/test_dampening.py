@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlane.pipeline.config import DampeningSettings
+from memlane.config.pipeline import DampeningSettings
 from memlane.recall.dampening import (
     Dampener,
     HubStats,

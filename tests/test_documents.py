@@ -17,7 +17,7 @@ from conftest import api_client
 from memlane.documents.chunking import chunk_text
 from memlane.documents.fetcher import FetchError, fetch_url, html_to_text
 from memlane.documents.service import CHUNK_TYPE, DOCUMENT_INGEST, DocumentService
-from memlane.pipeline.runtime import JobWorker
+from memlane.workers.runtime import JobWorker
 from memlane.services.inputs import RememberInput
 from memlane.storage import documents as doc_sql
 from memlane.storage import jobs as J

@@ -14,7 +14,7 @@ from memlane.graph import persist_extraction
 from memlane.graph.classify import ClassifyHandler, build_prompt, parse_reply
 from memlane.graph.store import CLASSIFY_JOB
 from memlane.graph.wiring import CLASSIFY_WORKER
-from memlane.pipeline.runtime import SkipJob
+from memlane.workers.runtime import SkipJob
 from memlane.providers.ollama import OllamaProvider
 from memlane.services.inputs import RememberInput
 from memlane.storage import graph as graph_sql

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memlane.pipeline.jobs import EXTRACT, backoff_ms, enqueue_extraction
+from memlane.pipeline.jobs import EXTRACT, enqueue_extraction
+from memlane.workers.runtime import backoff_ms
 from memlane.storage import jobs as J
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate

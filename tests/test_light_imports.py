@@ -65,7 +65,7 @@ LIGHT_MODULES = [
     "memlane.errors",
     "memlane.auth",
     "memlane.predictor",
-    "memlane.predictor.settings",
+    "memlane.config.predictor",
     "memlane.predictor.policy",
     "memlane.sessions",
     "memlane.sessions.checkpoints",

@@ -13,10 +13,10 @@ from conftest import api_client
 from memlane.config import load_settings, public_settings
 from memlane.container import open_container
 from memlane.errors import ConfigError
-from memlane.pipeline.config import (
+from memlane.config.pipeline import (
     LEGACY_KEYS, PipelineV2Settings, extraction_llm_settings, snake_keys,
 )
-from memlane.providers.settings import LlmSettings
+from memlane.config.llm import LlmSettings
 
 
 def P(**kw) -> PipelineV2Settings:

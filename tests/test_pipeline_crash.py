@@ -28,7 +28,7 @@ import pytest
 from conftest import free_port
 from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
 from memlane.pipeline.prompts import EXTRACTION_MARKER
-from memlane.pipeline.runtime import StaleLeaseReaper
+from memlane.workers.runtime import StaleLeaseReaper
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as jobs_sql
 from memlane.storage.jobs import add_ms

@@ -14,7 +14,7 @@ from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import open_container
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT, enqueue_extraction
-from memlane.pipeline.runtime import JobWorker, PollingWorker, SkipJob, StaleLeaseReaper, WorkerRegistry
+from memlane.workers.runtime import JobWorker, PollingWorker, SkipJob, StaleLeaseReaper, WorkerRegistry
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as J
 from memlane.storage.db import Database
@@ -255,7 +255,7 @@ def test_status_and_job_endpoints(tmp_path):
 def _chained_handler(db: Database, seen: list[int], fail_on: int | None = None):
     """A handler that, like the extract handler, writes its effect, completes its job and leases
     the worker's next one in ONE transaction."""
-    from memlane.pipeline.runtime import CompletedInTransaction, lease_ahead_hook
+    from memlane.workers.runtime import CompletedInTransaction, lease_ahead_hook
 
     def handle(j: J.Job):
         lease_next = lease_ahead_hook()

@@ -18,7 +18,7 @@ from memlane.bench.pipeline import run_pipeline_bench
 from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
 from memlane.config import load_settings
 from memlane.pipeline.extract_job import NO_LLM_REASON, make_handler
-from memlane.pipeline.runtime import CompletedInTransaction
+from memlane.workers.runtime import CompletedInTransaction
 from memlane.replay.extract import NO_PROVIDER, render, run_extract_replay
 from memlane.services.inputs import RecallQuery, RememberInput
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings

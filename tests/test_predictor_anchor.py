@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import collate, session_constant_columns
 from memlane.predictor.engine import PredictorEngine

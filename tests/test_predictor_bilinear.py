@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.data import collate, memory_basis
 from memlane.predictor.engine import PredictorEngine, bilinear_l2
 from memlane.predictor.features import CURRENT_SCHEMA

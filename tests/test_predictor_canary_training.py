@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from memlane.predictor import policy
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.client import SidecarClient, sidecar_command
 from memlane.services.predictor_training import Retrainer
 from memlane.storage import predictor as pred_sql

@@ -33,7 +33,7 @@ from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.predictor.client import SidecarClient
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_scoring import ERROR_KINDS, ScoreChannel
 from memlane.sessions.inputs import StartInput

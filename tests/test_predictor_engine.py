@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.checkpoint import CheckpointMeta
 from memlane.predictor.data import collate
 from memlane.predictor.coverage import query_coverage
@@ -565,7 +565,7 @@ def test_build_session_rejects_mismatched_lengths():
 
 def test_training_stage_follows_the_number_of_sessions(tmp_path):
     """Below FULL_MODEL_MIN_SESSIONS only the feature residual trains, without a validation split."""
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     assert PredictorEngine.stage_for(C.FULL_MODEL_MIN_SESSIONS - 1) == "linear"
     assert PredictorEngine.stage_for(C.FULL_MODEL_MIN_SESSIONS) == "full"

@@ -31,7 +31,7 @@ import pytest
 from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import Container, open_container
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions import labels
 from memlane.sessions.inject import short_id
@@ -355,7 +355,7 @@ def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(w
     from rich.console import Console
 
     from memlane.cli.predictor_cmd import status_table
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     drive_to_warming(world)  # a trained model serves
     c = world.c

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.policy import (
     PolicyState,
     alpha_for,
@@ -509,7 +509,7 @@ def test_evaluation_ndcg_none_without_relevant_memory_in_pool():
 
 
 def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
     from memlane.predictor.policy import PolicyState, alpha_for, record_comparison
 
     s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6, margin_ema=0.06,
@@ -533,7 +533,7 @@ def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
 def test_margin_guard_asks_for_a_gain_of_at_least_0_05_until_the_window_is_full():
     """Before MARGIN_WINDOW comparisons exist, a predictor ahead by less than MARGIN_GUARD_MIN
     on average (margin EMA) has no influence yet."""
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     s = exited_state(0.9, 30)
     s.recent_margins = [0.1] * (C.MARGIN_WINDOW - 1)
@@ -548,7 +548,7 @@ def test_a_full_margin_window_decides_alone_and_an_ema_dip_keeps_the_influence()
     0.05 while the last 20 margins still average a gain (the simulated user, seed 0, sessions
     112-120), and the predictor keeps its influence; when the window's mean turns into a loss
     it loses it."""
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
               train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
@@ -572,7 +572,7 @@ def test_margin_window_keeps_alpha_at_one_when_the_model_loses_on_average():
     """A streak of wins lifts the margin EMA over 0.05 and the success rate stays high, but the
     last 20 margins average a loss: no influence. The window's mean, not the EMA of the last
     ~10 sessions nor the count of wins, says whether the model gains."""
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
               train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
@@ -594,7 +594,7 @@ def test_margin_window_keeps_alpha_at_one_when_the_model_loses_on_average():
 
 
 def test_margin_window_applies_once_full_and_survives_a_save():
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     s = exited_state(0.9, 30)
     s.recent_margins = [-0.01] * (C.MARGIN_WINDOW - 1)
@@ -614,7 +614,7 @@ def test_margin_window_applies_once_full_and_survives_a_save():
 
 
 def test_margin_window_keeps_only_the_last_eligible_margins():
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     kw = dict(predictor_scored=True, project=None, min_training_sessions=10, train_interval_sessions=10,
               drift_reset_window=10)
@@ -650,7 +650,7 @@ def test_status_line_of_every_phase_follows_the_state():
 def test_the_margin_guard_reason_is_what_alpha_for_applies():
     """``margin_guard_reason`` names a reason exactly when the guard holds an exited,
     non-drifting predictor at alpha 1, for both forms of the guard."""
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
     from memlane.predictor.policy import margin_guard_reason
 
     cases = [

@@ -19,7 +19,7 @@ from memlane.predictor.coverage import FTS_TOKENIZE, QueryCoverage, query_covera
 from memlane.predictor.dataset import load_sessions, with_query_coverage
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.storage.db import open_readonly
 from memlane.storage.fts_stats import tokenizer_option
 from memlane.services.inputs import RememberInput

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_service import PredictorService
 from memlane.services.predictor_types import PoolMember

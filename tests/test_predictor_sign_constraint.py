@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import collate
 from memlane.predictor.engine import PredictorEngine, non_positive_columns

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.client import SidecarClient, sidecar_command
 from memlane.predictor.data import Session
 from memlane.predictor.dataset import build_session

@@ -32,10 +32,10 @@ from memlane.bench.sessions import seed_alpha
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.predictor import policy
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.dataset import load_sessions
 from memlane.storage.db import open_readonly
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput

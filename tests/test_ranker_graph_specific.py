@@ -75,7 +75,7 @@ def test_specific_mentions_threshold() -> None:
 
 
 def test_boost_max_share_is_validated() -> None:
-    from memlane.pipeline.config import GraphSettings
+    from memlane.config.pipeline import GraphSettings
 
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError):

@@ -35,8 +35,8 @@ from memlane.config import Settings, load_settings, public_settings
 from memlane.container import open_container
 from memlane.errors import ConfigError
 from memlane.key_binding import bindings_path, origin
-from memlane.pipeline.config import PipelineV2Settings, extraction_llm_settings
-from memlane.providers.settings import LlmSettings
+from memlane.config.pipeline import PipelineV2Settings, extraction_llm_settings
+from memlane.config.llm import LlmSettings
 from memlane.services.config_service import HTTP_FORBIDDEN_KEYS
 
 ATTACKER = "http://attacker.example:8080"

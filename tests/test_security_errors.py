@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from conftest import api_client
-from memlane.api.errors import ECHO_CHARS, error_response, json_safe
+from memlane.schemas.errors import ECHO_CHARS, error_response, json_safe
 from memlane.services.inputs import RememberInput
 
 J = {"content-type": "application/json"}

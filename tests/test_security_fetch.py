@@ -31,7 +31,7 @@ from memlane.documents.fetcher import FetchError, FetchRefused, check_url, fetch
 from memlane.documents.service import DOCUMENT_INGEST, DocumentService
 from memlane.netguard import (AddressRefused, HostAllowlist, check_literal, guarded_client, numeric_address,
                               refusal, vet)
-from memlane.pipeline.runtime import JobWorker
+from memlane.workers.runtime import JobWorker
 
 
 class Site:

@@ -17,7 +17,7 @@ import numpy as np
 from memlane.config import SessionSettings
 from memlane.predictor.dataset import build_session
 from memlane.predictor.features import FEATURE_INDEX
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.services.predictor_service import PredictorService
 from memlane.sessions import ranking

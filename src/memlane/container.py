@@ -17,12 +17,12 @@ from memlane.embedding.base import Embedder
 from memlane.fileperms import private_dir
 from memlane.graph.wiring import wire as wire_graph
 from memlane.key_binding import enforce_key_bindings
-from memlane.pipeline.config import extraction_llm_settings
+from memlane.config.pipeline import extraction_llm_settings
 from memlane.pipeline import extract_job
 from memlane.pipeline.jobs import extraction_hook
 from memlane.pipeline import wiring_docs
 from memlane.drift import wiring as drift_wiring
-from memlane.pipeline.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
+from memlane.workers.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.recall import stages as recall_stages
 from memlane.services.memory_service import MemoryService
@@ -56,7 +56,7 @@ class Container:
     sessions: SessionService
     checkpoints: SessionCheckpointService
     llm: LlmProvider | None = None
-    #: Background workers (memlane.pipeline.runtime); started only by open_container(start_workers=True).
+    #: Background workers (memlane.workers.runtime); started only by open_container(start_workers=True).
     workers: WorkerRegistry = field(default_factory=WorkerRegistry)
     #: The LLM extraction uses (settings.llm unless memory.pipelineV2.extraction overrides it).
     extraction_llm: LlmProvider | None = None

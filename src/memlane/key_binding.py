@@ -17,7 +17,7 @@ with, and is sent nowhere else:
 Only sections whose provider sends the key are checked (``openai``: the key is an
 ``Authorization: Bearer`` header); Ollama sends no key. The extraction LLM inherits
 ``llm.api_key`` only when it uses ``llm``'s own provider and base URL
-(:func:`memlane.pipeline.config.extraction_llm_settings`).
+(:func:`memlane.config.pipeline.extraction_llm_settings`).
 
 The recorded hash identifies a key without storing it; API keys are long random strings, so
 the hash does not help anyone guess one (and the key itself sits beside it in config.yaml).

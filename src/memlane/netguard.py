@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import re
 import socket
 import ssl
 import threading
@@ -46,14 +45,13 @@ from typing import Any
 import httpcore
 import httpx
 
+from memlane.config.hosts import HostAllowlist, normalize_host
 from memlane.errors import ValidationError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``socket.getaddrinfo``'s signature: (host, port, family, type) -> [(family, type, proto, canon, sockaddr)].
 Resolver = Callable[..., list[tuple[Any, ...]]]
 
-#: Most entries an allow-list may hold.
-MAX_ALLOWED_HOSTS = 100
 #: Where a user allows a refused host (named in every refusal).
 ALLOWLIST_SETTING = "memory.pipelineV2.documents.allowedHosts"
 
@@ -67,9 +65,6 @@ _RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12
 _ULA = ipaddress.IPv6Network("fc00::/7")
 _METADATA = frozenset({ipaddress.IPv4Address("169.254.169.254"), ipaddress.IPv4Address("169.254.170.2"),
                        ipaddress.IPv6Address("fd00:ec2::254")})
-# A DNS name after IDNA encoding: dot-separated labels of letters, digits, '-' and '_'.
-_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-                        r"(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$")
 
 
 class AddressRefused(ValidationError):
@@ -143,29 +138,6 @@ def refusal(ip: IPAddress) -> str | None:
     return None
 
 
-def normalize_host(host: str) -> str:
-    """A URL host as compared: lowercase, IDNA-encoded (as httpx sends it), no brackets or trailing dot.
-
-    Raises:
-        ValueError: not a valid host name or IP literal.
-    """
-    h = host.strip()
-    if h.startswith("[") and h.endswith("]"):
-        h = h[1:-1]
-    if ":" in h:
-        try:
-            return str(ipaddress.IPv6Address(h))
-        except ValueError:
-            raise ValueError(f"not a valid IPv6 address: {host[:100]!r}") from None
-    try:
-        raw = httpx.URL(scheme="http", host=h).raw_host.decode("ascii").lower()
-    except (httpx.InvalidURL, UnicodeError, ValueError):
-        raise ValueError(f"not a valid host name: {host[:100]!r}") from None
-    if not _HOST_NAME.match(raw):
-        raise ValueError(f"not a valid host name: {host[:100]!r}")
-    return raw.rstrip(".")
-
-
 def numeric_address(host: str) -> IPAddress | None:
     """The address a numeric host denotes, in any form ``getaddrinfo`` accepts without DNS.
 
@@ -188,53 +160,6 @@ def numeric_address(host: str) -> IPAddress | None:
 
 def _parse_ip(text: str) -> IPAddress:
     return ipaddress.ip_address(text.split("%", 1)[0])
-
-
-class HostAllowlist:
-    """Hosts the policy lets through (setting ``memory.pipelineV2.documents.allowedHosts``).
-
-    An entry is a host name (``docs.internal``, compared with the URL's host after
-    :func:`normalize_host`; no wildcards), an IP address or a CIDR network (``10.1.2.0/24``,
-    compared with every address a host resolves to, so ``127.0.0.1`` also lets ``localhost``
-    through).
-
-    Raises:
-        ValueError: an entry that is neither, or more than :data:`MAX_ALLOWED_HOSTS` entries.
-    """
-
-    def __init__(self, entries: Iterable[str] = ()) -> None:
-        entries = list(entries)
-        if len(entries) > MAX_ALLOWED_HOSTS:
-            raise ValueError(f"at most {MAX_ALLOWED_HOSTS} allowed hosts")
-        names: set[str] = set()
-        networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        for entry in entries:
-            if not isinstance(entry, str) or not entry.strip():
-                raise ValueError("allowed hosts are non-empty strings")
-            text = entry.strip()
-            bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-            try:
-                networks.append(ipaddress.ip_network(bare, strict=False))
-                continue
-            except ValueError:
-                pass
-            names.add(normalize_host(text))
-        self.names = frozenset(names)
-        self.networks = tuple(networks)
-
-    def __bool__(self) -> bool:
-        return bool(self.names or self.networks)
-
-    def allows_name(self, host: str) -> bool:
-        """Whether ``host`` (any spelling :func:`normalize_host` accepts) is listed by name."""
-        try:
-            return normalize_host(host) in self.names
-        except ValueError:
-            return False
-
-    def allows_address(self, ip: IPAddress) -> bool:
-        """Whether ``ip`` lies in a listed address or network."""
-        return any(ip.version == n.version and ip in n for n in self.networks)
 
 
 NO_EXCEPTIONS = HostAllowlist()

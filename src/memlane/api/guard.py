@@ -33,7 +33,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memlane.api.errors import error_response
+from memlane.schemas.errors import error_response
 from memlane.auth import CLIENT_HEADER, TokenStore, bearer_value
 
 #: Host names every daemon accepts (loopback).

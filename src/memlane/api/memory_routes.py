@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError as PydanticValidationError
 
-from memlane.api.schemas import (
+from memlane.schemas.models import (
     ActorIn, BatchIn, BatchOut, HistoryOut, ListOut, MemoryIn, MemoryOut, PatchIn, RecallIn,
     RecallOut, RememberOut, memory_dict,
 )

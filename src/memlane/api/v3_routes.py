@@ -22,7 +22,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from memlane.api.schemas import MemoryOut, memory_dict
+from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.container import Container
 from memlane.errors import NotFound
 from memlane.services.inputs import RecallQuery

@@ -42,7 +42,7 @@ from memlane.bench.latency import free_port, start_daemon
 from memlane.bench.locomo import load_locomo
 from memlane.bench.metrics import latency_summary
 from memlane.dashboard.auth import COOKIE_NAME
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 
 #: Memories per remember request during the fill.
 BATCH = 256

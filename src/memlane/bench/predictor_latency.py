@@ -33,7 +33,7 @@ from memlane.bench.corpus import memory_texts
 from memlane.bench.metrics import latency_summary
 from memlane.config import Settings
 from memlane.container import open_container
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_signals import score_params
 from memlane.services.predictor_types import PoolMember

@@ -47,7 +47,7 @@ from memlane.container import open_container
 from memlane.embedding.base import Embedder
 from memlane.ndcg import ndcg_at_k
 from memlane.predictor import policy
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
@@ -242,7 +242,7 @@ def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: s
     Raises:
         RuntimeError: the stores hold no training-grade session.
     """
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
     from memlane.predictor.dataset import load_sessions
     from memlane.predictor.engine import PredictorEngine
 

@@ -56,8 +56,8 @@ from memlane.bench.bootstrap import paired_bootstrap
 from memlane.bench.locomo import Conversation, load_locomo
 from memlane.bench.predictor_locomo import ndcg_binary, ordered_questions
 from memlane.predictor import policy
-from memlane.predictor import settings as C
-from memlane.predictor.settings import PredictorSettings
+from memlane.config import predictor as C
+from memlane.config.predictor import PredictorSettings
 from memlane.recall.hybrid import boost
 from memlane.predictor.dataset import build_session, derived_signals, with_query_coverage
 from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES

@@ -38,7 +38,7 @@ import numpy as np
 
 from memlane.bench.bootstrap import paired_bootstrap
 from memlane.bench.predictor_offline import fit_listwise_linear, store_embedding_model
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.data import Session
 from memlane.predictor.dataset import load_sessions
 from memlane.predictor.engine import PredictorEngine
@@ -85,7 +85,7 @@ def training_window(sessions: Sequence[Session], start: int) -> list[Session]:
     """What the sidecar's ``train_from_db`` would train on before session ``start``.
 
     The sessions before ``start``, newest first, at most
-    :data:`~memlane.predictor.settings.MAX_TRAINING_SESSIONS` of them. The order matters: the
+    :data:`~memlane.config.predictor.MAX_TRAINING_SESSIONS` of them. The order matters: the
     full stage validates on the first fifth it is given, which is meant to be the newest
     sessions.
 

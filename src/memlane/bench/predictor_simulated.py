@@ -33,7 +33,7 @@ from memlane.config import Settings
 from memlane.container import open_container
 from memlane.embedding.base import Embedder
 from memlane.ndcg import ndcg_at_k
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql

@@ -36,7 +36,7 @@ from memlane.bench.locomo import Conversation, load_locomo, summary
 from memlane.bench.metrics import aggregate, latency_summary, score_question
 from memlane.config import Settings
 from memlane.embedding.base import Embedder
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.services.inputs import RecallQuery, RememberInput
 
 #: Questions are recalled with this k (the protocol's R@50 needs 50).

@@ -31,7 +31,7 @@ from memlane.bench.metrics import latency_summary
 from memlane.homelock import acquire as acquire_home
 from memlane.config import load_settings
 from memlane.container import open_container
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.services.inputs import RememberInput
 
 PROJECT = "/bench/project"
@@ -81,7 +81,7 @@ def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniL
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"alpha must be in [0, 1), got {alpha}")
     from memlane.predictor import policy
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
     from memlane.storage import predictor as pred_sql
     from memlane.storage.db import connect
 

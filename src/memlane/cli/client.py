@@ -7,9 +7,10 @@ from typing import Any
 
 import httpx
 
+from memlane.config import load_settings
 from memlane.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 
-__all__ = ["Client", "DaemonError", "DaemonUnavailable"]
+__all__ = ["Client", "DaemonError", "DaemonUnavailable", "client_for"]
 
 
 class Client(DaemonClient):
@@ -35,3 +36,15 @@ class Client(DaemonClient):
                 raise DaemonUnavailable(f"no memlane daemon at {self.base_url} ({type(cause).__name__}); "
                                         "start it with `memlane serve`") from cause
             raise
+
+
+def client_for(url: str | None) -> Client:
+    """The CLI's client of the daemon at ``url``, or of the configured one (``settings.url``:
+    ``daemon_url``, else ``http://{host}:{port}``) when ``url`` is None; authenticated with the
+    token of the configured home.
+
+    Raises:
+        ConfigError: the settings are invalid.
+    """
+    settings = load_settings()
+    return Client(url or settings.url, home=settings.home)

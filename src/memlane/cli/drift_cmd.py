@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from memlane.cli.bench import _out_path, bench_app, console, err
-from memlane.cli.client import Client
+from memlane.cli.client import client_for
 from memlane.config import load_settings
 from memlane.errors import MemlaneError
 
@@ -23,11 +23,6 @@ drift_app = typer.Typer(help="Memories that may no longer match the world (drift
 stale_app = typer.Typer(help="File staleness of memories' file references.", no_args_is_help=True)
 
 UrlOpt = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437 or MEMLANE_PORT).")
-
-
-def _client(url: Optional[str]) -> Client:
-    s = load_settings()
-    return Client(url or s.url, home=s.home)
 
 
 def _fail(exc: Exception) -> None:
@@ -50,7 +45,7 @@ def list_errors(error_type: Optional[str] = typer.Option(None, "--type", help="m
     if memory:
         params["memory_id"] = memory
     try:
-        r = _client(url).request("GET", "/api/drift/errors", params=params)
+        r = client_for(url).request("GET", "/api/drift/errors", params=params)
     except MemlaneError as exc:
         _fail(exc)
         return
@@ -71,7 +66,7 @@ def resolve(error_id: int = typer.Argument(..., help="The error id (from `memlan
             url: Optional[str] = UrlOpt) -> None:
     """Dismiss one open prediction error (a false positive)."""
     try:
-        _client(url).request("POST", f"/api/drift/errors/{error_id}/resolve")
+        client_for(url).request("POST", f"/api/drift/errors/{error_id}/resolve")
     except MemlaneError as exc:
         _fail(exc)
     console.print(f"resolved {error_id}")
@@ -83,7 +78,7 @@ def scan(project: Optional[Path] = typer.Option(None, "--project", help="One pro
     """Sweep every file reference now: renamed files (git) are followed, missing ones marked stale."""
     body = {"project": str(project.resolve())} if project is not None else {}
     try:
-        r = _client(url).request("POST", "/api/stale/scan", json=body)
+        r = client_for(url).request("POST", "/api/stale/scan", json=body)
     except MemlaneError as exc:
         _fail(exc)
         return

@@ -21,7 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memlane.api.schemas import MemoryIn
+from memlane.schemas.models import MemoryIn
 from memlane.cli.client import Client, DaemonError
 from memlane.errors import MemlaneError, ValidationError
 

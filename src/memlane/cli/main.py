@@ -28,7 +28,7 @@ from memlane.cli.token_cmd import token_app
 from memlane.cli import v3_cmd
 from memlane.cli.train_cmd import train_app
 from memlane.cli.doctor import doctor
-from memlane.cli.client import Client
+from memlane.cli.client import client_for
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
 
@@ -57,11 +57,6 @@ def _settings(home: Optional[Path] = None, **over: Any):  # noqa: ANN202
     if home is not None:
         kwargs["home"] = home
     return load_settings(**kwargs)
-
-
-def _client(url: Optional[str]) -> Client:
-    settings = _settings()
-    return Client(url or settings.url, home=settings.home)
 
 
 def _fail(exc: Exception) -> None:
@@ -150,7 +145,7 @@ def remember(content: str = typer.Argument(..., help="The memory text ('-' reads
     if content == "-":
         content = sys.stdin.read()
     try:
-        r = _client(url).request("POST", "/api/memory/remember", json={
+        r = client_for(url).request("POST", "/api/memory/remember", json={
             "content": content, "type": type_, "importance": importance, "project": project,
             "tags": tag, "pinned": pinned, "who": "cli", **v3_cmd.remember_fields(**v3)})
     except MemlaneError as exc:
@@ -170,7 +165,7 @@ def recall(query: str = typer.Argument(..., help="What to look for (any text).")
     """Recall memories through the running daemon (V3 conditions: docs/v3.md)."""
     where = v3_cmd.recall_where(**v3)
     try:
-        r = _client(url).request("POST", "/api/v3/recall" if where else "/api/memory/recall", json={
+        r = client_for(url).request("POST", "/api/v3/recall" if where else "/api/memory/recall", json={
             "query": query, "limit": limit, "project": project, "types": type_, **where})
     except MemlaneError as exc:
         _fail(exc)
@@ -190,7 +185,7 @@ def recall(query: str = typer.Argument(..., help="What to look for (any text).")
 def status(url: Optional[str] = UrlOpt) -> None:
     """Daemon health and store statistics."""
     try:
-        c = _client(url)
+        c = client_for(url)
         health = c.request("GET", "/health")
         stats = c.request("GET", "/api/memories", params={"limit": 1})["stats"]
     except MemlaneError as exc:

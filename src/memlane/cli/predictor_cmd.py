@@ -44,7 +44,7 @@ def _ms(v: Any) -> str:
 def _margin_guard(state: dict[str, Any]) -> str:
     """The margin guard's reading of a status ``state`` (:func:`memlane.predictor.policy.margin_guard_reason`)."""
     from memlane.predictor import policy
-    from memlane.predictor import settings as C
+    from memlane.config import predictor as C
 
     ps = policy.PolicyState.from_dict(state)
     window = ps.recent_margins[-C.MARGIN_WINDOW:]
@@ -115,9 +115,9 @@ def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
            as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object.")) -> None:
     """The daemon's predictor: phase, alpha, success rate, model version, training runs (accepted /
     rejected by reason), score errors by kind, sidecar health."""
-    from memlane.cli.main import _client
+    from memlane.cli.client import client_for
 
-    st = _client(url).request("GET", "/api/predictor/status")
+    st = client_for(url).request("GET", "/api/predictor/status")
     if as_json:
         console.print_json(json.dumps(st))
     else:
@@ -127,6 +127,6 @@ def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
 @predictor_app.command("train")
 def train(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL.")) -> None:
     """Ask the daemon to retrain now on the stored sessions (gated; waits for the result)."""
-    from memlane.cli.main import _client
+    from memlane.cli.client import client_for
 
-    console.print_json(json.dumps(_client(url).request("POST", "/api/predictor/train", json={})))
+    console.print_json(json.dumps(client_for(url).request("POST", "/api/predictor/train", json={})))

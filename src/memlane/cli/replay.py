@@ -38,9 +38,7 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
         err.print(f"[red]error:[/red] {data} not found (LoCoMo lives in ../shared/bench-data/locomo/)")
         raise typer.Exit(2)
     if extract:
-        from memlane.replay.extract import run_extract_cli
-        raise typer.Exit(run_extract_cli(data, keep=keep, max_conversations=max_conversations, out=out,
-                                         console=console, err=err))
+        raise typer.Exit(_extract(data, keep=keep, max_conversations=max_conversations, out=out))
     if keep is not None and url is not None:
         err.print("[red]error:[/red] --keep starts its own daemon; do not combine it with --url")
         raise typer.Exit(2)
@@ -75,3 +73,22 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
     if report["data_dir"]:
         console.print(f"data kept in {report['data_dir']}")
     console.print(f"report: {path}")
+
+
+def _extract(data: Path, *, keep: Optional[Path], max_conversations: Optional[int], out: Optional[Path]) -> int:
+    """The ``--extract`` run of ``memlane replay locomo``: run, print, write the JSON report.
+    Returns the exit code: 0 (done, or no provider configured: said so), 1 (an error)."""
+    from memlane.bench.report import write_json
+    from memlane.replay.extract import render, run_extract_replay
+
+    try:
+        with stage_progress(err, "starting") as tick:
+            report = run_extract_replay(data, keep=keep, max_conversations=max_conversations, progress=tick)
+    except (ValueError, RuntimeError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    for line in render(report):
+        console.print(line)
+    if report.get("provider") is not None:
+        console.print(f"report: {write_json(_out_path(out, 'replay-locomo-extract'), report)}")
+    return 0

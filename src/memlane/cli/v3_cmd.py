@@ -26,8 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from memlane.cli.bench import bench_app
-from memlane.cli.client import Client
-from memlane.config import load_settings
+from memlane.cli.client import client_for
 from memlane.errors import MemlaneError, ValidationError
 
 memories_app = typer.Typer(help="V3 memories: list by scope, source, work unit, file; review; relations.",
@@ -131,14 +130,9 @@ def recall_where(**v: Any) -> dict[str, Any]:
     return out
 
 
-def _client(url: Optional[str]) -> Client:
-    settings = load_settings()
-    return Client(url or settings.url, home=settings.home)
-
-
 def _call(url: Optional[str], method: str, path: str, **kw: Any) -> Any:
     try:
-        return _client(url).request(method, path, **kw)
+        return client_for(url).request(method, path, **kw)
     except MemlaneError as exc:
         _err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None

@@ -21,8 +21,8 @@ from typing import Any
 
 from memlane.coaccess.gitlog import Commit, read_history, toplevel
 from memlane.errors import MemlaneError, ValidationError
-from memlane.pipeline.runtime import PollingWorker
-from memlane.services.clock import now_iso
+from memlane.workers.runtime import PollingWorker
+from memlane.config.clock import now_iso
 from memlane.storage import coaccess as co_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str

@@ -32,8 +32,8 @@ from memlane.observability.hub import ensure
 from memlane.observability.logs import LEVELS
 from memlane.observability.timeline import session_timeline
 from memlane.predictor import policy
-from memlane.predictor import settings as pred_settings
-from memlane.services.clock import now_iso
+from memlane.config import predictor as pred_settings
+from memlane.config.clock import now_iso
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.sessions.labels import DELETED_AFTER_INJECTION_LABEL
 from memlane.storage import dashboard as dash_sql

@@ -36,9 +36,9 @@ from memlane.documents.chunking import chunk_text
 from memlane.documents.fetcher import FetchError, FetchResult, check_target, fetch_url
 from memlane.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
 from memlane.netguard import HostAllowlist
-from memlane.pipeline.config import PipelineV2Settings
-from memlane.pipeline.runtime import SkipJob
-from memlane.services.clock import now_iso
+from memlane.config.pipeline import PipelineV2Settings
+from memlane.workers.runtime import SkipJob
+from memlane.config.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text

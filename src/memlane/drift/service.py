@@ -39,11 +39,11 @@ import numpy as np
 from memlane.drift import references as refs_mod
 from memlane.drift.sentences import split_sentences
 from memlane.drift.propagation import propagate
-from memlane.drift.settings import DriftSettings
+from memlane.config.drift import DriftSettings
 from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
 from memlane.recall.memory_index import MemoryIndex
-from memlane.services.clock import now_iso, to_iso
+from memlane.config.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import relations as rel_sql

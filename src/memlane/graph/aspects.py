@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memlane.pipeline.runtime import PollingWorker
-from memlane.services.clock import now_iso
+from memlane.workers.runtime import PollingWorker
+from memlane.config.clock import now_iso
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import add_ms

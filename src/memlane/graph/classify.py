@@ -2,7 +2,7 @@
 
 Jobs of type ``structural_classify`` (one pending per entity, queued by
 :func:`memlane.graph.store.persist_extraction` when it adds unclassified attributes) are leased
-by their own :class:`~memlane.pipeline.runtime.JobWorker`. A job takes the entity's
+by their own :class:`~memlane.workers.runtime.JobWorker`. A job takes the entity's
 unclassified attributes in batches of :data:`CLASSIFY_BATCH_SIZE` (all facts of one entity in
 one LLM call), and for each assigns an aspect and a kind (``attribute`` | ``constraint``):
 
@@ -31,9 +31,9 @@ from memlane.graph import names
 from memlane.graph.linker import infer_aspect
 from memlane.graph.protection import CONSTRAINT, DECISION_IMPORTANCE, DEFAULT_IMPORTANCE, protection_for
 from memlane.graph.store import CLASSIFY_JOB
-from memlane.pipeline.runtime import SkipJob
+from memlane.workers.runtime import SkipJob
 from memlane.providers.base import LlmProvider, strip_fences, strip_think
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import Job

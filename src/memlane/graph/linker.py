@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from memlane.graph import names, store
 from memlane.graph.protection import protection_for
-from memlane.pipeline.config import GraphSettings
+from memlane.config.pipeline import GraphSettings
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import savepoint
 from memlane.storage.models import NewMemory

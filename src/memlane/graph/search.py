@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memlane.graph import names
-from memlane.pipeline.config import GraphSettings
+from memlane.config.pipeline import GraphSettings
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 

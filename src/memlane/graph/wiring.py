@@ -19,7 +19,7 @@ from memlane.graph.aspects import AspectFeedbackWorker
 from memlane.graph.classify import JOB_TYPE, ClassifyHandler
 from memlane.graph.linker import linker_hook
 from memlane.graph.search import GraphBooster
-from memlane.pipeline.runtime import JobWorker
+from memlane.workers.runtime import JobWorker
 
 CLASSIFY_WORKER = "structural-classify"
 FEEDBACK_WORKER = "aspect-feedback"

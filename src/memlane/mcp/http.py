@@ -34,7 +34,7 @@ from fastapi import FastAPI
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memlane.api.errors import error_response
+from memlane.schemas.errors import error_response
 from memlane.container import Container
 
 #: Path of the MCP endpoint on the daemon.

@@ -21,7 +21,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from memlane import __version__
-from memlane.api.schemas import MemoryOut
+from memlane.schemas.models import MemoryOut
 from memlane.errors import MemlaneError, ValidationError
 from memlane.services.inputs import RecallQuery, RememberInput
 

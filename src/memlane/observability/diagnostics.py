@@ -32,7 +32,7 @@ from typing import Any
 
 from memlane.observability.hub import Observability
 from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import sessions as sess_sql
 
 #: Domains in display order.

@@ -26,9 +26,9 @@ import numpy as np
 
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError
-from memlane.pipeline.runtime import PollingWorker
+from memlane.workers.runtime import PollingWorker
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.memory_service import context_text
 from memlane.storage import embeddings as emb_sql
 from memlane.storage import maintenance as mnt_sql

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from memlane.pipeline.decision import run_shadow_decisions
 from memlane.pipeline.extraction import extract
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT
-from memlane.pipeline.runtime import CompletedInTransaction, JobWorker, SkipJob, lease_ahead_hook
+from memlane.workers.runtime import CompletedInTransaction, JobWorker, SkipJob, lease_ahead_hook
 from memlane.pipeline.writes import (WriteReport, apply_writes, assess_contradictions, prefetch_vectors,
                                      record_status)
 from memlane.providers.base import LlmError
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import memories as mem_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import pipeline_audit as audit_sql

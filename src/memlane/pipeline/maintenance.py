@@ -26,11 +26,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from memlane.pipeline.config import PipelineV2Settings
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
 from memlane.pipeline.repairs import RepairRateLimited, Repairs
-from memlane.pipeline.runtime import PollingWorker
-from memlane.services.clock import now_iso
+from memlane.workers.runtime import PollingWorker
+from memlane.config.clock import now_iso
 
 log = logging.getLogger(__name__)
 

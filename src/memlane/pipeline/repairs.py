@@ -32,11 +32,11 @@ from typing import Any
 
 from memlane.errors import Conflict, MemlaneError, NotFound, ValidationError
 from memlane.pipeline import diagnostics as dg
-from memlane.pipeline.config import PipelineV2Settings
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.pipeline.embedding_tracker import EmbeddingTracker
 from memlane.pipeline.retention import sweep
 from memlane.recall.memory_index import iso_to_epoch
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.memory_service import MemoryService
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import maintenance as mnt_sql

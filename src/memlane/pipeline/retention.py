@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memlane.pipeline.runtime import PollingWorker
-from memlane.services.clock import now_iso
+from memlane.workers.runtime import PollingWorker
+from memlane.config.clock import now_iso
 from memlane.storage import retention as ret_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import add_ms

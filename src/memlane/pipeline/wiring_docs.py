@@ -20,7 +20,7 @@ from memlane.pipeline.embedding_tracker import EmbeddingTracker
 from memlane.pipeline.maintenance import MaintenanceWorker
 from memlane.pipeline.repairs import Repairs
 from memlane.pipeline.retention import RetentionWorker
-from memlane.pipeline.runtime import JobWorker
+from memlane.workers.runtime import JobWorker
 
 if TYPE_CHECKING:
     from memlane.container import Container

@@ -40,7 +40,7 @@ import numpy as np
 
 from memlane.errors import Conflict, EmbeddingError
 from memlane.normalize import normalize_and_hash
-from memlane.pipeline.config import PipelineV2Settings
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.pipeline.contradiction import (MIN_SEMANTIC_OVERLAP, overlap, semantic_contradiction,
                                             syntactic_contradiction)
 from memlane.pipeline.decision import DESTRUCTIVE, Proposal

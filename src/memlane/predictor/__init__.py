@@ -16,7 +16,7 @@ Seed: ``shared/seeds/predictive-memory-scorer.md``. Pure core (no database, no d
 * :mod:`.errors` -- the package's exceptions.
 
 Importing the package loads none of them: the names below are resolved on first access
-(PEP 562 ``__getattr__``), so ``memlane.predictor.settings`` and ``.policy`` (the daemon's
+(PEP 562 ``__getattr__``), so ``memlane.config.predictor`` and ``.policy`` (the daemon's
 side, the settings class) come without PyTorch, which only ``.model``, ``.train``,
 ``.checkpoint``, ``.losses``, ``.data`` and ``.gates`` import.
 """

@@ -1,6 +1,6 @@
 """The full stage's linear anchor: a linear-stage model fitted straight on the feature tensors.
 
-From :data:`~memlane.predictor.settings.FULL_MODEL_MIN_SESSIONS` sessions on, the engine trains
+From :data:`~memlane.config.predictor.FULL_MODEL_MIN_SESSIONS` sessions on, the engine trains
 every parameter of the cross-attention model, and :meth:`MemoryScorer.score` ranks by the sum
 of its within-session z-scores and those of this anchor. Rankings averaged this way vary less
 from one retrain to the next than the full model's alone, and rank better than either

@@ -31,7 +31,7 @@ from typing import IO, Any
 import orjson
 
 from memlane.fileperms import open_private, private_dir
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.errors import PredictorError
 
 __all__ = ["PredictorRpcError", "PredictorUnavailable", "SidecarClient", "sidecar_command"]

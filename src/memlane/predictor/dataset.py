@@ -87,7 +87,7 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     Returns:
         ``{memory_id: {signal: bool}}`` with the :data:`DERIVED_SIGNALS` for every id in ``ids``.
     """
-    from memlane.services.clock import to_iso
+    from memlane.config.clock import to_iso
 
     out: dict[str, dict[str, Any]] = {m: dict.fromkeys(DERIVED_SIGNALS, False) for m in ids}
     if project is None or not ids:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from memlane.predictor import checkpoint as ckpt
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import Session, batched, collate, memory_basis, session_constant_columns
 from memlane.predictor.errors import CheckpointError
@@ -176,7 +176,7 @@ class PredictorEngine:
     def stage_for(n_sessions: int) -> str:
         """The training stage for a run on ``n_sessions`` labelled sessions (validation included).
 
-        ``"linear"`` below :data:`~memlane.predictor.settings.FULL_MODEL_MIN_SESSIONS`: only the
+        ``"linear"`` below :data:`~memlane.config.predictor.FULL_MODEL_MIN_SESSIONS`: only the
         linear residual over the feature schema trains (:meth:`MemoryScorer.feature_residual_masks`),
         full-batch; ``"full"`` from there on: every parameter, mini-batches. Why: on few sessions
         the full model ranks below the baseline, the linear stage above it (docs/predictor.md,
@@ -423,7 +423,7 @@ def _held_at_zero(live: MemoryScorer, constant: torch.Tensor, non_positive: torc
 
 def non_positive_columns() -> torch.Tensor:
     """Bool ``[NUM_FEATURES]``: True at the features of
-    :data:`~memlane.predictor.settings.NON_POSITIVE_FEATURES`, whose linear weights training
+    :data:`~memlane.config.predictor.NON_POSITIVE_FEATURES`, whose linear weights training
     keeps at or below 0 (``train.fit``'s ``non_positive``).
 
     ``log_age_days`` is one: a memory does not become more useful by growing older, so a

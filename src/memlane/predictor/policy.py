@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memlane.ndcg import ndcg_at_k
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 
 __all__ = [
     "ComparisonOutcome",
@@ -57,7 +57,7 @@ class PolicyState:
             EMA-eligible comparison, ties included at 0 (memlane's margin guard, see
             :func:`alpha_for`).
         recent_margins: ``predictor_ndcg - baseline_ndcg`` (NDCG@10 points, in [-1, 1]) of the
-            last :data:`~memlane.predictor.settings.MARGIN_WINDOW` EMA-eligible comparisons,
+            last :data:`~memlane.config.predictor.MARGIN_WINDOW` EMA-eligible comparisons,
             oldest first (the margin window, see :func:`alpha_for`). A state saved before this
             field existed loads with an empty window (no window check until it holds 20).
         canary_seen: canary members the live model's lineage has trained on, as the last
@@ -139,15 +139,15 @@ def alpha_for(state: PolicyState) -> float:
     memlane adds a margin guard, in two forms that never apply together:
 
     * **Before the margin window is full** (fewer than
-      :data:`~memlane.predictor.settings.MARGIN_WINDOW` (20) eligible comparisons), alpha is
+      :data:`~memlane.config.predictor.MARGIN_WINDOW` (20) eligible comparisons), alpha is
       1.0 while the EMA of the NDCG margin is below
-      :data:`~memlane.predictor.settings.MARGIN_GUARD_MIN` (0.05). The seed's success rate
+      :data:`~memlane.config.predictor.MARGIN_GUARD_MIN` (0.05). The seed's success rate
       counts wins, not their size: a predictor that wins often by small margins and loses the
       rest by large ones would earn influence and cost the user NDCG. The guard asks for a gain
       of 0.05 rather than of 0 because a model that gains a little on the sessions it learns
       from can still lose on the sessions that follow (docs/predictor.md, "Margin guard").
     * **Once the window is full**, the window alone decides: alpha is 1.0 while the mean margin
-      of the last 20 is below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN` (0: a
+      of the last 20 is below :data:`~memlane.config.predictor.MARGIN_WINDOW_MIN` (0: a
       model that loses on average has no influence; a window of ties keeps what the success
       rate earned). The EMA (factor 0.1) weighs the last ~10 sessions: per-session margins
       vary so much that it crosses 0.05 every few sessions, and asking both statistics to pass
@@ -171,10 +171,10 @@ def alpha_for(state: PolicyState) -> float:
 def margin_guard_reason(state: PolicyState) -> str | None:
     """Why the margin guard of :func:`alpha_for` holds alpha at 1 for ``state``, or None.
 
-    Until :data:`~memlane.predictor.settings.MARGIN_WINDOW` (20) eligible comparisons exist
-    the margin EMA decides (below :data:`~memlane.predictor.settings.MARGIN_GUARD_MIN`,
+    Until :data:`~memlane.config.predictor.MARGIN_WINDOW` (20) eligible comparisons exist
+    the margin EMA decides (below :data:`~memlane.config.predictor.MARGIN_GUARD_MIN`,
     0.05); from then on the mean margin (predictor minus baseline NDCG@10) of the last 20
-    (below :data:`~memlane.predictor.settings.MARGIN_WINDOW_MIN`, 0). Cold start and drift,
+    (below :data:`~memlane.config.predictor.MARGIN_WINDOW_MIN`, 0). Cold start and drift,
     which also hold alpha at 1, are not the guard's and give None here.
 
     Returns:

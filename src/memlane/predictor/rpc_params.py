@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.dataset import build_session
 from memlane.predictor.rpc_shapes import InvalidParams, SeedSignals, parse_signals
 

@@ -61,7 +61,7 @@ from typing import IO, Any
 
 import orjson
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.dataset import derived_signals, load_sessions
 from memlane.predictor.features import FEATURE_NAMES
 from memlane.predictor.rpc_params import parse_score_params, parse_train_from_db_params, parse_train_params

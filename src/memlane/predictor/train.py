@@ -220,7 +220,7 @@ class Constraints:
         non_positive: ``{parameter name: bool mask of that parameter's shape}``: entries
             projected onto ``<= 0`` on the clone before training and after every step (a sign
             constraint by projected gradient descent). The engine passes the linear gate's
-            weights of :data:`~memlane.predictor.settings.NON_POSITIVE_FEATURES`
+            weights of :data:`~memlane.config.predictor.NON_POSITIVE_FEATURES`
             (``log_age_days``: an older memory never scores higher for being older;
             docs/predictor.md, "Age may only count against a memory").
         prior: ``(centre [F], lam)``: adds ``lam * ||w - centre||^2`` over the linear gate's

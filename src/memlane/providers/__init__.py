@@ -8,7 +8,7 @@ Modules:
 * :mod:`memlane.providers.ollama` -- :class:`OllamaProvider`, ``POST /api/generate``.
 * :mod:`memlane.providers.openai_compat` -- :class:`OpenAICompatProvider`, ``POST /chat/completions``.
 * :mod:`memlane.providers.claude_cli` -- :class:`ClaudeCodeProvider`, a ``claude -p`` subprocess.
-* :mod:`memlane.providers.settings` -- :class:`LlmSettings`.
+* :mod:`memlane.config.llm` -- :class:`LlmSettings`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from memlane.providers.base import (
 from memlane.providers.claude_cli import ClaudeCodeProvider
 from memlane.providers.ollama import OllamaProvider
 from memlane.providers.openai_compat import OpenAICompatProvider
-from memlane.providers.settings import LlmSettings
+from memlane.config.llm import LlmSettings
 
 __all__ = [
     "ClaudeCodeProvider",

@@ -26,7 +26,7 @@ from memlane.bench.locomo import Conversation
 from memlane.embedding.base import Embedder
 from memlane.ranker import features as F
 from memlane.ranker.stores import build_store, open_store
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 from memlane.services.inputs import RecallQuery
 
 #: LightGBM parameters of the shipped model (chosen by leave-one-conversation-out CV, docs/benchmarks.md).

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from memlane.pipeline.config import DampeningSettings
+from memlane.config.pipeline import DampeningSettings
 from memlane.storage import hubs as hubs_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import STOP_WORDS

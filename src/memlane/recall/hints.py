@@ -19,13 +19,13 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memlane.pipeline.config import PipelineV2Settings
-from memlane.pipeline.runtime import JobWorker, SkipJob
+from memlane.config.pipeline import PipelineV2Settings
+from memlane.workers.runtime import JobWorker, SkipJob
 from memlane.providers import LlmError, LlmProvider, extract_json_object, strip_fences, strip_think
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import hints as hints_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memlane.pipeline.config import PipelineV2Settings
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.recall.dampening import Dampener, any_enabled, max_gain
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hints import merge_hints, search_hints

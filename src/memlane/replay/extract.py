@@ -131,24 +131,3 @@ def render(report: dict[str, Any]) -> list[str]:
         f"derived memories: {report['derived_memories']}",
         *([f"errors: {report['errors']}"] if report["errors"] else []),
     ]
-
-
-def run_extract_cli(data: Path, *, keep: Path | None, max_conversations: int | None, out: Path | None,
-                    console: Any, err: Any) -> int:
-    """The ``--extract`` surface of ``memlane replay locomo``: run, print, write the JSON report.
-    Returns the exit code: 0 (done, or no provider configured: said so), 1 (an error)."""
-    from memlane.bench.report import write_json
-    from memlane.cli.bench import _out_path
-    from memlane.cli.progress import stage_progress
-
-    try:
-        with stage_progress(err, "starting") as tick:
-            report = run_extract_replay(data, keep=keep, max_conversations=max_conversations, progress=tick)
-    except (ValueError, RuntimeError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        return 1
-    for line in render(report):
-        console.print(line)
-    if report.get("provider") is not None:
-        console.print(f"report: {write_json(_out_path(out, 'replay-locomo-extract'), report)}")
-    return 0

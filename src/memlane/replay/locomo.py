@@ -31,7 +31,7 @@ from memlane.config import default_home
 from memlane.bench.latency import free_port, start_daemon
 from memlane.bench.locomo import Conversation, load_locomo
 from memlane.bench.metrics import latency_summary
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 
 #: Remember batches per LoCoMo session are sent in one request.
 CONTEXT_TURNS = 2

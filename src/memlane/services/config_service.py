@@ -13,15 +13,15 @@ What a patch may not do (the whole patch is refused, nothing is written):
   server read config.yaml at every run, so a ``daemon_url`` written here would redirect them
   at once, whatever the daemon does;
 * hold a NUL or a lone surrogate in any key or string, a NaN or an infinity, or nest deeper
-  than config.yaml can (:mod:`memlane.config_checks`): 400 ``config_error``;
+  than config.yaml can (:mod:`memlane.config.checks`): 400 ``config_error``;
 * name a removed pipeline key (``memory.pipelineV2.guardrails``, ``.continuity``, ``.telemetry``,
-  ``.telemetryEnabled``; :func:`memlane.pipeline.config.removed_keys`): 400 ``config_error``
+  ``.telemetryEnabled``; :func:`memlane.config.pipeline.removed_keys`): 400 ``config_error``
   (config.yaml files that still hold them load with a warning);
 * give a value of the wrong type: validation is strict (``true`` is not a number, ``"300"``
   not an int; JSON carries types), and every range and rule of the settings applies: 400.
 
 Applied at once, in the running daemon, are only the keys listed here: the pipeline's
-:data:`memlane.pipeline.config.HOT_KEYS` (the mode flags, autonomous.frozen,
+:data:`memlane.config.pipeline.HOT_KEYS` (the mode flags, autonomous.frozen,
 autonomous.maintenanceMode, autonomous.allowUpdateDelete, the semantic-contradiction
 switches) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
 daemon reads as each score request is sent, and ``predictor.enabled``: off stops the sidecar
@@ -46,10 +46,10 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydValidationError
 
 from memlane.config import Settings, read_config_file, yaml_settings_data
-from memlane.config_checks import check_values, plain_model, printable
+from memlane.config.checks import check_values, plain_model, printable
 from memlane.errors import ConfigError
 from memlane.fsutil import atomic_write
-from memlane.pipeline.config import (
+from memlane.config.pipeline import (
     HOT_KEYS,
     LEGACY_KEYS,
     PipelineV2Settings,

@@ -25,7 +25,7 @@ from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
 from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.redact import redact, redact_json, redacts_memory
-from memlane.services.clock import now_iso, parse_iso
+from memlane.config.clock import now_iso, parse_iso
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
 from memlane.storage import embeddings as emb_sql

@@ -32,10 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.client import PredictorRpcError
 from memlane.predictor.prior import untrained_reply
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.services.predictor_types import ScoreResult
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
@@ -383,7 +383,7 @@ def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embed
 
 def sidecar_lifecycle(backend: Any, settings: PredictorSettings, *, home: Path) -> SidecarLifecycle:
     """The daemon's :class:`SidecarLifecycle`: a model to serve is ``{home}/predictor/model.bin``
-    (:data:`~memlane.predictor.settings.CHECKPOINT_NAME`: what :func:`sidecar_for`'s sidecar
+    (:data:`~memlane.config.predictor.CHECKPOINT_NAME`: what :func:`sidecar_for`'s sidecar
     loads and saves) or ``settings.base_weights``; enabled
     is ``settings.enabled``, read at each check (``POST /api/config`` may change it)."""
     model = home / "predictor" / C.CHECKPOINT_NAME

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor import policy
-from memlane.predictor.settings import PredictorSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.recall.memory_index import MemoryIndex, iso_to_epoch
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.services.deferred_records import DeferredRecords

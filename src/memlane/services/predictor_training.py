@@ -21,10 +21,10 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from memlane.predictor import policy
-from memlane.predictor import settings as C
+from memlane.config import predictor as C
 from memlane.predictor.client import PredictorUnavailable
 from memlane.recall.memory_index import iso_to_epoch
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.predictor_rows import training_log_row
 from memlane.services.predictor_scoring import PredictorBackend
 from memlane.storage import predictor as pred_sql

@@ -32,7 +32,7 @@ from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex, single_threaded_blas
 from memlane.recall.stages import Prefetched, RecallStages, read_candidates
-from memlane.services.clock import now_iso, parse_iso
+from memlane.config.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text, clean_query

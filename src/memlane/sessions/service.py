@@ -23,7 +23,7 @@ from memlane.config import SessionSettings
 from memlane.errors import NotFound, StorageError, ValidationError
 from memlane.providers.base import LlmProvider
 from memlane.redact import redact
-from memlane.services.clock import now_iso, parse_iso
+from memlane.config.clock import now_iso, parse_iso
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record

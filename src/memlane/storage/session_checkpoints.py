@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from memlane.services.clock import to_iso
+from memlane.config.clock import to_iso
 
 _COLUMNS = ("id, session_key, harness, project, project_normalized, trigger, digest, prompt_count, "
             "memory_queries, recent_remembers, created_at")

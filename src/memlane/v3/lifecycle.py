@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from memlane.errors import MemlaneError, ValidationError
-from memlane.pipeline.runtime import PollingWorker
-from memlane.services.clock import now_iso
+from memlane.workers.runtime import PollingWorker
+from memlane.config.clock import now_iso
 from memlane.services.memory_service import MemoryService
 from memlane.storage import lifecycle as lc_sql
 from memlane.storage.db import Database

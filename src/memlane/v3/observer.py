@@ -27,7 +27,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from memlane.errors import NotFound, ValidationError
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
 from memlane.services.recall_service import RecallService

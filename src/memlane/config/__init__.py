@@ -22,13 +22,13 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from memlane.config_checks import check_values, settings_value_error, strict_type_errors
+from memlane.config.checks import check_values, settings_value_error, strict_type_errors
 from memlane.errors import ConfigError
-from memlane.pipeline.config import MemorySettings, error_lines, snake_keys
-from memlane.providers.settings import LlmSettings
-from memlane.sessions.checkpoints import SessionCheckpointSettings
-from memlane.predictor.settings import PredictorSettings
-from memlane.drift.settings import DriftSettings
+from memlane.config.pipeline import MemorySettings, error_lines, snake_keys
+from memlane.config.llm import LlmSettings
+from memlane.config.continuity import SessionCheckpointSettings
+from memlane.config.predictor import PredictorSettings
+from memlane.config.drift import DriftSettings
 
 
 #: The log levels ``log_level`` accepts (lower-case; input in any case).
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     continuity: SessionCheckpointSettings = Field(
         default_factory=SessionCheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
     memory: MemorySettings = Field(
-        default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.pipeline.config).")
+        default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.config.pipeline).")
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
     drift: DriftSettings = Field(default_factory=DriftSettings, description="Memory drift and staleness (docs/drift.md).")

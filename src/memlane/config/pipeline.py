@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic import ValidationError as PydValidationError
 from pydantic.alias_generators import to_camel, to_snake
 
-from memlane.config_checks import printable
-from memlane.netguard import HostAllowlist
-from memlane.providers.settings import LlmSettings
+from memlane.config.checks import printable
+from memlane.config.hosts import HostAllowlist
+from memlane.config.llm import LlmSettings
 
 
 def camel(key: str) -> str:

@@ -151,7 +151,7 @@ def strict_type_errors(settings_cls: type[BaseModel], data: dict[str, Any]) -> l
 
     Returns:
         pydantic error dicts (``ValidationError.errors()`` entries; format them with
-        :func:`memlane.pipeline.config.error_lines`), ``[]`` when every type is right.
+        :func:`memlane.config.pipeline.error_lines`), ``[]`` when every type is right.
     """
     try:
         plain_model(settings_cls).model_validate(data, strict=True)

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memlane.pipeline.jobs import backoff_ms
-from memlane.services.clock import now_iso
+from memlane.config.clock import now_iso
 from memlane.storage import jobs as jobs_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import Job
@@ -36,6 +35,25 @@ log = logging.getLogger(__name__)
 
 JobHandler = Callable[[Job], "dict[str, Any] | CompletedInTransaction | None"]
 REAPER_INTERVAL_MS = 60_000
+BACKOFF_BASE_MS = 1_000
+BACKOFF_CAP_MS = 30_000
+BACKOFF_JITTER_MS = 500
+
+
+def backoff_ms(consecutive_failures: int, *, rng: random.Random | None = None, base_ms: float = BACKOFF_BASE_MS,
+               cap_ms: float = BACKOFF_CAP_MS, jitter_ms: float = BACKOFF_JITTER_MS) -> float:
+    """Delay after ``consecutive_failures`` failures in a row, ms (seed "Worker Model"):
+    ``min(base * 2**(n-1), cap) + uniform(0, jitter)``; 1 s, 2 s, 4 s ... capped at 30 s, plus
+    up to 500 ms of jitter. ``n <= 0`` gives 0 (no failure, no delay).
+
+    Args:
+        consecutive_failures: failures in a row (1 for the first).
+        rng: the jitter source (seed one for reproducible tests); default the module's.
+    """
+    if consecutive_failures <= 0:
+        return 0.0
+    delay = min(base_ms * (2 ** min(consecutive_failures - 1, 30)), cap_ms)
+    return delay + (rng or random).uniform(0.0, jitter_ms)
 
 
 class SkipJob(Exception):
