@@ -356,3 +356,28 @@ def test_entity_page_pages_its_mentions_and_attributes_on_the_server(store):
     assert f"{len(attrs)} in all" in first
     assert b.get(f"/knowledge/entities/{alice['id']}", params={"mentions_page": 9}).text.split(
         'id="mentions"')[1].count("/memories/") == 0
+
+
+def test_predictor_series_is_reread_when_a_comparison_is_added(store):
+    from memlane.dashboard.service import DashboardService
+    from memlane.storage import predictor as pred_sql
+
+    api_client(store)
+    svc = DashboardService(store)
+
+    def add(key: str, won: int) -> None:
+        store.db.write(lambda c: pred_sql.insert_comparison(c, {
+            "id": key, "session_key": key, "project": "p", "predictor_ndcg": 0.9 if won else 0.1,
+            "baseline_ndcg": 0.5, "predictor_won": won, "margin": 0.4 if won else -0.4, "scorer_confidence": 0.9,
+            "ema_updated": 1, "success_rate": 0.5, "alpha": 0.5, "predictor_top_ids": ["a"],
+            "baseline_top_ids": ["b"], "relevance_scores": {"a": 1.0}, "model_version": 1,
+            "created_at": f"2026-01-01T00:00:0{len(key)}.000Z"}))
+
+    add("s1", 1)
+    first = svc.predictor(page=1)
+    assert first["series"]["won"] == [0.4] and first["page"].total == 1
+    assert svc.predictor(page=1)["series"] is first["series"]  # unchanged table: reused
+    add("s22", 0)
+    second = svc.predictor(page=1)
+    assert second["series"]["won"] == [0.4, None] and second["series"]["lost"] == [None, -0.4]
+    assert [c["session_key"] for c in second["comparisons"]] == ["s22", "s1"] and second["series_age_s"] == 0.0

@@ -57,6 +57,11 @@ PAGE_SIZE = 25
 NDCG_WINDOW = 20
 #: Seconds the filter menus' values are reused.
 FACETS_TTL_S = 30.0
+#: Seconds the Predictor page's parsed comparisons and chart series are reused while no
+#: comparison was added or replaced (:func:`memlane.storage.dashboard.comparisons_version`).
+SERIES_TTL_S = 30.0
+#: Comparisons the Predictor page's charts and list cover (the newest).
+MAX_COMPARISONS = 1000
 #: Timeline events shown on a session page (all of them: ``GET /api/timeline/{key}``).
 TIMELINE_SHOWN = 80
 #: Most search hits a search page can page through (the recall's own cap).
@@ -125,6 +130,7 @@ class DashboardService:
         self.obs = ensure(container)
         self.graph = KnowledgeService(container.db)
         self._facets: tuple[float, dict[str, list[str]]] | None = None
+        self._series_cache: tuple[float, Any, list[dict[str, Any]], dict[str, Any]] | None = None
 
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -424,7 +430,7 @@ class DashboardService:
         minimum = self.c.settings.predictor.min_training_sessions
 
         def read(c: Any) -> dict[str, Any]:
-            return {"comparisons": dash_sql.comparisons_series(c, limit=1000),
+            return {"version": dash_sql.comparisons_version(c),
                     "training": dash_sql.training_series(c, limit=500),
                     "recent": dash_sql.recent_scored_sessions(c, limit=10),
                     "grade": dash_sql.training_grade_count(c, min_confidence=pred_settings.MIN_SCORER_CONFIDENCE),
@@ -435,17 +441,30 @@ class DashboardService:
         phase = status["phase"] if status else "disabled"
         collected = int(state.get("training_sessions", data["grade"]))
         mode = "disabled" if pred is None else ("cold_start" if phase == "collecting" else "active")
-        series = self._series(data["comparisons"])
-        comps = list(reversed(data["comparisons"]))
+        comps, series, age = self._comparisons(data["version"])
         pg = Page(page, PAGE_SIZE, len(comps))
         return {"mode": mode, "phase": phase, "status": status, "minimum": minimum, "collected": collected,
                 "progress": min(1.0, collected / minimum) if minimum else 1.0, "recent": data["recent"],
                 "series": series, "training": data["training"], "outcomes": data["outcomes"],
-                "comparisons": comps[pg.offset:pg.offset + PAGE_SIZE], "page": pg,
+                "comparisons": comps[pg.offset:pg.offset + PAGE_SIZE], "page": pg, "series_age_s": age,
                 "domain": predictor_domain(self.c, self.obs),
                 "latency": self.obs.latency.get("predictor_score").summary(),
                 "latency_minutes": self.obs.latency.get("predictor_score").minutes(),
                 "errors": self.obs.errors.recent(stage="predictor", limit=10)}
+
+    def _comparisons(self, version: Any) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
+        """The newest :data:`MAX_COMPARISONS` comparisons (newest first), their chart series
+        (:meth:`_series`) and the seconds since both were read: reused for up to
+        :data:`SERIES_TTL_S` seconds while ``version`` (the table's
+        :func:`~memlane.storage.dashboard.comparisons_version`) is unchanged, since parsing and
+        fusing every comparison is most of the page's cost."""
+        now = time.monotonic()
+        cached = self._series_cache
+        if cached is None or cached[1] != version or now - cached[0] > SERIES_TTL_S:
+            rows = self.db.read(lambda c: dash_sql.comparisons_series(c, limit=MAX_COMPARISONS))
+            cached = (now, version, list(reversed(rows)), self._series(rows))
+            self._series_cache = cached
+        return cached[2], cached[3], round(now - cached[0], 1)
 
     def _series(self, comps: list[dict[str, Any]]) -> dict[str, Any]:
         """Per comparison (oldest first): its outcome as a dot at its NDCG@10 margin (won, lost,

@@ -295,6 +295,15 @@ def memory_exists(conn: sqlite3.Connection, memory_id: str) -> bool:
 
 
 # -- predictor -----------------------------------------------------------------------------
+def comparisons_version(conn: sqlite3.Connection) -> tuple[int, int, str | None]:
+    """``(rows, largest rowid, newest created_at)`` of ``predictor_comparisons``: changes when a
+    comparison is added or a session's comparison replaced (``INSERT OR REPLACE`` writes a new
+    row), read from the indexes without touching a row."""
+    n, rid = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM predictor_comparisons").fetchone()
+    newest = conn.execute("SELECT max(created_at) FROM predictor_comparisons").fetchone()[0]
+    return int(n), int(rid), newest
+
+
 def comparisons_series(conn: sqlite3.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
     """The newest ``limit`` comparisons, oldest first, with the columns the charts need."""
     rows = _rows(conn.execute(
