@@ -257,7 +257,7 @@ def test_feedback_is_found_when_the_new_prompt_is_already_in_the_transcript() ->
 def test_spool_writes_sortable_atomic_files(tmp_path: Path) -> None:
     d = tmp_path / "spool"
     paths = [spool_event(d, "/api/hooks/session-start", {"session_key": str(i)}) for i in range(5)]
-    assert [p.name for p in spooled_files(d)] == [p.name for p in paths]
+    assert [p.name for p in spooled_files(d)] == [os.path.basename(p) for p in paths]
     assert [json.loads(p.read_text())["body"]["session_key"] for p in spooled_files(d)] == list("01234")
     assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
 

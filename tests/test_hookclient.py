@@ -7,6 +7,7 @@ real spool and log files, Claude Code's settings file edited by the real connect
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -35,7 +36,9 @@ HEAVY = ("httpx", "pydantic", "pydantic_settings", "typer", "rich", "fastapi", "
          "numpy", "torch", "onnxruntime", "tokenizers", "yaml", "orjson", "mcp")
 #: Standard-library modules the light client keeps out of its start-up on purpose (each cost
 #: milliseconds: docs/hooks.md); a regression here is a slower hook, not a wrong one.
-SLOW_STDLIB = ("logging", "http", "email", "ssl", "dataclasses", "inspect", "typing", "secrets", "hmac", "tempfile")
+SLOW_STDLIB = ("logging", "http", "email", "ssl", "dataclasses", "inspect", "typing", "secrets", "hmac", "tempfile",
+               "json", "re", "enum", "socket", "selectors", "pathlib", "collections", "contextlib", "functools",
+               "urllib", "ipaddress", "datetime", "traceback", "warnings", "site")
 MEMORIES = [
     "The deploy script lives in ops/deploy.sh and needs the staging token",
     "The staging database is called orion and runs Postgres 16",
@@ -53,10 +56,18 @@ EVENTS = [
 
 
 def hook_cmd() -> list[str]:
-    """The command ``memlane connect claude-code`` installs from this interpreter's environment."""
+    """The command ``memlane connect claude-code`` installs from this interpreter's environment:
+    this interpreter without site, isolated, running memlane/hook_entry.py."""
     cmd = default_hook_cmd()
-    assert Path(cmd[0]).name == "memlane-hook", f"memlane-hook is not installed beside {sys.executable}: {cmd}"
+    assert cmd[:3] == [sys.executable, "-S", "-I"] and cmd[3].endswith(os.path.join("memlane", "hook_entry.py")), cmd
     return cmd
+
+
+def console_script() -> list[str]:
+    """The ``memlane-hook`` console script beside this interpreter (the same client, with site)."""
+    script = Path(sys.executable).parent / "memlane-hook"
+    assert script.is_file(), f"memlane-hook is not installed beside {sys.executable}"
+    return [str(script)]
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
@@ -86,27 +97,56 @@ def repo(tmp_path: Path) -> Path:
 
 # --- imports ----------------------------------------------------------------------------------
 
-def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path) -> None:
-    """Importing the light entry point, and running a whole hook call with it, leaves every heavy
-    library out of sys.modules (the old `memlane hook` loaded typer, pydantic, httpx, torch...)."""
-    probe = ("import json, sys\n"
+@pytest.mark.parametrize("event,extra", EVENTS)
+def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, event: str,
+                                                 extra: dict[str, Any]) -> None:
+    """Importing the light entry point as the installed command runs it (no site, isolated),
+    and running a whole hook call with it (the transcript read for the prompt and session-end
+    hooks), leaves every heavy library and the slow standard-library modules out of
+    sys.modules (the old `memlane hook` loaded typer, pydantic, httpx, torch...)."""
+    root = str(Path(hook_cmd()[3]).parent.parent)
+    probe = ("import sys\n"
+             "sys.path.append(sys.argv[1])\n"
              "import memlane.hookclient\n"
              "after_import = sorted(sys.modules)\n"
+             "memlane.hookclient.main([sys.argv[2]])\n"
+             "sys.stderr.write(repr([after_import, sorted(sys.modules)]))\n")
+    home, user_home = tmp_path / "home", tmp_path / "user"
+    transcript = transcript_file(user_home, repo)  # its last turn rates a memory: the feedback is parsed
+    p = subprocess.run([sys.executable, "-S", "-I", "-c", probe, root, event],
+                       input=payload(extra, repo, transcript).encode(), capture_output=True,
+                       env=clean_env(home, MEMLANE_PORT=str(free_port()), HOME=str(user_home)), timeout=60)
+    assert p.returncode == 0 and p.stdout == b"", p.stderr[-2000:]
+    after_import, after_call = ast.literal_eval(p.stderr.decode())
+    leaves = {"memlane", "memlane.auth", "memlane.hookclient", "memlane.connectors", "memlane.connectors.events",
+              "memlane.connectors.cjson", "memlane.connectors.spool", "memlane.connectors.hooklog"}
+    for modules, allowed in ((after_import, leaves), (after_call, leaves | {"memlane.connectors.transcript"})):
+        assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
+        # memlane's own heavy layers stay out too: only the leaf modules are loaded
+        assert {m for m in modules if m.startswith("memlane")} <= allowed
+        assert sorted(m for m in modules if m.split(".")[0] in SLOW_STDLIB) == []
+    assert ("memlane.connectors.transcript" in after_call) == (event in ("user-prompt-submit", "session-end"))
+    [spooled] = spooled_files(home / "spool")  # the call really ran (daemon down: spooled)
+    body = json.loads(spooled.read_text())["body"]
+    if event == "user-prompt-submit":
+        assert body["memory_feedback"] == {"deadbeef": 0.5}
+    if event == "session-end":
+        assert "ops/deploy.sh" in body["transcript"]
+
+
+def test_the_console_script_keeps_heavy_modules_out(tmp_path: Path, repo: Path) -> None:
+    """The ``memlane-hook`` console script (with site) loads none of the heavy libraries either."""
+    probe = ("import sys\n"
+             "import memlane.hookclient\n"
              "memlane.hookclient.main(['session-start'])\n"
-             "sys.stderr.write(json.dumps([after_import, sorted(sys.modules)]))\n")
+             "sys.stderr.write(repr(sorted(sys.modules)))\n")
     home = tmp_path / "home"
     p = subprocess.run([sys.executable, "-c", probe], input=payload(EVENTS[0][1], repo).encode(),
                        capture_output=True, env=clean_env(home, MEMLANE_PORT=str(free_port())), timeout=60)
-    assert p.returncode == 0 and p.stdout == b""
-    after_import, after_call = json.loads(p.stderr)
-    for modules in (after_import, after_call):
-        assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
-        # memlane's own heavy layers stay out too: only the leaf modules are loaded
-        assert {m for m in modules if m.startswith("memlane")} <= {
-            "memlane", "memlane.auth", "memlane.hookclient", "memlane.connectors", "memlane.connectors.events",
-            "memlane.connectors.transcript", "memlane.connectors.spool", "memlane.connectors.hooklog"}
-        assert sorted(m for m in modules if m.split(".")[0] in SLOW_STDLIB) == []
-    assert len(spooled_files(home / "spool")) == 1  # the call really ran (daemon down: spooled)
+    assert p.returncode == 0 and p.stdout == b"", p.stderr[-2000:]
+    modules = ast.literal_eval(p.stderr.decode())
+    assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
+    assert len(spooled_files(home / "spool")) == 1
 
 
 # --- against real daemons ---------------------------------------------------------------------
@@ -264,6 +304,10 @@ def test_the_token_is_sent_and_a_wrong_one_is_refused_quietly(tmp_path: Path, re
     assert "HTTP 401" in (other / "logs" / "hooks.log").read_text()
     with d.client() as c:
         assert c.get("/api/sessions/tok-2").status_code == 404
+    # the memlane-hook console script runs the same client: the token is sent, the answer printed
+    ok = run_hook(console_script(), "session-start", payload(EVENTS[0][1], repo, session_id="tok-3"), env)
+    assert (ok.returncode, ok.stderr) == (0, b"")
+    assert "ops/deploy.sh" in json.loads(ok.stdout)["hookSpecificOutput"]["additionalContext"]
 
 
 # --- bad input --------------------------------------------------------------------------------
@@ -417,11 +461,19 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
     assert json.loads(settings.read_text()) == {"model": "sonnet", "hooks": OTHERS}
 
 
-def test_connect_with_python_m_memlane_uses_python_m_memlane_hookclient(tmp_path: Path) -> None:
+def test_connect_with_python_m_memlane_uses_the_entry_file_or_python_m_memlane_hookclient(tmp_path: Path) -> None:
+    """``python -m memlane`` of this interpreter gets the installed form (no site, hook_entry.py);
+    of another interpreter, ``python -m memlane.hookclient``. disconnect removes either."""
     settings = tmp_path / "settings.json"
     connect(settings, [sys.executable, "-m", "memlane"], register_mcp=False)
     commands = [h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]]
-    assert shlex.join([sys.executable, "-m", "memlane.hookclient", "session-start"]) in commands
+    assert shlex.join([*hook_cmd(), "session-start"]) in commands
+    disconnect(settings, unregister_mcp=False)
+    assert json.loads(settings.read_text()) == {}
+    other = str(tmp_path / "other venv" / "bin" / "python3")
+    connect(settings, [other, "-m", "memlane"], register_mcp=False)
+    commands = [h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]]
+    assert shlex.join([other, "-m", "memlane.hookclient", "session-start"]) in commands
     disconnect(settings, unregister_mcp=False)
     assert json.loads(settings.read_text()) == {}
 
@@ -439,6 +491,14 @@ def test_the_installed_command_runs_as_claude_code_runs_it(tmp_path: Path, repo:
                        env=clean_env(home, MEMLANE_PORT=str(free_port())), timeout=60)
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert len(spooled_files(home / "spool")) == 1
+    # the console script, still installed, does the same
+    p = run_hook(console_script(), "session-start", payload(EVENTS[0][1], repo),
+                 clean_env(home, MEMLANE_PORT=str(free_port())))
+    assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    assert len(spooled_files(home / "spool")) == 2
+    # disconnect removes the installed form, and only it
+    disconnect(settings, unregister_mcp=False)
+    assert json.loads(settings.read_text()) == {}
 
 
 def test_memlane_hook_still_works_and_delegates(tmp_path: Path, repo: Path) -> None:

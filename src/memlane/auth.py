@@ -6,14 +6,19 @@ the benchmarks) read the token from the home they are pointed at, so a user neve
 anyone who can read the file can already read the database, so the file's mode is the access
 control. The token is 32 random bytes (256 bits) from :func:`secrets.token_urlsafe`.
 
-This module is a leaf: standard library only, so the light hook path can import it.
+This module is a leaf: standard library only, so the light hook path can import it; what the
+hook calls (:func:`auth_headers`, :func:`read_token`) works on path strings, so ``pathlib`` is
+imported only where a :class:`~pathlib.Path` is returned or a token written.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: File name of the token inside the home.
 TOKEN_FILE = "token"
@@ -28,7 +33,14 @@ _TOKEN_BYTES = 32
 
 def token_path(home: Path | str) -> Path:
     """``{home}/token``."""
-    return Path(home).expanduser() / TOKEN_FILE
+    from pathlib import Path  # here: the light hook client reads the token through _token_file
+
+    return Path(_token_file(home))
+
+
+def _token_file(home: Path | str) -> str:
+    """``{home}/token`` as a string (``~`` expanded)."""
+    return os.path.join(os.path.expanduser(os.fspath(home)), TOKEN_FILE)
 
 
 def read_token(home: Path | str) -> str | None:
@@ -38,7 +50,8 @@ def read_token(home: Path | str) -> str | None:
     sends no header, and the daemon answers 401 with a message saying where the token lives.
     """
     try:
-        text = token_path(home).read_text(encoding="ascii").strip()
+        with open(_token_file(home), encoding="ascii") as f:
+            text = f.read().strip()
     except (OSError, UnicodeDecodeError):
         return None
     return text or None

@@ -1,13 +1,19 @@
 """The light hook client: what Claude Code runs for every hook, started in milliseconds.
 
 Claude Code starts a new process for each hook call (every session start, every prompt the
-user sends) and waits for it, so this entry point imports only the standard library and
+user sends) and waits for it, so this entry point imports only the standard library's cheapest
+modules (``os``, ``sys``, ``_socket``, ``_json``; ``time`` and ``fcntl`` when needed) and
 memlane's stdlib-only leaf modules (:mod:`memlane.auth`, :mod:`memlane.connectors.events`,
-:mod:`memlane.connectors.transcript`, :mod:`memlane.connectors.spool`): no pydantic, httpx,
-typer, yaml, numpy or torch. ``tests/test_hookclient.py`` asserts which modules stay out.
+:mod:`memlane.connectors.cjson`, :mod:`memlane.connectors.spool`,
+:mod:`memlane.connectors.hooklog`; :mod:`memlane.connectors.transcript` only for the prompt and
+session-end hooks): no pydantic, httpx, typer, yaml, numpy or torch, and neither ``json``,
+``re``, ``socket``, ``pathlib``, ``collections`` nor ``typing``. ``tests/test_hookclient.py``
+asserts which modules stay out; docs/hooks.md measures each.
 
-Command line (installed by ``memlane connect claude-code``)::
+Command line (installed by ``memlane connect claude-code``; the first form skips ``site``,
+:mod:`memlane.hook_entry`)::
 
+    <python> -S -I <site-packages>/memlane/hook_entry.py EVENT [--timeout SECONDS]
     memlane-hook EVENT [--timeout SECONDS]         # the console script
     python -m memlane.hookclient EVENT [--timeout SECONDS]
 
@@ -45,26 +51,27 @@ no-op, as before.
 
 from __future__ import annotations
 
-import json
+import _socket
 import os
-import socket
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-# The light hook client (memlane.hookclient) imports this module: typing stays out of its
-# start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+# What the hook's start-up keeps out (each measured in docs/hooks.md): typing, collections,
+# pathlib, json (with re and enum) and socket (with enum and selectors). TYPE_CHECKING = False
+# is the idiom type checkers read as typing.TYPE_CHECKING.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
     from typing import Any
 
+    from memlane.connectors.events import HookEvent
+    from memlane.connectors.spool import Post
+
 from memlane.auth import CLIENT_HEADER, auth_headers
-from memlane.connectors.events import CLAUDE_CODE_NAMES, HookEvent, from_claude_code
+from memlane.connectors import cjson
+from memlane.connectors.events import CLAUDE_CODE_NAMES, from_claude_code
 from memlane.connectors.hooklog import LazyLogger, LogFile, direct_to, file_handler
-from memlane.connectors.spool import DeliveryError, DeliveryTimeout, Post, replay_with, spool_dir_for, spool_event
-from memlane.connectors.transcript import (
-    DEFAULT_MAX_BYTES, FEEDBACK_TAIL_BYTES, last_memory_feedback, read_transcript, transcript_text,
-)
+from memlane.connectors.spool import DeliveryError, DeliveryTimeout, replay_with, spool_dir_for, spool_event
 
 #: Most bytes read from stdin (Claude Code's hook JSON).
 MAX_STDIN_BYTES = 16 * 1024 * 1024
@@ -99,7 +106,7 @@ _direct_log = False
 
 # --- the log file -----------------------------------------------------------------------------
 
-_log_path: Path | None = None
+_log_path: str | None = None
 _handler: Any = None
 
 
@@ -108,7 +115,7 @@ def setup_log(home: Path | str) -> None:
     (mode 0600, rotated at 1 MB, 2 kept): directly in the ``memlane-hook`` process, through a
     ``logging`` handler elsewhere. Idempotent for the same home; another home replaces it."""
     global _log_path, _handler
-    path = Path(home).expanduser().joinpath(*LOG_FILE)
+    path = os.path.join(os.path.expanduser(os.fspath(home)), *LOG_FILE)
     if _log_path == path and (_handler is not None or _direct_log):
         return
     _log_path = path
@@ -132,7 +139,7 @@ class HookTarget:
     """Where a hook call goes and the limits it runs under.
 
     Attributes:
-        home: the data directory (token, spool, log).
+        home: the data directory (token, spool, log), a path string (``~`` expanded).
         url: the daemon's base URL, e.g. ``http://127.0.0.1:7437``.
         timeout_s: per-request timeout, seconds.
         max_body_bytes: the daemon's request body cap, bytes (a session-end transcript is cut
@@ -143,7 +150,7 @@ class HookTarget:
 
     def __init__(self, home: Path | str, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-        self.home = Path(home).expanduser()
+        self.home = os.path.expanduser(os.fspath(home))
         self.url = url
         self.timeout_s = float(timeout_s)
         self.max_body_bytes = int(max_body_bytes)
@@ -245,7 +252,8 @@ def lock_url(home: Path | str) -> str | None:
     at that instant think the home is held). An unspecified bind address (``0.0.0.0``, ``::``)
     becomes the matching loopback address."""
     try:
-        fd = os.open(Path(home).expanduser() / "daemon.lock", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(os.path.join(os.path.expanduser(os.fspath(home)), "daemon.lock"),
+                     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
@@ -255,9 +263,9 @@ def lock_url(home: Path | str) -> str | None:
     finally:
         os.close(fd)
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = cjson.loads(raw.decode("utf-8"))
         url, pid = data.get("url"), int(data.get("pid", 0))
-    except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(url, str) or not url or not _pid_alive(pid):
         return None
@@ -324,12 +332,12 @@ def resolve_target(env: Mapping[str, str] | None = None, *, timeout_s: float | N
     and values fall back to the defaults (logged); nothing here raises for them."""
     env = os.environ if env is None else env
     env_home = env.get("MEMLANE_HOME")
-    home = Path(env_home).expanduser() if env_home else Path.home() / ".memlane"
+    home = os.path.expanduser(env_home) if env_home else os.path.join(os.path.expanduser("~"), ".memlane")
     setup_log(home)
-    config_path = Path(env.get("MEMLANE_CONFIG") or home / "config.yaml").expanduser()
+    config_path = os.path.expanduser(env.get("MEMLANE_CONFIG") or os.path.join(home, "config.yaml"))
     config = read_config_scalars(config_path)
     if not env_home and config.get("home"):
-        home = Path(config["home"]).expanduser()
+        home = os.path.expanduser(config["home"])
         setup_log(home)
     url = (env.get("MEMLANE_DAEMON_URL") or "").strip()
     if not url and (env.get("MEMLANE_HOST") or env.get("MEMLANE_PORT")):
@@ -362,28 +370,38 @@ def _utf8_tail(text: str, max_bytes: int) -> str:
     return tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
 
 
-def build_body(event: HookEvent, *, transcript_roots: Sequence[Path] | None = None,
-               max_transcript_bytes: int = DEFAULT_MAX_BYTES, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | None = None,
+               max_transcript_bytes: int | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                ) -> dict[str, Any]:
     """The JSON body for the daemon endpoint of ``event`` (``None`` fields left out).
 
     user-prompt-submit gets ``memory_feedback`` from the transcript's latest assistant message
     (last 2 MB read); session-end gets the rendered ``transcript`` (its most recent part, at
-    most ``max_body_bytes // 2`` bytes). A refused transcript path simply adds nothing."""
+    most ``max_body_bytes // 2`` bytes; a transcript file over ``max_transcript_bytes``, default
+    :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read). A refused transcript
+    path simply adds nothing. :mod:`memlane.connectors.transcript` is imported only for these
+    two events."""
     body: dict[str, Any] = {"session_key": event.session_key, "project": event.project,
                             "cwd": event.cwd, "harness": event.harness}
     if event.event == "session-start":
         body["source"] = event.source
     elif event.event == "user-prompt-submit":
+        from memlane.connectors import transcript
+
         body["prompt"] = event.prompt
-        raw = read_transcript(event.transcript_path, transcript_roots, tail_bytes=FEEDBACK_TAIL_BYTES)
-        feedback = last_memory_feedback(raw) if raw else None
+        raw = transcript.read_transcript(event.transcript_path, transcript_roots,
+                                         tail_bytes=transcript.FEEDBACK_TAIL_BYTES)
+        feedback = transcript.last_memory_feedback(raw) if raw else None
         if feedback:
             body["memory_feedback"] = feedback
     elif event.event == "session-end":
+        from memlane.connectors import transcript
+
         body["reason"] = event.reason
-        raw = read_transcript(event.transcript_path, transcript_roots, max_transcript_bytes)
-        text = transcript_text(raw) if raw else ""
+        raw = transcript.read_transcript(event.transcript_path, transcript_roots,
+                                         transcript.DEFAULT_MAX_BYTES if max_transcript_bytes is None
+                                         else max_transcript_bytes)
+        text = transcript.transcript_text(raw) if raw else ""
         if text:
             body["transcript"] = _utf8_tail(text, max(1024, max_body_bytes // 2))
     elif event.event == "pre-compact":
@@ -401,11 +419,13 @@ def http_poster(url: str, headers: Mapping[str, str]) -> Post:
     """A :data:`memlane.connectors.spool.Post` that sends JSON to ``url`` + endpoint, one
     connection per request (``Connection: close``).
 
-    ``http`` URLs (the daemon) use a minimal HTTP/1.1 exchange over :mod:`socket`: the request,
-    then a response read to its ``Content-Length``, its last chunk (``chunked``) or the close.
-    Why not ``http.client``: importing it (with ``email.parser`` and ``ssl``) is a large share
-    of a hook's whole run (docs/hooks.md has the measurement). ``https`` URLs go through
-    ``http.client``. Anything that is not a well-formed answer is a :class:`DeliveryError`.
+    ``http`` URLs (the daemon) use a minimal HTTP/1.1 exchange over the C socket module
+    (``_socket``, what :mod:`socket` wraps; :func:`_connect` is ``socket.create_connection``):
+    the request, then a response read to its ``Content-Length``, its last chunk (``chunked``)
+    or the close. Why not ``http.client``, nor ``socket``: importing them (``http.client`` with
+    ``email.parser`` and ``ssl``; ``socket`` with ``enum`` and ``selectors``) cost more CPU than
+    the whole hook call (docs/hooks.md). ``https`` URLs go through ``http.client``. Anything
+    that is not a well-formed answer is a :class:`DeliveryError`.
 
     The function returns ``(status, body text)`` and raises
     :class:`~memlane.connectors.spool.DeliveryTimeout` when the request went out but the answer
@@ -434,12 +454,12 @@ def http_poster(url: str, headers: Mapping[str, str]) -> Post:
         request = (f"POST {prefix}{endpoint} HTTP/1.1\r\nHost: {host_header}\r\n{head}"
                    f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode("latin-1") + data
         try:
-            sock = socket.create_connection(address, max(timeout, 0.001))
+            sock = _connect(address, max(timeout, 0.001))
         except OSError as exc:
             raise DeliveryError(exc.__class__.__name__) from exc
         try:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
                 sock.sendall(request)
             except OSError as exc:
                 raise DeliveryError(exc.__class__.__name__) from exc
@@ -455,11 +475,34 @@ def http_poster(url: str, headers: Mapping[str, str]) -> Post:
     return post
 
 
+def _connect(address: tuple[str | bytes, int], timeout: float) -> _socket.socket:
+    """A TCP connection to ``(host, port)``, each address ``getaddrinfo`` gives tried in turn,
+    as ``socket.create_connection(address, timeout)`` does; the socket keeps ``timeout`` for
+    every later operation.
+
+    Raises:
+        OSError: the last address's error (``ConnectionRefusedError``, ``TimeoutError``...), or
+            ``socket.gaierror`` when the host does not resolve.
+    """
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _, addr in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error if error is not None else OSError(f"getaddrinfo returned no address for {host!r}")
+
+
 def _plain_path(endpoint: str) -> bool:
     return endpoint.startswith("/") and all(32 < ord(ch) < 127 for ch in endpoint)
 
 
-def _recv_more(sock: socket.socket, buf: bytearray, limit: int) -> None:
+def _recv_more(sock: _socket.socket, buf: bytearray, limit: int) -> None:
     chunk = sock.recv(65536)
     if not chunk:
         raise DeliveryError("the daemon closed the connection before the whole answer")
@@ -468,7 +511,7 @@ def _recv_more(sock: socket.socket, buf: bytearray, limit: int) -> None:
         raise DeliveryError(f"the answer is over {limit} bytes")
 
 
-def read_answer(sock: socket.socket, *, max_bytes: int = MAX_ANSWER_BYTES) -> tuple[int, str]:
+def read_answer(sock: _socket.socket, *, max_bytes: int = MAX_ANSWER_BYTES) -> tuple[int, str]:
     """Read one HTTP/1.x response from ``sock``: ``(status, body as UTF-8 text)``.
 
     The body ends at ``Content-Length``, at the last chunk of a ``chunked`` body (trailers are
@@ -519,7 +562,7 @@ def read_answer(sock: socket.socket, *, max_bytes: int = MAX_ANSWER_BYTES) -> tu
     return status, bytes(body).decode("utf-8", errors="replace")
 
 
-def _dechunk(sock: socket.socket, buf: bytearray, max_bytes: int) -> bytearray:
+def _dechunk(sock: _socket.socket, buf: bytearray, max_bytes: int) -> bytearray:
     """The payload of a ``chunked`` body whose first bytes are ``buf`` (RFC 9112 section 7.1)."""
     out, pos = bytearray(), 0
     limit = 2 * max_bytes + _MAX_HEAD_BYTES  # the payload plus its chunk framing
@@ -571,7 +614,7 @@ def _https_poster(host: str, port: int, prefix: str, fields: Mapping[str, str]) 
     return post
 
 
-def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_roots: Sequence[Path] | None = None,
+def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_roots: Sequence[Path | str] | None = None,
         replay_budget_s: float = REPLAY_BUDGET_S, env: Mapping[str, str] | None = None) -> str:
     """Handle one hook call; returns what to print on stdout (often ``""``, else one JSON line
     without its newline).
@@ -603,10 +646,10 @@ def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_root
         return ""
 
 
-def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[Path] | None,
+def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[Path | str] | None,
          replay_budget_s: float) -> str:
     try:
-        event = from_claude_code(event_name, json.loads(stdin_text))
+        event = from_claude_code(event_name, cjson.loads(stdin_text))
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         log.warning("hook %s: bad input ignored: %s", event_name, exc)
         return ""
@@ -628,7 +671,7 @@ def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[P
     try:
         # "replace": a lone surrogate in the hook input (a split emoji) becomes "?" instead of
         # failing the whole event
-        status, text = post(endpoint, json.dumps(body, ensure_ascii=False).encode("utf-8", "replace"),
+        status, text = post(endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8", "replace"),
                             target.timeout_s)
     except DeliveryError as exc:
         log.warning("hook %s: daemon at %s unavailable (%s); event spooled", event.event, target.url, exc)
@@ -642,14 +685,14 @@ def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[P
         log.warning("hook %s: daemon rejected the event: HTTP %d %s", event.event, status, text[:300])
         return ""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = cjson.loads(text)
+    except (ValueError, RecursionError):
         log.warning("hook %s: daemon answer is not JSON", event.event)
         return ""
     inject = data.get("inject") if isinstance(data, dict) else None
     if event.event not in ("session-start", "user-prompt-submit") or not isinstance(inject, str) or not inject.strip():
         return ""
-    return json.dumps({"hookSpecificOutput": {"hookEventName": CLAUDE_CODE_NAMES[event.event],
+    return cjson.dumps({"hookSpecificOutput": {"hookEventName": CLAUDE_CODE_NAMES[event.event],
                                               "additionalContext": inject}})
 
 

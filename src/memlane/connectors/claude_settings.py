@@ -3,11 +3,12 @@
 
 * ``settings.json`` (default ``~/.claude/settings.json``, or ``$CLAUDE_CONFIG_DIR/settings.json``):
   ``{"hooks": {"<Event>": [{"matcher": "", "hooks": [{"type": "command", "command": ...,
-  "timeout": <s>}]}]}}``. Each hook runs the light client (:mod:`memlane.hookclient`):
-  ``<dir>/memlane-hook <event>`` (:func:`hook_cmd_for`). Our hooks are the ones whose command runs
-  ``memlane-hook``, ``-m memlane.hookclient`` or the older ``memlane hook``; each is added in a
-  matcher group of its own, so nobody else's group is touched, and ``connect`` replaces an
-  older form of ours with the current one.
+  "timeout": <s>}]}]}}``. Each hook runs the light client (:mod:`memlane.hookclient`), for this
+  install ``<python> -S -I <package dir>/hook_entry.py <event>`` (:func:`hook_cmd_for`,
+  :mod:`memlane.hook_entry`). Our hooks are the ones whose command runs ``hook_entry.py`` of a
+  ``memlane`` directory, ``memlane-hook``, ``-m memlane.hookclient`` or the older
+  ``memlane hook``; each is added in a matcher group of its own, so nobody else's group is
+  touched, and ``connect`` replaces an older form of ours with the current one.
 * ``~/.claude.json``: user-scope MCP servers under the top-level ``"mcpServers"`` object; ours is
   ``"memlane": {"type": "stdio", "command": ..., "args": [..., "mcp", "serve"], "env": {}}``.
 
@@ -39,12 +40,17 @@ from memlane.errors import MemlaneError
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
 HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10}
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
-# client) or `python -m memlane.hookclient EVENT`, each possibly quoted by shlex.join.
+# client), `python -m memlane.hookclient EVENT` or `python -S -I .../memlane/hook_entry.py EVENT`,
+# each possibly quoted by shlex.join.
 _OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b"
                        r"|(?:^|[\s/\\'\"])memlane-hook(?:\.exe)?['\"]?(?:\s|$)"
-                       r"|\s-m\s+['\"]?memlane\.hookclient\b")
+                       r"|\s-m\s+['\"]?memlane\.hookclient\b"
+                       r"|[/\\]memlane[/\\]hook_entry\.py['\"]?(?:\s|$)")
 #: The light hook client's console script (pyproject.toml [project.scripts]).
 HOOK_SCRIPT = "memlane-hook"
+#: The file the installed hook command runs without ``site`` (:mod:`memlane.hook_entry`),
+#: relative to the package directory.
+HOOK_ENTRY = "hook_entry.py"
 MCP_NAME = "memlane"
 
 
@@ -104,8 +110,19 @@ def _executable(path: Path) -> bool:
 
 
 def default_hook_cmd() -> list[str]:
-    """An absolute command that runs the light hook client: the ``memlane-hook`` script beside
-    this interpreter, else the one on PATH, else ``[python, -m, memlane.hookclient]``."""
+    """The absolute command that runs this install's light hook client (the event name is
+    appended): ``[<this python>, -S, -I, <memlane package dir>/hook_entry.py]``.
+
+    ``-S`` skips ``site`` and ``-I`` runs isolated (no ``PYTHON*`` variables, no script
+    directory on ``sys.path``); :mod:`memlane.hook_entry` appends the package's parent
+    directory to ``sys.path`` itself. That starts the hook with the standard library and
+    memlane's leaf modules only (docs/hooks.md measures it against the ``memlane-hook`` console
+    script, which runs the same client with ``site``). Without an interpreter path
+    (``sys.executable`` empty, an embedded Python): the ``memlane-hook`` script beside it or on
+    PATH, else ``[python, -m, memlane.hookclient]``."""
+    entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, HOOK_ENTRY)
+    if sys.executable and os.path.isfile(entry):
+        return [sys.executable, "-S", "-I", os.path.normpath(entry)]
     for name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe"):
         if _executable(Path(sys.executable).parent / name):
             return [str(Path(sys.executable).parent / name)]
@@ -113,16 +130,33 @@ def default_hook_cmd() -> list[str]:
     return [os.path.abspath(found)] if found else [sys.executable, "-m", "memlane.hookclient"]
 
 
+def _is_this_install(memlane_cmd: Sequence[str]) -> bool:
+    """``memlane_cmd`` runs the memlane of this interpreter: the ``memlane`` script beside
+    ``sys.executable``, or ``[sys.executable, -m, memlane]``."""
+    cmd = list(memlane_cmd)
+    if not sys.executable:
+        return False
+    here = Path(sys.executable).parent
+    if len(cmd) == 1:
+        exe = Path(cmd[0])
+        return exe.name in ("memlane", "memlane.exe") and exe.parent == here
+    return len(cmd) == 3 and cmd[1:] == ["-m", "memlane"] and Path(cmd[0]) == Path(sys.executable)
+
+
 def hook_cmd_for(memlane_cmd: Sequence[str]) -> list[str]:
     """The light hook command that goes with ``memlane_cmd`` (the event name is appended):
 
-    * ``[<dir>/memlane]`` -> ``[<dir>/memlane-hook]`` when that script exists (pip installs the
-      two side by side);
-    * ``[<python>, -m, memlane]`` -> ``[<python>, -m, memlane.hookclient]``;
+    * this install (``memlane`` beside this interpreter, or ``[this python, -m, memlane]``) ->
+      :func:`default_hook_cmd`, the interpreter without ``site`` running ``hook_entry.py``;
+    * ``[<dir>/memlane]`` of another install -> ``[<dir>/memlane-hook]`` when that script
+      exists (pip installs the two side by side);
+    * ``[<python>, -m, memlane]`` with another interpreter -> ``[<python>, -m, memlane.hookclient]``;
     * anything else, or no ``memlane-hook`` beside it -> ``[*memlane_cmd, hook]``: the CLI's
       ``memlane hook EVENT``, which does the same but starts the full CLI first.
     """
     cmd = list(memlane_cmd)
+    if _is_this_install(cmd):
+        return default_hook_cmd()
     if len(cmd) == 1:
         exe = Path(cmd[0])
         stem, suffix = (exe.name[:-4], ".exe") if exe.name.endswith(".exe") else (exe.name, "")
@@ -353,8 +387,8 @@ def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path
 
 def disconnect(settings_path: Path, *, claude_json_path: Path | None = None,
                unregister_mcp: bool = True) -> ConnectResult:
-    """Remove only our hooks (commands running ``memlane-hook``, ``-m memlane.hookclient`` or
-    ``memlane hook``) from ``settings_path``,
+    """Remove only our hooks (commands running ``memlane/hook_entry.py``, ``memlane-hook``,
+    ``-m memlane.hookclient`` or ``memlane hook``) from ``settings_path``,
     dropping groups, event lists and the ``hooks`` object that become empty, and our
     ``memlane`` MCP server from ``claude_json_path``. Same backups, atomicity and errors as
     :func:`connect`; a missing file is left missing."""

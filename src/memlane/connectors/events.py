@@ -17,11 +17,10 @@ UserPromptSubmit, or a field of the wrong type is a :class:`ValueError` naming t
 from __future__ import annotations
 
 import os
-from collections import namedtuple
-from pathlib import Path
 
-# The light hook client (memlane.hookclient) imports this module: typing stays out of its
-# start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+# The light hook client (memlane.hookclient) imports this module: typing, collections and
+# pathlib stay out of its start-up (TYPE_CHECKING = False is the idiom type checkers read as
+# typing.TYPE_CHECKING).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -42,11 +41,15 @@ _HOOK_EVENT_FIELDS = ("event", "session_key", "cwd", "project", "prompt", "sourc
                       "custom_instructions", "transcript_path", "harness")
 
 
-# A namedtuple rather than a frozen dataclass: `dataclasses` imports `inspect` (with ast, dis
-# and tokenize), the largest import of the light hook client's start-up. Same construction by
-# keyword, same defaults, immutable, compared by value.
-class HookEvent(namedtuple("HookEvent", _HOOK_EVENT_FIELDS, defaults=(None,) * 6 + ("claude-code",))):
-    """One hook call, independent of the harness that made it (immutable).
+# A small slotted class rather than a frozen dataclass (`dataclasses` imports `inspect`, with
+# ast, dis and tokenize) or a namedtuple (`collections`, with heapq, keyword, operator, reprlib):
+# both were among the largest imports of the light hook client's start-up (docs/hooks.md).
+class HookEvent:
+    """One hook call, independent of the harness that made it (immutable, compared by value).
+
+    Built by keyword (or position, in the order below); fields after ``project`` default to
+    ``None`` and ``harness`` to ``"claude-code"``. Setting or deleting an attribute raises
+    ``AttributeError``.
 
     Attributes:
         event: one of ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``.
@@ -63,7 +66,37 @@ class HookEvent(namedtuple("HookEvent", _HOOK_EVENT_FIELDS, defaults=(None,) * 6
         harness: the harness name sent to the daemon (default ``claude-code``).
     """
 
-    __slots__ = ()
+    __slots__ = _HOOK_EVENT_FIELDS
+
+    def __init__(self, event: str, session_key: str, cwd: str, project: str, prompt: str | None = None,
+                 source: str | None = None, reason: str | None = None, trigger: str | None = None,
+                 custom_instructions: str | None = None, transcript_path: str | None = None,
+                 harness: str = "claude-code") -> None:
+        values = (event, session_key, cwd, project, prompt, source, reason, trigger, custom_instructions,
+                  transcript_path, harness)
+        for name, value in zip(_HOOK_EVENT_FIELDS, values):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"HookEvent is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"HookEvent is immutable: cannot delete {name!r}")
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _HOOK_EVENT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HookEvent):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(_HOOK_EVENT_FIELDS, self._values()))
+        return f"HookEvent({fields})"
 
 
 def normalize_event_name(name: str) -> str:
@@ -82,18 +115,19 @@ def normalize_event_name(name: str) -> str:
 def find_project_root(cwd: str | os.PathLike[str]) -> str:
     """The nearest ancestor of ``cwd`` (itself included) holding a ``.git`` entry (a directory,
     or a file as in worktrees and submodules), else ``cwd``; always an absolute path string."""
-    start = Path(os.path.abspath(os.path.expanduser(os.fspath(cwd))))
+    start = os.path.abspath(os.path.expanduser(os.fspath(cwd)))
     try:
-        start = start.resolve()
+        start = os.path.realpath(start)
     except OSError:
         pass
-    for candidate in (start, *start.parents):
-        try:
-            if (candidate / ".git").exists():
-                return str(candidate)
-        except OSError:
-            continue
-    return str(start)
+    candidate = start
+    while True:
+        if os.path.exists(os.path.join(candidate, ".git")):  # False for any OSError
+            return candidate
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            return start
+        candidate = parent
 
 
 def _opt_str(payload: dict[str, Any], key: str) -> str | None:

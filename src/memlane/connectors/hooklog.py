@@ -14,7 +14,8 @@ The hook modules (:mod:`memlane.hookclient`, :mod:`memlane.connectors.transcript
 
 The file: created with mode 0600 in a 0700 directory, opened on the first record (a hook that
 logs nothing touches no file), appended with ``O_APPEND`` (hooks running at once each add whole
-lines), rotated to ``.1`` / ``.2`` past 1 MB (``RotatingFileHandler``'s names).
+lines), rotated to ``.1`` / ``.2`` past 1 MB (``RotatingFileHandler``'s names). Paths are
+strings handled with ``os.path`` (``pathlib`` is kept out of the hook's start-up).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,14 +42,14 @@ class LogFile:
     Errors are swallowed: a log must never break a hook.
     """
 
-    def __init__(self, path: Path | str, *, max_bytes: int = MAX_BYTES, backups: int = BACKUPS) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES, backups: int = BACKUPS) -> None:
+        self.path = os.fspath(path)
         self.max_bytes = max_bytes
         self.backups = backups
         self._fd: int | None = None
 
     def _open(self) -> int:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
 
     def write(self, text: str) -> None:
@@ -68,10 +68,10 @@ class LogFile:
     def _rotate(self) -> None:
         self.close()
         for i in range(self.backups - 1, 0, -1):
-            src = self.path.with_name(f"{self.path.name}.{i}")
-            if src.exists():
-                os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            src = f"{self.path}.{i}"
+            if os.path.exists(src):
+                os.replace(src, f"{self.path}.{i + 1}")
+        os.replace(self.path, f"{self.path}.1")
 
     def close(self) -> None:
         """Close the file (a later write opens it again)."""
@@ -159,7 +159,7 @@ class LazyLogger:
         self._log("ERROR", msg, args, exc_info=True)
 
 
-def file_handler(path: Path | str) -> logging.Handler:
+def file_handler(path: str | os.PathLike[str]) -> logging.Handler:
     """A ``logging`` handler writing ``path`` through a :class:`LogFile` in the same format (for
     processes that use ``logging``: ``memlane hook``, the tests). Imports ``logging``."""
     import logging

@@ -17,28 +17,35 @@ failed :data:`MAX_ATTEMPTS` times with a 5xx or a read timeout move to ``spool/r
 
 Standard library only (no httpx at import time): the light hook client
 (:mod:`memlane.hookclient`) writes and replays the spool through :func:`replay_with` and its
-own ``http.client`` sender; :func:`replay_spool` does the same through an httpx client, so
-either path replays what the other spooled.
+own HTTP sender; :func:`replay_spool` does the same through an httpx client, so either path
+replays what the other spooled. The functions the hook calls work on path strings
+(``os.path``) and JSON through :mod:`memlane.connectors.cjson`: ``pathlib``, ``json`` and
+``contextlib`` (with ``re``, ``enum``, ``collections``) cost a hook more than its work
+(docs/hooks.md). Paths may be given as ``str`` or ``os.PathLike``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import time
-from collections.abc import Callable
-from pathlib import Path
 
+from memlane.connectors import cjson
 from memlane.connectors.hooklog import LazyLogger
 
 # The light hook client (memlane.hookclient) imports this module: typing and httpx stay out of
 # its start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
     from typing import Any
 
     import httpx
+
+    #: How a replay sends one event: ``post(endpoint, body_bytes, timeout_s) -> (status, text)``.
+    #: Raises :class:`DeliveryTimeout` when the request went out but no answer came in time, and
+    #: :class:`DeliveryError` for any other transport failure (refused, reset, connect timeout).
+    Post = Callable[[str, bytes, float], tuple[int, str]]
 
 # logging is imported on the first record only (memlane.connectors.hooklog)
 log = LazyLogger(__name__)
@@ -47,11 +54,6 @@ MAX_FILES = 1000
 MAX_BYTES = 50 * 1024 * 1024
 MAX_ATTEMPTS = 5
 REJECTED = "rejected"
-
-#: How a replay sends one event: ``post(endpoint, body_bytes, timeout_s) -> (status, text)``.
-#: Raises :class:`DeliveryTimeout` when the request went out but no answer came in time, and
-#: :class:`DeliveryError` for any other transport failure (refused, reset, connect timeout).
-Post = Callable[[str, bytes, float], "tuple[int, str]"]
 
 
 class DeliveryError(Exception):
@@ -62,11 +64,12 @@ class DeliveryTimeout(DeliveryError):
     """The request was sent but the answer did not come within the timeout (counts as an attempt)."""
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` (mode 0600): a hidden temp file in the same directory, then
     a rename, so a reader sees the whole old file or the whole new one. No fsync (module
     docstring). Raises OSError (the temp file is removed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         try:
@@ -75,8 +78,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
 
 
@@ -95,60 +100,67 @@ def _utc_iso(time_ns: int) -> str:
     return f"{stamp}.{micros:06d}+00:00" if micros else f"{stamp}+00:00"
 
 
-def spool_dir_for(home: Path) -> Path:
-    """``{home}/spool``."""
-    return Path(home) / "spool"
+def spool_dir_for(home: str | os.PathLike[str]) -> str:
+    """``{home}/spool`` (a path string)."""
+    return os.path.join(os.fspath(home), "spool")
 
 
-def spooled_files(spool_dir: Path) -> list[Path]:
-    """The spooled event files in time order (temp files and ``rejected/`` excluded)."""
+def _spooled_names(spool_dir: str) -> list[str]:
+    """The names of the spooled event files in time order (temp files and ``rejected/`` excluded)."""
     try:
-        names = [n for n in os.listdir(spool_dir) if n.endswith(".json") and not n.startswith(".")]
+        return sorted(n for n in os.listdir(spool_dir) if n.endswith(".json") and not n.startswith("."))
     except OSError:
         return []
-    return [Path(spool_dir) / n for n in sorted(names)]
 
 
-def enforce_caps(spool_dir: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> int:
+def spooled_files(spool_dir: str | os.PathLike[str]) -> list[Path]:
+    """The spooled event files in time order (temp files and ``rejected/`` excluded)."""
+    from pathlib import Path  # not on the hook's path, which lists names (_spooled_names)
+
+    return [Path(spool_dir) / n for n in _spooled_names(os.fspath(spool_dir))]
+
+
+def enforce_caps(spool_dir: str | os.PathLike[str], max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> int:
     """Drop the oldest files until at most ``max_files`` files and ``max_bytes`` bytes remain.
 
     Returns the number of files dropped (each logged)."""
-    files = spooled_files(spool_dir)
+    spool_dir = os.fspath(spool_dir)
+    names = _spooled_names(spool_dir)
     sizes = []
-    for f in files:
+    for name in names:
         try:
-            sizes.append(f.stat().st_size)
+            sizes.append(os.stat(os.path.join(spool_dir, name)).st_size)
         except OSError:
             sizes.append(0)
-    total, count, dropped = sum(sizes), len(files), 0
-    for f, size in zip(files, sizes):
+    total, count, dropped = sum(sizes), len(names), 0
+    for name, size in zip(names, sizes):
         if count <= max_files and total <= max_bytes:
             break
         try:
-            f.unlink()
-            log.warning("spool full (%d files, %d bytes): dropped the oldest event %s", count, total, f.name)
+            os.unlink(os.path.join(spool_dir, name))
+            log.warning("spool full (%d files, %d bytes): dropped the oldest event %s", count, total, name)
             dropped += 1
         except OSError as exc:
-            log.warning("spool: cannot drop %s (%s)", f.name, exc)
+            log.warning("spool: cannot drop %s (%s)", name, exc)
         count -= 1
         total -= size
     return dropped
 
 
-def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
-                max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Path | None:
-    """Save one event for later delivery; returns its file, or ``None`` if it could not be saved
-    (an event larger than ``max_bytes`` on its own, or an I/O error; logged, never raised)."""
+def spool_event(spool_dir: str | os.PathLike[str], endpoint: str, body: dict[str, Any], *,
+                max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> str | None:
+    """Save one event for later delivery; returns its file's path, or ``None`` if it could not be
+    saved (an event larger than ``max_bytes`` on its own, or an I/O error; logged, never raised)."""
     try:
         now_ns = time.time_ns()
-        data = json.dumps({"endpoint": endpoint, "body": body, "attempts": 0, "spooled_at": _utc_iso(now_ns)},
-                          ensure_ascii=False).encode("utf-8", "replace")  # a lone surrogate: "?"
+        data = cjson.dumps({"endpoint": endpoint, "body": body, "attempts": 0, "spooled_at": _utc_iso(now_ns)},
+                           ensure_ascii=False).encode("utf-8", "replace")  # a lone surrogate: "?"
         if len(data) > max_bytes:
             log.warning("spool: an event of %d bytes is over the %d-byte cap; not spooled", len(data), max_bytes)
             return None
-        spool_dir = Path(spool_dir)
-        spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = spool_dir / f"{now_ns:020d}-{os.getpid()}-{os.urandom(4).hex()}.json"
+        spool_dir = os.fspath(spool_dir)
+        os.makedirs(spool_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(spool_dir, f"{now_ns:020d}-{os.getpid()}-{os.urandom(4).hex()}.json")
         _write_atomic(path, data)
         enforce_caps(spool_dir, max_files, max_bytes)
         return path
@@ -157,19 +169,26 @@ def spool_event(spool_dir: Path, endpoint: str, body: dict[str, Any], *,
         return None
 
 
-def _reject(path: Path, why: str) -> None:
-    target_dir = path.parent / REJECTED
+def _reject(path: str, why: str) -> None:
+    head, name = os.path.split(path)
+    target_dir = os.path.join(head, REJECTED)
     try:
-        target_dir.mkdir(mode=0o700, exist_ok=True)
-        os.replace(path, target_dir / path.name)
-        log.warning("spool: %s moved to %s/ (%s)", path.name, REJECTED, why)
+        try:
+            os.mkdir(target_dir, 0o700)
+        except FileExistsError:
+            pass
+        os.replace(path, os.path.join(target_dir, name))
+        log.warning("spool: %s moved to %s/ (%s)", name, REJECTED, why)
         enforce_caps(target_dir)
     except OSError as exc:
-        log.warning("spool: cannot move %s to %s/ (%s); deleting it", path.name, REJECTED, exc)
-        path.unlink(missing_ok=True)
+        log.warning("spool: cannot move %s to %s/ (%s); deleting it", name, REJECTED, exc)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
-def replay_spool(client: httpx.Client, spool_dir: Path, *, budget_s: float | None = None,
+def replay_spool(client: httpx.Client, spool_dir: str | os.PathLike[str], *, budget_s: float | None = None,
                  timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
     """:func:`replay_with` through ``client``, an httpx client whose base URL is the daemon
     (its headers, e.g. the token, go with every request). Same arguments and result."""
@@ -187,7 +206,7 @@ def replay_spool(client: httpx.Client, spool_dir: Path, *, budget_s: float | Non
     return replay_with(post, spool_dir, budget_s=budget_s, timeout_s=timeout_s, max_attempts=max_attempts)
 
 
-def replay_with(post: Post, spool_dir: Path, *, budget_s: float | None = None,
+def replay_with(post: Post, spool_dir: str | os.PathLike[str], *, budget_s: float | None = None,
                 timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
     """Send the spooled events oldest first through ``post`` (see :data:`Post`), stopping at
     the first transient failure so that order is kept.
@@ -200,6 +219,10 @@ def replay_with(post: Post, spool_dir: Path, *, budget_s: float | None = None,
       kept as is; replay stops.
     * an unreadable or malformed file: moved to ``rejected/``.
 
+    Only one process replays a spool at a time: a non-blocking exclusive lock on
+    ``spool/.replay.lock`` (none where ``fcntl`` is missing); a hook that finds it held skips
+    the replay.
+
     Args:
         budget_s: wall-clock budget for the whole replay, seconds (``None``: no limit); each
             request's timeout is cut to what is left.
@@ -208,50 +231,53 @@ def replay_with(post: Post, spool_dir: Path, *, budget_s: float | None = None,
     Returns:
         ``(sent, failed)``: events delivered, and events rejected or kept after a failed try.
     """
-    if not spooled_files(spool_dir):
+    spool_dir = os.fspath(spool_dir)
+    if not _spooled_names(spool_dir):
         return 0, 0
-    with _replay_lock(Path(spool_dir)) as locked:
-        if not locked:  # another hook process is replaying right now
-            return 0, 0
-        return _replay(post, Path(spool_dir), budget_s, timeout_s, max_attempts)
+    lock_fd = _replay_lock(spool_dir)
+    if lock_fd == -1:  # another hook process is replaying right now
+        return 0, 0
+    try:
+        return _replay(post, spool_dir, budget_s, timeout_s, max_attempts)
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)  # releases the lock
 
 
-@contextlib.contextmanager
-def _replay_lock(spool_dir: Path):  # noqa: ANN202
-    """A non-blocking exclusive lock on ``spool/.replay.lock`` (no-op where fcntl is missing)."""
+def _replay_lock(spool_dir: str) -> int | None:
+    """Take a non-blocking exclusive lock on ``spool/.replay.lock``: its descriptor (closing it
+    releases the lock), ``-1`` when another process holds it, ``None`` when no lock can be had
+    here (no fcntl, or the file cannot be opened: the replay goes ahead unlocked)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
-        yield True
-        return
+        return None
     try:
-        # created 0600 like every file in the home (open() would make it 0644 less the umask)
-        f = os.fdopen(os.open(spool_dir / ".replay.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                              0o600), "r+b")
+        # created 0600 like every file in the home
+        fd = os.open(os.path.join(spool_dir, ".replay.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
     except OSError:
-        yield True
-        return
+        return None
     try:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
-        yield True
-    finally:
-        f.close()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
 
 
-def _replay(post: Post, spool_dir: Path, budget_s: float | None, timeout_s: float,
+def _replay(post: Post, spool_dir: str, budget_s: float | None, timeout_s: float,
             max_attempts: int) -> tuple[int, int]:
     deadline = None if budget_s is None else time.monotonic() + budget_s
     sent = failed = 0
-    for path in spooled_files(spool_dir):
+    for name in _spooled_names(spool_dir):
+        path = os.path.join(spool_dir, name)
         left = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
         if left <= 0.01:
             break
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, encoding="utf-8") as f:
+                record = cjson.loads(f.read())
             endpoint, body = record["endpoint"], record["body"]
             if not isinstance(endpoint, str) or not endpoint.startswith("/") or not isinstance(body, dict):
                 raise ValueError("bad endpoint or body")
@@ -262,7 +288,7 @@ def _replay(post: Post, spool_dir: Path, budget_s: float | None, timeout_s: floa
             failed += 1
             continue
         try:
-            status, text = post(endpoint, json.dumps(body, ensure_ascii=False).encode("utf-8"), left)
+            status, text = post(endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8"), left)
         except DeliveryTimeout:
             _count_attempt(path, record, max_attempts, "read timeout")
             return sent, failed + 1
@@ -270,7 +296,10 @@ def _replay(post: Post, spool_dir: Path, budget_s: float | None, timeout_s: floa
             log.info("spool replay stopped: %s (%s)", exc, endpoint)
             return sent, failed + 1
         if 200 <= status < 300:
-            path.unlink(missing_ok=True)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
             sent += 1
         elif 400 <= status < 500:
             _reject(path, f"HTTP {status} from {endpoint}: {text[:200]}")
@@ -281,15 +310,16 @@ def _replay(post: Post, spool_dir: Path, budget_s: float | None, timeout_s: floa
     return sent, failed
 
 
-def _count_attempt(path: Path, record: dict[str, Any], max_attempts: int, why: str) -> None:
+def _count_attempt(path: str, record: dict[str, Any], max_attempts: int, why: str) -> None:
+    name = os.path.basename(path)
     attempts = int(record.get("attempts", 0) or 0) + 1
     if attempts >= max_attempts:
         _reject(path, f"{why}, {attempts} attempts")
         return
     record["attempts"] = attempts
     try:
-        if path.exists():
-            _write_atomic(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+        if os.path.exists(path):
+            _write_atomic(path, cjson.dumps(record, ensure_ascii=False).encode("utf-8"))
     except OSError as exc:
-        log.warning("spool: cannot update %s (%s)", path.name, exc)
-    log.info("spool replay stopped: %s (%s, attempt %d)", why, path.name, attempts)
+        log.warning("spool: cannot update %s (%s)", name, exc)
+    log.info("spool replay stopped: %s (%s, attempt %d)", why, name, attempts)

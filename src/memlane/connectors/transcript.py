@@ -9,24 +9,28 @@ device, an oversize file) is refused: ``None`` is returned and the reason is log
 Claude Code transcripts are JSON lines; user and assistant turns look like
 ``{"type": "user"|"assistant", "message": {"role": ..., "content": str | [blocks]}}`` with text
 blocks ``{"type": "text", "text": ...}``. Other line shapes are skipped, never an error.
+
+The light hook client (:mod:`memlane.hookclient`) imports this module for the prompt and
+session-end hooks, so it keeps ``pathlib``, ``json`` and ``re`` (with ``enum`` and
+``functools``) out of that start-up: paths go through ``os.path``, JSON through
+:mod:`memlane.connectors.cjson`, and the two regular expressions are compiled only for a bare
+``{id: score}`` feedback object (:func:`_feedback_in_text`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 import stat
-from collections.abc import Iterator, Sequence
-from pathlib import Path
 
+from memlane.connectors import cjson
 from memlane.connectors.hooklog import LazyLogger
 
-# The light hook client (memlane.hookclient) imports this module: typing stays out of its
-# start-up (TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING).
+# TYPE_CHECKING = False is the idiom type checkers read as typing.TYPE_CHECKING.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
+    from collections.abc import Iterator, Sequence
     from typing import Any
 
 # logging is imported on the first record only (memlane.connectors.hooklog)
@@ -35,22 +39,37 @@ log = LazyLogger(__name__)
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 FEEDBACK_TAIL_BYTES = 2 * 1024 * 1024
 
-_ID_LIKE = re.compile(r"^[0-9a-fA-F]{8}[0-9a-fA-F-]{0,28}$")
-_MARKER = re.compile(r"memory[-_ ]feedback", re.IGNORECASE)
+#: A mention of the feedback request (``_marker()``), case-insensitive, and its spellings in
+#: lower case for the cheap pre-check of :func:`_mentions_feedback`.
+_MARKER_PATTERN = r"(?i)memory[-_ ]feedback"
+_MARKER_SPELLINGS = ("memory-feedback", "memory_feedback", "memory feedback")
+#: A key that looks like a memory id or id prefix (``_id_like()``).
+_ID_LIKE_PATTERN = r"^[0-9a-fA-F]{8}[0-9a-fA-F-]{0,28}$"
+_compiled: dict[str, re.Pattern[str]] = {}
 _OPEN_TAG = "<memory-feedback>"
 _CLOSE_TAG = "</memory-feedback>"
 
 
-def default_roots() -> list[Path]:
+def _regex(pattern: str) -> re.Pattern[str]:
+    """``re.compile(pattern)``, importing ``re`` on first use (module docstring)."""
+    if pattern not in _compiled:
+        import re
+
+        _compiled[pattern] = re.compile(pattern)
+    return _compiled[pattern]
+
+
+def default_roots() -> list[str]:
     """``~/.claude/projects`` and, when ``CLAUDE_CONFIG_DIR`` is set, ``$CLAUDE_CONFIG_DIR/projects``."""
-    roots = [Path.home() / ".claude" / "projects"]
+    roots = [os.path.join(os.path.expanduser("~"), ".claude", "projects")]
     env = os.environ.get("CLAUDE_CONFIG_DIR")
     if env:
-        roots.append(Path(env).expanduser() / "projects")
+        roots.append(os.path.join(os.path.expanduser(env), "projects"))
     return roots
 
 
-def read_transcript(path: str | os.PathLike[str] | None, allowed_roots: Sequence[Path] | None = None,
+def read_transcript(path: str | os.PathLike[str] | None,
+                    allowed_roots: Sequence[str | os.PathLike[str]] | None = None,
                     max_bytes: int = DEFAULT_MAX_BYTES, *, tail_bytes: int | None = None) -> str | None:
     """The transcript's text (UTF-8, undecodable bytes replaced), or ``None`` when refused.
 
@@ -67,7 +86,7 @@ def read_transcript(path: str | os.PathLike[str] | None, allowed_roots: Sequence
         return None
     roots = list(allowed_roots) if allowed_roots is not None else default_roots()
     try:
-        resolved = Path(os.path.expanduser(os.fspath(path))).resolve(strict=True)
+        resolved = os.path.realpath(os.path.expanduser(os.fspath(path)), strict=True)
     except (OSError, RuntimeError, ValueError) as exc:
         log.warning("transcript refused: %s does not resolve (%s)", path, exc.__class__.__name__)
         return None
@@ -119,12 +138,13 @@ def read_transcript(path: str | os.PathLike[str] | None, allowed_roots: Sequence
     return data.decode("utf-8", errors="replace")
 
 
-def _is_under(path: Path, root: Path) -> bool:
+def _is_under(path: str, root: str | os.PathLike[str]) -> bool:
+    """``path`` (resolved) lies strictly inside ``root`` once ``root`` is resolved too."""
     try:
-        root_resolved = Path(os.path.expanduser(os.fspath(root))).resolve()
-    except (OSError, RuntimeError):
+        root_resolved = os.path.realpath(os.path.expanduser(os.fspath(root)))
+    except (OSError, ValueError):
         return False
-    return path != root_resolved and path.is_relative_to(root_resolved)
+    return path != root_resolved and path.startswith(root_resolved.rstrip(os.sep) + os.sep)
 
 
 # --- JSONL ------------------------------------------------------------------------------------
@@ -135,8 +155,8 @@ def _entries(jsonl: str) -> Iterator[dict[str, Any]]:
         if not line:
             continue
         try:
-            obj = json.loads(line)
-        except ValueError:
+            obj = cjson.loads(line)
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             yield obj
@@ -187,8 +207,8 @@ def _entries_from_the_end(jsonl: str) -> Iterator[dict[str, Any]]:
         if not line:
             continue
         try:
-            obj = json.loads(line)
-        except ValueError:
+            obj = cjson.loads(line)
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             yield obj
@@ -221,7 +241,7 @@ def _clean(obj: dict[str, Any], *, id_like_only: bool) -> dict[str, float]:
     for key, value in obj.items():
         if not isinstance(key, str) or not key.strip() or len(key) > 64:
             continue
-        if id_like_only and not _ID_LIKE.match(key.strip()):
+        if id_like_only and not _regex(_ID_LIKE_PATTERN).match(key.strip()):
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
@@ -234,11 +254,10 @@ def _clean(obj: dict[str, Any], *, id_like_only: bool) -> dict[str, float]:
 
 def _objects(text: str, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every JSON object found in ``text`` from ``start`` on, with its start offset."""
-    decoder = json.JSONDecoder()
     i = text.find("{", start)
     while i >= 0:
         try:
-            obj, end = decoder.raw_decode(text, i)
+            obj, end = cjson.raw_decode(text, i)
         except ValueError:
             i = text.find("{", i + 1)
             continue
@@ -247,8 +266,16 @@ def _objects(text: str, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
         i = text.find("{", end)
 
 
+def _mentions_feedback(text: str) -> bool:
+    """``re.search(r"memory[-_ ]feedback", text, re.IGNORECASE)`` without ``re``: the pattern's
+    characters have no case-insensitive match other than the one ``str.lower`` gives (the Kelvin
+    sign lowers to ``k``; no other character of the pattern has a special case fold)."""
+    low = text.lower()
+    return any(s in low for s in _MARKER_SPELLINGS)
+
+
 def _feedback_in_text(text: str) -> dict[str, float] | None:
-    if not _MARKER.search(text):  # cheap pre-check: no mention of memory feedback, no feedback
+    if not _mentions_feedback(text):  # cheap pre-check: no mention of memory feedback, no feedback
         return None
     explicit = [] if '"memory_feedback"' not in text else [
         o["memory_feedback"] for _, o in _objects(text) if isinstance(o.get("memory_feedback"), dict)]
@@ -258,7 +285,7 @@ def _feedback_in_text(text: str) -> dict[str, float] | None:
     # closing tag, or (e.g. in a ```json fence) after a mention of the memory feedback request.
     starts = [text.rfind(_OPEN_TAG) + len(_OPEN_TAG) if _OPEN_TAG in text else -1,
               text.rfind(_CLOSE_TAG) + len(_CLOSE_TAG) if _CLOSE_TAG in text else -1]
-    mentions = [m.end() for m in _MARKER.finditer(text)]
+    mentions = [m.end() for m in _regex(_MARKER_PATTERN).finditer(text)]
     if mentions:
         starts.append(mentions[-1])
     for start in sorted({s for s in starts if s >= 0}):
