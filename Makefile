@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install run test bench-retrieval bench-latency clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./benchmarks
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install memlane with its test tools
+install: $(STAMP)  ## create .venv and install memlane, its benchmarks (benchmarks/) and its test tools
 
 run: $(STAMP)  ## install, then start the daemon on the embedded default (127.0.0.1:7437)
 	$(BIN)/memlane serve
@@ -27,4 +27,4 @@ bench-latency: $(STAMP)  ## HTTP latency with 10,000 memories through a real dae
 	$(BIN)/memlane bench latency --memories 10000
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache bench-results
+	rm -rf $(VENV) build *.egg-info benchmarks/build benchmarks/*.egg-info .pytest_cache bench-results

@@ -13,18 +13,13 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from benchmarks.daemon import Daemon as _Daemon, DaemonStartError, free_port  # noqa: F401  (tests import free_port from here)
 from memlane.auth import CLIENT_HEADER, auth_headers, ensure_token
 from memlane.config import load_settings
 from memlane.container import Container, open_container
@@ -45,13 +40,6 @@ def shared_embedder() -> Iterator[LocalOnnxEmbedder]:
     emb.warmup()
     yield emb
     emb.close()
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 StoreFactory = Callable[..., Container]
@@ -140,61 +128,21 @@ def api_client(c: Container, **kwargs: Any):  # noqa: ANN201 - fastapi.testclien
 READY_TIMEOUT_S = 60
 
 
-class Daemon:
-    """One ``python -m memlane serve`` child process on a loopback port."""
+class Daemon(_Daemon):
+    """An isolated daemon for a test (:class:`benchmarks.daemon.Daemon`: no ``MEMLANE_*`` variable
+    of the outer environment, no config.yaml; embedding ``provider``, then ``extra_env``); a daemon
+    that does not become ready fails the test with its log."""
 
     def __init__(self, home: Path, log: Path, *, provider: str = "local",
                  extra_env: dict[str, str] | None = None) -> None:
-        self.home = home
-        self.log_path = log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-        env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
-                   MEMLANE_EMBEDDING__PROVIDER=provider, MEMLANE_LOG_LEVEL="warning")
-        env.update(extra_env or {})
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        super().__init__(home, log, env={"MEMLANE_EMBEDDING__PROVIDER": provider, **(extra_env or {})},
+                         isolated=True)
 
-    @property
-    def headers(self) -> dict[str, str]:
-        """The token header for this daemon's home (as memlane's own clients send it)."""
-        return {CLIENT_HEADER: "test", **auth_headers(self.home)}
-
-    def client(self, **kwargs: Any) -> httpx.Client:
-        """An httpx.Client on this daemon with the token header (the caller closes it)."""
-        kwargs.setdefault("timeout", 30)
-        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"daemon exited with {self.proc.returncode} before it was ready:\n{self.log()}")
-            try:
-                r = httpx.get(self.url + "/health", timeout=2)
-                if r.status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"daemon not ready after {READY_TIMEOUT_S}s:\n{self.log()}")
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self._log.close()
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        try:
+            super().wait_ready(timeout_s)
+        except DaemonStartError as exc:
+            pytest.fail(str(exc))
 
 
 @pytest.fixture

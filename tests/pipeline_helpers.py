@@ -7,7 +7,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.pipeline.prompts import CONTRADICTION_MARKER, DECISION_MARKER, EXTRACTION_MARKER
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import pipeline_audit as audit_sql

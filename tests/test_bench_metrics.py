@@ -1,4 +1,4 @@
-"""Hand-computed checks for memlane.bench.metrics (and a smoke test of report)."""
+"""Hand-computed checks for benchmarks.metrics (and a smoke test of report)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from memlane.bench import metrics as M
-from memlane.bench.report import REFERENCE, reference_table, render_table, write_json
+from benchmarks import metrics as M
+from benchmarks.report import REFERENCE, reference_table, render_table, write_json
 
 L3, L4 = math.log2(3), math.log2(4)
 

@@ -1,4 +1,4 @@
-"""The LoCoMo bench's Phase 6 base (``memlane.bench.predictor_locomo.train_base``).
+"""The LoCoMo bench's Phase 6 base (``benchmarks.predictor_locomo.train_base``).
 
 Real stores written through the storage layer, the engine's own session loader and training,
 and a real base checkpoint read back as the daemon reads ``--base-weights``. The base is a
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from memlane.bench.predictor_locomo import train_base
+from benchmarks.predictor_locomo import train_base
 from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
 from memlane.predictor.engine import PredictorEngine

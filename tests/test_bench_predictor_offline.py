@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memlane.bench.locomo import load_locomo
-from memlane.bench.predictor_locomo import PredictorBenchConfig, ndcg_binary, ordered_questions
-from memlane.bench.predictor_locomo import run as run_first_pass
-from memlane.bench.predictor_offline import (
+from memlane.ranker.locomo import load_locomo
+from benchmarks.predictor_locomo import PredictorBenchConfig, ndcg_binary, ordered_questions
+from benchmarks.predictor_locomo import run as run_first_pass
+from benchmarks.predictor_offline import (
     VARIANTS,
     OfflineSession,
     fit_listwise_linear,
@@ -24,7 +24,7 @@ from memlane.bench.predictor_offline import (
     load_first_pass,
     run,
 )
-from memlane.bench.recency_grid import HALF_LIVES_DAYS, WEIGHTS, boosted_ndcg, grid
+from benchmarks.recency_grid import HALF_LIVES_DAYS, WEIGHTS, boosted_ndcg, grid
 from memlane.cli.main import app
 from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
 

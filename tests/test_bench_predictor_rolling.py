@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memlane.bench.predictor_rolling import graded_ndcg, rolling_blocks, training_window
-from memlane.bench.predictor_simulated import run_simulated
+from benchmarks.predictor_rolling import graded_ndcg, rolling_blocks, training_window
+from benchmarks.predictor_simulated import run_simulated
 from memlane.cli.main import app
 from memlane.config import predictor as C
 

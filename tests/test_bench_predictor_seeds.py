@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from memlane.bench.predictor_simulated import summarize
-from memlane.bench.predictor_simulated_seeds import MAX_SEEDS, parse_seeds, render_seeds, summarize_seeds
+from benchmarks.predictor_simulated import summarize
+from benchmarks.predictor_simulated_seeds import MAX_SEEDS, parse_seeds, render_seeds, summarize_seeds
 from memlane.cli.main import app
 
 

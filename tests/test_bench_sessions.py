@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlane.bench.sessions import seed_alpha
+from benchmarks.sessions import seed_alpha
 from memlane.predictor import policy
 from memlane.storage import predictor as pred_sql
 

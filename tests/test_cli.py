@@ -273,6 +273,7 @@ def test_predictor_status_table_says_why_the_margin_guard_holds_alpha_at_one():
 def test_an_error_a_command_lets_through_is_one_line_not_a_traceback(tmp_path):
     """A real ``python -m memlane`` process: a store path that cannot be opened (its
     memories.db is a directory) ends with one ``error:`` line and exit status 1."""
+    import os
     import subprocess
     import sys
 
@@ -283,7 +284,9 @@ def test_an_error_a_command_lets_through_is_one_line_not_a_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "memlane", "bench", "sessions", "--memories", "5", "--sessions", "1",
          "--no-predictor", "--store", str(bad), "--data", str(data)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # the benchmarks package of this checkout
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 1, proc.stderr
     assert "error:" in proc.stderr and "cannot open database" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """The dashboard end to end in a real browser (issue 40): Debian's chromium driven by
 Playwright against a real daemon process filled with a LoCoMo conversation replayed through
 the session lifecycle (``memlane replay locomo --max-conversations 1``), with a scripted
-loopback LLM (memlane.bench.dashboard_llm) as the extraction model and continuity judge.
+loopback LLM (benchmarks.dashboard_llm) as the extraction model and continuity judge.
 
 Flows: sign in through the one-time link; the predictor tab in cold start (before the fill)
 and in active mode (after it, a trained model serving); search and open a memory card; edit;
@@ -61,8 +61,8 @@ def _wait(fn, timeout_s: float = 120.0, every_s: float = 0.3):
 
 @pytest.fixture(scope="module")
 def llm():
-    from memlane.bench.dashboard_llm import fill_reply
-    from memlane.bench.scripted_llm import ScriptedLlmServer
+    from benchmarks.dashboard_llm import fill_reply
+    from benchmarks.scripted_llm import ScriptedLlmServer
 
     with ScriptedLlmServer(fill_reply) as server:
         yield server

@@ -1,4 +1,4 @@
-"""Tests for memlane.bench.locomo: evidence normalization, synthetic files, real data."""
+"""Tests for memlane.ranker.locomo: evidence normalization, synthetic files, real data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memlane.bench.locomo import (
+from memlane.ranker.locomo import (
     Turn,
     load_locomo,
     normalize_evidence,

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 import pytest
 import torch
 
-from memlane.bench import metrics as bench_metrics
-from memlane.bench.predictor_locomo import ndcg_binary
-from memlane.bench.predictor_simulated import _ndcg as simulated_ndcg
+from benchmarks import metrics as bench_metrics
+from benchmarks.predictor_locomo import ndcg_binary
+from benchmarks.predictor_simulated import _ndcg as simulated_ndcg
 from memlane.ndcg import dcg, ndcg_at_k
 from memlane.predictor import metrics as tensor_metrics
 from memlane.predictor.policy import ndcg_of_ranking

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import api_client
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.observability.errors import ErrorRing
 from memlane.observability.latency import BUCKETS_MS, LatencyHistogram, percentile
 from pipeline_helpers import drain, llm_settings

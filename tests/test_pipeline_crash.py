@@ -9,11 +9,7 @@ child process. Waits are bounded polls on observable state, never timing asserti
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +21,8 @@ import httpx
 from memlane.auth import auth_headers
 import pytest
 
-from conftest import free_port
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from conftest import Daemon
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.pipeline.prompts import EXTRACTION_MARKER
 from memlane.workers.runtime import StaleLeaseReaper
 from memlane.services.inputs import RememberInput
@@ -78,42 +74,14 @@ def wait_for(predicate, what: str, timeout_s: float = WAIT_S, log: str = "") -> 
     pytest.fail(f"timed out waiting for {what}\n{log}")
 
 
-class Serve:
-    """``python -m memlane serve`` with the pipeline pointed at the loopback LLM."""
-
-    def __init__(self, home: Path, log: Path, llm_url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log
-        self.home = home
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-        env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
-                   MEMLANE_EMBEDDING__PROVIDER="none", MEMLANE_LOG_LEVEL="warning",
-                   MEMLANE_LLM__PROVIDER="ollama", MEMLANE_LLM__BASE_URL=llm_url, MEMLANE_LLM__MODEL="scripted",
-                   MEMLANE_MEMORY__PIPELINE_V2__WORKER__LEASE_TIMEOUT_MS=str(LEASE_MS),
-                   MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS="100")
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            pytest.fail(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            return httpx.get(self.url + "/health", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self._log.close()
+def serve(home: Path, log: Path, llm_url: str) -> Daemon:
+    """A ready ``memlane serve`` with the pipeline pointed at the loopback LLM (short leases)."""
+    d = Daemon(home, log, provider="none", extra_env={
+        "MEMLANE_LLM__PROVIDER": "ollama", "MEMLANE_LLM__BASE_URL": llm_url, "MEMLANE_LLM__MODEL": "scripted",
+        "MEMLANE_MEMORY__PIPELINE_V2__WORKER__LEASE_TIMEOUT_MS": str(LEASE_MS),
+        "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "100"})
+    d.wait_ready()
+    return d
 
 
 @pytest.fixture
@@ -139,9 +107,8 @@ def read_db(home: Path, sql: str, args: tuple = ()) -> list[tuple]:
 def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_path, llm, script) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    first = Serve(home, tmp_path / "serve-1.log", llm.url)
+    first = serve(home, tmp_path / "serve-1.log", llm.url)
     try:
-        wait_for(first.ready, "daemon 1 ready", log=first.log())
         r = httpx.post(first.url + "/api/memory/remember", json={"content": SOURCE}, timeout=30,
                        headers=auth_headers(home))
         assert r.status_code == 200, r.text
@@ -156,9 +123,8 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
     assert (status, attempts) == ("leased", 1)
     # Restart once the lease has expired: the reaper's first tick at start-up resets it.
     wait_for(lambda: utc_now() > leased_until, "the lease to expire", timeout_s=LEASE_MS / 1000 + 30)
-    second = Serve(home, tmp_path / "serve-2.log", llm.url)
+    second = serve(home, tmp_path / "serve-2.log", llm.url)
     try:
-        wait_for(second.ready, "daemon 2 ready", log=second.log())
 
         def done() -> bool:
             j = httpx.get(f"{second.url}/api/memory/jobs/{job_id}", timeout=10, headers=auth_headers(home)).json()

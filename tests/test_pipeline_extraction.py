@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer, prompt_input
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer, prompt_input
 from memlane.config import RecallSettings
 from memlane.pipeline.contradiction import semantic_contradiction, syntactic_contradiction
 from memlane.pipeline.decision import NO_CANDIDATES_REASON, Candidate, find_candidates, parse_decision, \

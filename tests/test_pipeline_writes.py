@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from memlane.bench.pipeline import run_pipeline_bench
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from benchmarks.pipeline import run_pipeline_bench
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.config import load_settings
 from memlane.pipeline.extract_job import NO_LLM_REASON, make_handler
 from memlane.workers.runtime import CompletedInTransaction
-from memlane.replay.extract import NO_PROVIDER, render, run_extract_replay
+from benchmarks.replay.extract import NO_PROVIDER, render, run_extract_replay
 from memlane.services.inputs import RecallQuery, RememberInput
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings
 

@@ -8,7 +8,7 @@ sidecar has accepted a model that ranks differently from the baseline. Each test
 home and opens its own container on the copy. Where a test needs a track record the daemon
 only earns over dozens of sessions (cold start exited, a given success rate), it writes a
 persisted policy state into the copy before opening it, the way ``memlane bench sessions``
-does (:func:`memlane.bench.sessions.seed_alpha`); the daemon then reads it as it reads any
+does (:func:`benchmarks.sessions.seed_alpha`); the daemon then reads it as it reads any
 saved state. Score deadlines are 30 s, so nothing depends on machine speed.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memlane.bench.sessions import seed_alpha
+from benchmarks.sessions import seed_alpha
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.predictor import policy

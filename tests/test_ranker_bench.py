@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memlane.bench.retrieval import RetrievalConfig, describe_stages, run, stages_of
+from benchmarks.retrieval import RetrievalConfig, describe_stages, run, stages_of
 from memlane.config import Settings
 
 

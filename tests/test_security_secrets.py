@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import api_client
-from memlane.bench.scripted_llm import ScriptedLlmServer, prompt_input
+from benchmarks.scripted_llm import ScriptedLlmServer, prompt_input
 from memlane.mcp.server import LocalBackend
 from memlane.pipeline.prompts import EXTRACTION_MARKER
 from memlane.redact import REDACTED_MARK

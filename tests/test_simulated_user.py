@@ -8,10 +8,12 @@ import subprocess
 import sys
 from collections import Counter
 
+from pathlib import Path
+
 import pytest
 
-from memlane.bench import simulated_user as su
-from memlane.bench.simulated_user import NEW_MAIN, OLD_MAIN, SIDE, TOPICS, VAGUE_SHARE_RANGE, generate
+from benchmarks import simulated_user as su
+from benchmarks.simulated_user import NEW_MAIN, OLD_MAIN, SIDE, TOPICS, VAGUE_SHARE_RANGE, generate
 from memlane.normalize import content_hash
 
 SEEDS = range(6)
@@ -32,10 +34,12 @@ def test_deterministic_in_seed(users):
 
 
 def test_deterministic_across_processes_and_hash_seeds(users):
-    code = ("import hashlib; from memlane.bench.simulated_user import generate; u = generate(3); "
+    code = ("import hashlib; from benchmarks.simulated_user import generate; u = generate(3); "
             "print(hashlib.sha256(repr((u.memories, u.sessions)).encode()).hexdigest())")
     out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONHASHSEED": h}).stdout.strip() for h in ("1", "4242")]
+                          env={**os.environ, "PYTHONHASHSEED": h},
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()  # benchmarks/ on the path
+           for h in ("1", "4242")]
     assert out[0] == out[1] == _digest(users[3])
 
 

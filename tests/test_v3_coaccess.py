@@ -145,7 +145,7 @@ def test_coaccess_routes(store, repo, tmp_path):
 
 @pytest.mark.skipif(not (COCHANGE / "httpx-commits.jsonl").is_file(), reason="needs ../shared/bench-data/cochange")
 def test_prefetch_bench_on_httpx_history_meets_the_count_baseline():
-    from memlane.bench.prefetch import run
+    from benchmarks.prefetch import run
 
     report = run(COCHANGE.resolve())
     assert report["bootstrap"]["commits"] == 1109 and report["bootstrap"]["differs_from_record"] == 0

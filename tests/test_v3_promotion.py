@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import api_client
-from memlane.bench.scripted_llm import Reply, ScriptedLlmServer
+from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.errors import NotFound, ValidationError
 from memlane.storage import observer as obs_sql
 from memlane.v3.observer import Observer

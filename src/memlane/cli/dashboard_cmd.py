@@ -41,8 +41,3 @@ def dashboard(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL 
 from memlane.cli.main import app  # noqa: E402  (main imports this module once app exists)
 
 app.command(name="dashboard")(dashboard)
-
-from memlane.cli.bench import bench_app  # noqa: E402
-from memlane.cli.bench_dashboard import bench_dashboard  # noqa: E402
-
-bench_app.command("dashboard")(bench_dashboard)

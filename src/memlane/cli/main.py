@@ -17,13 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from memlane import __version__
-from memlane.cli.bench import bench_app
-import memlane.cli.bench_pipeline  # noqa: F401  (registers `bench pipeline`)
-import memlane.cli.bench_predictor  # noqa: F401  (registers `bench predictor`)
 from memlane.cli.hooks import connect_app, disconnect_app, hook_app
 from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
-from memlane.cli.replay import replay_app
+from memlane.cli.lazy import lazy_typer
 from memlane.cli.token_cmd import token_app
 from memlane.cli import v3_cmd
 from memlane.cli.train_cmd import train_app
@@ -34,9 +31,12 @@ from memlane.errors import MemlaneError
 
 app = typer.Typer(rich_markup_mode="markdown", name="memlane", help="Local-first memory daemon for AI agents.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-app.add_typer(bench_app, name="bench")
+# defined by the benchmarks package beside memlane's sources, imported only when used
+app.add_typer(lazy_typer("benchmarks.cli", "bench_app",
+                         help="Benchmarks on real data (retrieval quality, latency, throughput)."), name="bench")
 app.add_typer(train_app, name="train")
-app.add_typer(replay_app, name="replay")
+app.add_typer(lazy_typer("benchmarks.cli", "replay_app", help="Replay real data through the session "
+                         "lifecycle (the predictor's training data)."), name="replay")
 app.add_typer(hook_app, name="hook")
 app.add_typer(connect_app, name="connect")
 app.add_typer(disconnect_app, name="disconnect")
@@ -44,7 +44,7 @@ app.add_typer(mcp_app, name="mcp")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(token_app, name="token")
 import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
-from memlane.cli.drift_cmd import drift_app, stale_app; app.add_typer(drift_app, name="drift"); app.add_typer(stale_app, name="stale")  # noqa: E402,E702 (issue 41; also `bench drift`)
+from memlane.cli.drift_cmd import drift_app, stale_app; app.add_typer(drift_app, name="drift"); app.add_typer(stale_app, name="stale")  # noqa: E402,E702 (issue 41)
 app.add_typer(v3_cmd.memories_app, name="memories")
 app.add_typer(v3_cmd.coaccess_app, name="coaccess")
 app.command(name="doctor")(doctor)

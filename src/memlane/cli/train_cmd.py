@@ -34,7 +34,7 @@ def ranker(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
     """Build the training set from LoCoMo (every question's recall candidates, evidence turns
     labelled) and train the LightGBM lambdarank model the learned ranker uses; writes a
     versioned model file with its feature schema."""
-    from memlane.bench.locomo import load_locomo
+    from memlane.ranker.locomo import load_locomo
     from memlane.embedding import LocalOnnxEmbedder
     from memlane.ranker import features as F
     from memlane.ranker.model import header_for, save

@@ -7,7 +7,6 @@
 * ``memlane memories list|stats|verify|relate|relations|prune|prune-low|archive|keep|pin``: the
   ``/api/v3`` routes.
 * ``memlane coaccess bootstrap|predict|stats``: the co-access graph (``/api/v3/coaccess``).
-* ``memlane bench prefetch``: registered on the bench group (memlane.bench.prefetch).
 
 Light: only typer, rich and the HTTP client are imported (no numpy, no database).
 """
@@ -25,7 +24,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memlane.cli.bench import bench_app
 from memlane.cli.client import client_for
 from memlane.errors import MemlaneError, ValidationError
 
@@ -241,44 +239,6 @@ def coaccess_predict(file: str = typer.Argument(..., help="A file path, relative
 def coaccess_stats(project: str = typer.Option("", help="Project name."), url: Optional[str] = _URL) -> None:
     """Files and edges in the project's co-access graph."""
     _out.print_json(json.dumps(_call(url, "GET", "/api/v3/coaccess/stats", params={"project": project})))
-
-
-@bench_app.command("prefetch")
-def bench_prefetch(data: Path = typer.Option(Path("../shared/bench-data/cochange"), help="The cochange data "
-                                             "directory (MANIFEST.md)."),
-                   git: bool = typer.Option(True, "--git/--no-git", help="Bootstrap through a real git repository "
-                                            "(git fast-import, then git log) or from the recorded changes."),
-                   online: bool = typer.Option(False, help="Also learn each scored commit after scoring it."),
-                   out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/).")) -> None:
-    """Co-access graph vs the co-change-count and import baselines on httpx's history: bootstrap
-    from the commits up to 0.23.0, then for each later commit give its first file and predict the
-    rest (recall@5, recall@10, MRR; per-commit time)."""
-    from datetime import datetime
-
-    from memlane.bench.prefetch import run
-
-    try:
-        report = run(data, use_git=git, online=online, progress=lambda m: _err.print(f"[dim]{escape(m)}...[/dim]"))
-    except MemlaneError as exc:
-        _err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-    path = out or Path("bench-results") / f"prefetch-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    b = report["bootstrap"]
-    _out.print(f"bootstrap ({b['source']}): {b['commits']} commits -> {b['files']} files, {b['edges']} edges "
-               f"in {b['total_ms']:.0f} ms", highlight=False)
-    for label, s in report["sets"].items():
-        t = Table(title=f"{label}: {s['commits']} commits after 0.23.0" + (" (online)" if report["online"] else ""))
-        for col in ("method", "recall@5", "recall@10", "MRR"):
-            t.add_column(col)
-        for name, m in s["methods"].items():
-            t.add_row(name, f"{m['recall@5']:.4f}", f"{m['recall@10']:.4f}", f"{m['mrr']:.4f}")
-        _out.print(t)
-        ms = s["ms_per_commit"]
-        _out.print(f"graph prediction per commit: p50 {ms['p50']:.3f} ms, p95 {ms['p95']:.3f} ms, "
-                   f"max {ms['max']:.3f} ms", highlight=False)
-    _out.print(f"report: {path}", highlight=False)
 
 
 def _report(r: dict[str, Any], verb: str) -> None:

@@ -218,7 +218,7 @@ class PredictorEngine:
                 is the top-5 overlap gate enforced.
             stage: ``"linear"`` or ``"full"``; None = :meth:`stage_for` the number of labelled
                 sessions. A Phase 6 base is trained in the linear stage on any number of
-                sessions (:func:`memlane.bench.predictor_locomo.train_base`).
+                sessions (:func:`benchmarks.predictor_locomo.train_base`).
 
         Returns:
             a :class:`TrainReport`.

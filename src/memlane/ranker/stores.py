@@ -3,7 +3,7 @@
 The training command (``memlane train ranker``) and the cross-validated retrieval bench
 (``memlane bench retrieval --ranker learned --cv conversation``) both need every LoCoMo
 conversation ingested exactly as ``memlane bench retrieval`` ingests it
-(:func:`memlane.bench.retrieval.turn_inputs`). Embedding 5,882 turns twice takes minutes on
+(:func:`turn_inputs`). Embedding 5,882 turns twice takes minutes on
 2 cores, so a store built under a work directory is kept and reopened when it is complete
 (its live memory count equals the conversation's distinct turns and it was built with the
 same embedding model and context length). Nothing here writes outside ``root``.
@@ -18,15 +18,35 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlane.bench.locomo import Conversation
-from memlane.bench.retrieval import turn_inputs
+from memlane.ranker.locomo import Conversation
 from memlane.config import Settings
 from memlane.container import Container, open_container
 from memlane.embedding.base import Embedder
+from memlane.config.clock import to_iso
+from memlane.services.inputs import RememberInput
 from memlane.storage import memories as mem_sql
 
 #: Marker file written once a store is complete: ``{"model": ..., "context_turns": ..., "memories": ...}``.
 MARKER = "ranker-store.json"
+
+
+def turn_inputs(conv: Conversation, context_turns: int) -> list[RememberInput]:
+    """The RememberInputs of a conversation's turns, in order."""
+    items = []
+    by_session: dict[int, list] = {}
+    for t in conv.turns:
+        by_session.setdefault(t.session, []).append(t)
+    for session in sorted(by_session):
+        turns = by_session[session]
+        for i, t in enumerate(turns):
+            prev = turns[max(0, i - context_turns):i] if context_turns > 0 else []
+            items.append(RememberInput(
+                content=t.text, type="dialogue", created_at=to_iso(t.timestamp),
+                metadata={"dia_id": t.dia_id, "session": t.session, "conversation": conv.id},
+                source_type="locomo", source_id=f"{conv.id}:{t.dia_id}",
+                context=" ".join(p.text for p in prev) or None,
+            ))
+    return items
 
 
 @dataclass(frozen=True)

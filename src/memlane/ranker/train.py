@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from memlane.bench.locomo import Conversation
+from memlane.ranker.locomo import Conversation
 from memlane.embedding.base import Embedder
 from memlane.ranker import features as F
 from memlane.ranker.stores import build_store, open_store
