@@ -23,7 +23,8 @@ import yaml
 
 from conftest import api_client, free_port
 from memlane.config import load_settings
-from memlane.connectors.claude_settings import connect, default_hook_cmd, default_memlane_cmd, disconnect
+import memlane
+from memlane.connectors.claude_settings import connect, default_hook_cmd, default_memlane_cmd, disconnect, entry_cmd
 from memlane.connectors.spool import replay_spool, spool_event, spooled_files
 from memlane.container import open_container
 from memlane.hookclient import (
@@ -55,11 +56,16 @@ EVENTS = [
 ]
 
 
+#: The directory holding the memlane package under test (what the installed command appends to sys.path).
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(memlane.__file__)))
+
+
 def hook_cmd() -> list[str]:
     """The command ``memlane connect claude-code`` installs from this interpreter's environment:
-    this interpreter without site, isolated, running memlane/hook_entry.py."""
+    this interpreter without site, isolated, running the client from this package."""
     cmd = default_hook_cmd()
-    assert cmd[:3] == [sys.executable, "-S", "-I"] and cmd[3].endswith(os.path.join("memlane", "hook_entry.py")), cmd
+    assert cmd == entry_cmd(sys.executable, PACKAGE_ROOT), cmd
+    assert cmd[:4] == [sys.executable, "-S", "-I", "-c"] and "from memlane.hookclient import main" in cmd[4]
     return cmd
 
 
@@ -104,7 +110,7 @@ def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, eve
     and running a whole hook call with it (the transcript read for the prompt and session-end
     hooks), leaves every heavy library and the slow standard-library modules out of
     sys.modules (the old `memlane hook` loaded typer, pydantic, httpx, torch...)."""
-    root = str(Path(hook_cmd()[3]).parent.parent)
+    root = PACKAGE_ROOT
     probe = ("import sys\n"
              "sys.path.append(sys.argv[1])\n"
              "import memlane.hookclient\n"
@@ -462,7 +468,7 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
 
 
 def test_connect_with_python_m_memlane_uses_the_entry_file_or_python_m_memlane_hookclient(tmp_path: Path) -> None:
-    """``python -m memlane`` of this interpreter gets the installed form (no site, hook_entry.py);
+    """``python -m memlane`` of this interpreter gets the installed form (no site, ``-c``);
     of another interpreter, ``python -m memlane.hookclient``. disconnect removes either."""
     settings = tmp_path / "settings.json"
     connect(settings, [sys.executable, "-m", "memlane"], register_mcp=False)
@@ -499,6 +505,17 @@ def test_the_installed_command_runs_as_claude_code_runs_it(tmp_path: Path, repo:
     # disconnect removes the installed form, and only it
     disconnect(settings, unregister_mcp=False)
     assert json.loads(settings.read_text()) == {}
+
+
+def test_a_broken_install_never_exits_with_claude_codes_blocking_code(tmp_path: Path, repo: Path) -> None:
+    """Claude Code reads exit code 2 as "block this prompt and show stderr". An installed command
+    whose package has gone (a venv rebuilt for another Python) fails with 1, an ImportError: the
+    program is given with -c, where ``python FILE`` would exit 2 for a missing file."""
+    cmd = entry_cmd(sys.executable, str(tmp_path / "gone" / "site-packages"))
+    p = subprocess.run(["/bin/sh", "-c", shlex.join([*cmd, "user-prompt-submit"])],
+                       input=payload(EVENTS[1][1], repo).encode(), capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout) == (1, b"")
+    assert b"ModuleNotFoundError" in p.stderr
 
 
 def test_memlane_hook_still_works_and_delegates(tmp_path: Path, repo: Path) -> None:

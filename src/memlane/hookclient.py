@@ -10,10 +10,10 @@ session-end hooks): no pydantic, httpx, typer, yaml, numpy or torch, and neither
 ``re``, ``socket``, ``pathlib``, ``collections`` nor ``typing``. ``tests/test_hookclient.py``
 asserts which modules stay out; docs/hooks.md measures each.
 
-Command line (installed by ``memlane connect claude-code``; the first form skips ``site``,
-:mod:`memlane.hook_entry`)::
+Command line (``memlane connect claude-code`` installs the first form, which skips ``site``:
+:func:`memlane.connectors.claude_settings.entry_cmd`)::
 
-    <python> -S -I <site-packages>/memlane/hook_entry.py EVENT [--timeout SECONDS]
+    <python> -S -I -c '<append the package's directory to sys.path; run main()>' EVENT [--timeout S]
     memlane-hook EVENT [--timeout SECONDS]         # the console script
     python -m memlane.hookclient EVENT [--timeout SECONDS]
 

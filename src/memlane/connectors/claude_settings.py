@@ -4,10 +4,10 @@
 * ``settings.json`` (default ``~/.claude/settings.json``, or ``$CLAUDE_CONFIG_DIR/settings.json``):
   ``{"hooks": {"<Event>": [{"matcher": "", "hooks": [{"type": "command", "command": ...,
   "timeout": <s>}]}]}}``. Each hook runs the light client (:mod:`memlane.hookclient`), for this
-  install ``<python> -S -I <package dir>/hook_entry.py <event>`` (:func:`hook_cmd_for`,
-  :mod:`memlane.hook_entry`). Our hooks are the ones whose command runs ``hook_entry.py`` of a
-  ``memlane`` directory, ``memlane-hook``, ``-m memlane.hookclient`` or the older
-  ``memlane hook``; each is added in a matcher group of its own, so nobody else's group is
+  install ``<python> -S -I -c '<import memlane.hookclient from the package's directory; main()>'
+  <event>`` (:func:`hook_cmd_for`, :func:`entry_cmd`). Our hooks are the ones whose command
+  runs ``from memlane.hookclient import``, ``memlane-hook``, ``-m memlane.hookclient`` or the
+  older ``memlane hook``; each is added in a matcher group of its own, so nobody else's group is
   touched, and ``connect`` replaces an older form of ours with the current one.
 * ``~/.claude.json``: user-scope MCP servers under the top-level ``"mcpServers"`` object; ours is
   ``"memlane": {"type": "stdio", "command": ..., "args": [..., "mcp", "serve"], "env": {}}``.
@@ -40,17 +40,16 @@ from memlane.errors import MemlaneError
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
 HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10}
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
-# client), `python -m memlane.hookclient EVENT` or `python -S -I .../memlane/hook_entry.py EVENT`,
-# each possibly quoted by shlex.join.
+# client), `python -m memlane.hookclient EVENT` or `python -S -I -c '...from memlane.hookclient
+# import main...' EVENT` (entry_cmd), each possibly quoted by shlex.join.
 _OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b"
                        r"|(?:^|[\s/\\'\"])memlane-hook(?:\.exe)?['\"]?(?:\s|$)"
                        r"|\s-m\s+['\"]?memlane\.hookclient\b"
-                       r"|[/\\]memlane[/\\]hook_entry\.py['\"]?(?:\s|$)")
+                       r"|\bfrom\s+memlane\.hookclient\s+import\s+main\b")
 #: The light hook client's console script (pyproject.toml [project.scripts]).
 HOOK_SCRIPT = "memlane-hook"
-#: The file the installed hook command runs without ``site`` (:mod:`memlane.hook_entry`),
-#: relative to the package directory.
-HOOK_ENTRY = "hook_entry.py"
+#: The program the installed hook command gives ``python -S -I -c`` (:func:`entry_cmd`).
+_ENTRY_CODE = "import sys; sys.path.append({root}); from memlane.hookclient import main; sys.exit(main())"
 MCP_NAME = "memlane"
 
 
@@ -109,23 +108,33 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
+def entry_cmd(python: str, package_root: str) -> list[str]:
+    """The light hook client run by ``python`` without ``site`` (the event name is appended):
+    ``[python, -S, -I, -c, "import sys; sys.path.append(<package_root>); from
+    memlane.hookclient import main; sys.exit(main())"]``.
+
+    ``-S`` skips ``site`` (the venv's ``.pth`` files and site-packages scan, ~2-3 ms of every
+    call, docs/hooks.md); ``-I`` (isolated: ``-E -P -s``) ignores ``PYTHON*`` variables and
+    puts neither the working directory nor a script directory on ``sys.path``, so no file there
+    can shadow a standard-library module. ``package_root`` (the directory holding the
+    ``memlane`` package: the venv's site-packages, or ``src/`` of an editable install) is
+    appended after the standard library. A program given with ``-c`` rather than a file:
+    Claude Code reads exit code 2 as "block this prompt", and ``python FILE`` exits 2 when the
+    file is gone (a venv rebuilt for another Python version); here a missing package is an
+    ``ImportError``, exit 1, which Claude Code only reports.
+    """
+    return [python, "-S", "-I", "-c", _ENTRY_CODE.format(root=json.dumps(package_root, ensure_ascii=False))]
+
+
 def default_hook_cmd() -> list[str]:
     """The absolute command that runs this install's light hook client (the event name is
-    appended): ``[<this python>, -S, -I, <memlane package dir>/hook_entry.py]``.
+    appended): :func:`entry_cmd` of this interpreter and the directory holding this
+    ``memlane`` package. Without an interpreter path (``sys.executable`` empty, an embedded
+    Python): the ``memlane-hook`` script on PATH, else ``[python, -m, memlane.hookclient]``."""
+    if sys.executable:
+        import memlane
 
-    ``-S`` skips ``site`` and ``-I`` runs isolated (no ``PYTHON*`` variables, no script
-    directory on ``sys.path``); :mod:`memlane.hook_entry` appends the package's parent
-    directory to ``sys.path`` itself. That starts the hook with the standard library and
-    memlane's leaf modules only (docs/hooks.md measures it against the ``memlane-hook`` console
-    script, which runs the same client with ``site``). Without an interpreter path
-    (``sys.executable`` empty, an embedded Python): the ``memlane-hook`` script beside it or on
-    PATH, else ``[python, -m, memlane.hookclient]``."""
-    entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, HOOK_ENTRY)
-    if sys.executable and os.path.isfile(entry):
-        return [sys.executable, "-S", "-I", os.path.normpath(entry)]
-    for name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe"):
-        if _executable(Path(sys.executable).parent / name):
-            return [str(Path(sys.executable).parent / name)]
+        return entry_cmd(sys.executable, os.path.dirname(os.path.dirname(os.path.abspath(memlane.__file__))))
     found = shutil.which(HOOK_SCRIPT)
     return [os.path.abspath(found)] if found else [sys.executable, "-m", "memlane.hookclient"]
 
@@ -147,7 +156,7 @@ def hook_cmd_for(memlane_cmd: Sequence[str]) -> list[str]:
     """The light hook command that goes with ``memlane_cmd`` (the event name is appended):
 
     * this install (``memlane`` beside this interpreter, or ``[this python, -m, memlane]``) ->
-      :func:`default_hook_cmd`, the interpreter without ``site`` running ``hook_entry.py``;
+      :func:`default_hook_cmd`, the interpreter without ``site`` running the client;
     * ``[<dir>/memlane]`` of another install -> ``[<dir>/memlane-hook]`` when that script
       exists (pip installs the two side by side);
     * ``[<python>, -m, memlane]`` with another interpreter -> ``[<python>, -m, memlane.hookclient]``;
@@ -387,8 +396,8 @@ def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path
 
 def disconnect(settings_path: Path, *, claude_json_path: Path | None = None,
                unregister_mcp: bool = True) -> ConnectResult:
-    """Remove only our hooks (commands running ``memlane/hook_entry.py``, ``memlane-hook``,
-    ``-m memlane.hookclient`` or ``memlane hook``) from ``settings_path``,
+    """Remove only our hooks (commands running ``from memlane.hookclient import main``,
+    ``memlane-hook``, ``-m memlane.hookclient`` or ``memlane hook``) from ``settings_path``,
     dropping groups, event lists and the ``hooks`` object that become empty, and our
     ``memlane`` MCP server from ``claude_json_path``. Same backups, atomicity and errors as
     :func:`connect`; a missing file is left missing."""
