@@ -4,8 +4,9 @@ Claude Code starts a new process for every hook call: ``/bin/sh -c "<command>"``
 JSON on stdin, and waits for it. This benchmark does exactly that, for each event, with:
 
 * ``new``: the command ``memlane connect claude-code`` installs now, the light client
-  (``<bin>/memlane-hook EVENT``, :mod:`memlane.hookclient`), given only ``MEMLANE_HOME`` (it
-  finds the daemon's URL in the home's lock file);
+  (``<python> -S -I -c '...' EVENT``, :func:`memlane.connectors.claude_settings.default_hook_cmd`,
+  :mod:`memlane.hookclient`), given only ``MEMLANE_HOME`` (it finds the daemon's URL in the
+  home's lock file);
 * ``old``: ``<bin>/memlane hook EVENT``, the full CLI (given ``MEMLANE_PORT``, as it reads the
   URL from the settings);
 * ``floor``: the same request (the body the hook client builds, token header included) sent
