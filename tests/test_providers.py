@@ -36,6 +36,9 @@ from memlane.providers import (
     strip_think,
 )
 from memlane.providers.claude_cli import ARGV_PROMPT_LIMIT_BYTES, prompt_via_stdin
+from memlane.pipeline.contradiction import semantic_contradiction
+from memlane.pipeline.extraction import extract
+from memlane.pipeline.prompts import CONTRADICTION_SCHEMA, EXTRACTION_SCHEMA
 
 # ---------------------------------------------------------------- errors
 
@@ -565,6 +568,72 @@ def test_http_proxy_from_environment(server: Loopback, monkeypatch: pytest.Monke
         p.generate("hi")
     assert len(server.requests) == 1
     p.close()
+
+
+# ---------------------------------------------------------------- structured output
+
+
+def _schema_sent(kind_name: str, body: dict[str, Any]) -> Any:
+    if kind_name == "ollama":
+        return body.get("format")
+    fmt = body.get("response_format")
+    assert fmt is None or (fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "reply")
+    return None if fmt is None else fmt["json_schema"]["schema"]
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_structured_output_sends_the_schema_and_the_reply_parses(server: Loopback, kind_name: str) -> None:
+    """The extraction stage asks for its schema; the server's constrained reply is parsed into facts."""
+    kind = KINDS[kind_name]
+    reply = {"facts": [{"content": "The billing service uses PostgreSQL 16.", "type": "fact", "confidence": 0.9}],
+             "entities": [{"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16",
+                           "confidence": 0.9}]}
+    server.script(Reply(body=kind.body(json.dumps(reply))), Reply(body=kind.body("plain")))
+    p = kind.make(server.url, timeout_s=5)
+    try:
+        result = extract(p, "We moved billing to PostgreSQL 16.")
+        assert [f.content for f in result.facts] == ["The billing service uses PostgreSQL 16."]
+        assert [(e.source, e.target) for e in result.entities] == [("billing service", "PostgreSQL 16")]
+        assert _schema_sent(kind_name, server.requests[0]["json"]) == EXTRACTION_SCHEMA
+        assert p.generate("no schema") == "plain"  # a caller without a schema sends none
+        assert _schema_sent(kind_name, server.requests[1]["json"]) is None
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+@pytest.mark.parametrize("status", [400, 422])
+def test_a_server_refusing_the_schema_gets_the_prompt_without_it(server: Loopback, kind_name: str,
+                                                                  status: int) -> None:
+    """A server that does not know the field answers 400/422: the call is repeated without a
+    schema, later calls send none, and the tolerant parser reads the prose-wrapped reply."""
+    kind = KINDS[kind_name]
+    wrapped = 'Sure! {"contradicts": true, "confidence": 0.8, "reasoning": "PostgreSQL vs MongoDB"} Done.'
+    server.script(Reply(status, b'{"error": "unknown field response_format / format"}'),
+                  Reply(body=kind.body(wrapped)), Reply(body=kind.body(wrapped)))
+    p = kind.make(server.url, timeout_s=5)
+    try:
+        verdict = semantic_contradiction(p, "uses PostgreSQL", "migrated to MongoDB", timeout_ms=5_000)
+        assert verdict.contradicts is True and verdict.confidence == 0.8
+        assert p.structured_output is False
+        sent = [_schema_sent(kind_name, r["json"]) for r in server.requests]
+        assert sent == [CONTRADICTION_SCHEMA, None]
+        p.generate("again", schema=CONTRADICTION_SCHEMA)
+        assert _schema_sent(kind_name, server.requests[-1]["json"]) is None
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_other_errors_with_a_schema_are_not_retried(server: Loopback, kind_name: str) -> None:
+    server.script(Reply(500, b"boom"), Reply(body=KINDS[kind_name].body("never")))
+    p = KINDS[kind_name].make(server.url, timeout_s=5)
+    try:
+        with pytest.raises(LlmError, match="500"):
+            p.generate("x", schema=CONTRADICTION_SCHEMA)
+        assert len(server.requests) == 1 and p.structured_output is True
+    finally:
+        p.close()
 
 
 def test_ollama_defaults() -> None:

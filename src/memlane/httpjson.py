@@ -1,33 +1,39 @@
-"""JSON over HTTP with memlane's error rules, shared by the embedding and LLM providers.
+"""Outbound HTTP for memlane: JSON calls to the embedding and LLM providers, and the transport
+that the document fetcher's guard (:mod:`memlane.netguard`) shares.
 
-:class:`JsonHttpClient` is a thread-safe keep-alive connection pool (urllib3) with one call,
+:class:`JsonHttpClient` is an ``httpx.Client`` (thread-safe, keep-alive) with one call,
 :meth:`JsonHttpClient.post_json`. Every failure becomes the caller's own error (built by
 ``fail``): a timeout names the timeout in seconds; an HTTP status >= 400 carries the status and
-the first 200 characters of the body; a reply that is not JSON says so.
+the first 200 characters of the body; a reply that is not JSON says so. Redirects are not
+followed and nothing is retried. Proxies come from the environment (``HTTP_PROXY``,
+``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) as ``urllib.request`` reads them.
 
-urllib3 rather than httpx here: these calls sit on the extraction worker's hot path (three per
-job) and urllib3 costs ~0.55 ms of CPU per loopback call against ~0.85 ms for httpx
-(``memlane bench pipeline``). Proxies come from the environment (``HTTP_PROXY``,
-``HTTPS_PROXY``, ``NO_PROXY``), as httpx did.
+:meth:`JsonHttpClient.close` must end a call blocked on a hung server (an LLM may take minutes):
+closing an httpx client only drops its idle connections. Its connections therefore go through
+:class:`AbortableBackend`, an httpcore network backend that keeps every open socket and shuts
+them all down on :meth:`AbortableBackend.abort`, which wakes a blocked read at once.
+
+:class:`PoolTransport` is the httpx transport over httpcore connection pools with a chosen
+network backend; :class:`memlane.netguard.GuardedTransport` is one with the address guard's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
+import ssl
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+import httpcore
+import httpx
 
 #: Characters of an HTTP error body quoted in an error message.
 BODY_EXCERPT_CHARS = 200
-#: Keep-alive connections kept per host (one per concurrent caller is enough).
+#: Keep-alive connections kept per pool (one per concurrent caller is enough).
 POOL_CONNECTIONS_PER_HOST = 8
 
 #: ``fail(message, timed_out, **details) -> the exception to raise``.
@@ -39,53 +45,206 @@ def excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
     return text[:limit]
 
 
-def _transport_failure(url: str, timeout_s: float, exc: BaseException, fail: Fail, *, aborted: bool) -> Exception:
-    """The caller's error for a request that raised ``exc`` (``aborted``: the client was closed)."""
-    if aborted:
-        return fail(f"call to {url} aborted: the client was closed (shutting down)", False)
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a subclass of ConnectTimeoutError
-        return fail(f"cannot reach {url}: {type(exc).__name__}: {exc}", False)
-    if isinstance(exc, urllib3.exceptions.TimeoutError):
-        return fail(f"timed out after {timeout_s:g} s waiting for {url} (timeout_s={timeout_s:g})", True,
-                    timeout_s=timeout_s)
-    return fail(f"cannot reach {url}: {type(exc).__name__}: {exc}", False)
+# ---------------------------------------------------------------- httpcore pools as an httpx transport
+
+_CORE_TO_HTTPX: Sequence[tuple[type[Exception], type[httpx.HTTPError]]] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout), (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout), (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException), (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError), (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError), (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError), (httpcore.ProtocolError, httpx.ProtocolError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+)
 
 
-class _LiveConnections:
-    """Every open connection of one client, so :meth:`abort` can end a call blocked in ``recv``.
+def _map_error(exc: Exception) -> Exception:
+    """httpx's exception for an httpcore one (the same mapping httpx's own transport makes)."""
+    for source, target in _CORE_TO_HTTPX:
+        if isinstance(exc, source):
+            return target(str(exc))
+    return exc
 
-    Closing a pool only drops its idle connections; a connection checked out by a call waiting
-    for a hung server stays blocked until its read timeout (up to minutes for an LLM). Shutting
-    its socket down wakes that read at once (it fails like a dropped connection).
+
+class _Body(httpx.SyncByteStream):
+    """A response body from httpcore with its errors turned into httpx's."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._stream
+        except Exception as exc:
+            mapped = _map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """httpx's default verifying context, built once: loading the CA bundle takes ~70 ms, and a
+    client context is safe to share between connections and threads."""
+    return httpx.create_ssl_context()
+
+
+def tls_context(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext:
+    """The SSL context for ``verify`` as httpx takes it (True, a CA bundle path, or a context)."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    return default_tls() if verify is True else httpx.create_ssl_context(verify=verify)
+
+
+class PoolTransport(httpx.BaseTransport):
+    """An httpx transport over httpcore connection pools whose sockets come from ``backend``.
+
+    Args:
+        backend: the httpcore network backend every connection is opened with.
+        verify: TLS verification as httpx takes it (True, a CA bundle path, or an SSLContext).
+        max_connections: size of each pool.
+
+    One pool connects directly; :meth:`_pool_for` may route a request through another (a
+    proxy). Nothing is retried. Raises (from ``handle_request``) httpx's transport errors.
     """
 
+    def __init__(self, backend: httpcore.NetworkBackend, *, verify: ssl.SSLContext | str | bool = True,
+                 max_connections: int = 10) -> None:
+        self.backend = backend
+        self._tls = tls_context(verify)
+        self._max_connections = max_connections
+        self._direct = self._new_pool()
+
+    def _new_pool(self, proxy: httpcore.Proxy | None = None) -> httpcore.ConnectionPool:
+        return httpcore.ConnectionPool(ssl_context=self._tls, proxy=proxy, max_connections=self._max_connections,
+                                       max_keepalive_connections=self._max_connections,
+                                       network_backend=self.backend, retries=0)
+
+    def _pool_for(self, url: httpx.URL) -> httpcore.ConnectionPool:
+        """The pool a request to ``url`` goes through (here: always the direct one)."""
+        return self._direct
+
+    def _pools(self) -> list[httpcore.ConnectionPool]:
+        return [self._direct]
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through its pool; httpcore's errors come back as httpx's."""
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        req = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
+                             target=request.url.raw_path),
+            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+        try:
+            resp = self._pool_for(request.url).handle_request(req)
+        except Exception as exc:
+            mapped = _map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        assert isinstance(resp.stream, Iterable)
+        return httpx.Response(status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream),
+                              extensions=resp.extensions)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        for pool in self._pools():
+            pool.close()
+
+
+# ---------------------------------------------------------------- abortable connections
+
+
+class _TrackedStream(httpcore.NetworkStream):
+    """A network stream that leaves its backend's set of open sockets when it is closed."""
+
+    def __init__(self, inner: httpcore.NetworkStream, owner: AbortableBackend) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._owner._discard(self)
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        tls = self._inner.start_tls(ssl_context, server_hostname, timeout)
+        self._inner = tls  # same descriptor, now wrapped in TLS
+        return self
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class AbortableBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend, keeping every open socket so that :meth:`abort` can end the
+    calls blocked on them (a read or write fails at once, as on a dropped connection). After
+    :meth:`abort` every new connection fails with ``httpcore.ConnectError``."""
+
     def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
         self._lock = threading.Lock()
-        self._conns: set[HTTPConnection] = set()
-        self.closed = False
+        self._open: set[_TrackedStream] = set()
+        self.aborted = False
 
-    def add(self, conn: HTTPConnection) -> None:
-        with self._lock:
-            self._conns.add(conn)
-            closed = self.closed
-        if closed:  # connected after abort(): end it before a request is sent on it
-            _shutdown(conn)
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        """A TCP stream to ``host:port``, tracked until closed.
 
-    def discard(self, conn: HTTPConnection) -> None:
+        Raises:
+            httpcore.ConnectError: after :meth:`abort`, or the connection failed.
+            httpcore.ConnectTimeout: no connection within ``timeout`` s.
+        """
+        if self.aborted:
+            raise httpcore.ConnectError("the HTTP client was closed")
+        stream = _TrackedStream(self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                                        socket_options=socket_options), self)
         with self._lock:
-            self._conns.discard(conn)
+            self._open.add(stream)
+            aborted = self.aborted
+        if aborted:  # connected while abort() ran: end it before a request is sent on it
+            _shutdown(stream)
+        return stream
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        """Refused: memlane's outbound calls are TCP.
+
+        Raises:
+            httpcore.ConnectError: always.
+        """
+        raise httpcore.ConnectError("unix sockets are not used for outbound calls")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` s (httpcore's retry backoff)."""
+        self._inner.sleep(seconds)
+
+    def _discard(self, stream: _TrackedStream) -> None:
+        with self._lock:
+            self._open.discard(stream)
 
     def abort(self) -> None:
-        """Refuse new calls and shut down every open connection's socket (idempotent)."""
+        """Refuse new connections and shut down every open socket (idempotent)."""
         with self._lock:
-            self.closed = True
-            conns = list(self._conns)
-        for conn in conns:
-            _shutdown(conn)
+            self.aborted = True
+            streams = list(self._open)
+        for stream in streams:
+            _shutdown(stream)
 
 
-def _shutdown(conn: HTTPConnection) -> None:
-    sock = getattr(conn, "sock", None)
+def _shutdown(stream: httpcore.NetworkStream) -> None:
+    sock = stream.get_extra_info("socket")
     if sock is None:
         return
     try:
@@ -96,33 +255,55 @@ def _shutdown(conn: HTTPConnection) -> None:
         pass  # already closed or never connected
 
 
-def _tracked_pools(live: _LiveConnections) -> dict[str, type[HTTPConnectionPool]]:
-    """Pool classes whose connections register with ``live`` while they are open."""
+class _EnvProxyTransport(PoolTransport):
+    """:class:`PoolTransport` that sends each request through the proxy the environment names
+    for its scheme (``urllib.request.getproxies``) unless ``NO_PROXY`` exempts its host."""
 
-    def conn_class(base: type[HTTPConnection]) -> type[HTTPConnection]:
-        def connect(self: HTTPConnection) -> None:
-            base.connect(self)
-            live.add(self)
+    def __init__(self, backend: httpcore.NetworkBackend, *, trust_env: bool, max_connections: int) -> None:
+        super().__init__(backend, max_connections=max_connections)
+        self._env = urllib.request.getproxies() if trust_env else {}
+        self._proxies: dict[str, httpcore.ConnectionPool] = {}
+        self._lock = threading.Lock()
 
-        def close(self: HTTPConnection) -> None:
-            live.discard(self)
-            base.close(self)
+    def _pool_for(self, url: httpx.URL) -> httpcore.ConnectionPool:
+        proxy = self._env.get(url.scheme) or self._env.get("all")
+        if not proxy or urllib.request.proxy_bypass(url.host):
+            return self._direct
+        with self._lock:
+            if proxy not in self._proxies:
+                spec = httpx.Proxy(proxy if "://" in proxy else "http://" + proxy)
+                target = spec.url
+                self._proxies[proxy] = self._new_pool(httpcore.Proxy(
+                    url=httpcore.URL(scheme=target.raw_scheme, host=target.raw_host, port=target.port,
+                                     target=target.raw_path),
+                    auth=spec.raw_auth, headers=spec.headers.raw))
+            return self._proxies[proxy]
 
-        return type("Tracked" + base.__name__, (base,), {"connect": connect, "close": close})
+    def _pools(self) -> list[httpcore.ConnectionPool]:
+        with self._lock:
+            return [self._direct, *self._proxies.values()]
 
-    return {"http": type("TrackedHTTPConnectionPool", (HTTPConnectionPool,),
-                         {"ConnectionCls": conn_class(HTTPConnection)}),
-            "https": type("TrackedHTTPSConnectionPool", (HTTPSConnectionPool,),
-                          {"ConnectionCls": conn_class(HTTPSConnection)})}
+
+# ---------------------------------------------------------------- the JSON client
+
+
+def _transport_failure(url: str, timeout_s: float, exc: BaseException, fail: Fail, *, aborted: bool) -> Exception:
+    """The caller's error for a request that raised ``exc`` (``aborted``: the client was closed)."""
+    if aborted:
+        return fail(f"call to {url} aborted: the client was closed (shutting down)", False)
+    if isinstance(exc, httpx.TimeoutException):
+        return fail(f"timed out after {timeout_s:g} s waiting for {url} (timeout_s={timeout_s:g})", True,
+                    timeout_s=timeout_s)
+    return fail(f"cannot reach {url}: {type(exc).__name__}: {exc}", False)
 
 
 class JsonHttpClient:
-    """A keep-alive HTTP client for JSON APIs; thread-safe (one pool shared by all callers).
+    """A keep-alive HTTP client for JSON APIs; thread-safe (one httpx client shared by all callers).
 
     Args:
-        headers: sent with every request (e.g. ``Authorization``).
-        trust_env: route through the proxy named by ``HTTP(S)_PROXY`` unless ``NO_PROXY``
-            exempts the host.
+        headers: sent with every request (e.g. ``Authorization``); never put in error messages.
+        trust_env: route through the proxy named by ``HTTP(S)_PROXY`` / ``ALL_PROXY`` unless
+            ``NO_PROXY`` exempts the host.
 
     Redirects are not followed and nothing is retried: a failure is reported at once.
     :meth:`close` aborts the calls in flight (they fail at once, as a dropped connection would)
@@ -131,51 +312,38 @@ class JsonHttpClient:
     """
 
     def __init__(self, *, headers: dict[str, str] | None = None, trust_env: bool = True) -> None:
-        self._headers = {"Accept": "application/json", **(headers or {})}
-        self._live = _LiveConnections()
-        self._direct = urllib3.PoolManager(maxsize=POOL_CONNECTIONS_PER_HOST, retries=False)
-        self._direct.pool_classes_by_scheme = _tracked_pools(self._live)
-        self._proxies: dict[str, urllib3.ProxyManager] = {}
-        self._env = urllib.request.getproxies() if trust_env else {}
-        self._lock = threading.Lock()
+        self._backend = AbortableBackend()
+        self._http = httpx.Client(
+            transport=_EnvProxyTransport(self._backend, trust_env=trust_env,
+                                         max_connections=POOL_CONNECTIONS_PER_HOST),
+            headers={"Accept": "application/json", **(headers or {})},
+            follow_redirects=False, trust_env=False)
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (every call now fails at once)."""
-        return self._live.closed
-
-    def _pool(self, url: str) -> urllib3.PoolManager:
-        if not self._env:
-            return self._direct
-        parts = urlsplit(url)
-        proxy = self._env.get(parts.scheme)
-        if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
-            return self._direct
-        with self._lock:
-            if proxy not in self._proxies:
-                manager = urllib3.ProxyManager(proxy, maxsize=POOL_CONNECTIONS_PER_HOST, retries=False)
-                manager.pool_classes_by_scheme = _tracked_pools(self._live)
-                self._proxies[proxy] = manager
-            return self._proxies[proxy]
+        return self._backend.aborted
 
     def request(self, method: str, url: str, *, body: bytes | None = None, timeout_s: float,
-                headers: dict[str, str] | None = None) -> urllib3.BaseHTTPResponse:
+                headers: dict[str, str] | None = None) -> httpx.Response:
         """One request; the whole reply is read before returning.
 
         Args:
-            timeout_s: seconds for connecting and for each read.
+            timeout_s: seconds for connecting, for each read and each write.
         Raises:
-            urllib3.exceptions.NewConnectionError: the connection was refused or the name did not
-                resolve (urllib3 makes it a subclass of ``ConnectTimeoutError``).
-            urllib3.exceptions.TimeoutError: no connection or no data within ``timeout_s``.
-            urllib3.exceptions.HTTPError, OSError: any other transport failure, and any call
-                after :meth:`close` (``ConnectionAbortedError``).
+            httpx.TimeoutException: no connection, or no data, within ``timeout_s``.
+            httpx.TransportError: any other transport failure (refused, name not resolved,
+                dropped), and any call after :meth:`close`.
+            httpx.InvalidURL: ``url`` is not a valid URL.
         """
-        if self._live.closed:
-            raise ConnectionAbortedError("the HTTP client was closed")
-        return self._pool(url).request(
-            method, url, body=body, headers={**self._headers, **(headers or {})},
-            timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s), redirect=False, retries=False)
+        if self._backend.aborted:
+            raise httpx.ConnectError("the HTTP client was closed")
+        try:
+            return self._http.request(method, url, content=body, headers=headers, timeout=timeout_s)
+        except RuntimeError as exc:  # httpx refuses a client closed by close() in another thread
+            if not self._backend.aborted:
+                raise
+            raise httpx.ConnectError("the HTTP client was closed") from exc
 
     def post_json(self, url: str, payload: Any, *, timeout_s: float, fail: Fail) -> Any:
         """POST ``payload`` as JSON and return the decoded JSON reply.
@@ -192,28 +360,27 @@ class JsonHttpClient:
         try:
             response = self.request("POST", url, body=body, timeout_s=timeout_s,
                                     headers={"Content-Type": "application/json"})
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _transport_failure(url, timeout_s, exc, fail, aborted=self._live.closed) from exc
-        data = response.data
-        if response.status >= 400:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise _transport_failure(url, timeout_s, exc, fail, aborted=self._backend.aborted) from exc
+        data = response.content
+        if response.status_code >= 400:
             text = excerpt(data.decode("utf-8", errors="replace"))
-            raise fail(f"{url} answered HTTP {response.status}: {text}", False, status=response.status, body=text)
+            raise fail(f"{url} answered HTTP {response.status_code}: {text}", False, status=response.status_code,
+                       body=text)
         try:
             return json.loads(data)
         except ValueError as exc:
             raise fail(f"reply is not valid JSON: {excerpt(data.decode('utf-8', errors='replace'))!r}", False,
-                       status=response.status) from exc
+                       status=response.status_code) from exc
 
     def status(self, url: str, *, timeout_s: float) -> int | None:
         """The HTTP status of ``GET url``, or ``None`` if it failed or timed out. Never raises."""
         try:
-            return self.request("GET", url, timeout_s=timeout_s).status
+            return self.request("GET", url, timeout_s=timeout_s).status_code
         except Exception:  # noqa: BLE001 - a probe never raises
             return None
 
     def close(self) -> None:
         """Abort the calls in flight, refuse new ones and close every pooled connection (idempotent)."""
-        self._live.abort()
-        self._direct.clear()
-        for pool in self._proxies.values():
-            pool.clear()
+        self._backend.abort()
+        self._http.close()

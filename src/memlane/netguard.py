@@ -33,13 +33,12 @@ connect timeout, is an ``httpcore`` connect error that the transport maps to htt
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpcore
@@ -47,6 +46,7 @@ import httpx
 
 from memlane.config.hosts import HostAllowlist, normalize_host
 from memlane.errors import ValidationError
+from memlane.httpjson import PoolTransport
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``socket.getaddrinfo``'s signature: (host, port, family, type) -> [(family, type, proto, canon, sockaddr)].
@@ -314,53 +314,7 @@ class GuardedBackend(httpcore.NetworkBackend):
         time.sleep(seconds)
 
 
-_EXCEPTIONS: Sequence[tuple[type[Exception], type[httpx.HTTPError]]] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout), (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout), (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException), (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError), (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError), (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError), (httpcore.ProtocolError, httpx.ProtocolError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-)
-
-
-def _map_error(exc: Exception) -> Exception:
-    for source, target in _EXCEPTIONS:
-        if isinstance(exc, source):
-            return target(str(exc))
-    return exc
-
-
-class _Body(httpx.SyncByteStream):
-    """A response body from httpcore with its errors turned into httpx's."""
-
-    def __init__(self, stream: Iterable[bytes]) -> None:
-        self._stream = stream
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._stream
-        except Exception as exc:
-            mapped = _map_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    def close(self) -> None:
-        close = getattr(self._stream, "close", None)
-        if close is not None:
-            close()
-
-
-@functools.cache
-def _default_tls() -> ssl.SSLContext:
-    """httpx's default verifying context, built once: loading the CA bundle takes ~70 ms, and a
-    client context is safe to share between connections and threads."""
-    return httpx.create_ssl_context()
-
-
-class GuardedTransport(httpx.BaseTransport):
+class GuardedTransport(PoolTransport):
     """An httpx transport over an httpcore pool whose connections go through :class:`GuardedBackend`.
 
     Args:
@@ -375,39 +329,7 @@ class GuardedTransport(httpx.BaseTransport):
 
     def __init__(self, allow: HostAllowlist = NO_EXCEPTIONS, *, verify: ssl.SSLContext | str | bool = True,
                  resolver: Resolver = socket.getaddrinfo, max_connections: int = 10) -> None:
-        self.backend = GuardedBackend(allow, resolver=resolver)
-        if isinstance(verify, ssl.SSLContext):
-            context = verify
-        elif verify is True:
-            context = _default_tls()
-        else:
-            context = httpx.create_ssl_context(verify=verify)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, max_connections=max_connections,
-                                             max_keepalive_connections=max_connections,
-                                             network_backend=self.backend, retries=0)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request`` through the guarded pool (see the class docstring)."""
-        assert isinstance(request.stream, httpx.SyncByteStream)
-        req = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
-                             target=request.url.raw_path),
-            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
-        try:
-            resp = self._pool.handle_request(req)
-        except Exception as exc:
-            mapped = _map_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        assert isinstance(resp.stream, Iterable)
-        return httpx.Response(status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream),
-                              extensions=resp.extensions)
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self._pool.close()
+        super().__init__(GuardedBackend(allow, resolver=resolver), verify=verify, max_connections=max_connections)
 
 
 def guarded_client(allow: HostAllowlist = NO_EXCEPTIONS, *, verify: ssl.SSLContext | str | bool = True,

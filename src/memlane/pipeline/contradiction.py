@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from memlane.pipeline.extraction import parse_json_reply
-from memlane.pipeline.prompts import contradiction_prompt
+from memlane.pipeline.prompts import CONTRADICTION_SCHEMA, contradiction_prompt
 from memlane.providers.base import LlmError, LlmProvider
 
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9'_-]*")
@@ -95,7 +95,8 @@ def semantic_contradiction(llm: LlmProvider, fact: str, target: str, *, timeout_
         the verdict; a timeout, provider error or unusable reply gives ``contradicts=False``.
     """
     try:
-        raw = llm.generate(contradiction_prompt(fact, target), timeout_s=timeout_ms / 1000.0)
+        raw = llm.generate(contradiction_prompt(fact, target), timeout_s=timeout_ms / 1000.0,
+                           schema=CONTRADICTION_SCHEMA)
     except LlmError as exc:
         return SemanticVerdict(False, 0.0, str(exc)[:200], "timeout" if exc.code == "llm_timeout" else "error")
     obj, problem = parse_json_reply(raw)

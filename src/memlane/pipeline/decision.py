@@ -22,7 +22,7 @@ import numpy as np
 from memlane.config import RecallSettings
 from memlane.normalize import normalize_and_hash
 from memlane.pipeline.extraction import Fact, parse_json_reply
-from memlane.pipeline.prompts import decision_prompt
+from memlane.pipeline.prompts import DECISION_SCHEMA, decision_prompt
 from memlane.providers.base import LlmProvider
 from memlane.recall.bm25 import bm25_leg
 from memlane.recall.hybrid import merge
@@ -161,7 +161,8 @@ def run_shadow_decisions(llm: LlmProvider, memories: MemoryService, recall: Reca
             out.proposals.append(Proposal(fact, "ADD", None, fact.confidence, NO_CANDIDATES_REASON))
             continue
         raw = llm.generate(decision_prompt(fact.content, fact.type, fact.confidence,
-                                           [(c.id, c.type, c.content) for c in cands]), timeout_s=timeout_s)
+                                           [(c.id, c.type, c.content) for c in cands]), timeout_s=timeout_s,
+                           schema=DECISION_SCHEMA)
         out.llm_calls += 1
         proposal, warning = parse_decision(raw, fact, cands)
         if warning:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlane.pipeline.prompts import extraction_prompt
+from memlane.pipeline.prompts import EXTRACTION_SCHEMA, extraction_prompt
 from memlane.providers.base import LlmProvider, strip_fences, strip_think, extract_json_object
 
 MAX_INPUT_CHARS = 12_000
@@ -190,7 +190,7 @@ def extract(llm: LlmProvider, content: str, *, timeout_s: float | None = None) -
         LlmTimeout / LlmError: the provider failed (the job is retried). Reply problems never raise.
     """
     text, truncated = truncate_input(content)
-    raw = llm.generate(extraction_prompt(text), timeout_s=timeout_s)
+    raw = llm.generate(extraction_prompt(text), timeout_s=timeout_s, schema=EXTRACTION_SCHEMA)
     result = parse_extraction(raw)
     if truncated:
         result.input_truncated = True

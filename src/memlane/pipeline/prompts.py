@@ -1,14 +1,17 @@
 """The pipeline's LLM prompts (memory-pipeline-v2.md "Extraction Stage", "Decision Stage",
 "Semantic Contradiction Detection").
 
-Each prompt asks for one JSON object and nothing else; replies are cleaned with
-``memlane.providers.base`` (think blocks, code fences) before parsing. Builders only format
-text: truncation and validation belong to the stages.
+Each prompt asks for one JSON object and nothing else; the ``*_SCHEMA`` beside it is that
+object's JSON schema, sent for structured output to the providers that offer it
+(``LlmProvider.generate(schema=...)``). Replies are cleaned with ``memlane.providers.base``
+(think blocks, code fences) and parsed tolerantly either way. Builders only format text:
+truncation and validation belong to the stages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 #: A marker the extraction prompt starts with (the benchmark's scripted LLM routes on it).
 EXTRACTION_MARKER = "You extract durable facts"
@@ -91,6 +94,36 @@ Statement B: {b}
 
 Return ONLY a JSON object: {{"contradicts": true|false, "confidence": <0..1>, "reasoning": "<one sentence>"}}
 """
+
+
+def _object(properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+_CONFIDENCE = {"type": "number", "minimum": 0, "maximum": 1}
+
+#: The extraction reply: ``{"facts": [{content, type, confidence}], "entities": [{source,
+#: relationship, target, confidence}]}`` (the stage still caps and validates every item).
+EXTRACTION_SCHEMA: dict[str, Any] = _object({
+    "facts": {"type": "array", "items": _object({
+        "content": {"type": "string"},
+        "type": {"type": "string", "enum": ["fact", "preference", "decision", "procedural", "semantic"]},
+        "confidence": _CONFIDENCE}, ("content", "type", "confidence"))},
+    "entities": {"type": "array", "items": _object({
+        "source": {"type": "string"}, "relationship": {"type": "string"}, "target": {"type": "string"},
+        "confidence": _CONFIDENCE}, ("source", "relationship", "target", "confidence"))},
+}, ("facts", "entities"))
+
+#: The decision reply: ``{"action", "targetId", "confidence", "reason"}``.
+DECISION_SCHEMA: dict[str, Any] = _object({
+    "action": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
+    "targetId": {"type": "string"}, "confidence": _CONFIDENCE, "reason": {"type": "string"},
+}, ("action", "confidence", "reason"))
+
+#: The contradiction reply: ``{"contradicts", "confidence", "reasoning"}``.
+CONTRADICTION_SCHEMA: dict[str, Any] = _object({
+    "contradicts": {"type": "boolean"}, "confidence": _CONFIDENCE, "reasoning": {"type": "string"},
+}, ("contradicts", "confidence", "reasoning"))
 
 
 def extraction_prompt(content: str) -> str:

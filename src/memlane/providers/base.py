@@ -4,6 +4,13 @@ Every LLM caller (extraction, summaries, ...) talks to one :class:`LlmProvider`:
 ``generate(prompt) -> str`` and a cheap ``available()`` probe. Replies are raw model text;
 callers clean them with :func:`strip_think` / :func:`strip_fences` or pull a JSON object
 out with :func:`extract_json_object`.
+
+Structured output: a caller that wants a JSON object passes its JSON schema as
+``generate(prompt, schema=...)``. The providers whose servers constrain decoding to a schema
+send it (Ollama's ``format``, the OpenAI API's ``response_format`` of type ``json_schema``), so
+the reply is that object; the others (the Claude Code CLI) ignore it. Callers parse every reply
+with the same tolerant parser (:func:`extract_json_object`), which is what keeps working for
+the providers without structured output and for servers too old to honour it.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import json
+import logging
 import math
 import re
 from typing import Any, Protocol, runtime_checkable
@@ -20,6 +28,10 @@ from memlane.httpjson import JsonHttpClient
 
 #: Timeout of every ``available()`` probe, seconds.
 PROBE_TIMEOUT_S = 3.0
+#: HTTP statuses of a server that refuses a request for carrying a schema it does not support.
+SCHEMA_REFUSED_STATUSES = frozenset({400, 422})
+
+log = logging.getLogger("memlane.providers")
 
 
 class LlmError(MemlaneError):
@@ -46,12 +58,16 @@ class LlmProvider(Protocol):
 
     name: str
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None) -> str:
+    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
+                 schema: dict[str, Any] | None = None) -> str:
         """The model's raw reply to ``prompt`` (think blocks and fences left in).
 
         Args:
             timeout_s: seconds for this call; ``None`` = the provider's own timeout.
             max_tokens: cap on generated tokens; ``None`` = the provider's default.
+            schema: a JSON schema (draft 2020-12 subset: object, array, string, number,
+                boolean, enum, required) the reply should follow; a provider with structured
+                output makes the server decode to it, the others ignore it.
 
         Raises:
             LlmTimeout: no reply within the timeout.
@@ -95,6 +111,11 @@ class HttpLlmProvider(ABC):
 
     Subclasses set ``kind`` and implement ``_payload`` and ``_text``.
 
+    Structured output: a schema is sent (``_payload``'s ``schema``) until the server refuses a
+    request carrying one with HTTP 400 or 422 (a server that does not know the field); the call
+    is then repeated without it, and no later call sends one (the reply goes to the tolerant
+    parser, as for providers without structured output).
+
     Args:
         model: the model name sent in the payload; ``name`` is ``"{kind}:{model}"``.
         url: the endpoint ``generate`` POSTs to.
@@ -129,12 +150,14 @@ class HttpLlmProvider(ABC):
         self.timeout_s = check_timeout(timeout_s)
         self.max_tokens = check_max_tokens(max_tokens)
         self._client = JsonHttpClient(headers=headers)
+        #: False once the server refused a schema (see the class docstring).
+        self.structured_output = True
 
     # -- to override ------------------------------------------------------
 
     @abstractmethod
-    def _payload(self, prompt: str, max_tokens: int | None) -> dict[str, Any]:
-        """The JSON request body for one generate call."""
+    def _payload(self, prompt: str, max_tokens: int | None, schema: dict[str, Any] | None) -> dict[str, Any]:
+        """The JSON request body for one generate call (``schema``: ask for structured output)."""
 
     @abstractmethod
     def _text(self, reply: Any) -> str:
@@ -145,12 +168,14 @@ class HttpLlmProvider(ABC):
     def _fail(self, message: str, cls: type[LlmError] = LlmError, **details: Any) -> LlmError:
         return cls(f"{self.name}: {message}", details={"provider": self.name, "url": self.url, **details})
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None) -> str:
+    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
+                 schema: dict[str, Any] | None = None) -> str:
         """POST ``prompt`` and return the generated text, unmodified.
 
         Args:
             timeout_s: seconds for this call (> 0); ``None`` = the constructor's ``timeout_s``.
             max_tokens: cap on generated tokens; ``None`` = the constructor's ``max_tokens``.
+            schema: the JSON schema the reply should follow (structured output), or ``None``.
 
         Raises:
             LlmTimeout: no reply within the timeout; the message names the provider and the
@@ -161,10 +186,22 @@ class HttpLlmProvider(ABC):
         """
         timeout = check_timeout(timeout_s) if timeout_s is not None else self.timeout_s
         tokens = check_max_tokens(max_tokens) if max_tokens is not None else self.max_tokens
-        reply = self._client.post_json(self.url, self._payload(prompt, tokens), timeout_s=timeout,
-                          fail=lambda message, timed_out, **details: self._fail(
-                              message, LlmTimeout if timed_out else LlmError, **details))
+        wanted = schema if self.structured_output else None
+        try:
+            reply = self._post(self._payload(prompt, tokens, wanted), timeout)
+        except LlmError as exc:
+            if wanted is None or exc.details.get("status") not in SCHEMA_REFUSED_STATUSES:
+                raise
+            self.structured_output = False
+            log.warning("%s refused structured output (HTTP %s); sending prompts without a schema from now on",
+                        self.name, exc.details.get("status"))
+            reply = self._post(self._payload(prompt, tokens, None), timeout)
         return self._text(reply)
+
+    def _post(self, payload: dict[str, Any], timeout: float) -> Any:
+        return self._client.post_json(self.url, payload, timeout_s=timeout,
+                                      fail=lambda message, timed_out, **details: self._fail(
+                                          message, LlmTimeout if timed_out else LlmError, **details))
 
     def available(self) -> bool:
         """``GET probe_url`` answers 2xx within 3 s. Never raises."""

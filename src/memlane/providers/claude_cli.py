@@ -72,12 +72,15 @@ class ClaudeCodeProvider:
     def _fail(self, message: str, cls: type[LlmError] = LlmError, **details: Any) -> LlmError:
         return cls(f"{self.name}: {message}", details={"provider": self.name, "command": self.command, **details})
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None) -> str:
+    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
+                 schema: dict[str, Any] | None = None) -> str:
         """Run the CLI on ``prompt`` and return its stdout, stripped (think blocks left in).
 
         Args:
             timeout_s: seconds for this call (> 0); ``None`` = the constructor's ``timeout_s``.
             max_tokens: ignored.
+            schema: ignored (no structured output here: the caller's tolerant parser reads
+                the JSON the prompt asks for).
 
         Raises:
             LlmTimeout: the process did not finish in time (it and its group are killed);

@@ -1,7 +1,9 @@
 """Ollama text generation over HTTP: ``POST {base_url}/api/generate``.
 
-Request ``{"model": str, "prompt": str, "stream": false, "options": {"num_predict": int}}``
-(``options`` only when a token cap is set); reply ``{"response": str, ...}``.
+Request ``{"model": str, "prompt": str, "stream": false, "options": {"num_predict": int},
+"format": <JSON schema>}`` (``options`` only when a token cap is set, ``format`` only when the
+caller gives a schema: Ollama >= 0.5 then constrains the reply to it); reply
+``{"response": str, ...}``.
 ``available()`` is ``GET {base_url}/api/tags`` with a 3 s timeout.
 """
 
@@ -49,10 +51,12 @@ class OllamaProvider(HttpLlmProvider):
             max_tokens=max_tokens,
         )
 
-    def _payload(self, prompt: str, max_tokens: int | None) -> dict[str, Any]:
+    def _payload(self, prompt: str, max_tokens: int | None, schema: dict[str, Any] | None) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "prompt": prompt, "stream": False}
         if max_tokens is not None:
             payload["options"] = {"num_predict": max_tokens}
+        if schema is not None:
+            payload["format"] = schema
         return payload
 
     def _text(self, reply: Any) -> str:

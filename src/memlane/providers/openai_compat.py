@@ -1,7 +1,10 @@
 """OpenAI-compatible chat completions over HTTP: ``POST {base_url}/chat/completions``.
 
 Request ``{"model": str, "messages": [{"role": "user", "content": str}], "max_tokens": int,
-"temperature": 0}`` (``max_tokens`` only when a cap is set); reply
+"temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "reply",
+"schema": <JSON schema>}}}`` (``max_tokens`` only when a cap is set, ``response_format`` only
+when the caller gives a schema: OpenAI, llama.cpp server, vLLM and LM Studio then constrain
+the reply to it); reply
 ``{"choices": [{"message": {"content": str}}, ...]}``, the text is ``choices[0]``'s.
 ``available()`` is ``GET {base_url}/models`` with a 3 s timeout. Works with llama.cpp server,
 vLLM, LM Studio, OpenAI and other servers that copy its API.
@@ -52,7 +55,7 @@ class OpenAICompatProvider(HttpLlmProvider):
             headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
         )
 
-    def _payload(self, prompt: str, max_tokens: int | None) -> dict[str, Any]:
+    def _payload(self, prompt: str, max_tokens: int | None, schema: dict[str, Any] | None) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -60,6 +63,8 @@ class OpenAICompatProvider(HttpLlmProvider):
         }
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        if schema is not None:
+            payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
         return payload
 
     def _text(self, reply: Any) -> str:

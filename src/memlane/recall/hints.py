@@ -106,7 +106,9 @@ def generate_hints(llm: LlmProvider, content: str, *, max_hints: int, timeout_ms
         LlmError: the call failed or timed out; HintReplyError: an unusable reply.
     """
     prompt = PROMPT.format(n=max_hints, content=content[:MAX_PROMPT_CONTENT_CHARS])
-    return parse_hints(llm.generate(prompt, timeout_s=timeout_ms / 1000.0), max_hints)
+    schema = {"type": "object", "required": ["hints"],
+              "properties": {"hints": {"type": "array", "items": {"type": "string"}, "maxItems": max_hints}}}
+    return parse_hints(llm.generate(prompt, timeout_s=timeout_ms / 1000.0, schema=schema), max_hints)
 
 
 def hint_handler(db: Database, llm: Callable[[], LlmProvider | None],

@@ -49,6 +49,25 @@ Return ONLY a JSON object, no prose:
   "per_memory": [{{"id": "<8-char id>", "relevance": <0.0-1.0>}}]}}"""
 
 
+#: The judge's reply as a JSON schema (structured output, ``LlmProvider.generate(schema=...)``);
+#: :func:`parse_reply` also accepts the seed's other shape, from providers without it.
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "memories_used": {"type": "integer", "minimum": 0},
+        "novel_context_count": {"type": "integer", "minimum": 0},
+        "reasoning": {"type": "string"},
+        "per_memory": {"type": "array", "items": {
+            "type": "object", "properties": {"id": {"type": "string"},
+                                             "relevance": {"type": "number", "minimum": 0, "maximum": 1}},
+            "required": ["id", "relevance"]}},
+    },
+    "required": ["score", "confidence", "memories_used", "novel_context_count", "reasoning", "per_memory"],
+}
+
+
 @dataclass(frozen=True, slots=True)
 class JudgedMemory:
     """A memory shown to the judge."""

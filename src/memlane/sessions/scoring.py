@@ -90,7 +90,7 @@ class SessionScorer:
         injected = [continuity.JudgedMemory(r.memory_id, r.content) for r in rows if r.was_injected]
         prompt = continuity.build_prompt(injected, transcript)
         try:
-            reply = self.llm.generate(prompt)  # type: ignore[union-attr]
+            reply = self.llm.generate(prompt, schema=continuity.REPLY_SCHEMA)  # type: ignore[union-attr]
             result = continuity.parse_reply(reply, injected)
             if result is None:
                 raise LlmError("the judge's reply held no JSON object")
