@@ -126,8 +126,9 @@ def connect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Opt
     """Add memlane's SessionStart, UserPromptSubmit, SessionEnd and PreCompact hooks to Claude
     Code (idempotent, other hooks kept, backup first) and register the memlane MCP server.
 
-    The hooks run the light client, the memlane-hook script beside memlane (standard library
-    only, starts in milliseconds); the MCP server runs 'memlane mcp serve'."""
+    The hooks run the light client with this memlane's Python without site ('python -S -I -c
+    ...', standard library only, starts in milliseconds; another install given with --command
+    gets its memlane-hook script); the MCP server runs 'memlane mcp serve'."""
     from memlane.connectors.claude_code import SettingsFileError, connect, default_memlane_cmd, default_settings_path
 
     cmd = shlex.split(command) if command else default_memlane_cmd()
