@@ -27,7 +27,6 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from memlane.drift.propagation import propagate
 from memlane.config.drift import DriftSettings
 from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
+from memlane.lru import LRUCache
 from memlane.recall.memory_index import MemoryIndex
 from memlane.config.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
@@ -128,7 +128,7 @@ class DriftService:
         self._embedder = embedder
         self._starts = 0
         self._seen_projects: set[str] = set()
-        self._sentences: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
+        self._sentences: LRUCache[str, tuple[int, np.ndarray]] = LRUCache(SENTENCE_CACHE)
 
     # -- state ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -432,21 +432,16 @@ class DriftService:
         if emb is None or not chunk_texts:
             return None
         key = hash(tuple(chunk_texts))
-        with self._lock:
-            hit = self._sentences.get(document_id)
-            if hit is not None and hit[0] == key:
-                self._sentences.move_to_end(document_id)
-                return hit[1]
+        hit = self._sentences.get(document_id)
+        if hit is not None and hit[0] == key:
+            return hit[1]
         sents = split_sentences("\n\n".join(chunk_texts))
         if not sents:
             return None
         vecs = _unit(np.asarray(emb.embed(sents), dtype=np.float32))
         if vecs.shape[1] != self.index.dimensions:
             return None
-        with self._lock:
-            self._sentences[document_id] = (key, vecs)
-            while len(self._sentences) > SENTENCE_CACHE:
-                self._sentences.popitem(last=False)
+        self._sentences.put(document_id, (key, vecs))
         return vecs
 
     def _drift(self, pairs: list[tuple[str, int, str]], threshold: float) -> list[dict[str, Any]]:

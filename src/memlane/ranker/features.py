@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from memlane.lru import LRUCache
 from memlane.predictor.coverage import QueryCoverage
 
 #: Version of the feature schema (bump when a feature's meaning changes).
@@ -152,27 +151,20 @@ class TextCache:
 
     def __init__(self, max_cached: int = MAX_CACHED) -> None:
         self.coverage = QueryCoverage(max_cached)
-        self._max = max(1, int(max_cached))
-        self._items: OrderedDict[str, _Derived] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRUCache[str, _Derived] = LRUCache(max(1, int(max_cached)))
 
     def derived(self, texts: Sequence[str]) -> list[_Derived]:
         """The derived fields of each text, in order."""
         out: list[_Derived] = []
-        with self._lock:
-            for t in texts:
-                d = self._items.get(t)
-                if d is None:
-                    speaker = speaker_of(t)
-                    body = t[t.index(":") + 1:] if speaker is not None else t
-                    d = _Derived(speaker, frozenset(w.lower() for w in _WORD.findall(body)),
-                                 _TIME_EXPR.search(t) is not None, math.log1p(len(t)), "?" in body)
-                    self._items[t] = d
-                    if len(self._items) > self._max:
-                        self._items.popitem(last=False)
-                else:
-                    self._items.move_to_end(t)
-                out.append(d)
+        for t in texts:
+            d = self._items.get(t)
+            if d is None:
+                speaker = speaker_of(t)
+                body = t[t.index(":") + 1:] if speaker is not None else t
+                d = _Derived(speaker, frozenset(w.lower() for w in _WORD.findall(body)),
+                             _TIME_EXPR.search(t) is not None, math.log1p(len(t)), "?" in body)
+                self._items.put(t, d)
+            out.append(d)
         return out
 
     def close(self) -> None:
