@@ -6,9 +6,10 @@ wrong type is a 422 naming the field rather than a silently ignored value.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import TYPE_CHECKING, Any, Literal, Self, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.storage.models import HistoryEntry, Memory
@@ -18,48 +19,78 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class MemoryIn(_Strict):
-    """One memory to remember."""
-
-    content: str = Field(..., description="The memory text (normalised: whitespace collapsed).")
-    type: str = Field("fact", description="Memory type, e.g. fact, preference, decision, constraint.")
-    importance: float = Field(0.5, description="Importance in [0, 1].")
-    confidence: float = Field(1.0, description="Confidence in [0, 1].")
-    project: str | None = Field(None, description="Project scope; null = global.")
-    tags: list[str] = Field(default_factory=list, description="Free tags.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free JSON metadata.")
-    who: str | None = Field(None, description="Who wrote it (agent, user, tool).")
-    why: str | None = Field(None, description="Why it was written.")
-    source_type: str | None = Field(None, description="Kind of source (session, document, import...).")
-    source_id: str | None = Field(None, description="Id within the source.")
-    created_at: str | None = Field(None, description="ISO-8601 creation time; default now.")
-    pinned: bool = Field(False, description="Pinned memories are always candidates for injection.")
-    context: str | None = Field(
-        None, description="Surrounding text (e.g. preceding turns), indexed for recall but not part of the memory.")
+#: What each field of a memory to remember means (the fields, types and defaults are those of
+#: :class:`~memlane.services.inputs.RememberInput`).
+MEMORY_IN_DESCRIPTIONS: dict[str, str] = {
+    "content": "The memory text (normalised: whitespace collapsed).",
+    "type": "Memory type, e.g. fact, preference, decision, constraint.",
+    "importance": "Importance in [0, 1].",
+    "confidence": "Confidence in [0, 1].",
+    "project": "Project scope; null = global.",
+    "tags": "Free tags.",
+    "metadata": "Free JSON metadata.",
+    "who": "Who wrote it (agent, user, tool).",
+    "why": "Why it was written.",
+    "source_type": "Kind of source (session, document, import...).",
+    "source_id": "Id within the source.",
+    "created_at": "ISO-8601 creation time; default now.",
+    "pinned": "Pinned memories are always candidates for injection.",
+    "context": "Surrounding text (e.g. preceding turns), indexed for recall but not part of the memory.",
     # V3 (docs/v3.md; checked by memlane.v3.model)
-    scope: str | None = Field(None, description="global | module | work_unit | session; default: the type's "
-                              "fixed scope (workflow_recipe global; context_cost, prefetch_pattern module), else global.")
-    source: str = Field("agent_explicit", description="agent_explicit | observer_inferred | qa_auto | mcp_auto | "
-                        "commit_auto | user_taught.")
-    work_unit_ref: dict[str, Any] | None = Field(
-        None, description='The work unit: {"methodology": str, "hierarchy": [outermost, ..., innermost], "label"?: str}.')
-    related_files: list[str] = Field(default_factory=list, description="Files the memory is about (repo-relative).")
-    related_modules: list[str] = Field(default_factory=list, description="Modules the memory is about.")
-    needs_review: bool = Field(False, description="Waiting for the user's review (inferred memories).")
-    user_verified: bool = Field(False, description="The user confirmed it.")
-    citation_text: str | None = Field(None, description="Short form for an inline citation (<= 200 characters).")
-    commit_sha: str | None = Field(None, description="The git commit that produced it (7-64 hex digits).")
-    decay_half_life_days: float | None = Field(None, description="Decay half-life override in days "
-                                               "(default: work_state 7, dead_end 90).")
-    type_fields: dict[str, Any] = Field(default_factory=dict, description="The type's extended fields "
-                                        "(dead_end: approach_tried, why_it_failed...; see docs/v3.md).")
+    "scope": "global | module | work_unit | session; default: the type's fixed scope (workflow_recipe global; "
+             "context_cost, prefetch_pattern module), else global.",
+    "source": "agent_explicit | observer_inferred | qa_auto | mcp_auto | commit_auto | user_taught.",
+    "work_unit_ref": 'The work unit: {"methodology": str, "hierarchy": [outermost, ..., innermost], "label"?: str}.',
+    "related_files": "Files the memory is about (repo-relative).",
+    "related_modules": "Modules the memory is about.",
+    "needs_review": "Waiting for the user's review (inferred memories).",
+    "user_verified": "The user confirmed it.",
+    "citation_text": "Short form for an inline citation (<= 200 characters).",
+    "commit_sha": "The git commit that produced it (7-64 hex digits).",
+    "decay_half_life_days": "Decay half-life override in days (default: work_state 7, dead_end 90).",
+    "type_fields": "The type's extended fields (dead_end: approach_tried, why_it_failed...; see docs/v3.md).",
+}
 
+
+def _memory_in_fields() -> dict[str, Any]:
+    """``name -> (type, Field)`` of every field of ``RememberInput``, in its order, with its default
+    (tuples as lists: JSON arrays) and its description.
+
+    Raises:
+        KeyError: a field of RememberInput has no description (checked at import).
+    """
+    hints = get_type_hints(RememberInput)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(RememberInput):
+        t, desc = hints[f.name], MEMORY_IN_DESCRIPTIONS[f.name]
+        if t == tuple[str, ...]:
+            out[f.name] = (list[str], Field(default_factory=list, description=desc))
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = (t, Field(default_factory=f.default_factory, description=desc))
+        else:
+            default = ... if f.default is dataclasses.MISSING else f.default
+            out[f.name] = (t, Field(default, description=desc))
+    return out
+
+
+_MEMORY_IN_ARRAYS = frozenset(n for n, (t, _) in _memory_in_fields().items() if t == list[str])
+
+
+class _MemoryInBase(_Strict):
     def to_input(self) -> RememberInput:
+        """The service input of this request (lists as tuples)."""
         d = self.model_dump()
-        d["tags"] = tuple(d["tags"])
-        d["related_files"] = tuple(d["related_files"])
-        d["related_modules"] = tuple(d["related_modules"])
+        for name in _MEMORY_IN_ARRAYS:
+            d[name] = tuple(d[name])
         return RememberInput(**d)
+
+
+# One memory to remember, derived from services.inputs.RememberInput (one declaration of its fields).
+if TYPE_CHECKING:
+    MemoryIn = _MemoryInBase
+else:
+    MemoryIn = create_model("MemoryIn", __base__=_MemoryInBase, __doc__="One memory to remember.",
+                            **_memory_in_fields())
 
 
 class BatchIn(_Strict):
@@ -106,66 +137,46 @@ class RecallIn(_Strict):
         "its features are available).")
 
 
-class MemoryOut(BaseModel):
-    id: str
-    type: str
-    content: str
-    context: str | None
-    content_hash: str
-    importance: float
-    confidence: float
-    project: str | None
-    tags: list[str]
-    metadata: dict[str, Any]
-    who: str | None
-    why: str | None
-    source_type: str | None
-    source_id: str | None
-    created_at: str
-    updated_at: str
-    last_accessed: str | None
-    access_count: int
-    pinned: bool
-    is_deleted: bool
-    deleted_at: str | None
-    superseded_by: str | None
-    embedding_model: str | None
-    extraction_status: str
-    scope: str = "global"
-    source: str = "agent_explicit"
-    work_unit_ref: dict[str, Any] | None = None
-    methodology: str | None = None
-    related_files: list[str] = Field(default_factory=list)
-    related_modules: list[str] = Field(default_factory=list)
-    needs_review: bool = False
-    user_verified: bool = False
-    citation_text: str | None = None
-    commit_sha: str | None = None
-    decay_half_life_days: float | None = None
-    stale_at: str | None = None
-    type_fields: dict[str, Any] = Field(default_factory=dict)
+#: Fields of :class:`~memlane.storage.models.Memory` the API never shows: the rowid, the
+#: normalised text FTS indexes, and the hash of the context vector's text.
+HIDDEN_MEMORY_FIELDS = frozenset({"seq", "normalized_content", "context_hash"})
 
+
+def _memory_out_fields() -> dict[str, Any]:
+    """``name -> (type, ...)`` of every shown field of ``Memory``, in its order (tuples as lists:
+    JSON arrays); every field is required (a memory's JSON always carries all of them)."""
+    hints = get_type_hints(Memory)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(Memory):
+        if f.name not in HIDDEN_MEMORY_FIELDS:
+            t = hints[f.name]
+            out[f.name] = (list[str] if t == tuple[str, ...] else t, ...)
+    return out
+
+
+#: The shown fields of a memory, in the order of its JSON object.
+MEMORY_FIELDS: tuple[str, ...] = tuple(_memory_out_fields())
+_ARRAY_FIELDS = frozenset(n for n, (t, _) in _memory_out_fields().items() if t == list[str])
+
+
+class _MemoryOutBase(BaseModel):
     @classmethod
-    def of(cls, m: Memory) -> "MemoryOut":
+    def of(cls, m: Memory) -> Self:
+        """The API view of a stored memory."""
         return cls(**memory_dict(m))
 
 
+# The memory's JSON object, derived from storage.models.Memory (the one declaration of its fields).
+if TYPE_CHECKING:
+    MemoryOut = _MemoryOutBase
+else:
+    MemoryOut = create_model("MemoryOut", __base__=_MemoryOutBase, **_memory_out_fields())
+
+
 def memory_dict(m: Memory) -> dict[str, Any]:
-    """The JSON object of a memory, as MemoryOut documents it (built directly: recall is hot)."""
-    return {
-        "id": m.id, "type": m.type, "content": m.content, "context": m.context, "content_hash": m.content_hash,
-        "importance": m.importance, "confidence": m.confidence, "project": m.project, "tags": list(m.tags),
-        "metadata": m.metadata, "who": m.who, "why": m.why, "source_type": m.source_type,
-        "source_id": m.source_id, "created_at": m.created_at, "updated_at": m.updated_at,
-        "last_accessed": m.last_accessed, "access_count": m.access_count, "pinned": m.pinned,
-        "is_deleted": m.is_deleted, "deleted_at": m.deleted_at, "superseded_by": m.superseded_by,
-        "embedding_model": m.embedding_model, "extraction_status": m.extraction_status,
-        "scope": m.scope, "source": m.source, "work_unit_ref": m.work_unit_ref, "methodology": m.methodology,
-        "related_files": list(m.related_files), "related_modules": list(m.related_modules),
-        "needs_review": m.needs_review, "user_verified": m.user_verified, "citation_text": m.citation_text,
-        "commit_sha": m.commit_sha, "decay_half_life_days": m.decay_half_life_days, "stale_at": m.stale_at,
-        "type_fields": m.type_fields,
-    }
+    """The JSON object of a memory, as MemoryOut documents it: :data:`MEMORY_FIELDS`, tuples as lists
+    (built without validation: recall is hot)."""
+    return {name: (list(getattr(m, name)) if name in _ARRAY_FIELDS else getattr(m, name)) for name in MEMORY_FIELDS}
 
 
 class RecallHitOut(MemoryOut):

@@ -9,37 +9,33 @@ from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
-class Memory:
-    """One row of ``memories``. Timestamps are ISO-8601 UTC strings."""
+class NewMemory:
+    """A memory ready to insert: already normalized and hashed by the service.
 
-    seq: int
+    The memory record's fields are declared here once: :class:`Memory` (a stored row) adds the
+    row's state, and the API's ``MemoryOut`` and ``memory_dict`` are derived from ``Memory``.
+    """
+
     id: str
     type: str
     content: str
     normalized_content: str
     content_hash: str
-    context: str | None
-    context_hash: str | None
-    importance: float
-    confidence: float
-    project: str | None
-    tags: tuple[str, ...]
-    metadata: dict[str, Any]
-    who: str | None
-    why: str | None
-    source_type: str | None
-    source_id: str | None
-    created_at: str
-    updated_at: str
-    last_accessed: str | None
-    access_count: int
-    pinned: bool
-    is_deleted: bool
-    deleted_at: str | None
-    superseded_by: str | None
-    embedding_model: str | None
-    extraction_status: str
-    # V3 (migration 0014; memlane.v3.model checks them)
+    context: str | None = None
+    context_hash: str | None = None
+    importance: float = 0.5
+    confidence: float = 1.0
+    project: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    who: str | None = None
+    why: str | None = None
+    source_type: str | None = None
+    source_id: str | None = None
+    created_at: str = ""
+    pinned: bool = False
+    embedding_model: str | None = None
+    # V3 (migration 0014)
     scope: str = "global"
     source: str = "agent_explicit"
     work_unit_ref: dict[str, Any] | None = None
@@ -51,8 +47,24 @@ class Memory:
     citation_text: str | None = None
     commit_sha: str | None = None
     decay_half_life_days: float | None = None
-    stale_at: str | None = None
     type_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory(NewMemory):
+    """One row of ``memories``: the record's fields (:class:`NewMemory`) plus the row's state.
+    Timestamps are ISO-8601 UTC strings."""
+
+    seq: int
+    updated_at: str
+    last_accessed: str | None
+    access_count: int
+    is_deleted: bool
+    deleted_at: str | None
+    superseded_by: str | None
+    extraction_status: str
+    # V3 (migration 0014)
+    stale_at: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Memory":
@@ -91,44 +103,6 @@ class HistoryEntry:
         d = dict(row)
         d["changes"] = json.loads(d["changes"] or "{}")
         return cls(**d)
-
-
-@dataclass(frozen=True, slots=True)
-class NewMemory:
-    """A memory ready to insert: already normalized and hashed by the service."""
-
-    id: str
-    type: str
-    content: str
-    normalized_content: str
-    content_hash: str
-    context: str | None = None
-    context_hash: str | None = None
-    importance: float = 0.5
-    confidence: float = 1.0
-    project: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-    who: str | None = None
-    why: str | None = None
-    source_type: str | None = None
-    source_id: str | None = None
-    created_at: str = ""
-    pinned: bool = False
-    embedding_model: str | None = None
-    # V3 (migration 0014)
-    scope: str = "global"
-    source: str = "agent_explicit"
-    work_unit_ref: dict[str, Any] | None = None
-    methodology: str | None = None
-    related_files: tuple[str, ...] = ()
-    related_modules: tuple[str, ...] = ()
-    needs_review: bool = False
-    user_verified: bool = False
-    citation_text: str | None = None
-    commit_sha: str | None = None
-    decay_half_life_days: float | None = None
-    type_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
