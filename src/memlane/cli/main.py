@@ -92,6 +92,9 @@ def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 1
     try:
         settings = _settings(home, host=host, port=port)
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # httpx logs every request at INFO (an LLM or embedding call: several per extraction
+        # job, full URL); failures reach the log as memlane's own errors. Shown at debug only.
+        logging.getLogger("httpx").setLevel(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
         for warning in bind_warnings(settings.host, settings.require_token):
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         # One process per home (memlane.homelock): a second daemon or a direct import would keep

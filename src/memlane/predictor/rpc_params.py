@@ -8,29 +8,94 @@ and turned into what the engine takes (predictive-memory-scorer.md "Daemon Commu
 the one feature path of scoring and training. :func:`parse_train_params` and
 :func:`parse_train_from_db_params` validate the rest of the training requests' params.
 
-A malformed or inconsistent value is refused with :class:`InvalidParams` (JSON-RPC -32602)
-and a message naming the field; nothing is silently ignored or replaced. Nothing here reads
-the database itself (``lookup`` and ``derive`` are the caller's) or computes a feature.
+The params' types and ranges are pydantic models (:class:`ScoreParams`, :class:`TrainParams`,
+:class:`TrainFromDbParams`; strict: a JSON number where a number belongs, nothing converted);
+the rules between fields (lengths against the candidate count, the seed's signals against
+their daemon-shape counterparts) and the bulk float arrays (numpy, checked finite in float32)
+are checked here after them. A malformed or inconsistent value is refused with
+:class:`InvalidParams` (JSON-RPC -32602) and a message naming the field; nothing is silently
+ignored or replaced. Unknown keys are ignored (the sidecar's own options, the daemon's
+``trigger``). Nothing here reads the database itself (``lookup`` and ``derive`` are the
+caller's) or computes a feature.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memlane.config import predictor as C
 from memlane.predictor.dataset import build_session
-from memlane.predictor.rpc_shapes import InvalidParams, SeedSignals, parse_signals
+from memlane.predictor.rpc_shapes import InvalidParams, SeedSignals, invalid_params, parse_signals
 
-__all__ = ["MAX_CANDIDATES", "TrainFromDbParams", "parse_score_params", "parse_train_from_db_params",
-           "parse_train_params"]
+__all__ = ["MAX_CANDIDATES", "ScoreParams", "TrainFromDbParams", "TrainParams", "parse_score_params",
+           "parse_train_from_db_params", "parse_train_params"]
 
 MAX_CANDIDATES = 1000
+
+
+class _Params(BaseModel):
+    """Base of the request models: strict types, unknown keys ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+def _validate(model: type[_Params], p: dict[str, Any], meanings: dict[str, str],
+              elements: dict[str, str] | None = None) -> Any:
+    try:
+        return model.model_validate(p)
+    except ValidationError as exc:
+        raise invalid_params(exc, meanings=meanings, elements=elements) from exc
+
+
+class ScoreParams(_Params):
+    """The fields of ``score`` (and of one ``train`` session) whose type a model can check;
+    shapes and meanings in :func:`parse_score_params`. Arrays of floats stay ``Any`` here: they
+    are read with numpy (a pydantic float list of 1000 x 384 values would cost the score's
+    deadline)."""
+
+    candidate_ids: list[str] | None = None
+    candidates: list[dict[str, Any]] | None = None
+    session_time: str | None = None
+    session_gap_hours: float | None = Field(None, allow_inf_nan=False)
+    project: str | None = None
+    signals: Any = None
+    context_embedding: Any = None
+    context_embedding_b64: str | None = None
+    context_text: str | None = None
+    candidate_embeddings: list[Any] | None = None
+    candidate_embeddings_b64: str | None = None
+    candidate_is_embedded: list[bool] | None = None
+    candidate_texts: list[str] | None = None
+    continuity_score: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
+    confidence: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
+
+    @field_validator("candidate_ids")
+    @classmethod
+    def _ids(cls, ids: list[str] | None) -> list[str] | None:
+        if ids is not None:
+            if not ids or not all(ids):
+                raise ValueError("candidate_ids must be a non-empty array of strings")
+            if len(ids) > MAX_CANDIDATES or len(set(ids)) != len(ids):
+                raise ValueError(f"candidate_ids must be unique and at most {MAX_CANDIDATES}")
+        return ids
+
+
+_SCORE_MEANINGS = {
+    "candidate_ids": "a non-empty array of strings", "candidates": "an array of objects",
+    "session_time": "an ISO-8601 time (string)", "session_gap_hours": "a finite number (hours)",
+    "project": "a string or null", "context_embedding_b64": "a base64 string", "context_text": "a string",
+    "candidate_embeddings": "an array of arrays", "candidate_embeddings_b64": "a base64 string",
+    "candidate_is_embedded": "an array of booleans", "candidate_texts": "an array of strings",
+    "continuity_score": "a number in [0, 1]", "confidence": "a number in [0, 1]",
+}
+_SCORE_ELEMENTS = {"candidate_ids": "a non-empty string", "candidates": "an object",
+                   "candidate_is_embedded": "a boolean", "candidate_texts": "a string"}
 
 
 def _floats(raw: Any, name: str, dim: int | None = None) -> np.ndarray:
@@ -63,12 +128,11 @@ def _b64_matrix(raw: Any, name: str, rows: int, dim: int) -> np.ndarray:
     return m.reshape(rows, dim)
 
 
-def _anonymous_count(p: dict[str, Any]) -> int:
+def _anonymous_count(m: ScoreParams) -> int:
     """The number of candidates of a request without ``candidate_ids`` (the seed's ``train``)."""
-    for key in ("candidate_embeddings", "candidate_texts"):
-        rows = p.get(key)
+    for key, rows in (("candidate_embeddings", m.candidate_embeddings), ("candidate_texts", m.candidate_texts)):
         if rows is not None:
-            if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_CANDIDATES:
+            if not 1 <= len(rows) <= MAX_CANDIDATES:
                 raise InvalidParams(f"{key} must be an array of 1..{MAX_CANDIDATES} candidates")
             return len(rows)
     raise InvalidParams("candidate_ids is required unless candidate_embeddings (the seed's train form) "
@@ -126,58 +190,51 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     """
     if not isinstance(p, dict):
         raise InvalidParams("params must be an object")
-    ids = p.get("candidate_ids")
+    m: ScoreParams = _validate(ScoreParams, p, _SCORE_MEANINGS, _SCORE_ELEMENTS)
+    ids = m.candidate_ids
     if ids is None and anonymous:
-        n = _anonymous_count(p)
+        n = _anonymous_count(m)
+    elif ids is None:
+        raise InvalidParams("candidate_ids must be a non-empty array of strings")
     else:
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-            raise InvalidParams("candidate_ids must be a non-empty array of strings")
-        if len(ids) > MAX_CANDIDATES or len(set(ids)) != len(ids):
-            raise InvalidParams(f"candidate_ids must be unique and at most {MAX_CANDIDATES}")
         n = len(ids)
-    raw = p.get("candidates") or [{} for _ in range(n)]
-    if not isinstance(raw, list) or len(raw) != n or not all(isinstance(r, dict) for r in raw):
+    raw = m.candidates or [{} for _ in range(n)]
+    if len(raw) != n:
         raise InvalidParams(f"candidates must be {n} objects")
     defaults = {"age_days": 0.0, "importance": 0.5, "access_count": 0, "is_embedded": True}
     raw = [{**defaults, **r} for r in raw]
-    seed = parse_signals(p["signals"], n) if p.get("signals") is not None else None
+    seed = parse_signals(m.signals, n) if m.signals is not None else None
     try:
-        when = datetime.fromisoformat(str(p["session_time"]).replace("Z", "+00:00")) if p.get("session_time") \
+        when = datetime.fromisoformat(m.session_time.replace("Z", "+00:00")) if m.session_time \
             else datetime.now().astimezone()
-        gap = float(p.get("session_gap_hours") or 0.0)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParams(f"session_time / session_gap_hours: {exc}") from exc
-    project = p.get("project")
-    if project is not None and not isinstance(project, str):
-        raise InvalidParams("project must be a string or null")
+    except ValueError as exc:
+        raise InvalidParams(f"session_time must be an ISO-8601 time: {exc}") from exc
+    gap = m.session_gap_hours or 0.0
+    project = m.project
     cut_off = when
     if seed is not None:
-        when, cut_off, gap, project, raw = _merge_seed_signals(seed, p, when, gap, project, raw)
+        when, cut_off, gap, project, raw = _merge_seed_signals(seed, m, when, gap, project, raw)
     if derive is not None and ids is not None:
         derived = derive(ids, project, cut_off)
         raw = [{**r, **derived.get(i, {})} for r, i in zip(raw, ids)]
     ctx = None
-    if p.get("context_embedding_b64") is not None:
-        ctx = _b64_matrix(p["context_embedding_b64"], "context_embedding_b64", 1, native_dim)[0]
-    elif p.get("context_embedding") is not None:
-        ctx = _floats(p["context_embedding"], "context_embedding", native_dim)
-    context_text = p.get("context_text") or ""
-    if not isinstance(context_text, str):
-        raise InvalidParams("context_text must be a string")
+    if m.context_embedding_b64 is not None:
+        ctx = _b64_matrix(m.context_embedding_b64, "context_embedding_b64", 1, native_dim)[0]
+    elif m.context_embedding is not None:
+        ctx = _floats(m.context_embedding, "context_embedding", native_dim)
     vectors: list[np.ndarray | None]
-    texts = p.get("candidate_texts")
-    if p.get("candidate_embeddings_b64") is not None:
-        m = _b64_matrix(p["candidate_embeddings_b64"], "candidate_embeddings_b64", n, native_dim)
-        flags = p.get("candidate_is_embedded") or [True] * n
-        if not isinstance(flags, list) or len(flags) != n:
+    texts = m.candidate_texts
+    if m.candidate_embeddings_b64 is not None:
+        matrix = _b64_matrix(m.candidate_embeddings_b64, "candidate_embeddings_b64", n, native_dim)
+        flags = m.candidate_is_embedded or [True] * n
+        if len(flags) != n:
             raise InvalidParams(f"candidate_is_embedded must be {n} booleans")
-        vectors = [m[i] if flags[i] else None for i in range(n)]
-    elif p.get("candidate_embeddings") is not None:
-        rows = p["candidate_embeddings"]
-        if not isinstance(rows, list) or len(rows) != n:
+        vectors = [matrix[i] if flags[i] else None for i in range(n)]
+    elif m.candidate_embeddings is not None:
+        if len(m.candidate_embeddings) != n:
             raise InvalidParams(f"candidate_embeddings must be {n} arrays")
         vectors = [None if r is None else _floats(r, f"candidate_embeddings[{i}]", native_dim)
-                   for i, r in enumerate(rows)]
+                   for i, r in enumerate(m.candidate_embeddings)]
     elif ids is None:
         vectors = [None] * n  # anonymous, listed by candidate_texts
     else:
@@ -194,36 +251,28 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
             raise InvalidParams(f"candidate_embeddings[{missing}] is null and there is no candidate_texts "
                                 f"(nor candidate_ids to read it from): a candidate needs its vector or its text")
         texts = [""] * n
-    if not isinstance(texts, list) or len(texts) != n or not all(isinstance(t, str) for t in texts):
+    if len(texts) != n:
         raise InvalidParams(f"candidate_texts must be {n} strings")
-    labels = None
-    if labels_key is not None:
-        lab = p.get(labels_key)
-        if not isinstance(lab, list) or len(lab) != n:
-            raise InvalidParams(f"{labels_key} must be {n} numbers")
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in lab):
-            raise InvalidParams(f"{labels_key} must be {n} numbers")
-        labels = _floats(lab, labels_key, n)
-        if (np.abs(labels) > 1.0).any():
-            raise InvalidParams(f"{labels_key} must be in [-1, 1] (relevance), got {float(np.abs(labels).max())}")
+    labels = _labels(p.get(labels_key), labels_key, n) if labels_key is not None else None
+    confidence = m.continuity_score if "continuity_score" in m.model_fields_set else m.confidence
     try:
         session = build_session(candidates=raw, session_time=when, session_gap_hours=gap, candidate_vectors=vectors,
-                                candidate_texts=texts, context_vector=ctx, context_text=context_text,
+                                candidate_texts=texts, context_vector=ctx, context_text=m.context_text or "",
                                 project=project, native_dim=native_dim, labels=labels,
-                                confidence=_confidence(p))
+                                confidence=1.0 if confidence is None else confidence)
     except ValueError as exc:
         raise InvalidParams(str(exc)) from exc
     return (ids if ids is not None else [f"#{i}" for i in range(n)]), session
 
 
-def _merge_seed_signals(seed: SeedSignals, p: dict[str, Any], when: datetime, gap: float, project: str | None,
+def _merge_seed_signals(seed: SeedSignals, m: ScoreParams, when: datetime, gap: float, project: str | None,
                         raw: list[dict[str, Any]]
                         ) -> tuple[datetime, datetime, float, str | None, list[dict[str, Any]]]:
     """Put the seed's ``signals`` in place of the daemon shape's fields they stand for.
 
     Args:
         seed: the validated ``signals`` (:func:`memlane.predictor.rpc_shapes.parse_signals`).
-        p: the request's params (to tell a field the sender gave from a default).
+        m: the request's params (to tell a field the sender gave from a default).
         when / gap / project / raw: the session time, gap (hours), project and ``n`` candidate
             signal dicts read from the daemon-shape fields.
 
@@ -237,12 +286,12 @@ def _merge_seed_signals(seed: SeedSignals, p: dict[str, Any], when: datetime, ga
     """
     cut_off = when
     if seed.session_time is not None:
-        if p.get("session_time"):
+        if m.session_time:
             raise InvalidParams("session_time and signals.time_of_day / day_of_week / month_of_year both "
                                 "give the session's time: send one of them")
         when, cut_off = seed.session_time, datetime.now().astimezone()
     if seed.session_gap_hours is not None:
-        if p.get("session_gap_hours") is not None and gap != seed.session_gap_hours:
+        if m.session_gap_hours is not None and gap != seed.session_gap_hours:
             raise InvalidParams(f"session_gap_hours {gap} and signals.session_gap_hours "
                                 f"{seed.session_gap_hours} disagree")
         gap = seed.session_gap_hours
@@ -259,17 +308,22 @@ def _merge_seed_signals(seed: SeedSignals, p: dict[str, Any], when: datetime, ga
     return when, cut_off, gap, project, raw
 
 
-def _confidence(p: dict[str, Any]) -> float:
-    raw = p.get("continuity_score", p.get("confidence"))
-    if isinstance(raw, (bool, str)):
-        raise InvalidParams("continuity_score must be a number")
-    try:
-        value = 1.0 if raw is None else float(raw)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParams("continuity_score must be a number") from exc
-    if not 0.0 <= value <= 1.0:
-        raise InvalidParams("continuity_score must be in [0, 1]")
-    return value
+def _labels(raw: Any, key: str, n: int) -> np.ndarray:
+    """A training session's labels: ``n`` JSON numbers (not booleans) in [-1, 1], float32."""
+    if not isinstance(raw, list) or len(raw) != n or \
+            not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw):
+        raise InvalidParams(f"{key} must be {n} numbers")
+    labels = _floats(raw, key, n)
+    if (np.abs(labels) > 1.0).any():
+        raise InvalidParams(f"{key} must be in [-1, 1] (relevance), got {float(np.abs(labels).max())}")
+    return labels
+
+
+class TrainParams(_Params):
+    """``train``'s params around its sessions (each session is :class:`ScoreParams` plus labels)."""
+
+    sessions: list[Any] = Field(min_length=1)
+    epochs: int | None = Field(None, ge=1, le=1000)
 
 
 def parse_train_params(p: Any) -> tuple[list[Any], int | None]:
@@ -286,57 +340,40 @@ def parse_train_params(p: Any) -> tuple[list[Any], int | None]:
     """
     if not isinstance(p, dict):
         raise InvalidParams("params must be an object")
-    items = p.get("sessions") if "sessions" in p else [p]
-    if not isinstance(items, list) or not items:
-        raise InvalidParams("sessions must be a non-empty array")
-    epochs = p.get("epochs")
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= 1000):
-        raise InvalidParams(f"epochs must be an integer in [1, 1000], got {epochs!r}")
-    return items, epochs
+    m: TrainParams = _validate(TrainParams, {**p, "sessions": p["sessions"] if "sessions" in p else [p]},
+                               {"sessions": "a non-empty array", "epochs": "an integer in [1, 1000]"})
+    return m.sessions, m.epochs
 
 
-@dataclass(frozen=True)
-class TrainFromDbParams:
-    """``train_from_db``'s params, validated.
+class TrainFromDbParams(_Params):
+    """``train_from_db``'s params.
 
     Attributes:
         limit: the newest training-grade sessions to load, [1, 100000].
         max_seconds: the training's time budget, (0, 3600] s.
-        max_epochs: [1, 1000], or None when absent (the engine's training-stage default).
+        epochs: [1, 1000], or None when absent (the engine's training-stage default).
         early_stop_patience: epochs, [1, 1001], or None when absent (the stage's default).
         influential: the model has influence (the top-5 overlap gate applies); default True.
         hold_out_canary: the canary sessions are left out of training; default True.
     """
 
-    limit: int
-    max_seconds: float
-    max_epochs: int | None
-    early_stop_patience: int | None
-    influential: bool
+    limit: int = Field(C.MAX_TRAINING_SESSIONS, ge=1, le=100_000)
+    max_seconds: float = Field(C.MAX_TRAINING_SECONDS, gt=0, le=3600, allow_inf_nan=False)
+    epochs: int | None = Field(None, ge=1, le=1000)
+    early_stop_patience: int | None = Field(None, ge=1, le=1001)
+    influential: bool = True
     hold_out_canary: bool = True
 
 
 def parse_train_from_db_params(p: Any) -> TrainFromDbParams:
     """Validate ``train_from_db``'s params (a non-object counts as ``{}``): optional ``limit``
     (sessions, [1, 100000]), ``epochs`` ([1, 1000]), ``max_seconds`` ((0, 3600], s),
-    ``early_stop_patience`` (epochs, [1, 1001]), ``influential`` and ``hold_out_canary``.
+    ``early_stop_patience`` (epochs, [1, 1001]), ``influential`` and ``hold_out_canary`` (booleans).
 
     Raises:
-        InvalidParams: a parameter out of range or not a number.
+        InvalidParams: a parameter of the wrong type or out of range, naming it.
     """
-    p = p if isinstance(p, dict) else {}
-    try:
-        limit = int(p.get("limit", C.MAX_TRAINING_SESSIONS))
-        # epochs / patience absent: the engine picks its training stage's defaults.
-        epochs = int(p.get("epochs", C.LINEAR_STAGE_MAX_EPOCHS))
-        max_seconds = float(p.get("max_seconds", C.MAX_TRAINING_SECONDS))
-        patience = int(p.get("early_stop_patience", C.LINEAR_STAGE_PATIENCE))
-    except (TypeError, ValueError) as exc:
-        raise InvalidParams(f"limit / epochs / max_seconds: {exc}") from exc
-    if not (1 <= limit <= 100_000 and 1 <= epochs <= 1000 and 0 < max_seconds <= 3600 and 1 <= patience <= 1001):
-        raise InvalidParams("limit in [1, 100000], epochs in [1, 1000], max_seconds in (0, 3600], "
-                            "early_stop_patience in [1, 1001]")
-    return TrainFromDbParams(limit=limit, max_seconds=max_seconds, max_epochs=epochs if "epochs" in p else None,
-                             early_stop_patience=patience if "early_stop_patience" in p else None,
-                             influential=bool(p.get("influential", True)),
-                             hold_out_canary=bool(p.get("hold_out_canary", True)))
+    return _validate(TrainFromDbParams, p if isinstance(p, dict) else {}, {
+        "limit": "an integer in [1, 100000]", "max_seconds": "a number in (0, 3600]",
+        "epochs": "an integer in [1, 1000]", "early_stop_patience": "an integer in [1, 1001]",
+        "influential": "a boolean", "hold_out_canary": "a boolean"})

@@ -42,16 +42,22 @@ predictor's loader, ``packages/predictor/src/data.rs``):
 Every key is optional, but the three time keys come together or not at all (a partial time
 would be completed from the clock, which is the silent substitution this module exists to
 stop). Unknown keys are refused.
+
+The object is validated by a pydantic model (:class:`SignalsModel`, strict: a JSON number
+where a number belongs, a boolean where a boolean does, nothing converted); a violation becomes
+:class:`InvalidParams` naming the field and what it must be (:func:`invalid_params`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["SIGNAL_KEYS", "TIME_KEYS", "InvalidParams", "SeedSignals", "parse_signals", "wall_clock"]
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+__all__ = ["SIGNAL_KEYS", "TIME_KEYS", "InvalidParams", "SeedSignals", "SignalsModel", "invalid_params",
+           "parse_signals", "wall_clock"]
 
 #: The keys of the seed's ``signals`` object.
 SIGNAL_KEYS = ("time_of_day", "day_of_week", "month_of_year", "project", "session_gap_hours", "is_superseded")
@@ -65,6 +71,93 @@ _SECONDS_PER_DAY = 86_400
 
 class InvalidParams(ValueError):
     """Bad ``params`` of a known method (JSON-RPC -32602); the message names the field."""
+
+
+def _path(loc: tuple[int | str, ...], prefix: str) -> str:
+    """``("is_superseded", 0)`` -> ``"signals.is_superseded[0]"`` (with ``prefix`` ``"signals."``)."""
+    out = prefix.rstrip(".")
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def invalid_params(exc: ValidationError, *, prefix: str = "", meanings: dict[str, str] | None = None,
+                   elements: dict[str, str] | None = None, known: tuple[str, ...] = ()) -> InvalidParams:
+    """The :class:`InvalidParams` for the first error of a pydantic validation of request params.
+
+    Args:
+        exc: the validation error.
+        prefix: put before the field's path (``"signals."``).
+        meanings: field name -> what its value must be (``"an integer 0..6 (Monday = 0)"``).
+        elements: array field name -> what each element must be (``"a boolean"``).
+        known: the accepted keys, named in an unknown key's message.
+
+    Returns:
+        the exception (the caller raises it), its message naming the field: ``"<path> must be
+        <meaning>, got <value>"`` (e.g. ``signals.is_superseded[0] must be a boolean, got 0``);
+        a validator's own message; or ``"<path>: <pydantic's message>"`` for other fields.
+    """
+    err = exc.errors(include_url=False)[0]
+    loc, kind = tuple(err["loc"]), err["type"]
+    path = _path(loc, prefix)
+    if kind == "extra_forbidden":
+        listed = f" (known: {', '.join(known)})" if known else ""
+        return InvalidParams(f"{path} is not a known {'signal' if prefix == 'signals.' else 'parameter'}{listed}")
+    if kind == "value_error":  # a validator's own message, naming its field
+        return InvalidParams(str(err["ctx"]["error"]))
+    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+    got = err.get("input")
+    shown = type(got).__name__ if isinstance(got, (list, dict)) else repr(got)
+    if loc and isinstance(loc[-1], int) and field in (elements or {}):
+        return InvalidParams(f"{path} must be {(elements or {})[field]}, got {shown}")
+    if field in (meanings or {}):
+        return InvalidParams(f"{path} must be {(meanings or {})[field]}, got {shown}")
+    return InvalidParams(f"{path or 'params'}: {err['msg']}")
+
+
+#: What each signal must be, for the messages of :func:`invalid_params`.
+_MEANINGS = {
+    "time_of_day": "a fraction of a day in [0, 1) (0.25 = 06:00)",
+    "day_of_week": "an integer 0..6 (Monday = 0)",
+    "month_of_year": "an integer 1..12 (January = 1)",
+    "project": "a string or null",
+    "session_gap_hours": "a finite number >= 0 (hours)",
+    "is_superseded": "an array of booleans (one per candidate)",
+}
+#: What one element of an array signal must be.
+_ELEMENTS = {"is_superseded": "a boolean"}
+
+
+class SignalsModel(BaseModel):
+    """The seed's ``signals`` object (module docstring for units); validate with
+    ``SignalsModel.model_validate(raw, context={"n": n})``, ``n`` the number of candidates.
+
+    Raises (pydantic ValidationError, turned into InvalidParams by :func:`parse_signals`): an
+    unknown key, a wrong type, a value out of range or not finite, only some of the three time
+    keys, or an ``is_superseded`` of another length than ``n``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    time_of_day: float = Field(None, ge=0.0, lt=1.0, allow_inf_nan=False)
+    day_of_week: int = Field(None, ge=0, le=6)
+    month_of_year: int = Field(None, ge=1, le=12)
+    project: str | None = None
+    session_gap_hours: float = Field(None, ge=0.0, allow_inf_nan=False)
+    is_superseded: list[bool] = Field(None)
+
+    @model_validator(mode="after")
+    def _whole(self, info: ValidationInfo) -> SignalsModel:
+        given = [k for k in TIME_KEYS if k in self.model_fields_set]
+        if given and len(given) != len(TIME_KEYS):
+            missing = [k for k in TIME_KEYS if k not in self.model_fields_set]
+            raise ValueError(f"signals.{missing[0]} is missing: signals.time_of_day, day_of_week and "
+                             f"month_of_year come together (the session's time), or not at all")
+        n = (info.context or {}).get("n")
+        if self.is_superseded is not None and n is not None and len(self.is_superseded) != n:
+            raise ValueError(f"signals.is_superseded must be {n} booleans (one per candidate), "
+                             f"got {len(self.is_superseded)} entries")
+        return self
 
 
 @dataclass(frozen=True)
@@ -87,24 +180,6 @@ class SeedSignals:
     has_project: bool = False
     session_gap_hours: float | None = None
     is_superseded: list[bool] | None = None
-
-
-def _number(value: Any, field: str) -> float:
-    """A JSON number (not a boolean), finite, as float; else :class:`InvalidParams`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidParams(f"{field} must be a number, got {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out):
-        raise InvalidParams(f"{field} must be finite, got {value!r}")
-    return out
-
-
-def _integer(value: Any, field: str, lo: int, hi: int, meaning: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{field} must be an integer {lo}..{hi} ({meaning}), got {value!r}")
-    if not lo <= value <= hi:
-        raise InvalidParams(f"{field} must be an integer {lo}..{hi} ({meaning}), got {value}")
-    return value
 
 
 def wall_clock(time_of_day: float, day_of_week: int, month_of_year: int) -> datetime:
@@ -152,40 +227,13 @@ def parse_signals(raw: Any, n: int) -> SeedSignals:
     """
     if not isinstance(raw, dict):
         raise InvalidParams(f"signals must be an object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(SIGNAL_KEYS))
-    if unknown:
-        raise InvalidParams(f"signals.{unknown[0]} is not a known signal (known: {', '.join(SIGNAL_KEYS)})")
-    given = [k for k in TIME_KEYS if k in raw]
+    try:
+        m = SignalsModel.model_validate(raw, context={"n": n})
+    except ValidationError as exc:
+        raise invalid_params(exc, prefix="signals.", meanings=_MEANINGS, elements=_ELEMENTS,
+                             known=SIGNAL_KEYS) from exc
     when = None
-    if given:
-        if len(given) != len(TIME_KEYS):
-            missing = [k for k in TIME_KEYS if k not in raw]
-            raise InvalidParams(f"signals.{missing[0]} is missing: signals.time_of_day, day_of_week and "
-                                f"month_of_year come together (the session's time), or not at all")
-        tod = _number(raw["time_of_day"], "signals.time_of_day")
-        if not 0.0 <= tod < 1.0:
-            raise InvalidParams(f"signals.time_of_day must be a fraction of a day in [0, 1) "
-                                f"(0.25 = 06:00), got {raw['time_of_day']!r}")
-        dow = _integer(raw["day_of_week"], "signals.day_of_week", 0, 6, "Monday = 0")
-        moy = _integer(raw["month_of_year"], "signals.month_of_year", 1, 12, "January = 1")
-        when = wall_clock(tod, dow, moy)
-    gap = None
-    if "session_gap_hours" in raw:
-        gap = _number(raw["session_gap_hours"], "signals.session_gap_hours")
-        if gap < 0:
-            raise InvalidParams(f"signals.session_gap_hours must be >= 0 hours, got {raw['session_gap_hours']!r}")
-    project = raw.get("project")
-    if project is not None and not isinstance(project, str):
-        raise InvalidParams(f"signals.project must be a string or null, got {type(project).__name__}")
-    superseded = None
-    if "is_superseded" in raw:
-        flags = raw["is_superseded"]
-        if not isinstance(flags, list) or len(flags) != n:
-            got = f"{len(flags)} entries" if isinstance(flags, list) else type(flags).__name__
-            raise InvalidParams(f"signals.is_superseded must be {n} booleans (one per candidate), got {got}")
-        bad = next((i for i, f in enumerate(flags) if not isinstance(f, bool)), None)
-        if bad is not None:
-            raise InvalidParams(f"signals.is_superseded[{bad}] must be a boolean, got {flags[bad]!r}")
-        superseded = list(flags)
-    return SeedSignals(session_time=when, project=project, has_project="project" in raw,
-                       session_gap_hours=gap, is_superseded=superseded)
+    if m.time_of_day is not None:
+        when = wall_clock(m.time_of_day, m.day_of_week, m.month_of_year)
+    return SeedSignals(session_time=when, project=m.project, has_project="project" in m.model_fields_set,
+                       session_gap_hours=m.session_gap_hours, is_superseded=m.is_superseded)

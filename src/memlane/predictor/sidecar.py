@@ -325,7 +325,7 @@ class Sidecar:
         self._training.set()
         try:
             report = e.train(sessions, canary=canary, replay=replay, max_seconds=params.max_seconds,
-                             max_epochs=params.max_epochs, influential=params.influential,
+                             max_epochs=params.epochs, influential=params.influential,
                              early_stop_patience=params.early_stop_patience)
         finally:
             self._training.clear()
