@@ -65,3 +65,28 @@ def test_public_settings_masks_the_api_key(tmp_path):
     assert data["embedding"]["api_key"] == "***"
     assert "sk-secret" not in str(data)
     assert Path(data["db_path"]) == tmp_path / "memories.db"
+
+
+def test_secret_settings_are_found_from_their_type_masked_and_refused_over_http(tmp_path):
+    """Every SecretStr setting, wherever it sits, is masked by public_settings and in
+    HTTP_FORBIDDEN_KEYS; a secret added later needs no list updated."""
+    from pydantic import BaseModel, SecretStr
+
+    from memlane.config import secret_paths
+    from memlane.services.config_service import HTTP_FORBIDDEN_KEYS
+
+    assert secret_paths() == {"embedding.api_key", "llm.api_key"}
+    assert secret_paths() <= HTTP_FORBIDDEN_KEYS
+
+    class Inner(BaseModel):
+        token: SecretStr = SecretStr("")
+        name: str = ""
+
+    class Outer(BaseModel):
+        inner: Inner = Inner()
+        key: SecretStr = SecretStr("")
+
+    assert secret_paths(Outer) == {"inner.token", "key"}
+    s = load_settings(home=tmp_path, llm={"provider": "openai", "model": "m", "api_key": "sk-llm"})
+    data = public_settings(s)
+    assert (data["llm"]["api_key"], data["embedding"]["api_key"]) == ("***", "")

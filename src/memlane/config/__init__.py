@@ -355,6 +355,19 @@ def public_settings(settings: Settings) -> dict[str, Any]:
     return data
 
 
+def secret_paths(model: type[BaseModel] = Settings, prefix: str = "") -> frozenset[str]:
+    """Dotted snake_case paths of every :class:`~pydantic.SecretStr` setting of ``model``
+    (``{"embedding.api_key", "llm.api_key"}`` for :class:`Settings`), nested models included."""
+    out: set[str] = set()
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        if ann is SecretStr:
+            out.add(prefix + name)
+        elif isinstance(ann, type) and issubclass(ann, BaseModel):
+            out |= secret_paths(ann, f"{prefix}{name}.")
+    return frozenset(out)
+
+
 def _mask_secrets(model: BaseModel, data: dict[str, Any]) -> None:
     """Replace, in ``data`` (``model``'s JSON dump, keyed by field name), each SecretStr field's
     value by ``"***"`` (set) or ``""`` (empty), recursing into nested settings models."""

@@ -45,7 +45,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydValidationError
 
-from memlane.config import Settings, read_config_file, yaml_settings_data
+from memlane.config import Settings, read_config_file, secret_paths, yaml_settings_data
 from memlane.config.checks import check_values, plain_model, printable
 from memlane.errors import ConfigError
 from memlane.fsutil import atomic_write
@@ -80,11 +80,10 @@ PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms", "enabled"})
 #: any of them: they are set in config.yaml or the environment, by the user.
 HTTP_FORBIDDEN_KEYS: frozenset[str] = frozenset({
     "home", "host", "port", "daemon_url", "require_token", "allowed_hosts",
-    "embedding.base_url", "embedding.api_key",
-    "llm.base_url", "llm.api_key", "llm.command",
+    "embedding.base_url", "llm.base_url", "llm.command",
     "memory.pipeline_v2.documents.allowed_hosts",
     "predictor.base_weights", "recall.ranker_model", "redact",
-})
+}) | secret_paths(Settings)  # every SecretStr setting (the API keys), found from the models
 
 #: Settings the hook commands read from config.yaml at each run (memlane.connectors.claude_code):
 #: a change reaches them at once, the daemon only at its restart; the answer says so.
