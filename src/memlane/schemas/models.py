@@ -7,6 +7,7 @@ wrong type is a 422 naming the field rather than a silently ignored value.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import TYPE_CHECKING, Any, Literal, Self, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -143,11 +144,12 @@ HIDDEN_MEMORY_FIELDS = frozenset({"seq", "normalized_content", "context_hash"})
 
 
 def _memory_out_fields() -> dict[str, Any]:
-    """``name -> (type, ...)`` of every shown field of ``Memory``, in its order (tuples as lists:
-    JSON arrays); every field is required (a memory's JSON always carries all of them)."""
+    """``name -> (type, ...)`` of every shown field of ``Memory``, the id first, then in Memory's
+    order (tuples as lists: JSON arrays); every field is required (a memory's JSON always
+    carries all of them)."""
     hints = get_type_hints(Memory)
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(Memory):
+    for f in sorted(dataclasses.fields(Memory), key=lambda f: f.name != "id"):  # the id first
         if f.name not in HIDDEN_MEMORY_FIELDS:
             t = hints[f.name]
             out[f.name] = (list[str] if t == tuple[str, ...] else t, ...)
@@ -156,7 +158,8 @@ def _memory_out_fields() -> dict[str, Any]:
 
 #: The shown fields of a memory, in the order of its JSON object.
 MEMORY_FIELDS: tuple[str, ...] = tuple(_memory_out_fields())
-_ARRAY_FIELDS = frozenset(n for n, (t, _) in _memory_out_fields().items() if t == list[str])
+_ARRAY_FIELDS = tuple(n for n, (t, _) in _memory_out_fields().items() if t == list[str])
+_MEMORY_VALUES = operator.attrgetter(*MEMORY_FIELDS)
 
 
 class _MemoryOutBase(BaseModel):
@@ -176,7 +179,10 @@ else:
 def memory_dict(m: Memory) -> dict[str, Any]:
     """The JSON object of a memory, as MemoryOut documents it: :data:`MEMORY_FIELDS`, tuples as lists
     (built without validation: recall is hot)."""
-    return {name: (list(getattr(m, name)) if name in _ARRAY_FIELDS else getattr(m, name)) for name in MEMORY_FIELDS}
+    d = dict(zip(MEMORY_FIELDS, _MEMORY_VALUES(m)))
+    for name in _ARRAY_FIELDS:
+        d[name] = list(d[name])
+    return d
 
 
 class RecallHitOut(MemoryOut):

@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from memlane.storage.models import Memory
+from memlane.storage.models import Memory, MemoryBody
 
 
 @dataclass(frozen=True, slots=True)
-class RememberInput:
-    """One memory to store. ``content`` is required; everything else has a default.
-
-    ``context`` is text around the memory (e.g. the preceding conversation turns): it is
-    indexed by both recall legs but is not part of the memory's content or hash.
-    ``created_at`` is ISO-8601 (default: now).
+class RememberInput(MemoryBody):
+    """One memory to store: its body (:class:`~memlane.storage.models.MemoryBody`; ``content`` is
+    required, everything else has a default), plus ``created_at`` (ISO-8601; default: now) and
+    ``scope`` (None: the type's fixed scope, else global; memlane.v3.model).
     """
 
-    content: str
-    type: str = "fact"
-    importance: float = 0.5
-    confidence: float = 1.0
-    project: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-    who: str | None = None
-    why: str | None = None
-    source_type: str | None = None
-    source_id: str | None = None
     created_at: str | None = None
-    pinned: bool = False
-    context: str | None = None
-    # V3 fields (memlane.v3.model): scope None = the type's fixed scope, else global
     scope: str | None = None
-    source: str = "agent_explicit"
-    work_unit_ref: dict[str, Any] | None = None
-    related_files: tuple[str, ...] = ()
-    related_modules: tuple[str, ...] = ()
-    needs_review: bool = False
-    user_verified: bool = False
-    citation_text: str | None = None
-    commit_sha: str | None = None
-    decay_half_life_days: float | None = None
-    type_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

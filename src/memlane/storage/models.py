@@ -9,20 +9,18 @@ from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
-class NewMemory:
-    """A memory ready to insert: already normalized and hashed by the service.
+class MemoryBody:
+    """What a writer says about a memory: the memory record's fields, declared once.
 
-    The memory record's fields are declared here once: :class:`Memory` (a stored row) adds the
-    row's state, and the API's ``MemoryOut`` and ``memory_dict`` are derived from ``Memory``.
+    ``services.inputs.RememberInput`` (a remember request) and :class:`NewMemory` (a row to
+    insert) extend it, :class:`Memory` (a stored row) extends NewMemory; the API's ``MemoryIn``
+    and ``MemoryOut`` are derived from RememberInput and Memory. ``context`` is text around the
+    memory (e.g. the preceding conversation turns): indexed by both recall legs, not part of the
+    content or its hash.
     """
 
-    id: str
-    type: str
     content: str
-    normalized_content: str
-    content_hash: str
-    context: str | None = None
-    context_hash: str | None = None
+    type: str = "fact"
     importance: float = 0.5
     confidence: float = 1.0
     project: str | None = None
@@ -32,14 +30,11 @@ class NewMemory:
     why: str | None = None
     source_type: str | None = None
     source_id: str | None = None
-    created_at: str = ""
     pinned: bool = False
-    embedding_model: str | None = None
-    # V3 (migration 0014)
-    scope: str = "global"
+    context: str | None = None
+    # V3 (migration 0014; memlane.v3.model checks them)
     source: str = "agent_explicit"
     work_unit_ref: dict[str, Any] | None = None
-    methodology: str | None = None
     related_files: tuple[str, ...] = ()
     related_modules: tuple[str, ...] = ()
     needs_review: bool = False
@@ -48,6 +43,21 @@ class NewMemory:
     commit_sha: str | None = None
     decay_half_life_days: float | None = None
     type_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewMemory(MemoryBody):
+    """A memory ready to insert: its body normalised (``content`` is the stored text) and hashed
+    by the service, with its id, creation time and scope settled."""
+
+    id: str
+    normalized_content: str
+    content_hash: str
+    context_hash: str | None = None
+    created_at: str = ""
+    embedding_model: str | None = None
+    scope: str = "global"
+    methodology: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
