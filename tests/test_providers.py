@@ -636,6 +636,47 @@ def test_other_errors_with_a_schema_are_not_retried(server: Loopback, kind_name:
         p.close()
 
 
+def test_concurrent_calls_each_get_a_connection() -> None:
+    """More calls at once than the idle connections kept (8): none waits for another's
+    connection. The server answers only once all 12 are in flight at the same time."""
+    calls = 12
+    barrier = threading.Barrier(calls, timeout=30)  # a hang guard: a call held back breaks it
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            try:
+                barrier.wait()
+                body = ollama_body("together")
+            except threading.BrokenBarrierError:
+                body = ollama_body("alone")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    p = OllamaProvider("m", base_url=f"http://127.0.0.1:{httpd.server_address[1]}", timeout_s=60)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(p.generate("hi"))) for _ in range(calls)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == ["together"] * calls
+    finally:
+        p.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_ollama_defaults() -> None:
     p = OllamaProvider()
     assert (p.name, p.url, p.probe_url, p.timeout_s) == (

@@ -33,8 +33,9 @@ import httpx
 
 #: Characters of an HTTP error body quoted in an error message.
 BODY_EXCERPT_CHARS = 200
-#: Keep-alive connections kept per pool (one per concurrent caller is enough).
-POOL_CONNECTIONS_PER_HOST = 8
+#: Idle keep-alive connections kept per pool of :class:`JsonHttpClient` (more calls at once
+#: open more connections: a caller never waits for a free one).
+KEEPALIVE_CONNECTIONS = 8
 
 #: ``fail(message, timed_out, **details) -> the exception to raise``.
 Fail = Callable[..., Exception]
@@ -107,22 +108,25 @@ class PoolTransport(httpx.BaseTransport):
     Args:
         backend: the httpcore network backend every connection is opened with.
         verify: TLS verification as httpx takes it (True, a CA bundle path, or an SSLContext).
-        max_connections: size of each pool.
+        max_connections: most connections of each pool (a request waits for a free one, within
+            its pool timeout); None = no limit.
+        keepalive: idle connections kept per pool (default ``max_connections``).
 
     One pool connects directly; :meth:`_pool_for` may route a request through another (a
     proxy). Nothing is retried. Raises (from ``handle_request``) httpx's transport errors.
     """
 
     def __init__(self, backend: httpcore.NetworkBackend, *, verify: ssl.SSLContext | str | bool = True,
-                 max_connections: int = 10) -> None:
+                 max_connections: int | None = 10, keepalive: int | None = None) -> None:
         self.backend = backend
         self._tls = tls_context(verify)
         self._max_connections = max_connections
+        self._keepalive = keepalive if keepalive is not None else max_connections
         self._direct = self._new_pool()
 
     def _new_pool(self, proxy: httpcore.Proxy | None = None) -> httpcore.ConnectionPool:
         return httpcore.ConnectionPool(ssl_context=self._tls, proxy=proxy, max_connections=self._max_connections,
-                                       max_keepalive_connections=self._max_connections,
+                                       max_keepalive_connections=self._keepalive,
                                        network_backend=self.backend, retries=0)
 
     def _pool_for(self, url: httpx.URL) -> httpcore.ConnectionPool:
@@ -259,8 +263,8 @@ class _EnvProxyTransport(PoolTransport):
     """:class:`PoolTransport` that sends each request through the proxy the environment names
     for its scheme (``urllib.request.getproxies``) unless ``NO_PROXY`` exempts its host."""
 
-    def __init__(self, backend: httpcore.NetworkBackend, *, trust_env: bool, max_connections: int) -> None:
-        super().__init__(backend, max_connections=max_connections)
+    def __init__(self, backend: httpcore.NetworkBackend, *, trust_env: bool) -> None:
+        super().__init__(backend, max_connections=None, keepalive=KEEPALIVE_CONNECTIONS)
         self._env = urllib.request.getproxies() if trust_env else {}
         self._proxies: dict[str, httpcore.ConnectionPool] = {}
         self._lock = threading.Lock()
@@ -314,8 +318,7 @@ class JsonHttpClient:
     def __init__(self, *, headers: dict[str, str] | None = None, trust_env: bool = True) -> None:
         self._backend = AbortableBackend()
         self._http = httpx.Client(
-            transport=_EnvProxyTransport(self._backend, trust_env=trust_env,
-                                         max_connections=POOL_CONNECTIONS_PER_HOST),
+            transport=_EnvProxyTransport(self._backend, trust_env=trust_env),
             headers={"Accept": "application/json", **(headers or {})},
             follow_redirects=False, trust_env=False)
 
