@@ -79,6 +79,9 @@ def test_with_llm_aspects_kinds_and_type_come_from_the_reply(store, server) -> N
     assert daemon(store).entity_type == "system"
     prompt = server.requests[0]["json"]["prompt"]
     assert "Entity: Daemon" in prompt and "0. decided to use SQLite" in prompt and "infer the entity type" in prompt
+    schema = server.requests[0]["json"]["format"]  # structured output: the reply's schema
+    assert schema["required"] == ["assignments", "type"] and "system" in schema["properties"]["type"]["enum"]
+    assert schema["properties"]["assignments"]["items"]["properties"]["kind"]["enum"] == ["attribute", "constraint"]
 
 
 def test_items_the_llm_misses_fall_back_to_the_rules(store, server) -> None:  # noqa: F811

@@ -82,9 +82,22 @@ def build_prompt(entity: graph_sql.Entity, aspects: list[str], facts: list[str])
         lines.append(f'Also infer the entity type, one of: {", ".join(sorted(names.CANONICAL_TYPES))}. '
                      'Return a JSON object {"type": <type>, "assignments": [ ... ]}.')
     else:
-        lines.append("Return only a JSON array of these objects.")
+        lines.append('Return a JSON object {"assignments": [ ... ]}.')
     lines.append("Return only JSON, no other text.")
     return "\n".join(lines)
+
+
+def reply_schema(entity: graph_sql.Entity) -> dict[str, Any]:
+    """The JSON schema of :func:`build_prompt`'s reply (structured output): ``{"assignments":
+    [{i, aspect, kind, new}]}``, plus ``type`` (a canonical entity type) for an untyped entity.
+    :func:`parse_reply` also reads a bare array, from providers without structured output."""
+    item = {"type": "object", "required": ["i", "aspect", "kind"], "properties": {
+        "i": {"type": "integer", "minimum": 0}, "aspect": {"type": "string"},
+        "kind": {"type": "string", "enum": ["attribute", CONSTRAINT]}, "new": {"type": "boolean"}}}
+    props: dict[str, Any] = {"assignments": {"type": "array", "items": item}}
+    if entity.entity_type == names.UNTYPED:
+        props["type"] = {"type": "string", "enum": sorted(names.CANONICAL_TYPES)}
+    return {"type": "object", "properties": props, "required": sorted(props)}
 
 
 def parse_reply(text: str, n_facts: int) -> tuple[dict[int, tuple[str, str]], str | None]:
@@ -180,7 +193,7 @@ class ClassifyHandler:
         llm = self.llm()
         if llm is None:
             return fallback, None, 0
-        reply = llm.generate(build_prompt(entity, aspects, [a.content for a in attrs]))
+        reply = llm.generate(build_prompt(entity, aspects, [a.content for a in attrs]), schema=reply_schema(entity))
         parsed, etype = parse_reply(reply, len(attrs))
         plan = [parsed.get(i, fallback[i]) for i in range(len(attrs))]
         return plan, etype if entity.entity_type == names.UNTYPED else None, len(parsed)
