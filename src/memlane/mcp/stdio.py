@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from memlane.config import Settings
-from memlane.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from memlane.daemon_client import DaemonClient, DaemonError
 from memlane.errors import Conflict, MemlaneError, NotFound, PayloadTooLarge, ValidationError
 from memlane.mcp.server import build_mcp, search_hit
 
@@ -32,16 +32,12 @@ _ERRORS: dict[str, type[MemlaneError]] = {
 }
 
 
-#: The MCP name of the shared "no daemon" error (same class as the CLI's).
-DaemonUnreachable = DaemonUnavailable
-
-
 class HttpBackend:
     """The tools' backend over the daemon's HTTP API (blocking; one connection pool).
 
-    Every method raises a :class:`MemlaneError`: :class:`DaemonUnreachable` when the daemon is
-    down or does not answer, otherwise the daemon's own error (its message kept verbatim, its
-    code mapped back to the matching class).
+    Every method raises a :class:`MemlaneError`: :class:`~memlane.daemon_client.DaemonUnavailable`
+    (the CLI's too) when the daemon is down or does not answer, otherwise the daemon's own error
+    (its message kept verbatim, its code mapped back to the matching class).
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
