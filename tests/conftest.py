@@ -47,19 +47,20 @@ StoreFactory = Callable[..., Container]
 
 @pytest.fixture
 def open_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
-    """Factory: ``open_store(home=None, embedding="local"|dict|None, **settings)``."""
+    """Factory: ``open_store(home=None, embedding="local"|dict|None, memory_listeners=(), **settings)``."""
     opened: list[tuple[Container, bool]] = []
 
-    def factory(home: Path | None = None, embedding: Any = None, **overrides: Any) -> Container:
+    def factory(home: Path | None = None, embedding: Any = None, memory_listeners: Any = (),
+                **overrides: Any) -> Container:
         home = home or tmp_path / "home"
         if embedding == "local":
             emb = request.getfixturevalue("shared_embedder")
             settings = load_settings(home=home, **overrides)
-            c = open_container(settings, embedder=emb)
+            c = open_container(settings, embedder=emb, memory_listeners=memory_listeners)
             opened.append((c, True))
             return c
         settings = load_settings(home=home, embedding=embedding or {"provider": "none"}, **overrides)
-        c = open_container(settings)
+        c = open_container(settings, memory_listeners=memory_listeners)
         opened.append((c, False))
         return c
 

@@ -12,7 +12,7 @@ import pytest
 from memlane.graph.aspects import (
     AspectFeedbackConfig, AspectFeedbackWorker, apply_fts_overlap_feedback, decay_aspect_weights,
 )
-from memlane.graph.wiring import FEEDBACK_WORKER
+from memlane.graph.aspects import FEEDBACK_WORKER
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, PromptInput
 

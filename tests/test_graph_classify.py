@@ -13,7 +13,7 @@ import pytest
 from memlane.graph import persist_extraction
 from memlane.graph.classify import ClassifyHandler, build_prompt, parse_reply
 from memlane.graph.store import CLASSIFY_JOB
-from memlane.graph.wiring import CLASSIFY_WORKER
+from memlane.graph.classify import CLASSIFY_WORKER
 from memlane.workers.runtime import SkipJob
 from memlane.providers.ollama import OllamaProvider
 from memlane.services.inputs import RememberInput

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from memlane.providers import OllamaProvider
 from memlane.recall.hints import (
     PROSPECTIVE_INDEX,
     HintReplyError,
@@ -166,8 +165,8 @@ def test_hook_enqueues_only_when_enabled(open_store) -> None:
 
 
 def _worker_store(open_store, server, **hints):
-    c = open_store(memory=hints_on(**hints))
-    c.extraction_llm = OllamaProvider("m", base_url=server.url, timeout_s=5)
+    c = open_store(memory=hints_on(**hints),
+                   llm={"provider": "ollama", "model": "m", "base_url": server.url, "timeout_s": 5})
     return c, c.workers.get("hints")
 
 
@@ -214,16 +213,16 @@ def test_worker_dead_after_max_attempts(open_store, server) -> None:
     assert job.status == "dead"
 
 
-def test_worker_skips_without_llm_or_memory(open_store, server) -> None:
+def test_worker_skips_without_llm_or_memory(open_store, server, tmp_path) -> None:
     c, w = _worker_store(open_store, server)
     m = c.memories.remember(RememberInput("to be deleted"))
     c.memories.delete(m.id)
     assert w.run_once() is True
-    c.extraction_llm = None
-    c.memories.remember(RememberInput("no llm here"))
-    assert w.run_once() is True
-    assert sorted((j.status, j.error) for j in _jobs(c)) == [("skipped", "memory missing or deleted"),
-                                                              ("skipped", "no LLM configured")]
+    assert [(j.status, j.error) for j in _jobs(c)] == [("skipped", "memory missing or deleted")]
+    bare = open_store(home=tmp_path / "no-llm", memory=hints_on())  # llm.provider none
+    bare.memories.remember(RememberInput("no llm here"))
+    assert bare.workers.get("hints").run_once() is True
+    assert [(j.status, j.error) for j in _jobs(bare)] == [("skipped", "no LLM configured")]
     assert server.requests == []
 
 

@@ -131,10 +131,11 @@ def test_shadow_writes_no_memories_but_audits(pstore, script: StageScript, flags
 # ---------------------------------------------------------------- full mode: supersede, never overwrite
 
 
-def test_full_mode_supersedes_instead_of_overwriting_or_deleting(pstore, script: StageScript) -> None:
-    c = pstore(allowUpdateDelete=True)
+def test_full_mode_supersedes_instead_of_overwriting_or_deleting(open_store, server: ScriptedLlmServer,
+                                                                 script: StageScript) -> None:
     events: list[tuple[str, str]] = []
-    c.memories.listeners.append(lambda e, m: events.append((e, m.id)))
+    c = open_store(llm=llm_settings(server, "ollama"), memory={"pipelineV2": {"allowUpdateDelete": True}},
+                   memory_listeners=[lambda e, m: events.append((e, m.id))])
     old1 = remember(c, "The deploy cache is disabled in staging.")
     old2 = remember(c, "The billing service uses MySQL 5.7 in production.")
     drain(c)
@@ -263,7 +264,7 @@ def test_a_committed_attempt_is_never_applied_twice(pstore, script: StageScript)
     c = pstore()
     src = remember(c)
     script.add("extraction", facts(F1, F2))
-    handler = make_handler(c)
+    handler = make_handler(c.memories, c.settings, lambda: c.extraction_llm)
     job = job_of(c, src)
     first = handler(job)
     # the writes and the job's completion committed together, with the result

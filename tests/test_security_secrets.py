@@ -19,7 +19,7 @@ import pytest
 
 from conftest import api_client
 from benchmarks.scripted_llm import ScriptedLlmServer, prompt_input
-from memlane.mcp.server import LocalBackend
+from memlane.mcp.local import LocalBackend
 from memlane.pipeline.prompts import EXTRACTION_MARKER
 from memlane.redact import REDACTED_MARK
 from pipeline_helpers import derived, drain, llm_settings

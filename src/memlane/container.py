@@ -1,40 +1,64 @@
-"""Builds and wires every object from Settings; nothing else reads the configuration.
+"""The composition root: builds every service of one data directory, each with its
+dependencies passed to its constructor; nothing else reads the configuration.
 
-``open_container(settings)`` opens (and migrates) the database, builds the embedder, loads
-the vector index for the embedder's model from the stored vectors, and returns a
-:class:`Container` holding the services. ``close()`` releases all of it.
+``open_container(settings)`` opens (and migrates) the database, builds the embedder, loads the
+vector index for the embedder's model from the stored vectors, builds the services in dependency
+order (the extension points of the core services -- memory-created hooks, memory listeners,
+recall stages, the drift guard -- are passed to their constructors, see
+:mod:`memlane.services.extensions`) and the background workers, and returns a
+:class:`Container` holding all of it. No object is changed after it is built. ``close()``
+releases all of it.
+
+Settings stay hot where they are read at use time: the closures below read ``settings`` (the one
+:class:`~memlane.config.Settings` object, which ``POST /api/config`` changes in place) when they
+are called, not when they are built.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from memlane.coaccess.graph import BootstrapWorker, CoAccessService
 from memlane.config import Settings
+from memlane.config.pipeline import PipelineV2Settings, extraction_llm_settings
+from memlane.documents.service import DOCUMENT_INGEST, DocumentService
+from memlane.drift.service import DriftService
 from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
 from memlane.fileperms import private_dir
-from memlane.graph.wiring import wire as wire_graph
+from memlane.graph.aspects import AspectFeedbackWorker
+from memlane.graph.classify import CLASSIFY_WORKER, JOB_TYPE as CLASSIFY_JOB, ClassifyHandler
+from memlane.graph.linker import linker_hook
+from memlane.graph.search import GraphBooster
 from memlane.key_binding import enforce_key_bindings
-from memlane.config.pipeline import extraction_llm_settings
-from memlane.pipeline import extract_job
-from memlane.pipeline.jobs import extraction_hook
-from memlane.pipeline import wiring_docs
-from memlane.drift import wiring as drift_wiring
-from memlane.workers.runtime import JobWorker, StaleLeaseReaper, WorkerRegistry
-from memlane.recall.memory_index import IndexEntry, MemoryIndex
-from memlane.recall import stages as recall_stages
-from memlane.services.memory_service import MemoryService
+from memlane.observability.hub import Observability
+from memlane.pipeline.embedding_tracker import EmbeddingTracker
+from memlane.pipeline.extract_job import make_handler
+from memlane.pipeline.jobs import EXTRACT, extraction_hook
+from memlane.pipeline.maintenance import MaintenanceWorker
+from memlane.pipeline.repairs import Repairs
+from memlane.pipeline.retention import RetentionWorker
 from memlane.providers import LlmProvider, build_provider
+from memlane.ranker.stage import LearnedRanker
+from memlane.recall.fts_cache import FtsCache
+from memlane.recall.hints import PROSPECTIVE_INDEX, hint_handler, hints_hook
+from memlane.recall.memory_index import IndexEntry, MemoryIndex
+from memlane.recall.stages import RecallStages
+from memlane.services.extensions import MemoryListener
+from memlane.services.memory_service import MemoryService
 from memlane.services.predictor_scoring import sidecar_for, sidecar_lifecycle
 from memlane.services.predictor_service import PredictorService
 from memlane.services.recall_service import RecallService
 from memlane.sessions.checkpoints import SessionCheckpointService
+from memlane.sessions.scoring import SessionScorer
 from memlane.sessions.service import SessionService
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
+from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
+from memlane.workers.runtime import JobWorker, PollingWorker, StaleLeaseReaper, WorkerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +70,39 @@ WORKER_ABORTED_WAIT_S = 5.0
 
 @dataclass
 class Container:
-    """Every long-lived object of one daemon (or one CLI run on a data directory)."""
+    """Every long-lived object of one daemon (or one CLI run on a data directory); the surfaces
+    (HTTP API, MCP, dashboard, CLI) use these fields and nothing else."""
 
     settings: Settings
     db: Database
+    #: The embedding provider, or None (BM25 only).
     embedder: Embedder | None
     memories: MemoryService
     recall: RecallService
     sessions: SessionService
     checkpoints: SessionCheckpointService
-    llm: LlmProvider | None = None
     #: Background workers (memlane.workers.runtime); started only by open_container(start_workers=True).
-    workers: WorkerRegistry = field(default_factory=WorkerRegistry)
+    workers: WorkerRegistry
+    #: Latency histograms, the error ring and the log ring of this process (memlane.observability).
+    observability: Observability
+    #: Drift and staleness (docs/drift.md): references, drift checks, retrieval rules, staleness sweep.
+    drift: DriftService
+    #: Document ingest (the ``documents`` worker runs its jobs).
+    documents: DocumentService
+    #: Embeds memories that have no vector of the current model.
+    embedding_tracker: EmbeddingTracker
+    #: Deletes what has outlived its retention window.
+    retention: RetentionWorker
+    #: The repair actions (POST /api/repair/{action}).
+    repairs: Repairs
+    #: Scheduled maintenance: diagnose, recommend, repair.
+    maintenance: MaintenanceWorker
+    #: The LLM of settings.llm (continuity judge), or None.
+    llm: LlmProvider | None = None
     #: The LLM extraction uses (settings.llm unless memory.pipelineV2.extraction overrides it).
     extraction_llm: LlmProvider | None = None
     #: The predictor (memlane.services.predictor_service), or None when it does not run here.
     predictor: PredictorService | None = None
-    #: Drift and staleness (memlane.drift.service.DriftService), wired by memlane.drift.wiring.
-    drift: Any = None
 
     def close(self) -> None:
         """Stop the workers; finish background judging, pending checkpoints and queued writes;
@@ -81,8 +120,7 @@ class Container:
         if self.predictor is not None:
             self.predictor.close()
         self.checkpoints.close()
-        if self.drift is not None:
-            self.drift.close()
+        self.drift.close()
         self.db.close()
         if self.embedder is not None:
             self.embedder.close()
@@ -110,8 +148,9 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
 
 
 def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False,
-                   start_workers: bool = False, predictor: bool | None = None) -> Container:
-    """Open the data directory of ``settings`` and wire the services.
+                   start_workers: bool = False, predictor: bool | None = None,
+                   memory_listeners: Sequence[MemoryListener] = ()) -> Container:
+    """Open the data directory of ``settings`` and build the services.
 
     Args:
         settings: the effective settings.
@@ -122,6 +161,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
             do not unless they ask). Workers are registered either way.
         predictor: run the predictor sidecar (default: with ``start_workers``, i.e. in the daemon)
             when ``settings.predictor.enabled``.
+        memory_listeners: told of every committed memory change after the built-in listeners
+            (session labels, drift); e.g. an embedding application's own index.
 
     Raises:
         StorageError: the database cannot be opened or migrated.
@@ -137,48 +178,86 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         emb.warmup()
     index = load_index(db, emb.model_id if emb is not None else None,
                        getattr(emb, "dimensions", 0) if emb is not None else 0)
+    pipeline: Callable[[], PipelineV2Settings] = lambda: settings.memory.pipeline_v2  # noqa: E731
+    graph = lambda: pipeline().graph  # noqa: E731
+    obs = Observability()
+    llm = build_provider(settings.llm)
+    ex = extraction_llm_settings(pipeline(), settings.llm)
+    extraction_llm = llm if ex == settings.llm else build_provider(ex)
+    checkpoints = SessionCheckpointService(db, settings.continuity)
+    pred = _predictor(settings, db, index, emb, obs) \
+        if (start_workers if predictor is None else predictor) and settings.predictor.enabled else None
+    scorer = SessionScorer(db, llm, pred)
+    drift = DriftService(db, index, lambda: settings.drift, embedder=lambda: emb)
+    drift.load()
+    # The remember transaction: extraction job, inline entity linker, hints job, drift references.
     memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
                              embed_batch=settings.embedding.batch_size,
-                             redact_memories=lambda: settings.redact.memories)
-    recall = RecallService(memories, settings.recall)
-    llm = build_provider(settings.llm)
-    checkpoints = SessionCheckpointService(db, settings.continuity)
-    pred = None
-    if (start_workers if predictor is None else predictor) and settings.predictor.enabled:
-        backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,
-                              embedding_model_id=emb.model_id if emb is not None else "none",
-                              native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1)
-        # The sidecar (PyTorch, ~300 MiB) runs only with a model to serve or a training run;
-        # until then the daemon scores with the untrained model's formula (issue 43).
-        pred = PredictorService(db, index, backend, settings.predictor,
-                                lifecycle=sidecar_lifecycle(backend, settings.predictor, home=settings.home))
-        pred.start()
-    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred)
-    container = Container(settings, db, emb, memories, recall, sessions, checkpoints, llm)
-    container.predictor = pred
-    _wire_pipeline(container)
+                             redact_memories=lambda: settings.redact.memories,
+                             created_hooks=(extraction_hook(pipeline), linker_hook(graph), hints_hook(pipeline),
+                                            drift.created_hook),
+                             listeners=(scorer.on_memory_event, drift.on_memory_event, *memory_listeners))
+    fts = FtsCache(db)
+    # Hints merge, dampening, reranker; the hint leg uses the FTS statistics once the store is large.
+    stages = RecallStages(db, index, pipeline, fts=lambda: recall.fts_cache())
+    recall = RecallService(memories, settings.recall, fts=fts, stages=stages,
+                           graph_boost=GraphBooster(db, graph, memory_count=lambda: index.size),
+                           ranker=LearnedRanker(lambda: settings.recall), drift=drift)
+    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred,
+                              scorer=scorer, drift=drift)
+    jobs = lambda name, **kw: JobWorker(db, name, listeners=(obs.on_job,), **kw)  # noqa: E731
+    lease_ms = lambda: pipeline().worker.lease_timeout_ms  # noqa: E731
+
+    # memory-pipeline-v2 "Worker Model": worker.concurrency extraction workers sharing one
+    # handler (a lease is one atomic transaction: no two lease the same job), the reaper.
+    extract = make_handler(memories, settings, lambda: extraction_llm)
+    extraction = [jobs("extraction" if i == 1 else f"extraction-{i}", handlers={EXTRACT: extract},
+                       poll_ms=lambda: pipeline().worker.poll_ms, lease_timeout_ms=lease_ms,
+                       enabled=lambda: pipeline().enabled)
+                  for i in range(1, max(1, pipeline().worker.concurrency) + 1)]
+    # Knowledge graph: structural classification (with the extraction LLM), aspect feedback.
+    classify = jobs(CLASSIFY_WORKER, handlers={CLASSIFY_JOB: ClassifyHandler(db, lambda: extraction_llm)},
+                    poll_ms=lambda: pipeline().worker.poll_ms, lease_timeout_ms=lease_ms,
+                    enabled=lambda: pipeline().enabled and graph().enabled)
+    hints = jobs("hints", handlers={PROSPECTIVE_INDEX: hint_handler(db, lambda: extraction_llm, pipeline)},
+                 poll_ms=lambda: pipeline().hints.poll, lease_timeout_ms=lease_ms,
+                 enabled=lambda: pipeline().enabled and pipeline().hints.enabled)
+    # Documents (always run: each is an explicit request), embedding tracker, retention, maintenance.
+    documents = DocumentService(db, memories, pipeline, on_enqueue=lambda: docs.wake())
+    docs = jobs("documents", handlers={DOCUMENT_INGEST: documents.process},
+                poll_ms=lambda: pipeline().documents.worker_interval_ms, lease_timeout_ms=lease_ms)
+    tracker = EmbeddingTracker(db, emb, index, batch_size=lambda: pipeline().embedding_tracker.batch_size,
+                               poll_ms=lambda: pipeline().embedding_tracker.poll_ms,
+                               enabled=lambda: pipeline().embedding_tracker.enabled and emb is not None)
+    retention = RetentionWorker(db)
+    repairs = Repairs(memories, pipeline, tracker=tracker)
+    maintenance = MaintenanceWorker(repairs, pipeline, model=lambda: emb.model_id if emb else None)
+    workers: list[PollingWorker] = [
+        extraction[0], StaleLeaseReaper(db), classify,
+        AspectFeedbackWorker(db, enabled=lambda: graph().enabled), hints, *extraction[1:],
+        docs, tracker, retention, maintenance,
+        LifecycleWorker(LifecycleService(db, memories)),  # V3 pruning (docs/v3.md)
+        BootstrapWorker(CoAccessService(db)),  # the co-access graph's bootstrap from git
+    ]
+    container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
+                          drift, documents, tracker, retention, repairs, maintenance, llm=llm,
+                          extraction_llm=extraction_llm, predictor=pred)
     if start_workers:
         container.workers.start_all()
     return container
 
 
-def _wire_pipeline(c: Container) -> None:
-    """memory-pipeline-v2: the extraction LLM, the enqueue hook on remember, the extraction job
-    worker (handlers are registered on it by the pipeline modules: ``c.workers.get("extraction")
-    .register(EXTRACT, handler)``) and the stale-lease reaper. Settings are read at use time
-    (``c.settings.memory.pipeline_v2``), so hot flags (enabled...) take effect without a restart."""
-    pipeline = lambda: c.settings.memory.pipeline_v2  # noqa: E731
-    ex = extraction_llm_settings(pipeline(), c.settings.llm)
-    c.extraction_llm = c.llm if ex == c.settings.llm else build_provider(ex)
-    c.memories.created_hooks.append(extraction_hook(pipeline))
-    c.workers.add(JobWorker(c.db, "extraction", poll_ms=lambda: pipeline().worker.poll_ms,
-                            lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
-                            enabled=lambda: pipeline().enabled))
-    c.workers.add(StaleLeaseReaper(c.db))
-    wire_graph(c)  # knowledge graph: inline linker, graph boost, classify + aspect-feedback workers
-    recall_stages.wire(c)  # hints worker + hook; hints merge, dampening, reranker in recall
-    extract_job.wire(c)  # the "extract" handler: extraction, decisions, controlled writes
-    extract_job.add_workers(c, pipeline().worker.concurrency)  # extraction-2 ... (worker.concurrency)
-    wiring_docs.wire(c)  # documents, embedding tracker, retention, maintenance workers
-    from memlane.v3 import lifecycle as v3_lifecycle; v3_lifecycle.wire(c)  # noqa: E702  pruning worker (docs/v3.md)
-    drift_wiring.wire(c)  # issue 41: references, drift check, retrieval rules, staleness sweep
+def _predictor(settings: Settings, db: Database, index: MemoryIndex, emb: Embedder | None,
+               obs: Observability) -> PredictorService:
+    """The started predictor service over the sidecar of ``settings.home``, reporting to ``obs``.
+    The sidecar (PyTorch, ~300 MiB) runs only with a model to serve or a training run; until then
+    the daemon scores with the untrained model's formula (docs/architecture.md, Footprint)."""
+    backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,
+                          embedding_model_id=emb.model_id if emb is not None else "none",
+                          native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1,
+                          listeners=(obs.on_sidecar_error,))
+    pred = PredictorService(db, index, backend, settings.predictor,
+                            lifecycle=sidecar_lifecycle(backend, settings.predictor, home=settings.home),
+                            score_listeners=(obs.on_score,), training_listeners=(obs.on_training,))
+    pred.start()
+    return pred

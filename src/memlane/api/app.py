@@ -31,9 +31,10 @@ def create_app(container: Container) -> FastAPI:
     settings = container.settings
     # The token file is created here, before the first request (Starlette builds middleware lazily).
     tokens = TokenStore(settings.home) if settings.require_token else None
-    from memlane.observability.hub import ensure as ensure_observability
+    from memlane.observability.logs import install as install_log_ring
     from memlane.observability.middleware import ObservabilityMiddleware
-    app.add_middleware(ObservabilityMiddleware, obs=ensure_observability(container))  # inside the guard
+    app.add_middleware(ObservabilityMiddleware, obs=container.observability)  # inside the guard
+    install_log_ring()  # the daemon's log ring (GET /api/analytics/logs) records from here on
     from memlane.dashboard.auth import DashboardAuth
     # the dashboard's login codes and cookie sessions, bound to the token they were opened under
     app.state.dashboard_auth = DashboardAuth(token=lambda: read_token(settings.home) if tokens else None)

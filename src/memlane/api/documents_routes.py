@@ -24,7 +24,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.container import Container
-from memlane.documents.service import DocumentService
 
 #: Largest offset accepted in a page request.
 MAX_OFFSET = 1_000_000_000
@@ -42,18 +41,14 @@ class DocumentIn(BaseModel):
     tags: list[str] = Field(default_factory=list, description="Tags added to every chunk memory.")
 
 
-def _service(container: Container) -> DocumentService:
-    return container.documents  # type: ignore[attr-defined]
-
-
 def router(container: Container) -> APIRouter:
-    """The document routes over ``container.documents`` (set by memlane.pipeline.wiring_docs)."""
+    """The document routes over ``container.documents`` (built by memlane.container)."""
     r = APIRouter(tags=["documents"])
 
     @r.post("/api/documents", status_code=202)
     def create_document(body: DocumentIn) -> JSONResponse:
         """Queue a document for ingest; returns it (status ``queued``) with 202."""
-        doc = _service(container).create(url=body.url, content=body.content, title=body.title,
+        doc = container.documents.create(url=body.url, content=body.content, title=body.title,
                                          project=body.project, tags=tuple(body.tags))
         return JSONResponse(doc.as_dict(), status_code=202)
 
@@ -61,7 +56,7 @@ def router(container: Container) -> APIRouter:
     def list_documents(limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_OFFSET),
                        status: str | None = None, include_deleted: bool = False) -> dict[str, Any]:
         """A page of documents, newest first: ``items``, ``total``, ``limit``, ``offset``."""
-        items, total = _service(container).list(limit=limit, offset=offset, status=status,
+        items, total = container.documents.list(limit=limit, offset=offset, status=status,
                                                  include_deleted=include_deleted)
         return {"items": [d.as_dict() for d in items], "total": total, "limit": limit, "offset": offset}
 
@@ -69,20 +64,20 @@ def router(container: Container) -> APIRouter:
     def get_document(document_id: str) -> dict[str, Any]:
         """One document: source, title, status (queued, fetching, chunking, embedding, done,
         failed), error, attempts, chunk_count, memory_count (live chunk memories)."""
-        return _service(container).get(document_id).as_dict()
+        return container.documents.get(document_id).as_dict()
 
     @r.delete("/api/documents/{document_id}")
     def delete_document(document_id: str) -> dict[str, Any]:
         """Soft-delete the document and its chunk memories; returns the document and
         ``deleted_memory_ids``."""
-        res = _service(container).delete(document_id)
+        res = container.documents.delete(document_id)
         return {"document": res.document.as_dict(), "deleted_memory_ids": res.deleted_memory_ids}
 
     @r.get("/api/documents/{document_id}/chunks")
     def document_chunks(document_id: str, limit: int = Query(100, ge=1, le=1000),
                         offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict[str, Any]:
         """The document's chunks in order: ``chunk_index``, ``memory_id``, ``content``, ``is_deleted``."""
-        chunks = _service(container).chunks(document_id, limit=limit, offset=offset)
+        chunks = container.documents.chunks(document_id, limit=limit, offset=offset)
         return {"document_id": document_id, "items": [
             {"chunk_index": c.chunk_index, "memory_id": c.memory_id, "content": c.content,
              "is_deleted": c.is_deleted} for c in chunks], "limit": limit, "offset": offset}

@@ -54,7 +54,7 @@ class ScanIn(BaseModel):
 
 
 def router(container: Container) -> APIRouter:
-    """The drift routes over ``container.drift`` (memlane.drift.wiring)."""
+    """The drift routes over ``container.drift``."""
     r = APIRouter(tags=["drift"])
 
     @r.get("/api/drift/errors")

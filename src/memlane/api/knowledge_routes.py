@@ -24,7 +24,7 @@ def router(container: Container) -> APIRouter:
     def knowledge_status() -> dict[str, Any]:
         """Graph table row counts, the graph settings, and the recall boost's telemetry."""
         g = container.settings.memory.pipeline_v2.graph
-        return {**svc.status(getattr(container.recall, "graph_boost", None)),
+        return {**svc.status(container.recall.graph_boost),
                 "graph": {"enabled": g.enabled, "boost_weight": g.boost_weight, "boost_timeout_ms": g.boost_timeout_ms}}
 
     @r.get("/api/knowledge/entities")

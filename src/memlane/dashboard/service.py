@@ -28,7 +28,6 @@ from memlane.drift.service import warning_prefix
 from memlane.errors import Conflict, ValidationError
 from memlane.graph.knowledge import KnowledgeService
 from memlane.observability.diagnostics import health_report, predictor_domain
-from memlane.observability.hub import ensure
 from memlane.observability.logs import LEVELS
 from memlane.observability.timeline import session_timeline
 from memlane.predictor import policy
@@ -127,7 +126,7 @@ class DashboardService:
     def __init__(self, container: Any) -> None:
         self.c = container
         self.db = container.db
-        self.obs = ensure(container)
+        self.obs = container.observability
         self.graph = KnowledgeService(container.db)
         self._facets: tuple[float, dict[str, list[str]]] | None = None
         self._series_cache: tuple[float, Any, list[dict[str, Any]], dict[str, Any]] | None = None
@@ -543,7 +542,7 @@ class DashboardService:
                 "workers": self.c.workers.status(), "workers_started": self.c.workers.started,
                 "pipeline": self.c.settings.memory.pipeline_v2.flags(), "queue": data["counts"],
                 "jobs": data["jobs"], "jobs_page": Page(jobs_page, PAGE_SIZE, data["jobs_total"]),
-                "status": self.graph.status(getattr(self.c.recall, "graph_boost", None))}
+                "status": self.graph.status(self.c.recall.graph_boost)}
 
     def entity(self, entity_id: str, *, page: int, mentions_page: int = 1) -> dict[str, Any]:
         """One entity: its relations (the graph), aspects, a page of its active attributes

@@ -9,7 +9,8 @@ Modules:
 * ``classify``: the ``structural_classify`` job handler (aspect + kind per attribute).
 * ``aspects``: aspect feedback from session FTS hits, with decay; its polling worker.
 * ``search``: graph-augmented recall (deadline-bounded one-hop boost) and expansion.
-* ``wiring``: ``wire(container)``, called from ``memlane.container._wire_pipeline``.
+
+``memlane.container`` builds the linker hook, the boost and the two workers.
 
 SQL lives in ``memlane.storage.graph``; the tables come from migration 0005.
 """

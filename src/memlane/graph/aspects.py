@@ -31,6 +31,8 @@ from memlane.storage.db import Database
 from memlane.storage.jobs import add_ms
 
 DAY_MS = 86_400_000
+#: The aspect-feedback worker's name in the container's registry.
+FEEDBACK_WORKER = "aspect-feedback"
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class AspectFeedbackWorker(PollingWorker):
     """
 
     def __init__(self, db: Database, cfg: AspectFeedbackConfig = AspectFeedbackConfig(), *,
-                 name: str = "aspect-feedback", enabled: Callable[[], bool] | None = None,
+                 name: str = FEEDBACK_WORKER, enabled: Callable[[], bool] | None = None,
                  now: Callable[[], str] = now_iso) -> None:
         super().__init__(name, poll_ms=cfg.poll_ms, enabled=enabled)
         self.db = db

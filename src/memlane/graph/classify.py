@@ -41,6 +41,8 @@ from memlane.storage.jobs import Job
 log = logging.getLogger(__name__)
 
 JOB_TYPE = CLASSIFY_JOB
+#: The name of the JobWorker running :data:`JOB_TYPE` jobs in the container's registry.
+CLASSIFY_WORKER = "structural-classify"
 #: Facts per entity per LLM call (seed: structural.classifyBatchSize).
 CLASSIFY_BATCH_SIZE = 10
 #: Batches one job handles before it stops (the rest wait for the next enqueue).

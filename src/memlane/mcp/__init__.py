@@ -5,7 +5,7 @@ Seven tools (``memory_search``, ``memory_store``, ``memory_get``, ``memory_list`
 :mod:`memlane.mcp.server`, over a small :class:`~memlane.mcp.server.Backend` protocol with two
 implementations:
 
-* :class:`~memlane.mcp.server.LocalBackend`: in-process, over the services of an open
+* :class:`~memlane.mcp.local.LocalBackend`: in-process, over the services of an open
   :class:`~memlane.container.Container`. The daemon serves it as streamable HTTP at ``/mcp``
   (:func:`memlane.mcp.http.mount`).
 * :class:`~memlane.mcp.stdio.HttpBackend`: a client of the daemon's HTTP API. ``memlane mcp

@@ -121,7 +121,7 @@ class _Endpoint:
         """Import the SDK and build the server and its ``/mcp`` handler (blocking: a thread)."""
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from memlane.mcp.server import build_server
+        from memlane.mcp.local import build_server
 
         server = build_server(self.container)
         sub = server.streamable_http_app(

@@ -1,6 +1,6 @@
 """The eight memlane MCP tools, defined once over a :class:`Backend`.
 
-``build_server(container)`` serves them in-process (the daemon's ``/mcp`` endpoint);
+:func:`memlane.mcp.local.build_server` serves them in-process (the daemon's ``/mcp`` endpoint);
 :mod:`memlane.mcp.stdio` serves the same definitions over a backend that calls the daemon's HTTP
 API. Tools are thin: argument types and ranges are checked by the SDK against the input schema,
 the rest by the services, and every :class:`MemlaneError` becomes a tool error (``isError``) whose
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -23,10 +23,6 @@ from pydantic import BaseModel, Field
 from memlane import __version__
 from memlane.schemas.models import MemoryOut
 from memlane.errors import MemlaneError, ValidationError
-from memlane.services.inputs import RecallQuery, RememberInput
-
-if TYPE_CHECKING:  # the stdio server must stay light: no database, no embedder imports
-    from memlane.container import Container
 
 #: Attribution of every write made through MCP (the history's ``who``).
 WHO = "mcp"
@@ -96,63 +92,14 @@ class Backend(Protocol):
     def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]: ...
 
 
-def _memory(m: Any) -> dict[str, Any]:
+def memory_dict(m: Any) -> dict[str, Any]:
+    """A memory (:class:`memlane.storage.models.Memory`) as the tools return it (``MemoryOut``'s JSON)."""
     return MemoryOut.of(m).model_dump(mode="json")
 
 
 def search_hit(d: dict[str, Any]) -> dict[str, Any]:
     """The agent-facing subset of a recalled memory."""
     return {k: d[k] for k in SearchHit.model_fields}
-
-
-class LocalBackend:
-    """The tools over the services of an open container (the daemon's own process)."""
-
-    def __init__(self, container: Container) -> None:
-        self.c = container
-
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
-               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        q = RecallQuery(query=query, limit=limit, project=project, types=tuple(types))
-        if where:  # V3 conditions (memlane.v3.service.V3Service.recall)
-            from memlane.storage.v3 import V3Filter
-            from memlane.v3.service import V3Service
-            f = V3Filter(**{k: tuple(v) if isinstance(v, list) else v for k, v in where.items()})
-            res = V3Service(self.c.db, self.c.memories, self.c.recall).recall(q, f)
-        else:
-            res = self.c.recall.recall(q)
-        return [search_hit({**_memory(h.memory), "score": round(h.score, 6)}) for h in res.hits]
-
-    def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
-        extra = {k: tuple(v) if k in ("related_files", "related_modules") else v for k, v in (v3 or {}).items()}
-        r = self.c.memories.remember(RememberInput(content=content, type=type, importance=importance,
-                                                   project=project, tags=tuple(tags), who=who, **extra))
-        return {"id": r.id, "status": r.status}
-
-    def get(self, memory_id: str) -> dict[str, Any]:
-        return _memory(self.c.memories.get(memory_id))
-
-    def list(self, *, limit: int, offset: int, project: str | None, type: str | None) -> dict[str, Any]:
-        items, total = self.c.memories.list(limit=limit, offset=offset, project=project, type_=type)
-        return {"items": [_memory(m) for m in items], "total": total}
-
-    def modify(self, memory_id: str, fields: dict[str, Any], *, who: str, why: str | None) -> dict[str, Any]:
-        return _memory(self.c.memories.update(memory_id, fields, who=who, why=why))
-
-    def forget(self, memory_id: str, *, who: str, why: str | None) -> dict[str, Any]:
-        m = self.c.memories.delete(memory_id, who=who, why=why)
-        return {"id": m.id, "deleted": m.is_deleted}
-
-    def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]:
-        r = self.c.sessions.feedback(session_key, scores)
-        return {"applied": r.applied, "ignored": r.ignored}
-
-    def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]:
-        from memlane.v3.lifecycle import LifecycleService
-
-        r = LifecycleService(self.c.db, self.c.memories).run(project=project, dry_run=dry_run)
-        return {k: r[k] for k in PruneResult.model_fields}
 
 
 # -- tool plumbing ----------------------------------------------------------------------------
@@ -330,12 +277,3 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
 
     from memlane.drift import mcp_tools; mcp_tools.register(server, backend, _run)  # noqa: E702 (issue 41)
     return server
-
-
-def build_server(container: Container) -> MCPServer:
-    """The MCP server over ``container``'s services (in-process; the caller owns the container).
-
-    Tools: memory_search, memory_store, memory_get, memory_list, memory_modify, memory_forget,
-    memory_feedback, memory_prune (see each tool's description for shapes and errors).
-    """
-    return build_mcp(LocalBackend(container))

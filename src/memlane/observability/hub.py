@@ -1,14 +1,14 @@
 """The daemon's observability hub: latency histograms and the error ring of one container,
 and the listeners that feed them from the predictor, the job workers and the HTTP path.
 
-:func:`ensure` attaches one :class:`Observability` to a container (``container.observability``)
-and registers its listeners once (calling it again returns the same hub). The HTTP path is
-timed by :class:`memlane.observability.middleware.ObservabilityMiddleware`.
+:func:`memlane.container.open_container` builds one :class:`Observability` per container
+(``container.observability``) and passes its listeners to the predictor, the sidecar client and
+every job worker as they are built. The HTTP path is timed by
+:class:`memlane.observability.middleware.ObservabilityMiddleware`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +39,16 @@ class Observability:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.latency = LatencyBook(clock=clock)
         self.errors = ErrorRing(clock=clock)
-        self.logs = logs.install()
         self.started = clock()
         #: the newest hook request seen (epoch s), for the connector domain.
         self.last_hook_at: float | None = None
+
+    @property
+    def logs(self) -> logs.LogRing:
+        """The process's log ring, added to the ``memlane`` logger on the first read
+        (:func:`memlane.observability.logs.install`; the HTTP app reads it when it is built, so
+        a CLI run that opens a store but serves nothing keeps Python's default log output)."""
+        return logs.install()
 
     # -- listeners ------------------------------------------------------------------------
     def on_sidecar_error(self, kind: str, message: str) -> None:
@@ -79,32 +85,3 @@ class Observability:
         self.errors.add(stage, f"job_{outcome}", f"{type(error).__name__}: {error}",
                         {"job_id": job.id, "job_type": job.job_type, "attempts": job.attempts + 1,
                          "memory_id": job.memory_id, "session_key": job.session_key})
-
-
-_LOCK = threading.Lock()
-
-
-def ensure(container: Any) -> Observability:
-    """The container's hub, created and wired on the first call (idempotent, thread-safe).
-
-    Registers :meth:`Observability.on_sidecar_error`, :meth:`~Observability.on_score`,
-    :meth:`~Observability.on_training` on the predictor (when it runs) and
-    :meth:`~Observability.on_job` on every job worker.
-    """
-    with _LOCK:
-        obs = getattr(container, "observability", None)
-        if isinstance(obs, Observability):
-            return obs
-        obs = Observability()
-        pred = getattr(container, "predictor", None)
-        if pred is not None:
-            pred.channel.listeners.append(obs.on_score)
-            pred.retrainer.listeners.append(obs.on_training)
-            backend = getattr(pred, "backend", None)
-            if backend is not None and hasattr(backend, "listeners"):
-                backend.listeners.append(obs.on_sidecar_error)
-        for worker in container.workers:
-            if hasattr(worker, "listeners"):
-                worker.listeners.append(obs.on_job)
-        container.observability = obs
-        return obs

@@ -23,12 +23,11 @@ from fastapi.responses import Response
 from memlane.errors import NotFound
 from memlane.observability import metrics, timeline
 from memlane.observability.diagnostics import DOMAINS, health_report
-from memlane.observability.hub import ensure
 
 
 def router(container: Any) -> APIRouter:
-    """The observability routes over ``container`` (its hub is created if missing)."""
-    obs = ensure(container)
+    """The observability routes over ``container`` and its hub (``container.observability``)."""
+    obs = container.observability
     r = APIRouter(tags=["observability"])
 
     @r.get("/api/diagnostics/{domain}")

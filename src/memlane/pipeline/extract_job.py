@@ -1,8 +1,7 @@
 """The ``extract`` job handler: one memory through extraction, decisions and controlled writes
 (memory-pipeline-v2.md "Worker Model", "Extraction Stage", "Decision Stage", "Controlled Writes").
 
-``wire(container)`` registers :func:`make_handler`'s handler on the container's ``extraction``
-JobWorker. Per job, outside any transaction: read the source memory -> extract (LLM) -> embed the
+The container registers :func:`make_handler`'s handler on its ``extraction`` JobWorkers. Per job, outside any transaction: read the source memory -> extract (LLM) -> embed the
 facts -> decide per fact (hybrid candidates + LLM) -> contradiction checks; then one write
 transaction (:func:`memlane.pipeline.writes.apply_writes`).
 
@@ -19,34 +18,37 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memlane.pipeline.decision import run_shadow_decisions
 from memlane.pipeline.extraction import extract
-from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT
-from memlane.workers.runtime import CompletedInTransaction, JobWorker, SkipJob, lease_ahead_hook
+from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE
+from memlane.workers.runtime import CompletedInTransaction, SkipJob, lease_ahead_hook
 from memlane.pipeline.writes import (WriteReport, apply_writes, assess_contradictions, prefetch_vectors,
                                      record_status)
-from memlane.providers.base import LlmError
+from memlane.config import Settings
+from memlane.providers.base import LlmError, LlmProvider
+from memlane.services.memory_service import MemoryService
 from memlane.config.clock import now_iso
 from memlane.storage import memories as mem_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import pipeline_audit as audit_sql
 from memlane.storage.jobs import Job
 
-if TYPE_CHECKING:
-    from memlane.container import Container
-
 NO_LLM_REASON = "no LLM provider configured"
 #: Warnings kept in a job result (the full list is counted).
 MAX_RESULT_WARNINGS = 50
 
 
-def make_handler(c: Container, *, now: Callable[[], str] = now_iso
-                 ) -> Callable[[Job], dict[str, Any] | CompletedInTransaction]:
-    """The ``extract`` handler over container ``c`` (settings read per job: hot flags apply at once).
+def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[], LlmProvider | None], *,
+                 now: Callable[[], str] = now_iso) -> Callable[[Job], dict[str, Any] | CompletedInTransaction]:
+    """The ``extract`` handler.
 
     Args:
+        memories: the memory service the facts are written through.
+        settings: the daemon's settings; ``memory.pipeline_v2`` and ``recall`` are read per job
+            (hot flags apply at once).
+        llm_of: returns the extraction LLM (None: jobs are skipped).
         now: the clock for audit timestamps (ISO-8601 UTC).
     """
 
@@ -59,8 +61,7 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso
             SkipJob: no LLM provider, source memory missing/deleted/derived.
             LlmError: the provider failed (retried by the worker).
         """
-        pipeline = c.settings.memory.pipeline_v2
-        memories = c.memories
+        pipeline = settings.memory.pipeline_v2
         source = memories.db.read(lambda conn: mem_sql.get(conn, job.memory_id)) if job.memory_id else None
         if source is None:
             raise SkipJob("source memory not found")
@@ -75,7 +76,7 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso
             reason = "derived memory (not re-extracted)"
             record_status(memories, source.id, job.id, "skipped", reason, now())
             raise SkipJob(reason)
-        llm = c.extraction_llm
+        llm = llm_of()
         if llm is None:
             # Trigger: no LLM is configured (llm.provider none).
             # Why: the raw memory is already durable; extraction is an optional layer on top.
@@ -88,7 +89,7 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso
         try:
             extraction = extract(llm, source.content, timeout_s=timeout_s)
             vectors = prefetch_vectors(memories, extraction.facts)
-            decisions = run_shadow_decisions(llm, memories, c.settings.recall, extraction.facts, vectors,
+            decisions = run_shadow_decisions(llm, memories, settings.recall, extraction.facts, vectors,
                                              project=source.project, exclude_ids={source.id}, timeout_s=timeout_s)
         except LlmError as exc:
             if job.attempts >= job.max_attempts:
@@ -123,37 +124,3 @@ def make_handler(c: Container, *, now: Callable[[], str] = now_iso
         return CompletedInTransaction(result_of(report))
 
     return handle_extract
-
-
-def wire(c: Container) -> None:
-    """Register the ``extract`` handler on the container's ``extraction`` JobWorker (called by
-    ``container._wire_pipeline``)."""
-    worker = c.workers.get("extraction")
-    assert isinstance(worker, JobWorker)
-    worker.register(EXTRACT, make_handler(c))
-
-
-def add_workers(c: Container, total: int) -> list[str]:
-    """Run ``total`` extraction workers in all (``worker.concurrency``, applied by the container at
-    start): adds JobWorkers ``extraction-2`` ... ``extraction-{total}``
-    sharing the first one's handler, lease length, poll interval and enabled switch. Safe because a
-    lease is one atomic transaction (seed "Worker Model": no two workers lease the same job);
-    writes stay serialised by the single writer. Returns the names added (started at once if
-    the registry is running).
-
-    Args:
-        total: workers wanted (>= 1); with 2 cores, 2 overlap one job's LLM wait with another's writes.
-    """
-    first = c.workers.get("extraction")
-    assert isinstance(first, JobWorker)
-    added = []
-    for i in range(2, total + 1):
-        name = f"extraction-{i}"
-        if name in c.workers:
-            continue
-        w = JobWorker(c.db, name, lease_timeout_ms=first._lease_timeout_ms, poll_ms=first._poll_ms,
-                      enabled=first._enabled)
-        w.register(EXTRACT, first._handlers[EXTRACT])
-        c.workers.add(w)
-        added.append(name)
-    return added

@@ -80,7 +80,8 @@ class SidecarClient:
 
     def __init__(self, argv: Sequence[str], *, crash_threshold: int = 3, crash_window_s: float = C.CRASH_WINDOW_S,
                  cooldown_s: float = C.CRASH_COOLDOWN_S, stderr_path: str | Path | None = None,
-                 clock: Callable[[], float] = time.monotonic, env: dict[str, str] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, env: dict[str, str] | None = None,
+                 listeners: Sequence[Callable[[str, str], None]] = ()) -> None:
         self.argv = list(argv)
         self.crash_threshold = crash_threshold
         self.crash_window_s = crash_window_s
@@ -105,7 +106,7 @@ class SidecarClient:
         self.error_counts: Counter[str] = Counter()
         #: called as ``fn(kind, message)`` for every recorded error (the daemon's error ring,
         #: memlane.observability); a listener that raises is logged and skipped.
-        self.listeners: list[Callable[[str, str], None]] = []
+        self.listeners: list[Callable[[str, str], None]] = list(listeners)
 
     # -- lifecycle ------------------------------------------------------------------------
     @property

@@ -17,10 +17,10 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memlane.config.pipeline import PipelineV2Settings
-from memlane.workers.runtime import JobWorker, SkipJob
+from memlane.workers.runtime import SkipJob
 from memlane.providers import LlmError, LlmProvider, extract_json_object, strip_fences, strip_think
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import LegScores
@@ -34,9 +34,6 @@ from memlane.storage.fts import Filters, normalise
 from memlane.storage.fts_stats import HINTS
 from memlane.storage.jobs import Job
 from memlane.storage.models import NewMemory
-
-if TYPE_CHECKING:
-    from memlane.container import Container
 
 log = logging.getLogger(__name__)
 
@@ -150,18 +147,6 @@ def hints_hook(pipeline: Callable[[], PipelineV2Settings]
                              max_attempts=p.worker.max_retries)
 
     return hook
-
-
-def wire(c: "Container") -> None:
-    """Register the ``hints`` job worker and the enqueue hook on container ``c``. Settings and
-    the LLM (``c.extraction_llm``) are read at use time."""
-    pipeline = lambda: c.settings.memory.pipeline_v2  # noqa: E731
-    c.memories.created_hooks.append(hints_hook(pipeline))
-    worker = JobWorker(c.db, "hints", poll_ms=lambda: pipeline().hints.poll,
-                       lease_timeout_ms=lambda: pipeline().worker.lease_timeout_ms,
-                       enabled=lambda: pipeline().enabled and pipeline().hints.enabled)
-    worker.register(PROSPECTIVE_INDEX, hint_handler(c.db, lambda: c.extraction_llm, pipeline))
-    c.workers.add(worker)
 
 
 # ------------------------------------------------------------------------------ recall

@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,9 +33,6 @@ from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import Filters
 from memlane.storage.models import CandRow, Memory
-
-if TYPE_CHECKING:
-    from memlane.container import Container
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +99,20 @@ class RecallStages:
         index: the in-memory index (filters, stored vectors).
         pipeline: returns the current ``pipeline_v2`` settings.
         reranker: use this reranker instead of the one ``reranker.model`` names.
+        fts: returns the in-memory FTS statistics for the hint leg, or None (SQL); default
+            always None (:meth:`memlane.services.recall_service.RecallService.fts_cache` in the
+            container).
     """
 
     def __init__(self, db: Database, index: MemoryIndex, pipeline: Callable[[], PipelineV2Settings],
-                 reranker: Reranker | None = None) -> None:
+                 reranker: Reranker | None = None, *,
+                 fts: Callable[[], FtsCache | None] = lambda: None) -> None:
         self.db = db
         self.index = index
         self.pipeline = pipeline
         self.reranker = reranker
         self.dampener = Dampener(db)
-        #: returns the in-memory FTS statistics for the hint leg, or None (SQL); set by :func:`wire`.
-        self.fts: Callable[[], FtsCache | None] = lambda: None
+        self.fts = fts
         self._built: tuple[str, Reranker | None] | None = None
         self._rerank_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-rerank")
         #: stage name -> recent durations, ms (``hints`` = waiting for the hint leg + merging).
@@ -319,16 +318,3 @@ class RecallStages:
     def close(self) -> None:
         """Stop waiting for reranker threads (a stuck one is abandoned)."""
         self._rerank_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def wire(c: "Container") -> None:
-    """Give ``c.recall`` its stages and its learned ranker (settings read at call time) and
-    register the hints worker."""
-    from memlane.recall import hints
-
-    c.recall.stages = RecallStages(c.db, c.recall.index, lambda: c.settings.memory.pipeline_v2)
-    c.recall.stages.fts = c.recall.fts_cache
-    from memlane.ranker.stage import LearnedRanker
-
-    c.recall.ranker = LearnedRanker(lambda: c.settings.recall)  # the learned reranking stage
-    hints.wire(c)

@@ -26,6 +26,7 @@ from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.redact import redact, redact_json, redacts_memory
 from memlane.config.clock import now_iso, parse_iso
+from memlane.services.extensions import MemoryCreatedHook, MemoryListener
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
 from memlane.storage import embeddings as emb_sql
@@ -65,21 +66,19 @@ class MemoryService:
 
     def __init__(self, db: Database, embedder: Embedder | None, index: MemoryIndex,
                  *, max_content_chars: int = 100_000, embed_batch: int = 64,
-                 redact_memories: str | Callable[[], str] = "hooks") -> None:
+                 redact_memories: str | Callable[[], str] = "hooks",
+                 created_hooks: Sequence[MemoryCreatedHook] = (),
+                 listeners: Sequence[MemoryListener] = ()) -> None:
         self.db = db
         self._redact_mode = redact_memories if callable(redact_memories) else (lambda: redact_memories)
         self.embedder = embedder
         self.index = index
         self.max_content_chars = max_content_chars
         self.embed_batch = embed_batch
-        #: Called as ``listener(event, memory)`` after a committed update, delete or recover
-        #: (events: ``updated``, ``deleted``, ``recovered``, ``superseded``). A listener's
-        #: exception is logged, never raised to the caller.
-        self.listeners: list[Callable[[str, Memory], None]] = []
-        #: Called as ``hook(conn, new_memory, at)`` for each created memory INSIDE its write
-        #: transaction, after the raw row is inserted: SQL only (no network), e.g. enqueueing the
-        #: pipeline's extraction job. An exception rolls the whole chunk back.
-        self.created_hooks: list[Callable[[sqlite3.Connection, NewMemory, str], None]] = []
+        #: Told of every committed update, delete, recover or supersede, in this order.
+        self.listeners: tuple[MemoryListener, ...] = tuple(listeners)
+        #: Run for each created memory inside its write transaction, in this order.
+        self.created_hooks: tuple[MemoryCreatedHook, ...] = tuple(created_hooks)
 
     def _emit(self, event: str, memory: Memory) -> None:
         for listener in list(self.listeners):

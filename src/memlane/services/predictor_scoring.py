@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -193,7 +193,8 @@ class ScoreChannel:
     """
 
     def __init__(self, backend: PredictorBackend | None, timeout_ms: float | Callable[[], float],
-                 lifecycle: SidecarLifecycle | None = None) -> None:
+                 lifecycle: SidecarLifecycle | None = None, *,
+                 listeners: Sequence[Callable[[float, str | None], None]] = ()) -> None:
         self.backend = backend
         self._timeout_ms = timeout_ms
         #: when set and :meth:`SidecarLifecycle.dormant`, requests are answered by the
@@ -209,7 +210,7 @@ class ScoreChannel:
         self._lock = threading.Lock()
         #: called as ``fn(took_ms, error_kind)`` after every request (``error_kind`` None when it
         #: was answered): the daemon's latency histograms (memlane.observability).
-        self.listeners: list[Callable[[float, str | None], None]] = []
+        self.listeners: list[Callable[[float, str | None], None]] = list(listeners)
 
     def _notify(self, took_ms: float, kind: str | None) -> None:
         for fn in list(self.listeners):
@@ -371,14 +372,15 @@ def _reply_error_kind(exc: BaseException) -> str:
 
 
 def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,
-                native_dim: int) -> Any:
-    """Build the :class:`SidecarClient` for the daemon's data directory."""
+                native_dim: int, listeners: Sequence[Callable[[str, str], None]] = ()) -> Any:
+    """Build the :class:`SidecarClient` for the daemon's data directory; ``listeners`` are told
+    of every error it records, as ``fn(kind, message)``."""
     from memlane.predictor.client import SidecarClient, sidecar_command
 
     argv = sidecar_command(db_path=db_path, model_dir=home / "predictor", embedding_model_id=embedding_model_id,
                            native_dim=native_dim, base_weights=settings.base_weights, threads=settings.threads)
     return SidecarClient(argv, crash_threshold=settings.crash_disable_threshold,
-                         stderr_path=home / "logs" / "predictor.log")
+                         stderr_path=home / "logs" / "predictor.log", listeners=listeners)
 
 
 def sidecar_lifecycle(backend: Any, settings: PredictorSettings, *, home: Path) -> SidecarLifecycle:

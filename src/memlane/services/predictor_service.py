@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -63,11 +63,17 @@ class PredictorService:
         rng: exploration randomness (seeded in tests and benchmarks).
         lifecycle: when the sidecar process runs (:class:`SidecarLifecycle`: with a model to
             serve or a training run, while ``settings.enabled``); None: from :meth:`start` on.
+        score_listeners: told ``fn(took_ms, error_kind)`` after every score request
+            (:class:`ScoreChannel`).
+        training_listeners: told ``fn(training_log_row, took_ms)`` after every retrain
+            (:class:`Retrainer`).
     """
 
     def __init__(self, db: Database, index: MemoryIndex, backend: PredictorBackend | None,
                  settings: PredictorSettings, *, rng: random.Random | None = None,
-                 lifecycle: SidecarLifecycle | None = None) -> None:
+                 lifecycle: SidecarLifecycle | None = None,
+                 score_listeners: Sequence[Callable[[float, str | None], None]] = (),
+                 training_listeners: Sequence[Callable[[dict[str, Any], float], None]] = ()) -> None:
         self.db = db
         self.index = index
         self.backend = backend
@@ -78,14 +84,16 @@ class PredictorService:
         self.state = policy.PolicyState.from_dict(db.read(pred_sql.load_state))
         # Retrains, one at a time on their own thread (sharing the lock and the policy state).
         self.retrainer = Retrainer(db, self._lock, state=lambda: self.state, backend=self._live_backend,
-                                   hold=lifecycle.training if lifecycle is not None else None)
+                                   hold=lifecycle.training if lifecycle is not None else None,
+                                   listeners=training_listeners)
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
         self.records = DeferredRecords()
         # Score requests and their outcomes (counters, round-trip latency). The deadline is the
         # live setting, read when each request is sent (not fixed here).
-        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms, lifecycle)
+        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms, lifecycle,
+                                    listeners=score_listeners)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _live_backend(self) -> PredictorBackend | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -66,7 +66,8 @@ class Retrainer:
 
     def __init__(self, db: Database, lock: threading.Lock, *, state: Callable[[], policy.PolicyState],
                  backend: Callable[[], PredictorBackend | None],
-                 hold: Callable[[], AbstractContextManager[bool]] | None = None) -> None:
+                 hold: Callable[[], AbstractContextManager[bool]] | None = None,
+                 listeners: Sequence[Callable[[dict[str, Any], float], None]] = ()) -> None:
         self.db = db
         self._lock = lock
         self._state = state
@@ -76,7 +77,7 @@ class Retrainer:
         self._training: Future[Any] | None = None
         #: called as ``fn(row, took_ms)`` after every run with its training-log row and its wall
         #: time (ms): the daemon's latency histograms and error ring (memlane.observability).
-        self.listeners: list[Callable[[dict[str, Any], float], None]] = []
+        self.listeners: list[Callable[[dict[str, Any], float], None]] = list(listeners)
 
     def schedule(self, trigger: str) -> Future[Any] | None:
         """Queue a retrain on the training thread unless one is queued or running."""

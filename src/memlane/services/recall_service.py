@@ -33,6 +33,7 @@ from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex, single_threaded_blas
 from memlane.recall.stages import Prefetched, RecallStages, read_candidates
 from memlane.config.clock import now_iso, parse_iso
+from memlane.services.extensions import DriftGuard
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text, clean_query
@@ -126,27 +127,30 @@ class RecallService:
     Args:
         memories: the memory service (its database, embedder and vector index are shared).
         settings: recall defaults (alpha, min_score, boosts, candidate multiplier).
+        fts: the in-memory FTS5 statistics of the BM25 and hint legs (one is built over
+            ``memories.db`` when not given; see :meth:`fts_cache`).
+        stages: the memory-pipeline-v2 hints, dampening and reranker stages
+            (:class:`memlane.recall.stages.RecallStages`); None: none of them.
+        graph_boost: the knowledge-graph boost (:class:`memlane.graph.search.GraphBooster`:
+            ``submit`` ahead of the legs, then ``boost``; never raises); None: no boost.
+        ranker: the learned reranking stage (:class:`memlane.ranker.stage.LearnedRanker`);
+            None: heuristic ranking only.
+        drift: the drift step after ranking (penalty and warning for stale or drifting
+            memories, write-behind drift check); None: off.
     """
 
-    def __init__(self, memories: MemoryService, settings: RecallSettings) -> None:
+    def __init__(self, memories: MemoryService, settings: RecallSettings, *, fts: FtsCache | None = None,
+                 stages: RecallStages | None = None, graph_boost: Any = None, ranker: Any = None,
+                 drift: DriftGuard | None = None) -> None:
         self.memories = memories
         self.settings = settings
         single_threaded_blas()  # the vector leg's matrix-vector product (see there)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memlane-bm25")
-        #: In-memory FTS5 statistics for the BM25 and hint legs (see :meth:`fts_cache`).
-        self.fts = FtsCache(memories.db)
-        #: memory-pipeline-v2 hints / dampening / reranker (memlane.recall.stages); set by the container.
-        self.stages: RecallStages | None = None
-        #: memory-pipeline-v2 graph boost ``(query, merged) -> merged``, never raises (memlane.graph.search
-        #: .GraphBooster); set by memlane.graph.wiring.wire.
-        self.graph_boost: Any = None
-        #: the learned reranking stage (memlane.ranker.stage.LearnedRanker); set by
-        #: memlane.recall.stages.wire. None: heuristic ranking only.
-        self.ranker: Any = None
-        #: issue 41: ``hits -> hits`` after ranking (memlane.drift.service.DriftService.after_recall:
-        #: penalty and warning for stale or drifting memories, write-behind drift check); set by
-        #: memlane.drift.wiring. None: off.
-        self.drift: Any = None
+        self.fts = fts if fts is not None else FtsCache(memories.db)
+        self.stages = stages
+        self.graph_boost = graph_boost
+        self.ranker = ranker
+        self.drift = drift
 
     @property
     def embedder(self) -> Embedder | None:

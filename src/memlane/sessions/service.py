@@ -24,6 +24,7 @@ from memlane.errors import NotFound, StorageError, ValidationError
 from memlane.providers.base import LlmProvider
 from memlane.redact import redact
 from memlane.config.clock import now_iso, parse_iso
+from memlane.services.extensions import DriftGuard
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
 from memlane.services.deferred_records import release as release_record
@@ -110,10 +111,18 @@ class SessionService:
         settings: session settings.
         llm: the continuity judge, or None (behavioural scoring only).
         checkpoints: the checkpoint service, or None.
+        predictor: the predictor (:class:`memlane.services.predictor_service.PredictorService`),
+            or None.
+        scorer: the session-end scorer; the container builds it first so that it also listens to
+            memory changes (``MemoryService(listeners=[scorer.on_memory_event])``: labels are
+            rebuilt after a delete, supersede or recover). Default: one over ``memories.db``.
+        drift: stale or drifting memories are never injected proactively and what is shown is
+            queued for a drift check; None: off.
     """
 
     def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
-                 llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None) -> None:
+                 llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None, *,
+                 scorer: SessionScorer | None = None, drift: DriftGuard | None = None) -> None:
         self.memories = memories
         self.predictor = predictor  # PredictorService or None
         self.recall = recall
@@ -129,12 +138,9 @@ class SessionService:
         self._pending: dict[str, Future] = {}
         self.inflight = InflightStarts()  # starts answered before their record committed
         self.prompts = RecentPrompts()  # recent prompts per active session (checkpoint digests)
-        #: memlane.drift.service.DriftService (set by memlane.drift.wiring): stale or drifting
-        #: memories are never injected proactively; what is shown is queued for a drift check.
-        self.drift: Any = None
+        self.drift = drift
         self._lock = threading.Lock()
-        self.scorer = SessionScorer(self.db, llm, predictor)
-        memories.listeners.append(self.scorer.on_memory_event)
+        self.scorer = scorer if scorer is not None else SessionScorer(self.db, llm, predictor)
 
     # -- helpers ------------------------------------------------------------------------
     def _key(self, key: Any) -> str:

@@ -245,12 +245,3 @@ class LifecycleWorker(PollingWorker):
         if self.last_report["pruned"] or self.last_report["stale_marked"]:
             log.info("lifecycle: %s", self.last_report["by_rule"])
         return False
-
-
-def wire(container: Any) -> None:
-    """Register the V3 background workers on ``container`` (started with the other workers): the
-    lifecycle job and the co-access graph's bootstrap from git (memlane.coaccess.graph)."""
-    from memlane.coaccess.graph import BootstrapWorker, CoAccessService
-
-    container.workers.add(LifecycleWorker(LifecycleService(container.db, container.memories)))
-    container.workers.add(BootstrapWorker(CoAccessService(container.db)))

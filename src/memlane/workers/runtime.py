@@ -10,8 +10,8 @@ stale-lease reaper and the registry the container owns (memory-pipeline-v2.md "W
 * :class:`StaleLeaseReaper` -- every 60 s resets leases past ``leased_until`` to pending.
 * :class:`WorkerRegistry` -- ``container.workers``: add, get, start_all, stop_all, status.
 
-Register a handler: ``container.workers.get("extraction").register("extract", handler)`` where
-``handler(job: Job) -> dict`` returns the result stored on the job (or
+A handler, given to the worker's constructor (``handlers={"extract": handler}``) or to
+:meth:`JobWorker.register`, is ``handler(job: Job) -> dict``: it returns the result stored on the job (or
 :class:`CompletedInTransaction` when it completed the job in its own write), raises
 :class:`SkipJob` (status ``skipped``) or any other exception (a failed attempt).
 """
@@ -23,7 +23,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from memlane.config.clock import now_iso
@@ -34,6 +34,8 @@ from memlane.storage.jobs import Job
 log = logging.getLogger(__name__)
 
 JobHandler = Callable[[Job], "dict[str, Any] | CompletedInTransaction | None"]
+#: Called as ``fn(job, outcome, took_ms, error)`` after every job (:class:`JobWorker`).
+JobListener = Callable[[Job, str, float, BaseException | None], None]
 REAPER_INTERVAL_MS = 60_000
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 30_000
@@ -213,6 +215,8 @@ class JobWorker(PollingWorker):
         lease_timeout_ms: lease length, ms (``worker.leaseTimeoutMs``); callable read per lease.
         poll_ms, enabled, rng: see :class:`PollingWorker`.
         now: the clock, ISO-8601 UTC strings (tests pass a fixed one).
+        handlers: job type -> handler (more with :meth:`register`).
+        listeners: told of every job's outcome (:data:`JobListener`; the daemon's observability).
 
     A handler failure records the attempt with ``run_after = now + backoff_ms(job.attempts)``
     (or ``dead`` once ``attempts >= max_attempts``) and counts as a failed tick (worker backoff).
@@ -221,12 +225,13 @@ class JobWorker(PollingWorker):
     def __init__(self, db: Database, name: str = "jobs", *,
                  lease_timeout_ms: float | Callable[[], float] = 300_000,
                  poll_ms: float | Callable[[], float] = 2_000, enabled: Callable[[], bool] | None = None,
-                 rng: random.Random | None = None, now: Callable[[], str] = now_iso) -> None:
+                 rng: random.Random | None = None, now: Callable[[], str] = now_iso,
+                 handlers: Mapping[str, JobHandler] | None = None, listeners: Sequence[JobListener] = ()) -> None:
         super().__init__(name, poll_ms=poll_ms, enabled=enabled, rng=rng)
         self.db = db
         self._lease_timeout_ms = lease_timeout_ms
         self._now = now
-        self._handlers: dict[str, JobHandler] = {}
+        self._handlers: dict[str, JobHandler] = dict(handlers or {})
         self.outcomes = {"completed": 0, "skipped": 0, "retried": 0, "dead": 0}
         self.last_job_id: int | None = None
         #: a job leased by the last handler's own transaction (:func:`lease_ahead_hook`), worked next.
@@ -237,7 +242,7 @@ class JobWorker(PollingWorker):
         #: called as ``fn(job, outcome, took_ms, error)`` after every job (outcome: completed,
         #: skipped, retried or dead; ``error`` the exception of a failed attempt, else None):
         #: the daemon's latency histograms and error ring (memlane.observability).
-        self.listeners: list[Callable[[Job, str, float, BaseException | None], None]] = []
+        self.listeners: list[JobListener] = list(listeners)
 
     def _notify(self, job: Job, outcome: str, t0: float, error: BaseException | None = None) -> None:
         took = (time.perf_counter() - t0) * 1000
@@ -382,11 +387,20 @@ class StaleLeaseReaper(PollingWorker):
 
 class WorkerRegistry:
     """The container's workers, by unique name. Started by ``open_container(start_workers=True)``
-    (the daemon) and stopped first by ``Container.close()``."""
+    (the daemon) and stopped first by ``Container.close()``.
 
-    def __init__(self) -> None:
+    Args:
+        workers: the workers, in the order they start and are reported.
+
+    Raises:
+        ValueError: two workers share a name.
+    """
+
+    def __init__(self, workers: Iterable[PollingWorker] = ()) -> None:
         self._workers: dict[str, PollingWorker] = {}
         self.started = False
+        for worker in workers:
+            self.add(worker)
 
     def add(self, worker: PollingWorker) -> PollingWorker:
         """Register ``worker`` (started at once if the registry already is). Returns it.
