@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench-retrieval bench-latency clean
+.PHONY: install run test check lint-imports bench-retrieval bench-latency clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ run: $(STAMP)  ## install, then start the daemon on the embedded default (127.0.
 
 test: $(STAMP)  ## install, then run the whole test suite
 	$(BIN)/python -m pytest -q
+
+check: lint-imports  ## the static checks CI runs before the tests
+
+lint-imports: $(STAMP)  ## the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md)
+	$(BIN)/lint-imports
 
 bench-retrieval: $(STAMP)  ## LoCoMo retrieval quality (needs ../shared/bench-data)
 	$(BIN)/memlane bench retrieval --dataset locomo --data ../shared/bench-data/locomo/locomo10.json
