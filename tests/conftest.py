@@ -48,7 +48,7 @@ StoreFactory = Callable[..., Container]
 @pytest.fixture
 def open_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
     """Factory: ``open_store(home=None, embedding="local"|dict|None, memory_listeners=(), **settings)``."""
-    opened: list[tuple[Container, bool]] = []
+    opened: list[Container] = []
 
     def factory(home: Path | None = None, embedding: Any = None, memory_listeners: Any = (),
                 **overrides: Any) -> Container:
@@ -57,25 +57,16 @@ def open_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store
             emb = request.getfixturevalue("shared_embedder")
             settings = load_settings(home=home, **overrides)
             c = open_container(settings, embedder=emb, memory_listeners=memory_listeners)
-            opened.append((c, True))
+            opened.append(c)
             return c
         settings = load_settings(home=home, embedding=embedding or {"provider": "none"}, **overrides)
         c = open_container(settings, memory_listeners=memory_listeners)
-        opened.append((c, False))
+        opened.append(c)
         return c
 
     yield factory
-    for c, shared in reversed(opened):
-        if shared:
-            c.embedder = None  # the session's embedder outlives this store
-        c.close()
-
-
-def close_store(c: Container, *, shared: bool) -> None:
-    """Close a store opened by hand (keeping a shared embedder open)."""
-    if shared:
-        c.embedder = None
-    c.close()
+    for c in reversed(opened):
+        c.close()  # a shared embedder passed to open_container stays open (the session's)
 
 
 @pytest.fixture

@@ -69,7 +69,6 @@ def c(home, shared_embedder):
         yield c
     finally:
         c.predictor.wait_training(300)
-        c.embedder = None  # the session-scoped embedder outlives this container
         c.close()
 
 

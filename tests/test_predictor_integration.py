@@ -62,7 +62,6 @@ class World:
     def close(self) -> None:
         if self.c is not None:
             self.c.predictor.wait_training(300)
-            self.c.embedder = None  # the session-scoped embedder outlives this container
             self.c.close()
             self.c = None
 

@@ -127,7 +127,6 @@ def test_daemon_with_a_v3_checkpoint_serves_the_baseline_and_trains_a_current_mo
         assert accepted, c.db.read(lambda conn: pred_sql.training_log(conn, limit=10))
     finally:
         c.predictor.wait_training(300)
-        c.embedder = None
         c.close()
     model = ckpt.load(v3_home / "predictor" / CHECKPOINT_NAME, CURRENT_SCHEMA, embedding_model_id=LOCAL_MODEL,
                       native_dim=384)

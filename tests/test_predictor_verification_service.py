@@ -69,7 +69,6 @@ def open_home(home: Path, embedder, **predictor: Any) -> Container:
 
 def close_home(c: Container) -> None:
     c.predictor.wait_training(300)
-    c.embedder = None  # the session-scoped embedder outlives the container
     c.close()
 
 

@@ -324,7 +324,6 @@ def test_recall_after_reopen_uses_stored_vectors(open_store, tmp_path):
     c = open_store(home=home, embedding="local")
     ids = load(c)
     c.memories.delete(ids["Alice is allergic to peanuts."])
-    c.embedder = None
     c.close()
     c2 = open_store(home=home, embedding="local")
     assert "Alice is allergic to peanuts." not in contents(recall(c2, "nut allergy", limit=50))

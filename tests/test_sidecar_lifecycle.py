@@ -49,7 +49,6 @@ def _open(home: Path, embedder, **predictor) -> Container:
 
 def _close(c: Container) -> None:
     c.predictor.wait_training(300)
-    c.embedder = None  # the session-scoped embedder outlives the container
     c.close()
 
 

@@ -421,7 +421,6 @@ def test_vectors_stored_and_reloaded(open_store, tmp_path, shared_embedder):
     assert c.memories.get(r.id).embedding_model == shared_embedder.model_id
     s = c.memories.stats()
     assert s["indexed"] == 1 and s["vectors_by_model"] == {shared_embedder.model_id: 2}  # content + context
-    c.embedder = None
     c.close()
     c2 = open_store(home=home, embedding="local")
     assert c2.memories.stats()["indexed"] == 1

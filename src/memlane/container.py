@@ -103,6 +103,9 @@ class Container:
     extraction_llm: LlmProvider | None = None
     #: The predictor (memlane.services.predictor_service), or None when it does not run here.
     predictor: PredictorService | None = None
+    #: Whether close() closes the embedder: False when the caller passed one in (shared by
+    #: benchmarks and tests that open many stores; its owner closes it).
+    owns_embedder: bool = True
 
     def close(self) -> None:
         """Stop the workers; finish background judging, pending checkpoints and queued writes;
@@ -122,7 +125,7 @@ class Container:
         self.checkpoints.close()
         self.drift.close()
         self.db.close()
-        if self.embedder is not None:
+        if self.embedder is not None and self.owns_embedder:
             self.embedder.close()
         self._close_llms()
 
@@ -155,7 +158,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     Args:
         settings: the effective settings.
         embedder: use this embedder instead of building one from settings (shared by benchmarks
-            that open many stores).
+            that open many stores; the caller closes it, not :meth:`Container.close`).
         warmup: load the local embedding model now rather than on the first call.
         start_workers: start the background workers (the daemon does; CLI one-shots and tests
             do not unless they ask). Workers are registered either way.
@@ -241,7 +244,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     ]
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
                           drift, documents, tracker, retention, repairs, maintenance, llm=llm,
-                          extraction_llm=extraction_llm, predictor=pred)
+                          extraction_llm=extraction_llm, predictor=pred, owns_embedder=embedder is None)
     if start_workers:
         container.workers.start_all()
     return container

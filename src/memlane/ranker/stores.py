@@ -78,9 +78,7 @@ def open_store(home: Path, embedder: Embedder | None) -> Iterator[Container]:
     try:
         yield c
     finally:
-        if c.embedder is not None and c.embedder is embedder:
-            c.embedder = None  # shared: not closed per store
-        c.close()
+        c.close()  # the shared embedder passed to open_container stays open
 
 
 def build_store(conv: Conversation, root: Path, embedder: Embedder | None, *, context_turns: int = 2) -> StoreInfo:
