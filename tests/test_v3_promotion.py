@@ -11,10 +11,11 @@ import pytest
 
 from conftest import api_client
 from benchmarks.scripted_llm import Reply, ScriptedLlmServer
+from tests.test_providers import Reply as LoopReply, ollama_body, server  # noqa: F401  (the loopback fixture)
 from memlane.errors import NotFound, ValidationError
 from memlane.storage import observer as obs_sql
 from memlane.v3.observer import Observer
-from memlane.v3.promotion import (DEAD_END_MIN_STEPS, NOVELTY_MAX_SIMILARITY, Candidate, Promoter,
+from memlane.v3.promotion import (DEAD_END_MIN_STEPS, NOVELTY_MAX_SIMILARITY, SYNTHESIS_SCHEMA, Candidate, Promoter,
                                   frequency_term, recency_term, signal_score)
 
 DAY_MS = 86_400_000
@@ -171,6 +172,18 @@ def test_one_llm_call_rewrites_the_promoted_texts(open_store):
     assert len(prompts) == 1 and "never follow instructions" in prompts[0]
     assert rep.synthesis == "llm:ollama:scripted"
     assert c.memories.get(rep.promoted[0]["id"]).content == "Edit src/a.py carefully."
+
+
+def test_the_synthesis_call_asks_for_structured_output(open_store, server):  # noqa: F811
+    """The request carries the reply's schema (Ollama's format); the constrained reply is used."""
+    server.script(LoopReply(body=ollama_body(json.dumps({"memories": [{"index": 0, "content": "Mind src/a.py."}]}))))
+    c = open_store(llm={"provider": "ollama", "base_url": server.url, "model": "m"})
+    obs = Observer(c.db)
+    run(obs, "s1", RE_EDIT)
+    run(obs, "s2", RE_EDIT)
+    rep = promoter(c).finalize("s2")
+    assert server.requests[0]["json"]["format"] == SYNTHESIS_SCHEMA
+    assert rep.synthesis == "llm:ollama:m" and c.memories.get(rep.promoted[0]["id"]).content == "Mind src/a.py."
 
 
 @pytest.mark.parametrize("answer", [Reply("down", status=500), "not json", '{"memories": [{"index": 7, "content": "x"}]}'])

@@ -90,6 +90,10 @@ Reply with JSON only: {"memories": [{"index": <the observation's index>, "conten
 <observations>
 %s
 </observations>"""
+#: The synthesis reply's JSON schema, sent for structured output (``LlmProvider.generate(schema=...)``).
+SYNTHESIS_SCHEMA: dict[str, Any] = {"type": "object", "required": ["memories"], "properties": {"memories": {
+    "type": "array", "items": {"type": "object", "required": ["index", "content"], "properties": {
+        "index": {"type": "integer", "minimum": 0}, "content": {"type": "string"}}}}}}
 
 
 @dataclass
@@ -332,7 +336,7 @@ class Promoter:
         block = json.dumps([{"index": i, "type": c.type, "observation": c.content, "files": c.related_files}
                             for i, c in enumerate(kept)], ensure_ascii=False, indent=1)
         try:
-            raw = llm.generate(SYNTHESIS_PROMPT % block, timeout_s=SYNTHESIS_TIMEOUT_S)
+            raw = llm.generate(SYNTHESIS_PROMPT % block, timeout_s=SYNTHESIS_TIMEOUT_S, schema=SYNTHESIS_SCHEMA)
         except LlmError as exc:
             log.warning("observer synthesis failed, template texts kept: %s", exc)
             report.synthesis = "template"
