@@ -677,6 +677,22 @@ def test_concurrent_calls_each_get_a_connection() -> None:
         httpd.server_close()
 
 
+@pytest.mark.parametrize("proxy", ["socks5://user:pw-secret@proxy.invalid:1080", "ftp://user:pw-secret@proxy.invalid"])
+def test_an_unusable_proxy_from_the_environment_is_a_clear_llm_error(monkeypatch: pytest.MonkeyPatch,
+                                                                      proxy: str) -> None:
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    p = OllamaProvider(base_url="http://llm.invalid:11434", timeout_s=5)
+    try:
+        with pytest.raises(LlmError, match="cannot reach .*proxy named by the environment") as info:
+            p.generate("hi")
+        assert "pw-secret" not in str(info.value) and "pw-secret" not in json.dumps(info.value.details)
+    finally:
+        p.close()
+
+
 def test_ollama_defaults() -> None:
     p = OllamaProvider()
     assert (p.name, p.url, p.probe_url, p.timeout_s) == (

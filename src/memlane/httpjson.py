@@ -261,7 +261,10 @@ def _shutdown(stream: httpcore.NetworkStream) -> None:
 
 class _EnvProxyTransport(PoolTransport):
     """:class:`PoolTransport` that sends each request through the proxy the environment names
-    for its scheme (``urllib.request.getproxies``) unless ``NO_PROXY`` exempts its host."""
+    for its scheme (``urllib.request.getproxies``) unless ``NO_PROXY`` exempts its host.
+
+    Raises (from ``handle_request``): httpx.ProxyError for a proxy URL that does not parse or
+    is not http/https (the message names neither its host nor its credentials)."""
 
     def __init__(self, backend: httpcore.NetworkBackend, *, trust_env: bool) -> None:
         super().__init__(backend, max_connections=None, keepalive=KEEPALIVE_CONNECTIONS)
@@ -275,8 +278,15 @@ class _EnvProxyTransport(PoolTransport):
             return self._direct
         with self._lock:
             if proxy not in self._proxies:
-                spec = httpx.Proxy(proxy if "://" in proxy else "http://" + proxy)
+                try:
+                    spec = httpx.Proxy(proxy if "://" in proxy else "http://" + proxy)
+                except (ValueError, httpx.InvalidURL) as exc:
+                    raise httpx.ProxyError(f"the {url.scheme} proxy named by the environment is not a valid "
+                                           f"URL ({type(exc).__name__})") from None
                 target = spec.url
+                if target.scheme not in ("http", "https"):  # SOCKS needs a package memlane does not ship
+                    raise httpx.ProxyError(f"the {url.scheme} proxy named by the environment is a "
+                                           f"{target.scheme} proxy; only http and https proxies are supported")
                 self._proxies[proxy] = self._new_pool(httpcore.Proxy(
                     url=httpcore.URL(scheme=target.raw_scheme, host=target.raw_host, port=target.port,
                                      target=target.raw_path),
