@@ -20,7 +20,10 @@ run: $(STAMP)  ## install, then start the daemon on the embedded default (127.0.
 test: $(STAMP)  ## install, then run the whole test suite
 	$(BIN)/python -m pytest -q
 
+# Static checks, configured in pyproject.toml: ruff (lint), mypy (types), import-linter (layers).
 check: lint-imports  ## the static checks CI runs before the tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 lint-imports: $(STAMP)  ## the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md)
 	$(BIN)/lint-imports

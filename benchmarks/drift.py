@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from datetime import UTC
 
 PAIRS = (("0.13.0", "0.18.0"), ("0.18.0", "0.23.0"), ("0.23.0", "0.28.0"))
 SURVIVE_RATIO = 0.9
@@ -130,11 +131,11 @@ def changes(root: Path, a: str, b: str) -> list[tuple[str, ...]]:
 
 def release_date(root: Path, release: str) -> str:
     """The release's commit date as an ISO timestamp (UTC)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     parts = (root / release / "COMMIT.txt").read_text().split()
     dt = datetime.fromisoformat(f"{parts[1]}T{parts[2]}{parts[3][:3]}:{parts[3][3:]}")
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chunk_size: int | None,

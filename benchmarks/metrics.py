@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from memlane.ranker.locomo import CATEGORY_NAMES
 from memlane.ndcg import ndcg_at_k as unified_ndcg

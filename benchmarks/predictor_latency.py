@@ -23,9 +23,10 @@ import random
 import shutil
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def _signals(rng: random.Random, rank: int) -> dict[str, Any]:
 def _fill_sessions(c: Any, n_sessions: int, candidates: int, rng: random.Random, dim: int) -> None:
     ids = [m.id for m in c.memories.list(limit=1000, offset=0)[0]]
     ids += [m.id for m in c.memories.list(limit=1000, offset=1000)[0]]
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
 
     def job(conn: Any) -> None:
         for s in range(n_sessions):

@@ -22,7 +22,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ def _ndcg(order: Sequence[str], relevance: dict[str, float], k: int = 10) -> flo
 
 def _utc(local: datetime) -> str:
     """A naive local wall-clock time as ISO-8601 UTC (the daemon's clock format)."""
-    return to_iso(local.astimezone().astimezone(timezone.utc).replace(tzinfo=None))
+    return to_iso(local.astimezone().astimezone(UTC).replace(tzinfo=None))
 
 
 def run_simulated(*, embedder: Embedder, workdir: Path, sessions: int = 200, seed: int = 0,

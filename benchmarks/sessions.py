@@ -18,9 +18,10 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import httpx
 
@@ -48,7 +49,7 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
             return have
         texts = memory_texts(data, n)[have:]
         rng = random.Random(7)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         done = 0
         for start in range(0, len(texts), FILL_CHUNK):
             chunk = texts[start:start + FILL_CHUNK]
@@ -95,7 +96,7 @@ def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniL
     conn = connect(home / "memories.db")
     try:
         conn.execute("BEGIN IMMEDIATE")
-        pred_sql.save_state(conn, state.to_dict(), to_iso(datetime.now(timezone.utc)))
+        pred_sql.save_state(conn, state.to_dict(), to_iso(datetime.now(UTC)))
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -7,7 +7,6 @@ import json
 import uuid
 
 import pytest
-from fastapi.testclient import TestClient
 
 from conftest import api_client, row_snapshot
 from memlane import __version__
@@ -134,7 +133,7 @@ def test_recall(vclient):
     top = out["results"][0]
     assert top["id"] == ids["Alice is allergic to peanuts."]
     assert top["content"] == "Alice is allergic to peanuts."
-    assert 0 < top["score"] and 0 < top["vector_score"] <= 1 and top["bm25_score"] == 0
+    assert top["score"] > 0 and 0 < top["vector_score"] <= 1 and top["bm25_score"] == 0
     r = vclient.post("/api/memory/recall", json={
         "query": "coffee", "types": ["fact"], "since": "2000-01-01", "until": "2999-01-01",
         "include_deleted": True, "min_score": 0.01, "alpha": 0.3, "now": "2030-01-01T00:00:00Z"})

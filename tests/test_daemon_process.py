@@ -7,18 +7,12 @@ and every request loop is bounded.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-import pytest
 
 from conftest import free_port  # noqa: F401
 from memlane.normalize import content_hash

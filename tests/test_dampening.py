@@ -292,7 +292,7 @@ def test_content_tokens_cache_is_bounded() -> None:
 
 def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store) -> None:
     c = open_store(recall=NO_BOOSTS, memory=pipeline({"hub_enabled": True, "hub_percentile": 0.0}, rerank=True))
-    words = "staging database host deploy review schema release branch coffee".split()
+    words = ["staging", "database", "host", "deploy", "review", "schema", "release", "branch", "coffee"]
     ids = [r.id for r in c.memories.remember_many([
         RememberInput(" ".join(words[(i + k) % len(words)] for k in range(1 + i % 5)) + f" note {i} " + "x" * (i % 60),
                       type="decision" if i % 7 == 0 else "fact") for i in range(80)])]

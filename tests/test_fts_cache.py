@@ -11,15 +11,13 @@ import pytest
 from memlane.recall import fts_cache
 from memlane.recall.bm25 import bm25_leg, cached_bm25_leg
 from memlane.recall.fts_cache import FtsCache, parse_averages, read_varint
-from memlane.storage.fts_stats import CONTENT, HINTS, tokenizer_option
+from memlane.storage.fts_stats import CONTENT, tokenizer_option
 from memlane.recall.hints import cached_search_hints, search_hints
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.storage import hints as hints_sql
 from memlane.storage.fts import Filters, match_expression
 
-WORDS = ("deploy staging production running runner runs café naïve Über node.js c++ postgres "
-         "migration schema rollback tabs spaces review merge branch release caroline melanie "
-         "painting camping adoption LGBTQ support group 2023-05-07 May June test tests tested").split()
+WORDS = ["deploy", "staging", "production", "running", "runner", "runs", "café", "naïve", "Über", "node.js", "c++", "postgres", "migration", "schema", "rollback", "tabs", "spaces", "review", "merge", "branch", "release", "caroline", "melanie", "painting", "camping", "adoption", "LGBTQ", "support", "group", "2023-05-07", "May", "June", "test", "tests", "tested"]
 
 
 def _text(rng: random.Random, n: int) -> str:

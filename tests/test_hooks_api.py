@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from conftest import api_client
 from memlane.services.inputs import RememberInput

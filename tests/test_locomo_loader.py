@@ -186,7 +186,7 @@ def test_image_caption_form(convs):
     turns = {(c.id, t.dia_id): t for c in convs for t in c.turns}
     n_captions = 0
     for sample in raw:
-        for key, value in sample["conversation"].items():
+        for value in sample["conversation"].values():
             if not isinstance(value, list):
                 continue
             for r in value:

@@ -92,10 +92,13 @@ async def http_session(url: str, headers: dict[str, str] | None = None) -> Async
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     client = create_mcp_http_client(headers=headers if headers is not None else TOKEN_HEADERS.get(url, {}))
-    async with client, streamable_http_client(url + "/mcp", http_client=client) as (read, write):
-        async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
-            await session.initialize()
-            yield session
+    async with (
+        client,
+        streamable_http_client(url + "/mcp", http_client=client) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 @asynccontextmanager
@@ -111,10 +114,12 @@ async def stdio_session(daemon_url: str, tmp_path: Path, token_home: Path | None
         env={"MEMLANE_HOME": str(tmp_path / "stdio-home"), "MEMLANE_CONFIG": str(tmp_path / "none.yaml")},
     )
     with open(tmp_path / "stdio-stderr.log", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 def ok(result: CallToolResult) -> Any:

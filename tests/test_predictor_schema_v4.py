@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -188,12 +188,12 @@ def test_names_other_project_counts_only_projects_started_before(projects_db):
     conn = open_readonly(path)
     flags = lambda project, when: {m: d["names_other_project"]  # noqa: E731
                                    for m, d in derived_signals(conn, ids, project=project, session_time=when).items()}
-    day2 = datetime(2026, 2, 2, 9, 0, tzinfo=timezone.utc)
+    day2 = datetime(2026, 2, 2, 9, 0, tzinfo=UTC)
     # acme-api on day 2: ledger had a session before, orbit-web not yet
     assert flags("/src/acme-api", day2) == {"general": False, "ledger-note": True, "orbit-note": False,
                                             "acme-note": False, "scoped-ledger": True}
     # on day 4 orbit-web counts too (case-insensitive)
-    day4 = datetime(2026, 2, 4, tzinfo=timezone.utc)
+    day4 = datetime(2026, 2, 4, tzinfo=UTC)
     assert flags("/src/acme-api", day4)["orbit-note"] is True
     # the session's own project never counts; a memory stored under it is not "another project"
     assert flags("/src/ledger", day4) == {"general": False, "ledger-note": False, "orbit-note": True,

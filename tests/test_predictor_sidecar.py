@@ -573,7 +573,7 @@ def test_crash_disable_after_three_crashes_and_reenable_after_cooldown(fake):
 def test_crashes_outside_the_window_do_not_disable(fake):
     clock = FakeClock()
     client = fake("echo", crash_threshold=3, crash_window_s=100, cooldown_s=600, clock=clock)
-    for i, advance in enumerate([0, 150, 10]):
+    for advance in [0, 150, 10]:
         clock.t += advance
         assert client.wait_ready(START_TIMEOUT)
         client.kill()

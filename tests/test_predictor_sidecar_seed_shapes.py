@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import math
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest

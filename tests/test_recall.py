@@ -271,7 +271,7 @@ def test_any_query_is_safe(corpus, query, alpha, touch):
     before_all = row_snapshot(c, exclude=())
     res = c.recall.recall(RecallQuery(query, alpha=alpha, touch=touch, limit=5))
     assert len(res.hits) <= 5
-    assert all(0.0 < h.score for h in res.hits)
+    assert all(h.score > 0.0 for h in res.hits)
     c.db.write(lambda conn: None)  # let any touch land
     assert row_snapshot(c) == before
     if not touch:

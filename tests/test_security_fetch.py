@@ -309,9 +309,10 @@ def test_the_connection_goes_to_the_address_that_was_checked(sites):
         r = fetch_url(f"http://rebind.example:{good.port}/", client=client)
     assert r.content == "the page that was checked" and good.hosts == [f"rebind.example:{good.port}"]
     assert calls == ["rebind.example"] and secret.total == 0
-    with guarded_client(allow, resolver=rebinding) as client:  # a new connection is vetted again
-        with pytest.raises(FetchRefused, match=r"rebind\.example \(127\.0\.0\.1\)"):
-            fetch_url(f"http://rebind.example:{good.port}/", client=client)
+    # a new connection is vetted again
+    with (guarded_client(allow, resolver=rebinding) as client,
+          pytest.raises(FetchRefused, match=r"rebind\.example \(127\.0\.0\.1\)")):
+        fetch_url(f"http://rebind.example:{good.port}/", client=client)
     assert calls == ["rebind.example"] * 2 and secret.total == 0 and good.total == 1
 
 

@@ -97,7 +97,7 @@ def test_transcript_with_every_vendor_secret_is_stored_redacted(store, client) -
     assert r.status_code == 200, r.text
     assert r.json()["transcript_stored"] is True
     (row,) = rows(store, "SELECT content FROM session_transcripts WHERE session_key = ?", SID)
-    for i, (vendor, text, expected, secret) in enumerate(VENDORS):
+    for i, (vendor, _text, expected, secret) in enumerate(VENDORS):
         assert secret not in row["content"], vendor
         assert f"item {i} is {expected}\n" in row["content"] + "\n", vendor  # the rest is kept
     store.checkpoints.flush()

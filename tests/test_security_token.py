@@ -4,6 +4,7 @@ matters and the in-process app for the route-by-route sweeps."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -208,7 +209,7 @@ def test_hook_command_works_with_the_token_and_a_stranger_gets_nothing(start_dae
                                                "pinned": True}).raise_for_status()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(d.home), MEMLANE_CONFIG=str(tmp_path / "none.yaml"), MEMLANE_PORT=str(d.port))
-    payload = '{"session_id": "s-token", "cwd": "%s", "hook_event_name": "SessionStart"}' % tmp_path
+    payload = json.dumps({"session_id": "s-token", "cwd": str(tmp_path), "hook_event_name": "SessionStart"})
     out = subprocess.run([sys.executable, "-m", "memlane", "hook", "session-start"], input=payload, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "staging first" in out.stdout, (out.stdout, out.stderr)

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -434,7 +434,7 @@ def test_ollama_via_settings(open_store, judge) -> None:
 ], ids=["http-500", "prose", "broken-json", "non-json-body", "wrong-shape", "timeout"])
 def test_judge_failure_falls_back_to_behavioural(open_store, judge, reply, llm_extra, expect) -> None:
     c = open_store(llm=judge.openai(**llm_extra))
-    ids = seed(c)
+    seed(c)
     started(c)
     c.sessions.prompt(PromptInput("s", "deploy script docker image"))
     judge.script(reply)
@@ -466,7 +466,7 @@ def test_judge_failure_in_background_still_scores(open_store, judge) -> None:
 
 def test_llm_numbers_are_clamped(open_store, judge) -> None:
     c = open_store(llm=judge.openai(), sessions={"inject_limit": 3})
-    ids = seed(c)
+    seed(c)
     injected = started(c)
     body = ('{"score": 1.7, "confidence": -0.5, "memories_used": -3, "novel_context_count": 2.5,'
             f' "per_memory": [{{"id": "{injected[0][:8]}", "relevance": 3}},'
@@ -543,7 +543,7 @@ def test_deleted_within_24h_of_injection_is_relabelled_minus_05(open_store) -> N
 def test_deleted_long_after_the_session_is_not_minus_05(open_store) -> None:
     c = open_store(sessions={"inject_limit": 1})
     (deploy, *_) = seed(c)
-    two_days_ago = (datetime.now(timezone.utc) - timedelta(days=2)).isoformat()
+    two_days_ago = (datetime.now(UTC) - timedelta(days=2)).isoformat()
     c.sessions.start(StartInput("old", now=two_days_ago))
     c.sessions.end(EndInput("old", now=two_days_ago))
     c.memories.delete(deploy)

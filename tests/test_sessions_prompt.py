@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 
@@ -15,7 +15,7 @@ from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import FeedbackResult, PromptInput, StartInput
 from memlane.storage import sessions as sess_sql
 
-NOW_DT = datetime.now(timezone.utc)
+NOW_DT = datetime.now(UTC)
 
 
 def ago(days: float) -> str:

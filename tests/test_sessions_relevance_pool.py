@@ -10,7 +10,7 @@ effectiveScore path is computed independently from the inputs.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from memlane.sessions.service import SessionService
 from memlane.storage import sessions as sess_sql
 
 NOW = "2026-03-01T12:00:00.000Z"
-NOW_DT = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+NOW_DT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 NOW_EPOCH = NOW_DT.timestamp()
 
 DEPLOY = [

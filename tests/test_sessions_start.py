@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,7 +30,7 @@ from memlane.sessions.start import CONTEXT_EMBED_CHARS
 from memlane.storage import sessions as sess_sql
 
 NOW = "2026-03-01T12:00:00.000Z"
-NOW_DT = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+NOW_DT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
 def ago(days: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 
@@ -15,7 +15,7 @@ from memlane.errors import ValidationError
 from memlane.services.inputs import RememberInput
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
 
-NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def ago(days: float) -> str:
@@ -88,12 +88,12 @@ def test_file_rules_mark_stale_or_prune(store, tmp_path):
 
 def test_recipe_whose_canonical_file_changed_is_stale(store, tmp_path):
     (tmp_path / "app.py").write_text("routes")
-    validated = datetime.fromtimestamp(time.time() - 3600, timezone.utc).isoformat()
+    validated = datetime.fromtimestamp(time.time() - 3600, UTC).isoformat()
     fields = {"task_pattern": "add a route", "last_validated_at": validated,
               "steps": [{"order": 1, "description": "edit", "canonical_file": "app.py"}]}
     mid = store.memories.remember(RememberInput(content="to add a route edit app.py", type="workflow_recipe",
                                                 type_fields=fields)).id
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     svc = LifecycleService(store.db, store.memories)
     assert svc.run(project_root=str(tmp_path), now=now)["by_rule"] == {"recipe_changed": 1}
     assert store.memories.get(mid).stale_at and not store.memories.get(mid).is_deleted

@@ -156,7 +156,7 @@ def test_scratchpad_survives_a_daemon_kill(start_daemon, tmp_path):
     home = tmp_path / "home"
     d = start_daemon(home, provider="none")
     with d.client() as c:
-        for i, f in enumerate(["src/a.py", "src/b.py", "src/a.py"]):
+        for f in ["src/a.py", "src/b.py", "src/a.py"]:
             r = c.post("/api/v3/observer/tool-use", json={
                 "session_id": "live", "tool_name": "Edit", "tool_input": {"file_path": f"/repo/{f}"}, "cwd": "/repo",
                 "project": "demo", "hook_event_name": "PostToolUse", "transcript_path": "/x.jsonl"})

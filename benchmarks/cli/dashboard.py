@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -28,8 +27,8 @@ def bench_dashboard(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of loco
                                                                "or local."),
                     browser: bool = typer.Option(True, "--browser/--no-browser", help="Also time each page in "
                                                  "Debian's chromium (Playwright) when it is installed."),
-                    keep: Optional[Path] = typer.Option(None, help="Keep the store in this directory."),
-                    out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+                    keep: Path | None = typer.Option(None, help="Keep the store in this directory."),
+                    out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """The dashboard's pages and data endpoints: p95 server time on 10,000 memories and 1,000
     sessions (targets: 100 ms each, 50 ms for the memory list's first page; 1 s in the browser)."""
     from benchmarks.dashboard import run_dashboard_bench

@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +149,7 @@ def acquire(home: Path, command: str, *, hint: str, url: str | None = None) -> H
             raise HomeLocked(f"{who} holds {path}; {hint}", holder=holder, path=path) from None
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, 0o600)  # an older file with looser bits: the holder's details are private
-        me = LockHolder(os.getpid(), command, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), url)
+        me = LockHolder(os.getpid(), command, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), url)
         data = json.dumps(me.as_dict()).encode("utf-8")
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)

@@ -193,9 +193,9 @@ def check_literal(host: str, allow: HostAllowlist = NO_EXCEPTIONS) -> None:
         name = normalize_host(host)
     except ValueError:
         return
-    if (name == "localhost" or name.endswith(".localhost")) and not allow.allows_name(name):
-        if not allow.allows_address(ipaddress.IPv4Address("127.0.0.1")):
-            raise AddressRefused(host, "127.0.0.1", "loopback")
+    if ((name == "localhost" or name.endswith(".localhost")) and not allow.allows_name(name)
+            and not allow.allows_address(ipaddress.IPv4Address("127.0.0.1"))):
+        raise AddressRefused(host, "127.0.0.1", "loopback")
 
 
 def _resolve(resolver: Resolver, host: str, port: int, timeout: float | None) -> list[tuple[Any, ...]]:

@@ -9,7 +9,6 @@ cookie and moves to ``/`` (docs/dashboard.md).
 from __future__ import annotations
 
 import webbrowser
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -22,7 +21,7 @@ console = Console()
 err = Console(stderr=True)
 
 
-def dashboard(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437)."),
+def dashboard(url: str | None = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437)."),
               open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the link in the browser.")
               ) -> None:
     """Open the web dashboard: print (and open) a one-time sign-in link from the running daemon."""

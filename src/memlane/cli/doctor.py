@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -21,7 +20,7 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _home(home: Optional[Path]) -> Path:
+def _home(home: Path | None) -> Path:
     """``--home``, else the settings' home; a broken config.yaml falls back to the default home."""
     if home is not None:
         return home.expanduser()
@@ -36,7 +35,7 @@ def _home(home: Optional[Path]) -> Path:
 
 
 def doctor(fix: bool = typer.Option(False, "--fix", help="Remove group and other permissions from every path reported."),
-           home: Optional[Path] = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane)."),
+           home: Path | None = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane)."),
            as_json: bool = typer.Option(False, "--json", help="Print {home, problems, fixed} as JSON.")) -> None:
     """Check that nobody but you can read or change memlane's data directory: the home must be
     0700 and everything in it private (files 0600, directories 0700). Exits 1 while a problem

@@ -12,7 +12,6 @@ import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -44,7 +43,7 @@ def _log_early(message: str) -> None:
         pass
 
 
-def _run(event: str, timeout: Optional[float]) -> None:
+def _run(event: str, timeout: float | None) -> None:
     out = ""
     os.umask(0o077)  # private files: the spool, hooks.log and any directory this hook creates
     try:
@@ -75,7 +74,7 @@ def _run(event: str, timeout: Optional[float]) -> None:
 
 
 def _make_hook_command(event: str):  # noqa: ANN202
-    def command(timeout: Optional[float] = typer.Option(
+    def command(timeout: float | None = typer.Option(
             None, "--timeout", help="Per-request timeout to the daemon, seconds (default 4; 0.1..50).")) -> None:
         _run(event, timeout)
 
@@ -118,8 +117,8 @@ def _report(result) -> None:  # noqa: ANN001
 
 
 @connect_app.command("claude-code")
-def connect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Optional[Path] = ClaudeJsonOpt,
-                        command: Optional[str] = typer.Option(
+def connect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path | None = ClaudeJsonOpt,
+                        command: str | None = typer.Option(
                             None, "--command", help="How Claude Code should start memlane, e.g. "
                             "'/opt/memlane/bin/memlane' (default: the absolute path of this memlane)."),
                         mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also register the MCP server.")) -> None:
@@ -143,7 +142,7 @@ def connect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Opt
 
 
 @disconnect_app.command("claude-code")
-def disconnect_claude_code(settings: Optional[Path] = SettingsOpt, claude_json: Optional[Path] = ClaudeJsonOpt,
+def disconnect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path | None = ClaudeJsonOpt,
                            mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also remove the MCP server.")) -> None:
     """Remove only memlane's hooks (commands running memlane-hook, memlane.hookclient or 'memlane
     hook') and its MCP server from Claude Code; everything else is left as it was (backup first)."""

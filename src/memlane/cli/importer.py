@@ -15,7 +15,8 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
+from collections.abc import Callable
 
 from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console

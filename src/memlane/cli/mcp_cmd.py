@@ -10,7 +10,6 @@ The daemon itself also serves MCP over streamable HTTP at ``http://127.0.0.1:743
 
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -29,7 +28,7 @@ def _group() -> None:
 
 
 @mcp_app.command("serve")
-def serve(url: Optional[str] = typer.Option(
+def serve(url: str | None = typer.Option(
         None, "--url", help="Daemon URL (default http://127.0.0.1:7437, or MEMLANE_DAEMON_URL / MEMLANE_PORT).")
           ) -> None:
     """Serve the memory tools over stdio (stdout carries only MCP messages; logs go to stderr).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -18,11 +18,11 @@ console = Console()
 
 @predictor_app.command("serve")
 def serve(
-    db: Optional[Path] = typer.Option(None, "--db", help="The daemon's database (opened read-only)."),
+    db: Path | None = typer.Option(None, "--db", help="The daemon's database (opened read-only)."),
     model_dir: Path = typer.Option(..., "--model-dir", help="Directory of model.bin."),
     embedding_model: str = typer.Option(..., "--embedding-model", help="Embedding model id the vectors come from."),
     native_dim: int = typer.Option(..., "--native-dim", min=1, max=8192, help="Embedding vector width."),
-    base_weights: Optional[Path] = typer.Option(None, "--base-weights", help="Phase 6 base checkpoint."),
+    base_weights: Path | None = typer.Option(None, "--base-weights", help="Phase 6 base checkpoint."),
     threads: int = typer.Option(1, "--threads", min=1, max=64, help="torch threads."),
 ) -> None:
     """Run the predictor sidecar: JSON-RPC 2.0, one request per line on stdin (spawned by the daemon)."""
@@ -111,7 +111,7 @@ def status_table(st: dict[str, Any]) -> Table:
 
 
 @predictor_app.command("status")
-def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
+def status(url: str | None = typer.Option(None, "--url", help="Daemon URL."),
            as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object.")) -> None:
     """The daemon's predictor: phase, alpha, success rate, model version, training runs (accepted /
     rejected by reason), score errors by kind, sidecar health."""
@@ -125,7 +125,7 @@ def status(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL."),
 
 
 @predictor_app.command("train")
-def train(url: Optional[str] = typer.Option(None, "--url", help="Daemon URL.")) -> None:
+def train(url: str | None = typer.Option(None, "--url", help="Daemon URL.")) -> None:
     """Ask the daemon to retrain now on the stored sessions (gated; waits for the result)."""
     from memlane.cli.client import client_for
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -18,24 +17,24 @@ _err = Console(stderr=True)
 _HOME = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane).")
 
 
-def _home(home: Optional[Path]) -> Path:
+def _home(home: Path | None) -> Path:
     return home if home is not None else load_settings().home
 
 
 @token_app.command("path")
-def path_cmd(home: Optional[Path] = _HOME) -> None:
+def path_cmd(home: Path | None = _HOME) -> None:
     """Print the token file's path."""
     _out.print(str(token_path(_home(home))), highlight=False)
 
 
 @token_app.command("show")
-def show_cmd(home: Optional[Path] = _HOME) -> None:
+def show_cmd(home: Path | None = _HOME) -> None:
     """Print the token (created if missing), e.g. for a client on another machine."""
     typer.echo(ensure_token(_home(home)))
 
 
 @token_app.command("rotate")
-def rotate_cmd(home: Optional[Path] = _HOME) -> None:
+def rotate_cmd(home: Path | None = _HOME) -> None:
     """Replace the token with a new random one. A running daemon accepts only the new one
     within a second; memlane's own clients read it from the file at their next call."""
     h = _home(home)

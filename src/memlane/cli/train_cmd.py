@@ -6,7 +6,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -26,10 +25,10 @@ DEFAULT_LOCOMO = Path("../shared/bench-data/locomo/locomo10.json")
 def ranker(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
            out: Path = typer.Option(Path("ranker-locomo.lgb.gz"),
                                     help="Model file to write (use it with recall.ranker_model)."),
-           workdir: Optional[Path] = typer.Option(
+           workdir: Path | None = typer.Option(
                None, help="Keep the per-conversation stores here and reuse them next time (default: temporary)."),
            exclude: list[str] = typer.Option([], "--exclude", help="Leave this conversation out (repeatable)."),
-           rounds: Optional[int] = typer.Option(None, help="Boosting rounds (default: the shipped model's)."),
+           rounds: int | None = typer.Option(None, help="Boosting rounds (default: the shipped model's)."),
            threads: int = typer.Option(2, help="LightGBM threads.")) -> None:
     """Build the training set from LoCoMo (every question's recall candidates, evidence turns
     labelled) and train the LightGBM lambdarank model the learned ranker uses; writes a
@@ -47,7 +46,7 @@ def ranker(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
         convs = load_locomo(data)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     unknown = sorted(set(exclude) - {c.id for c in convs})
     if unknown:
         err.print(f"[red]error:[/red] unknown conversation(s) {unknown}")

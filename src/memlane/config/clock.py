@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from memlane.errors import ValidationError
 
 
 def now_iso() -> str:
     """The current time, e.g. ``2026-11-21T10:00:00.123Z``."""
-    return to_iso(datetime.now(timezone.utc))
+    return to_iso(datetime.now(UTC))
 
 
 def to_iso(dt: datetime) -> str:
     """Format a datetime (naive = UTC) as memlane's timestamp string."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    dt = dt.astimezone(timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
+    dt = dt.astimezone(UTC)
     # %Y is not zero-padded for years < 1000 on glibc; fromisoformat needs 4 digits.
     return f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
@@ -40,7 +40,7 @@ def age_days(created_at: str, now: datetime) -> float:
     """Days between ``created_at`` (ISO) and ``now``."""
     dt = datetime.fromisoformat(created_at)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
+        now = now.replace(tzinfo=UTC)
     return (now - dt).total_seconds() / 86400.0

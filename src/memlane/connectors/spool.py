@@ -96,7 +96,7 @@ def _utc_iso(time_ns: int) -> str:
     """``time_ns`` (ns since the epoch) as ``datetime.now(timezone.utc).isoformat()`` prints it."""
     secs, ns = divmod(time_ns, 1_000_000_000)
     micros = ns // 1000
-    stamp = "%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(secs)[:6]
+    stamp = "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}".format(*time.gmtime(secs)[:6])
     return f"{stamp}.{micros:06d}+00:00" if micros else f"{stamp}+00:00"
 
 

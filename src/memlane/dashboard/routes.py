@@ -17,7 +17,7 @@ no-referrer`` and ``Cache-Control: no-store``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -87,7 +87,7 @@ def _ts(value: Any) -> str:
     if not value:
         return ""
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     s = str(value)
     return s[:16].replace("T", " ") if len(s) >= 16 and s[10:11] == "T" else s
 

@@ -54,27 +54,7 @@ MAX_PREDICATE_CHARS = 200
 MIN_PREDICATE_CHARS = 5
 
 #: Capitalised words that are not names (lowercase). Sentence-initial capitals pass unless listed.
-SKIP_WORDS: frozenset[str] = frozenset("""
-a an the this that these those there then than what when where which while who whom whose why how here
-i im i'm ive i've id i'd ill i'll me my mine we we're weve we've our ours us you your yours youre you're he she it
-its it's they them their theirs his her hers one ones someone something anything everything nothing
-have has had having do does did done doing be been being is are was were am will would shall should can
-could may might must not no nor yes ok okay but and or for yet so if else also just only very really quite
-rather still already even never always often sometimes usually maybe perhaps please thanks thank
-some any all each every both few more most many much other another such same different own
-about after before between during since until into onto from with without through across along around
-behind below above under over near next last first second third new old good great best well bad better
-long high low big small large little important sure true false right left up down out off on in at by to of as
-note notes todo fixme tip warning important key facts preferences events relationships summary context
-however therefore thus moreover furthermore additionally meanwhile recently currently previously originally
-apparently specifically essentially generally typically particularly especially actually unfortunately
-fortunately certainly obviously basically exactly simply finally initially today tomorrow yesterday now later
-use uses used using add added adds fix fixed fixes run runs ran make makes made set sets get gets got see
-remember remembered decided chose chosen switched migrated picked prefer prefers preferred adopted went stick
-sticking committed settled user users let lets don't dont doesn't didn't can't cant won't isn't aren't
-monday tuesday wednesday thursday friday saturday sunday
-january february march april june july august september october november december
-""".split())
+SKIP_WORDS: frozenset[str] = frozenset(["a", "an", "the", "this", "that", "these", "those", "there", "then", "than", "what", "when", "where", "which", "while", "who", "whom", "whose", "why", "how", "here", "i", "im", "i'm", "ive", "i've", "id", "i'd", "ill", "i'll", "me", "my", "mine", "we", "we're", "weve", "we've", "our", "ours", "us", "you", "your", "yours", "youre", "you're", "he", "she", "it", "its", "it's", "they", "them", "their", "theirs", "his", "her", "hers", "one", "ones", "someone", "something", "anything", "everything", "nothing", "have", "has", "had", "having", "do", "does", "did", "done", "doing", "be", "been", "being", "is", "are", "was", "were", "am", "will", "would", "shall", "should", "can", "could", "may", "might", "must", "not", "no", "nor", "yes", "ok", "okay", "but", "and", "or", "for", "yet", "so", "if", "else", "also", "just", "only", "very", "really", "quite", "rather", "still", "already", "even", "never", "always", "often", "sometimes", "usually", "maybe", "perhaps", "please", "thanks", "thank", "some", "any", "all", "each", "every", "both", "few", "more", "most", "many", "much", "other", "another", "such", "same", "different", "own", "about", "after", "before", "between", "during", "since", "until", "into", "onto", "from", "with", "without", "through", "across", "along", "around", "behind", "below", "above", "under", "over", "near", "next", "last", "first", "second", "third", "new", "old", "good", "great", "best", "well", "bad", "better", "long", "high", "low", "big", "small", "large", "little", "important", "sure", "true", "false", "right", "left", "up", "down", "out", "off", "on", "in", "at", "by", "to", "of", "as", "note", "notes", "todo", "fixme", "tip", "warning", "important", "key", "facts", "preferences", "events", "relationships", "summary", "context", "however", "therefore", "thus", "moreover", "furthermore", "additionally", "meanwhile", "recently", "currently", "previously", "originally", "apparently", "specifically", "essentially", "generally", "typically", "particularly", "especially", "actually", "unfortunately", "fortunately", "certainly", "obviously", "basically", "exactly", "simply", "finally", "initially", "today", "tomorrow", "yesterday", "now", "later", "use", "uses", "used", "using", "add", "added", "adds", "fix", "fixed", "fixes", "run", "runs", "ran", "make", "makes", "made", "set", "sets", "get", "gets", "got", "see", "remember", "remembered", "decided", "chose", "chosen", "switched", "migrated", "picked", "prefer", "prefers", "preferred", "adopted", "went", "stick", "sticking", "committed", "settled", "user", "users", "let", "lets", "don't", "dont", "doesn't", "didn't", "can't", "cant", "won't", "isn't", "aren't", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "january", "february", "march", "april", "june", "july", "august", "september", "october", "november", "december"])
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _CLAUSE = re.compile(r"(?<=[.!?])\s+|\n+|\s+-\s+|;\s+")

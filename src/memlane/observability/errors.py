@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 #: Entries kept (seed: 500).
@@ -52,7 +52,7 @@ class ErrorRing:
         now = self._clock()
         entry = {"stage": str(stage), "code": str(code), "message": str(message)[:MAX_MESSAGE],
                  "details": dict(details or {}), "epoch": now,
-                 "at": datetime.fromtimestamp(now, tz=timezone.utc).isoformat(timespec="milliseconds")
+                 "at": datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds")
                  .replace("+00:00", "Z")}
         with self._lock:
             entry["id"] = self._next_id

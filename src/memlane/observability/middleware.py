@@ -38,9 +38,9 @@ def operation_of(method: str, path: str) -> str | None:
             return "recall"
         if path in _HOOKS:
             return _HOOKS[path]
-    if method in ("PATCH", "DELETE", "POST") and _MEMORY_ID.match(path):
-        if method != "POST" or path.endswith("/recover"):
-            return "mutate"
+    if method in ("PATCH", "DELETE", "POST") and _MEMORY_ID.match(path) and (
+            method != "POST" or path.endswith("/recover")):
+        return "mutate"
     return None
 
 
@@ -77,9 +77,9 @@ class ObservabilityMiddleware:
                 dur = (time.perf_counter() - t0) * 1000
                 headers.append((b"server-timing", f"app;dur={dur:.3f}".encode()))
                 message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body" and state["status"] >= 400:
-                if len(state["body"]) < _ERROR_BODY_MAX:
-                    state["body"] += message.get("body", b"")[:_ERROR_BODY_MAX]
+            elif (message["type"] == "http.response.body" and state["status"] >= 400
+                  and len(state["body"]) < _ERROR_BODY_MAX):
+                state["body"] += message.get("body", b"")[:_ERROR_BODY_MAX]
             await send(message)
 
         try:

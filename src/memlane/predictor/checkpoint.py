@@ -25,7 +25,7 @@ import io
 import json
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def _encode(model: MemoryScorer, meta: CheckpointMeta, flags: CheckpointFlags) -
         "embedding": {"model_id": meta.embedding_model_id, "native_dim": model.config.native_dim},
         "feature_schema": meta.feature_schema.to_dict(),
         "training": meta.training,
-        "saved_at": datetime.now(timezone.utc).isoformat(),
+        "saved_at": datetime.now(UTC).isoformat(),
     }
     config_bytes = json.dumps(config, sort_keys=True, allow_nan=False).encode("utf-8")
     buf = io.BytesIO()

@@ -12,7 +12,6 @@ cool-down has passed.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import queue
@@ -24,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import IO, Any
 
@@ -352,7 +351,7 @@ class SidecarClient:
 
     def _record(self, kind: str, message: str) -> None:
         self.error_counts[kind] += 1
-        self.errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind, "message": message})
+        self.errors.append({"at": datetime.now(UTC).isoformat(), "kind": kind, "message": message})
         log.warning("predictor %s: %s", kind, message)
         for fn in list(self.listeners):
             try:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +322,7 @@ class PredictorEngine:
                 self.optimizer = result.optimizer
                 self.trained = True
                 self.model_version += 1
-                self.last_trained = datetime.now(timezone.utc).isoformat()
+                self.last_trained = datetime.now(UTC).isoformat()
                 self.training_pairs = len(labelled)
                 self.steps_total += result.steps
                 self._remember_trained(sorted(seen_now))

@@ -89,7 +89,7 @@ class PolicyState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> "PolicyState":
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> PolicyState:
         if not raw:
             return cls()
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}

@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import IO, Any
 
@@ -371,7 +371,7 @@ def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, nativ
             sidecar.vocabulary.sync(conn)
             last = pred_sql.latest_session_project(conn)
             if last is not None:  # and count its words as of now, for the latest session's project
-                derived_signals(conn, ["warm-up"], project=last, session_time=datetime.now(timezone.utc),
+                derived_signals(conn, ["warm-up"], project=last, session_time=datetime.now(UTC),
                                 vocabulary=sidecar.vocabulary)
         except sqlite3.Error as exc:
             log.warning("project vocabulary not loaded at start-up: %s", exc)

@@ -99,9 +99,7 @@ _TIME_EXPR = re.compile(
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
     r"(?:19|20)\d\d|" + _MONTHS + r")\b", re.IGNORECASE)
 #: Capitalised words that are not names when they appear in a query.
-_NOT_NAMES = frozenset("""i what when where who whom whose why how which did does do is are was were has have had
-can could would will should the a an in on at of for to and or but if this that these those my your his her
-their our its it he she they we you me him them us""".split())
+_NOT_NAMES = frozenset(["i", "what", "when", "where", "who", "whom", "whose", "why", "how", "which", "did", "does", "do", "is", "are", "was", "were", "has", "have", "had", "can", "could", "would", "will", "should", "the", "a", "an", "in", "on", "at", "of", "for", "to", "and", "or", "but", "if", "this", "that", "these", "those", "my", "your", "his", "her", "their", "our", "its", "it", "he", "she", "they", "we", "you", "me", "him", "them", "us"])
 
 
 def query_names(query: str) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from memlane.ranker import features as F
+from datetime import UTC
 
 #: Version of the file layout.
 FORMAT_VERSION = 1
@@ -62,11 +63,11 @@ class RankerModel:
 def header_for(*, trained_on: list[str], embedding_model: str | None, params: dict[str, Any],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The header :func:`save` writes for a model trained now on ``trained_on``."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     return {"format": FORMAT_VERSION, "schema_version": F.SCHEMA_VERSION, "features": list(F.FEATURES),
             "embedding_model": embedding_model, "trained_on": list(trained_on),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "params": params,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "params": params,
             **(extra or {})}
 
 
@@ -76,10 +77,9 @@ def save(path: Path, booster: Any, header: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps(header, sort_keys=True) + "\n" + booster.model_to_string()
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw:
-        # no name, mtime 0: the same model gives the same bytes
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0) as gz:
-            gz.write(body.encode("utf-8"))
+    # no name, mtime 0: the same model gives the same bytes
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0) as gz:
+        gz.write(body.encode("utf-8"))
     tmp.replace(path)
     return path
 

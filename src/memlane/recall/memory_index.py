@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def iso_to_epoch(ts: str) -> float:
     """Seconds since the epoch of an ISO-8601 timestamp (``Z`` or offset; naive = UTC)."""
     dt = datetime.fromisoformat(ts)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 

@@ -44,7 +44,7 @@ TIMING_SAMPLES = 1000
 Merged = dict[int, tuple[float, LegScores]]
 
 
-def read_candidates(conn: sqlite3.Connection, seqs: list[int], links: bool) -> "Prefetched":
+def read_candidates(conn: sqlite3.Connection, seqs: list[int], links: bool) -> Prefetched:
     """Rows of ``seqs`` (unknown seqs absent) and, with ``links``, their memories' entity links
     (``memory_entity_mentions``), in one read.
 
@@ -78,7 +78,7 @@ class Prefetched:
             return None
         return {s: self.links.get(r.id, set()) for s, r in self.rows.items() if not r.is_deleted}
 
-    def add(self, other: "Prefetched | None") -> None:
+    def add(self, other: Prefetched | None) -> None:
         """Take ``other``'s rows (and links; links become None unless both have them). None: a
         read that failed (``complete`` becomes False)."""
         if other is None:

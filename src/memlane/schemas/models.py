@@ -107,7 +107,7 @@ class RememberOut(BaseModel):
     embedded: bool
 
     @classmethod
-    def of(cls, r: RememberResult) -> "RememberOut":
+    def of(cls, r: RememberResult) -> RememberOut:
         return cls(id=r.id, status=r.status, content_hash=r.content_hash, embedded=r.embedded)
 
 
@@ -246,7 +246,7 @@ class HistoryOut(BaseModel):
     created_at: str
 
     @classmethod
-    def of(cls, h: HistoryEntry) -> "HistoryOut":
+    def of(cls, h: HistoryEntry) -> HistoryOut:
         return cls(**{k: getattr(h, k) for k in cls.model_fields})
 
 

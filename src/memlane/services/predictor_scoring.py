@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -283,7 +283,7 @@ class ScoreChannel:
         with self._lock:
             self.errors += 1
             self.error_kinds[kind] += 1
-            self.recent_errors.append({"at": datetime.now(timezone.utc).isoformat(), "kind": kind,
+            self.recent_errors.append({"at": datetime.now(UTC).isoformat(), "kind": kind,
                                        "error": error[:300], "deadline_ms": deadline_ms,
                                        "took_ms": round(took_ms, 3)})
         self._notify(took_ms, kind)

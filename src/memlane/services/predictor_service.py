@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import numpy as np
@@ -190,7 +190,7 @@ class PredictorService:
         t0 = time.perf_counter()
         now_epoch = iso_to_epoch(now)
         baseline = [p.memory_id for p in pool]
-        local = datetime.fromtimestamp(now_epoch, tz=timezone.utc).astimezone()
+        local = datetime.fromtimestamp(now_epoch, tz=UTC).astimezone()
         gap = max(0.0, (now_epoch - iso_to_epoch(last_start)) / 3600.0) if last_start else 0.0
         features = self.candidate_signals(pool, now_epoch, project, context_text)
         with self._lock:

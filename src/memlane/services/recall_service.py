@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import numpy as np
@@ -231,7 +231,7 @@ class RecallService:
             include_deleted=q.include_deleted, include_global=q.include_global,
             exclude_superseded=q.exclude_superseded,
         )
-        now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(timezone.utc)
+        now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(UTC)
         text = clean_query(q.query, s.max_query_chars)
         if not text.strip():
             return None

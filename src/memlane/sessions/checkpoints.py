@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 
 from memlane.config.continuity import SessionCheckpointSettings
@@ -177,7 +177,7 @@ def _epoch(iso: str | None) -> float | None:
         dt = datetime.fromisoformat(iso) if iso else None
     except ValueError:
         return None
-    return None if dt is None else (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+    return None if dt is None else (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
 class SessionCheckpointService:
@@ -308,7 +308,7 @@ class SessionCheckpointService:
             conn, session_key=p.session_key, harness=p.harness, project=p.project,
             project_normalized=normalize_project(p.project), trigger=p.trigger, digest=redact(digest),
             prompt_count=p.prompt_count, memory_queries=p.queries, recent_remembers=p.remembers,
-            created_at=to_iso(datetime.fromtimestamp(p.last_at, timezone.utc)))
+            created_at=to_iso(datetime.fromtimestamp(p.last_at, UTC)))
         store.enforce_cap(conn, p.session_key, self.settings.max_checkpoints_per_session)
         return new_id
 
@@ -397,5 +397,5 @@ class SessionCheckpointService:
 
     def prune(self, now: float | None = None) -> int:
         """Hard-delete checkpoints older than ``retention_days`` (seed: pruneCheckpoints); returns how many."""
-        now_dt = datetime.fromtimestamp(self._clock() if now is None else now, timezone.utc)
+        now_dt = datetime.fromtimestamp(self._clock() if now is None else now, UTC)
         return self._db.write(lambda conn: store.prune_older_than(conn, self.settings.retention_days, now_dt))

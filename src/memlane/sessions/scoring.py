@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from memlane.providers.base import LlmError, LlmProvider
@@ -220,7 +220,7 @@ class SessionScorer:
 
 def _parse(ts: str) -> datetime:
     dt = datetime.fromisoformat(ts)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 

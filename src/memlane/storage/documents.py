@@ -43,7 +43,7 @@ class Document:
     raw_content: str | None = None
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "Document":
+    def from_row(cls, row: sqlite3.Row) -> Document:
         d = dict(row)
         d["tags"] = tuple(json.loads(d["tags"] or "[]"))
         known = set(cls.__dataclass_fields__)

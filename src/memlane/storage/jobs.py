@@ -16,7 +16,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 STATUSES = ("pending", "leased", "completed", "failed", "dead", "skipped")
@@ -44,7 +44,7 @@ class Job:
     leased_at: str | None = None
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "Job":
+    def from_row(cls, row: sqlite3.Row) -> Job:
         d = dict(row)
         d["payload"] = json.loads(d["payload"] or "{}")
         d["result"] = json.loads(d["result"]) if d["result"] else None
@@ -59,14 +59,14 @@ class Job:
 def iso(dt: datetime) -> str:
     """``dt`` as the store's timestamp format: UTC, milliseconds, ``Z``."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    dt = dt.astimezone(timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
+    dt = dt.astimezone(UTC)
     return f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 def _parse(at: str) -> datetime:
     dt = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 
 def add_ms(at: str, ms: float) -> str:

@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 import re
 import sqlite3
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from memlane.errors import StorageError
 from memlane.storage.db import Database
@@ -264,7 +264,7 @@ def migrate(db: Database) -> list[str]:
 
     def job(conn: sqlite3.Connection) -> list[str]:
         done = set(applied(conn))
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         ran = []
         for name, script in MIGRATIONS:
             if name in done:

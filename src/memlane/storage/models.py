@@ -77,7 +77,7 @@ class Memory(NewMemory):
     stale_at: str | None = None
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "Memory":
+    def from_row(cls, row: sqlite3.Row) -> Memory:
         """Build from a ``SELECT * FROM memories`` row."""
         d = dict(row)
         d["tags"] = tuple(json.loads(d["tags"] or "[]"))
@@ -109,7 +109,7 @@ class HistoryEntry:
     created_at: str
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "HistoryEntry":
+    def from_row(cls, row: sqlite3.Row) -> HistoryEntry:
         d = dict(row)
         d["changes"] = json.loads(d["changes"] or "{}")
         return cls(**d)

@@ -36,7 +36,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ def _days(since: str | None, now: datetime) -> float:
         return 0.0
     t = datetime.fromisoformat(since.replace("Z", "+00:00"))
     if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     return max(0.0, (now - t).total_seconds() / 86400.0)
 
 
@@ -85,9 +85,8 @@ def decide(m: Candidate, now: datetime, root: Path | None) -> tuple[str, str] | 
     idle = _days(m.last_accessed or m.created_at, now)
     if m.scope == "session" and _days(m.created_at, now) > SESSION_DAYS:
         return "prune", "session"
-    if m.decay_half_life_days:
-        if m.confidence * 0.5 ** (idle / m.decay_half_life_days) < MIN_CONFIDENCE:
-            return "prune", "decayed"
+    if m.decay_half_life_days and m.confidence * 0.5 ** (idle / m.decay_half_life_days) < MIN_CONFIDENCE:
+        return "prune", "decayed"
     if m.scope in ("global", "module") and m.confidence < MIN_CONFIDENCE and idle > IDLE_DAYS:
         return "prune", "low_confidence"
     if m.type == "workflow_recipe":

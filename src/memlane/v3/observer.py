@@ -234,8 +234,7 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
 
 def check_payload_error(tool_response: Any) -> str | None:
     """The failure text of a PostToolUse ``tool_response`` (``is_error``/``error``), or None."""
-    if isinstance(tool_response, dict):
-        if tool_response.get("is_error") or tool_response.get("error"):
-            text = tool_response.get("error") or tool_response.get("content") or "error"
-            return str(text)[:MAX_ERROR_CHARS]
+    if isinstance(tool_response, dict) and (tool_response.get("is_error") or tool_response.get("error")):
+        text = tool_response.get("error") or tool_response.get("content") or "error"
+        return str(text)[:MAX_ERROR_CHARS]
     return None

@@ -295,9 +295,10 @@ class JobWorker(PollingWorker):
         t0 = time.perf_counter()
         try:
             result = self._handlers[job.job_type](job)
-        except SkipJob as s:
+        except SkipJob as skip:
             self._drop_pending_ahead()
-            self.db.write(lambda c: jobs_sql.skip(c, job.id, s.reason, now=self._now()))
+            reason = skip.reason
+            self.db.write(lambda c: jobs_sql.skip(c, job.id, reason, now=self._now()))
             self.outcomes["skipped"] += 1
             self._notify(job, "skipped", t0)
             return True
