@@ -185,10 +185,10 @@ def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chu
         scores = np.array([dist[k] for k in ok], dtype=np.float64)
         labels = np.array([items[k][2] for k in ok], dtype=bool)
         pred = np.array([ids[k] in flagged for k in ok], dtype=bool)
-        p, r = precision_recall(pred, labels)
+        prec, r = precision_recall(pred, labels)
         return {"pair": f"{a}->{b}", "pages": len(doc_of), "memories": len(ok), "drifted": int(labels.sum()),
                 "survived": int((~labels).sum()), "auroc": auroc(scores, labels), "threshold": threshold,
-                "precision": p, "recall": r, "flagged": int(pred.sum()),
+                "precision": prec, "recall": r, "flagged": int(pred.sum()),
                 "scores": scores.tolist(), "labels": labels.tolist()}
     finally:
         c.close()

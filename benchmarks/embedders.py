@@ -101,7 +101,7 @@ def _closure(roots: list[str]) -> set[str]:
         seen.add(name)
         for spec in dist.requires or []:
             req = Requirement(spec)
-            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+            if req.marker is not None and not req.marker.evaluate({**{k: str(v) for k, v in env.items()}, "extra": ""}):
                 continue
             pending.append(req.name)
     return seen

@@ -13,7 +13,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import httpx
 
@@ -113,7 +114,7 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                     if progress:
                         progress("filling the store", min(start + FILL_BATCH, len(fill)), len(fill))
                 fill_s = time.perf_counter() - t0
-                if pipeline_stages:  # no LLM here: synthetic hints, written with the daemon stopped
+                if pipeline_stages and stages is not None:  # no LLM here: synthetic hints, daemon stopped
                     proc, stages["hints_written"] = restart_with_hints(proc, Path(tmp), port, qs, start_daemon)
                 backlog = wait_for_job_backlog(http, timeout_s=600.0)  # recall in the steady state
                 backlog["predictor_wait_s"] = wait_for_predictor(http)
@@ -142,7 +143,7 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if pipeline_stages:
+        if pipeline_stages and stages is not None:
             stages["in_process"] = stage_overhead(Path(tmp), qs, min(n_queries, 200))
     return {
         "store_size": size,

@@ -102,8 +102,11 @@ def run_predictor_latency(data: Path, *, n_scores: int = 300, n_sessions: int = 
             c.memories.remember_many([RememberInput(content=t, project="bench") for t in texts])
             if progress:
                 progress("store filled", 1, 3)
-            _fill_sessions(c, n_sessions, 50, rng, c.embedder.dimensions)
-            model_id, dim = c.embedder.model_id, c.embedder.dimensions
+            embedder = c.embedder
+            if embedder is None:
+                raise RuntimeError("the predictor latency bench needs the local embedding model")
+            _fill_sessions(c, n_sessions, 50, rng, embedder.dimensions)
+            model_id, dim = embedder.model_id, embedder.dimensions
             pool = rng.sample([m for m in c.memories.list(limit=1000)[0]], candidates)
             vecs, _ = c.memories.index.vectors_of([m.seq for m in pool])
             ctx = vecs[0] * 0.5 + vecs[1] * 0.5

@@ -129,7 +129,10 @@ class LinearRanker:
 
 
 def _prior(features: np.ndarray) -> np.ndarray:
-    return sum(w * features[:, FEATURE_INDEX[name]] for name, w in BASELINE_PRIOR.items())
+    out = np.zeros(features.shape[0], dtype=np.float64)
+    for name, w in BASELINE_PRIOR.items():
+        out += w * features[:, FEATURE_INDEX[name]]
+    return out
 
 
 def fit_listwise_linear(sessions: Sequence[tuple[np.ndarray, np.ndarray]], *, leave_out: Sequence[str] = (),

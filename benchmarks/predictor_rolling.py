@@ -51,7 +51,7 @@ __all__ = ["graded_ndcg", "rolling_blocks", "run", "training_window"]
 Progress = Callable[[str, int, int], None]
 
 
-def graded_ndcg(order: Sequence[int], labels: np.ndarray, k: int = 10) -> float | None:
+def graded_ndcg(order: Sequence[int] | np.ndarray, labels: np.ndarray, k: int = 10) -> float | None:
     """NDCG@k of ``order`` (candidate indices, best first) with ``max(label, 0)`` as the gain:
     :func:`memlane.predictor.policy.ndcg_of_ranking` (the daemon's comparison metric) over
     candidate indices.
@@ -63,8 +63,9 @@ def graded_ndcg(order: Sequence[int], labels: np.ndarray, k: int = 10) -> float 
     Returns:
         NDCG@k in [0, 1] (ideal over the pool), or None when no label is positive.
     """
-    return ndcg_of_ranking([int(j) for j in order], dict(enumerate(np.asarray(labels, dtype=np.float64).tolist())),
-                           k)  # type: ignore[arg-type]  # indices stand in for memory ids
+    gains = np.asarray(labels, dtype=np.float64).tolist()
+    # candidate indices, as strings, stand in for memory ids
+    return ndcg_of_ranking([str(int(j)) for j in order], {str(i): g for i, g in enumerate(gains)}, k)
 
 
 def rolling_blocks(n_sessions: int, *, min_train: int, block: int) -> list[tuple[int, int]]:
@@ -117,7 +118,9 @@ def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: 
         # the same labels: both are defined wherever the baseline's is
         eng = graded_ndcg(np.argsort(-e_scores, kind="stable"), s.labels)
         ceil = graded_ndcg(np.argsort(-ceiling.score(s.features.astype(np.float64)), kind="stable"), s.labels)
-        got.append((base, eng, ceil))  # type: ignore[arg-type]
+        if eng is None or ceil is None:
+            continue
+        got.append((base, eng, ceil))
     if not got:
         return None
     bs, es, cs = (list(x) for x in zip(*got))

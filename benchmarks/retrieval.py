@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Callable
 
 import numpy as np
@@ -59,7 +59,7 @@ class RetrievalConfig:
     context_weight: float | None = None
     use_vectors: bool = True
     max_conversations: int | None = None
-    ranker: str | None = None
+    ranker: Literal["learned", "heuristic"] | None = None
     cv: str | None = None
     ablate: bool = False
 

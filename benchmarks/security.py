@@ -362,7 +362,7 @@ def guard_cost_ms(n: int = 20_000) -> dict[str, float]:
         headers = [(b"host", b"127.0.0.1:7437"), (b"content-type", b"application/json"),
                    (b"authorization", f"Bearer {tokens._token.decode()}".encode())]
 
-        async def run(app: Any) -> list[float]:
+        async def run(app: Any) -> list[int]:
             async def receive() -> dict[str, Any]:
                 return {"type": "http.request", "body": b"", "more_body": False}
 

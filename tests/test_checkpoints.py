@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pydantic
 import pytest
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from memlane.config import load_settings
 from memlane.container import Container, open_container
-from memlane.errors import ValidationError
+from memlane.errors import StorageError, ValidationError
 from memlane.config.continuity import SessionCheckpointSettings
 from memlane.sessions.checkpoints import (
     MAX_QUERIES,
@@ -384,12 +384,12 @@ def test_storage_round_trip(container):
     assert container.db.read(lambda c: store.latest_for_session(c, "k")).id == ids[2]
     assert container.db.read(lambda c: store.latest_for_project(c, "/x")) is None
     assert container.db.write(lambda c: store.enforce_cap(c, "k", 1)) == 2
-    exactly = datetime(2027, 1, 10, tzinfo=timezone.utc)  # the row is exactly 7 days old: kept
+    exactly = datetime(2027, 1, 10, tzinfo=UTC)  # the row is exactly 7 days old: kept
     assert container.db.write(lambda c: store.prune_older_than(c, 7, exactly)) == 0
-    now = datetime(2027, 1, 10, 0, 0, 0, 1000, tzinfo=timezone.utc)  # 7 days + 1 ms: deleted
+    now = datetime(2027, 1, 10, 0, 0, 0, 1000, tzinfo=UTC)  # 7 days + 1 ms: deleted
     assert container.db.write(lambda c: store.prune_older_than(c, 7, now)) == 1
     assert container.db.read(lambda c: store.count(c)) == 0
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError, match="CHECK constraint"):
         container.db.write(lambda c: store.insert(c, session_key="k", harness=None, project=None,
                                                   project_normalized=None, trigger="bogus", digest="",
                                                   prompt_count=0, memory_queries=[], recent_remembers=[],
@@ -500,7 +500,7 @@ def test_failed_flush_keeps_the_batch_then_gives_up(clock):
     db = FailingDb()
     svc = SessionCheckpointService(db, clock=clock, flush_interval_s=3600)  # type: ignore[arg-type]
     svc.queue("s", "periodic", prompt_count_delta=1)
-    for attempt in range(1, MAX_FLUSH_ATTEMPTS):
+    for _ in range(1, MAX_FLUSH_ATTEMPTS):
         with pytest.raises(StorageError):
             svc.flush()
         assert svc.pending_sessions() == ["s"]

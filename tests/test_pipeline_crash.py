@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import httpx
@@ -62,7 +62,7 @@ class BlockFirstExtraction:
 
 def utc_now() -> str:
     """Now in the store's timestamp format (sortable as text)."""
-    return jobs_sql.iso(datetime.now(timezone.utc))
+    return jobs_sql.iso(datetime.now(UTC))
 
 
 def wait_for(predicate, what: str, timeout_s: float = WAIT_S, log: str = "") -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Literal, cast
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -24,17 +24,17 @@ DEFAULT_LOCOMO = Path("../shared/bench-data/locomo/locomo10.json")
 @bench_app.command("retrieval")
 def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only locomo)."),
               data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
-              out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...)."),
+              out: Path | None = typer.Option(None, help="JSON report path (default bench-results/...)."),
               context_turns: int = typer.Option(2, help="Preceding turns of the same session indexed as context."),
-              alpha: Optional[float] = typer.Option(None, help="Vector weight (default: settings, 0.7)."),
-              context_weight: Optional[float] = typer.Option(None, help="Context weight (default: settings)."),
+              alpha: float | None = typer.Option(None, help="Vector weight (default: settings, 0.7)."),
+              context_weight: float | None = typer.Option(None, help="Context weight (default: settings)."),
               bm25_only: bool = typer.Option(False, "--bm25-only", help="No embeddings: the BM25 leg alone."),
-              max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
-              workdir: Optional[Path] = typer.Option(
+              max_conversations: int | None = typer.Option(None, help="Only the first N conversations."),
+              workdir: Path | None = typer.Option(
                   None, help="Keep the per-conversation stores here (a complete one is reused next time)."),
-              ranker: Optional[str] = typer.Option(
+              ranker: str | None = typer.Option(
                   None, help="learned | heuristic (default: the shipped recall.ranker)."),
-              cv: Optional[str] = typer.Option(
+              cv: str | None = typer.Option(
                   None, help="conversation: the learned ranker by leave-one-conversation-out (implied when the "
                   "model was trained on a conversation under test)."),
               ablate: bool = typer.Option(False, "--ablate",
@@ -58,15 +58,16 @@ def retrieval(dataset: str = typer.Option("locomo", help="Dataset name (only loc
     if ranker not in (None, "learned", "heuristic") or cv not in (None, "conversation"):
         err.print("[red]error:[/red] --ranker is learned or heuristic; --cv is conversation")
         raise typer.Exit(2)
+    ranker_choice = cast(Literal["learned", "heuristic"] | None, ranker)  # checked just above
     cfg = RetrievalConfig(context_turns=context_turns, alpha=alpha, context_weight=context_weight,
-                          use_vectors=not bm25_only, max_conversations=max_conversations, ranker=ranker, cv=cv,
+                          use_vectors=not bm25_only, max_conversations=max_conversations, ranker=ranker_choice, cv=cv,
                           ablate=ablate)
     with stage_progress(err, "locomo") as tick:
         try:
             report = run(data, embedder=embedder, config=cfg, workdir=workdir, progress=tick)
         except ValueError as exc:
             err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     path = write_json(out_path(out, "locomo-retrieval"), report)
     from rich.markup import escape
 
@@ -113,7 +114,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
             remembers: int = typer.Option(300, help="Single remember requests measured."),
             data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
             port: int = typer.Option(0, help="Daemon port (0 = pick a free one)."),
-            pipeline_stages: Optional[bool] = typer.Option(
+            pipeline_stages: bool | None = typer.Option(
                 None, "--pipeline-stages/--no-pipeline-stages",
                 help="Recall with hints (synthetic, 3 per memory), graph boost and dampening on "
                      "(plus each stage's in-process overhead), or all off; default: the configured defaults."),
@@ -122,7 +123,7 @@ def latency(memories: int = typer.Option(10_000, help="Memories in the store bef
             ranker_paired: bool = typer.Option(
                 False, "--ranker-paired", help="Also time each query with the learned ranker and with the "
                 "heuristic one, alternating, on the same daemon."),
-            out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+            out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Start a real daemon, fill it, and measure remember and recall latency over HTTP."""
     from benchmarks.latency import run_latency
 
@@ -167,17 +168,17 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
              sessions_: int = typer.Option(100, "--sessions", help="Sessions driven (each: start, prompts, end)."),
              prompts: int = typer.Option(3, help="Prompts per session."),
              gap: float = typer.Option(0.5, help="Seconds between a session's end and the next start."),
-             store: Optional[Path] = typer.Option(
+             store: Path | None = typer.Option(
                  None, help="Keep the filled store here and reuse it next time (100k takes long to embed)."),
              data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
              predictor: bool = typer.Option(True, "--predictor/--no-predictor",
                                             help="Run the predictor sidecar (scores every session-start)."),
-             alpha: Optional[float] = typer.Option(
+             alpha: float | None = typer.Option(
                  None, min=0.0, max=0.999,
                  help="Seed an earned predictor state with this alpha (< 1): every start waits for the "
                       "predictor's scores and fuses them (the predictor active). Default: a fresh store "
                       "(cold start, alpha 1: the start answers before the scores)."),
-             out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+             out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Session-start and prompt-submit latency through a real daemon, and the candidate pool size."""
     from benchmarks.sessions import run_sessions
 
@@ -217,7 +218,7 @@ def hooks(runs: int = typer.Option(20, min=1, help="Measured rounds of the new c
                                        "(seconds per call)."),
           memories: int = typer.Option(200, min=1, help="Memories in the daemon's store."),
           embedding: str = typer.Option("local", help="The daemon's embedding provider: local | none."),
-          out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+          out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """The hook commands as Claude Code runs them (a new shell and process per call, the payload
     on stdin) through a real daemon and with it down: the light memlane-hook, the old 'memlane
     hook', a raw HTTP client (curl) as the floor and 'python -c pass' as a reference. Wall p50/p95, CPU
@@ -260,7 +261,7 @@ def hooks(runs: int = typer.Option(20, min=1, help="Measured rounds of the new c
 
 
 @bench_app.command("security")
-def security(out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+def security(out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Try the attacks of issue "Secure by default" against real daemons on a temporary home:
     DNS rebinding, no token, cross-origin and body-less POSTs, forbidden config keys, SSRF,
     injection framing, secrets at rest, another user, two daemons on one home. Prints each

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -19,11 +18,11 @@ DEFAULT_DRIFT_DATA = Path("../shared/bench-data/drift/httpx")
 def bench_drift(data: Path = typer.Option(DEFAULT_DRIFT_DATA, help="The httpx drift data (MANIFEST.md)."),
                 tune_pair: int = typer.Option(0, min=0, max=2, help="Pair the threshold is chosen on "
                                               "(0 = 0.13->0.18, 1 = 0.18->0.23, 2 = 0.23->0.28)."),
-                threshold: Optional[float] = typer.Option(None, help="Threshold the detector runs with "
+                threshold: float | None = typer.Option(None, help="Threshold the detector runs with "
                                                           "(default: drift.threshold)."),
-                chunk_size: Optional[int] = typer.Option(None, help="documents.chunkSize for the ingest "
+                chunk_size: int | None = typer.Option(None, help="documents.chunkSize for the ingest "
                                                          "(default: the setting's default)."),
-                out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...).")) -> None:
+                out: Path | None = typer.Option(None, help="JSON report path (default bench-results/...).")) -> None:
     """Drift detection and file staleness on real documentation edits (httpx, four releases)."""
     from benchmarks.drift import run_drift_bench
     from benchmarks.report import write_json
@@ -54,8 +53,8 @@ def bench_drift(data: Path = typer.Option(DEFAULT_DRIFT_DATA, help="The httpx dr
     for col in ("pair", "pages", "deleted", "P/R deleted", "renamed", "P/R renamed"):
         st.add_column(col)
     for r in report["staleness"]:
-        st.add_row(r["pair"], str(r["pages"]), str(len(r["deleted"])), "%.2f/%.2f" % tuple(r["deleted_pr"]),
-                   str(len(r["renamed"])), "%.2f/%.2f" % tuple(r["renamed_pr"]))
+        st.add_row(r["pair"], str(r["pages"]), str(len(r["deleted"])), "{:.2f}/{:.2f}".format(*r["deleted_pr"]),
+                   str(len(r["renamed"])), "{:.2f}/{:.2f}".format(*r["renamed_pr"]))
     console.print(st)
     console.print(f"report: {path}")
 
@@ -65,7 +64,7 @@ def bench_drift_latency(memories: int = typer.Option(10_000, min=100, help="Memo
                         queries: int = typer.Option(300, min=10, help="Queries, each run with drift on and off."),
                         data: Path = typer.Option(Path("../shared/bench-data/locomo/locomo10.json"),
                                                   help="LoCoMo file (the texts of `bench latency`)."),
-                        out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+                        out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Recall p50 with drift on vs off on one store in the same minutes (paired, in process), and the
     retrieval rules' cost on 10 hits with 3 flagged."""
     from benchmarks.drift_latency import run_drift_latency

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -21,7 +20,7 @@ def pipeline(jobs: int = typer.Option(500, min=1, help="Memories (= extract jobs
              synchronous: str = typer.Option("FULL", help="SQLite synchronous: FULL (daemon default) or NORMAL."),
              data: Path = typer.Option(DEFAULT_LOCOMO, help="LoCoMo file whose real texts become the memories "
                                                             "(a synthetic corpus when missing)."),
-             out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...).")) -> None:
+             out: Path | None = typer.Option(None, help="JSON report path (default bench-results/...).")) -> None:
     """Enqueue N memories, let the extraction workers drain the queue against a loopback Ollama server
     that answers at once (valid extraction and decision JSON); report jobs/s (median of repeats)."""
     from benchmarks.pipeline import run_pipeline_bench
@@ -36,7 +35,7 @@ def pipeline(jobs: int = typer.Option(500, min=1, help="Memories (= extract jobs
                                         synchronous=synchronous, data=data, progress=tick)
         except RuntimeError as exc:
             err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
     path = write_json(out_path(out, "bench-pipeline"), report)
     t = Table(title=f"pipeline v2 extraction: {jobs} jobs x {repeats}, {workers} worker(s), embedding "
                     f"{embedding}, {report['cpus']} CPUs, corpus {report['corpus'].split(':')[0]}")

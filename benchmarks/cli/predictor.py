@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -36,10 +36,10 @@ def _locomo_table(title: str, summary: dict[str, Any]) -> Table:
 @bench_app.command("predictor")
 def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated."),
               data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json (locomo)."),
-              out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/...)."),
+              out: Path | None = typer.Option(None, help="JSON report path (default bench-results/...)."),
               workdir: Path = typer.Option(Path("bench-results/predictor-work"),
                                            help="Stores, sidecar models and base models (reused between runs)."),
-              max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
+              max_conversations: int | None = typer.Option(None, help="Only the first N conversations."),
               base: bool = typer.Option(True, "--base/--no-base", help="Also run the Phase 6 base-model path."),
               sessions: int = typer.Option(200, help="Simulated sessions (simulated)."),
               reuse: bool = typer.Option(False, "--reuse", help="LoCoMo: reuse the first pass kept in --workdir."),
@@ -48,7 +48,7 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
                                             "recall's 50 hits; 100 (the daemon's default): those plus the top "
                                             "50 by effectiveScore the recall missed."),
               seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user)."),
-              seeds: Optional[str] = typer.Option(None, help="Simulated: several users in turn, e.g. 0-7 or "
+              seeds: str | None = typer.Option(None, help="Simulated: several users in turn, e.g. 0-7 or "
                                                   "0,1,4 (instead of --seed); each seed's report is saved "
                                                   "beside the combined one.")) -> None:
     """Baseline vs predictor vs fused ranking on held-out sessions, with paired bootstrap 95% CIs."""
@@ -103,7 +103,7 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
     console.print(f"{report['seconds']:.0f} s; report: {path}")
 
 
-def _simulated_seeds(seed_list: list[int], embedder: Any, workdir: Path, sessions: int, out: Optional[Path]) -> None:
+def _simulated_seeds(seed_list: list[int], embedder: Any, workdir: Path, sessions: int, out: Path | None) -> None:
     from benchmarks.predictor_simulated_seeds import render_seeds, run_seeds
     from benchmarks.report import write_json
 
@@ -125,7 +125,7 @@ def predictor_latency(scores: int = typer.Option(300, help="Score requests timed
                       sessions: int = typer.Option(500, help="Labelled sessions for train_from_db."),
                       epochs: int = typer.Option(50, help="Training epochs (early stopping off)."),
                       data: Path = typer.Option(DEFAULT_LOCOMO, help="Source of realistic text (LoCoMo)."),
-                      out: Optional[Path] = typer.Option(None, help="JSON report path.")) -> None:
+                      out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Predictor cost: scoring 100 candidates in process and through the sidecar; train_from_db time."""
     from benchmarks.predictor_latency import run_predictor_latency
     from benchmarks.report import write_json
@@ -155,7 +155,7 @@ def predictor_latency(scores: int = typer.Option(300, help="Score requests timed
 def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor-work"),
                                                    help="The --workdir of a LoCoMo `bench predictor` run."),
                       data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
-                      out: Optional[Path] = typer.Option(None, help="JSON report path."),
+                      out: Path | None = typer.Option(None, help="JSON report path."),
                       dating: str = typer.Option("asked", help="asked: sessions dated as the bench dates them "
                                                  "(after the conversation); answerable: at the start of the "
                                                  "LoCoMo session after the question's last evidence turn, "
@@ -216,7 +216,7 @@ def predictor_offline(workdir: Path = typer.Option(Path("bench-results/predictor
     console.print(f"report: {path}")
 
 
-def _recency_grid(workdir: Path, data: Path, out: Optional[Path], dating: str, seed: int) -> None:
+def _recency_grid(workdir: Path, data: Path, out: Path | None, dating: str, seed: int) -> None:
     from benchmarks.recency_grid import run_grid
     from benchmarks.report import write_json
 
@@ -247,9 +247,9 @@ def _recency_grid(workdir: Path, data: Path, out: Optional[Path], dating: str, s
 
 
 @bench_app.command("predictor-rolling")
-def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane store (memories.db, or its "
+def predictor_rolling(store: Path | None = typer.Option(None, help="A memlane store (memories.db, or its "
                                                            "directory). Default: the daemon's own."),
-                      embedding_model: Optional[str] = typer.Option(None, help="Embedding model id of the "
+                      embedding_model: str | None = typer.Option(None, help="Embedding model id of the "
                                                                     "vectors to read (default: the store's "
                                                                     "most common)."),
                       native_dim: int = typer.Option(0, min=0, help="Its width (with --embedding-model)."),
@@ -261,7 +261,7 @@ def predictor_rolling(store: Optional[Path] = typer.Option(None, help="A memlane
                                                  "model)."),
                       early: int = typer.Option(50, min=1, help="Also summarise the blocks trained on "
                                                 "fewer than this many sessions (the first models)."),
-                      out: Optional[Path] = typer.Option(None, help="JSON report path."),
+                      out: Path | None = typer.Option(None, help="JSON report path."),
                       seed: int = typer.Option(0, help="Engine initialisation and bootstrap seed.")) -> None:
     """The predictor on a store's own past sessions: rolling-origin NDCG@10 against the baseline.
 

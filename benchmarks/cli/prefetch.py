@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -20,7 +19,7 @@ def bench_prefetch(data: Path = typer.Option(Path("../shared/bench-data/cochange
                    git: bool = typer.Option(True, "--git/--no-git", help="Bootstrap through a real git repository "
                                             "(git fast-import, then git log) or from the recorded changes."),
                    online: bool = typer.Option(False, help="Also learn each scored commit after scoring it."),
-                   out: Optional[Path] = typer.Option(None, help="JSON report path (default bench-results/).")) -> None:
+                   out: Path | None = typer.Option(None, help="JSON report path (default bench-results/).")) -> None:
     """Co-access graph vs the co-change-count and import baselines on httpx's history: bootstrap
     from the commits up to 0.23.0, then for each later commit give its first file and predict the
     rest (recall@5, recall@10, MRR; per-commit time)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -23,11 +22,11 @@ err = Console(stderr=True, soft_wrap=True)
 
 @replay_app.command("locomo")
 def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json."),
-           url: Optional[str] = typer.Option(None, help="A running daemon; default: start one on a fresh directory."),
-           keep: Optional[Path] = typer.Option(None, help="Data directory to create and keep (without --url)."),
-           max_conversations: Optional[int] = typer.Option(None, help="Only the first N conversations."),
-           max_questions: Optional[int] = typer.Option(None, help="Only the first N questions per conversation."),
-           out: Optional[Path] = typer.Option(None, help="JSON report path."),
+           url: str | None = typer.Option(None, help="A running daemon; default: start one on a fresh directory."),
+           keep: Path | None = typer.Option(None, help="Data directory to create and keep (without --url)."),
+           max_conversations: int | None = typer.Option(None, help="Only the first N conversations."),
+           max_questions: int | None = typer.Option(None, help="Only the first N questions per conversation."),
+           out: Path | None = typer.Option(None, help="JSON report path."),
            extract: bool = typer.Option(False, "--extract", help="Instead: run pipeline v2 extraction over each "
                                         "session through the configured LLM provider; report facts, entities, "
                                         "decisions and dedup counts (exits 0 with a message when no provider).")
@@ -49,7 +48,7 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
                                 keep=keep, progress=tick)
         except (ValueError, RuntimeError) as exc:
             err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
     path = out_path(out, "replay-locomo")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, default=str))
@@ -76,7 +75,7 @@ def locomo(data: Path = typer.Option(DEFAULT_LOCOMO, help="Path of locomo10.json
     console.print(f"report: {path}")
 
 
-def _extract(data: Path, *, keep: Optional[Path], max_conversations: Optional[int], out: Optional[Path]) -> int:
+def _extract(data: Path, *, keep: Path | None, max_conversations: int | None, out: Path | None) -> int:
     """The ``--extract`` run of ``memlane replay locomo``: run, print, write the JSON report.
     Returns the exit code: 0 (done, or no provider configured: said so), 1 (an error)."""
     from benchmarks.report import write_json

@@ -90,8 +90,11 @@ def run_extract_replay(data: Path, *, settings: Settings | None = None, keep: Pa
                     progress("extraction jobs", done, len(ids))
                 if done > len(ids) * 4:  # every job leased at most max_attempts times
                     break
-            jobs = [j for j in (c.db.read(lambda conn, m=m: jobs_sql.latest_for_memory(conn, m, "extract"))
-                                for m in ids) if j is not None]
+            jobs = []
+            for m in ids:
+                j = c.db.read(lambda conn: jobs_sql.latest_for_memory(conn, m, "extract"))
+                if j is not None:
+                    jobs.append(j)
             report.update(_totals(jobs), seconds=time.perf_counter() - t0)
             report["derived_memories"] = c.memories.stats()["total"] - len(ids)
             return report

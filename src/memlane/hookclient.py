@@ -55,6 +55,12 @@ import _socket
 import os
 import sys
 
+from memlane.auth import CLIENT_HEADER, auth_headers
+from memlane.connectors import cjson
+from memlane.connectors.events import CLAUDE_CODE_NAMES, from_claude_code
+from memlane.connectors.hooklog import LazyLogger, LogFile, direct_to, file_handler
+from memlane.connectors.spool import DeliveryError, DeliveryTimeout, replay_with, spool_dir_for, spool_event
+
 # What the hook's start-up keeps out (each measured in docs/hooks.md): typing, collections,
 # pathlib, json (with re and enum) and socket (with enum and selectors). TYPE_CHECKING = False
 # is the idiom type checkers read as typing.TYPE_CHECKING.
@@ -66,12 +72,6 @@ if TYPE_CHECKING:
 
     from memlane.connectors.events import HookEvent
     from memlane.connectors.spool import Post
-
-from memlane.auth import CLIENT_HEADER, auth_headers
-from memlane.connectors import cjson
-from memlane.connectors.events import CLAUDE_CODE_NAMES, from_claude_code
-from memlane.connectors.hooklog import LazyLogger, LogFile, direct_to, file_handler
-from memlane.connectors.spool import DeliveryError, DeliveryTimeout, replay_with, spool_dir_for, spool_event
 
 #: Most bytes read from stdin (Claude Code's hook JSON).
 MAX_STDIN_BYTES = 16 * 1024 * 1024

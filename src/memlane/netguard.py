@@ -155,7 +155,7 @@ def numeric_address(host: str) -> IPAddress | None:
         infos = socket.getaddrinfo(h, None, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError, ValueError):
         return None
-    return _parse_ip(infos[0][4][0]) if infos else None
+    return _parse_ip(str(infos[0][4][0])) if infos else None
 
 
 def _parse_ip(text: str) -> IPAddress:

@@ -65,6 +65,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from typing import Any, overload
 
 REDACTED_MARK = "[REDACTED]"
 _MAX_PASSES = 6
@@ -193,8 +194,15 @@ def redacts_memory(mode: str, source_type: str | None) -> bool:
     return True
 
 
+@overload
+def redact_json(value: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def redact_json(value: object) -> object: ...
+
+
 def redact_json(value: object) -> object:
-    """``value`` (JSON-like data) with :func:`redact` applied to every string in it, keys kept.
+    """``value`` (JSON-like data) with :func:`redact` applied to every string in it, keys kept
+    (a dict gives a dict).
 
     Lists, tuples and dicts are rebuilt; numbers, booleans and None pass unchanged.
     """

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from memlane.schemas.models import (
@@ -24,7 +25,7 @@ from memlane.errors import ValidationError
 from memlane.services.inputs import RecallQuery
 
 
-def _parse(model: type, data: dict[str, Any]) -> Any:
+def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
     """Validate ``data`` against ``model``, reporting errors like FastAPI's own body validation."""
     try:
         return model.model_validate(data)

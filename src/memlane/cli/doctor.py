@@ -55,8 +55,8 @@ def doctor(fix: bool = typer.Option(False, "--fix", help="Remove group and other
             "problems": [{"path": str(p.path), "mode": f"{p.mode:04o}", "expected": f"{p.expected:04o}",
                           "kind": p.kind} for p in problems]}))
     else:
-        for p in fixed:
-            console.print(f"fixed: {escape(str(p))}")
+        for path in fixed:
+            console.print(f"fixed: {escape(str(path))}")
         for p in problems:
             console.print(f"[red]problem:[/red] {escape(p.describe())}")
         if problems:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -32,13 +31,13 @@ def _fail(exc: Exception) -> None:
 
 
 @drift_app.command("list")
-def list_errors(error_type: Optional[str] = typer.Option(None, "--type", help="memory_drift, memory_stale_file, "
+def list_errors(error_type: str | None = typer.Option(None, "--type", help="memory_drift, memory_stale_file, "
                                                          "memory_stale_entity or memory_external_signal."),
-                memory: Optional[str] = typer.Option(None, "--memory", help="Only this memory's rows."),
+                memory: str | None = typer.Option(None, "--memory", help="Only this memory's rows."),
                 resolved: str = typer.Option("false", help="false (open, default), true or all."),
                 limit: int = typer.Option(50, min=1, max=1000, help="Most rows, newest first."),
                 as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
-                url: Optional[str] = UrlOpt) -> None:
+                url: str | None = UrlOpt) -> None:
     """List prediction errors (unresolved by default) with the memory each is about."""
     params = {"resolved": resolved, "limit": limit}
     if error_type:
@@ -64,7 +63,7 @@ def list_errors(error_type: Optional[str] = typer.Option(None, "--type", help="m
 
 @drift_app.command("resolve")
 def resolve(error_id: int = typer.Argument(..., help="The error id (from `memlane drift list`)."),
-            url: Optional[str] = UrlOpt) -> None:
+            url: str | None = UrlOpt) -> None:
     """Dismiss one open prediction error (a false positive)."""
     try:
         client_for(url).request("POST", f"/api/drift/errors/{error_id}/resolve")
@@ -74,8 +73,8 @@ def resolve(error_id: int = typer.Argument(..., help="The error id (from `memlan
 
 
 @stale_app.command("scan")
-def scan(project: Optional[Path] = typer.Option(None, "--project", help="One project root (default: all)."),
-         url: Optional[str] = UrlOpt) -> None:
+def scan(project: Path | None = typer.Option(None, "--project", help="One project root (default: all)."),
+         url: str | None = UrlOpt) -> None:
     """Sweep every file reference now: renamed files (git) are followed, missing ones marked stale."""
     body = {"project": str(project.resolve())} if project is not None else {}
     try:

@@ -47,17 +47,17 @@ class LazyGroup(TyperGroup):
         self._group = group
         return group
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         group = self._loaded()
         return group.list_commands(ctx) if group is not None else []
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         group = self._loaded()
         if group is None:
             return _missing_command(cmd_name)
         return group.get_command(ctx, cmd_name)
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         super().format_help(ctx, formatter)
         if self._loaded() is None:
             typer.echo(f"\n{INSTALL_HINT}.")

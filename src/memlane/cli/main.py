@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -52,7 +52,7 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _settings(home: Optional[Path] = None, **over: Any):  # noqa: ANN202
+def _settings(home: Path | None = None, **over: Any):  # noqa: ANN202
     kwargs = {k: v for k, v in over.items() if v is not None}
     if home is not None:
         kwargs["home"] = home
@@ -75,9 +75,9 @@ def version() -> None:
 
 
 @app.command()
-def serve(host: Optional[str] = typer.Option(None, help="Bind address (default 127.0.0.1)."),
-          port: Optional[int] = typer.Option(None, help="TCP port (default 7437)."),
-          home: Optional[Path] = HomeOpt) -> None:
+def serve(host: str | None = typer.Option(None, help="Bind address (default 127.0.0.1)."),
+          port: int | None = typer.Option(None, help="TCP port (default 7437)."),
+          home: Path | None = HomeOpt) -> None:
     """Run the daemon in the foreground (HTTP API on 127.0.0.1:7437 by default)."""
     from memlane.api.app import create_app
     from memlane.cli.serving import run_server
@@ -140,10 +140,10 @@ def _exit_after_sigterm(signum: int, frame: Any) -> None:
 def remember(content: str = typer.Argument(..., help="The memory text ('-' reads stdin)."),
              type_: str = typer.Option("fact", "--type", help="Memory type."),
              importance: float = typer.Option(0.5, help="Importance in [0, 1]."),
-             project: Optional[str] = typer.Option(None, help="Project scope."),
+             project: str | None = typer.Option(None, help="Project scope."),
              tag: list[str] = typer.Option([], "--tag", help="A tag (repeatable)."),
              pinned: bool = typer.Option(False, help="Pin the memory."),
-             url: Optional[str] = UrlOpt, **v3: Any) -> None:
+             url: str | None = UrlOpt, **v3: Any) -> None:
     """Store one memory through the running daemon (V3 fields: docs/v3.md)."""
     if content == "-":
         content = sys.stdin.read()
@@ -161,10 +161,10 @@ def remember(content: str = typer.Argument(..., help="The memory text ('-' reads
 @v3_cmd.v3_options("recall")
 def recall(query: str = typer.Argument(..., help="What to look for (any text)."),
            limit: int = typer.Option(10, "--limit", "-k", help="Results, 1..1000."),
-           project: Optional[str] = typer.Option(None, help="Only this project."),
+           project: str | None = typer.Option(None, help="Only this project."),
            type_: list[str] = typer.Option([], "--type", help="Only these types (repeatable)."),
            as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
-           url: Optional[str] = UrlOpt, **v3: Any) -> None:
+           url: str | None = UrlOpt, **v3: Any) -> None:
     """Recall memories through the running daemon (V3 conditions: docs/v3.md)."""
     where = v3_cmd.recall_where(**v3)
     try:
@@ -185,7 +185,7 @@ def recall(query: str = typer.Argument(..., help="What to look for (any text).")
 
 
 @app.command()
-def status(url: Optional[str] = UrlOpt) -> None:
+def status(url: str | None = UrlOpt) -> None:
     """Daemon health and store statistics."""
     try:
         c = client_for(url)
@@ -227,7 +227,7 @@ def _process_line(procs: dict[str, Any]) -> str:
 
 
 @app.command("config")
-def config_cmd(home: Optional[Path] = HomeOpt,
+def config_cmd(home: Path | None = HomeOpt,
                bind_keys: bool = typer.Option(
                    False, "--bind-keys", help="Send each configured API key to its section's current base URL "
                    "from now on (a key is otherwise sent only where it was first used). Restart the daemon after.")
@@ -252,10 +252,10 @@ def config_cmd(home: Optional[Path] = HomeOpt,
 
 @app.command("import")
 def import_cmd(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines, one memory per line."),
-               data_dir: Optional[Path] = typer.Option(
+               data_dir: Path | None = typer.Option(
                    None, "--data-dir", help="Write directly into this data directory instead of via the daemon."),
                batch: int = typer.Option(256, help="Memories per request / transaction."),
-               url: Optional[str] = UrlOpt) -> None:
+               url: str | None = UrlOpt) -> None:
     """Import memories from JSON lines (each line: {"content": ..., optional fields as in the API}).
 
     Bad lines are reported with their line numbers and skipped; the rest are imported."""

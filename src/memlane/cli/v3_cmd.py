@@ -17,7 +17,8 @@ import functools
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
@@ -50,23 +51,23 @@ def parse_work_unit(text: str) -> dict[str, Any]:
 
 
 _REMEMBER: dict[str, tuple[Any, Any]] = {
-    "scope": (Optional[str], typer.Option(None, "--scope", help="global | module | work_unit | session.")),
-    "source": (Optional[str], typer.Option(None, "--source", help="agent_explicit (default), user_taught, ...")),
+    "scope": (str | None, typer.Option(None, "--scope", help="global | module | work_unit | session.")),
+    "source": (str | None, typer.Option(None, "--source", help="agent_explicit (default), user_taught, ...")),
     "related_files": (list[str], typer.Option([], "--file", help="A related file (repeatable).")),
     "related_modules": (list[str], typer.Option([], "--module", help="A related module (repeatable).")),
-    "work_unit": (Optional[str], typer.Option(None, "--work-unit", help="METHODOLOGY:OUTER/INNER, e.g. native:spec-12/t3.")),
-    "commit_sha": (Optional[str], typer.Option(None, "--commit", help="The git commit that produced it.")),
-    "citation_text": (Optional[str], typer.Option(None, "--citation", help="Short citation form (<= 200 chars).")),
+    "work_unit": (str | None, typer.Option(None, "--work-unit", help="METHODOLOGY:OUTER/INNER, e.g. native:spec-12/t3.")),
+    "commit_sha": (str | None, typer.Option(None, "--commit", help="The git commit that produced it.")),
+    "citation_text": (str | None, typer.Option(None, "--citation", help="Short citation form (<= 200 chars).")),
     "needs_review": (bool, typer.Option(False, "--needs-review", help="Put it in the review queue.")),
-    "type_fields": (Optional[str], typer.Option(None, "--fields", help="The type's extended fields as JSON.")),
+    "type_fields": (str | None, typer.Option(None, "--fields", help="The type's extended fields as JSON.")),
 }
 _RECALL: dict[str, tuple[Any, Any]] = {
     "scopes": (list[str], typer.Option([], "--scope", help="Only this scope (repeatable).")),
     "sources": (list[str], typer.Option([], "--source", help="Only this source (repeatable).")),
-    "related_file": (Optional[str], typer.Option(None, "--file", help="Only memories about this file.")),
-    "related_module": (Optional[str], typer.Option(None, "--module", help="Only memories about this module.")),
-    "work_unit": (Optional[str], typer.Option(None, "--work-unit", help="Only this work unit (outermost id).")),
-    "needs_review": (Optional[bool], typer.Option(None, "--needs-review/--reviewed", help="Only (not) in review.")),
+    "related_file": (str | None, typer.Option(None, "--file", help="Only memories about this file.")),
+    "related_module": (str | None, typer.Option(None, "--module", help="Only memories about this module.")),
+    "work_unit": (str | None, typer.Option(None, "--work-unit", help="Only this work unit (outermost id).")),
+    "needs_review": (bool | None, typer.Option(None, "--needs-review/--reviewed", help="Only (not) in review.")),
 }
 
 
@@ -128,7 +129,7 @@ def recall_where(**v: Any) -> dict[str, Any]:
     return out
 
 
-def _call(url: Optional[str], method: str, path: str, **kw: Any) -> Any:
+def _call(url: str | None, method: str, path: str, **kw: Any) -> Any:
     try:
         return client_for(url).request(method, path, **kw)
     except MemlaneError as exc:
@@ -151,15 +152,15 @@ def _table(items: list[dict[str, Any]], title: str) -> Table:
 def list_cmd(scope: list[str] = typer.Option([], "--scope", help="Only this scope (repeatable)."),
              source: list[str] = typer.Option([], "--source", help="Only this source (repeatable)."),
              type_: list[str] = typer.Option([], "--type", help="Only this type (repeatable)."),
-             project: Optional[str] = typer.Option(None, help="Only this project."),
-             file: Optional[str] = typer.Option(None, "--file", help="Only memories about this file."),
-             module: Optional[str] = typer.Option(None, "--module", help="Only memories about this module."),
-             work_unit: Optional[str] = typer.Option(None, "--work-unit", help="Only this work unit (outermost id)."),
-             commit: Optional[str] = typer.Option(None, "--commit", help="Only memories of this commit."),
-             needs_review: Optional[bool] = typer.Option(None, "--needs-review/--reviewed", help="Review state."),
+             project: str | None = typer.Option(None, help="Only this project."),
+             file: str | None = typer.Option(None, "--file", help="Only memories about this file."),
+             module: str | None = typer.Option(None, "--module", help="Only memories about this module."),
+             work_unit: str | None = typer.Option(None, "--work-unit", help="Only this work unit (outermost id)."),
+             commit: str | None = typer.Option(None, "--commit", help="Only memories of this commit."),
+             needs_review: bool | None = typer.Option(None, "--needs-review/--reviewed", help="Review state."),
              limit: int = typer.Option(50, "--limit", "-k", help="Page size, 1..1000."),
              as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
-             url: Optional[str] = _URL) -> None:
+             url: str | None = _URL) -> None:
     """List memories by their V3 fields, newest first."""
     params: list[tuple[str, Any]] = [("limit", limit)]
     params += [("scope", s) for s in scope] + [("source", s) for s in source] + [("type", t) for t in type_]
@@ -177,8 +178,8 @@ def list_cmd(scope: list[str] = typer.Option([], "--scope", help="Only this scop
 
 
 @memories_app.command("stats")
-def stats_cmd(project: Optional[str] = typer.Option(None, help="Only this project."),
-              url: Optional[str] = _URL) -> None:
+def stats_cmd(project: str | None = typer.Option(None, help="Only this project."),
+              url: str | None = _URL) -> None:
     """Live memories by scope, source and type; review, verified and stale counts."""
     _out.print_json(json.dumps(_call(url, "GET", "/api/v3/stats", params={"project": project} if project else None)))
 
@@ -186,7 +187,7 @@ def stats_cmd(project: Optional[str] = typer.Option(None, help="Only this projec
 @memories_app.command("verify")
 def verify_cmd(memory_id: str = typer.Argument(..., help="The memory's id."),
                reject: bool = typer.Option(False, "--back-to-review", help="Send it back to review instead."),
-               url: Optional[str] = _URL) -> None:
+               url: str | None = _URL) -> None:
     """Confirm a memory (user_verified; it leaves the review queue)."""
     m = _call(url, "POST", f"/api/v3/memories/{memory_id}/verify", json={"verified": not reject, "who": "cli"})
     _out.print(f"{m['id']} user_verified={m['user_verified']} needs_review={m['needs_review']}", highlight=False)
@@ -196,7 +197,7 @@ def verify_cmd(memory_id: str = typer.Argument(..., help="The memory's id."),
 def relate_cmd(source_id: str = typer.Argument(...), relation: str = typer.Argument(
                    ..., help="validates | required_with | conflicts_with | supersedes | derived_from"),
                target_id: str = typer.Argument(...), weight: float = typer.Option(1.0, help="Edge weight."),
-               url: Optional[str] = _URL) -> None:
+               url: str | None = _URL) -> None:
     """Relate two memories: SOURCE RELATION TARGET."""
     r = _call(url, "POST", "/api/v3/relations", json={"source_id": source_id, "target_id": target_id,
                                                       "relation": relation, "weight": weight})
@@ -204,7 +205,7 @@ def relate_cmd(source_id: str = typer.Argument(...), relation: str = typer.Argum
 
 
 @memories_app.command("relations")
-def relations_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _URL) -> None:
+def relations_cmd(memory_id: str = typer.Argument(...), url: str | None = _URL) -> None:
     """The relations touching one memory."""
     r = _call(url, "GET", "/api/v3/relations", params={"memory_id": memory_id})
     for e in r["relations"]:
@@ -215,8 +216,8 @@ def relations_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _UR
 def coaccess_bootstrap(repo: Path = typer.Argument(Path("."), help="The project's git repository."),
                        project: str = typer.Option("", help="Project name the graph is kept under."),
                        rev: str = typer.Option("HEAD", help="Revision whose history is read."),
-                       max_commits: Optional[int] = typer.Option(None, help="Only the newest N commits."),
-                       url: Optional[str] = _URL) -> None:
+                       max_commits: int | None = typer.Option(None, help="Only the newest N commits."),
+                       url: str | None = _URL) -> None:
     """(Re)build the project's co-access graph from `git log` (the daemon runs git)."""
     r = _call(url, "POST", "/api/v3/coaccess/bootstrap", json={
         "repo": str(repo.resolve()), "project": project, "rev": rev, "max_commits": max_commits})
@@ -228,7 +229,7 @@ def coaccess_bootstrap(repo: Path = typer.Argument(Path("."), help="The project'
 def coaccess_predict(file: str = typer.Argument(..., help="A file path, relative to the repository root."),
                      project: str = typer.Option("", help="Project name."),
                      k: int = typer.Option(10, "-k", help="How many files, 1..100."),
-                     url: Optional[str] = _URL) -> None:
+                     url: str | None = _URL) -> None:
     """The files most likely needed together with FILE."""
     r = _call(url, "GET", "/api/v3/coaccess/predict", params={"file": file, "project": project, "k": k})
     for p in r["predictions"]:
@@ -236,7 +237,7 @@ def coaccess_predict(file: str = typer.Argument(..., help="A file path, relative
 
 
 @coaccess_app.command("stats")
-def coaccess_stats(project: str = typer.Option("", help="Project name."), url: Optional[str] = _URL) -> None:
+def coaccess_stats(project: str = typer.Option("", help="Project name."), url: str | None = _URL) -> None:
     """Files and edges in the project's co-access graph."""
     _out.print_json(json.dumps(_call(url, "GET", "/api/v3/coaccess/stats", params={"project": project})))
 
@@ -251,10 +252,10 @@ def _report(r: dict[str, Any], verb: str) -> None:
 
 @memories_app.command("prune")
 def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only report what the rules would do."),
-              project: Optional[str] = typer.Option(None, help="Only this project's memories."),
-              root: Optional[Path] = typer.Option(None, "--root", help="Project root for the file rules "
+              project: str | None = typer.Option(None, help="Only this project's memories."),
+              root: Path | None = typer.Option(None, "--root", help="Project root for the file rules "
                                                   "(default: the project's latest session's directory)."),
-              url: Optional[str] = _URL) -> None:
+              url: str | None = _URL) -> None:
     """Prune now: apply the lifecycle rules (docs/v3.md) once."""
     body: dict[str, Any] = {"dry_run": dry_run, "project": project}
     if root is not None:
@@ -265,9 +266,9 @@ def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only report
 @memories_app.command("prune-low")
 def prune_low_cmd(threshold: float = typer.Option(0.2, help="Confidence below this, 0..1."),
                   idle_days: float = typer.Option(30.0, help="Not accessed for this many days."),
-                  project: Optional[str] = typer.Option(None, help="Only this project's memories."),
+                  project: str | None = typer.Option(None, help="Only this project's memories."),
                   dry_run: bool = typer.Option(False, "--dry-run", help="Only report."),
-                  url: Optional[str] = _URL) -> None:
+                  url: str | None = _URL) -> None:
     """Prune low-confidence memories not accessed for a while (pinned and kept ones stay)."""
     _report(_call(url, "POST", "/api/v3/lifecycle/prune-low-confidence", json={
         "threshold": threshold, "idle_days": idle_days, "project": project, "dry_run": dry_run}), "pruned")
@@ -277,7 +278,7 @@ def prune_low_cmd(threshold: float = typer.Option(0.2, help="Confidence below th
 def archive_cmd(work_unit: str = typer.Argument(..., help="METHODOLOGY:WORK_UNIT of the merged work unit, "
                                                 "e.g. native:spec-12."),
                 dry_run: bool = typer.Option(False, "--dry-run", help="Only report."),
-                url: Optional[str] = _URL) -> None:
+                url: str | None = _URL) -> None:
     """Archive the memories of a merged work unit."""
     try:
         ref = parse_work_unit(work_unit)
@@ -289,7 +290,7 @@ def archive_cmd(work_unit: str = typer.Argument(..., help="METHODOLOGY:WORK_UNIT
 
 
 @memories_app.command("keep")
-def keep_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _URL) -> None:
+def keep_cmd(memory_id: str = typer.Argument(...), url: str | None = _URL) -> None:
     """Keep a memory: user-verified, never pruned by a rule."""
     m = _call(url, "POST", f"/api/v3/memories/{memory_id}/keep")
     _out.print(f"{m['id']} kept (user_verified)", highlight=False)
@@ -297,7 +298,7 @@ def keep_cmd(memory_id: str = typer.Argument(...), url: Optional[str] = _URL) ->
 
 @memories_app.command("pin")
 def pin_cmd(memory_id: str = typer.Argument(...), off: bool = typer.Option(False, "--off", help="Unpin."),
-            url: Optional[str] = _URL) -> None:
+            url: str | None = _URL) -> None:
     """Pin a memory (always a session-start candidate, never pruned), or unpin it with --off."""
     m = _call(url, "POST", f"/api/v3/memories/{memory_id}/pin", json={"pinned": not off})
     _out.print(f"{m['id']} pinned={m['pinned']}", highlight=False)

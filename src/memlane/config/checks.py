@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SecretStr, create_model, field_validator, model_validator
 from pydantic import ValidationError as PydValidationError
+from pydantic_core import ErrorDetails
 
 from memlane.errors import ConfigError
 
@@ -142,7 +143,7 @@ def plain_model(settings_cls: type[BaseModel]) -> type[BaseModel]:
 _TYPE_ERRORS = frozenset({"int_from_float", "bool_parsing", "int_parsing", "float_parsing"})
 
 
-def strict_type_errors(settings_cls: type[BaseModel], data: dict[str, Any]) -> list[dict[str, Any]]:
+def strict_type_errors(settings_cls: type[BaseModel], data: dict[str, Any]) -> list[ErrorDetails]:
     """The type errors of ``data`` (one typed source, e.g. config.yaml) validated strictly against
     ``settings_cls``'s fields: ``true`` where a number belongs, ``"300"`` where an int belongs...
 

@@ -23,6 +23,7 @@ its deterministic parts.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -420,7 +421,7 @@ def extraction_llm_settings(pipeline: PipelineV2Settings, llm: LlmSettings) -> L
                        timeout_s=ex.timeout / 1000.0, max_tokens=llm.max_tokens)
 
 
-def error_lines(exc: PydValidationError | list[dict[str, Any]], prefix: str = "") -> list[str]:
+def error_lines(exc: PydValidationError | Sequence[Mapping[str, Any]], prefix: str = "") -> list[str]:
     """One ``path: message`` line per error, e.g. ``memory.pipelineV2.worker.pollMs: must be >= 100``.
 
     ``exc`` is a ValidationError or its ``errors()`` list. Range, choice and unknown-key errors
@@ -428,7 +429,7 @@ def error_lines(exc: PydValidationError | list[dict[str, Any]], prefix: str = ""
     are escaped (a key may hold any character).
     """
     out = []
-    for e in (exc if isinstance(exc, list) else exc.errors()):
+    for e in (exc.errors() if isinstance(exc, PydValidationError) else exc):
         loc = [str(p) for p in (*([prefix] if prefix else []), *e["loc"])]
         if loc and loc[0] == "memory":  # the pipeline's paths in the seed's camelCase
             loc = ["memory", *(camel(p) for p in loc[1:])]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 try:
     import _json
 except ImportError:  # pragma: no cover - every CPython ships it
-    _json = None
+    _json = None  # type: ignore[assignment]  # (the module or None; typing stays out of this import)
 
 #: JSON's insignificant whitespace (RFC 8259 section 2), what ``json.decoder.WHITESPACE`` matches.
 _WS = " \t\n\r"
@@ -50,7 +50,8 @@ class _DecoderSettings:
     parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
 
 
-_scan = _json.make_scanner(_DecoderSettings()) if _json is not None else None
+# typeshed types make_scanner's argument as a scanner; it reads a decoder's attributes
+_scan = _json.make_scanner(_DecoderSettings()) if _json is not None else None  # type: ignore[arg-type]
 
 
 def loads(text: str) -> Any:

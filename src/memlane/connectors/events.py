@@ -67,6 +67,18 @@ class HookEvent:
     """
 
     __slots__ = _HOOK_EVENT_FIELDS
+    # the slots' types, for type checkers (annotations only: no class attributes)
+    event: str
+    session_key: str
+    cwd: str
+    project: str
+    prompt: str | None
+    source: str | None
+    reason: str | None
+    trigger: str | None
+    custom_instructions: str | None
+    transcript_path: str | None
+    harness: str
 
     def __init__(self, event: str, session_key: str, cwd: str, project: str, prompt: str | None = None,
                  source: str | None = None, reason: str | None = None, trigger: str | None = None,

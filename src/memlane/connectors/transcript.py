@@ -166,7 +166,8 @@ def _turn(entry: dict[str, Any]) -> tuple[str, str, bool] | None:
     """``(role, text, is_human_text)`` of one line, or ``None`` when it is no user/assistant turn."""
     if entry.get("isMeta") or entry.get("isSidechain"):
         return None
-    msg = entry.get("message") if isinstance(entry.get("message"), dict) else entry
+    message = entry.get("message")
+    msg: dict[str, Any] = message if isinstance(message, dict) else entry
     role = msg.get("role") or entry.get("type")
     if role not in ("user", "assistant"):
         return None

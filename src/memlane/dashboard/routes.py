@@ -202,7 +202,8 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
     @r.get("/memories", response_class=HTMLResponse)
     def memories_page(request: Request) -> HTMLResponse:
         source = _opt(request, "source")
-        filters = {"q": _opt(request, "q"), "project": _opt(request, "project"), "type_": _opt(request, "type"),
+        filters: dict[str, Any] = {"q": _opt(request, "q"), "project": _opt(request, "project"),
+                                   "type_": _opt(request, "type"),
                    "source_type": None if source in (None, "any") else "" if source == "none" else source,
                    "pinned": {"yes": True, "no": False}.get(_opt(request, "pinned") or ""),
                    "state": _opt(request, "state") or "live",

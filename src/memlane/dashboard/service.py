@@ -471,7 +471,9 @@ class DashboardService:
         the rolling NDCG@10 of baseline, predictor and fused over the last :data:`NDCG_WINDOW`
         sessions whose NDCG is defined (something in the pool had positive relevance)."""
         idx, won, lost, tie, excluded, rate, alpha = [], [], [], [], [], [], []
-        nb, np_, nf = [], [], []
+        nb: list[float | None] = []
+        np_: list[float | None] = []
+        nf: list[float | None] = []
         keys: list[str] = []
         window: list[tuple[float, float, float]] = []
         for i, c in enumerate(comps):

@@ -26,7 +26,9 @@ retried by the job queue up to ``worker.maxRetries`` attempts, then the document
 
 from __future__ import annotations
 
+import builtins
 import logging
+import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -171,7 +173,7 @@ class DocumentService:
         return self.db.read(lambda c: doc_sql.list_page(c, limit=limit, offset=offset, status=status,
                                                         include_deleted=include_deleted))
 
-    def chunks(self, document_id: str, *, limit: int = 100, offset: int = 0) -> list[DocumentChunk]:
+    def chunks(self, document_id: str, *, limit: int = 100, offset: int = 0) -> builtins.list[DocumentChunk]:
         """A page of the document's chunks, in order, with their memories' content.
 
         Raises:
@@ -193,8 +195,12 @@ class DocumentService:
         if doc.deleted_at is not None:
             raise Conflict("document is already deleted", details={"id": document_id})
         at = self._now()
-        ids = self.db.write(lambda c: (doc_sql.mark_deleted(c, document_id, at=at),
-                                       doc_sql.exclusive_live_memories(c, document_id))[1])
+
+        def delete(c: sqlite3.Connection) -> builtins.list[str]:
+            doc_sql.mark_deleted(c, document_id, at=at)
+            return doc_sql.exclusive_live_memories(c, document_id)
+
+        ids = self.db.write(delete)
         deleted = []
         for mid in ids:
             try:
@@ -254,8 +260,12 @@ class DocumentService:
         pieces = chunk_text(text or "", chunk_size=p.chunk_size, chunk_overlap=p.chunk_overlap)
         if not pieces:
             raise _Permanent("the document has no text")
-        self.db.write(lambda c: (doc_sql.set_chunk_count(c, doc.id, len(pieces), at=self._now()),
-                               doc_sql.set_status(c, doc.id, "embedding", at=self._now())))
+
+        def embedding(c: sqlite3.Connection) -> None:
+            doc_sql.set_chunk_count(c, doc.id, len(pieces), at=self._now())
+            doc_sql.set_status(c, doc.id, "embedding", at=self._now())
+
+        self.db.write(embedding)
         linked = self.db.read(lambda c: doc_sql.linked_chunks(c, doc.id))
         live = {m for m in linked.values() if not self.memories.get(m).is_deleted}
         tags = tuple(dict.fromkeys(((title,) if title else ()) + doc.tags))

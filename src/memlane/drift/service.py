@@ -407,8 +407,11 @@ class DriftService:
         units: dict[str, np.ndarray] = {}
         for d in doc_ids:
             rows = chunks.get(d, [])
-            cv, chas = self.index.vectors_of([seq for seq, _ in rows]) if rows else (None, None)
-            parts = [_unit(cv[chas])] if rows and chas.any() else []
+            parts: list[np.ndarray] = []
+            if rows:
+                cv, chas = self.index.vectors_of([seq for seq, _ in rows])
+                if chas.any():
+                    parts.append(_unit(cv[chas]))
             sv = self.sentence_vectors(d, [text for _, text in rows])
             if sv is not None and len(sv):
                 parts.append(sv)
@@ -488,7 +491,7 @@ class DriftService:
                 prefix = "" if prefix == "." else prefix + "/"
             for r, _ in missing:
                 verdict, new = ("unknown", None)
-                if changes is not None:
+                if changes is not None and groot is not None:
                     verdict, new = changes.final(prefix + r.target)
                     if new is not None and new.startswith(prefix) and os.path.exists(os.path.join(groot, new)):
                         new = new[len(prefix):]

@@ -126,12 +126,12 @@ def parse_reply(text: str, n_facts: int) -> tuple[dict[int, tuple[str, str]], st
     for item in data if isinstance(data, list) else []:
         if not isinstance(item, dict):
             continue
-        i, aspect, kind = item.get("i"), item.get("aspect"), item.get("kind")
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_facts:
+        fact, aspect, kind = item.get("i"), item.get("aspect"), item.get("kind")
+        if isinstance(fact, bool) or not isinstance(fact, int) or not 0 <= fact < n_facts:
             continue
         if not isinstance(aspect, str) or not names.canonical_name(aspect):
             continue
-        out[i] = (names.clean_name(aspect)[:MAX_ASPECT_CHARS], kind if kind in ("attribute", CONSTRAINT) else
+        out[fact] = (names.clean_name(aspect)[:MAX_ASPECT_CHARS], kind if kind in ("attribute", CONSTRAINT) else
                   "attribute")
     return out, etype
 

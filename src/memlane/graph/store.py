@@ -159,8 +159,10 @@ def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations
     triples = [_triple(r) for r in list(relations)[:MAX_RELATIONS]]
     best: dict[str, float] = {}  # canonical name -> highest confidence of a triple naming it
     for t in triples:
-        for name in t[:2] if t else ():
-            c = names.canonical_name(name)
+        if t is None:
+            continue
+        for named in t[:2]:
+            c = names.canonical_name(named)
             best[c] = max(best.get(c, 0.0), t[3])
     for e in list(entities)[:MAX_ENTITIES]:
         name = e.get("name") if isinstance(e, dict) else None
@@ -217,7 +219,8 @@ def _triple(r: Any) -> tuple[str, str, str, float] | None:
         return None
     src, tgt = r.get("source"), r.get("target")
     rel = r.get("relation", r.get("relationship"))
-    if not all(isinstance(v, str) and v.strip() for v in (src, tgt, rel)):
+    if not (isinstance(src, str) and isinstance(tgt, str) and isinstance(rel, str)
+            and src.strip() and tgt.strip() and rel.strip()):
         return None
     rel = " ".join(rel.split()).lower()[:MAX_RELATION_CHARS]
     return src, tgt, rel, _confidence(r)

@@ -24,7 +24,7 @@ message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import asyncio
@@ -56,7 +56,7 @@ class _ShapedRefusals:
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope, self.receive, self.send = scope, receive, send
-        self.held: dict[str, Any] | None = None
+        self.held: MutableMapping[str, Any] | None = None
         self.body = bytearray()
 
     async def __call__(self, message: Message) -> None:

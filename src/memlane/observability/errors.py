@@ -58,7 +58,7 @@ class ErrorRing:
             entry["id"] = self._next_id
             self._next_id += 1
             self._ring.append(entry)
-            self.totals[entry["stage"]] += 1
+            self.totals[str(stage)] += 1
         return entry
 
     def recent(self, *, stage: str | None = None, code: str | None = None, limit: int = 100,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, deque
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 #: Records kept (oldest dropped first).
@@ -64,7 +64,7 @@ class LogRing(logging.Handler):
         entry = {"epoch": record.created, "level": record.levelname, "category": category_of(record.name),
                  "logger": record.name, "message": message[:MAX_LOG_MESSAGE],
                  "exception": f"{type(exc).__name__}: {exc}"[:MAX_LOG_MESSAGE] if exc is not None else None,
-                 "at": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds")
+                 "at": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
                  .replace("+00:00", "Z")}
         with self._ring_lock:
             entry["id"] = self._next_id

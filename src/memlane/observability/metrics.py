@@ -82,5 +82,5 @@ def exposition(container: Any, obs: Observability) -> bytes:
         StorageError: the health report could not read the database.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(container, obs))  # type: ignore[arg-type]
+    registry.register(_Collector(container, obs))
     return generate_latest(registry)

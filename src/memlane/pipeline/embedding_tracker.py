@@ -18,6 +18,7 @@ at once again after a productive cycle):
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -123,8 +124,12 @@ class EmbeddingTracker(PollingWorker):
             self.skipped_cycles += 1
         if done:
             at = self._now()
-            self.db.write(lambda c: (emb_sql.upsert(c, vectors.items(), model, at),
-                                     mnt_sql.set_embedding_model(c, done, model)))
+
+            def store(c: sqlite3.Connection) -> None:
+                emb_sql.upsert(c, vectors.items(), model, at)
+                mnt_sql.set_embedding_model(c, done, model)
+
+            self.db.write(store)
             self._reindex(done, model)
         self.embedded += len(done)
         self.failed += failed

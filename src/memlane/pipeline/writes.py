@@ -54,10 +54,7 @@ from memlane.storage import memories as mem_sql
 from memlane.storage import pipeline_audit as audit_sql
 from memlane.storage.models import Memory, NewMemory
 
-try:  # the knowledge graph lands separately; extraction works without it
-    from memlane.graph.store import persist_extraction as _persist_graph  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the graph module being present
-    _persist_graph = None
+from memlane.graph.store import persist_extraction as _persist_graph
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +236,7 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
             audit_sql.add_event(conn, source.id, "proposal", changes=row, at=at, old_content=p.target_content,
                                 new_content=fact.content, who=WHO, why=reason)
             report.outcomes.append(row)
-        if (mode != "shadow" and _persist_graph is not None and pipeline.graph.enabled and extraction.entities):
+        if (mode != "shadow" and pipeline.graph.enabled and extraction.entities):
             graph = _persist_graph(conn, memory_id=source.id, entities=[{"name": n} for n in extraction.entity_names()],
                                    relations=[e.as_dict() for e in extraction.entities], at=at)
             report.graph_persisted = not (isinstance(graph, dict) and graph.get("error"))

@@ -305,7 +305,8 @@ class SidecarClient:
                 self.ready_status = msg.get("params") if isinstance(msg.get("params"), dict) else {}
                 self._ready.set()
                 continue
-            fut = self._pending.pop(msg.get("id"), None) if isinstance(msg.get("id"), int) else None
+            msg_id = msg.get("id")
+            fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
             if fut is None:
                 if msg.get("id") is None and "error" in msg:
                     self._record("rpc_error", str(msg.get("error"))[:300])

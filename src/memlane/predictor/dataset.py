@@ -172,7 +172,7 @@ def _vector(blob: bytes | None, native_dim: int) -> np.ndarray | None:
 def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: datetime, session_gap_hours: float,
                   candidate_vectors: Sequence[np.ndarray | None], candidate_texts: Sequence[str],
                   context_vector: np.ndarray | None, context_text: str, project: str | None,
-                  native_dim: int, labels: Sequence[float] | None = None, confidence: float = 1.0,
+                  native_dim: int, labels: Sequence[float] | np.ndarray | None = None, confidence: float = 1.0,
                   session_id: str = "") -> Session:
     """One :class:`Session` from raw signals (the shared scoring/training constructor).
 
@@ -209,7 +209,7 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
         emb_matrix = np.zeros((n, native_dim), dtype=np.float32)
         for i, v in enumerate(candidate_vectors):
             if embedded[i]:
-                emb_matrix[i] = v  # type: ignore[assignment]
+                emb_matrix[i] = v
     texts = [t if not embedded[i] else "" for i, t in enumerate(candidate_texts)] if not embedded.all() else []
     ctx = context_vector if context_vector is not None and context_vector.shape[0] == native_dim else None
     return Session(features=matrix,

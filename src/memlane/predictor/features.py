@@ -298,7 +298,7 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
 
     try:
         gap = float(session_gap_hours)
-        cols = {
+        cols: dict[str, list[Any]] = {
             "age_days": [float(r["age_days"]) for r in signals],
             "importance": [float(r["importance"]) for r in signals],
             "access_count": [int(r["access_count"]) for r in signals],

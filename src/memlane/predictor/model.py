@@ -94,6 +94,11 @@ class MemoryScorer(nn.Module):
             torch RNG is left untouched).
     """
 
+    # Buffers (register_buffer in __init__), declared so type checkers read them as tensors.
+    memory_basis: torch.Tensor
+    anchor: torch.Tensor
+    anchor_on: torch.Tensor
+
     def __init__(self, config: ScorerConfig | None = None, *, seed: int = 0) -> None:
         super().__init__()
         self.config = cfg = config or ScorerConfig()

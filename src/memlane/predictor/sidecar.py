@@ -309,7 +309,8 @@ class Sidecar:
         e = self.engine
         conn = self._conn()
         t0 = time.perf_counter()
-        kw = dict(embedding_model=e.embedding_model_id, native_dim=e.native_dim, min_confidence=C.MIN_SCORER_CONFIDENCE)
+        kw: dict[str, Any] = dict(embedding_model=e.embedding_model_id, native_dim=e.native_dim,
+                                  min_confidence=C.MIN_SCORER_CONFIDENCE)
         canary_keys = pred_sql.canary_keys(conn)
         canary = load_sessions(conn, keys=canary_keys, limit=len(canary_keys) or 1, **kw) if canary_keys else []
         # The daemon trains on the canary until cold start exits: until then a worse model

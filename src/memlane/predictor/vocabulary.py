@@ -210,9 +210,9 @@ class VocabularyCache:
             for t in m.toks:
                 per = self._df.get(t)
                 if per is not None and len(per) == 1:
-                    (p, n), = per.items()
-                    if n >= MIN_DISTINCTIVE_DF:
-                        if p == own:
+                    (proj, count), = per.items()
+                    if count >= MIN_DISTINCTIVE_DF:
+                        if proj == own:
                             mine = True
                         else:
                             other = True

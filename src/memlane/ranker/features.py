@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from memlane.lru import LRUCache
 from memlane.predictor.coverage import QueryCoverage
@@ -228,7 +229,7 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
         return out
     col = {name: i for i, name in enumerate(FEATURES)}
 
-    def put(name: str, values: object) -> None:
+    def put(name: str, values: npt.ArrayLike) -> None:
         out[:, col[name]] = values
 
     hybrid = np.asarray(pool.hybrid, dtype=np.float64)

@@ -27,6 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -34,8 +35,6 @@ from memlane.config.pipeline import DampeningSettings
 from memlane.storage import hubs as hubs_sql
 from memlane.storage.db import Database
 from memlane.storage.fts import STOP_WORDS
-from memlane.storage.candidates import CandidateRow
-from memlane.storage.models import Memory
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,17 @@ log = logging.getLogger(__name__)
 GRAVITY_MIN_SCORE = 0.3
 #: Content shorter than this (chars) gets no resolution boost (seed: "under 50 characters").
 RESOLUTION_MIN_CHARS = 50
+class Candidate(Protocol):
+    """What the dampening stages read of a candidate memory (a stored memory, a candidate row)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
 #: Memory types that get the full resolution boost.
 RESOLUTION_TYPES = frozenset({"constraint", "decision"})
 #: Seconds the entity degrees and the hub threshold are cached.
@@ -81,7 +91,7 @@ def gravity_factors(query_tokens: set[str], contents: Sequence[str], scores: np.
     if not query_tokens or m == 0:
         return out
     check = ~np.asarray(lexical, dtype=bool) & (np.asarray(scores, dtype=np.float64) > GRAVITY_MIN_SCORE)
-    for i in np.flatnonzero(check):
+    for i in np.flatnonzero(check).tolist():
         if query_tokens.isdisjoint(content_tokens(contents[i])):
             out[i] = penalty
     return out
@@ -271,7 +281,7 @@ class Dampener:
         self.hubs = hub_stats or HubStats(db)
         self.features = ContentFeatures()
 
-    def factors(self, query: str, memories: Sequence[CandidateRow | Memory], scores: np.ndarray, lexical: np.ndarray,
+    def factors(self, query: str, memories: Sequence[Candidate], scores: np.ndarray, lexical: np.ndarray,
                 cfg: DampeningSettings, links: dict[str, set[str]] | None = None) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
         Equal to :func:`gravity_factors` x :meth:`HubStats.factors` x :func:`resolution_factors`;

@@ -333,11 +333,11 @@ class FtsCache:
                 self._words[(table, w)] = toks
         out = []
         for w in words:
-            toks = self._words.get((table, w))
-            if toks is None or len(toks) != 1:
+            cached = self._words.get((table, w))
+            if cached is None or len(cached) != 1:
                 self.counters["fallback"] += 1
                 return None
-            out.append(toks[0])
+            out.append(cached[0])
         return out
 
     def close(self) -> None:

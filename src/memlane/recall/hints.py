@@ -123,7 +123,8 @@ def hint_handler(db: Database, llm: Callable[[], LlmProvider | None],
             raise SkipJob("no LLM configured")
         if job.memory_id is None:
             raise SkipJob("job has no memory_id")
-        memory = db.read(lambda c: mem_sql.get(c, job.memory_id))
+        memory_id = job.memory_id
+        memory = db.read(lambda c: mem_sql.get(c, memory_id))
         if memory is None or memory.is_deleted:
             raise SkipJob("memory missing or deleted")
         cfg = pipeline().hints

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
+from typing import overload
 from datetime import datetime, UTC
 
 import numpy as np
@@ -129,6 +130,19 @@ class MemoryIndex:
         ValueError: a vector whose shape is not [d].
     """
 
+    # One column per memory row (allocated from _FIELDS in __init__, doubled by _grow).
+    _has_content: np.ndarray
+    _has_context: np.ndarray
+    _seq: np.ndarray
+    _project: np.ndarray
+    _type: np.ndarray
+    _created: np.ndarray
+    _deleted: np.ndarray
+    _superseded: np.ndarray
+    _importance: np.ndarray
+    _pinned: np.ndarray
+    _access: np.ndarray
+
     def __init__(self, model_id: str | None, dimensions: int = 0) -> None:
         self.model_id = model_id
         self.dimensions = dimensions
@@ -178,6 +192,11 @@ class MemoryIndex:
             new[: arr.shape[0]] = arr
             setattr(self, name, new)
         self._cap = cap
+
+    @overload
+    def _check(self, v: np.ndarray) -> np.ndarray: ...
+    @overload
+    def _check(self, v: np.ndarray | None) -> np.ndarray | None: ...
 
     def _check(self, v: np.ndarray | None) -> np.ndarray | None:
         if v is None:
@@ -410,7 +429,6 @@ class MemoryIndex:
         """
         f = Filters(project=project, include_global=True, exclude_superseded=True)
         with self._lock:
-            n = self._n
             idx = np.flatnonzero(self._mask(f))
             if idx.size == 0 or limit <= 0:
                 return []

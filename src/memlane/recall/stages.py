@@ -248,7 +248,7 @@ class RecallStages:
         have = Prefetched(links={} if hub else None)
         if prefetched is not None:
             have.rows.update(prefetched.rows)
-            if hub and prefetched.links is not None:
+            if have.links is not None and prefetched.links is not None:
                 have.links.update(prefetched.links)
             elif hub:  # the links of those rows were not read
                 have.links = None

@@ -490,8 +490,9 @@ class PredictorService:
                "training": self.retrainer.running(),
                "training_runs": runs, "settings": self.settings.model_dump()}
         if self.backend is not None:
-            out["sidecar"] = self.backend.status()
+            sidecar = self.backend.status()
             if self.lifecycle is not None:
-                out["sidecar"].update(self.lifecycle.status())
+                sidecar.update(self.lifecycle.status())
+            out["sidecar"] = sidecar
         return out
 

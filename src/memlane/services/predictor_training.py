@@ -169,7 +169,8 @@ class Retrainer:
             log.warning("predictor retrain failed: %s", error)
         accepted = bool(report.get("accepted"))
         if not accepted and report:
-            gates = report.get("gates") if isinstance(report.get("gates"), dict) else {}
+            gates_report = report.get("gates")
+            gates: dict[str, Any] = gates_report if isinstance(gates_report, dict) else {}
             failed = [g.get("name") for g in gates.get("gates") or [] if isinstance(g, dict) and not g.get("passed")]
             log.warning("predictor retrain (%s) rejected, model v%s keeps serving: %s", trigger,
                         report.get("model_version"), f"gates failed {failed}" if failed else error or "not accepted")

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, UTC
 
 
@@ -295,7 +296,8 @@ class SessionCheckpointService:
         starts = [t for t in (first_seen, _epoch(facts.started_at)) if t is not None]
         duration = p.last_at - min(starts) if starts else None
         total = max(facts.session_prompt_count, facts.checkpoint_prompts + p.prompt_count)
-        common = dict(project=p.project, duration_s=duration, queries=p.queries, remembers=p.remembers)
+        common: dict[str, Any] = dict(project=p.project, duration_s=duration, queries=p.queries,
+                                      remembers=p.remembers)
         if p.trigger == "session_end":
             digest = format_session_end_digest(total_prompts=total, **common)
         elif p.trigger == "pre_compaction":

@@ -83,7 +83,8 @@ def select_within_budget(items: Sequence[Shown], budget_chars: int, limit: int) 
     An item that does not fit is skipped and smaller later items may still fit (the seed's
     selectWithBudget keeps scanning).
     """
-    out, used = [], 0
+    out: list[Shown] = []
+    used = 0
     for it in items:
         if len(out) >= limit:
             break

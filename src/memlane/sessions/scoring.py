@@ -161,7 +161,7 @@ class SessionScorer:
                 return False
             try:
                 with savepoint(conn, "memlane_comparison"):
-                    self.predictor.write_comparison(conn, cmp)  # type: ignore[union-attr]
+                    self.predictor.write_comparison(conn, cmp)
             except Exception:
                 log.exception("writing the predictor comparison of %s failed", key)
                 return False
@@ -169,7 +169,7 @@ class SessionScorer:
 
         if self.db.write(job) and cmp is not None:
             try:
-                self.predictor.after_comparison(cmp)  # type: ignore[union-attr]
+                self.predictor.after_comparison(cmp)
             except Exception:
                 log.exception("scheduling a retrain after %s failed", key)
         return len(out)

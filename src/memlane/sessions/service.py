@@ -210,14 +210,13 @@ class SessionService:
             raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
         try:  # until the recording step owns the claim, any way out releases it unrecorded
             answer = self._existing_start(inp, key, project, t0)
-            plan = None if answer is not None else self._plan_start(inp, key, project, now, state,
-                                                                    defer_predictor)
+            if answer is not None:
+                self.inflight.settle(key, False)
+                return answer
+            plan = self._plan_start(inp, key, project, now, state, defer_predictor)
         except BaseException:
             self.inflight.settle(key, False)
             raise
-        if plan is None:
-            self.inflight.settle(key, False)
-            return answer
         recorded = self._record_start(plan, hold_write)
         if not recorded.won:  # another process started this key first (nothing to record later)
             return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000)

@@ -37,7 +37,8 @@ def memory_filters(*, project: str | None = None, type_: str | None = None, sour
     """
     if state not in MEMORY_STATES:
         raise ValueError(f"state must be one of {MEMORY_STATES}")
-    where, args = ["1=1"], []
+    where: list[str] = ["1=1"]
+    args: list[Any] = []
     if state == "live":
         where.append("is_deleted = 0 AND superseded_by IS NULL")
     elif state == "deleted":
@@ -128,7 +129,8 @@ def supersede_chain(conn: sqlite3.Connection, memory_id: str, *, max_hops: int =
         after.append(dict(row))
         seen.add(nxt[0])
         cur = nxt[0]
-    before, cur = [], memory_id
+    before: list[dict[str, Any]] = []
+    cur = memory_id
     for _ in range(max_hops):
         row = conn.execute(f"SELECT {cols} FROM memories WHERE superseded_by = ? LIMIT 1", (cur,)).fetchone()
         if row is None or row["id"] in seen:

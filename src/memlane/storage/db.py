@@ -361,3 +361,15 @@ class Database:
         self._writer_conn.close()
         for conn in self._readers:
             conn.close()
+
+
+def inserted_rowid(cur: sqlite3.Cursor) -> int:
+    """The rowid of the row the ``INSERT`` just run on ``cur`` added.
+
+    Raises:
+        StorageError: the cursor ran no ``INSERT`` (sqlite3 reports no rowid).
+    """
+    rowid = cur.lastrowid
+    if rowid is None:
+        raise StorageError("no row was inserted")
+    return rowid

@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from memlane.storage.db import inserted_rowid
 
 #: Every prediction-error type a memory-centric row may have.
 ERROR_TYPES = ("memory_drift", "memory_external_signal", "memory_stale_file", "memory_stale_entity")
@@ -186,7 +187,7 @@ def record(conn: sqlite3.Connection, *, memory_id: str, error_type: str, target:
         "INSERT INTO prediction_errors(memory_id, target, query, cosine_distance, error_type, weight, context, "
         "detected_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (memory_id, target, query or f"memory:{memory_id}", distance, error_type, weight, json.dumps(context), at))
-    return int(cur.lastrowid), True
+    return inserted_rowid(cur), True
 
 
 def resolve_memory(conn: sqlite3.Connection, memory_id: str, *, at: str) -> int:

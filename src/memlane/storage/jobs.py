@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, UTC
 from typing import Any
+from memlane.storage.db import inserted_rowid
 
 STATUSES = ("pending", "leased", "completed", "failed", "dead", "skipped")
 
@@ -96,7 +97,7 @@ def enqueue(conn: sqlite3.Connection, job_type: str, *, at: str, dedup_key: str 
                max_attempts, run_after, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
         (job_type, dedup_key, memory_id, session_key, json.dumps(payload or {}), status, error, max_attempts,
          run_after, at, at))
-    return int(cur.lastrowid)
+    return inserted_rowid(cur)
 
 
 def lease(conn: sqlite3.Connection, job_types: Sequence[str], *, now: str, lease_timeout_ms: int) -> Job | None:

@@ -130,7 +130,7 @@ def memory_row_count(conn: sqlite3.Connection) -> int:
 def newest_current(conn: sqlite3.Connection, limit: int) -> list[tuple[int, str, int, float]]:
     """``(seq, id, pinned, importance)`` of the ``limit`` newest memories neither deleted nor
     superseded, newest first (the dedup repair's batch)."""
-    return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+    return [tuple(r) for r in conn.execute(
         "SELECT seq, id, pinned, importance FROM memories WHERE is_deleted = 0 AND superseded_by IS NULL "
         "ORDER BY seq DESC LIMIT ?", (int(limit),))]
 

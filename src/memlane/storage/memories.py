@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memlane.storage.db import inserted_rowid
 from memlane.storage.models import CandRow, HistoryEntry, IndexRow, Memory, NewMemory
 
 _PATCHABLE = {
@@ -92,7 +93,7 @@ def insert(conn: sqlite3.Connection, m: NewMemory) -> int:
          json.dumps(list(m.related_files)), json.dumps(list(m.related_modules)), int(m.needs_review),
          int(m.user_verified), m.citation_text, m.commit_sha, m.decay_half_life_days, json.dumps(m.type_fields)),
     )
-    return int(cur.lastrowid)
+    return inserted_rowid(cur)
 
 
 def update_fields(conn: sqlite3.Connection, memory_id: str, fields: dict[str, Any], updated_at: str) -> None:

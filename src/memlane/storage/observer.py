@@ -61,7 +61,8 @@ def signals(conn: sqlite3.Connection, *, session_key: str | None = None, project
             signal_type: str | None = None, kept_only: bool = False) -> list[tuple[str, str, int, dict[str, Any]]]:
     """``(session_key, signal_type, step, data)`` rows, by id; filtered by session, project, type;
     ``kept_only`` leaves out signals a failed validation discarded."""
-    where, args = ["1=1"], []
+    where: list[str] = ["1=1"]
+    args: list[Any] = []
     if kept_only:
         where.append("processed != ?")
         args.append(DISCARDED)
@@ -86,7 +87,8 @@ def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only
     """``session -> distinct files touched`` for every observed session of ``project`` (None: all);
     ``kept_only`` leaves out sessions whose scratchpad a failed validation discarded."""
     out: dict[str, list[str]] = {}
-    cond, args = ("project = ?", [project]) if project is not None else ("1=1", [])
+    args: list[Any] = [project] if project is not None else []
+    cond = "project = ?" if project is not None else "1=1"
     if kept_only:
         cond += " AND session_key NOT IN (SELECT session_key FROM observer_signals WHERE processed = ?)"
         args.append(DISCARDED)
@@ -137,7 +139,8 @@ def signals_with_time(conn: sqlite3.Connection, *, project: str | None, kept_onl
                       ) -> list[tuple[str, str, int, dict[str, Any], str]]:
     """``(session_key, signal_type, step, data, created_at)`` of ``project`` (None: every project), by
     id; ``kept_only`` leaves out discarded signals."""
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if project is not None:
         where.append("project = ?")
         args.append(project)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from memlane.storage.db import inserted_rowid
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +310,7 @@ def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int
         values["gates"] = json.dumps(values["gates"])
     cur = conn.execute(f"INSERT INTO predictor_training_log ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
                        [values.get(c) for c in cols])
-    return int(cur.lastrowid)
+    return inserted_rowid(cur)
 
 
 def training_log(conn: sqlite3.Connection, *, limit: int = 50) -> list[dict[str, Any]]:

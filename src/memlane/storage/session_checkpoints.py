@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memlane.config.clock import to_iso
+from memlane.storage.db import inserted_rowid
 
 _COLUMNS = ("id, session_key, harness, project, project_normalized, trigger, digest, prompt_count, "
             "memory_queries, recent_remembers, created_at")
@@ -86,7 +87,7 @@ def insert(conn: sqlite3.Connection, *, session_key: str, harness: str | None, p
         (session_key, harness, project, project_normalized, trigger, digest, int(prompt_count),
          json.dumps(list(memory_queries), ensure_ascii=False),
          json.dumps(list(recent_remembers), ensure_ascii=False), created_at))
-    return int(cur.lastrowid)
+    return inserted_rowid(cur)
 
 
 def latest_for_session(conn: sqlite3.Connection, session_key: str) -> SessionCheckpoint | None:

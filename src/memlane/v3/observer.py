@@ -182,7 +182,8 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
     pairs: dict[tuple[str, str], set[str]] = defaultdict(set)
     for s, t, _, d in rows:
         if t == "co_access":
-            pairs[tuple(sorted((d["file_a"], d["file_b"])))].add(s)  # type: ignore[index]
+            a, b = sorted((d["file_a"], d["file_b"]))
+            pairs[(a, b)].add(s)
     for (a, b), sessions in sorted(pairs.items()):
         if len(sessions) >= CO_ACCESS_SESSIONS:
             out.append({"type": "causal_dependency", "rule": "co_access_3_sessions", "related_files": [a, b],
@@ -216,19 +217,19 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
             by_mod[posixpath.dirname(f)].add(f)
         for mod, fs in by_mod.items():
             modules[mod].append(fs)
-    for mod, sessions in sorted(modules.items()):
-        if len(sessions) < PREFETCH_MIN_SESSIONS:
+    for mod, mod_sessions in sorted(modules.items()):
+        if len(mod_sessions) < PREFETCH_MIN_SESSIONS:
             continue
-        counts = Counter(f for fs in sessions for f in fs)
-        always = sorted(f for f, n in counts.items() if n / len(sessions) > PREFETCH_SHARE)
+        counts = Counter(f for fs in mod_sessions for f in fs)
+        always = sorted(f for f, n in counts.items() if n / len(mod_sessions) > PREFETCH_SHARE)
         if always:
             out.append({"type": "prefetch_pattern", "rule": "accessed_in_80pct_of_module_sessions",
                         "related_files": always,
                         "content": f"[observer] work in {mod or 'the project root'} reads {', '.join(always)} in more "
-                                   f"than {int(PREFETCH_SHARE * 100)} % of its sessions ({len(sessions)} sessions).",
+                                   f"than {int(PREFETCH_SHARE * 100)} % of its sessions ({len(mod_sessions)} sessions).",
                         "type_fields": {"module_trigger": mod or ".", "always_read_files": always,
-                                        "session_count": len(sessions)},
-                        "evidence": {"sessions": len(sessions)}})
+                                        "session_count": len(mod_sessions)},
+                        "evidence": {"sessions": len(mod_sessions)}})
     return out
 
 

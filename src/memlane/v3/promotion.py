@@ -37,8 +37,9 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import datetime, UTC
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -149,7 +150,7 @@ def signal_score(c: Candidate, now_ms: int) -> float:
 
 
 def _ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp() * 1000)
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(UTC).timestamp() * 1000)
 
 
 class Promoter:
