@@ -340,7 +340,7 @@ def parse_train_params(p: Any) -> tuple[list[Any], int | None]:
     """
     if not isinstance(p, dict):
         raise InvalidParams("params must be an object")
-    m: TrainParams = _validate(TrainParams, {**p, "sessions": p["sessions"] if "sessions" in p else [p]},
+    m: TrainParams = _validate(TrainParams, {**p, "sessions": p.get("sessions", [p])},
                                {"sessions": "a non-empty array", "epochs": "an integer in [1, 1000]"})
     return m.sessions, m.epochs
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 __all__ = ["SIGNAL_KEYS", "TIME_KEYS", "InvalidParams", "SeedSignals", "SignalsModel", "invalid_params",
            "parse_signals", "wall_clock"]
@@ -139,12 +139,21 @@ class SignalsModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    time_of_day: float = Field(None, ge=0.0, lt=1.0, allow_inf_nan=False)
-    day_of_week: int = Field(None, ge=0, le=6)
-    month_of_year: int = Field(None, ge=1, le=12)
+    # None is an absent key's default; an explicit null is refused (_explicit_null)
+    time_of_day: float | None = Field(None, ge=0.0, lt=1.0, allow_inf_nan=False)
+    day_of_week: int | None = Field(None, ge=0, le=6)
+    month_of_year: int | None = Field(None, ge=1, le=12)
     project: str | None = None
-    session_gap_hours: float = Field(None, ge=0.0, allow_inf_nan=False)
-    is_superseded: list[bool] = Field(None)
+    session_gap_hours: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    is_superseded: list[bool] | None = Field(None)
+
+    @field_validator("time_of_day", "day_of_week", "month_of_year", "session_gap_hours", "is_superseded",
+                     mode="before")
+    @classmethod
+    def _explicit_null(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            raise ValueError(f"signals.{info.field_name} must be {_MEANINGS[info.field_name or '']}, got None")
+        return v
 
     @model_validator(mode="after")
     def _whole(self, info: ValidationInfo) -> SignalsModel:
@@ -233,7 +242,7 @@ def parse_signals(raw: Any, n: int) -> SeedSignals:
         raise invalid_params(exc, prefix="signals.", meanings=_MEANINGS, elements=_ELEMENTS,
                              known=SIGNAL_KEYS) from exc
     when = None
-    if m.time_of_day is not None:
-        when = wall_clock(m.time_of_day, m.day_of_week, m.month_of_year)
+    if m.time_of_day is not None and m.day_of_week is not None and m.month_of_year is not None:
+        when = wall_clock(m.time_of_day, m.day_of_week, m.month_of_year)  # the three come together
     return SeedSignals(session_time=when, project=m.project, has_project="project" in m.model_fields_set,
                        session_gap_hours=m.session_gap_hours, is_superseded=m.is_superseded)
