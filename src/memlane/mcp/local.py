@@ -27,7 +27,8 @@ class LocalBackend:
         if where:  # V3 conditions (memlane.v3.service.V3Service.recall)
             from memlane.storage.v3 import V3Filter
             from memlane.v3.service import V3Service
-            f = V3Filter(**{k: tuple(v) if isinstance(v, list) else v for k, v in where.items()})
+            conditions: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in where.items()}
+            f = V3Filter(**conditions)
             res = V3Service(self.c.db, self.c.memories, self.c.recall).recall(q, f)
         else:
             res = self.c.recall.recall(q)
@@ -35,7 +36,8 @@ class LocalBackend:
 
     def store(self, content: str, *, type: str, importance: float, project: str | None,
               tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
-        extra = {k: tuple(v) if k in ("related_files", "related_modules") else v for k, v in (v3 or {}).items()}
+        extra: dict[str, Any] = {k: tuple(v) if k in ("related_files", "related_modules") else v
+                                 for k, v in (v3 or {}).items()}
         r = self.c.memories.remember(RememberInput(content=content, type=type, importance=importance,
                                                    project=project, tags=tuple(tags), who=who, **extra))
         return {"id": r.id, "status": r.status}

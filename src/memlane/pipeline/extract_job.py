@@ -52,7 +52,7 @@ def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[
         now: the clock for audit timestamps (ISO-8601 UTC).
     """
 
-    def handle_extract(job: Job) -> dict[str, Any]:
+    def handle_extract(job: Job) -> dict[str, Any] | CompletedInTransaction:
         """Process one ``extract`` job. The writes and the job's completion (with its result)
         commit in one transaction; returns :class:`CompletedInTransaction` carrying that result
         (or the earlier attempt's summary when it had committed but its completion was lost).
@@ -62,7 +62,8 @@ def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[
             LlmError: the provider failed (retried by the worker).
         """
         pipeline = settings.memory.pipeline_v2
-        source = memories.db.read(lambda conn: mem_sql.get(conn, job.memory_id)) if job.memory_id else None
+        memory_id = job.memory_id
+        source = memories.db.read(lambda conn: mem_sql.get(conn, memory_id)) if memory_id else None
         if source is None:
             raise SkipJob("source memory not found")
         done = memories.db.read(lambda conn: audit_sql.job_summary(conn, source.id, job.id))
