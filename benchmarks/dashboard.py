@@ -9,7 +9,8 @@ calls, on a store of 10,000 memories and 1,000 sessions replayed through the ses
    short project notes; then ``sessions`` sessions through the hooks, each one a LoCoMo question:
    session-start with the question as context, the question as the prompt, agent feedback rating
    what was shown (1 for an evidence turn, 0 otherwise), session-end with a transcript. The
-   extraction queue is drained before anything is measured.
+   extraction queue is drained and the predictor's last retrain finished before anything is
+   measured.
 3. Every URL of :func:`urls` is fetched ``repeats`` times after one warm-up, signed in with the
    dashboard's cookie as a browser is; the server time is the daemon's own ``Server-Timing``
    (first byte in to the response's start, rendering included), the client time is the round
@@ -125,7 +126,9 @@ def fill(http: httpx.Client, data: Path, *, memories: int, sessions: int, seed: 
 
 
 def wait_drained(http: httpx.Client, timeout_s: float = 1800.0) -> float:
-    """Wait until no job is pending or leased; returns the seconds waited.
+    """Wait until no job is pending or leased and no predictor retrain is running (the fill's
+    last sessions queue one; measured beside it, the first URLs timed the retrain); returns the
+    seconds waited.
 
     Raises:
         RuntimeError: still busy after ``timeout_s`` seconds.
@@ -133,10 +136,13 @@ def wait_drained(http: httpx.Client, timeout_s: float = 1800.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         jobs = http.get("/api/pipeline/status").json()["jobs"]
-        if not any(n for counts in jobs.values() for s, n in counts.items() if s in ("pending", "leased")):
+        pred = http.get("/api/predictor/status")
+        training = pred.status_code == 200 and bool(pred.json().get("training"))
+        if not training and not any(n for counts in jobs.values() for s, n in counts.items()
+                                    if s in ("pending", "leased")):
             return time.monotonic() - t0
         time.sleep(1.0)
-    raise RuntimeError(f"the job queue was not drained after {timeout_s:.0f} s")
+    raise RuntimeError(f"the job queue was not drained (or a retrain still ran) after {timeout_s:.0f} s")
 
 
 def urls(http: httpx.Client) -> dict[str, str]:
