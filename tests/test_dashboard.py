@@ -381,3 +381,13 @@ def test_predictor_series_is_reread_when_a_comparison_is_added(store):
     second = svc.predictor(page=1)
     assert second["series"]["won"] == [0.4, None] and second["series"]["lost"] == [None, -0.4]
     assert [c["session_key"] for c in second["comparisons"]] == ["s22", "s1"] and second["series_age_s"] == 0.0
+
+
+def test_memory_card_shows_a_page_of_its_prediction_errors_with_the_total(store):
+    api = api_client(store)
+    mid = api.post("/api/memory/remember", json={"content": "The office is on floor 3"}).json()["id"]
+    for i in range(PAGE_SIZE + 1):
+        assert api.post(f"/api/memory/{mid}/signal", json={"source": f"badge-reader-{i}"}).status_code == 200
+    card = login(api).get(f"/memories/{mid}").text
+    assert card.count('data-drift-error="') == PAGE_SIZE and f"The newest {PAGE_SIZE} of {PAGE_SIZE + 1}" in card
+    assert "badge-reader-25" in card and "(badge-reader-0)" not in card  # newest first

@@ -253,8 +253,8 @@ class DashboardService:
             errors = [{**e.as_dict(), "kind": DRIFT_KINDS.get(e.error_type, e.error_type)}
                       for e, _ in drift_sql.list_errors(c, memory_id=memory_id, resolved=None, limit=PAGE_SIZE)]
             return {"chain": chain, "sessions": sessions, "sessions_total": sessions_total,
-                    "source_session": source_session,
-                    "source_memory": source_memory, "drift_errors": errors}
+                    "source_session": source_session, "source_memory": source_memory, "drift_errors": errors,
+                    "drift_errors_total": dash_sql.drift_error_count(c, memory_id) if errors else 0}
 
         extra = self.db.read(read)
         return {"memory": _memory_view(m), "history": history, "warning": self._warning(memory_id), **extra}

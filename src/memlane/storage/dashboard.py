@@ -80,6 +80,11 @@ def drift_counts(conn: sqlite3.Connection) -> dict[str, Any]:
     return {"memories": int(memories), "errors": sum(by_type.values()), "by_type": by_type}
 
 
+def drift_error_count(conn: sqlite3.Connection, memory_id: str) -> int:
+    """How many prediction errors, open or resolved, the memory has (``idx_pred_errors_memory``)."""
+    return int(conn.execute("SELECT count(*) FROM prediction_errors WHERE memory_id = ?", (memory_id,)).fetchone()[0])
+
+
 def memories_page(conn: sqlite3.Connection, *, limit: int, offset: int, **filters: Any) -> tuple[list[Memory], int]:
     """One page of memories, newest first, and the total matching (filters: :func:`memory_filters`)."""
     clause, args = memory_filters(**filters)
