@@ -113,6 +113,8 @@ def test_signals_model() -> None:
         ({"is_superseded": [0, 1]}, "signals.is_superseded[0] must be a boolean, got 0"),
         ({"is_superseded": [True]}, "signals.is_superseded must be 2 booleans (one per candidate), got 1 entries"),
         ({"is_superseded": None}, "signals.is_superseded must be an array of booleans"),
+        ({"session_gap_hours": None}, "signals.session_gap_hours must be a finite number >= 0 (hours), got None"),
+        ({"time_of_day": None, "day_of_week": 0, "month_of_year": 1}, "signals.time_of_day must be a fraction"),
         ({"session_gap_hours": float("inf")}, "signals.session_gap_hours must be a finite number >= 0"),
         ({"weather": "rain"}, "signals.weather is not a known signal"),
         ([0.25], "signals must be an object, got list"),

@@ -22,6 +22,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError as PydValidationError
 
 from memlane.errors import ConfigError, MemlaneError
+from memlane.pipeline.contradiction import semantic_contradiction
+from memlane.pipeline.extraction import extract
+from memlane.pipeline.prompts import CONTRADICTION_SCHEMA, EXTRACTION_SCHEMA
 from memlane.providers import (
     ClaudeCodeProvider,
     LlmError,
@@ -36,9 +39,6 @@ from memlane.providers import (
     strip_think,
 )
 from memlane.providers.claude_cli import ARGV_PROMPT_LIMIT_BYTES, prompt_via_stdin
-from memlane.pipeline.contradiction import semantic_contradiction
-from memlane.pipeline.extraction import extract
-from memlane.pipeline.prompts import CONTRADICTION_SCHEMA, EXTRACTION_SCHEMA
 
 # ---------------------------------------------------------------- errors
 

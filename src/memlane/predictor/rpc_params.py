@@ -205,7 +205,7 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     raw = [{**defaults, **r} for r in raw]
     seed = parse_signals(m.signals, n) if m.signals is not None else None
     try:
-        when = datetime.fromisoformat(m.session_time.replace("Z", "+00:00")) if m.session_time \
+        when = datetime.fromisoformat(m.session_time) if m.session_time \
             else datetime.now().astimezone()
     except ValueError as exc:
         raise InvalidParams(f"session_time must be an ISO-8601 time: {exc}") from exc
