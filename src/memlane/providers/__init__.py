@@ -2,9 +2,10 @@
 
 Modules:
 
-* :mod:`memlane.providers.base` -- the :class:`LlmProvider` protocol (``generate(prompt) -> str``,
+* :mod:`memlane.providers.base` -- the :class:`LlmProvider` protocol (``generate(prompt,
+  schema=...) -> str``, the schema asking for structured output where the provider offers it;
   ``available() -> bool``, ``close()``), :class:`LlmError` / :class:`LlmTimeout`, the shared HTTP
-  code, and the reply helpers :func:`strip_think`, :func:`strip_fences`, :func:`extract_json_object`.
+  code (over :mod:`memlane.httpjson`), and the reply helpers :func:`strip_think`, :func:`strip_fences`, :func:`extract_json_object`.
 * :mod:`memlane.providers.ollama` -- :class:`OllamaProvider`, ``POST /api/generate``.
 * :mod:`memlane.providers.openai_compat` -- :class:`OpenAICompatProvider`, ``POST /chat/completions``.
 * :mod:`memlane.providers.claude_cli` -- :class:`ClaudeCodeProvider`, a ``claude -p`` subprocess.
