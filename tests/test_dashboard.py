@@ -286,6 +286,7 @@ def test_stale_and_drifting_memories_need_attention_and_show_why_on_their_card(s
     assert searched.count('<li class="card') == 2 and "drifting" in searched
     card = b.get(f"/memories/{ids[0]}").text
     assert 'id="drift-warning"' in card and "[DRIFT: external signal from linear]" in card
+    assert "score and confidence × 0.5" in card  # 1 - drift.penalty
     assert "external signal" in card and 'data-action="drift-resolve"' in card
     error_id = api.get("/api/drift/errors", params={"memory_id": ids[0]}).json()["items"][0]["error_id"]
     # the card's "Dismiss (false positive)" button calls the drift API with the session cookie

@@ -257,7 +257,8 @@ class DashboardService:
                     "drift_errors_total": dash_sql.drift_error_count(c, memory_id) if errors else 0}
 
         extra = self.db.read(read)
-        return {"memory": _memory_view(m), "history": history, "warning": self._warning(memory_id), **extra}
+        return {"memory": _memory_view(m), "history": history, "warning": self._warning(memory_id),
+                "drift_factor": round(1.0 - self.c.settings.drift.penalty, 3), **extra}
 
     def flag_wrong(self, memory_id: str, *, reason: str, corrected: str | None = None,
                    original_id: str | None = None, note: str | None = None) -> dict[str, Any]:
