@@ -32,7 +32,7 @@ def create_app(container: Container) -> FastAPI:
     # The token file is created here, before the first request (Starlette builds middleware lazily).
     tokens = TokenStore(settings.home) if settings.require_token else None
     from memlane.observability.logs import install as install_log_ring
-    from memlane.observability.middleware import ObservabilityMiddleware
+    from memlane.api.observability_middleware import ObservabilityMiddleware
     app.add_middleware(ObservabilityMiddleware, obs=container.observability)  # inside the guard
     install_log_ring()  # the daemon's log ring (GET /api/analytics/logs) records from here on
     from memlane.dashboard.auth import DashboardAuth
@@ -80,7 +80,7 @@ def create_app(container: Container) -> FastAPI:
     app.include_router(knowledge_routes.router(container))
     from memlane.api import v3_routes; app.include_router(v3_routes.router(container))  # noqa: E702
     from memlane.api import drift_routes; app.include_router(drift_routes.router(container))  # noqa: E702
-    from memlane.observability import routes as observability_routes
+    from memlane.api import observability_routes
     app.include_router(observability_routes.router(container))
     from memlane.dashboard.routes import install as install_dashboard
     install_dashboard(app, container, app.state.dashboard_auth)  # the web dashboard at / (memlane dashboard)

@@ -275,5 +275,5 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         dry_run=false only when the user asks. Returns {pruned, stale_marked, by_rule, dry_run}."""
         return await _run(backend.prune, dry_run=dry_run, project=project)
 
-    from memlane.drift import mcp_tools; mcp_tools.register(server, backend, _run)  # noqa: E702 (issue 41)
+    from memlane.mcp import drift_tools; drift_tools.register(server, backend, _run)  # noqa: E702 (docs/drift.md)
     return server

@@ -4,7 +4,7 @@ and the listeners that feed them from the predictor, the job workers and the HTT
 :func:`memlane.container.open_container` builds one :class:`Observability` per container
 (``container.observability``) and passes its listeners to the predictor, the sidecar client and
 every job worker as they are built. The HTTP path is timed by
-:class:`memlane.observability.middleware.ObservabilityMiddleware`.
+:class:`memlane.api.observability_middleware.ObservabilityMiddleware`.
 """
 
 from __future__ import annotations
