@@ -152,10 +152,10 @@ def alpha_for(state: PolicyState) -> float:
       rate earned). The EMA (factor 0.1) weighs the last ~10 sessions: per-session margins
       vary so much that it crosses 0.05 every few sessions, and asking both statistics to pass
       would take the influence away on each dip of either (docs/predictor.md, "Margin guard"
-      and "The margin window asks for a gain above 0", with the thresholds tried).
+      and "The margin window asks for a gain above 0").
 
-    Asking for a full window before any influence was tried and not kept (docs/predictor.md,
-    "Margin window").
+    Influence does not wait for a full window: until it is full the EMA guard decides
+    (docs/predictor.md, "Margin window", has why).
     """
     if not state.cold_start_exited or state.drifting or margin_guard_reason(state) is not None:
         return 1.0
