@@ -90,8 +90,9 @@ class _Body(httpx.SyncByteStream):
 
 @functools.cache
 def default_tls() -> ssl.SSLContext:
-    """httpx's default verifying context, built once: loading the CA bundle takes ~70 ms, and a
-    client context is safe to share between connections and threads."""
+    """httpx's default verifying context, built once: loading the CA bundle is slow
+    (docs/decisions.md, "Serialisation"), and a client context is safe to share between
+    connections and threads."""
     return httpx.create_ssl_context()
 
 

@@ -137,7 +137,7 @@ class DashboardService:
         needs attention (unhealthy domains, stale or drifting memories, dead jobs, a disabled
         sidecar, maintenance advice)."""
         report = health_report(self.c, self.obs)
-        stats = self.c.memories.index.state_counts()  # from memory: a table scan took ~30 ms at 11,600
+        stats = self.c.memories.index.state_counts()  # from memory, not a table scan (docs/decisions.md, "Indexes")
 
         def read(c: Any) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
             rows, total = dash_sql.sessions_page(c, limit=5, offset=0)
@@ -207,8 +207,8 @@ class DashboardService:
             filters = {"project": project, "type_": type_, "source_type": source_type, "pinned": pinned,
                        "state": state, "flagged": flagged}
             if source_type is None and pinned is None and flagged is None and state in ("live", "all"):
-                # The total from the in-memory index (a count over the table's rows took ~13 ms
-                # at 11,600 memories); the page itself comes from idx_memories_created.
+                # The total from the in-memory index, not a count over the table's rows
+                # (docs/decisions.md, "Indexes"); the page itself comes from idx_memories_created.
                 total = self.c.memories.index.count(Filters(
                     project=project, types=(type_,) if type_ else (), include_deleted=state == "all",
                     exclude_superseded=state == "live"))
