@@ -109,7 +109,7 @@ def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniL
 
 def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
                  store: Path | None = None, gap_s: float = 0.5, predictor: bool = True,
-                 alpha: float | None = None,
+                 alpha: float | None = None, phase: str | None = None,
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Fill (or reuse) a store, start a daemon on it and time the hooks.
 
@@ -120,7 +120,8 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
     the sidecar is ready); without it the predictor is disabled. Timing starts once the
     daemon's job queue is drained (:func:`wait_for_job_backlog`). ``alpha`` (< 1, with the
     predictor) seeds an earned policy state (:func:`seed_alpha`) so every start waits for and
-    fuses the predictor's scores.
+    fuses the predictor's scores. ``phase`` (a methodology phase name, e.g. ``coding``) is sent
+    with every session-start and prompt: the phase-weighted ranking is timed (docs/v3.md).
 
     Returns:
         ``{"store_size", "sessions", "session_start", "prompt_submit", "session_end"`` (client-side
@@ -148,6 +149,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         starts, prompts, ends, pools, injected = [], [], [], [], []
         served: list[float] = []  # session-start time inside the daemon (its took_ms)
         run = f"{int(time.time())}"
+        with_phase = {"phase": phase} if phase is not None else {}
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                               headers=auth_headers(home)) as http:
@@ -161,7 +163,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                     key = f"bench-{run}-{i}"
                     t = time.perf_counter()
                     r = http.post("/api/hooks/session-start", json={"session_key": key, "project": PROJECT,
-                                                                    "cwd": PROJECT, "harness": "bench"})
+                                                                    "cwd": PROJECT, "harness": "bench", **with_phase})
                     starts.append((time.perf_counter() - t) * 1000)
                     r.raise_for_status()
                     body = r.json()
@@ -172,7 +174,8 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                         q = qs[(i * prompts_per_session + j) % len(qs)]
                         t = time.perf_counter()
                         http.post("/api/hooks/user-prompt-submit",
-                                  json={"session_key": key, "prompt": q, "project": PROJECT}).raise_for_status()
+                                  json={"session_key": key, "prompt": q, "project": PROJECT,
+                                        **with_phase}).raise_for_status()
                         prompts.append((time.perf_counter() - t) * 1000)
                     t = time.perf_counter()
                     http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT, "cwd": PROJECT,
@@ -190,7 +193,7 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
             except Exception:
                 proc.kill()
         return {"store_size": size, "sessions": n_sessions, "prompts_per_session": prompts_per_session,
-                "gap_s": gap_s,
+                "gap_s": gap_s, "phase": phase,
                 "session_start": latency_summary(starts), "prompt_submit": latency_summary(prompts),
                 "session_end": latency_summary(ends),
                 "job_backlog": backlog,

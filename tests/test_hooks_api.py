@@ -60,7 +60,8 @@ def test_full_session_over_http(client) -> None:
     assert r.status_code == 200, r.text
     start = r.json()
     assert set(start) == {"session_key", "status", "inject", "predictor_state", "candidate_count", "injected",
-                          "took_ms"}
+                          "took_ms", "phase"}
+    assert start["phase"]["methodology"] == "native" and start["phase"]["phase"] is None  # no phase known
     assert (start["session_key"], start["status"], start["predictor_state"]) == ("h1", "new", "collecting")
     assert start["candidate_count"] == 3 and len(start["injected"]) == 3
     assert start["inject"].startswith("[memlane: collecting | 0/10 sessions | baseline only]\n")
@@ -75,7 +76,7 @@ def test_full_session_over_http(client) -> None:
                           "memory_feedback": {zebra[:8]: 0.8}})
     assert r.status_code == 200, r.text
     p = r.json()
-    assert set(p) == {"session_key", "inject", "matched", "injected", "feedback", "took_ms"}
+    assert set(p) == {"session_key", "inject", "matched", "injected", "feedback", "took_ms", "phase"}
     assert p["matched"] == [zebra] and p["injected"] == [] and p["inject"] == ""
     assert p["feedback"] == {"applied": 1, "ignored": 0}
 

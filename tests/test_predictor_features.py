@@ -26,7 +26,7 @@ from memlane.predictor.tokenizer import (
 
 
 def test_schema_is_versioned_and_hashed():
-    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 24
+    assert len(F.FEATURE_NAMES) == F.NUM_FEATURES == len(set(F.FEATURE_NAMES)) == 25
     assert F.CURRENT_SCHEMA.version == F.SCHEMA_VERSION
     assert len(F.SCHEMA_HASH) == 16
     # The hash follows the names and their order.
@@ -53,6 +53,7 @@ def test_feature_matrix_hand_computed():
         vector_score=None,
         query_coverage=0.75,
         content_chars=round(math.e**3 - 1),  # 19 chars: log(20) / 6
+        phase_weight=1.3,
     )
     row = build_feature_matrix([cand], when)[0]
     got = dict(zip(F.FEATURE_NAMES, row.tolist()))
@@ -77,6 +78,7 @@ def test_feature_matrix_hand_computed():
         "vector_score": 0.0,
         "query_coverage": 0.75,
         "log_content_chars": math.log(20) / 6,
+        "phase_weight": 1.3,
     }
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, abs=1e-6), name
@@ -91,12 +93,13 @@ def test_feature_matrix_defaults_and_clamps():
     assert m[0, i["log_access_count"]] == pytest.approx(math.log(10))
     assert m[0, i["baseline_rank_inv"]] == 0.0 and m[0, i["context_similarity"]] == 0.0
     assert m[0, i["query_coverage"]] == 0.0 and m[0, i["log_content_chars"]] == 0.0
+    assert m[0, i["phase_weight"]] == 1.0  # no phase known
     assert build_feature_matrix([], datetime(2026, 1, 1)).shape == (0, F.NUM_FEATURES)
 
 
 @pytest.mark.parametrize(
     "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity",
-              "query_coverage", "content_chars"]
+              "query_coverage", "content_chars", "phase_weight"]
 )
 def test_feature_matrix_rejects_non_finite(field):
     base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)
@@ -186,7 +189,7 @@ def test_feature_matrix_from_signals_equals_the_dataclass_path():
         for _ in range(n):
             c = _random_candidate(rng)
             raw = {k: getattr(c, k) for k in F.CandidateFeatures.__dataclass_fields__}
-            for k in ("is_superseded", "pinned", "bm25_score", "mentions_project", "names_other_project"):
+            for k in ("is_superseded", "pinned", "bm25_score", "mentions_project", "names_other_project", "phase_weight"):
                 if rng.random() < 0.3:
                     raw.pop(k)  # optional keys may be missing from older logs
             if rng.random() < 0.2:

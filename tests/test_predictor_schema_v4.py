@@ -6,7 +6,7 @@
 * ``tests/data/predictor_v3.bin`` is a real checkpoint written by memlane 5e83cc3 (feature
   schema v3, 19 features; a small model config so the file is 22 KB). It is refused loudly
   (naming both schemas), set aside, and a daemon whose predictor home holds it serves the
-  baseline and trains a model of the current schema (v7) over it (real sidecar subprocess,
+  baseline and trains a model of the current schema (v8) over it (real sidecar subprocess,
   real local embedder).
 """
 
@@ -50,10 +50,10 @@ AT = "2026-02-01T08:00:00.000Z"
 # -- the v3 checkpoint --------------------------------------------------------------------------
 
 
-def test_v4_to_v7_append_to_the_v3_names():
-    assert CURRENT_SCHEMA.version == "7" and CURRENT_SCHEMA.names == (
+def test_v4_to_v8_append_to_the_v3_names():
+    assert CURRENT_SCHEMA.version == "8" and CURRENT_SCHEMA.names == (
         *V3_NAMES, "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary",
-        "query_coverage", "log_content_chars")
+        "query_coverage", "log_content_chars", "phase_weight")
     assert CURRENT_SCHEMA.hash != V3_SCHEMA.hash
 
 
@@ -65,7 +65,7 @@ def test_real_v3_checkpoint_is_refused_naming_both_schemas():
     with pytest.raises(FeatureSchemaMismatchError) as err:
         ckpt.load(V3_FILE, CURRENT_SCHEMA, embedding_model_id=LOCAL_MODEL, native_dim=384)
     msg = str(err.value)
-    assert "v3" in msg and "v7" in msg and V3_SCHEMA.hash in msg and CURRENT_SCHEMA.hash in msg
+    assert "v3" in msg and "v8" in msg and V3_SCHEMA.hash in msg and CURRENT_SCHEMA.hash in msg
 
 
 def test_load_or_fresh_sets_the_v3_checkpoint_aside(tmp_path):
@@ -75,7 +75,7 @@ def test_load_or_fresh_sets_the_v3_checkpoint_aside(tmp_path):
     engine, error = load_or_fresh(model_dir, embedding_model_id=LOCAL_MODEL, native_dim=384)
     assert error is not None and "v3" in error and "kept as model.bin.rejected-" in error
     assert not engine.trained and engine.model_version == 0
-    assert engine.model.config.num_features == len(FEATURE_NAMES) == 24
+    assert engine.model.config.num_features == len(FEATURE_NAMES) == 25
     aside = [p for p in model_dir.iterdir() if p.name.startswith(f"{CHECKPOINT_NAME}.rejected-")]
     assert len(aside) == 1 and aside[0].read_bytes() == V3_FILE.read_bytes()
 
@@ -104,7 +104,7 @@ def test_daemon_with_a_v3_checkpoint_serves_the_baseline_and_trains_a_current_mo
                                   for fact in ("deploys with make release", "logs to Loki",
                                                "keeps its migrations under db/migrations")])
         status = c.predictor.backend.call("status", {}, timeout_s=30)  # the sidecar's own status
-        assert "v3" in str(status["checkpoint_error"]) and "v7" in str(status["checkpoint_error"]), status
+        assert "v3" in str(status["checkpoint_error"]) and "v8" in str(status["checkpoint_error"]), status
         assert status["model_version"] == 0 and not status["trained"]
         assert c.predictor.phase() == "collecting"
         accepted = False
@@ -130,7 +130,7 @@ def test_daemon_with_a_v3_checkpoint_serves_the_baseline_and_trains_a_current_mo
         c.close()
     model = ckpt.load(v3_home / "predictor" / CHECKPOINT_NAME, CURRENT_SCHEMA, embedding_model_id=LOCAL_MODEL,
                       native_dim=384)
-    assert model.meta.feature_schema == CURRENT_SCHEMA and model.model.config.num_features == 24
+    assert model.meta.feature_schema == CURRENT_SCHEMA and model.model.config.num_features == 25
     aside = [p for p in (v3_home / "predictor").iterdir() if p.name.startswith(f"{CHECKPOINT_NAME}.rejected-")]
     assert len(aside) == 1 and aside[0].read_bytes() == V3_FILE.read_bytes()
 

@@ -178,6 +178,9 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
                  help="Seed an earned predictor state with this alpha (< 1): every start waits for the "
                       "predictor's scores and fuses them (the predictor active). Default: a fresh store "
                       "(cold start, alpha 1: the start answers before the scores)."),
+             phase: str | None = typer.Option(
+                 None, help="Send this phase (e.g. coding) with every start and prompt: times the phase-weighted "
+                            "ranking. Default: no phase."),
              out: Path | None = typer.Option(None, help="JSON report path.")) -> None:
     """Session-start and prompt-submit latency through a real daemon, and the candidate pool size."""
     from benchmarks.sessions import run_sessions
@@ -187,7 +190,8 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
         raise typer.Exit(2)
     with stage_progress(err, "preparing") as tick:
         report = run_sessions(data, n_memories=memories, n_sessions=sessions_, prompts_per_session=prompts,
-                              store=store, gap_s=gap, predictor=predictor, alpha=alpha, progress=tick)
+                              store=store, gap_s=gap, predictor=predictor, alpha=alpha, phase=phase,
+                              progress=tick)
     path = out_path(out, f"sessions-{memories}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))

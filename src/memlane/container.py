@@ -58,6 +58,7 @@ from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
+from memlane.v3.methodology.service import PhaseService
 from memlane.workers.runtime import JobWorker, PollingWorker, StaleLeaseReaper, WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,8 @@ class Container:
     extraction_llm: LlmProvider | None = None
     #: The predictor (memlane.services.predictor_service), or None when it does not run here.
     predictor: PredictorService | None = None
+    #: Each session's methodology phase and work unit (memlane.v3.methodology.service).
+    phases: PhaseService | None = None
     #: Whether close() closes the embedder: False when the caller passed one in (shared by
     #: benchmarks and tests that open many stores; its owner closes it).
     owns_embedder: bool = True
@@ -206,8 +209,9 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     recall = RecallService(memories, settings.recall, fts=fts, stages=stages,
                            graph_boost=GraphBooster(db, graph, memory_count=lambda: index.size),
                            ranker=LearnedRanker(lambda: settings.recall), drift=drift)
+    phases = PhaseService(lambda: settings.methodology)  # read at each request: POST /api/config swaps it
     sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred,
-                              scorer=scorer, drift=drift)
+                              scorer=scorer, drift=drift, phases=phases)
     jobs = lambda name, **kw: JobWorker(db, name, listeners=(obs.on_job,), **kw)  # noqa: E731
     lease_ms = lambda: pipeline().worker.lease_timeout_ms  # noqa: E731
 
@@ -244,7 +248,8 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     ]
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
                           drift, documents, tracker, retention, repairs, maintenance, llm=llm,
-                          extraction_llm=extraction_llm, predictor=pred, owns_embedder=embedder is None)
+                          extraction_llm=extraction_llm, predictor=pred, phases=phases,
+                          owns_embedder=embedder is None)
     if start_workers:
         container.workers.start_all()
     return container

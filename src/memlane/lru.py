@@ -48,6 +48,11 @@ class LRUCache(Generic[K, V]):
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
+    def pop(self, key: K) -> V | None:
+        """Remove ``key``; its value, or None when absent."""
+        with self._lock:
+            return self._items.pop(key, None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

@@ -24,6 +24,20 @@ class _Hook(BaseModel):
     cwd: str | None = Field(None, description="Working directory.")
     harness: str | None = Field(None, description="claude-code, opencode, ...")
     now: str | None = Field(None, description="ISO-8601 time to use instead of the clock (replays).")
+    phase: str | None = Field(
+        None, description="The work's phase: a phase name of the project's methodology (native: planning, coding, "
+        "qa_review...; bmad: architect, dev, qa...) or a universal phase; remembered for the session (docs/v3.md).")
+    work_unit: dict[str, str] | None = Field(
+        None, description="The work unit's identifiers in the project's methodology, e.g. {\"spec\": \"042\", "
+        "\"subtask\": \"3\"} (native) or {\"epic\": \"3\", \"story\": \"3.2\"} (bmad).")
+    permission_mode: str | None = Field(
+        None, description="Claude Code's permission mode from the hook payload: plan mode is the methodology's "
+        "planning phase.")
+
+    def phase_input(self) -> dict[str, object]:
+        """The phase fields as the session inputs take them."""
+        hook = {"permission_mode": self.permission_mode} if self.permission_mode is not None else None
+        return {"phase": self.phase, "work_unit": self.work_unit, "hook": hook}
 
 
 class SessionStartIn(_Hook):
@@ -79,25 +93,26 @@ def router(container: Container) -> APIRouter:
         # scored and recorded after it.
         res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
                                    harness=body.harness, source=body.source, context=body.context, now=body.now,
-                                   ranking=body.ranking), defer_predictor=True, hold_write=True)
+                                   ranking=body.ranking, **body.phase_input()), defer_predictor=True,
+                                   hold_write=True)
         if res.commit is not None:
             background.add_task(res.commit)
         if res.release is not None:
             background.add_task(res.release)
         return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
                 "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
-                "injected": res.injected, "took_ms": round(res.took_ms, 3)}
+                "injected": res.injected, "took_ms": round(res.took_ms, 3), "phase": res.phase}
 
     @r.post("/api/hooks/user-prompt-submit", tags=["hooks"])
     def user_prompt_submit(body: PromptIn) -> dict[str, Any]:
         """Recall on the prompt (threshold: nothing rather than padding), FTS-hit tracking, feedback."""
         res = svc.prompt(PromptInput(session_key=body.session_key, prompt=body.prompt, project=body.project,
                                      cwd=body.cwd, harness=body.harness, memory_feedback=body.memory_feedback,
-                                     now=body.now))
+                                     now=body.now, **body.phase_input()))
         return {"session_key": res.session_key, "inject": res.inject, "matched": res.matched,
                 "injected": res.injected, "feedback": {"applied": res.feedback.applied,
                                                        "ignored": res.feedback.ignored},
-                "took_ms": round(res.took_ms, 3)}
+                "took_ms": round(res.took_ms, 3), "phase": res.phase}
 
     @r.post("/api/hooks/session-end", tags=["hooks"])
     def session_end(body: SessionEndIn) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def router(container: Container) -> APIRouter:
     r = APIRouter()
     mem = container.memories
     rec = container.recall
+    phases = container.phases
 
     @r.post("/api/memory/remember", tags=["memory"], response_model=RememberOut | BatchOut)
     def remember(payload: dict[str, Any] = Body(..., openapi_examples={
@@ -66,7 +67,8 @@ def router(container: Container) -> APIRouter:
         res = rec.recall(RecallQuery(
             query=body.query, limit=body.limit, project=body.project, types=tuple(body.types),
             since=body.since, until=body.until, include_deleted=body.include_deleted,
-            min_score=body.min_score, alpha=body.alpha, now=body.now, touch=body.touch, ranker=body.ranker))
+            min_score=body.min_score, alpha=body.alpha, now=body.now, touch=body.touch, ranker=body.ranker,
+            phase=phases.universal(body.project, body.phase, body.session_key) if phases is not None else None))
         # The documented shape (RecallOut) is built directly instead of validated through the
         # response model: recall runs on every prompt and re-validation costs more than the
         # search. test_api checks the shape against the model.

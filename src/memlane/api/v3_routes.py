@@ -24,9 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.container import Container
-from memlane.errors import NotFound
+from memlane.errors import NotFound, ValidationError
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
+from memlane.v3.methodology.phases import PHASE_WEIGHTS, UNIVERSAL_PHASES
+from memlane.v3.methodology.registry import DEFAULT_METHODOLOGY, PLUGINS
 from memlane.v3.model import check_str
 from memlane.v3.service import V3Service
 
@@ -139,6 +141,14 @@ class FinalizeIn(_Strict):
     dry_run: bool = False
 
 
+class PhaseIn(_Strict):
+    session_key: str = Field(..., description="The harness's session id.")
+    project: str | None = Field(None, description="The session's project (chooses the methodology).")
+    phase: str | None = Field(None, description="A phase name of the project's methodology or a universal phase.")
+    work_unit: dict[str, str] | None = Field(
+        None, description="The work unit's identifiers, e.g. {\"spec\": \"042\", \"subtask\": \"3\"}.")
+
+
 class VerifyIn(_Strict):
     verified: bool = Field(True, description="True confirms; false sends the memory back to review.")
     who: str | None = None
@@ -148,6 +158,33 @@ def router(container: Container) -> APIRouter:
     """The V3 routes over ``container``'s services."""
     r = APIRouter(tags=["v3"])
     svc = V3Service(container.db, container.memories, container.recall)
+
+    phases = container.phases
+
+    @r.get("/api/v3/methodology")
+    def methodology(project: str | None = _s()) -> dict[str, Any]:
+        """The built-in methodology plugins (phase maps, work-unit keys, relays), the universal
+        phases with their type weights, and the methodology ``project`` uses."""
+        return {"plugins": [p.describe() for p in PLUGINS.values()], "phases": list(UNIVERSAL_PHASES),
+                "weights": PHASE_WEIGHTS, "project": project,
+                "methodology": phases.plugin_for(project).id if phases is not None else DEFAULT_METHODOLOGY}
+
+    @r.post("/api/v3/sessions/phase")
+    def set_phase(body: PhaseIn) -> dict[str, Any]:
+        """Set a session's phase and/or work unit (as the hooks' ``phase`` / ``work_unit`` do);
+        the answer is the session's state."""
+        check_str(body.session_key, "session_key", max_chars=256)
+        if phases is None:
+            raise ValidationError("phases are off in this process", details={"field": "phase"})
+        return phases.resolve(body.session_key, body.project, phase=body.phase, work_unit=body.work_unit).to_dict()
+
+    @r.get("/api/v3/sessions/phase")
+    def get_phase(session_key: str = Query(..., max_length=256), project: str | None = _s()) -> dict[str, Any]:
+        """A session's current phase and work unit (all None when nothing is known)."""
+        check_str(session_key, "session_key", max_chars=256)
+        if phases is None:
+            raise ValidationError("phases are off in this process", details={"field": "phase"})
+        return phases.current(session_key, project).to_dict()
 
     @r.get("/api/v3/memories")
     def list_v3(project: str | None = _s(), type: list[str] = Query([]), scope: list[str] = Query([]),

@@ -29,6 +29,7 @@ from memlane.config.llm import LlmSettings
 from memlane.config.continuity import SessionCheckpointSettings
 from memlane.config.predictor import PredictorSettings
 from memlane.config.drift import DriftSettings
+from memlane.config.methodology import MethodologySettings
 
 
 #: The log levels ``log_level`` accepts (lower-case; input in any case).
@@ -222,6 +223,8 @@ class Settings(BaseSettings):
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
     drift: DriftSettings = Field(default_factory=DriftSettings, description="Memory drift and staleness (docs/drift.md).")
+    methodology: MethodologySettings = Field(
+        default_factory=MethodologySettings, description="Methodology plugin per project (docs/v3.md, phases).")
 
     @field_validator("log_level")
     @classmethod

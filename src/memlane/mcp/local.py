@@ -12,7 +12,9 @@ from mcp.server.mcpserver import MCPServer
 
 from memlane.container import Container
 from memlane.mcp.server import PruneResult, build_mcp, memory_dict, search_hit
+from memlane.errors import ValidationError
 from memlane.services.inputs import RecallQuery, RememberInput
+from memlane.v3.model import check_str
 
 
 class LocalBackend:
@@ -67,10 +69,18 @@ class LocalBackend:
         return {k: r[k] for k in PruneResult.model_fields}
 
 
+    def phase(self, session_key: str, *, project: str | None, phase: str | None,
+              work_unit: dict[str, str] | None) -> dict[str, Any]:
+        if self.c.phases is None:
+            raise ValidationError("phases are off in this process", details={"field": "phase"})
+        check_str(session_key, "session_key", max_chars=256)
+        return self.c.phases.resolve(session_key, project, phase=phase, work_unit=work_unit).to_dict()
+
+
 def build_server(container: Container) -> MCPServer:
     """The MCP server over ``container``'s services (in-process; the caller owns the container).
 
     Tools: memory_search, memory_store, memory_get, memory_list, memory_modify, memory_forget,
-    memory_feedback, memory_prune (see each tool's description for shapes and errors).
+    memory_feedback, memory_prune, memory_phase (see each tool's description for shapes and errors).
     """
     return build_mcp(LocalBackend(container))

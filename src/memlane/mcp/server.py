@@ -66,6 +66,16 @@ class PruneResult(BaseModel):
     dry_run: bool
 
 
+class PhaseResult(BaseModel):
+    methodology: str = Field(description="The project's methodology plugin (native, bmad).")
+    methodology_phase: str | None = Field(description="The phase name as given.")
+    phase: str | None = Field(description="The universal phase: define, implement, validate, refine, explore, "
+                                          "reflect; null when none is known.")
+    work_unit_ref: dict[str, Any] | None = Field(description="{methodology, hierarchy, label}, or null.")
+    source: str | None = Field(description="request or hook: where the phase came from.")
+    updated_at: str | None
+
+
 class ForgetResult(BaseModel):
     id: str
     deleted: bool
@@ -90,6 +100,8 @@ class Backend(Protocol):
     def forget(self, memory_id: str, *, who: str, why: str | None) -> dict[str, Any]: ...
     def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]: ...
     def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]: ...
+    def phase(self, session_key: str, *, project: str | None, phase: str | None,
+              work_unit: dict[str, str] | None) -> dict[str, Any]: ...
 
 
 def memory_dict(m: Any) -> dict[str, Any]:
@@ -135,7 +147,7 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_h
 
 
 def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
-    """An MCP server exposing the eight memory tools over ``backend``."""
+    """An MCP server exposing the memory tools over ``backend``."""
     server = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
     @server.tool(annotations=READ)
@@ -274,6 +286,25 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         (user-verified) memories are never pruned; pruned memories can be recovered. Call it with
         dry_run=false only when the user asks. Returns {pruned, stale_marked, by_rule, dry_run}."""
         return await _run(backend.prune, dry_run=dry_run, project=project)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False))
+    async def memory_phase(
+        session_key: Annotated[str, Field(description="This session's id.")],
+        project: Project = None,
+        phase: Annotated[str | None, Field(
+            description="What you are doing now, in the project's methodology (native: planning, coding, qa_review, "
+                        "qa_fix, debugging, insights; bmad: analyst, architect, dev, qa, sm...) or a universal "
+                        "phase (define, implement, validate, refine, explore, reflect). Omit to only read.")] = None,
+        work_unit: Annotated[dict[str, str] | None, Field(
+            description="The work unit's identifiers, e.g. {\"spec\": \"042\", \"subtask\": \"3\"} (native) or "
+                        "{\"epic\": \"3\", \"story\": \"3.2\"} (bmad). Omit to keep the current one.")] = None,
+    ) -> Annotated[CallToolResult, PhaseResult]:
+        """Tell memlane which phase of the work this session is in (and which work unit), or read
+        it: memories are then ranked for that phase (gotchas while coding, requirements and error
+        patterns while validating...). Returns {methodology, methodology_phase, phase,
+        work_unit_ref, source, updated_at}."""
+        return await _run(backend.phase, session_key, project=project, phase=phase, work_unit=work_unit)
 
     from memlane.mcp import drift_tools; drift_tools.register(server, backend, _run)  # noqa: E702 (docs/drift.md)
     return server

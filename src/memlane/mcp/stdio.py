@@ -105,6 +105,11 @@ class HttpBackend:
         body = self._request("POST", "/api/v3/lifecycle/run", json={"dry_run": dry_run, "project": project})
         return {k: body[k] for k in ("pruned", "stale_marked", "by_rule", "dry_run")}
 
+    def phase(self, session_key: str, *, project: str | None, phase: str | None,
+              work_unit: dict[str, str] | None) -> dict[str, Any]:
+        return self._request("POST", "/api/v3/sessions/phase", json={
+            "session_key": session_key, "project": project, "phase": phase, "work_unit": work_unit})
+
     def close(self) -> None:
         self._client.close()
 

@@ -157,7 +157,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             shares_project_vocabulary=bool(raw.get("shares_project_vocabulary", False)),
             shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)),
             query_coverage=float(raw.get("query_coverage") or 0.0),
-            content_chars=int(raw.get("content_chars") or 0))
+            content_chars=int(raw.get("content_chars") or 0),
+            phase_weight=1.0 if raw.get("phase_weight") is None else float(raw["phase_weight"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 

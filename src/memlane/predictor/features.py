@@ -36,7 +36,7 @@ __all__ = [
     "project_name",
 ]
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 #: Column order of the feature matrix ``[n_candidates, NUM_FEATURES]``.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -64,6 +64,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "shares_other_project_vocabulary",  # 1 when it uses words only another project's notes use
     "query_coverage",  # share of the session context's stemmed query terms the memory's own text holds, [0, 1]
     "log_content_chars",  # log(1 + characters of the memory's text) / CONTENT_CHARS_LOG_SCALE
+    "phase_weight",  # the session phase's weight of the memory's type (0.3 to 1.5); 1 when no phase is known
 )
 NUM_FEATURES = len(FEATURE_NAMES)
 #: ``log_content_chars = log(1 + chars) / CONTENT_CHARS_LOG_SCALE``: a memory of ~400 characters
@@ -141,6 +142,14 @@ class CandidateFeatures:
         content_chars: characters of the memory's text (>= 0). Not logged:
             :func:`memlane.predictor.dataset.build_session` counts it from the candidate texts
             on both paths (0 for a memory whose text is gone).
+        phase_weight: ``PHASE_WEIGHTS[phase][type]`` of the session's universal phase and the
+            memory's type (:mod:`memlane.v3.methodology.phases`, seed memory-system-v3-design.md
+            section 7); 1.0 when the session has no phase. Logged with the candidate's signals.
+
+    Schema v8 added ``phase_weight``: the phase is the same for every candidate of a session, so
+    a per-session phase column could not reorder a slate; its interaction with the memory's type
+    can, and the seed's table is that interaction (the model learns how far to trust it). It is
+    1.0 for every session logged before phases existed.
 
     Schema v7 added ``log_content_chars``: a one-line remark ("Thanks!", "ok, will do") rarely
     holds what a later session needs, a memory that states facts is longer; the share of query
@@ -179,6 +188,7 @@ class CandidateFeatures:
     shares_other_project_vocabulary: bool = False
     query_coverage: float = 0.0
     content_chars: int = 0
+    phase_weight: float = 1.0
 
 
 def project_name(project: str | None) -> str | None:
@@ -264,6 +274,7 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
             float(bool(c.shares_other_project_vocabulary)),
             _finite(c.query_coverage, "query_coverage", i),
             math.log1p(max(_finite(c.content_chars, "content_chars", i), 0.0)) / CONTENT_CHARS_LOG_SCALE,
+            _finite(c.phase_weight, "phase_weight", i),
         ]
     return rows
 
@@ -318,6 +329,7 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
                                                 for r in signals],
             "query_coverage": opt("query_coverage"),
             "content_chars": opt("content_chars"),
+            "phase_weight": [1.0 if (v := r.get("phase_weight")) is None else float(v) for r in signals],
         }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
@@ -329,7 +341,7 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     already inverted, None already 0); None when a numeric column holds a non-finite value."""
     numeric = {k: np.array(cols[k], dtype=np.float64) for k in (
         "age_days", "importance", "access_count", "session_gap_hours", "baseline_score",
-        "context_similarity", "bm25_score", "vector_score", "query_coverage", "content_chars")}
+        "context_similarity", "bm25_score", "vector_score", "query_coverage", "content_chars", "phase_weight")}
     if not all(np.isfinite(v).all() for v in numeric.values()):
         return None
     n = len(cols["age_days"])
@@ -340,7 +352,8 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     rows[:, i["log_access_count"]] = np.log1p(np.maximum(numeric["access_count"], 0.0))
     rows[:, i["tod_sin"]:i["moy_cos"] + 1] = times
     rows[:, i["log_session_gap_hours"]] = np.log1p(np.maximum(numeric["session_gap_hours"], 0.0))
-    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score", "query_coverage"):
+    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score", "query_coverage",
+                 "phase_weight"):
         rows[:, i[name]] = numeric[name]
     rows[:, i["log_content_chars"]] = np.log1p(np.maximum(numeric["content_chars"], 0.0)) / CONTENT_CHARS_LOG_SCALE
     for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",

@@ -270,6 +270,19 @@ class MemoryIndex:
             safe = np.where(known, rows, 0)
             return known, self._access[safe].copy(), self._created[safe].copy()
 
+    def type_weights(self, seqs: list[int], weights: dict[str, float]) -> np.ndarray:
+        """float64 [m]: ``weights[type]`` of each memory's type, 1.0 for a type ``weights`` does
+        not name and for an unknown seq (the phase weights, memlane.v3.methodology.phases)."""
+        with self._lock:
+            lut = np.ones(len(self._codes) + 1, dtype=np.float64)
+            for t, w in weights.items():
+                code = self._codes.get("type:" + t)
+                if code is not None:
+                    lut[code] = w
+            rows = np.array([self._row_of.get(s, -1) for s in seqs], dtype=np.int64)
+            known = rows >= 0
+            return np.where(known, lut[self._type[np.where(known, rows, 0)]], 1.0)
+
     def candidate_fields(self, seqs: list[int]) -> list[dict[str, float | bool] | None]:
         """Per memory (None if unknown): created (epoch s), importance, access_count, superseded,
         pinned - the stored signals the predictor scores with."""

@@ -136,6 +136,12 @@ class RecallIn(_Strict):
     ranker: Literal["learned", "heuristic"] | None = Field(
         None, description="Who orders the best candidates; default recall.ranker (the learned ranker when "
         "its features are available).")
+    phase: str | None = Field(
+        None, description="The work's phase: a universal phase (define, implement, validate, refine, explore, "
+        "reflect) or a phase name of the project's methodology (coding, story_acceptance...); scores are "
+        "weighed by memory type for it (docs/v3.md). Default: none, the ranking without phases.")
+    session_key: str | None = Field(
+        None, description="Use this session's current phase when `phase` is not given.")
 
 
 #: Fields of :class:`~memlane.storage.models.Memory` the API never shows: the rowid, the

@@ -23,7 +23,7 @@ What a patch may not do (the whole patch is refused, nothing is written):
 Applied at once, in the running daemon, are only the keys listed here: the pipeline's
 :data:`memlane.config.pipeline.HOT_KEYS` (the mode flags, autonomous.frozen,
 autonomous.maintenanceMode, autonomous.allowUpdateDelete, the semantic-contradiction
-switches) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
+switches), ``methodology.default`` and ``methodology.projects`` (read at each request) and :data:`PREDICTOR_HOT_KEYS` (``predictor.scoreTimeoutMs``, which the
 daemon reads as each score request is sent, and ``predictor.enabled``: off stops the sidecar
 and serves the baseline, on starts it again when there is a model; a daemon that started
 with the predictor off needs a restart). Every other changed key is written and reported
@@ -47,6 +47,7 @@ from pydantic import ValidationError as PydValidationError
 
 from memlane.config import Settings, read_config_file, secret_paths, yaml_settings_data
 from memlane.config.checks import check_values, plain_model, printable
+from memlane.config.methodology import MethodologySettings
 from memlane.errors import ConfigError
 from memlane.fsutil import atomic_write
 from memlane.config.pipeline import (
@@ -299,16 +300,22 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
         env = {k.upper() for k in os.environ}
         hot: dict[tuple[str, ...], Any] = {}
         predictor_hot: dict[str, Any] = {}
+        methodology_hot = False
         for p in paths:
+            if p[0] == "methodology":  # compared whole: a projects entry is a list item, not a path
+                p = p[:2]
             old_v, new_v = _get(settings, p), _get(new, p)
             is_hot = (p[:2] == _PIPELINE and ".".join(camel(x) for x in p[2:]) in HOT_KEYS) or \
-                (len(p) == 2 and p[0] == "predictor" and p[1] in PREDICTOR_HOT_KEYS)
+                (len(p) == 2 and p[0] == "predictor" and p[1] in PREDICTOR_HOT_KEYS) or p[0] == "methodology"
             if _env_name(p) in env:
                 change.warnings.append(f"{_label(p)}: {_env_name(p)} is set and overrides config.yaml; "
                                        "written, not applied")
                 change.restart_required.append(_label(p))
             elif old_v == new_v:
                 change.unchanged.append(_label(p))
+            elif is_hot and p[0] == "methodology":
+                methodology_hot = True
+                change.applied.append(_label(p))
             elif is_hot and p[0] == "predictor":
                 predictor_hot[p[1]] = new_v
                 change.applied.append(_label(p))
@@ -330,6 +337,8 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
             settings.memory.pipeline_v2 = _with(settings.memory.pipeline_v2, hot)
         for name, value in predictor_hot.items():  # validated above, strictly
             setattr(settings.predictor, name, value)
+        if methodology_hot:  # read at each request (memlane.v3.methodology.service)
+            settings.methodology = MethodologySettings.model_validate(new.methodology.model_dump())
     return change
 
 

@@ -46,6 +46,9 @@ class RecallQuery:
     include_global: bool = False  # with a project: also memories without a project
     exclude_superseded: bool = False
     ranker: str | None = None  # "learned" / "heuristic"; None: recall.ranker (memlane.ranker.stage)
+    #: A universal phase (memlane.v3.methodology.phases): scores are multiplied by the phase's
+    #: weight of each memory's type; None: no phase, the ranking as without phases.
+    phase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

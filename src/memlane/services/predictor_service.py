@@ -150,13 +150,13 @@ class PredictorService:
                                       min_training_sessions=self.settings.min_training_sessions)
 
     # -- session-start ------------------------------------------------------------------
-    def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float,
-                          project: str | None = None, context_text: str = "") -> dict[str, dict[str, Any]]:
+    def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float, project: str | None = None,
+                          context_text: str = "", work_phase: str | None = None) -> dict[str, dict[str, Any]]:
         """Raw per-candidate signals (:func:`memlane.services.predictor_signals.candidate_signals`)."""
-        return candidate_signals(self.index, self.db, pool, now_epoch, project, context_text)
+        return candidate_signals(self.index, self.db, pool, now_epoch, project, context_text, work_phase)
 
     def rank(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
-             project: str | None, now: str, last_start: str | None) -> RankDecision:
+             project: str | None, now: str, last_start: str | None, work_phase: str | None = None) -> RankDecision:
         """Score ``pool`` and fuse it with the baseline ranking (never raises for predictor faults).
 
         :meth:`prepare` then :meth:`score_now`.
@@ -168,18 +168,20 @@ class PredictorService:
             project: the session's project.
             now: session start, ISO-8601 UTC.
             last_start: the previous session's start (ISO) for the session-gap signal.
+            work_phase: the session's universal phase (the ``phase_weight`` feature), or None.
 
         Returns:
             a :class:`RankDecision`.
         """
         t0 = time.perf_counter()
         decision = self.prepare(pool=pool, context_vector=context_vector, context_text=context_text,
-                                project=project, now=now, last_start=last_start)
+                                project=project, now=now, last_start=last_start, work_phase=work_phase)
         self.score_now(decision)
         return self._done(decision, t0)
 
     def prepare(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
-                project: str | None, now: str, last_start: str | None) -> RankDecision:
+                project: str | None, now: str, last_start: str | None, work_phase: str | None = None
+                ) -> RankDecision:
         """Everything of :meth:`rank` but the scores: the candidates' raw signals, the session
         signals, alpha, the phase and the ``score`` request (``decision.request``).
 
@@ -192,7 +194,7 @@ class PredictorService:
         baseline = [p.memory_id for p in pool]
         local = datetime.fromtimestamp(now_epoch, tz=UTC).astimezone()
         gap = max(0.0, (now_epoch - iso_to_epoch(last_start)) / 3600.0) if last_start else 0.0
-        features = self.candidate_signals(pool, now_epoch, project, context_text)
+        features = self.candidate_signals(pool, now_epoch, project, context_text, work_phase)
         with self._lock:
             alpha = 1.0 if self.disabled else policy.alpha_for(self.state)
             phase = policy.phase_of(self.state, disabled=self.disabled,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor.coverage import query_coverage
+from memlane.v3.methodology.phases import PHASE_WEIGHTS
 from memlane.predictor.features import project_name
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.predictor_types import PoolMember
@@ -37,7 +38,8 @@ def mentions_project(row: tuple[str, str | None] | None, project: str | None, na
 
 
 def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMember], now_epoch: float,
-                      project: str | None = None, context_text: str = "") -> dict[str, dict[str, Any]]:
+                      project: str | None = None, context_text: str = "",
+                      work_phase: str | None = None) -> dict[str, dict[str, Any]]:
     """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`).
 
     Args:
@@ -48,6 +50,9 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
         project: the session's project, or None.
         context_text: the session context the pool was recalled for (``query_coverage``:
             :func:`memlane.predictor.coverage.query_coverage`; "" gives 0 for every candidate).
+        work_phase: the session's universal phase (``phase_weight``: the phase's weight of each
+            memory's type, :mod:`memlane.v3.methodology.phases`), or None: no ``phase_weight``
+            is logged and the feature is 1.0.
 
     Returns:
         ``{memory_id: {signal: value}}``; ``age_days`` in days, ``baseline_rank`` 0-based.
@@ -77,6 +82,10 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
             "mentions_project": mentions_project(texts.get(p.memory_id), project, name),
             "query_coverage": cov,
         }
+    if work_phase is not None and pool:
+        weights = index.type_weights([p.seq for p in pool], PHASE_WEIGHTS[work_phase]).tolist()
+        for p, w in zip(pool, weights):
+            out[p.memory_id]["phase_weight"] = w
     return out
 
 

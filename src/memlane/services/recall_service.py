@@ -39,6 +39,7 @@ from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text, clean_query
 from memlane.storage import fts
 from memlane.storage import memories as mem_sql
+from memlane.v3.methodology.phases import PHASE_WEIGHTS, check_phase
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ EMBED_QUERY_CHARS = 4000
 
 #: Largest ``limit`` a recall may ask for.
 MAX_LIMIT = 1000
+#: With a phase, the best ``limit`` x this many candidates are weighted before the cut to
+#: ``limit``: the weights span 0.3 to 1.5 (seed section 7), a factor of 5.
+PHASE_POOL_FACTOR = 5
 
 #: Stores with fewer memories (deleted included) keep BM25 in SQL: it is fast there, and the
 #: in-memory FTS statistics (memlane.recall.fts_cache) would be rebuilt after every write.
@@ -218,6 +222,8 @@ class RecallService:
         for name, v in (("alpha", alpha), ("min_score", min_score)):
             if not 0.0 <= v <= 1.0:
                 raise ValidationError(f"{name}: must be in [0, 1]", details={"field": name})
+        if q.phase is not None:
+            check_phase(q.phase)
         if q.ranker is not None and q.ranker not in ("learned", "heuristic"):
             raise ValidationError("ranker: must be 'learned' or 'heuristic'", details={"field": "ranker"})
         if q.project is not None:
@@ -332,6 +338,8 @@ class RecallService:
         fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
         # With the learned ranker the heuristic ranks a pool of n_pool; rows are read after it.
         upto = max(q.limit, plan.n_pool)
+        if q.phase is not None:  # the weights may lift a hit from below the limit
+            upto = max(upto, q.limit * PHASE_POOL_FACTOR)
         fetch_ranked = fetch if not plan.want_pool else (lambda want: {})  # noqa: E731
         qv = legs.qv if plan.alpha > 0 else None  # alpha 0 = no vector signal, in the reranker too
         # dampening -> reranker (None: baseline ranking)
@@ -348,12 +356,28 @@ class RecallService:
         if plan.want_pool:
             ranked, rank_scores, used = self._learned(q, plan.text, ranked[:plan.n_pool], unboosted, merged,
                                                       legs.prefetched, qv, plan.now, pool_out)
+        if q.phase is not None:
+            ranked = self._by_phase(ranked, q.phase)
+        if plan.want_pool:
             ranked = ranked[: q.limit]
             rows = fetch([seq for _, seq in ranked])
+        elif q.phase is not None:
+            ranked = ranked[: q.limit]
         hits = [RecallHit(rows[seq], score, merged[seq][1].vector, merged[seq][1].bm25,
                           rank_scores.get(seq) if rank_scores is not None else None)
                 for score, seq in ranked if seq in rows]
         return hits, used
+
+    def _by_phase(self, ranked: list[tuple[float, int]], phase: str) -> list[tuple[float, int]]:
+        """``ranked`` ((score, seq), best first) with each score multiplied by ``phase``'s weight
+        of the memory's type (seed section 7: final_score = score x PHASE_WEIGHTS[phase][type]),
+        re-sorted best first; equal scores keep their order."""
+        if not ranked:
+            return ranked
+        w = self.index.type_weights([seq for _, seq in ranked], PHASE_WEIGHTS[phase]).tolist()
+        weighted = [(score * w[i], seq) for i, (score, seq) in enumerate(ranked)]
+        order = sorted(range(len(weighted)), key=lambda i: (-weighted[i][0], i))
+        return [weighted[i] for i in order]
 
     def _learned(self, q: RecallQuery, text: str, ranked: list[tuple[float, int]], unboosted: dict, merged: dict,
                  prefetched: Prefetched | None, qv: np.ndarray | None, now: datetime, pool_out: list[Any] | None

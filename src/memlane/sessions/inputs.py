@@ -23,6 +23,11 @@ class StartInput:
     #: "effective" (default: effectiveScore pool, seed baseline) or "relevance" (the pool is the
     #: hybrid-recall hits of ``context``: for sessions that start with a real request).
     ranking: str = "effective"
+    #: The methodology's phase name (or a universal phase), the work unit's identifiers and the
+    #: harness's hook payload fields (``permission_mode``...): see memlane.v3.methodology.service.
+    phase: str | None = None
+    work_unit: Any = None
+    hook: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,8 @@ class StartResult:
     candidate_count: int = 0
     injected: list[dict[str, Any]] = field(default_factory=list)
     took_ms: float = 0.0
+    #: The session's phase state (memlane.v3.methodology.service.PhaseState.to_dict), or None.
+    phase: dict[str, Any] | None = None
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     #: Set with ``hold_write``: queues the start's record on the writer; call it once the
     #: answer is out (before ``release``). Idempotent; the key's next request and shutdown
@@ -59,6 +66,9 @@ class PromptInput:
     harness: str | None = None
     memory_feedback: Any = None
     now: str | None = None
+    phase: str | None = None  # as StartInput
+    work_unit: Any = None
+    hook: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,7 @@ class PromptResult:
     injected: list[str]
     feedback: FeedbackResult
     took_ms: float = 0.0
+    phase: dict[str, Any] | None = None  # as StartResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,9 @@ from memlane.services.recall_service import RecallService
 from memlane.sessions.diversity import apply_topic_diversity
 from memlane.sessions.inject import Shown
 from memlane.sessions.start import RankedCandidate, build_pool
+from memlane.v3.methodology.phases import PHASE_WEIGHTS
 
-__all__ = ["explored_shown", "fuse_pool", "pool_members", "relevance_pool"]
+__all__ = ["explored_shown", "fuse_pool", "pool_members", "relevance_pool", "weight_by_phase"]
 
 
 def pool_members(pool: Sequence[RankedCandidate],
@@ -104,6 +105,27 @@ def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, proj
     return [RankedCandidate(memory_id=mid, seq=seq, effective_score=float(score), similarity=sims[j],
                             baseline_score=0.0, final_score=0.0, baseline_rank=n + j + 1, rank=n + j + 1)
             for j, (seq, mid, score) in enumerate(extra)]
+
+
+def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: str) -> list[RankedCandidate]:
+    """The pool with its baseline and final scores multiplied by ``phase``'s weight of each
+    memory's type (seed section 7 "Phase-Aware Re-Ranking": final_score = score x
+    PHASE_WEIGHTS[phase][type]) and both ranks recomputed from them (ties keep the old order),
+    in the new final order. The phase-weighted order is the baseline the predictor is fused
+    with; ``effective_score`` stays the memory's own.
+
+    Raises:
+        KeyError: ``phase`` is not a universal phase.
+    """
+    if not pool:
+        return list(pool)
+    w = index.type_weights([p.seq for p in pool], PHASE_WEIGHTS[phase]).tolist()
+    base = sorted(range(len(pool)), key=lambda j: (-pool[j].baseline_score * w[j], pool[j].baseline_rank))
+    final = sorted(range(len(pool)), key=lambda j: (-pool[j].final_score * w[j], pool[j].rank))
+    b_rank = {j: r for r, j in enumerate(base, 1)}
+    f_rank = {j: r for r, j in enumerate(final, 1)}
+    return [replace(pool[j], baseline_score=pool[j].baseline_score * w[j], final_score=pool[j].final_score * w[j],
+                    baseline_rank=b_rank[j], rank=f_rank[j]) for j in final]
 
 
 def _epoch(iso: str) -> float:

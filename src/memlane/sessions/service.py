@@ -49,6 +49,7 @@ from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.models import Memory
+from memlane.v3.methodology.service import PhaseService, PhaseState
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +119,15 @@ class SessionService:
             rebuilt after a delete, supersede or recover). Default: one over ``memories.db``.
         drift: stale or drifting memories are never injected proactively and what is shown is
             queued for a drift check; None: off.
+        phases: resolves each session's phase and work unit through its project's methodology
+            plugin; with a phase, session-start and prompt recall weigh memories by type
+            (docs/v3.md "Methodology plugins and phases"). None: no phases.
     """
 
     def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
                  llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None, *,
-                 scorer: SessionScorer | None = None, drift: DriftGuard | None = None) -> None:
+                 scorer: SessionScorer | None = None, drift: DriftGuard | None = None,
+                 phases: PhaseService | None = None) -> None:
         self.memories = memories
         self.predictor = predictor  # PredictorService or None
         self.recall = recall
@@ -139,6 +144,7 @@ class SessionService:
         self.inflight = InflightStarts()  # starts answered before their record committed
         self.prompts = RecentPrompts()  # recent prompts per active session (checkpoint digests)
         self.drift = drift
+        self.phases = phases
         self._lock = threading.Lock()
         self.scorer = scorer if scorer is not None else SessionScorer(self.db, llm, predictor)
 
@@ -152,6 +158,18 @@ class SessionService:
         if value is None:
             return None
         return check_text(value, name, max_chars=4096, allow_empty=True)
+
+    def _phase(self, key: str, project: str | None, inp: StartInput | PromptInput) -> PhaseState | None:
+        """The session's phase state after this request (None without a phase service).
+
+        Raises:
+            ValidationError: a bad phase, work unit or hook payload.
+        """
+        if self.phases is None:
+            return None
+        if inp.hook is not None and not isinstance(inp.hook, dict):
+            raise ValidationError("hook: expected an object", details={"field": "hook"})
+        return self.phases.resolve(key, project, phase=inp.phase, work_unit=inp.work_unit, hook=inp.hook)
 
     def predictor_state(self) -> tuple[str, int]:
         """(phase, scored sessions): collecting, warming, active, disabled or retraining."""
@@ -202,6 +220,7 @@ class SessionService:
         if inp.ranking not in ("effective", "relevance"):
             raise ValidationError("ranking: must be 'effective' or 'relevance'", details={"field": "ranking"})
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        pstate = self._phase(key, project, inp)
         if self.predictor is not None:  # the status line is the predictor's: no count of scored sessions
             state, scored = self.predictor.phase(), 0
         else:
@@ -210,17 +229,20 @@ class SessionService:
             raise StorageError(f"a session-start for {key!r:.80} is still being recorded")
         try:  # until the recording step owns the claim, any way out releases it unrecorded
             answer = self._existing_start(inp, key, project, t0)
+            phase = pstate.to_dict() if pstate is not None else None
             if answer is not None:
                 self.inflight.settle(key, False)
-                return answer
-            plan = self._plan_start(inp, key, project, now, state, defer_predictor)
+                return replace(answer, phase=phase)
+            plan = self._plan_start(inp, key, project, now, state, defer_predictor,
+                                    pstate.phase if pstate is not None else None)
         except BaseException:
             self.inflight.settle(key, False)
             raise
         recorded = self._record_start(plan, hold_write)
         if not recorded.won:  # another process started this key first (nothing to record later)
-            return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000)
-        return self._start_answer(plan, recorded, hold_write, scored, t0)
+            return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000,
+                               phase=phase)
+        return replace(self._start_answer(plan, recorded, hold_write, scored, t0), phase=phase)
 
     def _existing_start(self, inp: StartInput, key: str, project: str | None, t0: float) -> StartResult | None:
         """The answer to a repeated start of a started key (the recovery digest for a
@@ -235,11 +257,12 @@ class SessionService:
                            took_ms=(time.perf_counter() - t0) * 1000)
 
     def _plan_start(self, inp: StartInput, key: str, project: str | None, now: str, state: str,
-                    defer_predictor: bool) -> _StartPlan:
-        """Rank the pool, choose what is injected, build the rows to record (no writes)."""
+                    defer_predictor: bool, phase: str | None) -> _StartPlan:
+        """Rank the pool (weighed by the universal ``phase`` when known), choose what is
+        injected, build the rows to record (no writes)."""
         context = inp.context or self._default_context(project, inp.cwd)
         cv = self.contexts.get(context)
-        ranked = self._rank_pool(inp, context, cv, project, now, state, defer_predictor)
+        ranked = self._rank_pool(inp, context, cv, project, now, state, defer_predictor, phase)
         ranked, chosen, explored = self._choose(ranked)
         chosen_ids = {c.id for c in chosen}
         if self.drift is not None:  # what is shown is checked for drift, write-behind
@@ -264,9 +287,10 @@ class SessionService:
             signals=dict(decision.signals) if decision is not None and not ranked.deferred else None)
 
     def _rank_pool(self, inp: StartInput, context: str, cv: Any, project: str | None, now: str, state: str,
-                   defer_predictor: bool) -> _RankedPool:
-        """The candidate pool (relevance or effective) in the order it is injected: fused with
-        the predictor's ranking when the predictor runs and has influence (alpha < 1)."""
+                   defer_predictor: bool, phase: str | None = None) -> _RankedPool:
+        """The candidate pool (relevance or effective) in the order it is injected: weighed by
+        the phase's type weights when a phase is known, fused with the predictor's ranking when
+        the predictor runs and has influence (alpha < 1)."""
         s = self.settings
         index = self.memories.index
         legs: dict[str, tuple[float | None, float | None]] = {}
@@ -277,11 +301,14 @@ class SessionService:
             eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
                                       limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
             pool = build_pool(eff, cv, index, s)
+        if phase is not None:
+            pool = ranking.weight_by_phase(pool, index, phase)
         if self.predictor is None or not pool:
             return _RankedPool(pool, state)
         last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
         decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
-                                          context_text=context, project=project, now=now, last_start=last)
+                                          context_text=context, project=project, now=now, last_start=last,
+                                          work_phase=phase)
         if defer_predictor and self.predictor.can_defer(decision):
             return _RankedPool(pool, decision.phase, decision, deferred=True)
         # The sidecar scores on the other core; meanwhile this thread does the work that
@@ -427,6 +454,7 @@ class SessionService:
         self._opt(inp.harness, "harness")
         check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        pstate = self._phase(key, project, inp)
         self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
         shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
         scores, ignored = resolve_feedback(list(shown), inp.memory_feedback) \
@@ -436,7 +464,8 @@ class SessionService:
         if inp.prompt.strip():
             res = self.recall.recall(RecallQuery(
                 query=inp.prompt, limit=max(s.prompt_limit * 2, 5), project=project, include_global=True,
-                exclude_superseded=True, now=now, touch=False, min_score=s.prompt_min_score))
+                exclude_superseded=True, now=now, touch=False, min_score=s.prompt_min_score,
+                phase=pstate.phase if pstate is not None else None))
             for h in res.hits:
                 matched.append((h.memory.id, h.score))
                 hits_mem[h.memory.id] = h.memory
@@ -468,7 +497,8 @@ class SessionService:
                                    prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                    remembers=[])
         return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
-                            took_ms=(time.perf_counter() - t0) * 1000)
+                            took_ms=(time.perf_counter() - t0) * 1000,
+                            phase=pstate.to_dict() if pstate is not None else None)
 
     # -- compaction -------------------------------------------------------------------------
     def pre_compaction(self, session_key: str, *, project: str | None, harness: str | None,
@@ -581,6 +611,8 @@ class SessionService:
                                    prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
                                    remembers=[])
         self.prompts.forget(key)
+        if self.phases is not None:
+            self.phases.forget(key)
         verdict: str | None = None
         try:
             if judge:
