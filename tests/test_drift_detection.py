@@ -179,7 +179,7 @@ def test_missing_file_at_retrieval_marks_it_stale(vstore, tmp_path: Path):
     hit = c.recall.recall(q).hits[0]
     assert hit.memory.content.startswith("[STALE: file src/billing.py is missing]")
     stale = c.db.read(lambda conn: conn.execute(
-        "SELECT stale_at FROM memory_references WHERE memory_id = ?", (mid,)).fetchone()[0])
+        "SELECT stale_at FROM memory_references WHERE memory_id = ? AND kind = 'file'", (mid,)).fetchone()[0])
     assert stale is not None
     start = c.sessions.start(StartInput("s-file", project=str(root), context="invoice rounding billing"))
     assert mid not in {x["id"] for x in start.injected}
@@ -206,3 +206,31 @@ def test_a_memory_checked_recently_is_not_checked_again_until_updated(open_store
     c.memories.update(mid, {"content": f"{BLOCKER} Still true? See [[alpha-status]]."})
     _recall(c)
     assert [r["memory_id"] for r in _rows(c)] == [mid]  # the update cleared it: checked again, drifts
+
+
+def _stored_sentences(c, doc: str):
+    return c.db.read(lambda conn: conn.execute(
+        "SELECT text_hash, sentences, dimensions, created_at FROM drift_sentence_vectors WHERE document_id = ?",
+        (doc,)).fetchall())
+
+
+def test_sentence_vectors_are_stored_and_read_back_after_a_restart(open_store, tmp_path: Path):
+    home = tmp_path / "persist-home"
+    c = open_store(home=home, embedding="local", drift={"recheck_seconds": 0})
+    doc = _ingest(c, NOTE_V1, "alpha-status")
+    seq = c.memories.get(c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id).seq
+    first = c.drift.distances([(seq, doc)])[0]
+    (row,) = _stored_sentences(c, doc)
+    assert row[1] >= 3 and row[2] == c.drift.index.dimensions  # three sentences of NOTE_V1 at least
+    c.close()
+
+    c2 = open_store(home=home, embedding="local", drift={"recheck_seconds": 0})
+    assert c2.drift.distances([(seq, doc)])[0] == pytest.approx(first, abs=1e-6)
+    assert _stored_sentences(c2, doc) == [row]  # read, not embedded and written again
+    # a new version of the text replaces the row
+    chunks = c2.db.read(lambda conn: conn.execute(
+        "SELECT m.content FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
+        "WHERE dm.document_id = ? ORDER BY dm.chunk_index", (doc,)).fetchall())
+    c2.drift.sentence_vectors(doc, [chunks[0][0] + " The release date moved to April."])
+    (row2,) = _stored_sentences(c2, doc)
+    assert row2[0] != row[0] and row2[1] == row[1] + 1

@@ -52,3 +52,20 @@ def test_file_references_exist_under_the_root_only(tmp_path):
     cands = extract(f"src/app.py, src/gone.py, ../outside.py and {tmp_path}/src/app.py")
     assert file_references(cands, str(tmp_path)) == [("src/app.py", "src/app.py")]
     assert file_references(cands, None) == [] and file_references(cands, "relative/root") == []
+
+
+def test_the_claim_is_the_text_without_its_references():
+    from memlane.drift.references import without_references
+    assert without_references("HTTPX is a client (see [[docs/index]]).") == "HTTPX is a client."
+    assert without_references("See https://example.org/a#b for the API.") == "See for the API."
+    assert without_references("Owner (cf. 123e4567-e89b-12d3-a456-426614174000) left; keep (two words) here.") \
+        == "Owner left; keep (two words) here."
+    assert without_references("no reference at all") == "no reference at all"
+
+
+def test_document_sentences_drop_the_markdown_and_split_list_items():
+    from memlane.drift.sentences import split_sentences
+    text = ("Request\n* Can be *constructed* for more _control_ over [the wire](http://x).\n"
+            "* A `second` **item**\n\n```python\nx = 1\n```\n\nsnake_case_name stays. <b>Bold</b> tag.")
+    assert split_sentences(text) == ["Request", "Can be constructed for more control over the wire.",
+                                     "A second item", "snake_case_name stays.", "Bold tag."]

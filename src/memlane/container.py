@@ -30,6 +30,7 @@ from memlane.embedding.base import Embedder
 from memlane.fileperms import private_dir
 from memlane.graph.aspects import AspectFeedbackWorker
 from memlane.graph.classify import CLASSIFY_WORKER, JOB_TYPE as CLASSIFY_JOB, ClassifyHandler
+from memlane.graph.invalidation import GraphInvalidation
 from memlane.graph.linker import linker_hook
 from memlane.graph.search import GraphBooster
 from memlane.key_binding import enforce_key_bindings
@@ -202,7 +203,9 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
                              redact_memories=lambda: settings.redact.memories,
                              created_hooks=(extraction_hook(pipeline), linker_hook(graph), hints_hook(pipeline),
                                             drift.created_hook),
-                             listeners=(scorer.on_memory_event, drift.on_memory_event, *memory_listeners))
+                             # The graph's attributes follow their memory before drift reads them.
+                             listeners=(scorer.on_memory_event, GraphInvalidation(db).on_memory_event,
+                                        drift.on_memory_event, *memory_listeners))
     fts = FtsCache(db)
     # Hints merge, dampening, reranker; the hint leg uses the FTS statistics once the store is large.
     stages = RecallStages(db, index, pipeline, fts=lambda: recall.fts_cache())

@@ -47,6 +47,18 @@ class Candidate:
     raw: str
 
 
+_EMPTY_BRACKETS = re.compile(r"\(\s*(?:[A-Za-z.]{1,6}\s*)?[,;:]?\s*\)|\[\s*\]")
+
+
+def without_references(content: str) -> str:
+    """``content`` with its wiki links, URLs and document ids removed, and a bracket left holding
+    at most one short word (``(see )``, ``(cf. )``) dropped: the claim the memory makes, which
+    drift compares with the document's sentences (the reference says where, not what)."""
+    text = UUID_RE.sub(" ", URL_RE.sub(" ", WIKI_RE.sub(" ", content)))
+    text = _EMPTY_BRACKETS.sub(" ", text)
+    return re.sub(r"\s+([.,;:!?])", r"\1", " ".join(text.split()))
+
+
 def extract(content: str) -> list[Candidate]:
     """Every reference-looking span of ``content``, in order, deduplicated."""
     out: dict[tuple[str, str], Candidate] = {}

@@ -10,11 +10,14 @@
   what is injected proactively.
 
 The check runs write-behind on one background thread (:meth:`check`): for each memory with
-document references, the max cosine similarity between its vector and the current chunk vectors
-of each referenced document (both from the in-memory index, one matrix product per document);
+document references, the max cosine similarity between its claim (its text without its
+references, embedded at the check) and the current chunk vectors (in-memory index) and sentence
+vectors (stored per text version) of each referenced document, one matrix product per document;
 ``1 - max_sim > threshold`` writes a ``memory_drift`` row (debounced: an open row of the same
 memory and document within ``debounce_hours`` is updated, strongest signal kept). For each file
 reference, a ``stat``: a missing file writes ``memory_stale_file`` and marks the reference stale.
+When a memory is superseded, the memories whose claim about the same entity and aspect depended
+on it get ``memory_stale_entity`` rows (:meth:`DriftService.entity_invalidated`).
 
 Updating a memory resolves its open rows and re-extracts its references; forgetting it deletes
 them (listeners on :class:`memlane.services.memory_service.MemoryService`).
@@ -23,6 +26,7 @@ them (listeners on :class:`memlane.services.memory_service.MemoryService`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import threading
@@ -45,6 +49,7 @@ from memlane.lru import LRUCache
 from memlane.recall.memory_index import MemoryIndex
 from memlane.config.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
+from memlane.storage import graph as graph_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import relations as rel_sql
 from memlane.storage.db import Database
@@ -58,6 +63,8 @@ CHUNK_TYPE = "document_chunk"
 SENTENCE_CACHE = 256
 #: Prefix of a document reference stored before its document is ingested (resolved at check).
 UNRESOLVED = "?"
+#: Reference kinds checked at retrieval (entity references are acted on when the graph changes).
+CHECKED_KINDS = ("document", "file")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +84,7 @@ class Flag:
         if self.error_type == "memory_stale_file":
             return f"file {self.target} {self.label}"
         if self.error_type == "memory_stale_entity":
-            return f"entity {self.label} was superseded"
+            return f"entity {self.label} was superseded"  # label: 'name' (aspect)
         return f"external signal from {self.label}"
 
 
@@ -94,7 +101,7 @@ def _flag(e: PredictionError) -> Flag:
     elif e.error_type == "memory_stale_file":
         label = str(ctx.get("reason") or "is missing")
     elif e.error_type == "memory_stale_entity":
-        label = str(ctx.get("entity") or e.target)
+        label = repr(str(ctx.get("entity") or e.target)) + (f" ({ctx['aspect']})" if ctx.get("aspect") else "")
     else:
         label = str(ctx.get("source") or "unknown")
     return Flag(e.error_id, e.error_type, e.target, e.cosine_distance, label)
@@ -128,7 +135,7 @@ class DriftService:
         self._embedder = embedder
         self._starts = 0
         self._seen_projects: set[str] = set()
-        self._sentences: LRUCache[str, tuple[int, np.ndarray]] = LRUCache(SENTENCE_CACHE)
+        self._sentences: LRUCache[str, tuple[tuple[str, str], np.ndarray]] = LRUCache(SENTENCE_CACHE)
 
     # -- state ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -141,7 +148,8 @@ class DriftService:
         refs, projects, errors = self.db.read(read)
         by_mem: dict[str, list[Reference]] = {}
         for r in refs:
-            by_mem.setdefault(r.memory_id, []).append(r)
+            if r.kind in CHECKED_KINDS:
+                by_mem.setdefault(r.memory_id, []).append(r)
         flags: dict[str, list[Flag]] = {}
         for e in errors:
             flags.setdefault(e.memory_id, []).append(_flag(e))
@@ -155,7 +163,7 @@ class DriftService:
         return self._flags.get(memory_id, ())
 
     def references_of(self, memory_id: str) -> tuple[Reference, ...]:
-        """The memory's stored references."""
+        """The memory's document and file references (the ones checked at retrieval)."""
         return self._refs.get(memory_id, ())
 
     def _add_flag(self, memory_id: str, flag: Flag) -> None:
@@ -180,7 +188,9 @@ class DriftService:
         """Extract and store the memory's references inside the caller's write transaction, and
         remember them. ``related_files`` (V3's field) are file candidates besides the paths in the
         text. Document references whose document is not ingested yet are kept with target
-        ``?<raw>`` and resolved at each check."""
+        ``?<raw>`` and resolved at each check. The entities the linker linked the memory to (its
+        hook runs earlier in the same transaction) are stored as ``entity`` references.
+        Returns the document and file references (the ones checked at retrieval)."""
         cands = refs_mod.extract(content) + [refs_mod.Candidate("file", f) for f in related_files
                                              if isinstance(f, str) and f]
         out: list[Reference] = []
@@ -195,7 +205,8 @@ class DriftService:
                 out.append(Reference(memory_id, "document", c.raw, UNRESOLVED + c.raw))
         for raw, rel in refs_mod.file_references(cands, project):
             out.append(Reference(memory_id, "file", raw, rel))
-        drift_sql.replace_references(conn, memory_id, out, at=at)
+        entities = [Reference(memory_id, "entity", name, eid) for eid, name in graph_sql.memory_entities(conn, memory_id)]
+        drift_sql.replace_references(conn, memory_id, out + entities, at=at)
         with self._lock:
             if out:
                 self._refs[memory_id] = tuple(out)
@@ -231,9 +242,49 @@ class DriftService:
                 self.propagate(memory.id, 0.0, store_source=False)
             except Exception:
                 log.exception("confidence propagation from superseded %s failed", memory.id)
+            try:
+                self.entity_invalidated(memory.id, getattr(memory, "superseded_by", None))
+            except Exception:
+                log.exception("entity staleness from superseded %s failed", memory.id)
         elif event == "recovered":
             self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at,
                                                           getattr(memory, "related_files", ()) or ()))
+
+    def entity_invalidated(self, memory_id: str, superseded_by: str | None) -> list[PredictionError]:
+        """Knowledge-graph invalidation (layer 3): the attributes the graph took from
+        ``memory_id`` were superseded (:mod:`memlane.graph.invalidation`); each other live memory
+        with an ``entity`` reference to such an attribute's entity and an active attribute of its
+        own in the same aspect (its claim about that facet of the entity) gets a
+        ``memory_stale_entity`` row (target: the entity id; debounced like the others). An
+        attribute without an aspect flags nothing (it says no facet to depend on).
+
+        Returns the rows written or updated."""
+        s = self._settings()
+        if not s.enabled:
+            return []
+        at = self._now()
+        since = _minus_hours(at, s.debounce_hours)
+        skip = [memory_id] + ([superseded_by] if superseded_by else [])
+
+        def job(conn):
+            eids = []
+            for a in graph_sql.invalidated_attributes_of_memory(conn, memory_id):
+                if a.status != "superseded" or a.aspect_id is None:
+                    continue
+                for mid in drift_sql.entity_dependents(conn, a.entity_id, a.aspect_id, skip):
+                    eid, _ = drift_sql.record(
+                        conn, memory_id=mid, error_type="memory_stale_entity", target=a.entity_id, distance=1.0,
+                        context={"entity": a.entity_name, "entity_id": a.entity_id, "aspect": a.aspect_name,
+                                 "attribute": a.content, "source_memory": memory_id, "superseded_by": superseded_by},
+                        at=at, debounce_since=since)
+                    eids.append(eid)
+            return drift_sql.get_errors(conn, sorted(set(eids)))
+
+        rows = self.db.write(job)
+        for e in rows:
+            if e.resolved_at is None:
+                self._add_flag(e.memory_id, _flag(e))
+        return rows
 
     # -- retrieval rules --------------------------------------------------------------------
     def injectable(self, memory_ids: Sequence[str]) -> list[str]:
@@ -394,15 +445,16 @@ class DriftService:
         return rows
 
     def distances(self, pairs: Sequence[tuple[int, str]]) -> list[float | None]:
-        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq) and a
-        document (by id): the max over the document's current chunk vectors (from the in-memory
-        index) and its sentence vectors (:meth:`sentence_vectors`). None when the memory or the
-        document has no vector."""
+        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq; its claim,
+        :meth:`_claim_vectors`) and a document (by id): the max over the document's current chunk
+        vectors (from the in-memory index) and its sentence vectors (:meth:`sentence_vectors`).
+        None when the memory or the document has no vector."""
         doc_ids = sorted({d for _, d in pairs})
         chunks = self.db.read(lambda c: drift_sql.chunk_rows(c, doc_ids))
         mem_seqs = sorted({m for m, _ in pairs})
         mvecs, mhas = self.index.vectors_of(mem_seqs)
         mvecs = _unit(mvecs)
+        self._claim_vectors(mem_seqs, mvecs, mhas)
         row = {seq: i for i, seq in enumerate(mem_seqs)}
         units: dict[str, np.ndarray] = {}
         for d in doc_ids:
@@ -426,25 +478,57 @@ class DriftService:
             out.append(float(1.0 - np.max(u @ mvecs[i])))
         return out
 
+    def _claim_vectors(self, seqs: Sequence[int], vecs: np.ndarray, has: np.ndarray) -> None:
+        """Replace, in place, the vectors of memories whose text holds references by the unit
+        vector of their claim (:func:`memlane.drift.references.without_references`): the
+        reference markup is not what the document is to still say. Rows stay as they are
+        without an embedder or when the text holds no reference."""
+        emb = self._embedder() if self._embedder is not None else None
+        if emb is None:
+            return
+        texts = self.db.read(lambda c: drift_sql.contents_by_seq(c, list(seqs)))
+        rows, claims = [], []
+        for i, seq in enumerate(seqs):
+            text = texts.get(seq)
+            claim = refs_mod.without_references(text) if text else ""
+            if claim and claim != text:
+                rows.append(i)
+                claims.append(claim)
+        if not claims:
+            return
+        cv = _unit(np.asarray(emb.embed(claims), dtype=np.float32))
+        if cv.shape[1] != vecs.shape[1]:
+            return
+        vecs[rows] = cv
+        has[rows] = True
+
     def sentence_vectors(self, document_id: str, chunk_texts: Sequence[str]) -> np.ndarray | None:
         """Unit vectors [n, d] of the sentences of a document's current chunks, embedded once per
-        version of its text (kept for the last :data:`SENTENCE_CACHE` documents); None without an
-        embedder. A statement that is still in the document finds its own sentence here, which
-        a 2,000-character chunk's vector does not resolve (docs/drift.md)."""
+        version of its text and model: kept in memory for the last :data:`SENTENCE_CACHE`
+        documents and stored (``drift_sentence_vectors``, migration 0017) so that a restart reads
+        them instead of embedding again; None without an embedder. A statement that is still in
+        the document finds its own sentence here, which a 2,000-character chunk's vector does not
+        resolve (docs/drift.md)."""
         emb = self._embedder() if self._embedder is not None else None
         if emb is None or not chunk_texts:
             return None
-        key = hash(tuple(chunk_texts))
+        text = "\n\n".join(chunk_texts)
+        model = str(getattr(emb, "model_id", type(emb).__name__))
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         hit = self._sentences.get(document_id)
-        if hit is not None and hit[0] == key:
+        if hit is not None and hit[0] == (model, key):
             return hit[1]
-        sents = split_sentences("\n\n".join(chunk_texts))
-        if not sents:
-            return None
-        vecs = _unit(np.asarray(emb.embed(sents), dtype=np.float32))
-        if vecs.shape[1] != self.index.dimensions:
-            return None
-        self._sentences.put(document_id, (key, vecs))
+        vecs = self.db.read(lambda c: drift_sql.sentence_vectors(c, document_id, model, key))
+        if vecs is None or vecs.shape[1] != self.index.dimensions:
+            sents = split_sentences(text)
+            if not sents:
+                return None
+            vecs = _unit(np.asarray(emb.embed(sents), dtype=np.float32))
+            if vecs.shape[1] != self.index.dimensions:
+                return None
+            at = self._now()
+            self.db.write(lambda c: drift_sql.put_sentence_vectors(c, document_id, model, key, vecs, at=at))
+        self._sentences.put(document_id, ((model, key), vecs))
         return vecs
 
     def _drift(self, pairs: list[tuple[str, int, str]], threshold: float) -> list[dict[str, Any]]:
@@ -520,7 +604,7 @@ class DriftService:
             errors, fresh = self.db.write(job)
             with self._lock:
                 for mid in {m for m, *_ in renames}:
-                    self._refs[mid] = tuple(x for x in fresh if x.memory_id == mid)
+                    self._refs[mid] = tuple(x for x in fresh if x.memory_id == mid and x.kind in CHECKED_KINDS)
                     left = tuple(f for f in self._flags.get(mid, ())
                                  if not (f.error_type == "memory_stale_file"
                                          and any(f.target == o for m2, o, _ in renames if m2 == mid)))

@@ -11,6 +11,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
 from memlane.storage.db import inserted_rowid
 
 #: Every prediction-error type a memory-centric row may have.
@@ -292,7 +295,56 @@ def session_count(conn: sqlite3.Connection, project: str | None) -> int:
 
 
 def referencing_projects(conn: sqlite3.Connection) -> dict[str, str | None]:
-    """``memory_id -> project`` of every memory (deleted or not) holding a reference."""
+    """``memory_id -> project`` of every memory (deleted or not) holding a document or file
+    reference (the ones checked at retrieval)."""
     return dict(conn.execute(
-        "SELECT DISTINCT m.id, m.project FROM memory_references r JOIN memories m ON m.id = r.memory_id"
-    ).fetchall())
+        "SELECT DISTINCT m.id, m.project FROM memory_references r JOIN memories m ON m.id = r.memory_id "
+        "WHERE r.kind IN ('document', 'file')").fetchall())
+
+
+def contents_by_seq(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, str]:
+    """``seq -> content`` of the given live memories."""
+    if not seqs:
+        return {}
+    return {int(r[0]): r[1] for r in conn.execute(
+        f"SELECT seq, content FROM memories WHERE is_deleted = 0 AND seq IN ({','.join('?' * len(seqs))})",
+        list(seqs))}
+
+
+def entity_dependents(conn: sqlite3.Connection, entity_id: str, aspect_id: str,
+                      exclude: Sequence[str]) -> list[str]:
+    """Live memories, other than ``exclude``, with an ``entity`` reference to ``entity_id`` and an
+    active attribute of that entity in ``aspect_id``: the memories whose claim about that facet of
+    the entity depends on it (``idx_memory_references_target``, ``idx_attributes_aspect``)."""
+    skip = list(exclude) or [""]
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT r.memory_id FROM memory_references r JOIN memories m ON m.id = r.memory_id "
+        "JOIN entity_attributes a ON a.memory_id = r.memory_id AND a.entity_id = r.target "
+        "WHERE r.kind = 'entity' AND r.target = ? AND a.aspect_id = ? AND a.status = 'active' "
+        f"AND m.is_deleted = 0 AND m.superseded_by IS NULL AND r.memory_id NOT IN ({','.join('?' * len(skip))}) "
+        "ORDER BY r.memory_id", [entity_id, aspect_id, *skip])]
+
+
+def sentence_vectors(conn: sqlite3.Connection, document_id: str, model: str, text_hash: str) -> np.ndarray | None:
+    """The stored sentence vectors ``[n, dimensions]`` (float32) of a document's text version
+    ``text_hash`` for ``model``, or None when none are stored for that version (migration 0017)."""
+    row = conn.execute("SELECT sentences, dimensions, vectors FROM drift_sentence_vectors "
+                       "WHERE document_id = ? AND model = ? AND text_hash = ?", (document_id, model, text_hash)).fetchone()
+    if row is None or len(row[2]) != int(row[0]) * int(row[1]) * 4:
+        return None
+    return np.frombuffer(row[2], dtype="<f4").reshape(int(row[0]), int(row[1])).astype(np.float32)
+
+
+def put_sentence_vectors(conn: sqlite3.Connection, document_id: str, model: str, text_hash: str,
+                         vectors: np.ndarray, *, at: str) -> bool:
+    """Store a document's sentence vectors ``[n, d]`` for ``model``, replacing another version's.
+    False (nothing stored) when the document is gone."""
+    if conn.execute("SELECT 1 FROM documents WHERE id = ?", (document_id,)).fetchone() is None:
+        return False
+    v = np.ascontiguousarray(vectors, dtype="<f4")
+    conn.execute("INSERT INTO drift_sentence_vectors(document_id, model, text_hash, sentences, dimensions, vectors, "
+                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(document_id, model) DO UPDATE SET "
+                 "text_hash = excluded.text_hash, sentences = excluded.sentences, dimensions = excluded.dimensions, "
+                 "vectors = excluded.vectors, created_at = excluded.created_at",
+                 (document_id, model, text_hash, int(v.shape[0]), int(v.shape[1]), v.tobytes(), at))
+    return True

@@ -423,3 +423,66 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
     for t in ("entities", "relations", "memory_entity_mentions", "entity_aspects", "entity_attributes"):
         out[t] = conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidatedAttribute:
+    """An attribute that stopped holding because the memory it came from was superseded or
+    deleted: its entity (id, name), aspect (id, name, both None without one) and text."""
+
+    attribute_id: str
+    entity_id: str
+    entity_name: str
+    aspect_id: str | None
+    aspect_name: str | None
+    content: str
+    status: str
+
+
+def invalidate_attributes_of_memory(conn: sqlite3.Connection, memory_id: str, *, status: str,
+                                    superseded_by_memory: str | None, at: str) -> list[InvalidatedAttribute]:
+    """Mark the active attributes written from ``memory_id`` ``status`` (``superseded`` or
+    ``deleted``); a superseded one points (``superseded_by``) at the active attribute of the
+    superseding memory on the same entity and aspect, when there is one. Returns them."""
+    if status not in ("superseded", "deleted"):
+        raise ValueError(f"status: superseded or deleted, not {status!r}")
+    rows = conn.execute(
+        """SELECT a.id, a.entity_id, e.name, a.aspect_id, s.name, a.content FROM entity_attributes a
+           JOIN entities e ON e.id = a.entity_id LEFT JOIN entity_aspects s ON s.id = a.aspect_id
+           WHERE a.memory_id = ? AND a.status = 'active' ORDER BY a.created_at, a.rowid""", (memory_id,)).fetchall()
+    out = []
+    for aid, eid, ename, asp, aname, content in rows:
+        by = None
+        if superseded_by_memory is not None and status == "superseded":
+            r = conn.execute("SELECT id FROM entity_attributes WHERE memory_id = ? AND entity_id = ? AND aspect_id IS ? "
+                             "AND status = 'active' ORDER BY created_at, rowid LIMIT 1",
+                             (superseded_by_memory, eid, asp)).fetchone()
+            by = r[0] if r else None
+        conn.execute("UPDATE entity_attributes SET status = ?, superseded_by = ?, updated_at = ? WHERE id = ?",
+                     (status, by, at, aid))
+        out.append(InvalidatedAttribute(aid, eid, ename, asp, aname, content, status))
+    return out
+
+
+def restore_deleted_attributes_of_memory(conn: sqlite3.Connection, memory_id: str, *, at: str) -> int:
+    """A recovered memory's attributes that its deletion marked ``deleted`` are active again.
+    Returns how many."""
+    return conn.execute("UPDATE entity_attributes SET status = 'active', updated_at = ? "
+                        "WHERE memory_id = ? AND status = 'deleted'", (at, memory_id)).rowcount
+
+
+def invalidated_attributes_of_memory(conn: sqlite3.Connection, memory_id: str) -> list[InvalidatedAttribute]:
+    """The attributes written from ``memory_id`` that are no longer active (superseded or deleted)."""
+    rows = conn.execute(
+        """SELECT a.id, a.entity_id, e.name, a.aspect_id, s.name, a.content, a.status FROM entity_attributes a
+           JOIN entities e ON e.id = a.entity_id LEFT JOIN entity_aspects s ON s.id = a.aspect_id
+           WHERE a.memory_id = ? AND a.status IN ('superseded', 'deleted') ORDER BY a.created_at, a.rowid""",
+        (memory_id,)).fetchall()
+    return [InvalidatedAttribute(*r) for r in rows]
+
+
+def memory_entities(conn: sqlite3.Connection, memory_id: str) -> list[tuple[str, str]]:
+    """``(entity id, entity name)`` of every entity the memory is linked to, in link order."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT e.id, e.name FROM memory_entity_mentions mm JOIN entities e ON e.id = mm.entity_id "
+        "WHERE mm.memory_id = ? ORDER BY mm.created_at, e.name", (memory_id,))]
