@@ -36,7 +36,8 @@ from conftest import free_port
 pytestmark = pytest.mark.anyio
 
 TOOLS = {"memory_search", "memory_store", "memory_get", "memory_list", "memory_modify", "memory_forget",
-         "memory_feedback", "memory_prune", "memory_phase", "memory_record_signal", "memory_prediction_errors"}
+         "memory_feedback", "memory_prune", "memory_phase", "memory_record_signal", "memory_prediction_errors",
+         "memory_record_outcome", "memory_qa_failure"}
 CALL_TIMEOUT_S = 60
 
 

@@ -60,6 +60,7 @@ from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
 from memlane.v3.methodology.service import PhaseService
+from memlane.v3.active import ActiveLoop
 from memlane.workers.runtime import JobWorker, PollingWorker, StaleLeaseReaper, WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class Container:
     predictor: PredictorService | None = None
     #: Each session's methodology phase and work unit (memlane.v3.methodology.service).
     phases: PhaseService | None = None
+    #: The V3 active loop (memlane.v3.active): outcomes, reflexions, commit tagging, prefetch.
+    active: ActiveLoop | None = None
     #: Whether close() closes the embedder: False when the caller passed one in (shared by
     #: benchmarks and tests that open many stores; its owner closes it).
     owns_embedder: bool = True
@@ -213,8 +216,10 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
                            graph_boost=GraphBooster(db, graph, memory_count=lambda: index.size),
                            ranker=LearnedRanker(lambda: settings.recall), drift=drift)
     phases = PhaseService(lambda: settings.methodology)  # read at each request: POST /api/config swaps it
+    coaccess = CoAccessService(db)
+    active = ActiveLoop(db, memories, coaccess, lambda: llm)
     sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred,
-                              scorer=scorer, drift=drift, phases=phases)
+                              scorer=scorer, drift=drift, phases=phases, prefetch=active)
     jobs = lambda name, **kw: JobWorker(db, name, listeners=(obs.on_job,), **kw)  # noqa: E731
     lease_ms = lambda: pipeline().worker.lease_timeout_ms  # noqa: E731
 
@@ -247,11 +252,11 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
         AspectFeedbackWorker(db, enabled=lambda: graph().enabled), hints, *extraction[1:],
         docs, tracker, retention, maintenance,
         LifecycleWorker(LifecycleService(db, memories)),  # V3 pruning (docs/v3.md)
-        BootstrapWorker(CoAccessService(db)),  # the co-access graph's bootstrap from git
+        BootstrapWorker(coaccess),  # the co-access graph's bootstrap from git
     ]
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
                           drift, documents, tracker, retention, repairs, maintenance, llm=llm,
-                          extraction_llm=extraction_llm, predictor=pred, phases=phases,
+                          extraction_llm=extraction_llm, predictor=pred, phases=phases, active=active,
                           owns_embedder=embedder is None)
     if start_workers:
         container.workers.start_all()

@@ -79,6 +79,7 @@ def create_app(container: Container) -> FastAPI:
     from memlane.api import knowledge_routes
     app.include_router(knowledge_routes.router(container))
     from memlane.api import v3_routes; app.include_router(v3_routes.router(container))  # noqa: E702
+    from memlane.api import active_routes; app.include_router(active_routes.router(container))  # noqa: E702
     from memlane.api import drift_routes; app.include_router(drift_routes.router(container))  # noqa: E702
     from memlane.api import observability_routes
     app.include_router(observability_routes.router(container))

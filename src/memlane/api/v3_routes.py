@@ -24,12 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.container import Container
-from memlane.errors import NotFound, ValidationError
+from memlane.errors import MemlaneError, NotFound, ValidationError
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
 from memlane.v3.methodology.phases import PHASE_WEIGHTS, UNIVERSAL_PHASES
 from memlane.v3.methodology.registry import DEFAULT_METHODOLOGY, PLUGINS
 from memlane.v3.model import check_str
+from memlane.v3.active import is_git_commit
 from memlane.v3.service import V3Service
 
 
@@ -130,6 +131,8 @@ class ObserverEndIn(_Strict):
     finalize: bool = Field(True, description="Run the promotion pipeline for the session (memlane.v3.promotion).")
     outcome: Literal["passed", "failed"] | None = Field(
         None, description="The session's validation; default: failed when its last tool call failed, else passed.")
+    complexity: str | None = Field(None, description="trivial, standard, complex: caps the promoted memories.")
+    work_unit_ref: dict[str, Any] | None = Field(None, description="Records the work unit's outcome.")
 
 
 class FinalizeIn(_Strict):
@@ -139,6 +142,9 @@ class FinalizeIn(_Strict):
     why_failed: str | None = Field(None, description="With failed: why the approach was abandoned (a dead end "
                                                      "when the run had 20+ steps).")
     dry_run: bool = False
+    complexity: str | None = Field(None, description="trivial, standard, complex: caps the promoted memories "
+                                                     "at 2, 10, 25 (default 20).")
+    work_unit_ref: dict[str, Any] | None = Field(None, description="Records a work_unit_outcome memory for it.")
 
 
 class PhaseIn(_Strict):
@@ -254,7 +260,7 @@ def router(container: Container) -> APIRouter:
     observer = Observer(container.db)
     from memlane.v3.promotion import Promoter
 
-    promoter = Promoter(container.db, container.memories, lambda: container.llm)
+    promoter = Promoter(container.db, container.memories, lambda: container.llm, active=container.active)
 
     @r.post("/api/v3/observer/tool-use")
     def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
@@ -262,7 +268,13 @@ def router(container: Container) -> APIRouter:
         err = body.error if body.error is not None else check_payload_error(body.tool_response)
         sig = observer.record(body.session_id, body.tool_name, body.tool_input, project=body.project,
                               cwd=body.cwd, error=err)
-        return {"signals": [{"type": t, **d} for t, d in sig]}
+        out: dict[str, Any] = {"signals": [{"type": t, **d} for t, d in sig]}
+        if container.active is not None and err is None and is_git_commit(body.tool_name, body.tool_input) and body.cwd:
+            try:  # the call is recorded: a git problem is reported, never a failed hook
+                out["commit"] = container.active.tag_commit(body.session_id, repo=body.cwd, project=body.project)
+            except MemlaneError as exc:
+                out["commit"] = {"error": exc.message}
+        return out
 
     @r.post("/api/v3/observer/session-end")
     def observer_session_end(body: ObserverEndIn) -> dict[str, Any]:
@@ -274,7 +286,9 @@ def router(container: Container) -> APIRouter:
         if body.finalize:
             outcome = body.outcome or ("failed" if observer.last_call_failed(body.session_id) else "passed")
             try:
-                out["promotion"] = promoter.finalize(body.session_id, outcome=outcome, project=body.project).as_dict()
+                out["promotion"] = promoter.finalize(body.session_id, outcome=outcome, project=body.project,
+                                                     complexity=body.complexity,
+                                                     work_unit_ref=body.work_unit_ref).as_dict()
             except NotFound:  # nothing observed in this session: nothing to promote
                 pass
         return out
@@ -284,7 +298,8 @@ def router(container: Container) -> APIRouter:
         """Promote a session's scratchpad after its validation passed, or discard it after a failure
         (the promotion pipeline, docs/v3.md "Promotion")."""
         return promoter.finalize(body.session_id, outcome=body.outcome, project=body.project,
-                                 why_failed=body.why_failed, dry_run=body.dry_run).as_dict()
+                                 why_failed=body.why_failed, dry_run=body.dry_run, complexity=body.complexity,
+                                 work_unit_ref=body.work_unit_ref).as_dict()
 
     @r.get("/api/v3/observer/signals")
     def observer_signals(session_id: str = Query(..., max_length=200)) -> dict[str, Any]:

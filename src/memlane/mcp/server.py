@@ -307,4 +307,5 @@ def build_mcp(backend: Backend, *, name: str = "memlane") -> MCPServer:
         return await _run(backend.phase, session_key, project=project, phase=phase, work_unit=work_unit)
 
     from memlane.mcp import drift_tools; drift_tools.register(server, backend, _run)  # noqa: E702 (docs/drift.md)
+    from memlane.mcp import active_tools; active_tools.register(server, backend, _run)  # noqa: E702 (docs/v3.md)
     return server

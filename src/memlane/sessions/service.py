@@ -36,7 +36,7 @@ from memlane.recall.memory_index import iso_to_epoch
 from memlane.sessions.inflight import InflightStarts
 from memlane.sessions.judge_queue import JudgeQueue, JudgeRefused
 from memlane.sessions.feedback import resolve_feedback
-from memlane.sessions.inject import (Shown, render_block, render_recovery, select_in_rank_order,
+from memlane.sessions.inject import (Shown, render_block, render_line, render_recovery, select_in_rank_order,
                                      select_within_budget, short_id, status_line)
 from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
                                      StartResult)
@@ -122,12 +122,15 @@ class SessionService:
         phases: resolves each session's phase and work unit through its project's methodology
             plugin; with a phase, session-start and prompt recall weigh memories by type
             (docs/v3.md "Methodology plugins and phases"). None: no phases.
+        prefetch: predictive pre-fetching (:class:`memlane.v3.active.ActiveLoop`): the files this
+            kind of work usually needs are added to the session-start block and to the first
+            prompt's block, within their budgets; None: off.
     """
 
     def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
                  llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None, *,
                  scorer: SessionScorer | None = None, drift: DriftGuard | None = None,
-                 phases: PhaseService | None = None) -> None:
+                 phases: PhaseService | None = None, prefetch: Any = None) -> None:
         self.memories = memories
         self.predictor = predictor  # PredictorService or None
         self.recall = recall
@@ -145,6 +148,7 @@ class SessionService:
         self.prompts = RecentPrompts()  # recent prompts per active session (checkpoint digests)
         self.drift = drift
         self.phases = phases
+        self.prefetch = prefetch
         self._lock = threading.Lock()
         self.scorer = scorer if scorer is not None else SessionScorer(self.db, llm, predictor)
 
@@ -412,12 +416,26 @@ class SessionService:
         header = self.predictor.status_line() if self.predictor is not None else \
             status_line(plan.state, scored, s.collecting_target_sessions)
         block = render_block("Relevant memories:", plan.chosen, with_feedback=s.agent_feedback)
+        block += self._prefetch_block(plan.key, plan.project, "", plan.inp.cwd,
+                                      s.inject_budget_chars - sum(len(render_line(c)) for c in plan.chosen))
         inject = header + ("\n" + block if block else "\n")
         return StartResult(plan.key, "new", inject, plan.state, candidate_count=len(plan.ranked.pool),
                            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in plan.chosen],
                            took_ms=(time.perf_counter() - t0) * 1000,
                            release=None if recorded.released is None else partial(release_record, recorded.released),
                            commit=partial(self.inflight.flush, plan.key) if hold_write else None)
+
+    def _prefetch_block(self, key: str, project: str | None, text: str, cwd: str | None, budget: int) -> str:
+        """The pre-fetched files' block (memlane.v3.active) within ``budget`` chars; "" when off,
+        empty or failing (pre-fetching never costs the agent its memories)."""
+        if self.prefetch is None or budget <= 0:
+            return ""
+        try:
+            return self.prefetch.prefetch_block(project=project, session_id=key, text=text, cwd=cwd,
+                                                budget_chars=budget)
+        except Exception:
+            log.exception("pre-fetching for %s failed", key)
+            return ""
 
     def _warm_next_context(self, key: str, project: str | None, cwd: str | None) -> None:
         # Trigger: a session ended; its checkpoint is about to become the project's latest.
@@ -491,6 +509,9 @@ class SessionService:
             fresh = [f for f in fresh if f.id in allowed]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
         inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
+        if count == 1:  # the first prompt states the work: the files it usually needs
+            inject += self._prefetch_block(key, project, inp.prompt, inp.cwd,
+                                           s.prompt_budget_chars - sum(len(render_line(c)) for c in chosen))
         self.prompts.note(key, inp.prompt)
         if self.checkpoints is not None and self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
             self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,

@@ -19,7 +19,8 @@ observer's session-end with the outcome the session ended on):
 3. **Score** = 0.4 * frequency + 0.3 * recency + 0.3 * novelty (seed weights), each in [0, 1]:
    frequency ``min(1, n / (2 * threshold))``, recency ``0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)``
    of the newest evidence, novelty ``1 - max cosine``. Kept when > 0.6 (dead ends: > 0.3).
-4. **Synthesis**: the best :data:`MAX_PROMOTED` candidates go to the LLM in one call that rewrites
+4. **Synthesis**: the best :data:`MAX_PROMOTED` candidates (the task complexity gate's cap when a
+   ``complexity`` is given: 2, 10 or 25, memlane.v3.active) go to the LLM in one call that rewrites
    their template texts as readable memories (JSON in, JSON out; a reply that is not valid keeps
    the template text for that candidate). Without an LLM, or when the call fails, the template
    texts are stored and the report says ``"synthesis": "template"``.
@@ -49,9 +50,11 @@ from memlane.providers.base import LlmError, LlmProvider, extract_json_object
 from memlane.recall.memory_index import Filters
 from memlane.services.inputs import RememberInput
 from memlane.services.memory_service import MemoryService
+from memlane.storage import active as act_sql
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
-from memlane.v3.model import check_choice, check_str
+from memlane.v3.model import check_choice, check_str, check_work_unit_ref
+from memlane.v3.active import ActiveLoop, complexity_gate
 from memlane.v3.observer import infer
 
 log = logging.getLogger(__name__)
@@ -125,11 +128,14 @@ class PromotionReport:
     promoted: list[dict[str, Any]] = field(default_factory=list)
     synthesis: str = "none"
     dry_run: bool = False
+    max_promoted: int = MAX_PROMOTED
+    outcome_memory: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "outcome": self.outcome, "signals": self.signals,
                 "discarded": self.discarded, "candidates": self.candidates, "dropped": dict(self.dropped),
-                "promoted": list(self.promoted), "synthesis": self.synthesis, "dry_run": self.dry_run}
+                "promoted": list(self.promoted), "synthesis": self.synthesis, "dry_run": self.dry_run,
+                "max_promoted": self.max_promoted, "outcome_memory": self.outcome_memory}
 
 
 def frequency_term(n: int, threshold: int) -> float:
@@ -161,17 +167,22 @@ class Promoter:
         memories: the one create path; its embedder and index give the novelty check.
         llm: returns the LLM for synthesis, or None (read at each call: the setting is hot).
         clock_ms: now, in epoch milliseconds (tests pass a fixed clock).
+        active: records the work-unit outcome of a finalize given a ``work_unit_ref``; None: not
+            recorded (the work-unit reference is then refused).
     """
 
     def __init__(self, db: Database, memories: MemoryService, llm: Callable[[], LlmProvider | None],
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), *,
+                 active: ActiveLoop | None = None) -> None:
         self.db = db
         self.memories = memories
         self._llm = llm
         self._clock_ms = clock_ms
+        self.active = active
 
     def finalize(self, session_id: str, *, outcome: str = "passed", project: str | None = None,
-                 why_failed: str | None = None, dry_run: bool = False) -> PromotionReport:
+                 why_failed: str | None = None, dry_run: bool = False, complexity: str | None = None,
+                 work_unit_ref: Any = None) -> PromotionReport:
         """Promote (or discard) one session's scratchpad.
 
         Args:
@@ -182,6 +193,11 @@ class Promoter:
             why_failed: with ``failed``, the reason the approach was abandoned; with a run of at
                 least :data:`DEAD_END_MIN_STEPS` steps it becomes a ``dead_end`` candidate.
             dry_run: report what would happen; write nothing.
+            complexity: the task's class (trivial, standard, complex): the complexity gate caps the
+                promoted memories at 2, 10 or 25 (:data:`memlane.v3.active.COMPLEXITY_GATES`);
+                None: :data:`MAX_PROMOTED`.
+            work_unit_ref: the work unit this session worked on: a ``work_unit_outcome`` memory is
+                recorded for it (passed or failed; :meth:`memlane.v3.active.ActiveLoop.outcome_from_session`).
 
         Returns:
             a :class:`PromotionReport`.
@@ -198,11 +214,17 @@ class Promoter:
                 raise ValidationError("why_failed: only with outcome 'failed'", details={"field": "why_failed"})
         if project is not None:
             check_str(project, "project", max_chars=200)
+        gate = complexity_gate(complexity)
+        if work_unit_ref is not None:
+            if self.active is None:
+                raise ValidationError("work_unit_ref: outcomes are not recorded here", details={"field": "work_unit_ref"})
+            check_work_unit_ref(work_unit_ref)
         info = self.db.read(lambda c: obs_sql.session_summary(c, session_id))
         if info is None:
             raise NotFound(f"no observed tool call for session {session_id!r:.80}", details={"session_id": session_id[:80]})
         project = project if project is not None else info.project
-        report = PromotionReport(session_id, outcome, signals=info.pending_signals, dry_run=dry_run)
+        report = PromotionReport(session_id, outcome, signals=info.pending_signals, dry_run=dry_run,
+                                 max_promoted=gate.max_promoted if gate is not None else MAX_PROMOTED)
         now_ms = self._clock_ms()
         if outcome == "failed":
             cands = self._dead_end(info, why_failed, now_ms)
@@ -224,10 +246,14 @@ class Promoter:
                 content=c.content, type=c.type, project=project, source="observer_inferred", needs_review=True,
                 related_files=tuple(c.related_files), type_fields=c.type_fields, who="observer",
                 why=f"promoted from session {session_id[:80]} by rule {c.rule} (score {c.score:.2f})",
-                importance=round(min(1.0, 0.4 + 0.5 * c.score), 3)) for c in kept])
+                importance=round(min(1.0, 0.4 + 0.5 * c.score), 3), source_type=act_sql.SESSION_SOURCE_TYPE,
+                source_id=session_id) for c in kept])
             report.promoted = [self._summary(c, r.id) for c, r in zip(kept, results)]
         if outcome == "passed":
             self.db.write(lambda c: obs_sql.mark_session(c, session_id, obs_sql.PROMOTED))
+        if work_unit_ref is not None and self.active is not None:
+            report.outcome_memory = self.active.outcome_from_session(
+                session_id, work_unit_ref=work_unit_ref, outcome=outcome, why_failed=why_failed, project=project)
         return report
 
     # -- step 0 and 1 -------------------------------------------------------------------------
@@ -307,8 +333,8 @@ class Promoter:
         scored = [c for c in novel if c.score > (DEAD_END_THRESHOLD if c.type == "dead_end" else SCORE_THRESHOLD)]
         report.dropped["score"] += len(novel) - len(scored)
         scored.sort(key=lambda c: -c.score)
-        report.dropped["cap"] += max(0, len(scored) - MAX_PROMOTED)
-        return scored[:MAX_PROMOTED]
+        report.dropped["cap"] += max(0, len(scored) - report.max_promoted)
+        return scored[:report.max_promoted]
 
     def _similarities(self, texts: list[str], project: str | None) -> list[float]:
         """Each text's highest cosine with a live memory of ``project`` (and global ones); without an
