@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test check lint-imports bench-retrieval bench-latency clean
+.PHONY: install run test test-fast check lint-imports bench-retrieval bench-latency clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ run: $(STAMP)  ## install, then start the daemon on the embedded default (127.0.
 
 test: $(STAMP)  ## install, then run the whole test suite
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)  ## the tests not marked slow (tests/conftest.py SLOW_MODULES), for a quick check while editing
+	$(BIN)/python -m pytest -q -p no:schemathesis -m "not slow"
 
 # Static checks, configured in pyproject.toml: ruff (lint), mypy (types), import-linter (layers).
 check: lint-imports  ## the static checks CI runs before the tests
