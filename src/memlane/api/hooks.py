@@ -34,7 +34,7 @@ class _Hook(BaseModel):
         None, description="Claude Code's permission mode from the hook payload: plan mode is the methodology's "
         "planning phase.")
 
-    def phase_input(self) -> dict[str, object]:
+    def phase_input(self) -> dict[str, Any]:
         """The phase fields as the session inputs take them."""
         hook = {"permission_mode": self.permission_mode} if self.permission_mode is not None else None
         return {"phase": self.phase, "work_unit": self.work_unit, "hook": hook}

@@ -338,7 +338,7 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
         for name, value in predictor_hot.items():  # validated above, strictly
             setattr(settings.predictor, name, value)
         if methodology_hot:  # read at each request (memlane.v3.methodology.service)
-            settings.methodology = MethodologySettings.model_validate(new.methodology.model_dump())
+            settings.methodology = MethodologySettings.model_validate(new.model_dump()["methodology"])
     return change
 
 
