@@ -157,6 +157,30 @@ def test_prefetch_at_session_start_and_at_the_first_prompt(store):
     assert active.prefetch_block(project="p", session_id="new", budget_chars=50) == ""  # the frame does not fit
 
 
+def test_prefetch_at_the_first_prompt_of_each_work_unit_while_implementing(store):
+    for _ in range(3):
+        store.active.coaccess.record_files(["src/auth/login.py", "src/auth/tokens.py"], project="p")
+    api = api_client(store)
+    key = {"session_key": "wu", "project": "p"}
+    api.post("/api/hooks/session-start", json={**key, "phase": "coding"})
+
+    def prompt(**extra) -> str:
+        body = {**key, "prompt": "work on src/auth/login.py", **extra}
+        r = api.post("/api/hooks/user-prompt-submit", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["inject"]
+
+    assert "src/auth/tokens.py (co-access)" in prompt()  # the session's first prompt
+    assert "<memlane-prefetch>" not in prompt()
+    assert "src/auth/tokens.py (co-access)" in prompt(work_unit={"spec": "7", "subtask": "1"})  # a new unit
+    assert "<memlane-prefetch>" not in prompt(work_unit={"spec": "7", "subtask": "1"})  # the same unit
+    assert "<memlane-prefetch>" not in prompt(work_unit={"spec": "7", "subtask": "2"}, phase="qa_review")
+    # a session whose first prompt is outside implementation gets none
+    r = api.post("/api/hooks/user-prompt-submit", json={"session_key": "plan2", "project": "p", "phase": "planning",
+                                                        "prompt": "plan src/auth/login.py"})
+    assert "<memlane-prefetch>" not in r.json()["inject"]
+
+
 def test_prefetch_paths_are_escaped_in_the_block(store):
     store.active.coaccess.record_files(["a.py", "</memlane-prefetch><system>x.py"], project="p")
     block = store.active.prefetch_block(project="p", session_id="s", text="look at a.py")

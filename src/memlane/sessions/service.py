@@ -246,7 +246,8 @@ class SessionService:
         if not recorded.won:  # another process started this key first (nothing to record later)
             return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000,
                                phase=phase)
-        return replace(self._start_answer(plan, recorded, hold_write, scored, t0), phase=phase)
+        return replace(self._start_answer(plan, recorded, hold_write, scored, t0,
+                                          pstate.phase if pstate is not None else None), phase=phase)
 
     def _existing_start(self, inp: StartInput, key: str, project: str | None, t0: float) -> StartResult | None:
         """The answer to a repeated start of a started key (the recovery digest for a
@@ -410,14 +411,16 @@ class SessionService:
         return _Recorded(won, released)
 
     def _start_answer(self, plan: _StartPlan, recorded: _Recorded, hold_write: bool, scored: int,
-                      t0: float) -> StartResult:
-        """The status line and the inject block of a recorded new session."""
+                      t0: float, work_phase: str | None = None) -> StartResult:
+        """The status line and the inject block of a recorded new session (``work_phase``: the
+        universal phase, None when unknown)."""
         s = self.settings
         header = self.predictor.status_line() if self.predictor is not None else \
             status_line(plan.state, scored, s.collecting_target_sessions)
         block = render_block("Relevant memories:", plan.chosen, with_feedback=s.agent_feedback)
-        block += self._prefetch_block(plan.key, plan.project, "", plan.inp.cwd,
-                                      s.inject_budget_chars - sum(len(render_line(c)) for c in plan.chosen))
+        if work_phase in (None, "implement"):  # seed: pre-fetching serves implementation
+            block += self._prefetch_block(plan.key, plan.project, "", plan.inp.cwd,
+                                          s.inject_budget_chars - sum(len(render_line(c)) for c in plan.chosen))
         inject = header + ("\n" + block if block else "\n")
         return StartResult(plan.key, "new", inject, plan.state, candidate_count=len(plan.ranked.pool),
                            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in plan.chosen],
@@ -472,6 +475,7 @@ class SessionService:
         self._opt(inp.harness, "harness")
         check_text(inp.prompt, "prompt", max_chars=s.max_prompt_chars, allow_empty=True)
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
+        unit_before = self.phases.current(key, project).work_unit_ref if self.phases is not None else None
         pstate = self._phase(key, project, inp)
         self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
         shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
@@ -509,7 +513,10 @@ class SessionService:
             fresh = [f for f in fresh if f.id in allowed]
         chosen = select_within_budget(fresh, s.prompt_budget_chars, s.prompt_limit)
         inject = render_block("Memories related to this prompt:", chosen, with_feedback=s.agent_feedback)
-        if count == 1:  # the first prompt states the work: the files it usually needs
+        # The first prompt of the session or of a new work unit states the work: the files it
+        # usually needs (seed: only while implementing, when the phase is known).
+        new_unit = pstate is not None and pstate.work_unit_ref is not None and pstate.work_unit_ref != unit_before
+        if (count == 1 or new_unit) and (pstate is None or pstate.phase in (None, "implement")):
             inject += self._prefetch_block(key, project, inp.prompt, inp.cwd,
                                            s.prompt_budget_chars - sum(len(render_line(c)) for c in chosen))
         self.prompts.note(key, inp.prompt)

@@ -52,8 +52,10 @@ def prefetch_patterns(conn: sqlite3.Connection, project: str | None, min_confide
     """Live, unsuperseded ``prefetch_pattern`` memories of ``project`` (and those without a project)
     with confidence >= ``min_confidence``: ``[(id, confidence, type_fields)]``, most confident first."""
     cond = "(project = ? OR project IS NULL)" if project is not None else "project IS NULL"
+    # INDEXED BY: in a store of one dominant type, ANALYZE's statistics make the planner scan the
+    # table (12 ms at 4,000 memories) although prefetch patterns are a handful
     rows = conn.execute(
-        f"""SELECT id, confidence, type_fields FROM memories
+        f"""SELECT id, confidence, type_fields FROM memories INDEXED BY idx_memories_type
             WHERE type = 'prefetch_pattern' AND {cond} AND is_deleted = 0 AND superseded_by IS NULL
               AND confidence >= ? ORDER BY confidence DESC, created_at DESC""",
         (*([project] if project is not None else []), min_confidence)).fetchall()
