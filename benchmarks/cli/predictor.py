@@ -48,6 +48,11 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
                                             "recall's 50 hits; 100 (the daemon's default): those plus the top "
                                             "50 by effectiveScore the recall missed."),
               seed: int = typer.Option(0, help="Seed (exploration, bootstrap, simulated user)."),
+              ranker_models: Path | None = typer.Option(
+                  None, "--ranker-models",
+                  help="LoCoMo: a directory of learned-ranker bases ranker-without-<conversation>.lgb.gz (memlane "
+                       "train ranker --exclude <conversation>); each conversation's predictor starts from the "
+                       "base trained without it, and the heuristic recall is reported beside it."),
               seeds: str | None = typer.Option(None, help="Simulated: several users in turn, e.g. 0-7 or "
                                                   "0,1,4 (instead of --seed); each seed's report is saved "
                                                   "beside the combined one.")) -> None:
@@ -89,15 +94,34 @@ def predictor(dataset: str = typer.Option("locomo", help="locomo or simulated.")
         return
     from benchmarks.predictor_locomo import PredictorBenchConfig, run
 
-    cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations, pool_size=pool)
+    if ranker_models is not None and not ranker_models.is_dir():
+        err.print(f"[red]error:[/red] --ranker-models: {ranker_models} is not a directory")
+        raise typer.Exit(2)
+    cfg = PredictorBenchConfig(seed=seed, base=base, max_conversations=max_conversations, pool_size=pool,
+                               ranker_models=str(ranker_models) if ranker_models else "")
     with stage_progress(err, "predictor") as tick:
-        report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick, reuse=reuse)
+        try:
+            report = run(data, embedder=embedder, workdir=workdir, cfg=cfg, progress=tick, reuse=reuse)
+        except (FileNotFoundError, ValueError) as exc:  # a missing base, or one trained on its conversation
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
     path = write_json(out_path(out, "predictor-locomo"), report)
     console.print(_locomo_table("LoCoMo held-out questions: learned from scratch", report["from_scratch"]))
     t = report["from_scratch"]["targets"]
     console.print(f"targets: fused >= baseline + 0.05 overall: {t['fused_ge_baseline_plus_0.05']}; "
                   f"no conversation below baseline - 0.01: {t['no_conversation_below_baseline_minus_0.01']} "
                   f"(worst {report['from_scratch']['worst_conversation_fused_minus_baseline']:+.3f})")
+    fs = report["from_scratch"]
+    if fs.get("worst_conversation_fused_minus_heuristic") is not None:
+        o = fs["overall"]
+        share = fs["fused_share_of_predictor_gain"]
+        console.print(f"from the learned base (each conversation's trained without it): NDCG@10 heuristic "
+                      f"{o['ndcg10_heuristic']:.3f}, base {o['ndcg10_baseline']:.3f}, predictor "
+                      f"{o['ndcg10_predictor']:.3f}, fused {o['ndcg10_fused']:.3f}; fused share of the "
+                      f"predictor's gain {'n/a' if share is None else f'{share:.0%}'}; mean alpha "
+                      f"{o['alpha_mean']:.2f}; worst conversation fused - heuristic "
+                      f"{fs['worst_conversation_fused_minus_heuristic']:+.3f}; targets: "
+                      + ", ".join(f"{k} {v}" for k, v in t.items()))
     if "phase6" in report:
         console.print(_locomo_table("Phase 6: base model (other nine conversations), fine-tuned", report["phase6"]))
     console.print(f"{report['seconds']:.0f} s; report: {path}")

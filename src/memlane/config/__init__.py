@@ -142,6 +142,11 @@ class SessionSettings(BaseModel):
     candidate_pool_size: int = Field(100, ge=1, le=1000, description="Most candidates recorded per session-start.")
     effective_top: int = Field(50, ge=1, le=1000, description="Candidates taken by effectiveScore.")
     similarity_top: int = Field(50, ge=0, le=1000, description="Candidates taken by similarity to the session context.")
+    relevance_ranker: Literal["learned", "heuristic"] = Field(
+        "heuristic", description="Who orders the recall path of a relevance start (ranking 'relevance'), i.e. the "
+        "baseline the per-user predictor corrects: 'learned' (the shipped base, recall.ranker_model's LightGBM "
+        "model; the heuristic order when its features are unavailable) or 'heuristic' (docs/predictor.md, "
+        "\"Starting from the shipped base\").")
     similarity_pool: int = Field(
         200, ge=1, le=10_000, description="Top memories by effectiveScore among which similarity is computed.")
     min_effective: float = Field(

@@ -8,6 +8,7 @@ keep :mod:`memlane.sessions.service` small; they do no I/O beyond the in-memory 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ from memlane.sessions.inject import Shown
 from memlane.sessions.start import RankedCandidate, build_pool
 from memlane.v3.methodology.phases import PHASE_WEIGHTS
 
-__all__ = ["explored_shown", "fuse_pool", "pool_members", "relevance_pool", "weight_by_phase"]
+__all__ = ["baseline_score", "explored_shown", "fuse_pool", "pool_members", "relevance_pool", "weight_by_phase"]
 
 
 def pool_members(pool: Sequence[RankedCandidate],
@@ -46,7 +47,9 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
 
     1. the top ``similarity_top`` hybrid-recall hits of the context (project and global
        memories, superseded excluded; ``candidate_pool_size`` when ``similarity_top`` is 0),
-       in recall order; their baseline score is the recall score;
+       in recall order (the ranker ``relevance_ranker`` names: the heuristic, or the shipped
+       learned base when its features are available); their baseline score is the recall
+       score, or the logistic of the learned ranker's score (:func:`baseline_score`);
     2. then the top ``effective_top`` memories of the project (and global ones) by effectiveScore
        that the recall did not return (:meth:`MemoryIndex.top_effective`, ``min_effective``
        applies), best first, with baseline score 0 and no recall legs (``(None, None)``).
@@ -63,13 +66,13 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
     """
     cap = s.candidate_pool_size
     limit = min(cap, s.similarity_top) if s.similarity_top > 0 else cap
-    # The heuristic order: the predictor's baseline and its logged signals are defined on it; the
-    # learned recall ranker is not used at session-start.
-    hits = recall.recall(RecallQuery(query=context, limit=limit, project=project, include_global=True,
-                                     exclude_superseded=True, now=now, touch=False, ranker="heuristic")).hits
+    res = recall.recall(RecallQuery(query=context, limit=limit, project=project, include_global=True,
+                                    exclude_superseded=True, now=now, touch=False, ranker=s.relevance_ranker))
+    hits = res.hits
     if not hits:
         return [], {}
-    ranked = [(h.memory.seq, h.memory.id, float(h.score)) for h in hits]
+    ranked = [(h.memory.seq, h.memory.id, baseline_score(h.score, h.rank_score if res.ranker == "learned" else None))
+              for h in hits]
     wide = s.model_copy(update={"effective_top": len(ranked), "similarity_top": 0})
     pool = build_pool(ranked, cv, index, wide)
     eff = {}
@@ -80,6 +83,22 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
     legs = {h.memory.id: (h.bm25_score, h.vector_score) for h in hits}
     pool = [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool]
     return pool + _effective_path(index, pool, project=project, cv=cv, s=s, now_epoch=now_epoch), legs
+
+
+def baseline_score(score: float, rank_score: float | None) -> float:
+    """A relevance start's baseline score of one recall hit: the heuristic recall ``score``, or,
+    when the learned ranker ordered the hits, the logistic ``1 / (1 + exp(-rank_score))`` of
+    its score (LightGBM lambdarank scores are unbounded log-odds-like margins).
+
+    The logistic keeps the learned order (it is increasing), keeps every hit above the
+    effectiveScore path's members (baseline score 0) and keeps the value in (0, 1), the range
+    of the heuristic score the predictor's baseline prior (``1.0 x baseline_score + 0.4 x
+    baseline_rank_inv``, :mod:`memlane.predictor.prior`) was scaled for: the untrained
+    predictor then ranks as the shipped base does.
+    """
+    if rank_score is None:
+        return float(score)
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, float(rank_score)))))
 
 
 def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, project: str | None,
