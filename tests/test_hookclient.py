@@ -447,10 +447,10 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
     settings.write_text(json.dumps({"model": "sonnet", "hooks": old}))
     result = connect(settings, [str(bin_dir / "memlane")], claude_json_path=claude_json)
     assert result.hooks == {"SessionStart": "added", "UserPromptSubmit": "added", "SessionEnd": "updated",
-                            "PreCompact": "updated"}
+                            "PreCompact": "updated", "PostToolUse": "added"}
     hooks = json.loads(settings.read_text())["hooks"]
     for event, cc in (("session-start", "SessionStart"), ("user-prompt-submit", "UserPromptSubmit"),
-                      ("session-end", "SessionEnd"), ("pre-compact", "PreCompact")):
+                      ("session-end", "SessionEnd"), ("pre-compact", "PreCompact"), ("post-tool-use", "PostToolUse")):
         ours = [h["command"] for g in hooks[cc] for h in g["hooks"] if "memlane" in h["command"]]
         assert ours == [shlex.join([str(bin_dir / "memlane-hook"), event])]
     assert hooks["PreToolUse"] == OTHERS["PreToolUse"] and hooks["SessionStart"][0] == OTHERS["SessionStart"][0]

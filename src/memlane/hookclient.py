@@ -17,7 +17,8 @@ Command line (``memlane connect claude-code`` installs the first form, which ski
     memlane-hook EVENT [--timeout SECONDS]         # the console script
     python -m memlane.hookclient EVENT [--timeout SECONDS]
 
-``EVENT`` is ``session-start``, ``user-prompt-submit``, ``session-end`` or ``pre-compact`` (or
+``EVENT`` is ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact`` or
+``post-tool-use`` (the observer's tool-call feed, ``/api/v3/observer/tool-use``; or
 Claude Code's ``SessionStart``...). One JSON object is read on stdin (at most 16 MB), mapped
 exactly as ``memlane hook EVENT`` always did (:func:`memlane.connectors.events.from_claude_code`,
 :func:`build_body` with the transcript guard), posted to the daemon with the per-install token
@@ -93,7 +94,12 @@ ENDPOINTS = {
     "user-prompt-submit": "/api/hooks/user-prompt-submit",
     "session-end": "/api/hooks/session-end",
     "pre-compact": "/api/hooks/pre-compaction",
+    "post-tool-use": "/api/v3/observer/tool-use",
 }
+#: post-tool-use: longest string value of ``tool_input`` sent (a Write's whole file, an Edit's
+#: old and new text), and of a failed call's error text, characters. The observer reads file
+#: paths, the Bash command and the error (memlane.v3.observer), never the contents.
+MAX_TOOL_TEXT_CHARS = 2000
 #: config.yaml keys this client reads, with their types.
 CONFIG_KEYS = {"home": str, "daemon_url": str, "host": str, "port": int, "hook_timeout_s": float,
                "max_body_bytes": int}
@@ -381,6 +387,8 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
     :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read). A refused transcript
     path simply adds nothing. :mod:`memlane.connectors.transcript` is imported only for these
     two events."""
+    if event.event == "post-tool-use":
+        return tool_use_body(event)
     body: dict[str, Any] = {"session_key": event.session_key, "project": event.project,
                             "cwd": event.cwd, "harness": event.harness}
     if event.event == "session-start":
@@ -408,6 +416,27 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
         body["trigger"] = event.trigger
         body["custom_instructions"] = event.custom_instructions
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _cut(value: Any) -> Any:
+    return value[:MAX_TOOL_TEXT_CHARS] if isinstance(value, str) else value
+
+
+def tool_use_body(event: HookEvent) -> dict[str, Any]:
+    """The observer's body for a post-tool-use event (``POST /api/v3/observer/tool-use``):
+    ``session_id``, ``tool_name``, ``tool_input`` with each top-level string cut to
+    :data:`MAX_TOOL_TEXT_CHARS`, ``cwd``, ``project``, and ``tool_response`` only for a failed
+    call (an object with a true ``is_error`` or an ``error``: those two keys and ``content``,
+    cut). A successful call's response (a file read, a command's output) is not sent: the
+    observer does not read it, and it can be megabytes."""
+    body: dict[str, Any] = {"session_id": event.session_key, "tool_name": event.tool_name,
+                            "tool_input": {k: _cut(v) for k, v in (event.tool_input or {}).items()},
+                            "cwd": event.cwd, "project": event.project}
+    resp = event.tool_response
+    if isinstance(resp, dict) and (resp.get("is_error") or resp.get("error")):
+        body["tool_response"] = {k: _cut(resp[k]) if isinstance(resp[k], str) else resp[k]
+                                 for k in ("is_error", "error", "content") if k in resp}
+    return body
 
 
 #: Largest daemon answer read, bytes (a hook answer is a few KB).
@@ -621,7 +650,7 @@ def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_root
 
     Args:
         event_name: ``session-start`` | ``user-prompt-submit`` | ``session-end`` | ``pre-compact``
-            (or Claude Code's names).
+            | ``post-tool-use`` (or Claude Code's names).
         stdin_text: the JSON Claude Code wrote on stdin.
         target: home, daemon URL, timeout and body cap (:func:`resolve_target`).
         transcript_roots: where transcripts may be read from (default ``~/.claude/projects``).

@@ -38,7 +38,10 @@ from memlane.connectors.events import normalize_event_name
 from memlane.errors import MemlaneError
 
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
-HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10}
+#: PostToolUse runs after every tool call of the agent (matcher "": all tools) and feeds the
+#: observer; it prints nothing, and its own request timeout (hook_timeout_s, 4 s) comes first.
+HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10,
+                   "PostToolUse": 5}
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
 # client), `python -m memlane.hookclient EVENT` or `python -S -I -c '...from memlane.hookclient
 # import main...' EVENT` (entry_cmd), each possibly quoted by shlex.join.
@@ -365,7 +368,7 @@ def _disconnect_mcp(path: Path) -> Callable[[dict[str, Any]], str]:
 
 def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path: Path | None = None,
             register_mcp: bool = True, hook_cmd: Sequence[str] | None = None) -> ConnectResult:
-    """Add our SessionStart, UserPromptSubmit, SessionEnd and PreCompact hooks (each running
+    """Add our SessionStart, UserPromptSubmit, SessionEnd, PreCompact and PostToolUse hooks (each running
     ``<hook_cmd> <event>``; ``hook_cmd`` defaults to :func:`hook_cmd_for` ``(memlane_cmd)``, the
     light client) to ``settings_path`` and, if ``register_mcp``, the user-scope MCP server
     ``memlane`` (``<memlane_cmd> mcp serve``, stdio) to ``claude_json_path`` (default

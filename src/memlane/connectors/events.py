@@ -8,10 +8,13 @@ Claude Code hooks reference, code.claude.com/docs/en/hooks):
 * ``SessionStart``: ``source`` (startup | resume | clear | compact);
 * ``UserPromptSubmit``: ``prompt``;
 * ``SessionEnd``: ``reason`` (clear | logout | prompt_input_exit | other, ...);
-* ``PreCompact``: ``trigger`` (manual | auto) and ``custom_instructions``.
+* ``PreCompact``: ``trigger`` (manual | auto) and ``custom_instructions``;
+* ``PostToolUse``: ``tool_name``, ``tool_input`` (an object), ``tool_response`` (any JSON;
+  an object with ``is_error``/``error`` marks a failed call) and ``tool_use_id``.
 
 Unknown extra fields are ignored; a missing ``session_id``, a missing ``prompt`` on
-UserPromptSubmit, or a field of the wrong type is a :class:`ValueError` naming the field.
+UserPromptSubmit, a missing ``tool_name`` on PostToolUse, or a field of the wrong type is a
+:class:`ValueError` naming the field.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact")
+EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use")
 
 #: Our event name -> Claude Code's ``hook_event_name``.
 CLAUDE_CODE_NAMES = {
@@ -33,12 +36,14 @@ CLAUDE_CODE_NAMES = {
     "user-prompt-submit": "UserPromptSubmit",
     "session-end": "SessionEnd",
     "pre-compact": "PreCompact",
+    "post-tool-use": "PostToolUse",
 }
 _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
 
 _HOOK_EVENT_FIELDS = ("event", "session_key", "cwd", "project", "prompt", "source", "reason", "trigger",
-                      "custom_instructions", "transcript_path", "harness")
+                      "custom_instructions", "transcript_path", "harness", "tool_name", "tool_input",
+                      "tool_response")
 
 
 # A small slotted class rather than a frozen dataclass (`dataclasses` imports `inspect`, with
@@ -49,7 +54,8 @@ class HookEvent:
 
     Built by keyword (or position, in the order below); fields after ``project`` default to
     ``None`` and ``harness`` to ``"claude-code"``. Setting or deleting an attribute raises
-    ``AttributeError``.
+    ``AttributeError``. A post-tool-use event carries JSON objects, so hashing it raises
+    ``TypeError``.
 
     Attributes:
         event: one of ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``.
@@ -64,6 +70,9 @@ class HookEvent:
         custom_instructions: the user's ``/compact`` instructions, if any.
         transcript_path: the harness's transcript file as given (not yet checked or read).
         harness: the harness name sent to the daemon (default ``claude-code``).
+        tool_name: the tool that ran (post-tool-use only), e.g. ``Read``, ``Bash``.
+        tool_input: the tool's arguments, a JSON object (post-tool-use only).
+        tool_response: what the tool answered, any JSON value (post-tool-use only).
     """
 
     __slots__ = _HOOK_EVENT_FIELDS
@@ -79,13 +88,17 @@ class HookEvent:
     custom_instructions: str | None
     transcript_path: str | None
     harness: str
+    tool_name: str | None
+    tool_input: dict[str, Any] | None
+    tool_response: Any
 
     def __init__(self, event: str, session_key: str, cwd: str, project: str, prompt: str | None = None,
                  source: str | None = None, reason: str | None = None, trigger: str | None = None,
                  custom_instructions: str | None = None, transcript_path: str | None = None,
-                 harness: str = "claude-code") -> None:
+                 harness: str = "claude-code", tool_name: str | None = None,
+                 tool_input: dict[str, Any] | None = None, tool_response: Any = None) -> None:
         values = (event, session_key, cwd, project, prompt, source, reason, trigger, custom_instructions,
-                  transcript_path, harness)
+                  transcript_path, harness, tool_name, tool_input, tool_response)
         for name, value in zip(_HOOK_EVENT_FIELDS, values):
             object.__setattr__(self, name, value)
 
@@ -115,7 +128,7 @@ def normalize_event_name(name: str) -> str:
     """``session-start`` or ``SessionStart`` -> ``session-start``.
 
     Raises:
-        ValueError: not one of the four supported events.
+        ValueError: not one of the supported events (:data:`EVENTS`).
     """
     if name in EVENTS:
         return name
@@ -160,7 +173,8 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
 
     Raises:
         ValueError: ``payload`` is not an object; ``session_id`` is missing or empty;
-            ``prompt`` is missing on user-prompt-submit; a field has the wrong type; or
+            ``prompt`` is missing on user-prompt-submit; ``tool_name`` is missing on
+            post-tool-use or ``tool_input`` is not an object; a field has the wrong type; or
             ``hook_event_name`` names a different event than ``event_name``.
     """
     event = normalize_event_name(event_name)
@@ -179,6 +193,16 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
     prompt = _opt_str(payload, "prompt")
     if event == "user-prompt-submit" and prompt is None:
         raise ValueError("UserPromptSubmit hook input has no 'prompt'")
+    tool_name, tool_input = None, None
+    if event == "post-tool-use":
+        tool_name = _opt_str(payload, "tool_name")
+        if not tool_name or not tool_name.strip():
+            raise ValueError("PostToolUse hook input has no 'tool_name'")
+        tool_input = payload.get("tool_input")
+        if tool_input is None:
+            tool_input = {}
+        if not isinstance(tool_input, dict):
+            raise ValueError(f"hook input field 'tool_input' must be an object, got {type(tool_input).__name__}")
     return HookEvent(
         event=event,
         session_key=session_id.strip(),
@@ -190,4 +214,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         trigger=_opt_str(payload, "trigger") if event == "pre-compact" else None,
         custom_instructions=_opt_str(payload, "custom_instructions") if event == "pre-compact" else None,
         transcript_path=_opt_str(payload, "transcript_path") or None,
+        tool_name=tool_name,
+        tool_input=tool_input,
+        tool_response=payload.get("tool_response") if event == "post-tool-use" else None,
     )
