@@ -145,3 +145,31 @@ def test_the_bench_refuses_a_base_trained_on_the_conversation_under_test(tmp_pat
         else:
             with pytest.raises(ValueError, match="not a base for conv-26"):
                 ranker_model_for(cfg, "conv-26")
+
+
+def test_prompt_submit_recall_is_ordered_by_the_same_learned_ranker(chat) -> None:
+    """A prompt's recall (the memories it matched, in order) is the learned ranker's: the per-user
+    predictor's base at session-start and prompt recall are one model."""
+    from memlane.sessions.inputs import PromptInput
+    from memlane.sessions.service import SessionService
+    from memlane.storage import sessions as sess_sql
+
+    s = SessionSettings(prompt_min_score=0.0, prompt_limit=5)
+    svc = SessionService(chat.memories, chat.recall, s)
+    differs = False
+    try:
+        for i, q in enumerate(QUESTIONS):
+            key = f"prompt-{i}"
+            svc.prompt(PromptInput(session_key=key, prompt=q, now=NOW))
+            got = [r.memory_id for r in sorted(chat.db.read(lambda conn: sess_sql.session_memories(conn, key)),
+                                                key=lambda r: r.rank)]
+            args = dict(query=q, limit=10, include_global=True, exclude_superseded=True, now=NOW, touch=False,
+                        min_score=0.0)
+            learned = chat.recall.recall(RecallQuery(**args, ranker="learned"))
+            heuristic = chat.recall.recall(RecallQuery(**args, ranker="heuristic"))
+            assert learned.ranker == "learned"
+            assert got == [h.memory.id for h in learned.hits]
+            differs |= got != [h.memory.id for h in heuristic.hits]
+    finally:
+        svc.close()
+    assert differs  # the two rankers disagree here, so the check above tells them apart
