@@ -107,7 +107,8 @@ def payload(event: str, cwd: Path, transcript: Path | str = "/nowhere.jsonl", **
 def test_session_start_maps_to_the_git_root(repo: Path) -> None:
     ev = from_claude_code("session-start", payload("SessionStart", repo / "src" / "pkg", source="resume"))
     assert ev == HookEvent(event="session-start", session_key=SID, cwd=str(repo / "src" / "pkg"),
-                           project=str(repo.resolve()), source="resume", transcript_path="/nowhere.jsonl")
+                           project=str(repo.resolve()), source="resume", transcript_path="/nowhere.jsonl",
+                           permission_mode="default")
     assert ev.harness == "claude-code"
 
 
@@ -535,7 +536,7 @@ def test_hook_with_the_daemon_down_spools_prints_nothing_and_exits_0(tmp_path: P
     record = json.loads(spooled.read_text())
     assert record["endpoint"] == "/api/hooks/session-start"
     assert record["body"] == {"session_key": SID, "project": str(repo.resolve()), "cwd": str(repo),
-                              "harness": "claude-code", "source": "startup"}
+                              "harness": "claude-code", "source": "startup", "permission_mode": "default"}
     assert "event spooled" in (home / "logs" / "hooks.log").read_text()
 
 
@@ -569,7 +570,7 @@ def test_hook_with_the_daemon_up(tmp_path: Path, repo: Path, root: Path, stub: S
     path, body = stub.requests[-1]
     assert path == "/api/hooks/user-prompt-submit"
     assert body == {"session_key": SID, "project": str(repo.resolve()), "cwd": str(repo), "harness": "claude-code",
-                    "prompt": "next", "memory_feedback": {MID[:8]: 0.7}}
+                    "prompt": "next", "memory_feedback": {MID[:8]: 0.7}, "permission_mode": "default"}
 
     stub.script["/api/hooks/user-prompt-submit"] = [(200, {"inject": ""}, 0)]
     assert run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="x")), s) == ""

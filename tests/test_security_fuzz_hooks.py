@@ -45,8 +45,10 @@ REQUEST_TIMEOUT_S = 60.0
 
 #: Each hook route and the fields it reads.
 ROUTES = {
-    "/api/hooks/session-start": ["session_key", "project", "cwd", "harness", "source", "context", "now", "ranking"],
-    "/api/hooks/user-prompt-submit": ["session_key", "prompt", "project", "cwd", "harness", "memory_feedback", "now"],
+    "/api/hooks/session-start": ["session_key", "project", "cwd", "harness", "source", "context", "now", "ranking",
+                                 "phase", "work_unit", "permission_mode"],
+    "/api/hooks/user-prompt-submit": ["session_key", "prompt", "project", "cwd", "harness", "memory_feedback", "now",
+                                      "phase", "work_unit", "permission_mode"],
     "/api/hooks/session-end": ["session_key", "project", "cwd", "harness", "reason", "transcript", "wait", "now"],
     "/api/hooks/pre-compaction": ["session_key", "project", "harness", "trigger", "custom_instructions", "context"],
     "/api/hooks/compaction-complete": ["session_key", "project", "harness", "summary"],

@@ -367,3 +367,18 @@ async def test_mcp_memory_phase(tmp_path, anyio_backend):
         assert d.container.phases.current("m1").phase == "validate"
     finally:
         d.stop()
+
+
+def test_claude_code_plan_mode_reaches_the_phase(store, tmp_path):
+    """A real SessionStart payload in plan mode, through the hook client's body builder, to the
+    daemon's route: the native plugin's planning phase (define)."""
+    from memlane.connectors.events import from_claude_code
+    from memlane.hookclient import build_body
+
+    ev = from_claude_code("SessionStart", {"session_id": "cc-1", "cwd": str(tmp_path), "hook_event_name": "SessionStart",
+                                           "source": "startup", "permission_mode": "plan", "model": "x"})
+    body = build_body(ev)
+    assert body["permission_mode"] == "plan"
+    r = api_client(store).post("/api/hooks/session-start", json=body)
+    assert r.status_code == 200, r.text
+    assert (r.json()["phase"]["methodology_phase"], r.json()["phase"]["phase"]) == ("planning", "define")

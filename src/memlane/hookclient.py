@@ -393,10 +393,12 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
                             "cwd": event.cwd, "harness": event.harness}
     if event.event == "session-start":
         body["source"] = event.source
+        body["permission_mode"] = event.permission_mode
     elif event.event == "user-prompt-submit":
         from memlane.connectors import transcript
 
         body["prompt"] = event.prompt
+        body["permission_mode"] = event.permission_mode
         raw = transcript.read_transcript(event.transcript_path, transcript_roots,
                                          tail_bytes=transcript.FEEDBACK_TAIL_BYTES)
         feedback = transcript.last_memory_feedback(raw) if raw else None

@@ -3,8 +3,10 @@
 Claude Code runs a hook command with one JSON object on stdin. Fields used here (from the
 Claude Code hooks reference, code.claude.com/docs/en/hooks):
 
-* every event: ``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``
-  (plus ``permission_mode``, ``model``... which are ignored);
+* every event: ``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``,
+  ``permission_mode`` (sent with session-start and prompt-submit: plan mode is the planning phase
+  of the project's methodology, docs/v3.md; a non-string is ignored) (plus ``model``... which
+  are ignored);
 * ``SessionStart``: ``source`` (startup | resume | clear | compact);
 * ``UserPromptSubmit``: ``prompt``;
 * ``SessionEnd``: ``reason`` (clear | logout | prompt_input_exit | other, ...);
@@ -43,7 +45,7 @@ _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
 _HOOK_EVENT_FIELDS = ("event", "session_key", "cwd", "project", "prompt", "source", "reason", "trigger",
                       "custom_instructions", "transcript_path", "harness", "tool_name", "tool_input",
-                      "tool_response")
+                      "tool_response", "permission_mode")
 
 
 # A small slotted class rather than a frozen dataclass (`dataclasses` imports `inspect`, with
@@ -73,6 +75,7 @@ class HookEvent:
         tool_name: the tool that ran (post-tool-use only), e.g. ``Read``, ``Bash``.
         tool_input: the tool's arguments, a JSON object (post-tool-use only).
         tool_response: what the tool answered, any JSON value (post-tool-use only).
+        permission_mode: Claude Code's permission mode (``default``, ``plan``...), or None.
     """
 
     __slots__ = _HOOK_EVENT_FIELDS
@@ -91,14 +94,16 @@ class HookEvent:
     tool_name: str | None
     tool_input: dict[str, Any] | None
     tool_response: Any
+    permission_mode: str | None
 
     def __init__(self, event: str, session_key: str, cwd: str, project: str, prompt: str | None = None,
                  source: str | None = None, reason: str | None = None, trigger: str | None = None,
                  custom_instructions: str | None = None, transcript_path: str | None = None,
                  harness: str = "claude-code", tool_name: str | None = None,
-                 tool_input: dict[str, Any] | None = None, tool_response: Any = None) -> None:
+                 tool_input: dict[str, Any] | None = None, tool_response: Any = None,
+                 permission_mode: str | None = None) -> None:
         values = (event, session_key, cwd, project, prompt, source, reason, trigger, custom_instructions,
-                  transcript_path, harness, tool_name, tool_input, tool_response)
+                  transcript_path, harness, tool_name, tool_input, tool_response, permission_mode)
         for name, value in zip(_HOOK_EVENT_FIELDS, values):
             object.__setattr__(self, name, value)
 
@@ -217,4 +222,6 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         tool_name=tool_name,
         tool_input=tool_input,
         tool_response=payload.get("tool_response") if event == "post-tool-use" else None,
+        # a hint only: a malformed mode never fails the hook
+        permission_mode=mode if isinstance(mode := payload.get("permission_mode"), str) else None,
     )
