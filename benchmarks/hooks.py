@@ -19,7 +19,8 @@ A real daemon (``memlane serve``, the configured embedding provider, the token o
 fresh store of ``memories`` synthetic memories of one project; the payloads carry a Claude Code
 transcript under ``$HOME/.claude/projects`` (about ``transcript_turns`` turns), so the prompt
 hook reads its tail for feedback and the session-end hook renders it. Each round runs
-session-start, user-prompt-submit, pre-compact and session-end of a fresh session per command,
+session-start, user-prompt-submit, pre-compact, post-tool-use (a Read of a 200-line file, the
+observer's feed) and session-end of a fresh session per command,
 the commands interleaved so a change of machine load hits them alike. Then the daemon is
 stopped and the same commands run against a port nobody listens on: every run must exit 0,
 print nothing and leave one more event in the spool (the floor only shows what a refused
@@ -70,8 +71,12 @@ EVENTS = {
     "session-start": {"source": "startup"},
     "user-prompt-submit": {"prompt": "how do we deploy the api service to staging?"},
     "pre-compact": {"trigger": "auto", "custom_instructions": ""},
+    "post-tool-use": {},  # a Read call's tool_name / tool_input / tool_response: _tool_call
     "session-end": {"reason": "prompt_input_exit"},
 }
+#: Lines of the file the benchmark's Read call returns in its tool_response (Claude Code sends the
+#: whole read text to PostToolUse hooks; the client drops it before posting).
+READ_LINES = 200
 #: Targets of issue 43 for the new command: daemon up p50/p95 (ms) and peak memory (MiB);
 #: daemon down p50 (ms).
 TARGETS = {"up_p50_ms": 50.0, "up_p95_ms": 80.0, "peak_mib": 30.0, "down_p50_ms": 30.0}
@@ -298,9 +303,20 @@ def _shell(cmd: list[str], event: str) -> list[str]:
     return ["/bin/sh", "-c", shlex.join([*cmd, event])]
 
 
+def _tool_call(project: Path) -> dict[str, Any]:
+    """A PostToolUse input for a Read of a 200-line file, in Claude Code's shape (tool_use_id,
+    tool_response ``{"type": "text", "file": {...}}``)."""
+    path = str(project / "src" / "service" / "handlers.py")
+    content = "".join(f"    result_{i} = handle(request, option_{i})  # line {i}\n" for i in range(READ_LINES))
+    return {"tool_name": "Read", "tool_input": {"file_path": path}, "tool_use_id": "toolu_bench",
+            "tool_response": {"type": "text", "file": {"filePath": path, "content": content, "numLines": READ_LINES,
+                                                       "startLine": 1, "totalLines": READ_LINES}}}
+
+
 def _payload(event: str, key: str, project: Path, transcript: Path) -> dict[str, Any]:
+    extra = _tool_call(project) if event == "post-tool-use" else EVENTS[event]
     return {"session_id": key, "transcript_path": str(transcript), "cwd": str(project),
-            "hook_event_name": CLAUDE_CODE_NAMES[event], "permission_mode": "default", **EVENTS[event]}
+            "hook_event_name": CLAUDE_CODE_NAMES[event], "permission_mode": "default", **extra}
 
 
 def _check(name: str, event: str, code: int, err: bytes) -> None:

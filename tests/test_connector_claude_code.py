@@ -417,7 +417,7 @@ def test_connect_is_idempotent_and_disconnect_restores_the_original(files: tuple
     settings, claude_json = files
     first = connect(settings, CMD, claude_json_path=claude_json)
     assert first.hooks == dict.fromkeys(["SessionStart", "UserPromptSubmit", "SessionEnd", "PreCompact",
-                                         "PostToolUse"], "added")
+                                         "PostToolUse", "PostToolUseFailure"], "added")
     assert first.mcp == "added" and first.changed
     data = json.loads(settings.read_text())
     assert data["hooks"]["PreToolUse"] == SETTINGS["hooks"]["PreToolUse"]
@@ -648,4 +648,4 @@ def test_build_body_caps_the_transcript_and_endpoints_match_the_contract(repo: P
     assert len(body["transcript"].encode()) <= 2048 and body["transcript"].endswith("message 199 " + "x" * 100)
     assert set(ENDPOINTS.values()) == {"/api/hooks/session-start", "/api/hooks/user-prompt-submit",
                                        "/api/hooks/session-end", "/api/hooks/pre-compaction",
-                                       "/api/v3/observer/tool-use"}
+                                       "/api/v3/observer/tool-use"}  # post-tool-use and its failure

@@ -54,6 +54,11 @@ EVENTS = [
     ("pre-compact", {"hook_event_name": "PreCompact", "trigger": "auto", "custom_instructions": "keep decisions"}),
     ("session-end", {"hook_event_name": "SessionEnd", "reason": "prompt_input_exit"}),
 ]
+#: The observer's tool-call hook (a Read, Claude Code's tool_response shape).
+TOOL_EVENT = ("post-tool-use", {"hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "toolu_1",
+                                "tool_input": {"file_path": "ops/deploy.sh"},
+                                "tool_response": {"type": "text", "file": {"filePath": "ops/deploy.sh",
+                                                                           "content": "#!/bin/sh\n"}}})
 
 
 #: The directory holding the memlane package under test (what the installed command appends to sys.path).
@@ -103,7 +108,7 @@ def repo(tmp_path: Path) -> Path:
 
 # --- imports ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("event,extra", EVENTS)
+@pytest.mark.parametrize("event,extra", [*EVENTS, TOOL_EVENT])
 def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, event: str,
                                                  extra: dict[str, Any]) -> None:
     """Importing the light entry point as the installed command runs it (no site, isolated),
@@ -138,6 +143,9 @@ def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, eve
         assert body["memory_feedback"] == {"deadbeef": 0.5}
     if event == "session-end":
         assert "ops/deploy.sh" in body["transcript"]
+    if event == "post-tool-use":
+        assert (body["tool_name"], body["tool_input"], "tool_response" in body) == (
+            "Read", {"file_path": "ops/deploy.sh"}, False)
 
 
 def test_the_console_script_keeps_heavy_modules_out(tmp_path: Path, repo: Path) -> None:
@@ -447,10 +455,11 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
     settings.write_text(json.dumps({"model": "sonnet", "hooks": old}))
     result = connect(settings, [str(bin_dir / "memlane")], claude_json_path=claude_json)
     assert result.hooks == {"SessionStart": "added", "UserPromptSubmit": "added", "SessionEnd": "updated",
-                            "PreCompact": "updated", "PostToolUse": "added"}
+                            "PreCompact": "updated", "PostToolUse": "added", "PostToolUseFailure": "added"}
     hooks = json.loads(settings.read_text())["hooks"]
     for event, cc in (("session-start", "SessionStart"), ("user-prompt-submit", "UserPromptSubmit"),
-                      ("session-end", "SessionEnd"), ("pre-compact", "PreCompact"), ("post-tool-use", "PostToolUse")):
+                      ("session-end", "SessionEnd"), ("pre-compact", "PreCompact"), ("post-tool-use", "PostToolUse"),
+                      ("post-tool-use-failure", "PostToolUseFailure")):
         ours = [h["command"] for g in hooks[cc] for h in g["hooks"] if "memlane" in h["command"]]
         assert ours == [shlex.join([str(bin_dir / "memlane-hook"), event])]
     assert hooks["PreToolUse"] == OTHERS["PreToolUse"] and hooks["SessionStart"][0] == OTHERS["SessionStart"][0]

@@ -1,4 +1,4 @@
-"""The observer's Claude Code hook (PostToolUse): the installed light command against a real
+"""The observer's Claude Code hooks (PostToolUse, PostToolUseFailure): the installed light command against a real
 daemon, replaying real hook payloads (tests/fixtures/claude_code_hooks/README.md), daemon
 down (spooled, replayed), malformed input, and connect/disconnect of the hook."""
 
@@ -103,15 +103,20 @@ def test_daemon_down_spools_a_trimmed_body_and_the_next_call_replays_it(tmp_path
     assert len(records[1]["body"]["tool_input"]["new_string"]) == MAX_TOOL_TEXT_CHARS
 
     d = start_daemon(home, provider="none")
-    failed = {"session_id": "down-1", "hook_event_name": "PostToolUse", "cwd": str(repo), "tool_name": "Bash",
-              "tool_input": {"command": "pytest -q"}, "tool_response": {"is_error": True, "error": "exit 1"}}
-    r = run_hook(hook_cmd(), "post-tool-use", json.dumps(failed), clean_env(home))
-    assert (r.returncode, r.stdout, r.stderr) == (0, b"", b"")
+    # Claude Code's PostToolUseFailure input (code.claude.com/docs/en/hooks): the failure text in `error`
+    failed = {"session_id": "down-1", "hook_event_name": "PostToolUseFailure", "cwd": str(repo),
+              "tool_name": "Bash", "tool_input": {"command": "pytest -q"}, "tool_use_id": "toolu_9",
+              "error": "Exit code 1\nFAILED tests/test_api.py::test_login", "is_interrupt": False}
+    for _ in range(2):
+        r = run_hook(hook_cmd(), "post-tool-use-failure", json.dumps(failed), clean_env(home))
+        assert (r.returncode, r.stdout, r.stderr) == (0, b"", b"")
     assert spooled_files(home / "spool") == []
     with d.client() as c:
         signals = c.get("/api/v3/observer/signals", params={"session_id": "down-1"}).json()["signals"]
-    types = [s["type"] for s in signals]
-    assert types.count("file_access") == 2 and "error_retry" in types, signals
+    assert [s["type"] for s in signals].count("file_access") == 2, signals
+    retries = [s for s in signals if s["type"] == "error_retry"]
+    assert [(s["tool_name"], s["retry_count"]) for s in retries] == [("Bash", 1), ("Bash", 2)], signals
+    assert retries[0]["error_message"].startswith("Exit code 1")
 
 
 def test_a_malformed_tool_payload_prints_nothing_and_is_not_spooled(tmp_path: Path) -> None:
@@ -126,7 +131,7 @@ def test_a_malformed_tool_payload_prints_nothing_and_is_not_spooled(tmp_path: Pa
     assert (home / "logs" / "hooks.log").read_text().count("bad input ignored") == 5
 
 
-def test_connect_adds_the_post_tool_use_hook_and_disconnect_removes_only_it(tmp_path: Path) -> None:
+def test_connect_adds_the_tool_call_hooks_and_disconnect_removes_only_them(tmp_path: Path) -> None:
     settings = tmp_path / "settings.json"
     theirs = {"matcher": "Bash", "hooks": [{"type": "command", "command": "/usr/local/bin/audit-bash"}]}
     settings.write_text(json.dumps({"hooks": {"PostToolUse": [theirs]}}))
@@ -137,5 +142,7 @@ def test_connect_adds_the_post_tool_use_hook_and_disconnect_removes_only_it(tmp_
     ours = groups[1]
     assert ours["matcher"] == "" and len(ours["hooks"]) == 1
     assert ours["hooks"][0]["command"].endswith(" post-tool-use") and ours["hooks"][0]["timeout"] == 5
+    [failure] = json.loads(settings.read_text())["hooks"]["PostToolUseFailure"]
+    assert failure["matcher"] == "" and failure["hooks"][0]["command"].endswith(" post-tool-use-failure")
     disconnect(settings, claude_json_path=claude_json)
     assert json.loads(settings.read_text())["hooks"] == {"PostToolUse": [theirs]}

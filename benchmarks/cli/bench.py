@@ -217,7 +217,8 @@ def sessions(memories: int = typer.Option(4_000, help="Memories in the store (on
 
 @bench_app.command("hooks")
 def hooks(runs: int = typer.Option(20, min=1, help="Measured rounds of the new command and the floor "
-                                   "(a round: session-start, user-prompt-submit, pre-compact, session-end)."),
+                                   "(a round: session-start, user-prompt-submit, pre-compact, post-tool-use, "
+                                   "session-end)."),
           old_runs: int = typer.Option(5, "--old-runs", min=0, help="Measured rounds of the old 'memlane hook' "
                                        "(seconds per call)."),
           memories: int = typer.Option(200, min=1, help="Memories in the daemon's store."),

@@ -18,7 +18,7 @@ Command line (``memlane connect claude-code`` installs the first form, which ski
     python -m memlane.hookclient EVENT [--timeout SECONDS]
 
 ``EVENT`` is ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact`` or
-``post-tool-use`` (the observer's tool-call feed, ``/api/v3/observer/tool-use``; or
+``post-tool-use`` / ``post-tool-use-failure`` (the observer's feed, ``/api/v3/observer/tool-use``; or
 Claude Code's ``SessionStart``...). One JSON object is read on stdin (at most 16 MB), mapped
 exactly as ``memlane hook EVENT`` always did (:func:`memlane.connectors.events.from_claude_code`,
 :func:`build_body` with the transcript guard), posted to the daemon with the per-install token
@@ -58,7 +58,7 @@ import sys
 
 from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.connectors import cjson
-from memlane.connectors.events import CLAUDE_CODE_NAMES, from_claude_code
+from memlane.connectors.events import CLAUDE_CODE_NAMES, TOOL_EVENTS, from_claude_code
 from memlane.connectors.hooklog import LazyLogger, LogFile, direct_to, file_handler
 from memlane.connectors.spool import DeliveryError, DeliveryTimeout, replay_with, spool_dir_for, spool_event
 
@@ -95,6 +95,7 @@ ENDPOINTS = {
     "session-end": "/api/hooks/session-end",
     "pre-compact": "/api/hooks/pre-compaction",
     "post-tool-use": "/api/v3/observer/tool-use",
+    "post-tool-use-failure": "/api/v3/observer/tool-use",
 }
 #: post-tool-use: longest string value of ``tool_input`` sent (a Write's whole file, an Edit's
 #: old and new text), and of a failed call's error text, characters. The observer reads file
@@ -387,7 +388,7 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
     :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read). A refused transcript
     path simply adds nothing. :mod:`memlane.connectors.transcript` is imported only for these
     two events."""
-    if event.event == "post-tool-use":
+    if event.event in TOOL_EVENTS:
         return tool_use_body(event)
     body: dict[str, Any] = {"session_key": event.session_key, "project": event.project,
                             "cwd": event.cwd, "harness": event.harness}
@@ -425,7 +426,7 @@ def _cut(value: Any) -> Any:
 
 
 def tool_use_body(event: HookEvent) -> dict[str, Any]:
-    """The observer's body for a post-tool-use event (``POST /api/v3/observer/tool-use``):
+    """The observer's body for a tool-call event (``POST /api/v3/observer/tool-use``):
     ``session_id``, ``tool_name``, ``tool_input`` with each top-level string cut to
     :data:`MAX_TOOL_TEXT_CHARS`, ``cwd``, ``project``, and ``tool_response`` only for a failed
     call (an object with a true ``is_error`` or an ``error``: those two keys and ``content``,
@@ -652,7 +653,7 @@ def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_root
 
     Args:
         event_name: ``session-start`` | ``user-prompt-submit`` | ``session-end`` | ``pre-compact``
-            | ``post-tool-use`` (or Claude Code's names).
+            | ``post-tool-use`` | ``post-tool-use-failure`` (or Claude Code's names).
         stdin_text: the JSON Claude Code wrote on stdin.
         target: home, daemon URL, timeout and body cap (:func:`resolve_target`).
         transcript_roots: where transcripts may be read from (default ``~/.claude/projects``).

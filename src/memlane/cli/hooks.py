@@ -122,8 +122,9 @@ def connect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path |
                             None, "--command", help="How Claude Code should start memlane, e.g. "
                             "'/opt/memlane/bin/memlane' (default: the absolute path of this memlane)."),
                         mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also register the MCP server.")) -> None:
-    """Add memlane's SessionStart, UserPromptSubmit, SessionEnd, PreCompact and PostToolUse hooks to Claude
-    Code (idempotent, other hooks kept, backup first) and register the memlane MCP server.
+    """Add memlane's SessionStart, UserPromptSubmit, SessionEnd, PreCompact, PostToolUse and
+    PostToolUseFailure hooks to Claude Code (idempotent, other hooks kept, backup first) and
+    register the memlane MCP server.
 
     The hooks run the light client with this memlane's Python without site ('python -S -I -c
     ...', standard library only, starts in milliseconds; another install given with --command

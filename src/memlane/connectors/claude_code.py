@@ -8,7 +8,7 @@ open: when the daemon is down, slow, or answers 5xx the event is spooled
 (:mod:`memlane.connectors.spool`) and nothing is printed; bad input is logged to
 ``$MEMLANE_HOME/logs/hooks.log``. It never raises and never blocks Claude Code for long.
 
-Settings side (:func:`connect`, :func:`disconnect`): adds/removes our five hooks (:data:`HOOK_TIMEOUTS_S`) in Claude
+Settings side (:func:`connect`, :func:`disconnect`): adds/removes our six hooks (:data:`HOOK_TIMEOUTS_S`) in Claude
 Code's ``settings.json`` and the user-scope ``memlane`` MCP server in ``~/.claude.json``,
 keeping everything else, with a timestamped backup before any change and atomic writes.
 """
@@ -39,7 +39,7 @@ def run_hook(event_name: str, stdin_text: str, settings: Settings, *, timeout_s:
 
     Args:
         event_name: ``session-start`` | ``user-prompt-submit`` | ``session-end`` | ``pre-compact``
-            | ``post-tool-use``.
+            | ``post-tool-use`` | ``post-tool-use-failure``.
         stdin_text: the JSON Claude Code wrote on stdin.
         settings: memlane settings (daemon URL, ``home`` for the spool and the log).
         timeout_s: per-request timeout, seconds; default ``settings.hook_timeout_s``

@@ -38,10 +38,11 @@ from memlane.connectors.events import normalize_event_name
 from memlane.errors import MemlaneError
 
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
-#: PostToolUse runs after every tool call of the agent (matcher "": all tools) and feeds the
-#: observer; it prints nothing, and its own request timeout (hook_timeout_s, 4 s) comes first.
+#: PostToolUse / PostToolUseFailure run after every successful / failed tool call of the agent
+#: (matcher "": all tools) and feed the observer; they print nothing, and the client's own request
+#: timeout (hook_timeout_s, 4 s) comes first.
 HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10,
-                   "PostToolUse": 5}
+                   "PostToolUse": 5, "PostToolUseFailure": 5}
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
 # client), `python -m memlane.hookclient EVENT` or `python -S -I -c '...from memlane.hookclient
 # import main...' EVENT` (entry_cmd), each possibly quoted by shlex.join.
@@ -368,8 +369,8 @@ def _disconnect_mcp(path: Path) -> Callable[[dict[str, Any]], str]:
 
 def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path: Path | None = None,
             register_mcp: bool = True, hook_cmd: Sequence[str] | None = None) -> ConnectResult:
-    """Add our SessionStart, UserPromptSubmit, SessionEnd, PreCompact and PostToolUse hooks (each running
-    ``<hook_cmd> <event>``; ``hook_cmd`` defaults to :func:`hook_cmd_for` ``(memlane_cmd)``, the
+    """Add our SessionStart, UserPromptSubmit, SessionEnd, PreCompact, PostToolUse and
+    PostToolUseFailure hooks (each running ``<hook_cmd> <event>``; ``hook_cmd`` defaults to :func:`hook_cmd_for` ``(memlane_cmd)``, the
     light client) to ``settings_path`` and, if ``register_mcp``, the user-scope MCP server
     ``memlane`` (``<memlane_cmd> mcp serve``, stdio) to ``claude_json_path`` (default
     ``~/.claude.json``). Idempotent; other hooks, servers and keys are kept; an older form of

@@ -11,11 +11,14 @@ Claude Code hooks reference, code.claude.com/docs/en/hooks):
 * ``UserPromptSubmit``: ``prompt``;
 * ``SessionEnd``: ``reason`` (clear | logout | prompt_input_exit | other, ...);
 * ``PreCompact``: ``trigger`` (manual | auto) and ``custom_instructions``;
-* ``PostToolUse``: ``tool_name``, ``tool_input`` (an object), ``tool_response`` (any JSON;
-  an object with ``is_error``/``error`` marks a failed call) and ``tool_use_id``.
+* ``PostToolUse`` (after a tool call that succeeded): ``tool_name``, ``tool_input`` (an object),
+  ``tool_response`` (any JSON) and ``tool_use_id``;
+* ``PostToolUseFailure`` (after one that failed): ``tool_name``, ``tool_input``, ``tool_use_id``,
+  ``error`` (the failure text) and ``is_interrupt``; mapped with
+  ``tool_response = {"is_error": True, "error": error}``, the failed-call shape the observer reads.
 
 Unknown extra fields are ignored; a missing ``session_id``, a missing ``prompt`` on
-UserPromptSubmit, a missing ``tool_name`` on PostToolUse, or a field of the wrong type is a
+UserPromptSubmit, a missing ``tool_name`` on a tool-call event, or a field of the wrong type is a
 :class:`ValueError` naming the field.
 """
 
@@ -30,7 +33,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use")
+EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use",
+          "post-tool-use-failure")
+#: The tool-call events (the observer's feed).
+TOOL_EVENTS = ("post-tool-use", "post-tool-use-failure")
 
 #: Our event name -> Claude Code's ``hook_event_name``.
 CLAUDE_CODE_NAMES = {
@@ -39,6 +45,7 @@ CLAUDE_CODE_NAMES = {
     "session-end": "SessionEnd",
     "pre-compact": "PreCompact",
     "post-tool-use": "PostToolUse",
+    "post-tool-use-failure": "PostToolUseFailure",
 }
 _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
@@ -56,7 +63,7 @@ class HookEvent:
 
     Built by keyword (or position, in the order below); fields after ``project`` default to
     ``None`` and ``harness`` to ``"claude-code"``. Setting or deleting an attribute raises
-    ``AttributeError``. A post-tool-use event carries JSON objects, so hashing it raises
+    ``AttributeError``. A tool-call event carries JSON objects, so hashing it raises
     ``TypeError``.
 
     Attributes:
@@ -72,9 +79,10 @@ class HookEvent:
         custom_instructions: the user's ``/compact`` instructions, if any.
         transcript_path: the harness's transcript file as given (not yet checked or read).
         harness: the harness name sent to the daemon (default ``claude-code``).
-        tool_name: the tool that ran (post-tool-use only), e.g. ``Read``, ``Bash``.
-        tool_input: the tool's arguments, a JSON object (post-tool-use only).
-        tool_response: what the tool answered, any JSON value (post-tool-use only).
+        tool_name: the tool that ran (tool-call events only), e.g. ``Read``, ``Bash``.
+        tool_input: the tool's arguments, a JSON object (tool-call events only).
+        tool_response: what the tool answered, any JSON value (post-tool-use); for
+            post-tool-use-failure ``{"is_error": True, "error": <text>}``.
         permission_mode: Claude Code's permission mode (``default``, ``plan``...), or None.
     """
 
@@ -178,8 +186,8 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
 
     Raises:
         ValueError: ``payload`` is not an object; ``session_id`` is missing or empty;
-            ``prompt`` is missing on user-prompt-submit; ``tool_name`` is missing on
-            post-tool-use or ``tool_input`` is not an object; a field has the wrong type; or
+            ``prompt`` is missing on user-prompt-submit; ``tool_name`` is missing on a
+            tool-call event or ``tool_input`` is not an object; a field has the wrong type; or
             ``hook_event_name`` names a different event than ``event_name``.
     """
     event = normalize_event_name(event_name)
@@ -199,15 +207,20 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
     if event == "user-prompt-submit" and prompt is None:
         raise ValueError("UserPromptSubmit hook input has no 'prompt'")
     tool_name, tool_input = None, None
-    if event == "post-tool-use":
+    tool_response: Any = None
+    if event in TOOL_EVENTS:
         tool_name = _opt_str(payload, "tool_name")
         if not tool_name or not tool_name.strip():
-            raise ValueError("PostToolUse hook input has no 'tool_name'")
+            raise ValueError(f"{CLAUDE_CODE_NAMES[event]} hook input has no 'tool_name'")
         tool_input = payload.get("tool_input")
         if tool_input is None:
             tool_input = {}
         if not isinstance(tool_input, dict):
             raise ValueError(f"hook input field 'tool_input' must be an object, got {type(tool_input).__name__}")
+        if event == "post-tool-use":
+            tool_response = payload.get("tool_response")
+        else:
+            tool_response = {"is_error": True, "error": _opt_str(payload, "error") or "tool call failed"}
     return HookEvent(
         event=event,
         session_key=session_id.strip(),
@@ -221,7 +234,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         transcript_path=_opt_str(payload, "transcript_path") or None,
         tool_name=tool_name,
         tool_input=tool_input,
-        tool_response=payload.get("tool_response") if event == "post-tool-use" else None,
+        tool_response=tool_response,
         # a hint only: a malformed mode never fails the hook
         permission_mode=mode if isinstance(mode := payload.get("permission_mode"), str) else None,
     )
