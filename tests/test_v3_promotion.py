@@ -219,3 +219,21 @@ def test_finalize_and_session_end_over_http(store):
     assert r.json()["promotion"]["outcome"] == "failed"
     assert client.post("/api/v3/observer/finalize", json={"session_id": "s1", "outcome": "later"}).status_code == 422
     assert client.post("/api/v3/observer/finalize", json={"session_id": "nope"}).status_code == 404
+
+
+def test_claude_codes_session_end_runs_the_observers_end_after_answering(store):
+    """SessionEnd (``/api/hooks/session-end``) ends the observed session after its answer: the
+    scratchpad filled by the PostToolUse hook is promoted without another call."""
+    client = api_client(store)
+    for s in ("s1", "s2"):
+        for tool, path in RE_EDIT:
+            client.post("/api/v3/observer/tool-use", json={"session_id": s, "tool_name": tool,
+                                                           "tool_input": {"file_path": path}, "project": "p"})
+    r = client.post("/api/hooks/session-end", json={"session_key": "s2", "project": "p", "reason": "exit"})
+    assert r.status_code == 200
+    rows, _ = store.memories.list(limit=10)
+    assert [(m.type, m.source, m.needs_review) for m in rows] == [("gotcha", "observer_inferred", True)]
+    assert set(processed(store, "s2")) == {obs_sql.PROMOTED}
+    # a session the observer never saw ends as before, with nothing promoted
+    assert client.post("/api/hooks/session-end", json={"session_key": "other", "project": "p"}).status_code == 200
+    assert store.memories.stats()["live"] == 1

@@ -61,6 +61,9 @@ from memlane.storage.migrations import migrate
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
 from memlane.v3.methodology.service import PhaseService
 from memlane.v3.active import ActiveLoop
+from memlane.v3.observer import Observer
+from memlane.v3.observer_service import ObserverSessions
+from memlane.v3.promotion import Promoter
 from memlane.workers.runtime import JobWorker, PollingWorker, StaleLeaseReaper, WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,8 @@ class Container:
     phases: PhaseService | None = None
     #: The V3 active loop (memlane.v3.active): outcomes, reflexions, commit tagging, prefetch.
     active: ActiveLoop | None = None
+    #: The end of observed sessions: co-access graph and promotion (memlane.v3.observer_service).
+    observer: ObserverSessions | None = None
     #: Whether close() closes the embedder: False when the caller passed one in (shared by
     #: benchmarks and tests that open many stores; its owner closes it).
     owns_embedder: bool = True
@@ -218,6 +223,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     phases = PhaseService(lambda: settings.methodology)  # read at each request: POST /api/config swaps it
     coaccess = CoAccessService(db)
     active = ActiveLoop(db, memories, coaccess, lambda: llm)
+    observer = ObserverSessions(Observer(db), Promoter(db, memories, lambda: llm, active=active), coaccess)
     sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred,
                               scorer=scorer, drift=drift, phases=phases, prefetch=active)
     jobs = lambda name, **kw: JobWorker(db, name, listeners=(obs.on_job,), **kw)  # noqa: E731
@@ -256,7 +262,7 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     ]
     container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
                           drift, documents, tracker, retention, repairs, maintenance, llm=llm,
-                          extraction_llm=extraction_llm, predictor=pred, phases=phases, active=active,
+                          extraction_llm=extraction_llm, predictor=pred, phases=phases, active=active, observer=observer,
                           owns_embedder=embedder is None)
     if start_workers:
         container.workers.start_all()

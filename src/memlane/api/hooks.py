@@ -7,6 +7,7 @@ fields, so a newer connector can talk to an older daemon.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks
@@ -14,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.container import Container
 from memlane.sessions.inputs import EndInput, PromptInput, StartInput
+
+log = logging.getLogger(__name__)
 
 
 class _Hook(BaseModel):
@@ -114,9 +117,21 @@ def router(container: Container) -> APIRouter:
                                                        "ignored": res.feedback.ignored},
                 "took_ms": round(res.took_ms, 3), "phase": res.phase}
 
+    def end_observed(session_key: str, project: str | None) -> None:
+        """The observer's end of the session (co-access graph, promotion), after the answer is
+        sent; never raises (a failure is logged: the hook already answered)."""
+        observer = container.observer
+        try:
+            if observer is not None and observer.observed(session_key):
+                observer.end(session_key, project=project)
+        except Exception:  # the agent is gone: log, never surface
+            log.exception("session %r: the observer's session end failed", session_key[:80])
+
     @r.post("/api/hooks/session-end", tags=["hooks"])
-    def session_end(body: SessionEndIn) -> dict[str, Any]:
-        """Transcript stored, summary job enqueued, continuity scored, labels built.
+    def session_end(body: SessionEndIn, background: BackgroundTasks) -> dict[str, Any]:
+        """Transcript stored, summary job enqueued, continuity scored, labels built; after the
+        answer, the observer ends the session when it saw tool calls of it (co-access graph and the
+        promotion pipeline, docs/v3.md "Promotion").
 
         With an LLM judge, ``judge`` is ``queued`` (scored in the background), ``done`` / ``failed``
         (waited for), ``skipped`` (its backlog was full or the daemon is stopping: scored from
@@ -125,6 +140,7 @@ def router(container: Container) -> APIRouter:
         res = svc.end(EndInput(session_key=body.session_key, transcript=body.transcript, reason=body.reason,
                                project=body.project, cwd=body.cwd, harness=body.harness, now=body.now),
                       wait=body.wait)
+        background.add_task(end_observed, res.session_key, body.project)
         return {"session_key": res.session_key, "scoring": res.scoring, "scorer": res.scorer, "score": res.score,
                 "confidence": res.confidence, "labels": res.labels, "transcript_stored": res.transcript_stored,
                 "summary_job_id": res.summary_job_id, "judge": res.judge}

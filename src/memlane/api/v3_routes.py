@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.container import Container
-from memlane.errors import MemlaneError, NotFound, ValidationError
+from memlane.errors import MemlaneError, ValidationError
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
 from memlane.v3.methodology.phases import PHASE_WEIGHTS, UNIVERSAL_PHASES
@@ -255,12 +255,12 @@ def router(container: Container) -> APIRouter:
     from memlane.v3.lifecycle import LifecycleService
 
     life = LifecycleService(container.db, container.memories)
-    from memlane.v3.observer import Observer, check_payload_error
+    from memlane.v3.observer import check_payload_error
 
-    observer = Observer(container.db)
-    from memlane.v3.promotion import Promoter
-
-    promoter = Promoter(container.db, container.memories, lambda: container.llm, active=container.active)
+    if container.observer is None:
+        raise RuntimeError("the container has no observer (memlane.container.open_container builds one)")
+    sessions_end = container.observer
+    observer, promoter = sessions_end.observer, sessions_end.promoter
 
     @r.post("/api/v3/observer/tool-use")
     def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
@@ -278,20 +278,10 @@ def router(container: Container) -> APIRouter:
 
     @r.post("/api/v3/observer/session-end")
     def observer_session_end(body: ObserverEndIn) -> dict[str, Any]:
-        """The session's files go into the co-access graph (origin ``session``)."""
-        files = observer.session_files(check_str(body.session_id, "session_id", max_chars=200))
-        if len(files) >= 1:
-            co.record_files(files, project=body.project or "", origin="session")
-        out: dict[str, Any] = {"files": len(files), "promotion": None}
-        if body.finalize:
-            outcome = body.outcome or ("failed" if observer.last_call_failed(body.session_id) else "passed")
-            try:
-                out["promotion"] = promoter.finalize(body.session_id, outcome=outcome, project=body.project,
-                                                     complexity=body.complexity,
-                                                     work_unit_ref=body.work_unit_ref).as_dict()
-            except NotFound:  # nothing observed in this session: nothing to promote
-                pass
-        return out
+        """The session's files go into the co-access graph (origin ``session``); with ``finalize``
+        its scratchpad goes through the promotion pipeline."""
+        return sessions_end.end(body.session_id, project=body.project, finalize=body.finalize, outcome=body.outcome,
+                                complexity=body.complexity, work_unit_ref=body.work_unit_ref)
 
     @r.post("/api/v3/observer/finalize")
     def observer_finalize(body: FinalizeIn) -> dict[str, Any]:

@@ -111,6 +111,10 @@ class Observer:
         rows = self.db.read(lambda c: obs_sql.signals(c, session_key=session_key))
         return [{"type": t, "step": s, **d} for _, t, s, d in rows]
 
+    def has_events(self, session_key: str) -> bool:
+        """Whether any tool call of the session was recorded."""
+        return self.db.read(lambda c: obs_sql.session_summary(c, session_key)) is not None
+
     def last_call_failed(self, session_key: str) -> bool:
         """Whether the session's last recorded tool call failed (False when none was recorded)."""
         info = self.db.read(lambda c: obs_sql.session_summary(c, session_key))
