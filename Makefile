@@ -23,9 +23,10 @@ test: $(STAMP)  ## install, then run the whole test suite
 test-fast: $(STAMP)  ## the tests not marked slow (tests/conftest.py SLOW_MODULES), for a quick check while editing
 	$(BIN)/python -m pytest -q -p no:schemathesis -m "not slow"
 
-# Static checks, configured in pyproject.toml: ruff (lint), mypy (types), import-linter (layers).
+# Static checks, configured in pyproject.toml: ruff (lint, format), mypy (types), import-linter (layers).
 check: lint-imports  ## the static checks CI runs before the tests
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 lint-imports: $(STAMP)  ## the layer contracts of pyproject.toml [tool.importlinter] (docs/architecture.md)

@@ -10,8 +10,9 @@ import numpy as np
 __all__ = ["paired_bootstrap"]
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000, seed: int = 0,
-                     level: float = 0.95) -> dict[str, float]:
+def paired_bootstrap(
+    a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000, seed: int = 0, level: float = 0.95
+) -> dict[str, float]:
     """Mean difference ``mean(a - b)`` over paired items with a percentile bootstrap interval.
 
     Args:
@@ -36,6 +37,12 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int =
     idx = rng.integers(0, d.size, size=(resamples, d.size))
     means = d[idx].mean(axis=1)
     tail = (1.0 - level) / 2.0
-    return {"mean_a": float(x.mean()), "mean_b": float(y.mean()), "diff": float(d.mean()),
-            "lo": float(np.quantile(means, tail)), "hi": float(np.quantile(means, 1.0 - tail)),
-            "n": int(d.size), "p_le_0": float((means <= 0).mean())}
+    return {
+        "mean_a": float(x.mean()),
+        "mean_b": float(y.mean()),
+        "diff": float(d.mean()),
+        "lo": float(np.quantile(means, tail)),
+        "hi": float(np.quantile(means, 1.0 - tail)),
+        "n": int(d.size),
+        "p_le_0": float((means <= 0).mean()),
+    }

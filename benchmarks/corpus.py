@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memlane.ranker.locomo import load_locomo
 from memlane.normalize import content_hash
+from memlane.ranker.locomo import load_locomo
 
 
 def memory_texts(path: Path, n: int) -> list[str]:

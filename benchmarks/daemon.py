@@ -52,8 +52,15 @@ class Daemon:
             environment is inherited (benchmarks: the user's settings apply).
     """
 
-    def __init__(self, home: Path, log: Path | None = None, *, port: int = 0,
-                 env: dict[str, str] | None = None, isolated: bool = False) -> None:
+    def __init__(
+        self,
+        home: Path,
+        log: Path | None = None,
+        *,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+        isolated: bool = False,
+    ) -> None:
         self.home = home
         self.log_path = log if log is not None else home / "daemon.log"
         self.port = port or free_port()
@@ -66,7 +73,11 @@ class Daemon:
         with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "memlane", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=child, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                env=child,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     @property
     def headers(self) -> dict[str, str]:
@@ -92,8 +103,9 @@ class Daemon:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise DaemonStartError(f"daemon exited with {self.proc.returncode} before it was ready:\n"
-                                       f"{self.log()[-LOG_TAIL:]}")
+                raise DaemonStartError(
+                    f"daemon exited with {self.proc.returncode} before it was ready:\n{self.log()[-LOG_TAIL:]}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return
@@ -114,8 +126,9 @@ class Daemon:
                 self.proc.wait(timeout=timeout_s)
 
 
-def start_daemon(home: Path, port: int, timeout_s: float = 120.0,
-                 env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_daemon(
+    home: Path, port: int, timeout_s: float = 120.0, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start a :class:`Daemon` on ``home`` and ``port`` with the caller's environment plus ``env``,
     wait until it is ready, and return its process (the caller terminates it).
 

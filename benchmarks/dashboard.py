@@ -32,19 +32,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 from urllib.parse import quote
 
 import httpx
 
-from memlane.auth import auth_headers
 from benchmarks.daemon import free_port, start_daemon
-from memlane.ranker.locomo import load_locomo
 from benchmarks.metrics import latency_summary
-from memlane.dashboard.auth import COOKIE_NAME
+from memlane.auth import auth_headers
 from memlane.config.clock import to_iso
+from memlane.dashboard.auth import COOKIE_NAME
+from memlane.ranker.locomo import load_locomo
 
 #: Memories per remember request during the fill.
 BATCH = 256
@@ -57,8 +57,15 @@ CHROMIUM = Path("/usr/bin/chromium")
 _TIMING = re.compile(r"app;dur=([0-9.]+)")
 
 
-def fill(http: httpx.Client, data: Path, *, memories: int, sessions: int, seed: int = 0,
-         progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def fill(
+    http: httpx.Client,
+    data: Path,
+    *,
+    memories: int,
+    sessions: int,
+    seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Fill the daemon behind ``http`` (see the module docstring); returns counts.
 
     Raises:
@@ -74,17 +81,32 @@ def fill(http: httpx.Client, data: Path, *, memories: int, sessions: int, seed: 
             by_session.setdefault(t.session, []).append(t)
         for n, turns in by_session.items():
             for i, t in enumerate(turns):
-                items.append({"content": t.text, "project": f"locomo/{conv.id}", "type": "dialogue",
-                              "created_at": to_iso(t.timestamp), "source_type": "session",
-                              "source_id": f"{conv.id}-s{n}", "who": "bench", "metadata": {"dia_id": t.dia_id},
-                              "context": " ".join(p.text for p in turns[max(0, i - 2):i]) or None})
+                items.append(
+                    {
+                        "content": t.text,
+                        "project": f"locomo/{conv.id}",
+                        "type": "dialogue",
+                        "created_at": to_iso(t.timestamp),
+                        "source_type": "session",
+                        "source_id": f"{conv.id}-s{n}",
+                        "who": "bench",
+                        "metadata": {"dia_id": t.dia_id},
+                        "context": " ".join(p.text for p in turns[max(0, i - 2) : i]) or None,
+                    }
+                )
     topics = ("deploys", "the CI", "code review", "the database", "on-call", "releases", "the API", "tests")
     i = 0
     while len(items) < memories:
-        items.append({"content": f"Project note {i}: for {rng.choice(topics)} the team agreed to step {rng.randint(1, 9)} "
-                                 f"of the {rng.choice(topics)} checklist (item {rng.randint(100, 999)}).",
-                      "project": f"proj-{i % 7}", "type": rng.choice(("fact", "decision", "preference")),
-                      "who": "bench", "pinned": i % 97 == 0})
+        items.append(
+            {
+                "content": f"Project note {i}: for {rng.choice(topics)} the team agreed to step {rng.randint(1, 9)} "
+                f"of the {rng.choice(topics)} checklist (item {rng.randint(100, 999)}).",
+                "project": f"proj-{i % 7}",
+                "type": rng.choice(("fact", "decision", "preference")),
+                "who": "bench",
+                "pinned": i % 97 == 0,
+            }
+        )
         i += 1
     items = items[:memories]
 
@@ -95,7 +117,7 @@ def fill(http: httpx.Client, data: Path, *, memories: int, sessions: int, seed: 
         return r.json()
 
     for start in range(0, len(items), BATCH):
-        chunk = items[start:start + BATCH]
+        chunk = items[start : start + BATCH]
         res = post("/api/memory/remember", {"memories": chunk})
         for item, r in zip(chunk, res["results"]):
             if "metadata" in item:
@@ -109,17 +131,28 @@ def fill(http: httpx.Client, data: Path, *, memories: int, sessions: int, seed: 
         key = f"bench-{n:04d}"
         project = f"locomo/{conv.id}"
         now = to_iso(conv.last_timestamp)
-        start_out = post("/api/hooks/session-start", {"session_key": key, "project": project, "harness": "bench",
-                                                      "now": now, "context": q.question})
-        prompt = post("/api/hooks/user-prompt-submit", {"session_key": key, "project": project,
-                                                        "prompt": q.question, "now": now})
+        start_out = post(
+            "/api/hooks/session-start",
+            {"session_key": key, "project": project, "harness": "bench", "now": now, "context": q.question},
+        )
+        prompt = post(
+            "/api/hooks/user-prompt-submit", {"session_key": key, "project": project, "prompt": q.question, "now": now}
+        )
         shown = [m["id"] for m in start_out["injected"]] + prompt["injected"]
         evidence = set(q.evidence)
         rating = {mid: (1.0 if dia_of.get(mid) in evidence else 0.0) for mid in dict.fromkeys(shown)}
         if rating:
             post("/api/sessions/feedback", {"session_key": key, "memory_feedback": rating})
-        post("/api/hooks/session-end", {"session_key": key, "project": project, "now": now, "wait": True,
-                                        "transcript": (f"user: {q.question}\nassistant: {q.answer or ''}\n") * 8})
+        post(
+            "/api/hooks/session-end",
+            {
+                "session_key": key,
+                "project": project,
+                "now": now,
+                "wait": True,
+                "transcript": (f"user: {q.question}\nassistant: {q.answer or ''}\n") * 8,
+            },
+        )
         if progress and (n + 1) % 50 == 0:
             progress("sessions", n + 1, sessions)
     return {"memories": len(items), "sessions": sessions}
@@ -138,8 +171,9 @@ def wait_drained(http: httpx.Client, timeout_s: float = 1800.0) -> float:
         jobs = http.get("/api/pipeline/status").json()["jobs"]
         pred = http.get("/api/predictor/status")
         training = pred.status_code == 200 and bool(pred.json().get("training"))
-        if not training and not any(n for counts in jobs.values() for s, n in counts.items()
-                                    if s in ("pending", "leased")):
+        if not training and not any(
+            n for counts in jobs.values() for s, n in counts.items() if s in ("pending", "leased")
+        ):
             return time.monotonic() - t0
         time.sleep(1.0)
     raise RuntimeError(f"the job queue was not drained (or a retrain still ran) after {timeout_s:.0f} s")
@@ -152,16 +186,24 @@ def urls(http: httpx.Client) -> dict[str, str]:
     key = session[0]["session_key"] if session else "bench-0000"
     ents = http.get("/api/knowledge/entities", params={"limit": 1}).json()["entities"]
     out = {
-        "page /": "/", "page /memories (first page)": "/memories", "page /memories?page=100": "/memories?page=100",
+        "page /": "/",
+        "page /memories (first page)": "/memories",
+        "page /memories?page=100": "/memories?page=100",
         "page /memories search": "/memories?q=adoption+agency+support+group",
         "page /memories filtered": "/memories?state=all&source=session&project=locomo%2Fconv-26",
-        "page /memories/{id}": f"/memories/{mem}", "page /sessions": "/sessions", "page /sessions?page=30":
-        "/sessions?page=30", "page /sessions/{key}": f"/sessions/{quote(key)}", "page /predictor": "/predictor",
+        "page /memories/{id}": f"/memories/{mem}",
+        "page /sessions": "/sessions",
+        "page /sessions?page=30": "/sessions?page=30",
+        "page /sessions/{key}": f"/sessions/{quote(key)}",
+        "page /predictor": "/predictor",
         "page /knowledge": "/knowledge",
-        "api /api/diagnostics": "/api/diagnostics", "api /api/diagnostics/predictor": "/api/diagnostics/predictor",
-        "api /api/analytics/latency": "/api/analytics/latency", "api /api/analytics/errors": "/api/analytics/errors",
-        "api /api/timeline/{session}": f"/api/timeline/{quote(key)}", "api /api/timeline/{memory}":
-        f"/api/timeline/{mem}", "api /metrics": "/metrics",
+        "api /api/diagnostics": "/api/diagnostics",
+        "api /api/diagnostics/predictor": "/api/diagnostics/predictor",
+        "api /api/analytics/latency": "/api/analytics/latency",
+        "api /api/analytics/errors": "/api/analytics/errors",
+        "api /api/timeline/{session}": f"/api/timeline/{quote(key)}",
+        "api /api/timeline/{memory}": f"/api/timeline/{mem}",
+        "api /metrics": "/metrics",
     }
     if ents:
         out["page /knowledge/entities/{id}"] = f"/knowledge/entities/{quote(ents[0]['id'])}"
@@ -197,8 +239,15 @@ def measure(client: httpx.Client, targets: dict[str, str], *, repeats: int) -> d
             client_ms.append(took)
         s, c = latency_summary(server), latency_summary(client_ms)
         target = LIST_TARGET_MS if name == "page /memories (first page)" else TARGET_MS
-        out[name] = {"path": path, "server_p50": s["p50"], "server_p95": s["p95"], "client_p50": c["p50"],
-                     "client_p95": c["p95"], "target_ms": target, "ok": s["p95"] <= target}
+        out[name] = {
+            "path": path,
+            "server_p50": s["p50"],
+            "server_p95": s["p95"],
+            "client_p50": c["p50"],
+            "client_p95": c["p95"],
+            "target_ms": target,
+            "ok": s["p95"] <= target,
+        }
     return out
 
 
@@ -214,8 +263,9 @@ def browser_timings(url: str, home: Path, pages: dict[str, str], *, repeats: int
     code = httpx.post(url + "/api/dashboard/login-code", json={}, headers=auth_headers(home), timeout=30).json()
     out: dict[str, dict[str, Any]] = {}
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM),
-                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         try:
             page = b.new_page(viewport={"width": 1280, "height": 900})
             page.goto(code["url"])
@@ -230,17 +280,30 @@ def browser_timings(url: str, home: Path, pages: dict[str, str], *, repeats: int
                     load.append(t[1])
                 ready.sort()
                 load.sort()
-                out[name] = {"ready_p50": ready[len(ready) // 2], "ready_max": ready[-1], "load_p50": load[len(load) // 2],
-                             "load_max": load[-1], "ok": ready[-1] <= BROWSER_TARGET_MS}
+                out[name] = {
+                    "ready_p50": ready[len(ready) // 2],
+                    "ready_max": ready[-1],
+                    "load_p50": load[len(load) // 2],
+                    "load_max": load[-1],
+                    "ok": ready[-1] <= BROWSER_TARGET_MS,
+                }
         finally:
             b.close()
     return out
 
 
-def run_dashboard_bench(data: Path, *, memories: int = 10_000, sessions: int = 1_000, repeats: int = 30,
-                        embedding: str = "none", browser: bool = True, browser_repeats: int = 3,
-                        keep: Path | None = None,
-                        progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run_dashboard_bench(
+    data: Path,
+    *,
+    memories: int = 10_000,
+    sessions: int = 1_000,
+    repeats: int = 30,
+    embedding: str = "none",
+    browser: bool = True,
+    browser_repeats: int = 3,
+    keep: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Run the whole benchmark (module docstring); returns the report.
 
     Raises:
@@ -255,12 +318,16 @@ def run_dashboard_bench(data: Path, *, memories: int = 10_000, sessions: int = 1
     report: dict[str, Any] = {"memories": memories, "sessions": sessions, "repeats": repeats, "embedding": embedding}
     with ScriptedLlmServer(fill_reply) as llm:
         port = free_port()
-        env = {"MEMLANE_EMBEDDING__PROVIDER": embedding, "MEMLANE_LLM__PROVIDER": "ollama",
-               "MEMLANE_LLM__BASE_URL": llm.url, "MEMLANE_LLM__MODEL": "scripted",
-               "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "200",
-               # one retrain per 100 sessions instead of per 10: the fill measures nothing, and
-               # 100 retrains would take most of its time
-               "MEMLANE_PREDICTOR__TRAIN_INTERVAL_SESSIONS": "100"}
+        env = {
+            "MEMLANE_EMBEDDING__PROVIDER": embedding,
+            "MEMLANE_LLM__PROVIDER": "ollama",
+            "MEMLANE_LLM__BASE_URL": llm.url,
+            "MEMLANE_LLM__MODEL": "scripted",
+            "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "200",
+            # one retrain per 100 sessions instead of per 10: the fill measures nothing, and
+            # 100 retrains would take most of its time
+            "MEMLANE_PREDICTOR__TRAIN_INTERVAL_SESSIONS": "100",
+        }
         proc = start_daemon(home, port, env={k: v for k, v in {**os.environ, **env}.items()})
         url = f"http://127.0.0.1:{port}"
         try:
@@ -270,11 +337,12 @@ def run_dashboard_bench(data: Path, *, memories: int = 10_000, sessions: int = 1
                 report["drain_s"] = round(wait_drained(http), 1)
                 report["fill_s"] = round(time.perf_counter() - t0, 1)
                 targets = urls(http)
-                report["store"] = {"stats": http.get("/api/memories", params={"limit": 1}).json()["stats"]["live"],
-                                   "sessions": http.get("/api/sessions/summary").json()["sessions"],
-                                   "comparisons": len(http.get("/api/predictor/comparisons",
-                                                               params={"limit": 1000}).json()),
-                                   "jobs": http.get("/api/pipeline/status").json()["jobs"]}
+                report["store"] = {
+                    "stats": http.get("/api/memories", params={"limit": 1}).json()["stats"]["live"],
+                    "sessions": http.get("/api/sessions/summary").json()["sessions"],
+                    "comparisons": len(http.get("/api/predictor/comparisons", params={"limit": 1000}).json()),
+                    "jobs": http.get("/api/pipeline/status").json()["jobs"],
+                }
             with sign_in(url, home) as client:
                 report["server"] = measure(client, targets, repeats=repeats)
             pages = {k: v for k, v in targets.items() if k.startswith("page ")}

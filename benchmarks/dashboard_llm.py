@@ -39,11 +39,15 @@ def fill_reply(prompt: str) -> str:
         if not text or _bucket(text) != 0:
             return json.dumps({"facts": [], "entities": []})
         names = _CAPITAL.findall(text)
-        entities = ([{"source": names[0], "relationship": "mentions", "target": names[1], "confidence": 0.8}]
-                    if len(names) >= 2 and names[0] != names[1] else [])
+        entities = (
+            [{"source": names[0], "relationship": "mentions", "target": names[1], "confidence": 0.8}]
+            if len(names) >= 2 and names[0] != names[1]
+            else []
+        )
         fact = " ".join(text.split()[:24])
-        return json.dumps({"facts": [{"content": f"Inferred: {fact}", "type": "fact", "confidence": 0.85}],
-                           "entities": entities})
+        return json.dumps(
+            {"facts": [{"content": f"Inferred: {fact}", "type": "fact", "confidence": 0.85}], "entities": entities}
+        )
     if DECISION_MARKER in prompt:
         return '{"action": "ADD", "confidence": 0.9, "reason": "new information"}'
     if CONTRADICTION_MARKER in prompt:
@@ -51,10 +55,16 @@ def fill_reply(prompt: str) -> str:
     if JUDGE_MARKER in prompt:
         n = len(prompt)
         score = 0.55 + (n % 31) / 100.0
-        return json.dumps({"score": round(score, 2), "confidence": round(0.6 + (n % 26) / 100.0, 2),
-                           "memories_used": 1, "novel_context_count": 0,
-                           "reasoning": "The injected memories covered the people and plans the session discussed.",
-                           "per_memory": []})
+        return json.dumps(
+            {
+                "score": round(score, 2),
+                "confidence": round(0.6 + (n % 26) / 100.0, 2),
+                "memories_used": 1,
+                "novel_context_count": 0,
+                "reasoning": "The injected memories covered the people and plans the session discussed.",
+                "per_memory": [],
+            }
+        )
     return "{}"
 
 

@@ -31,11 +31,11 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from datetime import UTC
 
 PAIRS = (("0.13.0", "0.18.0"), ("0.18.0", "0.23.0"), ("0.23.0", "0.28.0"))
 SURVIVE_RATIO = 0.9
@@ -103,7 +103,7 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
         j = i
         while j + 1 < len(s) and s[j + 1] == s[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
         i = j + 1
     return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
 
@@ -119,8 +119,10 @@ def precision_recall(pred: np.ndarray, labels: np.ndarray) -> tuple[float, float
 def pages(root: Path, release: str) -> dict[str, str]:
     """``docs/<page>`` (no ``.md``) -> Markdown text of one release."""
     base = root / release
-    return {str(p.relative_to(base).with_suffix("")): p.read_text(encoding="utf-8")
-            for p in sorted((base / "docs").rglob("*.md"))}
+    return {
+        str(p.relative_to(base).with_suffix("")): p.read_text(encoding="utf-8")
+        for p in sorted((base / "docs").rglob("*.md"))
+    }
 
 
 def changes(root: Path, a: str, b: str) -> list[tuple[str, ...]]:
@@ -138,8 +140,16 @@ def release_date(root: Path, release: str) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chunk_size: int | None,
-             progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_pair(
+    root: Path,
+    a: str,
+    b: str,
+    *,
+    embedder: Any,
+    threshold: float,
+    chunk_size: int | None,
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
     """One (A, B) pair in a fresh store: the drift scores and labels, and the rows written at
     ``threshold``. Returns the counts, AUROC, precision/recall and the raw (score, label) pairs."""
     from memlane.config import load_settings
@@ -150,8 +160,9 @@ def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chu
     home = Path(tempfile.mkdtemp(prefix="memlane-drift-bench-"))
     overrides: dict[str, Any] = {"drift": {"threshold": threshold}}
     if chunk_size is not None:
-        overrides["memory"] = {"pipeline_v2": {"documents": {"chunk_size": chunk_size,
-                                                             "chunk_overlap": min(200, chunk_size // 4)}}}
+        overrides["memory"] = {
+            "pipeline_v2": {"documents": {"chunk_size": chunk_size, "chunk_overlap": min(200, chunk_size // 4)}}
+        }
     c = open_container(load_settings(home=home, **overrides), embedder=embedder)
     try:
         common = [p for p in pa if p in pb]
@@ -172,11 +183,15 @@ def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chu
             for s in statements(pa[p]):
                 items.append((p, s, not survived(s, b_sents)))
         progress(f"{a}->{b}: writing {len(items)} memories")
-        res = c.memories.remember_many([RememberInput(content=f"{s} (see [[{p}]])", created_at=release_date(root, a))
-                                        for p, s, _ in items])
+        res = c.memories.remember_many(
+            [RememberInput(content=f"{s} (see [[{p}]])", created_at=release_date(root, a)) for p, s, _ in items]
+        )
         ids = [r.id for r in res]
-        seqs = c.db.read(lambda conn: dict(conn.execute(
-            f"SELECT id, seq FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall()))
+        seqs = c.db.read(
+            lambda conn: dict(
+                conn.execute(f"SELECT id, seq FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall()
+            )
+        )
         progress(f"{a}->{b}: checking")
         dist = c.drift.distances([(seqs[i], doc_of[p]) for i, (p, _, _) in zip(ids, items)])
         rows = c.drift.check([(i, seqs[i]) for i in ids])
@@ -186,10 +201,20 @@ def run_pair(root: Path, a: str, b: str, *, embedder: Any, threshold: float, chu
         labels = np.array([items[k][2] for k in ok], dtype=bool)
         pred = np.array([ids[k] in flagged for k in ok], dtype=bool)
         prec, r = precision_recall(pred, labels)
-        return {"pair": f"{a}->{b}", "pages": len(doc_of), "memories": len(ok), "drifted": int(labels.sum()),
-                "survived": int((~labels).sum()), "auroc": auroc(scores, labels), "threshold": threshold,
-                "precision": prec, "recall": r, "flagged": int(pred.sum()),
-                "scores": scores.tolist(), "labels": labels.tolist()}
+        return {
+            "pair": f"{a}->{b}",
+            "pages": len(doc_of),
+            "memories": len(ok),
+            "drifted": int(labels.sum()),
+            "survived": int((~labels).sum()),
+            "auroc": auroc(scores, labels),
+            "threshold": threshold,
+            "precision": prec,
+            "recall": r,
+            "flagged": int(pred.sum()),
+            "scores": scores.tolist(),
+            "labels": labels.tolist(),
+        }
     finally:
         c.close()
         shutil.rmtree(home, ignore_errors=True)
@@ -218,8 +243,12 @@ def choose_threshold(scores: list[float], labels: list[bool], *, min_precision: 
 def _git(root: Path, *args: str) -> None:
     import subprocess
 
-    subprocess.run(["git", "-C", str(root), "-c", "user.email=bench@memlane", "-c", "user.name=bench", *args],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["git", "-C", str(root), "-c", "user.email=bench@memlane", "-c", "user.name=bench", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 def _write_pages(root: Path, release_dir: Path) -> list[str]:
@@ -272,27 +301,49 @@ def run_staleness(root: Path, a: str, b: str) -> dict[str, Any]:
         tp_del = len(pred_del & truth_del)
         tp_ren = sum(1 for k, v in pred_ren.items() if truth_ren.get(k) == v)
         pr = lambda tp, pred, truth: (tp / pred if pred else 1.0, tp / truth if truth else 1.0)  # noqa: E731
-        return {"pair": f"{a}->{b}", "pages": len(a_pages), "deleted": sorted(truth_del),
-                "renamed": truth_ren, "pred_deleted": sorted(pred_del), "pred_renamed": pred_ren,
-                "deleted_pr": pr(tp_del, len(pred_del), len(truth_del)),
-                "renamed_pr": pr(tp_ren, len(pred_ren), len(truth_ren))}
+        return {
+            "pair": f"{a}->{b}",
+            "pages": len(a_pages),
+            "deleted": sorted(truth_del),
+            "renamed": truth_ren,
+            "pred_deleted": sorted(pred_del),
+            "pred_renamed": pred_ren,
+            "deleted_pr": pr(tp_del, len(pred_del), len(truth_del)),
+            "renamed_pr": pr(tp_ren, len(pred_ren), len(truth_ren)),
+        }
     finally:
         if c is not None:
             c.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
-def run_drift_bench(root: Path, *, embedder: Any, threshold: float, tune_pair: int = 0, chunk_size: int | None = None,
-                    progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_drift_bench(
+    root: Path,
+    *,
+    embedder: Any,
+    threshold: float,
+    tune_pair: int = 0,
+    chunk_size: int | None = None,
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
     """Every pair: drift (AUROC, precision/recall at ``threshold`` from the rows the detector
     wrote) and file staleness; plus the threshold chosen on ``PAIRS[tune_pair]`` and each pair's
     precision/recall at it (the other pairs held out)."""
-    pairs = [run_pair(root, a, b, embedder=embedder, threshold=threshold, chunk_size=chunk_size, progress=progress)
-             for a, b in PAIRS]
+    pairs = [
+        run_pair(root, a, b, embedder=embedder, threshold=threshold, chunk_size=chunk_size, progress=progress)
+        for a, b in PAIRS
+    ]
     tuned = choose_threshold(pairs[tune_pair]["scores"], pairs[tune_pair]["labels"])
     for i, r in enumerate(pairs):
         r["tuned_precision"], r["tuned_recall"] = at_threshold(r["scores"], r["labels"], tuned)
         r["role"] = "tuning" if i == tune_pair else "held out"
     stale = [run_staleness(root, a, b) for a, b in PAIRS]
-    return {"data": str(root), "threshold": threshold, "tuned_threshold": tuned,
-            "tune_pair": "->".join(PAIRS[tune_pair]), "chunk_size": chunk_size, "pairs": pairs, "staleness": stale}
+    return {
+        "data": str(root),
+        "threshold": threshold,
+        "tuned_threshold": tuned,
+        "tune_pair": "->".join(PAIRS[tune_pair]),
+        "chunk_size": chunk_size,
+        "pairs": pairs,
+        "staleness": stale,
+    }

@@ -58,9 +58,9 @@ from typing import Any
 import httpx
 
 import memlane
-from memlane.auth import CLIENT_HEADER, auth_headers
 from benchmarks.daemon import free_port, start_daemon
 from benchmarks.metrics import latency_summary
+from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.connectors.claude_settings import HOOK_TIMEOUTS_S, default_hook_cmd, default_memlane_cmd
 from memlane.connectors.events import CLAUDE_CODE_NAMES, from_claude_code
 from memlane.connectors.spool import spool_dir_for, spooled_files
@@ -112,14 +112,49 @@ def write_transcript(path: Path, turns: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(turns):
-        lines.append({"type": "user", "message": {"role": "user", "content": f"step {i}: please look at module {i % 17}"}})
-        lines.append({"type": "assistant", "message": {"role": "assistant", "content": [
-            {"type": "text", "text": f"Looking at module {i % 17}. " + "It reads the config and retries. " * 6},
-            {"type": "tool_use", "id": f"t{i}", "name": "Read", "input": {"file_path": f"/src/m{i % 17}.py"}}]}})
-        lines.append({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": f"t{i}", "content": "def f():\n    return 1\n" * 10}]}})
-    lines.append({"type": "assistant", "message": {"role": "assistant", "content": [
-        {"type": "text", "text": 'Done. {"memory_feedback": {"deadbeef": 0.5}}'}]}})
+        lines.append(
+            {"type": "user", "message": {"role": "user", "content": f"step {i}: please look at module {i % 17}"}}
+        )
+        lines.append(
+            {
+                "type": "assistant",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"Looking at module {i % 17}. " + "It reads the config and retries. " * 6,
+                        },
+                        {
+                            "type": "tool_use",
+                            "id": f"t{i}",
+                            "name": "Read",
+                            "input": {"file_path": f"/src/m{i % 17}.py"},
+                        },
+                    ],
+                },
+            }
+        )
+        lines.append(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": f"t{i}", "content": "def f():\n    return 1\n" * 10}
+                    ],
+                },
+            }
+        )
+    lines.append(
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": 'Done. {"memory_feedback": {"deadbeef": 0.5}}'}],
+            },
+        }
+    )
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
@@ -139,14 +174,16 @@ class Run:
 
     __slots__ = ("wall_ms", "cpu_ms", "peak_mib", "code", "out", "err")
 
-    def __init__(self, wall_ms: float, cpu_ms: float, peak_mib: float | None, code: int, out: bytes,
-                 err: bytes) -> None:
+    def __init__(
+        self, wall_ms: float, cpu_ms: float, peak_mib: float | None, code: int, out: bytes, err: bytes
+    ) -> None:
         self.wall_ms, self.cpu_ms, self.peak_mib = wall_ms, cpu_ms, peak_mib
         self.code, self.out, self.err = code, out, err
 
 
-def run_measured(argv: list[str], stdin: bytes, env: dict[str, str], *, timer: str | None = None,
-                 timeout_s: float = 120.0) -> Run:
+def run_measured(
+    argv: list[str], stdin: bytes, env: dict[str, str], *, timer: str | None = None, timeout_s: float = 120.0
+) -> Run:
     """Run ``argv`` as a new process with ``stdin`` piped in, as Claude Code runs a hook.
 
     CPU comes from ``os.wait4`` (the process and every descendant it waited for); the peak
@@ -158,8 +195,11 @@ def run_measured(argv: list[str], stdin: bytes, env: dict[str, str], *, timer: s
     Raises:
         TimeoutError: still running after ``timeout_s`` (it is killed).
     """
-    with tempfile.NamedTemporaryFile(prefix="memlane-rss-") as rss_file, \
-            tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        tempfile.NamedTemporaryFile(prefix="memlane-rss-") as rss_file,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
         if timer:
             argv = [timer, "-f", "%M", "-o", rss_file.name, *argv]
         t0 = time.perf_counter()
@@ -199,19 +239,33 @@ def _floor_cmd(url: str, endpoint: str, headers: dict[str, str]) -> list[str]:
         for k, v in {"Content-Type": "application/json", **headers}.items():
             argv += ["-H", f"{k}: {v}"]
         return [*argv, url + endpoint]
-    code = ("import http.client,sys,json;h=json.loads(sys.argv[3]);c=http.client.HTTPConnection(sys.argv[1],"
-            "int(sys.argv[2]),timeout=10);c.request('POST',sys.argv[4],sys.stdin.buffer.read(),h);"
-            "c.getresponse().read()")
+    code = (
+        "import http.client,sys,json;h=json.loads(sys.argv[3]);c=http.client.HTTPConnection(sys.argv[1],"
+        "int(sys.argv[2]),timeout=10);c.request('POST',sys.argv[4],sys.stdin.buffer.read(),h);"
+        "c.getresponse().read()"
+    )
     host, port = url.split("://", 1)[1].rsplit(":", 1)
-    return [sys.executable, "-S", "-I", "-c", code, host, port,
-            json.dumps({"Content-Type": "application/json", **headers}), endpoint]
+    return [
+        sys.executable,
+        "-S",
+        "-I",
+        "-c",
+        code,
+        host,
+        port,
+        json.dumps({"Content-Type": "application/json", **headers}),
+        endpoint,
+    ]
 
 
 def _summary(runs: list[Run]) -> dict[str, Any]:
     peaks = [r.peak_mib for r in runs if r.peak_mib is not None]
-    return {"runs": len(runs), "ms": latency_summary([r.wall_ms for r in runs]),
-            "cpu_ms": latency_summary([r.cpu_ms for r in runs]),
-            "peak_mib": {"p50": latency_summary(peaks)["p50"], "max": max(peaks)} if peaks else None}
+    return {
+        "runs": len(runs),
+        "ms": latency_summary([r.wall_ms for r in runs]),
+        "cpu_ms": latency_summary([r.cpu_ms for r in runs]),
+        "peak_mib": {"p50": latency_summary(peaks)["p50"], "max": max(peaks)} if peaks else None,
+    }
 
 
 def compile_bytecode() -> None:
@@ -219,8 +273,16 @@ def compile_bytecode() -> None:
     compileall.compile_dir(str(Path(memlane.__file__).parent), quiet=2, workers=1)
 
 
-def run_hooks(*, runs: int = 20, old_runs: int = 5, memories: int = 200, transcript_turns: int = 150,
-              embedding: str = "local", warmup: int = 2, progress: Tick | None = None) -> dict[str, Any]:
+def run_hooks(
+    *,
+    runs: int = 20,
+    old_runs: int = 5,
+    memories: int = 200,
+    transcript_turns: int = 150,
+    embedding: str = "local",
+    warmup: int = 2,
+    progress: Tick | None = None,
+) -> dict[str, Any]:
     """Run the benchmark (module docstring); returns the JSON report.
 
     Args:
@@ -239,10 +301,20 @@ def run_hooks(*, runs: int = 20, old_runs: int = 5, memories: int = 200, transcr
     compile_bytecode()
     timer = gnu_time()
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg()), "python": sys.version.split()[0],
-                    "peak_memory_by": "GNU time %M (shell + command)" if timer else None},
-        "settings": {"runs": runs, "old_runs": old_runs, "memories": memories, "transcript_turns": transcript_turns,
-                     "embedding": embedding, "warmup": warmup},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_start": list(os.getloadavg()),
+            "python": sys.version.split()[0],
+            "peak_memory_by": "GNU time %M (shell + command)" if timer else None,
+        },
+        "settings": {
+            "runs": runs,
+            "old_runs": old_runs,
+            "memories": memories,
+            "transcript_turns": transcript_turns,
+            "embedding": embedding,
+            "warmup": warmup,
+        },
         "targets": TARGETS,
     }
     with tempfile.TemporaryDirectory(prefix="memlane-bench-hooks-") as tmp:
@@ -263,17 +335,24 @@ def run_hooks(*, runs: int = 20, old_runs: int = 5, memories: int = 200, transcr
             with httpx.Client(base_url=url, headers=headers, timeout=300) as http:
                 texts = synthetic_memories(memories)
                 for i in range(0, len(texts), 256):
-                    r = http.post("/api/memory/remember", json={"memories": [
-                        {"content": t, "project": str(project.resolve()), "type": "fact", "importance": 0.7}
-                        for t in texts[i:i + 256]]})
+                    r = http.post(
+                        "/api/memory/remember",
+                        json={
+                            "memories": [
+                                {"content": t, "project": str(project.resolve()), "type": "fact", "importance": 0.7}
+                                for t in texts[i : i + 256]
+                            ]
+                        },
+                    )
                     r.raise_for_status()
             commands = {
                 "new": (default_hook_cmd(), base_env),
                 "old": ([*default_memlane_cmd(), "hook"], {**base_env, "MEMLANE_PORT": str(port)}),
             }
             report["commands"] = {name: shlex.join([*cmd, "EVENT"]) for name, (cmd, _) in commands.items()}
-            report["up"] = _measure_up(commands, url, headers, project, transcript, runs, old_runs, warmup, timer,
-                                       progress)
+            report["up"] = _measure_up(
+                commands, url, headers, project, transcript, runs, old_runs, warmup, timer, progress
+            )
         finally:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -286,14 +365,30 @@ def run_hooks(*, runs: int = 20, old_runs: int = 5, memories: int = 200, transcr
             "new": (default_hook_cmd(), {**base_env, "MEMLANE_PORT": str(down_port)}),
             "old": ([*default_memlane_cmd(), "hook"], {**base_env, "MEMLANE_PORT": str(down_port)}),
         }
-        report["down"] = _measure_down(commands, f"http://127.0.0.1:{down_port}", home, project, transcript,
-                                       runs, old_runs, warmup, timer, progress)
+        report["down"] = _measure_down(
+            commands,
+            f"http://127.0.0.1:{down_port}",
+            home,
+            project,
+            transcript,
+            runs,
+            old_runs,
+            warmup,
+            timer,
+            progress,
+        )
     report["machine"]["loadavg_end"] = list(os.getloadavg())
     report["ratios_p50_to_floor"] = {
-        state: {event: {name: round(v[name]["ms"]["p50"] / v["floor"]["ms"]["p50"], 2)
-                        for name in ("new", "old", "python") if name in v}
-                for event, v in report[state].items()}
-        for state in ("up", "down")}
+        state: {
+            event: {
+                name: round(v[name]["ms"]["p50"] / v["floor"]["ms"]["p50"], 2)
+                for name in ("new", "old", "python")
+                if name in v
+            }
+            for event, v in report[state].items()
+        }
+        for state in ("up", "down")
+    }
     report["targets_met"] = targets_met(report)
     return report
 
@@ -308,15 +403,33 @@ def _tool_call(project: Path) -> dict[str, Any]:
     tool_response ``{"type": "text", "file": {...}}``)."""
     path = str(project / "src" / "service" / "handlers.py")
     content = "".join(f"    result_{i} = handle(request, option_{i})  # line {i}\n" for i in range(READ_LINES))
-    return {"tool_name": "Read", "tool_input": {"file_path": path}, "tool_use_id": "toolu_bench",
-            "tool_response": {"type": "text", "file": {"filePath": path, "content": content, "numLines": READ_LINES,
-                                                       "startLine": 1, "totalLines": READ_LINES}}}
+    return {
+        "tool_name": "Read",
+        "tool_input": {"file_path": path},
+        "tool_use_id": "toolu_bench",
+        "tool_response": {
+            "type": "text",
+            "file": {
+                "filePath": path,
+                "content": content,
+                "numLines": READ_LINES,
+                "startLine": 1,
+                "totalLines": READ_LINES,
+            },
+        },
+    }
 
 
 def _payload(event: str, key: str, project: Path, transcript: Path) -> dict[str, Any]:
     extra = _tool_call(project) if event == "post-tool-use" else EVENTS[event]
-    return {"session_id": key, "transcript_path": str(transcript), "cwd": str(project),
-            "hook_event_name": CLAUDE_CODE_NAMES[event], "permission_mode": "default", **extra}
+    return {
+        "session_id": key,
+        "transcript_path": str(transcript),
+        "cwd": str(project),
+        "hook_event_name": CLAUDE_CODE_NAMES[event],
+        "permission_mode": "default",
+        **extra,
+    }
 
 
 def _check(name: str, event: str, code: int, err: bytes) -> None:
@@ -324,9 +437,18 @@ def _check(name: str, event: str, code: int, err: bytes) -> None:
         raise RuntimeError(f"{name} {event}: exit {code}, stderr {err[:500]!r}")
 
 
-def _measure_up(commands: dict[str, tuple[list[str], dict[str, str]]], url: str, headers: dict[str, str],
-                project: Path, transcript: Path, runs: int, old_runs: int, warmup: int, timer: str | None,
-                progress: Tick | None) -> dict[str, Any]:
+def _measure_up(
+    commands: dict[str, tuple[list[str], dict[str, str]]],
+    url: str,
+    headers: dict[str, str],
+    project: Path,
+    transcript: Path,
+    runs: int,
+    old_runs: int,
+    warmup: int,
+    timer: str | None,
+    progress: Tick | None,
+) -> dict[str, Any]:
     samples: dict[str, dict[str, list[Run]]] = {e: {n: [] for n in ("floor", *commands, "python")} for e in EVENTS}
     answered: dict[str, dict[str, int]] = {e: {n: 0 for n in commands} for e in EVENTS}
     total, done = (warmup + runs) * len(EVENTS), 0
@@ -338,7 +460,9 @@ def _measure_up(commands: dict[str, tuple[list[str], dict[str, str]]], url: str,
             for name in names:
                 raw = json.dumps(_payload(event, f"bench-{name}-{rnd}", project, transcript))
                 if name == "floor":
-                    body = build_body(from_claude_code(event, json.loads(raw)), transcript_roots=[transcript.parents[1]])
+                    body = build_body(
+                        from_claude_code(event, json.loads(raw)), transcript_roots=[transcript.parents[1]]
+                    )
                     argv, env = _floor_cmd(url, ENDPOINTS[event], headers), home_env
                     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
                 elif name == "python":  # the interpreter alone: what any Python hook pays first
@@ -355,17 +479,29 @@ def _measure_up(commands: dict[str, tuple[list[str], dict[str, str]]], url: str,
             done += 1
             if progress:
                 progress(f"hooks, daemon up ({'measuring' if measured else 'warm-up'})", done, total)
-    return {event: {**{name: _summary(rs) for name, rs in per.items() if rs},
-                    "answers_printed": answered[event]} for event, per in samples.items()}
+    return {
+        event: {**{name: _summary(rs) for name, rs in per.items() if rs}, "answers_printed": answered[event]}
+        for event, per in samples.items()
+    }
 
 
-def _measure_down(commands: dict[str, tuple[list[str], dict[str, str]]], url: str, home: Path, project: Path,
-                  transcript: Path, runs: int, old_runs: int, warmup: int, timer: str | None,
-                  progress: Tick | None) -> dict[str, Any]:
+def _measure_down(
+    commands: dict[str, tuple[list[str], dict[str, str]]],
+    url: str,
+    home: Path,
+    project: Path,
+    transcript: Path,
+    runs: int,
+    old_runs: int,
+    warmup: int,
+    timer: str | None,
+    progress: Tick | None,
+) -> dict[str, Any]:
     spool = spool_dir_for(home)
     samples: dict[str, dict[str, list[Run]]] = {e: {n: [] for n in ("floor", *commands)} for e in EVENTS}
     checks: dict[str, dict[str, dict[str, int]]] = {
-        e: {n: {"exit0_empty": 0, "spooled": 0} for n in commands} for e in EVENTS}
+        e: {n: {"exit0_empty": 0, "spooled": 0} for n in commands} for e in EVENTS
+    }
     total, done = (warmup + runs) * len(EVENTS), 0
     for rnd in range(warmup + runs):
         measured = rnd >= warmup
@@ -384,8 +520,9 @@ def _measure_down(commands: dict[str, tuple[list[str], dict[str, str]]], url: st
                     _check(name, event, run.code, run.err)
                     spooled = len(spooled_files(spool)) == before + 1
                     if not spooled or run.out.strip():
-                        raise RuntimeError(f"{name} {event} with the daemon down: stdout {run.out[:200]!r}, "
-                                           f"spooled {spooled}")
+                        raise RuntimeError(
+                            f"{name} {event} with the daemon down: stdout {run.out[:200]!r}, spooled {spooled}"
+                        )
                     if measured:
                         checks[event][name]["exit0_empty"] += 1
                         checks[event][name]["spooled"] += 1
@@ -394,9 +531,14 @@ def _measure_down(commands: dict[str, tuple[list[str], dict[str, str]]], url: st
             done += 1
             if progress:
                 progress(f"hooks, daemon down ({'measuring' if measured else 'warm-up'})", done, total)
-    return {event: {**{name: _summary(rs) for name, rs in per.items() if rs},
-                    "checks": checks[event], "claude_code_timeout_s": HOOK_TIMEOUTS_S[CLAUDE_CODE_NAMES[event]]}
-            for event, per in samples.items()}
+    return {
+        event: {
+            **{name: _summary(rs) for name, rs in per.items() if rs},
+            "checks": checks[event],
+            "claude_code_timeout_s": HOOK_TIMEOUTS_S[CLAUDE_CODE_NAMES[event]],
+        }
+        for event, per in samples.items()
+    }
 
 
 def targets_met(report: dict[str, Any]) -> dict[str, bool]:

@@ -12,17 +12,17 @@ import contextlib
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import httpx
 
-from memlane.auth import auth_headers
 from benchmarks.corpus import memory_texts, queries
 from benchmarks.daemon import free_port, start_daemon
 from benchmarks.metrics import latency_summary
 from benchmarks.stages import restart_with_hints, stage_config, stage_overhead
+from memlane.auth import auth_headers
 
 #: Memories per HTTP batch while filling the store.
 FILL_BATCH = 256
@@ -75,10 +75,18 @@ def wait_for_predictor(http: httpx.Client, timeout_s: float = 120.0) -> float:
         time.sleep(0.2)
 
 
-def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n_remembers: int = 300,
-                port: int = 0, progress: Callable[[str, int, int], None] | None = None,
-                pipeline_stages: bool | None = None, reranker: bool = False,
-                ranker_paired: bool = False) -> dict[str, Any]:
+def run_latency(
+    data: Path,
+    *,
+    n_memories: int = 10_000,
+    n_queries: int = 300,
+    n_remembers: int = 300,
+    port: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+    pipeline_stages: bool | None = None,
+    reranker: bool = False,
+    ranker_paired: bool = False,
+) -> dict[str, Any]:
     """Fill a fresh daemon with ``n_memories`` texts and time single requests.
 
     ``pipeline_stages``: True = hints (with synthetic hints), graph boost and dampening on (the
@@ -99,17 +107,21 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
     qs = queries(data)
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="memlane-latency-") as tmp, contextlib.ExitStack() as stack:
-        stages: dict[str, Any] | None = None if pipeline_stages is None else {
-            "enabled": pipeline_stages, "reranker": bool(pipeline_stages and reranker)}
+        stages: dict[str, Any] | None = (
+            None
+            if pipeline_stages is None
+            else {"enabled": pipeline_stages, "reranker": bool(pipeline_stages and reranker)}
+        )
         if pipeline_stages is not None:
             stack.enter_context(stage_config(Path(tmp), pipeline_stages, reranker))
         proc = start_daemon(Path(tmp), port)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300,
-                              headers=auth_headers(Path(tmp))) as http:
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=300, headers=auth_headers(Path(tmp))
+            ) as http:
                 t0 = time.perf_counter()
                 for start in range(0, len(fill), FILL_BATCH):
-                    batch = [{"content": t, "who": "bench"} for t in fill[start:start + FILL_BATCH]]
+                    batch = [{"content": t, "who": "bench"} for t in fill[start : start + FILL_BATCH]]
                     http.post("/api/memory/remember", json={"memories": batch}).raise_for_status()
                     if progress:
                         progress("filling the store", min(start + FILL_BATCH, len(fill)), len(fill))
@@ -147,8 +159,7 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
             stages["in_process"] = stage_overhead(Path(tmp), qs, min(n_queries, 200))
     return {
         "store_size": size,
-        "fill": {"memories": len(fill), "seconds": fill_s, "memories_per_s": len(fill) / fill_s,
-                 "batch": FILL_BATCH},
+        "fill": {"memories": len(fill), "seconds": fill_s, "memories_per_s": len(fill) / fill_s, "batch": FILL_BATCH},
         "recall": latency_summary(recall_ms),
         "remember": latency_summary(remember_ms),
         "job_backlog": backlog,
@@ -157,8 +168,9 @@ def run_latency(data: Path, *, n_memories: int = 10_000, n_queries: int = 300, n
     }
 
 
-def paired_rankers(http: httpx.Client, qs: list[str], n_queries: int,
-                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def paired_rankers(
+    http: httpx.Client, qs: list[str], n_queries: int, progress: Callable[[str, int, int], None] | None = None
+) -> dict[str, Any]:
     """Recall latency (limit 10) with the learned ranker and the heuristic one, each query once
     with each, the first of the pair alternating: ``{"learned": summary, "heuristic": summary,
     "answered": {ranker named in the answer: count}, "paired_median_diff_ms": median of
@@ -167,7 +179,7 @@ def paired_rankers(http: httpx.Client, qs: list[str], n_queries: int,
     answered: dict[str, int] = {}
     for i in range(n_queries):
         q = qs[(WARMUP + i) % len(qs)]
-        for r in (("learned", "heuristic") if i % 2 == 0 else ("heuristic", "learned")):
+        for r in ("learned", "heuristic") if i % 2 == 0 else ("heuristic", "learned"):
             t = time.perf_counter()
             resp = http.post("/api/memory/recall", json={"query": q, "limit": 10, "ranker": r})
             times[r].append((time.perf_counter() - t) * 1000)
@@ -177,5 +189,9 @@ def paired_rankers(http: httpx.Client, qs: list[str], n_queries: int,
         if progress:
             progress("recall, learned vs heuristic", i + 1, n_queries)
     diffs = sorted(a - b for a, b in zip(times["learned"], times["heuristic"]))
-    return {"learned": latency_summary(times["learned"]), "heuristic": latency_summary(times["heuristic"]),
-            "answered": answered, "paired_median_diff_ms": diffs[len(diffs) // 2] if diffs else None}
+    return {
+        "learned": latency_summary(times["learned"]),
+        "heuristic": latency_summary(times["heuristic"]),
+        "answered": answered,
+        "paired_median_diff_ms": diffs[len(diffs) // 2] if diffs else None,
+    }

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from memlane.ranker.locomo import CATEGORY_NAMES
 from memlane.ndcg import ndcg_at_k as unified_ndcg
+from memlane.ranker.locomo import CATEGORY_NAMES
 
 __all__ = [
     "KS",
@@ -104,6 +104,7 @@ def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
 
 # ---------------------------------------------------------------- sessions
 
+
 def session_of(dia_id: str) -> str:
     """Session id of a LoCoMo turn id: ``"D3:7" -> "D3"`` (ids without ':' are returned as is)."""
     return dia_id.split(":", 1)[0]
@@ -157,8 +158,7 @@ METRICS: dict[str, tuple[Any, int]] = {
 LEVELS = ("turn", "session")
 
 
-def score_question(ranked: Sequence[str], relevant: Iterable[str], category: int,
-                   **extra: Any) -> dict[str, Any]:
+def score_question(ranked: Sequence[str], relevant: Iterable[str], category: int, **extra: Any) -> dict[str, Any]:
     """One per-question row for :func:`aggregate`.
 
     ``ranked`` are turn ids best first, ``relevant`` the normalized evidence
@@ -181,10 +181,7 @@ def _group(rows: list[Mapping[str, Any]], name: str) -> dict[str, Any]:
     scored = [r for r in rows if not r.get("excluded")]
     out: dict[str, Any] = {"name": name, "n": len(scored), "excluded": len(rows) - len(scored)}
     for level in LEVELS:
-        out[level] = {
-            m: (100.0 * sum(r[level][m] for r in scored) / len(scored) if scored else None)
-            for m in METRICS
-        }
+        out[level] = {m: (100.0 * sum(r[level][m] for r in scored) / len(scored) if scored else None) for m in METRICS}
     return out
 
 
@@ -206,9 +203,7 @@ def aggregate(per_question_rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "units": "percent",
         "metrics": list(METRICS),
         "overall": _group(rows, "overall"),
-        "by_category": {
-            c: _group(by_cat[c], CATEGORY_NAMES.get(c, f"category {c}")) for c in sorted(by_cat)
-        },
+        "by_category": {c: _group(by_cat[c], CATEGORY_NAMES.get(c, f"category {c}")) for c in sorted(by_cat)},
     }
 
 

@@ -41,8 +41,10 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     for i in range(n):
         j = i + seed * 7919
         topic, tool = _TOPICS[j % len(_TOPICS)], _TOOLS[(j // 3) % len(_TOOLS)]
-        out.append(f"Note {j}: the {topic} team adopted {tool} for service {j % 97}; owner is engineer "
-                   f"{j % 31}, review cadence every {1 + j % 14} days.")
+        out.append(
+            f"Note {j}: the {topic} team adopted {tool} for service {j % 97}; owner is engineer "
+            f"{j % 31}, review cadence every {1 + j % 14} days."
+        )
     return out
 
 
@@ -51,14 +53,25 @@ def _drained(c: Any) -> bool:
     return not counts.get("pending") and not counts.get("leased")
 
 
-def run_once(texts: list[str], *, llm_url: str, embedding: str = "none", synchronous: str = "FULL",
-             n_workers: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
+def run_once(
+    texts: list[str],
+    *,
+    llm_url: str,
+    embedding: str = "none",
+    synchronous: str = "FULL",
+    n_workers: int = 1,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
     """One repeat: one job per text through a fresh store. Returns seconds (wall), jobs_per_s, per-job
     latency (lease -> completion, ms) and the outcome totals."""
     with tempfile.TemporaryDirectory(prefix="memlane-bench-pipeline-") as home:
-        settings = load_settings(home=Path(home), embedding={"provider": embedding}, sqlite_synchronous=synchronous,
-                                 llm={"provider": "ollama", "base_url": llm_url, "model": "scripted"},
-                                 memory={"pipelineV2": {"worker": {"pollMs": 100, "concurrency": n_workers}}})
+        settings = load_settings(
+            home=Path(home),
+            embedding={"provider": embedding},
+            sqlite_synchronous=synchronous,
+            llm={"provider": "ollama", "base_url": llm_url, "model": "scripted"},
+            memory={"pipelineV2": {"worker": {"pollMs": 100, "concurrency": n_workers}}},
+        )
         c = open_container(settings)
         try:
             n_jobs = len(texts)
@@ -93,9 +106,15 @@ def run_once(texts: list[str], *, llm_url: str, embedding: str = "none", synchro
         totals["decisions"] += sum(r.get("proposals", {}).values())
         if j.leased_at:
             latencies.append(_ms_between(j.leased_at, j.updated_at))
-    return {"jobs": n_jobs, "seconds": seconds, "jobs_per_s": n_jobs / seconds, "status": status, **totals,
-            "job_latency_ms_p50": statistics.median(latencies) if latencies else None,
-            "job_latency_ms_max": max(latencies) if latencies else None}
+    return {
+        "jobs": n_jobs,
+        "seconds": seconds,
+        "jobs_per_s": n_jobs / seconds,
+        "status": status,
+        **totals,
+        "job_latency_ms_p50": statistics.median(latencies) if latencies else None,
+        "job_latency_ms_max": max(latencies) if latencies else None,
+    }
 
 
 def _ms_between(a: str, b: str) -> float:
@@ -107,9 +126,16 @@ def _ms_between(a: str, b: str) -> float:
     return (p(b) - p(a)).total_seconds() * 1000.0
 
 
-def run_pipeline_bench(*, jobs: int = 500, repeats: int = 3, embedding: str = "none", synchronous: str = "FULL",
-                       workers: int = 2, data: Path | None = None,
-                       progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run_pipeline_bench(
+    *,
+    jobs: int = 500,
+    repeats: int = 3,
+    embedding: str = "none",
+    synchronous: str = "FULL",
+    workers: int = 2,
+    data: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """``repeats`` runs of ``jobs`` extraction jobs; the median jobs/s is the headline.
 
     Args:
@@ -129,8 +155,9 @@ def run_pipeline_bench(*, jobs: int = 500, repeats: int = 3, embedding: str = "n
     if len(texts) < jobs * repeats:
         texts, source = corpus(jobs * repeats), "synthetic"
     runs = []
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.scripted_llm"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         url = proc.stdout.readline().strip() if proc.stdout else ""
         if not url.startswith("http://127.0.0.1:"):
@@ -138,8 +165,15 @@ def run_pipeline_bench(*, jobs: int = 500, repeats: int = 3, embedding: str = "n
         for i in range(repeats):
             if progress:
                 progress(f"{jobs} jobs per repeat", i, repeats)
-            runs.append(run_once(texts[i * jobs:(i + 1) * jobs], llm_url=url, embedding=embedding,
-                                 synchronous=synchronous, n_workers=workers))
+            runs.append(
+                run_once(
+                    texts[i * jobs : (i + 1) * jobs],
+                    llm_url=url,
+                    embedding=embedding,
+                    synchronous=synchronous,
+                    n_workers=workers,
+                )
+            )
     finally:
         if proc.stdin:
             proc.stdin.close()
@@ -151,8 +185,21 @@ def run_pipeline_bench(*, jobs: int = 500, repeats: int = 3, embedding: str = "n
     median = statistics.median(r["jobs_per_s"] for r in runs)
     totals = {k: sum(r[k] for r in runs) for k in ("jobs", "facts", "created", "deduped", "llm_calls", "decisions")}
     totals["seconds"] = sum(r["seconds"] for r in runs)
-    return {"benchmark": "pipeline", "jobs_per_repeat": jobs, "repeats": repeats, "embedding": embedding,
-            "cpus": os.cpu_count(), "median_jobs_per_s": median, "target_jobs_per_s": TARGET_JOBS_PER_S,
-            "meets_target": median >= TARGET_JOBS_PER_S, "median_job_latency_ms":
-            statistics.median(r["job_latency_ms_p50"] for r in runs if r["job_latency_ms_p50"] is not None),
-            "synchronous": synchronous, "workers": workers, "corpus": source, "runs": runs, "totals": totals}
+    return {
+        "benchmark": "pipeline",
+        "jobs_per_repeat": jobs,
+        "repeats": repeats,
+        "embedding": embedding,
+        "cpus": os.cpu_count(),
+        "median_jobs_per_s": median,
+        "target_jobs_per_s": TARGET_JOBS_PER_S,
+        "meets_target": median >= TARGET_JOBS_PER_S,
+        "median_job_latency_ms": statistics.median(
+            r["job_latency_ms_p50"] for r in runs if r["job_latency_ms_p50"] is not None
+        ),
+        "synchronous": synchronous,
+        "workers": workers,
+        "corpus": source,
+        "runs": runs,
+        "totals": totals,
+    }

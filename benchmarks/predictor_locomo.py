@@ -40,15 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bootstrap import paired_bootstrap
-from memlane.ranker.locomo import Conversation, Question, load_locomo
-from memlane.ranker.model import read_header
-from memlane.ranker.stores import turn_inputs
 from memlane.config import Settings
+from memlane.config.clock import to_iso
 from memlane.container import open_container
 from memlane.embedding.base import Embedder
 from memlane.ndcg import ndcg_at_k
 from memlane.predictor import policy
-from memlane.config.clock import to_iso
+from memlane.ranker.locomo import Conversation, Question, load_locomo
+from memlane.ranker.model import read_header
+from memlane.ranker.stores import turn_inputs
 from memlane.services.inputs import RecallQuery
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
@@ -107,8 +107,9 @@ def _recall_at(order: Sequence[str], relevant: set[str], n_relevant: int, k: int
     return sum(1 for m in order[:k] if m in relevant) / n_relevant if n_relevant else 0.0
 
 
-def session_rankings(cands: Sequence[Any], signals: dict[str, Any], rrf_k: float
-                     ) -> tuple[list[str], list[str], list[str], float]:
+def session_rankings(
+    cands: Sequence[Any], signals: dict[str, Any], rrf_k: float
+) -> tuple[list[str], list[str], list[str], float]:
     """A recorded session's three rankings of one pool: (baseline, predictor, fused, alpha).
 
     ``cands`` are its ``session_memories`` rows; the fused order is RRF with the session's alpha,
@@ -134,11 +135,19 @@ def ordered_questions(conv: Conversation) -> list[Question]:
 
 def _settings(home: Path, cfg: PredictorBenchConfig, base_weights: str = "", ranker_model: str = "") -> Settings:
     extra: dict[str, Any] = {"recall": {"ranker_model": ranker_model}} if ranker_model else {}
-    return Settings(home=home, embedding={"provider": "local"}, sqlite_synchronous="NORMAL",
-                    sessions={"candidate_pool_size": cfg.pool_size, "inject_limit": cfg.inject_limit,
-                              "inject_budget_chars": 100_000,
-                              "relevance_ranker": "learned" if ranker_model else "heuristic"},
-                    predictor={"enabled": True, "base_weights": base_weights}, **extra)
+    return Settings(
+        home=home,
+        embedding={"provider": "local"},
+        sqlite_synchronous="NORMAL",
+        sessions={
+            "candidate_pool_size": cfg.pool_size,
+            "inject_limit": cfg.inject_limit,
+            "inject_budget_chars": 100_000,
+            "relevance_ranker": "learned" if ranker_model else "heuristic",
+        },
+        predictor={"enabled": True, "base_weights": base_weights},
+        **extra,
+    )
 
 
 def ranker_model_for(cfg: PredictorBenchConfig, conversation: str) -> str:
@@ -190,8 +199,16 @@ def _dia_map(home: Path) -> dict[str, str]:
         conn.close()
 
 
-def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg: PredictorBenchConfig,
-                     tag: str, base_weights: str = "", progress: Progress | None = None) -> dict[str, Any]:
+def run_conversation(
+    conv: Conversation,
+    *,
+    root: Path,
+    embedder: Embedder,
+    cfg: PredictorBenchConfig,
+    tag: str,
+    base_weights: str = "",
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Run one conversation through the daemon's session path; returns per-question rows."""
     template = _template(conv, root, embedder, cfg)
     home = root / tag / conv.id
@@ -222,15 +239,32 @@ def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg:
             n_rel = len(evidence)
             baseline, predictor, fused, alpha = session_rankings(cands, signals, c.settings.predictor.rrf_k)
             held_out = i >= n_train
-            row = {"conversation": conv.id, "question": q.index, "category": q.category, "order": i,
-                   "held_out": held_out, "alpha": alpha, "phase": signals.get("phase"),
-                   "model_version": signals.get("model_version"), "predictor_scored": bool(predictor),
-                   "evidence_in_pool": len(evidence & set(baseline)), "evidence": n_rel}
+            row = {
+                "conversation": conv.id,
+                "question": q.index,
+                "category": q.category,
+                "order": i,
+                "held_out": held_out,
+                "alpha": alpha,
+                "phase": signals.get("phase"),
+                "model_version": signals.get("model_version"),
+                "predictor_scored": bool(predictor),
+                "evidence_in_pool": len(evidence & set(baseline)),
+                "evidence": n_rel,
+            }
             orders = [("baseline", baseline), ("predictor", predictor or baseline), ("fused", fused)]
             if ranker_model:  # the heuristic recall of the same question, for reference
-                heur = c.recall.recall(RecallQuery(query=q.question, limit=len(baseline) or 1, include_global=True,
-                                                   exclude_superseded=True, now=now, touch=False,
-                                                   ranker="heuristic")).hits
+                heur = c.recall.recall(
+                    RecallQuery(
+                        query=q.question,
+                        limit=len(baseline) or 1,
+                        include_global=True,
+                        exclude_superseded=True,
+                        now=now,
+                        touch=False,
+                        ranker="heuristic",
+                    )
+                ).hits
                 orders.append(("heuristic", [h.memory.id for h in heur]))
             for name, order in orders:
                 row[f"ndcg10_{name}"] = ndcg_binary(order, evidence, n_rel)
@@ -252,15 +286,26 @@ def run_conversation(conv: Conversation, *, root: Path, embedder: Embedder, cfg:
         c.embedder = None
         c.close()
     exit_at = next((r["order"] for r in rows if r["phase"] == "active"), None)
-    return {"conversation": conv.id, "questions": len(questions), "train_sessions": n_train, "rows": rows,
-            "final_state": status["state"], "final_alpha": status["alpha"], "cold_start_exit_order": exit_at,
-            "trainings": len(log), "accepted_trainings": sum(1 for r in log if r["accepted"]),
-            "comparisons": len(comps), "home": str(home), "ranker_model": ranker_model or None,
-            "training_seconds": sum(r["duration_ms"] for r in log) / 1000.0}
+    return {
+        "conversation": conv.id,
+        "questions": len(questions),
+        "train_sessions": n_train,
+        "rows": rows,
+        "final_state": status["state"],
+        "final_alpha": status["alpha"],
+        "cold_start_exit_order": exit_at,
+        "trainings": len(log),
+        "accepted_trainings": sum(1 for r in log if r["accepted"]),
+        "comparisons": len(comps),
+        "home": str(home),
+        "ranker_model": ranker_model or None,
+        "training_seconds": sum(r["duration_ms"] for r in log) / 1000.0,
+    }
 
 
-def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: str, max_seconds: float,
-               seed: int = 0) -> dict[str, Any]:
+def train_base(
+    homes: Sequence[Path], out: Path, *, native_dim: int, model_id: str, max_seconds: float, seed: int = 0
+) -> dict[str, Any]:
     """Train a Phase 6 base model in process on the learning sessions stored in ``homes``.
 
     The base is a linear-stage model on any number of sessions (``PredictorEngine.train(...,
@@ -289,8 +334,13 @@ def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: s
         conn = sqlite3.connect(h / "memories.db")  # closed stores; query_only keeps them unchanged
         try:
             conn.execute("PRAGMA query_only = ON")
-            sessions += load_sessions(conn, embedding_model=model_id, native_dim=native_dim,
-                                      min_confidence=C.MIN_SCORER_CONFIDENCE, limit=100_000)
+            sessions += load_sessions(
+                conn,
+                embedding_model=model_id,
+                native_dim=native_dim,
+                min_confidence=C.MIN_SCORER_CONFIDENCE,
+                limit=100_000,
+            )
         finally:
             conn.close()
     if not sessions:
@@ -301,17 +351,26 @@ def train_base(homes: Sequence[Path], out: Path, *, native_dim: int, model_id: s
     rng = random.Random(seed)
     rng.shuffle(sessions)
     n_canary = min(25, len(sessions) // 10)
-    report = engine.train(sessions[n_canary:], canary=sessions[:n_canary], max_seconds=max_seconds, save=False,
-                          stage="linear")
+    report = engine.train(
+        sessions[n_canary:], canary=sessions[:n_canary], max_seconds=max_seconds, save=False, stage="linear"
+    )
     engine.save_base(out)
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"sessions": len(sessions), "accepted": report.accepted, "steps": report.steps,
-            "stop_reason": report.stop_reason, "best_epoch": report.best_epoch,
-            "loss": report.loss, "seconds": report.duration_ms / 1000.0, "stage": report.stage}
+    return {
+        "sessions": len(sessions),
+        "accepted": report.accepted,
+        "steps": report.steps,
+        "stop_reason": report.stop_reason,
+        "best_epoch": report.best_epoch,
+        "loss": report.loss,
+        "seconds": report.duration_ms / 1000.0,
+        "stage": report.stage,
+    }
 
 
 def summarize(results: Sequence[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
     """Held-out NDCG@10 / R@5 per conversation and overall, with paired bootstrap CIs."""
+
     def block(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"n": len(rows)}
         names = ("baseline", "predictor", "fused") + (("heuristic",) if rows and "ndcg10_heuristic" in rows[0] else ())
@@ -321,12 +380,14 @@ def summarize(results: Sequence[dict[str, Any]], *, seed: int = 0) -> dict[str, 
             if rows:
                 for name in ("predictor", "fused"):
                     out[f"{m}_{name}_vs_baseline"] = paired_bootstrap(
-                        [r[f"{m}_{name}"] for r in rows], [r[f"{m}_baseline"] for r in rows], seed=seed)
+                        [r[f"{m}_{name}"] for r in rows], [r[f"{m}_baseline"] for r in rows], seed=seed
+                    )
             if "heuristic" in names and rows:
                 # Gains from the heuristic recall (the base's own gain is the baseline's)
                 for name in ("baseline", "predictor", "fused"):
                     out[f"{m}_{name}_vs_heuristic"] = paired_bootstrap(
-                        [r[f"{m}_{name}"] for r in rows], [r[f"{m}_heuristic"] for r in rows], seed=seed)
+                        [r[f"{m}_{name}"] for r in rows], [r[f"{m}_heuristic"] for r in rows], seed=seed
+                    )
         out["alpha_mean"] = sum(r["alpha"] for r in rows) / len(rows) if rows else None
         return out
 
@@ -335,35 +396,54 @@ def summarize(results: Sequence[dict[str, Any]], *, seed: int = 0) -> dict[str, 
     for res in results:
         held = [r for r in res["rows"] if r["held_out"]]
         every += held
-        per_conv[res["conversation"]] = {**block(held), "final_alpha": res["final_alpha"],
-                                         "cold_start_exit_order": res["cold_start_exit_order"],
-                                         "train_sessions": res["train_sessions"],
-                                         "accepted_trainings": res["accepted_trainings"],
-                                         "trainings": res["trainings"]}
+        per_conv[res["conversation"]] = {
+            **block(held),
+            "final_alpha": res["final_alpha"],
+            "cold_start_exit_order": res["cold_start_exit_order"],
+            "train_sessions": res["train_sessions"],
+            "accepted_trainings": res["accepted_trainings"],
+            "trainings": res["trainings"],
+        }
     overall = block(every)
     worst = min((v["ndcg10_fused"] - v["ndcg10_baseline"] for v in per_conv.values() if v["n"]), default=None)
-    targets: dict[str, Any] = {"fused_ge_baseline_plus_0.05": overall["ndcg10_fused"] is not None and
-                               overall["ndcg10_fused"] - overall["ndcg10_baseline"] >= 0.05,
-                               "no_conversation_below_baseline_minus_0.01": worst is not None and worst >= -0.01}
-    out = {"overall": overall, "per_conversation": per_conv, "worst_conversation_fused_minus_baseline": worst,
-           "targets": targets}
+    targets: dict[str, Any] = {
+        "fused_ge_baseline_plus_0.05": overall["ndcg10_fused"] is not None
+        and overall["ndcg10_fused"] - overall["ndcg10_baseline"] >= 0.05,
+        "no_conversation_below_baseline_minus_0.01": worst is not None and worst >= -0.01,
+    }
+    out = {
+        "overall": overall,
+        "per_conversation": per_conv,
+        "worst_conversation_fused_minus_baseline": worst,
+        "targets": targets,
+    }
     if overall.get("ndcg10_heuristic") is not None:
         # Issue 39's targets for a predictor starting from the shipped base: gains from the
         # heuristic recall, the fused ranking keeping >= 70 % of the predictor's own.
         gain_p = overall["ndcg10_predictor"] - overall["ndcg10_heuristic"]
         gain_f = overall["ndcg10_fused"] - overall["ndcg10_heuristic"]
-        worst_h = min((v["ndcg10_fused"] - v["ndcg10_heuristic"] for v in per_conv.values() if v["n"]),
-                      default=None)
+        worst_h = min((v["ndcg10_fused"] - v["ndcg10_heuristic"] for v in per_conv.values() if v["n"]), default=None)
         out["worst_conversation_fused_minus_heuristic"] = worst_h
         out["fused_share_of_predictor_gain"] = gain_f / gain_p if gain_p > 0 else None
-        targets.update({"fused_gain_ge_70pct_of_predictor_gain": gain_p > 0 and gain_f >= 0.7 * gain_p,
-                        "alpha_mean_le_0.5": overall["alpha_mean"] is not None and overall["alpha_mean"] <= 0.5,
-                        "no_conversation_below_heuristic_minus_0.01": worst_h is not None and worst_h >= -0.01})
+        targets.update(
+            {
+                "fused_gain_ge_70pct_of_predictor_gain": gain_p > 0 and gain_f >= 0.7 * gain_p,
+                "alpha_mean_le_0.5": overall["alpha_mean"] is not None and overall["alpha_mean"] <= 0.5,
+                "no_conversation_below_heuristic_minus_0.01": worst_h is not None and worst_h >= -0.01,
+            }
+        )
     return out
 
 
-def run(data: Path, *, embedder: Embedder, workdir: Path, cfg: PredictorBenchConfig = PredictorBenchConfig(),
-        progress: Progress | None = None, reuse: bool = False) -> dict[str, Any]:
+def run(
+    data: Path,
+    *,
+    embedder: Embedder,
+    workdir: Path,
+    cfg: PredictorBenchConfig = PredictorBenchConfig(),
+    progress: Progress | None = None,
+    reuse: bool = False,
+) -> dict[str, Any]:
     """The whole benchmark (first pass, then the Phase 6 pass when ``cfg.base``).
 
     The first pass's results are kept in ``workdir/first-pass.json``; with ``reuse`` a later run
@@ -376,35 +456,62 @@ def run(data: Path, *, embedder: Embedder, workdir: Path, cfg: PredictorBenchCon
     workdir.mkdir(parents=True, exist_ok=True)
     saved = workdir / "first-pass.json"
     # The Phase 6 knobs do not change the first pass, which a later run may reuse.
-    key = {"config": {k: v for k, v in cfg.__dict__.items() if not k.startswith("base")},
-           "conversations": [c.id for c in convs]}
+    key = {
+        "config": {k: v for k, v in cfg.__dict__.items() if not k.startswith("base")},
+        "conversations": [c.id for c in convs],
+    }
     first = None
     if reuse and saved.exists():
         cached = json.loads(saved.read_text())
         if cached.get("key") == key and all(Path(r["home"]).exists() for r in cached["results"]):
             first = cached["results"]
     if first is None:
-        first = [run_conversation(conv, root=workdir, embedder=embedder, cfg=cfg, tag="user", progress=progress)
-                 for conv in convs]
+        first = [
+            run_conversation(conv, root=workdir, embedder=embedder, cfg=cfg, tag="user", progress=progress)
+            for conv in convs
+        ]
         saved.write_text(json.dumps({"key": key, "results": first}))
-    report: dict[str, Any] = {"dataset": "locomo", "data": str(data), "config": cfg.__dict__,
-                              "embedding_model": embedder.model_id, "from_scratch": summarize(first, seed=cfg.seed),
-                              "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in first],
-                              "rows": [row for r in first for row in r["rows"]]}
+    report: dict[str, Any] = {
+        "dataset": "locomo",
+        "data": str(data),
+        "config": cfg.__dict__,
+        "embedding_model": embedder.model_id,
+        "from_scratch": summarize(first, seed=cfg.seed),
+        "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in first],
+        "rows": [row for r in first for row in r["rows"]],
+    }
     if cfg.base and len(convs) > 1:
         second, bases = [], {}
         for i, conv in enumerate(convs):
             others = [Path(r["home"]) for j, r in enumerate(first) if j != i]
             path = workdir / "bases" / f"base-without-{conv.id}.bin"
             path.parent.mkdir(parents=True, exist_ok=True)
-            bases[conv.id] = train_base(others, path, native_dim=embedder.dimensions, model_id=embedder.model_id,
-                                        max_seconds=cfg.base_max_seconds, seed=cfg.seed)
+            bases[conv.id] = train_base(
+                others,
+                path,
+                native_dim=embedder.dimensions,
+                model_id=embedder.model_id,
+                max_seconds=cfg.base_max_seconds,
+                seed=cfg.seed,
+            )
             if progress:
                 progress("base models", i + 1, len(convs))
-            second.append(run_conversation(conv, root=workdir, embedder=embedder, cfg=cfg, tag="finetuned",
-                                           base_weights=str(path), progress=progress))
-        report["phase6"] = {"bases": bases, **summarize(second, seed=cfg.seed),
-                            "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in second]}
+            second.append(
+                run_conversation(
+                    conv,
+                    root=workdir,
+                    embedder=embedder,
+                    cfg=cfg,
+                    tag="finetuned",
+                    base_weights=str(path),
+                    progress=progress,
+                )
+            )
+        report["phase6"] = {
+            "bases": bases,
+            **summarize(second, seed=cfg.seed),
+            "conversations": [{k: v for k, v in r.items() if k != "rows"} for r in second],
+        }
         report["phase6_rows"] = [row for r in second for row in r["rows"]]
     report["seconds"] = time.perf_counter() - t_start
     return report

@@ -53,19 +53,28 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bootstrap import paired_bootstrap
-from memlane.ranker.locomo import Conversation, load_locomo
 from benchmarks.predictor_locomo import ndcg_binary, ordered_questions
-from memlane.predictor import policy
 from memlane.config import predictor as C
 from memlane.config.predictor import PredictorSettings
-from memlane.recall.hybrid import boost
+from memlane.predictor import policy
 from memlane.predictor.dataset import build_session, derived_signals, with_query_coverage
 from memlane.predictor.features import FEATURE_INDEX, FEATURE_NAMES
 from memlane.predictor.model import BASELINE_PRIOR
+from memlane.ranker.locomo import Conversation, load_locomo
+from memlane.recall.hybrid import boost
 from memlane.storage import predictor as pred_sql
 
-__all__ = ["DATINGS", "LinearRanker", "OfflineSession", "VARIANTS", "apply_recency", "fit_listwise_linear",
-           "load_conversation", "load_first_pass", "run"]
+__all__ = [
+    "DATINGS",
+    "LinearRanker",
+    "OfflineSession",
+    "VARIANTS",
+    "apply_recency",
+    "fit_listwise_linear",
+    "load_conversation",
+    "load_first_pass",
+    "run",
+]
 
 #: ``asked``: as the bench dates the sessions (after the whole conversation); ``answerable``:
 #: when the question could first be asked (see the module docstring).
@@ -135,9 +144,15 @@ def _prior(features: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_listwise_linear(sessions: Sequence[tuple[np.ndarray, np.ndarray]], *, leave_out: Sequence[str] = (),
-                        steps: int = 200, lr: float = 1e-2, temperature: float = 0.5,
-                        label_scale: float = C.LABEL_SCALE) -> LinearRanker:
+def fit_listwise_linear(
+    sessions: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    leave_out: Sequence[str] = (),
+    steps: int = 200,
+    lr: float = 1e-2,
+    temperature: float = 0.5,
+    label_scale: float = C.LABEL_SCALE,
+) -> LinearRanker:
     """Fit :class:`LinearRanker` weights by full-batch Adam on the ListNet loss.
 
     Args:
@@ -190,8 +205,9 @@ def fit_listwise_linear(sessions: Sequence[tuple[np.ndarray, np.ndarray]], *, le
 def store_embedding_model(conn: sqlite3.Connection) -> tuple[str | None, int]:
     """The embedding model most of a store's vectors come from, and its width E: ``(model id,
     E)``, or ``(None, 0)`` when the store holds no vector."""
-    row = conn.execute("SELECT model, dimensions FROM embeddings GROUP BY model ORDER BY count(*) DESC LIMIT 1"
-                       ).fetchone()
+    row = conn.execute(
+        "SELECT model, dimensions FROM embeddings GROUP BY model ORDER BY count(*) DESC LIMIT 1"
+    ).fetchone()
     return (row[0], int(row[1])) if row else (None, 0)
 
 
@@ -199,8 +215,9 @@ def _created(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life_days: float
-                  ) -> tuple[np.ndarray, list[str]]:
+def apply_recency(
+    features: np.ndarray, ids: list[str], weight: float, half_life_days: float
+) -> tuple[np.ndarray, list[str]]:
     """Re-rank a pool by the recall's recency boost (:func:`memlane.recall.hybrid.boost`) over
     its logged baseline scores.
 
@@ -215,8 +232,14 @@ def apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life
     """
     bs, br = FEATURE_INDEX["baseline_score"], FEATURE_INDEX["baseline_rank_inv"]
     age = np.expm1(features[:, FEATURE_INDEX["log_age_days"]])
-    boosted = boost(features[:, bs], access_count=0, age_days=age, rehearsal_weight=0.0,
-                    recency_weight=weight, recency_half_life_days=half_life_days)
+    boosted = boost(
+        features[:, bs],
+        access_count=0,
+        age_days=age,
+        rehearsal_weight=0.0,
+        recency_weight=weight,
+        recency_half_life_days=half_life_days,
+    )
     order = np.argsort(-boosted, kind="stable")
     out = features[order].copy()
     out[:, bs] = boosted[order]
@@ -224,8 +247,14 @@ def apply_recency(features: np.ndarray, ids: list[str], weight: float, half_life
     return out, [ids[j] for j in order]
 
 
-def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.6, dating: str = "asked",
-                      recency: tuple[float, float] | None = None) -> list[OfflineSession]:
+def load_conversation(
+    conv: Conversation,
+    home: Path,
+    *,
+    train_share: float = 0.6,
+    dating: str = "asked",
+    recency: tuple[float, float] | None = None,
+) -> list[OfflineSession]:
     """The question sessions a first pass stored in ``home`` (read only), in question order.
 
     Features are rebuilt from the logged raw signals with the engine's own builder
@@ -267,15 +296,19 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
         out = []
         for i, q in enumerate(questions):
             key = f"{conv.id}-q{q.index}"
-            row = conn.execute("SELECT project, signals, started_at, context FROM sessions WHERE session_key = ?",
-                               (key,)).fetchone()
+            row = conn.execute(
+                "SELECT project, signals, started_at, context FROM sessions WHERE session_key = ?", (key,)
+            ).fetchone()
             if row is None or not row[1]:
                 continue
             signals = json.loads(row[1])
             when = datetime.fromisoformat(str(signals.get("session_time") or row[2]).replace("Z", "+00:00"))
             cands = pred_sql.session_candidates(conn, key, model)
-            ranks = dict(conn.execute("SELECT memory_id, baseline_rank FROM session_memories WHERE session_key = ?",
-                                      (key,)).fetchall())
+            ranks = dict(
+                conn.execute(
+                    "SELECT memory_id, baseline_rank FROM session_memories WHERE session_key = ?", (key,)
+                ).fetchall()
+            )
             cands = sorted((r for r in cands if r.features is not None), key=lambda r: ranks.get(r.memory_id) or 0)
             evidence = {mem_of[e] for e in q.evidence if e in mem_of}
             raw = with_query_coverage([r.features or {} for r in cands], row[3] or "", [r.content for r in cands])
@@ -292,10 +325,16 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
             derived = derived_signals(conn, ids, project=row[0], session_time=when)
             vectors = [np.frombuffer(r.vector, dtype="<f4") if r.vector is not None else None for r in cands]
             session = build_session(
-                candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(cands, raw)], session_time=when,
-                session_gap_hours=float(signals.get("session_gap_hours", 0.0)), candidate_vectors=vectors,
-                candidate_texts=[r.content for r in cands], context_vector=None, context_text="",
-                project=row[0], native_dim=dim or 1)
+                candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(cands, raw)],
+                session_time=when,
+                session_gap_hours=float(signals.get("session_gap_hours", 0.0)),
+                candidate_vectors=vectors,
+                candidate_texts=[r.content for r in cands],
+                context_vector=None,
+                context_text="",
+                project=row[0],
+                native_dim=dim or 1,
+            )
             held = i >= n_train
             features = session.features.astype(np.float64)
             label_of = {r.memory_id: float(r.label or 0.0) for r in cands}
@@ -312,8 +351,9 @@ def load_conversation(conv: Conversation, home: Path, *, train_share: float = 0.
 FUSION_ALPHAS = (0.8, 0.6, 0.5, 0.4, 0.3)
 
 
-def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
-              ) -> tuple[list[float], list[float], dict[float, list[float]]]:
+def _evaluate(
+    ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
+) -> tuple[list[float], list[float], dict[float, list[float]]]:
     """Per held-out session: baseline NDCG@10, the model's, and the RRF fusion's at each alpha."""
     base, pred = [], []
     fused: dict[float, list[float]] = {a: [] for a in FUSION_ALPHAS}
@@ -327,8 +367,14 @@ def _evaluate(ranker: LinearRanker, held: Sequence[OfflineSession], rrf_k: float
     return base, pred, fused
 
 
-def load_first_pass(workdir: Path, data: Path, *, dating: str = "asked", recency: tuple[float, float] | None = None,
-                    progress: Progress | None = None) -> tuple[dict[str, list[OfflineSession]], float]:
+def load_first_pass(
+    workdir: Path,
+    data: Path,
+    *,
+    dating: str = "asked",
+    recency: tuple[float, float] | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, list[OfflineSession]], float]:
     """Every conversation's question sessions from the stores a first pass left in ``workdir``.
 
     ``dating`` and ``recency`` as for :func:`load_conversation`.
@@ -342,8 +388,10 @@ def load_first_pass(workdir: Path, data: Path, *, dating: str = "asked", recency
     """
     saved = workdir / "first-pass.json"
     if not saved.exists():
-        raise FileNotFoundError(f"no {saved}: run `memlane bench predictor --dataset locomo --workdir {workdir}` "
-                                "first (its first pass leaves the stores this reads)")
+        raise FileNotFoundError(
+            f"no {saved}: run `memlane bench predictor --dataset locomo --workdir {workdir}` "
+            "first (its first pass leaves the stores this reads)"
+        )
     first = json.loads(saved.read_text())
     homes = {r["conversation"]: Path(r["home"]) for r in first["results"]}
     share = float(first.get("key", {}).get("config", {}).get("train_share", 0.6))
@@ -358,8 +406,15 @@ def load_first_pass(workdir: Path, data: Path, *, dating: str = "asked", recency
     return sessions, share
 
 
-def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", recency: tuple[float, float] | None = None,
-        progress: Progress | None = None) -> dict[str, Any]:
+def run(
+    workdir: Path,
+    data: Path,
+    *,
+    seed: int = 0,
+    dating: str = "asked",
+    recency: tuple[float, float] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Every variant of :data:`VARIANTS` on every conversation of the first pass in ``workdir``.
 
     ``dating`` and ``recency`` as for :func:`load_conversation`.
@@ -377,9 +432,14 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
     """
     sessions, share = load_first_pass(workdir, data, dating=dating, recency=recency, progress=progress)
     convs = list(sessions)
-    report: dict[str, Any] = {"workdir": str(workdir), "train_share": share, "dating": dating,
-                              "recency": list(recency) if recency else None, "variants": {},
-                              "held_out_questions": sum(s.held_out for v in sessions.values() for s in v)}
+    report: dict[str, Any] = {
+        "workdir": str(workdir),
+        "train_share": share,
+        "dating": dating,
+        "recency": list(recency) if recency else None,
+        "variants": {},
+        "held_out_questions": sum(s.held_out for v in sessions.values() for s in v),
+    }
     rrf_k = PredictorSettings().rrf_k  # the daemon's default RRF constant
     steps = len(VARIANTS) * len(convs)
     done = 0
@@ -390,8 +450,9 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
             if source == "own":
                 train = [(s.features, s.labels) for s in own if s.labels is not None]
             else:
-                train = [(s.features, s.labels) for o, v in sessions.items() if o != cid
-                         for s in v if s.labels is not None]
+                train = [
+                    (s.features, s.labels) for o, v in sessions.items() if o != cid for s in v if s.labels is not None
+                ]
             ranker = fit_listwise_linear(train, leave_out=leave_out)
             weights.append(ranker.named_weights())
             base, pred, fused = _evaluate(ranker, [s for s in own if s.held_out], rrf_k)
@@ -400,17 +461,27 @@ def run(workdir: Path, data: Path, *, seed: int = 0, dating: str = "asked", rece
             for a in FUSION_ALPHAS:
                 all_fused[a] += fused[a]
             if base:
-                per[cid] = {"n": len(base), "baseline": float(np.mean(base)), "model": float(np.mean(pred)),
-                            "diff": float(np.mean(pred) - np.mean(base))}
+                per[cid] = {
+                    "n": len(base),
+                    "baseline": float(np.mean(base)),
+                    "model": float(np.mean(pred)),
+                    "diff": float(np.mean(pred) - np.mean(base)),
+                }
             done += 1
             if progress:
                 progress(name, done, steps)
         names = weights[0].keys() if weights else []
         report["variants"][name] = {
-            "training_set": source, "left_out": list(leave_out),
+            "training_set": source,
+            "left_out": list(leave_out),
             "overall": paired_bootstrap(all_pred, all_base, seed=seed) if all_base else None,
-            "per_conversation": per, "worst": min((v["diff"] for v in per.values()), default=None),
+            "per_conversation": per,
+            "worst": min((v["diff"] for v in per.values()), default=None),
             "mean_weights": {n: float(np.mean([w[n] for w in weights])) for n in names},
-            "fused_minus_baseline_by_alpha": {str(a): float(np.mean(all_fused[a]) - np.mean(all_base))
-                                              for a in FUSION_ALPHAS} if all_base else {}}
+            "fused_minus_baseline_by_alpha": {
+                str(a): float(np.mean(all_fused[a]) - np.mean(all_base)) for a in FUSION_ALPHAS
+            }
+            if all_base
+            else {},
+        }
     return report

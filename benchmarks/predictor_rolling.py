@@ -97,18 +97,20 @@ def training_window(sessions: Sequence[Session], start: int) -> list[Session]:
     Returns:
         ``sessions[start - 1], sessions[start - 2], ...``.
     """
-    return list(sessions[:start][::-1][:C.MAX_TRAINING_SESSIONS])
+    return list(sessions[:start][::-1][: C.MAX_TRAINING_SESSIONS])
 
 
 def _baseline_order(s: Session) -> np.ndarray:
     return np.argsort(-s.features[:, FEATURE_INDEX["baseline_rank_inv"]], kind="stable")
 
 
-def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: Sequence[Session]
-           ) -> tuple[list[float], list[float], list[float]] | None:
+def _block(
+    test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: Sequence[Session]
+) -> tuple[list[float], list[float], list[float]] | None:
     """Per tested session with a positive label: baseline, engine and ceiling NDCG@10."""
-    ceiling = fit_listwise_linear([(s.features.astype(np.float64), s.labels.astype(np.float64))
-                                   for s in train if s.labels is not None])
+    ceiling = fit_listwise_linear(
+        [(s.features.astype(np.float64), s.labels.astype(np.float64)) for s in train if s.labels is not None]
+    )
     got: list[tuple[float, float, float]] = []
     for s, e_scores in zip(test, engine_scores):
         assert s.labels is not None
@@ -127,9 +129,19 @@ def _block(test: Sequence[Session], engine_scores: Sequence[np.ndarray], train: 
     return bs, es, cs
 
 
-def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 0, min_train: int = 20,
-        block: int = 20, limit: int = 2000, seed: int = 0, fresh: bool = False, early: int = 50,
-        progress: Progress | None = None) -> dict[str, Any]:
+def run(
+    db_path: Path,
+    *,
+    embedding_model: str | None = None,
+    native_dim: int = 0,
+    min_train: int = 20,
+    block: int = 20,
+    limit: int = 2000,
+    seed: int = 0,
+    fresh: bool = False,
+    early: int = 50,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Rolling-origin evaluation of the engine and the linear ceiling on ``db_path``'s sessions.
 
     Args:
@@ -171,13 +183,20 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
             embedding_model, native_dim = store_embedding_model(conn)
             if embedding_model is None:
                 raise ValueError(f"{db_path} holds no embedding: name the model with --embedding-model")
-        sessions = load_sessions(conn, embedding_model=embedding_model, native_dim=native_dim,
-                                 min_confidence=C.MIN_SCORER_CONFIDENCE, limit=limit)[::-1]  # oldest first
+        sessions = load_sessions(
+            conn,
+            embedding_model=embedding_model,
+            native_dim=native_dim,
+            min_confidence=C.MIN_SCORER_CONFIDENCE,
+            limit=limit,
+        )[::-1]  # oldest first
     finally:
         conn.close()
     if len(sessions) <= min_train:
-        raise ValueError(f"{len(sessions)} training-grade sessions with varying labels in {db_path}: "
-                         f"need more than --min-train {min_train}")
+        raise ValueError(
+            f"{len(sessions)} training-grade sessions with varying labels in {db_path}: "
+            f"need more than --min-train {min_train}"
+        )
     blocks = rolling_blocks(len(sessions), min_train=min_train, block=block)
     base_all: list[float] = []
     engine_all: list[float] = []
@@ -192,8 +211,9 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
             train = training_window(sessions, start)
             t0 = time.perf_counter()
             if fresh:
-                engine = PredictorEngine(Path(tmp) / f"block-{b}", embedding_model_id=embedding_model,
-                                         native_dim=native_dim, seed=seed)
+                engine = PredictorEngine(
+                    Path(tmp) / f"block-{b}", embedding_model_id=embedding_model, native_dim=native_dim, seed=seed
+                )
             report = engine.train(train, save=False, influential=False)
             accepted += int(report.accepted)
             engine_scores = [engine.score(s) for s in sessions[start:end]]
@@ -207,20 +227,35 @@ def run(db_path: Path, *, embedding_model: str | None = None, native_dim: int = 
                 if start < early:
                     early_base += bs
                     early_engine += es
-                rows.append({"trained": start, "tested": len(bs), "stage": PredictorEngine.stage_for(start),
-                             "accepted": bool(report.accepted), "baseline": float(np.mean(bs)),
-                             "engine": float(np.mean(es)), "ceiling": float(np.mean(cs)),
-                             "train_s": round(train_s, 2)})
+                rows.append(
+                    {
+                        "trained": start,
+                        "tested": len(bs),
+                        "stage": PredictorEngine.stage_for(start),
+                        "accepted": bool(report.accepted),
+                        "baseline": float(np.mean(bs)),
+                        "engine": float(np.mean(es)),
+                        "ceiling": float(np.mean(cs)),
+                        "train_s": round(train_s, 2),
+                    }
+                )
             if progress:
                 progress("rolling", b + 1, len(blocks))
     if not base_all:
         raise ValueError("no tested session has a positive label")
-    return {"store": str(db_path), "embedding_model": embedding_model, "sessions": len(sessions),
-            "min_train": min_train, "block": block, "fresh": fresh,
-            "accepted_trainings": accepted, "tested": len(base_all), "blocks": rows,
-            "engine_vs_baseline": paired_bootstrap(engine_all, base_all, seed=seed),
-            "ceiling_vs_baseline": paired_bootstrap(ceiling_all, base_all, seed=seed),
-            "engine_vs_ceiling": paired_bootstrap(engine_all, ceiling_all, seed=seed),
-            "early": early,
-            "engine_vs_baseline_early": paired_bootstrap(early_engine, early_base, seed=seed) if early_base
-            else None}
+    return {
+        "store": str(db_path),
+        "embedding_model": embedding_model,
+        "sessions": len(sessions),
+        "min_train": min_train,
+        "block": block,
+        "fresh": fresh,
+        "accepted_trainings": accepted,
+        "tested": len(base_all),
+        "blocks": rows,
+        "engine_vs_baseline": paired_bootstrap(engine_all, base_all, seed=seed),
+        "ceiling_vs_baseline": paired_bootstrap(ceiling_all, base_all, seed=seed),
+        "engine_vs_ceiling": paired_bootstrap(engine_all, ceiling_all, seed=seed),
+        "early": early,
+        "engine_vs_baseline_early": paired_bootstrap(early_engine, early_base, seed=seed) if early_base else None,
+    }

@@ -32,15 +32,21 @@ _RANGE = re.compile(r"^(\d+)-(\d+)$")
 
 #: The issue's four targets: (key in run_simulated's "targets", the metric it judges, short
 #: name in the per-seed table, name in the summary line).
-_TARGETS = (("cold_start_exit_by_30", "cold_start_exit_session", "exit", "cold start exit by 30"),
-            ("alpha_le_0_5_by_80", "alpha_le_0_5_session", "alpha", "alpha <= 0.5 by 80"),
-            ("last50_fused_ge_baseline_plus_0.10", "last50_fused_vs_baseline", "last-50",
-             "last-50 fused >= baseline + 0.10"),
-            ("recovery_within_20", "recovery_sessions_after_change", "recovery", "recovery within 20"))
+_TARGETS = (
+    ("cold_start_exit_by_30", "cold_start_exit_session", "exit", "cold start exit by 30"),
+    ("alpha_le_0_5_by_80", "alpha_le_0_5_session", "alpha", "alpha <= 0.5 by 80"),
+    ("last50_fused_ge_baseline_plus_0.10", "last50_fused_vs_baseline", "last-50", "last-50 fused >= baseline + 0.10"),
+    ("recovery_within_20", "recovery_sessions_after_change", "recovery", "recovery within 20"),
+)
 
 #: Metrics averaged over seeds (a paired-bootstrap dict contributes its "diff").
-_METRICS = ("last50_fused_vs_baseline", "last50_predictor_vs_baseline", "cold_start_exit_session",
-            "alpha_le_0_5_session", "recovery_sessions_after_change")
+_METRICS = (
+    "last50_fused_vs_baseline",
+    "last50_predictor_vs_baseline",
+    "cold_start_exit_session",
+    "alpha_le_0_5_session",
+    "recovery_sessions_after_change",
+)
 
 
 def _metric(report: dict[str, Any], name: str) -> float | int | None:
@@ -75,9 +81,15 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def run_seeds(seeds: list[int], *, embedder: Embedder, workdir: Path, sessions: int = 200,
-              progress: Progress | None = None,
-              on_report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run_seeds(
+    seeds: list[int],
+    *,
+    embedder: Embedder,
+    workdir: Path,
+    sessions: int = 200,
+    progress: Progress | None = None,
+    on_report: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run :func:`run_simulated` for each seed in turn; returns the combined JSON report.
 
     Args:
@@ -98,15 +110,22 @@ def run_seeds(seeds: list[int], *, embedder: Embedder, workdir: Path, sessions: 
     for i, seed in enumerate(seeds):
         tick = None
         if progress is not None:
+
             def tick(stage: str, done: int, total: int, _i: int = i, _seed: int = seed) -> None:
                 progress(f"seed {_seed} ({_i + 1}/{len(seeds)}): {stage}", done, total)
+
         report = run_simulated(embedder=embedder, workdir=workdir, sessions=sessions, seed=seed, progress=tick)
         if on_report is not None:
             on_report(report)
         reports.append(report)
-    return {"dataset": "simulated", "seeds": seeds, "sessions": sessions,
-            "per_seed": [{k: v for k, v in r.items() if k not in ("rows", "curves", "description")} for r in reports],
-            "aggregate": summarize_seeds(reports), "seconds": time.perf_counter() - t0}
+    return {
+        "dataset": "simulated",
+        "seeds": seeds,
+        "sessions": sessions,
+        "per_seed": [{k: v for k, v in r.items() if k not in ("rows", "curves", "description")} for r in reports],
+        "aggregate": summarize_seeds(reports),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def summarize_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -139,8 +158,13 @@ def summarize_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
         last = r["rows"][-50:]
         fused += [x["ndcg10_fused"] for x in last]
         base += [x["ndcg10_baseline"] for x in last]
-    return {"n_seeds": len(reports), "targets_met": met, "mean": mean, "missing": missing,
-            "last50_fused_vs_baseline_pooled": paired_bootstrap(fused, base, seed=0)}
+    return {
+        "n_seeds": len(reports),
+        "targets_met": met,
+        "mean": mean,
+        "missing": missing,
+        "last50_fused_vs_baseline_pooled": paired_bootstrap(fused, base, seed=0),
+    }
 
 
 def render_seeds(console: Any, report: dict[str, Any]) -> None:
@@ -149,8 +173,16 @@ def render_seeds(console: Any, report: dict[str, Any]) -> None:
 
     agg = report["aggregate"]
     t = Table(title=f"simulated users, {report['sessions']} sessions each: the issue's targets per seed")
-    for col in ("seed", "last-50 fused - base [95% CI]", "predictor - base", "cold-start exit",
-                "alpha <= 0.5 from", "recovery", "drift resets", "targets missed"):
+    for col in (
+        "seed",
+        "last-50 fused - base [95% CI]",
+        "predictor - base",
+        "cold-start exit",
+        "alpha <= 0.5 from",
+        "recovery",
+        "drift resets",
+        "targets missed",
+    ):
         t.add_column(col)
 
     def num(v: Any) -> str:
@@ -167,23 +199,38 @@ def render_seeds(console: Any, report: dict[str, Any]) -> None:
 
     for r in report["per_seed"]:
         f = r["last50_fused_vs_baseline"]
-        t.add_row(str(r["seed"]), f"{f['diff']:+.3f} [{f['lo']:+.3f}, {f['hi']:+.3f}]",
-                  f"{r['last50_predictor_vs_baseline']['diff']:+.3f}", num(r["cold_start_exit_session"]),
-                  num(r["alpha_le_0_5_session"]), num(r["recovery_sessions_after_change"]),
-                  num(len(r["drift_reset_sessions"])), missed(r))
+        t.add_row(
+            str(r["seed"]),
+            f"{f['diff']:+.3f} [{f['lo']:+.3f}, {f['hi']:+.3f}]",
+            f"{r['last50_predictor_vs_baseline']['diff']:+.3f}",
+            num(r["cold_start_exit_session"]),
+            num(r["alpha_le_0_5_session"]),
+            num(r["recovery_sessions_after_change"]),
+            num(len(r["drift_reset_sessions"])),
+            missed(r),
+        )
     m = agg["mean"]
 
     def avg(name: str, fmt: str) -> str:
         return "-" if m[name] is None else format(m[name], fmt)
 
-    t.add_row("mean", avg("last50_fused_vs_baseline", "+.3f"), avg("last50_predictor_vs_baseline", "+.3f"),
-              avg("cold_start_exit_session", ".1f"), avg("alpha_le_0_5_session", ".1f"),
-              avg("recovery_sessions_after_change", ".1f"), "", "")
+    t.add_row(
+        "mean",
+        avg("last50_fused_vs_baseline", "+.3f"),
+        avg("last50_predictor_vs_baseline", "+.3f"),
+        avg("cold_start_exit_session", ".1f"),
+        avg("alpha_le_0_5_session", ".1f"),
+        avg("recovery_sessions_after_change", ".1f"),
+        "",
+        "",
+    )
     console.print(t)
     n, met = agg["n_seeds"], agg["targets_met"]
     p = agg["last50_fused_vs_baseline_pooled"]
     console.print("targets met: " + "; ".join(f"{name} on {met[t]}/{n} seeds" for t, _, _, name in _TARGETS))
-    console.print(f"last 50 sessions of all {n} seeds pooled ({p['n']} sessions): fused - baseline "
-                  f"{p['diff']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}] (95% paired bootstrap over sessions)")
+    console.print(
+        f"last 50 sessions of all {n} seeds pooled ({p['n']} sessions): fused - baseline "
+        f"{p['diff']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}] (95% paired bootstrap over sessions)"
+    )
     if agg["missing"]:
         console.print(f"not reached (left out of the means): {agg['missing']}")

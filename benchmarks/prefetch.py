@@ -44,8 +44,9 @@ def load_commits(path: Path) -> list[Commit]:
         if not line.strip():
             continue
         r = json.loads(line)
-        changes = tuple(Change(c["status"][0], c["paths"][-1], c["paths"][0] if len(c["paths"]) > 1 else None)
-                        for c in r["changes"])
+        changes = tuple(
+            Change(c["status"][0], c["paths"][-1], c["paths"][0] if len(c["paths"]) > 1 else None) for c in r["changes"]
+        )
         out.append(Commit(r["commit"], r["date"], r.get("subject", ""), changes))
     return out
 
@@ -142,8 +143,9 @@ def _cases(commits: list[Commit], suffix: str) -> list[tuple[Commit, str, set[st
     return out
 
 
-def run(data_dir: Path, *, use_git: bool = True, online: bool = False,
-        progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def run(
+    data_dir: Path, *, use_git: bool = True, online: bool = False, progress: Callable[[str], None] = lambda m: None
+) -> dict[str, Any]:
     """The whole benchmark; returns the report (see the module docstring). Works in a temporary
     directory (database and git repository) that is removed at the end.
 
@@ -160,8 +162,14 @@ def run(data_dir: Path, *, use_git: bool = True, online: bool = False,
     commits = load_commits(jsonl)
     cut = split_at_release(commits)
     history, later = commits[:cut], commits[cut:]
-    report: dict[str, Any] = {"data": str(data_dir), "history_commits": len(history), "later_commits": len(later),
-                              "online": online, "bootstrap": {}, "sets": {}}
+    report: dict[str, Any] = {
+        "data": str(data_dir),
+        "history_commits": len(history),
+        "later_commits": len(later),
+        "online": online,
+        "bootstrap": {},
+        "sets": {},
+    }
     imports = ImportBaseline(tree)
     with tempfile.TemporaryDirectory(prefix="memlane-prefetch-") as tmp:
         c = open_container(load_settings(home=Path(tmp) / "home", embedding={"provider": "none"}))
@@ -174,8 +182,7 @@ def run(data_dir: Path, *, use_git: bool = True, online: bool = False,
                 progress("bootstrapping from git log")
                 boot = svc.bootstrap_git(Path(tmp) / "repo")
                 read_back = read_history(Path(tmp) / "repo")
-                boot["differs_from_record"] = sum(
-                    1 for a, b in zip(history, read_back) if a.files() != b.files())
+                boot["differs_from_record"] = sum(1 for a, b in zip(history, read_back) if a.files() != b.files())
             else:
                 svc.apply("", history, replace=True)
                 boot = {"commits": len(history), **svc.stats("")}
@@ -192,8 +199,9 @@ def run(data_dir: Path, *, use_git: bool = True, online: bool = False,
     return report
 
 
-def _evaluate(svc: CoAccessService, history: list[Commit], later: list[Commit], imports: ImportBaseline,
-              suffix: str, online: bool) -> dict[str, Any]:
+def _evaluate(
+    svc: CoAccessService, history: list[Commit], later: list[Commit], imports: ImportBaseline, suffix: str, online: bool
+) -> dict[str, Any]:
     counts = CountBaseline()
     for c in history:
         counts.learn(c)
@@ -210,9 +218,11 @@ def _evaluate(svc: CoAccessService, history: list[Commit], later: list[Commit], 
             preds = svc.predict(q, k=10, suffix=suffix)
             times.append((time.perf_counter() - t0) * 1000)
             reasons.update(p.reason for p in preds)
-            for name, predicted in (("graph", [p.file for p in preds]),
-                                    ("cochange-count", counts.predict(q, 10, suffix)),
-                                    ("imports", imports.predict(q, 10, suffix))):
+            for name, predicted in (
+                ("graph", [p.file for p in preds]),
+                ("cochange-count", counts.predict(q, 10, suffix)),
+                ("imports", imports.predict(q, 10, suffix)),
+            ):
                 sums[name].update(score(predicted, targets))
         if online:
             svc.apply("", [commit])
@@ -220,6 +230,14 @@ def _evaluate(svc: CoAccessService, history: list[Commit], later: list[Commit], 
     n = len(cases)
     methods = {name: {m: round(v / n, 4) for m, v in s.items()} for name, s in sums.items()}
     qs = statistics.quantiles(times, n=20) if len(times) >= 2 else times * 19
-    return {"commits": n, "methods": methods, "prediction_reasons": dict(reasons),
-            "ms_per_commit": {"p50": round(statistics.median(times), 3), "p95": round(qs[18], 3),
-                              "max": round(max(times), 3), "mean": round(statistics.fmean(times), 3)}}
+    return {
+        "commits": n,
+        "methods": methods,
+        "prediction_reasons": dict(reasons),
+        "ms_per_commit": {
+            "p50": round(statistics.median(times), 3),
+            "p95": round(qs[18], 3),
+            "max": round(max(times), 3),
+            "mean": round(statistics.fmean(times), 3),
+        },
+    }

@@ -45,8 +45,13 @@ def boosted_ndcg(session: OfflineSession, weight: float, half_life_days: float) 
     return ndcg_binary(ids, session.evidence, len(session.evidence))
 
 
-def grid(sessions: Sequence[OfflineSession], *, weights: Sequence[float] = WEIGHTS,
-         half_lives: Sequence[float] = HALF_LIVES_DAYS, seed: int = 0) -> dict[str, Any]:
+def grid(
+    sessions: Sequence[OfflineSession],
+    *,
+    weights: Sequence[float] = WEIGHTS,
+    half_lives: Sequence[float] = HALF_LIVES_DAYS,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Evaluate every ``(weight, half-life)`` on the learning and the held-out sessions.
 
     Args:
@@ -74,21 +79,38 @@ def grid(sessions: Sequence[OfflineSession], *, weights: Sequence[float] = WEIGH
     points = []
     for w in weights:
         for h in half_lives:
-            points.append({"weight": w, "half_life_days": h,
-                           "learning": float(np.mean([boosted_ndcg(s, w, h) for s in learn])),
-                           "held_out": float(np.mean([boosted_ndcg(s, w, h) for s in held]))})
+            points.append(
+                {
+                    "weight": w,
+                    "half_life_days": h,
+                    "learning": float(np.mean([boosted_ndcg(s, w, h) for s in learn])),
+                    "held_out": float(np.mean([boosted_ndcg(s, w, h) for s in held])),
+                }
+            )
     picked = max(points, key=lambda p: p["learning"])  # first of equals: grid order
     picked_held = [boosted_ndcg(s, picked["weight"], picked["half_life_days"]) for s in held]
-    return {"points": points,
-            "baseline": {"learning": float(np.mean([boosted_ndcg(s, 0.0, 0.0) for s in learn])),
-                         "held_out": float(np.mean(base_held))},
-            "picked": picked, "picked_held_out": paired_bootstrap(picked_held, base_held, seed=seed),
-            "oracle": max(points, key=lambda p: p["held_out"])}
+    return {
+        "points": points,
+        "baseline": {
+            "learning": float(np.mean([boosted_ndcg(s, 0.0, 0.0) for s in learn])),
+            "held_out": float(np.mean(base_held)),
+        },
+        "picked": picked,
+        "picked_held_out": paired_bootstrap(picked_held, base_held, seed=seed),
+        "oracle": max(points, key=lambda p: p["held_out"]),
+    }
 
 
-def run_grid(workdir: Path, data: Path, *, dating: str = "answerable", weights: Sequence[float] = WEIGHTS,
-             half_lives: Sequence[float] = HALF_LIVES_DAYS, seed: int = 0,
-             progress: Progress | None = None) -> dict[str, Any]:
+def run_grid(
+    workdir: Path,
+    data: Path,
+    *,
+    dating: str = "answerable",
+    weights: Sequence[float] = WEIGHTS,
+    half_lives: Sequence[float] = HALF_LIVES_DAYS,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """:func:`grid` over every conversation of the first pass in ``workdir`` (pooled).
 
     Raises:
@@ -97,6 +119,11 @@ def run_grid(workdir: Path, data: Path, *, dating: str = "answerable", weights: 
     """
     sessions, share = load_first_pass(workdir, data, dating=dating, progress=progress)
     report = grid([s for v in sessions.values() for s in v], weights=weights, half_lives=half_lives, seed=seed)
-    return {"workdir": str(workdir), "dating": dating, "train_share": share,
-            "learning_questions": sum(not s.held_out for v in sessions.values() for s in v),
-            "held_out_questions": sum(s.held_out for v in sessions.values() for s in v), **report}
+    return {
+        "workdir": str(workdir),
+        "dating": dating,
+        "train_share": share,
+        "learning_questions": sum(not s.held_out for v in sessions.values() for s in v),
+        "held_out_questions": sum(s.held_out for v in sessions.values() for s in v),
+        **report,
+    }

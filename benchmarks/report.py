@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 from rich.table import Table
 
@@ -25,10 +25,22 @@ __all__ = ["REFERENCE", "out_path", "reference_table", "render_ablation", "rende
 
 #: Published turn-level retrieval reference points, in percent (MANIFEST.md).
 REFERENCE: tuple[dict[str, Any], ...] = (
-    {"name": "DRAGON (dense), dialog-turn database", "source": "LoCoMo paper, Table 3",
-     "R@5": 56.7, "R@10": 66.2, "R@25": 76.7, "R@50": 82.7},
-    {"name": "BM25 (rank-bm25, lowercase alphanumeric tokens)",
-     "source": "measured for this project", "R@5": 45.4, "R@10": 52.7, "R@25": 63.0, "R@50": 69.4},
+    {
+        "name": "DRAGON (dense), dialog-turn database",
+        "source": "LoCoMo paper, Table 3",
+        "R@5": 56.7,
+        "R@10": 66.2,
+        "R@25": 76.7,
+        "R@50": 82.7,
+    },
+    {
+        "name": "BM25 (rank-bm25, lowercase alphanumeric tokens)",
+        "source": "measured for this project",
+        "R@5": 45.4,
+        "R@10": 52.7,
+        "R@25": 63.0,
+        "R@50": 69.4,
+    },
 )
 _REF_METRICS = ("R@5", "R@10", "R@25", "R@50")
 
@@ -52,13 +64,16 @@ def _fmt(value: float | None) -> str:
 def _group_rows(table: Table, label: str, group: Mapping[str, Any], metrics: list[str]) -> None:
     for i, level in enumerate(LEVELS):
         n = f"{group['n']}" + (f" (+{group['excluded']} excl.)" if group.get("excluded") else "")
-        table.add_row(label if i == 0 else "", n if i == 0 else "", level,
-                      *(_fmt(group[level].get(m)) for m in metrics),
-                      end_section=(i == len(LEVELS) - 1))
+        table.add_row(
+            label if i == 0 else "",
+            n if i == 0 else "",
+            level,
+            *(_fmt(group[level].get(m)) for m in metrics),
+            end_section=(i == len(LEVELS) - 1),
+        )
 
 
-def render_table(agg: Mapping[str, Any], reference: bool = True,
-                 title: str = "LoCoMo retrieval (percent)") -> Table:
+def render_table(agg: Mapping[str, Any], reference: bool = True, title: str = "LoCoMo retrieval (percent)") -> Table:
     """Table of :func:`~benchmarks.metrics.aggregate` output.
 
     Rows: overall, then each category, each with a turn-level and a
@@ -79,8 +94,7 @@ def render_table(agg: Mapping[str, Any], reference: bool = True,
         _group_rows(table, f"{cat} {group.get('name', '')}".strip(), group, metrics)
     if reference:
         for ref in REFERENCE:
-            table.add_row(f"ref: {ref['name']}", "", "turn",
-                          *(_fmt(ref.get(m)) for m in metrics), style="dim")
+            table.add_row(f"ref: {ref['name']}", "", "turn", *(_fmt(ref.get(m)) for m in metrics), style="dim")
     return table
 
 
@@ -89,14 +103,19 @@ def render_ablation(ablation: Mapping[str, Any], full: Mapping[str, Any]) -> Tab
     R@5, R@10 and NDCG@10 overall and R@5 per category with each group left out, under the
     full model's row (percent)."""
     cats = [str(c) for c in full.get("by_category", {})]
-    table = Table(title="Learned ranker without each feature group (leave-one-conversation-out, turn level, percent)",
-                  title_justify="left")
+    table = Table(
+        title="Learned ranker without each feature group (leave-one-conversation-out, turn level, percent)",
+        title_justify="left",
+    )
     for c in ("features", "R@5", "R@10", "NDCG@10", *(f"R@5 cat {c}" for c in cats)):
         table.add_column(c, justify="left" if c == "features" else "right")
 
     def row(label: str, overall: Mapping[str, Any], by_cat: Mapping[str, Any]) -> None:
-        table.add_row(label, *(_fmt(overall.get(m)) for m in ("R@5", "R@10", "NDCG@10")),
-                      *(_fmt(by_cat.get(c, {}).get("R@5")) for c in cats))
+        table.add_row(
+            label,
+            *(_fmt(overall.get(m)) for m in ("R@5", "R@10", "NDCG@10")),
+            *(_fmt(by_cat.get(c, {}).get("R@5")) for c in cats),
+        )
 
     row("all", full["overall"]["turn"], {str(k): v["turn"] for k, v in full.get("by_category", {}).items()})
     for group, res in ablation.items():

@@ -25,19 +25,19 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
-from collections.abc import Callable
 
 import numpy as np
 
-from memlane.ranker.locomo import Conversation, load_locomo, summary
 from benchmarks.metrics import aggregate, latency_summary, score_question
 from memlane.config import Settings
-from memlane.embedding.base import Embedder
 from memlane.config.clock import to_iso
+from memlane.embedding.base import Embedder
+from memlane.ranker.locomo import Conversation, load_locomo, summary
 from memlane.services.inputs import RecallQuery
 
 #: Questions are recalled with this k (the protocol's R@50 needs 50).
@@ -68,13 +68,21 @@ def stages_of(settings: Settings) -> dict[str, Any]:
     """Which recall stages ``settings`` turn on, and their knobs (printed by the bench)."""
     r, p = settings.recall, settings.memory.pipeline_v2
     return {
-        "alpha": r.alpha, "context_weight": r.context_weight,
-        "rehearsal_weight": r.rehearsal_weight, "recency_weight": r.recency_weight,
-        "graph_boost": {"on": p.graph.enabled and p.graph.boost_weight > 0, "weight": p.graph.boost_weight,
-                        "max_share": p.graph.boost_max_share},
+        "alpha": r.alpha,
+        "context_weight": r.context_weight,
+        "rehearsal_weight": r.rehearsal_weight,
+        "recency_weight": r.recency_weight,
+        "graph_boost": {
+            "on": p.graph.enabled and p.graph.boost_weight > 0,
+            "weight": p.graph.boost_weight,
+            "max_share": p.graph.boost_max_share,
+        },
         "hints": p.hints.enabled,
-        "dampening": {"gravity": p.dampening.gravity_enabled, "hub": p.dampening.hub_enabled,
-                      "resolution": p.dampening.resolution_enabled},
+        "dampening": {
+            "gravity": p.dampening.gravity_enabled,
+            "hub": p.dampening.hub_enabled,
+            "resolution": p.dampening.resolution_enabled,
+        },
         "embedding_reranker": p.reranker.enabled,
         "ranker": r.ranker,
     }
@@ -84,17 +92,25 @@ def describe_stages(stages: dict[str, Any]) -> str:
     """One line naming each stage on or off."""
     g, d = stages["graph_boost"], stages["dampening"]
     on = lambda b: "on" if b else "off"  # noqa: E731
-    return (f"alpha {stages['alpha']}, context weight {stages['context_weight']}; "
-            f"graph boost {on(g['on'])} (+{g['weight']}, entities in <= {g['max_share']:.0%} of memories); "
-            f"hints {on(stages['hints'])}; dampening: gravity {on(d['gravity'])}, hub {on(d['hub'])}, "
-            f"resolution {on(d['resolution'])}; embedding reranker {on(stages['embedding_reranker'])}; "
-            f"rehearsal boost {stages['rehearsal_weight']} (no access is counted), recency boost "
-            f"{stages['recency_weight']}; ranker {stages['ranker']}")
+    return (
+        f"alpha {stages['alpha']}, context weight {stages['context_weight']}; "
+        f"graph boost {on(g['on'])} (+{g['weight']}, entities in <= {g['max_share']:.0%} of memories); "
+        f"hints {on(stages['hints'])}; dampening: gravity {on(d['gravity'])}, hub {on(d['hub'])}, "
+        f"resolution {on(d['resolution'])}; embedding reranker {on(stages['embedding_reranker'])}; "
+        f"rehearsal boost {stages['rehearsal_weight']} (no access is counted), recency boost "
+        f"{stages['recency_weight']}; ranker {stages['ranker']}"
+    )
 
 
-def run(data: Path, *, embedder: Embedder | None, config: RetrievalConfig = RetrievalConfig(),
-        workdir: Path | None = None, settings_overrides: dict[str, Any] | None = None,
-        progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run(
+    data: Path,
+    *,
+    embedder: Embedder | None,
+    config: RetrievalConfig = RetrievalConfig(),
+    workdir: Path | None = None,
+    settings_overrides: dict[str, Any] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-able report (metrics, throughput, latency, config,
     stages, and for the learned ranker how it was evaluated).
 
@@ -163,18 +179,25 @@ def run(data: Path, *, embedder: Embedder | None, config: RetrievalConfig = Retr
                 for q in conv.questions:
                     t1 = time.perf_counter()
                     captured: list[Any] = []
-                    res = c.recall.recall(RecallQuery(query=q.question, limit=RECALL_K, now=now, touch=False,
-                                                      ranker="heuristic"), pool_out=captured)
+                    res = c.recall.recall(
+                        RecallQuery(query=q.question, limit=RECALL_K, now=now, touch=False, ranker="heuristic"),
+                        pool_out=captured,
+                    )
                     latencies.append((time.perf_counter() - t1) * 1000)
                     ranked = [store.id_to_dia[h.memory.id] for h in res.hits]
-                    rows.append(score_question(ranked, q.evidence, q.category,
-                                               conversation=conv.id, question_index=q.index))
+                    rows.append(
+                        score_question(ranked, q.evidence, q.category, conversation=conv.id, question_index=q.index)
+                    )
                     pool = captured[0] if captured else None
                     dia = [store.seq_to_dia[s] for s in pool.seqs] if pool is not None else []
-                    x = (F.compute(q.question, pool, cache) if pool is not None
-                         else np.zeros((0, len(F.FEATURES)), np.float32))
-                    pools.append(QuestionPool(conv.id, q.index, q.category, q.question, q.evidence, dia, x, ranked,
-                                              pool))
+                    x = (
+                        F.compute(q.question, pool, cache)
+                        if pool is not None
+                        else np.zeros((0, len(F.FEATURES)), np.float32)
+                    )
+                    pools.append(
+                        QuestionPool(conv.id, q.index, q.category, q.question, q.evidence, dia, x, ranked, pool)
+                    )
                     done_q += 1
                     if progress:
                         progress(conv.id, done_q, total_q)
@@ -184,10 +207,16 @@ def run(data: Path, *, embedder: Embedder | None, config: RetrievalConfig = Retr
     report: dict[str, Any] = {
         "dataset": "locomo",
         "data": str(data),
-        "config": {"context_turns": config.context_turns, "alpha": config.alpha,
-                   "context_weight": config.context_weight, "use_vectors": config.use_vectors,
-                   "embedding_model": emb.model_id if emb else None, "k": RECALL_K,
-                   "ranker": config.ranker, "cv": config.cv},
+        "config": {
+            "context_turns": config.context_turns,
+            "alpha": config.alpha,
+            "context_weight": config.context_weight,
+            "use_vectors": config.use_vectors,
+            "embedding_model": emb.model_id if emb else None,
+            "k": RECALL_K,
+            "ranker": config.ranker,
+            "cv": config.cv,
+        },
         "stages": stages,
         "summary": info,
         "dropped_evidence_ids": info.get("dropped_evidence"),
@@ -195,8 +224,12 @@ def run(data: Path, *, embedder: Embedder | None, config: RetrievalConfig = Retr
         "metrics": aggregate(rows),
         "heuristic_metrics": None,
         "ranker": {"used": "heuristic", **ranker_state},
-        "ingest": {"memories": built, "seconds": ingest_s, "memories_per_s": built / ingest_s if ingest_s else None,
-                   "reused_memories": n_turns - built},
+        "ingest": {
+            "memories": built,
+            "seconds": ingest_s,
+            "memories_per_s": built / ingest_s if ingest_s else None,
+            "reused_memories": n_turns - built,
+        },
         "recall_latency_ms": latency_summary(latencies),
         "per_question": rows,
     }
@@ -210,13 +243,21 @@ def _ranker_state(c: Any, emb: Embedder | None) -> dict[str, Any]:
     r = c.recall.ranker
     model, why = r.model()
     reason = r.reason_off("learned", c.recall.index.model_id, emb is not None)
-    return {"model_path": str(r.path()), "header": {k: v for k, v in (model.header if model else {}).items()
-                                                    if k != "params"},
-            "available": reason is None, "unavailable_because": reason or why}
+    return {
+        "model_path": str(r.path()),
+        "header": {k: v for k, v in (model.header if model else {}).items() if k != "params"},
+        "available": reason is None,
+        "unavailable_because": reason or why,
+    }
 
 
-def _learned(report: dict[str, Any], pools: list, convs: list[Conversation], config: RetrievalConfig,
-             progress: Callable[[str, int, int], None] | None) -> None:
+def _learned(
+    report: dict[str, Any],
+    pools: list,
+    convs: list[Conversation],
+    config: RetrievalConfig,
+    progress: Callable[[str, int, int], None] | None,
+) -> None:
     """Fill ``report`` with the learned ranking's metrics (the heuristic's kept beside them)."""
     from memlane.ranker.model import load_cached
     from memlane.ranker.train import cross_validate, rerank
@@ -232,9 +273,12 @@ def _learned(report: dict[str, Any], pools: list, convs: list[Conversation], con
     if state["available"]:
         state["rerank_latency_ms"] = rerank_latency(pools, load_cached(Path(state["model_path"])))
     if (config.cv == "conversation" or overlap) and len(ids) < 2:
-        state["note"] = ("learned ranker not evaluated: " + ("the model was trained on " + ", ".join(overlap)
-                         if overlap else "cross-validation was asked for") + " and leave-one-conversation-out "
-                         "needs two or more conversations; heuristic ranking")
+        state["note"] = (
+            "learned ranker not evaluated: "
+            + ("the model was trained on " + ", ".join(overlap) if overlap else "cross-validation was asked for")
+            + " and leave-one-conversation-out "
+            "needs two or more conversations; heuristic ranking"
+        )
         return
     if config.cv == "conversation" or overlap:
         rankings, folds = cross_validate(pools, progress=progress)
@@ -242,15 +286,25 @@ def _learned(report: dict[str, Any], pools: list, convs: list[Conversation], con
             assert f.test not in f.train
         state["evaluation"] = "leave-one-conversation-out"
         state["folds"] = [{"test": f.test, "train": f.train} for f in folds]
-        state["note"] = ("the shipped model was trained on " + ", ".join(overlap) + "; " if overlap else "") + \
-            "each conversation is ranked by a model trained on the other conversations only"
+        state["note"] = (
+            "the shipped model was trained on " + ", ".join(overlap) + "; " if overlap else ""
+        ) + "each conversation is ranked by a model trained on the other conversations only"
     else:
         model = load_cached(Path(state["model_path"]))
-        rankings = {(p.conversation, p.index): rerank(p, model.predict(p.x) if len(p.dia_ids) else np.zeros(0))
-                    for p in pools}
+        rankings = {
+            (p.conversation, p.index): rerank(p, model.predict(p.x) if len(p.dia_ids) else np.zeros(0)) for p in pools
+        }
         state["evaluation"] = "model as configured (trained on none of these conversations)"
-    rows = [score_question(rankings[(p.conversation, p.index)], p.evidence, p.category,
-                           conversation=p.conversation, question_index=p.index) for p in pools]
+    rows = [
+        score_question(
+            rankings[(p.conversation, p.index)],
+            p.evidence,
+            p.category,
+            conversation=p.conversation,
+            question_index=p.index,
+        )
+        for p in pools
+    ]
     report["heuristic_metrics"] = heuristic
     report["heuristic_per_question"] = report["per_question"]
     report["metrics"] = aggregate(rows)
@@ -294,12 +348,22 @@ def ablation(pools: list, progress: Callable[[str, int, int], None] | None = Non
     for g in F.GROUPS:
         keep = [i for i, name in enumerate(F.FEATURES) if F.FEATURE_GROUPS[name] != g]
         rankings, _ = cross_validate(pools, columns=keep)
-        rows = [score_question(rankings[(p.conversation, p.index)], p.evidence, p.category,
-                               conversation=p.conversation, question_index=p.index) for p in pools]
+        rows = [
+            score_question(
+                rankings[(p.conversation, p.index)],
+                p.evidence,
+                p.category,
+                conversation=p.conversation,
+                question_index=p.index,
+            )
+            for p in pools
+        ]
         agg = aggregate(rows)
         pick = lambda grp: {m: grp["turn"][m] for m in ("R@5", "R@10", "NDCG@10")}  # noqa: E731
-        out[g] = {"overall": pick(agg["overall"]),
-                  "by_category": {str(k): pick(v) for k, v in agg["by_category"].items()}}
+        out[g] = {
+            "overall": pick(agg["overall"]),
+            "by_category": {str(k): pick(v) for k, v in agg["by_category"].items()},
+        }
         if progress:
             progress(f"ablation without {g}", len(out), len(F.GROUPS))
     return out

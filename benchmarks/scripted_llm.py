@@ -91,19 +91,31 @@ class ScriptedLlmServer:
                 if reply.raw is not None:
                     body = reply.raw
                 elif openai:
-                    body = json.dumps({"id": "x", "object": "chat.completion", "choices": [
-                        {"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": "stop"}]}).encode()
+                    body = json.dumps(
+                        {
+                            "id": "x",
+                            "object": "chat.completion",
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": reply.text},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                        }
+                    ).encode()
                 else:
-                    body = json.dumps({"model": payload.get("model", "m"), "response": reply.text,
-                                       "done": True}).encode()
+                    body = json.dumps(
+                        {"model": payload.get("model", "m"), "response": reply.text, "done": True}
+                    ).encode()
                 self._send(reply.status, body)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="scripted-llm", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-llm", daemon=True
+        )
 
     def start(self) -> ScriptedLlmServer:
         """Start serving (returns self)."""
@@ -133,7 +145,7 @@ def prompt_input(prompt: str) -> str:
     start = prompt.rfind("\nInput: ")
     if start < 0:
         return ""
-    body = prompt[start + len("\nInput: "):]
+    body = prompt[start + len("\nInput: ") :]
     end = body.rfind("\nOutput:")
     return (body[:end] if end >= 0 else body).strip()
 
@@ -145,11 +157,22 @@ def instant_pipeline_reply(prompt: str) -> str:
         # decision stage finds the source's neighbours as candidates).
         words = prompt_input(prompt).split() or ["empty", "input"]
         first, second = " ".join(words[:12]), " ".join(words[12:24]) or " ".join(words[:6])
-        return json.dumps({"facts": [
-            {"content": f"Stated fact: {first}", "type": "fact", "confidence": 0.9},
-            {"content": f"Preference noted: {second}", "type": "preference", "confidence": 0.8}],
-            "entities": [{"source": words[0].strip(":"), "relationship": "said", "target": " ".join(words[1:4]),
-                          "confidence": 0.8}]})
+        return json.dumps(
+            {
+                "facts": [
+                    {"content": f"Stated fact: {first}", "type": "fact", "confidence": 0.9},
+                    {"content": f"Preference noted: {second}", "type": "preference", "confidence": 0.8},
+                ],
+                "entities": [
+                    {
+                        "source": words[0].strip(":"),
+                        "relationship": "said",
+                        "target": " ".join(words[1:4]),
+                        "confidence": 0.8,
+                    }
+                ],
+            }
+        )
     if DECISION_MARKER in prompt:
         return '{"action": "ADD", "confidence": 0.9, "reason": "new information"}'
     if CONTRADICTION_MARKER in prompt:

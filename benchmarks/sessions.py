@@ -18,22 +18,22 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from datetime import datetime, timedelta, UTC
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import httpx
 
-from memlane.auth import auth_headers
 from benchmarks.corpus import memory_texts, queries
 from benchmarks.daemon import free_port, start_daemon
 from benchmarks.latency import wait_for_job_backlog, wait_for_predictor
 from benchmarks.metrics import latency_summary
-from memlane.homelock import acquire as acquire_home
+from memlane.auth import auth_headers
 from memlane.config import load_settings
-from memlane.container import open_container
 from memlane.config.clock import to_iso
+from memlane.container import open_container
+from memlane.homelock import acquire as acquire_home
 from memlane.services.inputs import RememberInput
 
 PROJECT = "/bench/project"
@@ -52,11 +52,18 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
         now = datetime.now(UTC)
         done = 0
         for start in range(0, len(texts), FILL_CHUNK):
-            chunk = texts[start:start + FILL_CHUNK]
-            items = [RememberInput(
-                content=t, project=PROJECT, importance=round(rng.uniform(0.3, 0.9), 2),
-                created_at=to_iso(now - timedelta(days=rng.uniform(0, 60))), pinned=rng.random() < 0.01,
-                who="bench") for t in chunk]
+            chunk = texts[start : start + FILL_CHUNK]
+            items = [
+                RememberInput(
+                    content=t,
+                    project=PROJECT,
+                    importance=round(rng.uniform(0.3, 0.9), 2),
+                    created_at=to_iso(now - timedelta(days=rng.uniform(0, 60))),
+                    pinned=rng.random() < 0.01,
+                    who="bench",
+                )
+                for t in chunk
+            ]
             c.memories.remember_many(items)
             done += len(chunk)
             if progress:
@@ -66,8 +73,9 @@ def fill_store(home: Path, data: Path, n: int, progress: Callable[[str, int, int
         c.close()
 
 
-def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniLM-L6-v2-onnx-int8",
-               native_dim: int = 384) -> None:
+def seed_alpha(
+    home: Path, alpha: float, *, embedding_model_id: str = "all-MiniLM-L6-v2-onnx-int8", native_dim: int = 384
+) -> None:
     """Store a policy state whose alpha is ``alpha`` (trained, cold start exited, past the early
     floors, a non-negative margin EMA) in ``home``'s database, read by the next daemon, and a
     model for its sidecar to serve (``predictor/model.bin``, the untrained weights in the
@@ -82,16 +90,23 @@ def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniL
     """
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"alpha must be in [0, 1), got {alpha}")
-    from memlane.predictor import policy
     from memlane.config import predictor as C
+    from memlane.predictor import policy
     from memlane.storage import predictor as pred_sql
     from memlane.storage.db import connect
 
-    state = policy.PolicyState(success_rate=1.0 - alpha, comparisons=C.COLD_START_WINDOW,
-                               recent_wins=[1] * C.COLD_START_WINDOW, trained=True, model_version=1,
-                               cold_start_exited=True, sessions_since_exit=C.EARLY_ACTIVE_RAMP_SESSIONS,
-                               training_sessions=1000, margin_ema=0.1,
-                               recent_margins=[0.1] * C.MARGIN_WINDOW)
+    state = policy.PolicyState(
+        success_rate=1.0 - alpha,
+        comparisons=C.COLD_START_WINDOW,
+        recent_wins=[1] * C.COLD_START_WINDOW,
+        trained=True,
+        model_version=1,
+        cold_start_exited=True,
+        sessions_since_exit=C.EARLY_ACTIVE_RAMP_SESSIONS,
+        training_sessions=1000,
+        margin_ema=0.1,
+        recent_margins=[0.1] * C.MARGIN_WINDOW,
+    )
     assert abs(policy.alpha_for(state) - alpha) < 1e-9
     conn = connect(home / "memories.db")
     try:
@@ -103,14 +118,24 @@ def seed_alpha(home: Path, alpha: float, *, embedding_model_id: str = "all-MiniL
     if not (home / "predictor" / C.CHECKPOINT_NAME).is_file():
         from memlane.predictor.engine import PredictorEngine
 
-        PredictorEngine(home / "predictor", embedding_model_id=embedding_model_id,
-                        native_dim=native_dim).save_checkpoint()
+        PredictorEngine(
+            home / "predictor", embedding_model_id=embedding_model_id, native_dim=native_dim
+        ).save_checkpoint()
 
 
-def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_per_session: int = 3,
-                 store: Path | None = None, gap_s: float = 0.5, predictor: bool = True,
-                 alpha: float | None = None, phase: str | None = None,
-                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run_sessions(
+    data: Path,
+    *,
+    n_memories: int,
+    n_sessions: int = 100,
+    prompts_per_session: int = 3,
+    store: Path | None = None,
+    gap_s: float = 0.5,
+    predictor: bool = True,
+    alpha: float | None = None,
+    phase: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Fill (or reuse) a store, start a daemon on it and time the hooks.
 
     ``gap_s`` (seconds) passes between one session's end and the next start, as between real
@@ -151,19 +176,24 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
         run = f"{int(time.time())}"
         with_phase = {"phase": phase} if phase is not None else {}
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
-                              headers=auth_headers(home)) as http:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, headers=auth_headers(home)) as http:
                 if predictor:
                     wait_for_predictor(http)
                 backlog = wait_for_job_backlog(http)
-                for w in range(3):  # warm-up, not measured; the measured starts' request (their context is cached after)
-                    http.post("/api/hooks/session-start", json={"session_key": f"warm-{run}-{w}", "project": PROJECT,
-                                                                "cwd": PROJECT, "harness": "bench"})
+                for w in range(
+                    3
+                ):  # warm-up, not measured; the measured starts' request (their context is cached after)
+                    http.post(
+                        "/api/hooks/session-start",
+                        json={"session_key": f"warm-{run}-{w}", "project": PROJECT, "cwd": PROJECT, "harness": "bench"},
+                    )
                 for i in range(n_sessions):
                     key = f"bench-{run}-{i}"
                     t = time.perf_counter()
-                    r = http.post("/api/hooks/session-start", json={"session_key": key, "project": PROJECT,
-                                                                    "cwd": PROJECT, "harness": "bench", **with_phase})
+                    r = http.post(
+                        "/api/hooks/session-start",
+                        json={"session_key": key, "project": PROJECT, "cwd": PROJECT, "harness": "bench", **with_phase},
+                    )
                     starts.append((time.perf_counter() - t) * 1000)
                     r.raise_for_status()
                     body = r.json()
@@ -173,13 +203,21 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                     for j in range(prompts_per_session):
                         q = qs[(i * prompts_per_session + j) % len(qs)]
                         t = time.perf_counter()
-                        http.post("/api/hooks/user-prompt-submit",
-                                  json={"session_key": key, "prompt": q, "project": PROJECT,
-                                        **with_phase}).raise_for_status()
+                        http.post(
+                            "/api/hooks/user-prompt-submit",
+                            json={"session_key": key, "prompt": q, "project": PROJECT, **with_phase},
+                        ).raise_for_status()
                         prompts.append((time.perf_counter() - t) * 1000)
                     t = time.perf_counter()
-                    http.post("/api/hooks/session-end", json={"session_key": key, "project": PROJECT, "cwd": PROJECT,
-                                                              "transcript": "\n".join(qs[i:i + 3])}).raise_for_status()
+                    http.post(
+                        "/api/hooks/session-end",
+                        json={
+                            "session_key": key,
+                            "project": PROJECT,
+                            "cwd": PROJECT,
+                            "transcript": "\n".join(qs[i : i + 3]),
+                        },
+                    ).raise_for_status()
                     ends.append((time.perf_counter() - t) * 1000)
                     time.sleep(gap_s)
                     if progress:
@@ -192,24 +230,38 @@ def run_sessions(data: Path, *, n_memories: int, n_sessions: int = 100, prompts_
                 proc.wait(timeout=30)
             except Exception:
                 proc.kill()
-        return {"store_size": size, "sessions": n_sessions, "prompts_per_session": prompts_per_session,
-                "gap_s": gap_s, "phase": phase,
-                "session_start": latency_summary(starts), "prompt_submit": latency_summary(prompts),
-                "session_end": latency_summary(ends),
-                "job_backlog": backlog,
-                "session_start_in_daemon": latency_summary(served),
-                "samples_ms": {"session_start": [round(x, 3) for x in starts],
-                               "session_start_in_daemon": [round(x, 3) for x in served],
-                               "prompt_submit": [round(x, 3) for x in prompts],
-                               "session_end": [round(x, 3) for x in ends]},
-                "processes": processes,
-                "max_candidate_pool": max(pools),
-                "mean_candidate_pool": sum(pools) / len(pools), "mean_injected": sum(injected) / len(injected),
-                "predictor": {"enabled": predictor, "scored_sessions": pstatus.get("scored_sessions"),
-                              "score_errors": pstatus.get("score_errors"), "phase": pstatus.get("phase"),
-                              "alpha": pstatus.get("alpha"), "deferred_sessions": pstatus.get("deferred_sessions"),
-                              "pending_records": pstatus.get("pending_records"),
-                              "score_latency_ms": pstatus.get("score_latency_ms")}}
+        return {
+            "store_size": size,
+            "sessions": n_sessions,
+            "prompts_per_session": prompts_per_session,
+            "gap_s": gap_s,
+            "phase": phase,
+            "session_start": latency_summary(starts),
+            "prompt_submit": latency_summary(prompts),
+            "session_end": latency_summary(ends),
+            "job_backlog": backlog,
+            "session_start_in_daemon": latency_summary(served),
+            "samples_ms": {
+                "session_start": [round(x, 3) for x in starts],
+                "session_start_in_daemon": [round(x, 3) for x in served],
+                "prompt_submit": [round(x, 3) for x in prompts],
+                "session_end": [round(x, 3) for x in ends],
+            },
+            "processes": processes,
+            "max_candidate_pool": max(pools),
+            "mean_candidate_pool": sum(pools) / len(pools),
+            "mean_injected": sum(injected) / len(injected),
+            "predictor": {
+                "enabled": predictor,
+                "scored_sessions": pstatus.get("scored_sessions"),
+                "score_errors": pstatus.get("score_errors"),
+                "phase": pstatus.get("phase"),
+                "alpha": pstatus.get("alpha"),
+                "deferred_sessions": pstatus.get("deferred_sessions"),
+                "pending_records": pstatus.get("pending_records"),
+                "score_latency_ms": pstatus.get("score_latency_ms"),
+            },
+        }
     finally:
         if tmp:
             tmp.cleanup()

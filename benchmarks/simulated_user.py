@@ -51,9 +51,34 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from benchmarks.simulated_user_data import (
-    TOPICS, OLD_MAIN, SECOND, SIDE, NEW_MAIN, VAGUE_SHARE_RANGE, SCOPED_SHARE, MENTION_SHARE, START, PROJECTS,
-    FACTS, LESSONS, VOLATILE, VOLATILE_VALUES, PREFS, CORE_PREF_WEIGHTS, GENERAL, GENERAL_TAG,
-    N_GENERAL_AT_START, TASKS, VAGUE, NEXT, OPEN, SLOTS, HABITS, HABITS_AFTER, TOPIC_BIAS)
+    CORE_PREF_WEIGHTS,
+    FACTS,
+    GENERAL,
+    GENERAL_TAG,
+    HABITS,
+    HABITS_AFTER,
+    LESSONS,
+    MENTION_SHARE,
+    N_GENERAL_AT_START,
+    NEW_MAIN,
+    NEXT,
+    OLD_MAIN,
+    OPEN,
+    PREFS,
+    PROJECTS,
+    SCOPED_SHARE,
+    SECOND,
+    SIDE,
+    SLOTS,
+    START,
+    TASKS,
+    TOPIC_BIAS,
+    TOPICS,
+    VAGUE,
+    VAGUE_SHARE_RANGE,
+    VOLATILE,
+    VOLATILE_VALUES,
+)
 from memlane.normalize import content_hash
 
 __all__ = ["SimMemory", "SimSession", "SimulatedUser", "generate", "TOPICS", "VAGUE_SHARE_RANGE"]
@@ -68,6 +93,7 @@ class SimMemory:
     ``supersede_events`` replace it (>= ``stale_from``). ``about``: the project it concerns
     (None for preferences/general notes); ``project``: the stored scope (mostly None).
     ``kind``: fact (static project note), lesson, volatile, summary, preference or general."""
+
     key: str
     content: str
     project: str | None
@@ -91,6 +117,7 @@ class SimSession:
     """One session. ``relevant``: memory key -> 1.0 (needed) / 0.5 (useful), 2-6 keys.
     ``supersede_events``: (new_key, old_key) pairs applied at the start of this session.
     ``slot``: morning/afternoon/evening/weekend; ``vague``: the context names no project detail."""
+
     index: int
     local_time: datetime
     project: str
@@ -106,6 +133,7 @@ class SimSession:
 class SimulatedUser:
     """The generated user. ``memories`` in creation order (``created_session`` non-decreasing),
     ``sessions`` by index (tuples, read like lists)."""
+
     seed: int
     change_at: int
     memories: tuple[SimMemory, ...]
@@ -132,7 +160,7 @@ class SimulatedUser:
         """Counts: memories per about/scope/type, sessions per project before/after the change,
         per slot, mean relevant keys per session, vague-context share, supersessions."""
         before = Counter(s.project for s in self.sessions[: self.change_at])
-        after = Counter(s.project for s in self.sessions[self.change_at:])
+        after = Counter(s.project for s in self.sessions[self.change_at :])
         return {
             "memories": len(self.memories),
             "initial_memories": sum(m.created_session == 0 for m in self.memories),
@@ -141,8 +169,10 @@ class SimulatedUser:
             "memories_by_type": dict(Counter(m.type for m in self.memories)),
             "supersessions": sum(len(s.supersede_events) for s in self.sessions),
             "stale_never_superseded": sum(m.stale_from is not None and m.superseded_at is None for m in self.memories),
-            "sessions": len(self.sessions), "change_at": self.change_at,
-            "sessions_before_change": dict(before), "sessions_after_change": dict(after),
+            "sessions": len(self.sessions),
+            "change_at": self.change_at,
+            "sessions_before_change": dict(before),
+            "sessions_after_change": dict(after),
             "sessions_by_slot": dict(Counter(s.slot for s in self.sessions)),
             "mean_relevant": round(sum(len(s.relevant) for s in self.sessions) / max(1, len(self.sessions)), 3),
             "vague_share": round(sum(s.vague for s in self.sessions) / max(1, len(self.sessions)), 3),
@@ -151,13 +181,15 @@ class SimulatedUser:
     def describe(self) -> str:
         """One paragraph for the bench report."""
         st = self.stats()
-        return (f"Simulated developer (seed {self.seed}): {st['sessions']} sessions from "
-                f"{self.sessions[0].local_time:%Y-%m-%d} to {self.sessions[-1].local_time:%Y-%m-%d}, "
-                f"{st['memories']} memories ({st['initial_memories']} at start), 4 projects sharing 8 topics "
-                f"(deploy, migrations, tests, auth, logging, ci, deps, config), time-of-day habits, "
-                f"{st['supersessions']} stale facts superseded 2-6 sessions late, main project "
-                f"{OLD_MAIN} -> {NEW_MAIN} at session {self.change_at}, always-useful preferences; "
-                f"{st['vague_share']:.0%} vague contexts, {st['mean_relevant']:.1f} relevant memories per session.")
+        return (
+            f"Simulated developer (seed {self.seed}): {st['sessions']} sessions from "
+            f"{self.sessions[0].local_time:%Y-%m-%d} to {self.sessions[-1].local_time:%Y-%m-%d}, "
+            f"{st['memories']} memories ({st['initial_memories']} at start), 4 projects sharing 8 topics "
+            f"(deploy, migrations, tests, auth, logging, ci, deps, config), time-of-day habits, "
+            f"{st['supersessions']} stale facts superseded 2-6 sessions late, main project "
+            f"{OLD_MAIN} -> {NEW_MAIN} at session {self.change_at}, always-useful preferences; "
+            f"{st['vague_share']:.0%} vague contexts, {st['mean_relevant']:.1f} relevant memories per session."
+        )
 
 
 def _fill(tpl: str, fields: dict, rng: random.Random) -> str:
@@ -192,9 +224,20 @@ def generate(seed: int = 0, sessions: int = 200, change_at: int = 100) -> Simula
         lo, hi = {"preference": (0.6, 0.9), "decision": (0.5, 0.85), "procedural": (0.45, 0.85)}.get(typ, (0.3, 0.8))
         if about is not None and scope is None and rng.random() < SCOPED_SHARE:
             scope = about
-        m = dict(key=f"m{len(mems) + 1:04d}", content=content, project=scope, type=typ,
-                 importance=round(rng.uniform(lo, hi), 2), created_session=created, supersedes=supersedes,
-                 about=about, topic=topic, kind=kind, stale_from=None, superseded_at=None)
+        m = dict(
+            key=f"m{len(mems) + 1:04d}",
+            content=content,
+            project=scope,
+            type=typ,
+            importance=round(rng.uniform(lo, hi), 2),
+            created_session=created,
+            supersedes=supersedes,
+            about=about,
+            topic=topic,
+            kind=kind,
+            stale_from=None,
+            superseded_at=None,
+        )
         hashes.add(content_hash(content))
         mems.append(m)
         by_pt.setdefault((about, topic), []).append(m)
@@ -203,8 +246,9 @@ def generate(seed: int = 0, sessions: int = 200, change_at: int = 100) -> Simula
     backlog: dict[tuple, list] = {}  # (project, topic) -> notes not yet written: static facts, then lessons
     for p in PROJECTS:
         for t in TOPICS:
-            backlog[(p, t)] = [(typ, "fact", x) for typ, x in FACTS[t]] + [("fact", "lesson", x)
-                                                                           for x in rng.sample(LESSONS[t], len(LESSONS[t]))]
+            backlog[(p, t)] = [(typ, "fact", x) for typ, x in FACTS[t]] + [
+                ("fact", "lesson", x) for x in rng.sample(LESSONS[t], len(LESSONS[t]))
+            ]
 
     def learn(p: str, t: str, created: int, n: int) -> None:
         while n > 0 and backlog[(p, t)]:
@@ -275,33 +319,48 @@ def generate(seed: int = 0, sessions: int = 200, change_at: int = 100) -> Simula
         out.append(SimSession(s, when, project, context, relevant, tuple(events), topic, slot, vague))
         # The fact behind one volatile note of this project changes now (p = 0.12): wrong from
         # the next session on, replaced 2-6 sessions after that.
-        live = [k for k, (m, i) in chains.items() if k[0] == project and m["stale_from"] is None
-                and i + 1 < len(VOLATILE_VALUES[project][k[1]]) and m["created_session"] <= s]
+        live = [
+            k
+            for k, (m, i) in chains.items()
+            if k[0] == project
+            and m["stale_from"] is None
+            and i + 1 < len(VOLATILE_VALUES[project][k[1]])
+            and m["created_session"] <= s
+        ]
         if live and rng.random() < 0.12:
             k = live[rng.randrange(len(live))]
             chains[k][0]["stale_from"] = s + 1
             pending.setdefault(s + 1 + rng.randint(2, 6), []).append(k)
         # Notes written in this session exist from the next one: a summary (p = 0.6), lessons.
         if rng.random() < 0.6:
-            add(f"{when:%a %d %b} ({project}): {task}; {rng.choice(OPEN)}: {rng.choice(NEXT)}.", "fact", "summary",
-                s + 1, project, topic)
+            add(
+                f"{when:%a %d %b} ({project}): {task}; {rng.choice(OPEN)}: {rng.choice(NEXT)}.",
+                "fact",
+                "summary",
+                s + 1,
+                project,
+                topic,
+            )
         learn(project, topic, s + 1, rng.choice([0, 1, 1, 2]))
         if late_general and rng.random() < 0.05:
             topic, _tag, text = late_general.pop(0)
             add(text, "fact", "general", s + 1, topic=topic)
-    return SimulatedUser(seed, change_at, tuple(SimMemory(**m) for m in mems if m["created_session"] < sessions),
-                         tuple(out))
+    return SimulatedUser(
+        seed, change_at, tuple(SimMemory(**m) for m in mems if m["created_session"] < sessions), tuple(out)
+    )
 
 
 def _alive(m: dict, s: int) -> bool:
     return m["created_session"] <= s and (m["stale_from"] is None or s < m["stale_from"])
 
 
-def _relevance(rng: random.Random, s: int, project: str, topic: str, by_pt: dict, prefs: list,
-               cont: bool) -> dict[str, float]:
+def _relevance(
+    rng: random.Random, s: int, project: str, topic: str, by_pt: dict, prefs: list, cont: bool
+) -> dict[str, float]:
     """2-6 keys: the thread's last summary when continuing, 1-2 needed and 0-2 useful notes of
     (project, topic) (recent notes and recent replacements weigh more), then general notes of
     the topic that fit the project's stack, preferences, and other-topic notes to reach 2."""
+
     def weight(m):
         age = s - m["created_session"]
         return 1.0 + 2.0 * (m["supersedes"] is not None and age < 30) + 1.5 * (m["created_session"] > 0 and age <= 8)
@@ -317,8 +376,11 @@ def _relevance(rng: random.Random, s: int, project: str, topic: str, by_pt: dict
             if pool:
                 rel[_wchoice(rng, pool, [weight(m) for m in pool])["key"]] = grade
     stack = PROJECTS[project]["stack"].split()
-    gen = [m for m in by_pt.get((None, topic), []) if m["kind"] == "general" and _alive(m, s)
-           and GENERAL_TAG[m["content"]] in (None, *stack)]
+    gen = [
+        m
+        for m in by_pt.get((None, topic), [])
+        if m["kind"] == "general" and _alive(m, s) and GENERAL_TAG[m["content"]] in (None, *stack)
+    ]
     if gen and rng.random() < 0.3:
         rel.setdefault(rng.choice(gen)["key"], 0.5)
     if rng.random() < 0.5:

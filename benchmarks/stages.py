@@ -47,9 +47,12 @@ def stage_flags(on: bool, reranker: bool = False) -> dict[str, Any]:
     """The ``memory.pipelineV2`` mapping turning hints, graph boost and dampening ``on`` (or off);
     the reranker is on only when both ``on`` and ``reranker``."""
     # the boost at the seed's weight: memlane ships it at 0 (docs/benchmarks.md), which would time nothing
-    return {"hints": {"enabled": on}, "graph": {"enabled": on, "boost_weight": GRAPH_WEIGHT if on else 0.0},
-            "reranker": {"enabled": on and reranker},
-            "dampening": {k: on for k in _DAMPENING}}
+    return {
+        "hints": {"enabled": on},
+        "graph": {"enabled": on, "boost_weight": GRAPH_WEIGHT if on else 0.0},
+        "reranker": {"enabled": on and reranker},
+        "dampening": {k: on for k in _DAMPENING},
+    }
 
 
 def write_stage_config(home: Path, on: bool, reranker: bool = False) -> Path:
@@ -76,8 +79,7 @@ def stage_config(home: Path, on: bool, reranker: bool = False) -> Iterator[Path]
             os.environ["MEMLANE_CONFIG"] = old
 
 
-def add_synthetic_hints(db_path: Path, questions: list[str], per_memory: int = HINTS_PER_MEMORY,
-                        seed: int = 0) -> int:
+def add_synthetic_hints(db_path: Path, questions: list[str], per_memory: int = HINTS_PER_MEMORY, seed: int = 0) -> int:
     """Give every live memory ``per_memory`` hints drawn from ``questions`` (seeded). Returns the
     number of hints written."""
     rng = random.Random(seed)
@@ -94,8 +96,9 @@ def add_synthetic_hints(db_path: Path, questions: list[str], per_memory: int = H
         db.close()
 
 
-def restart_with_hints(proc: subprocess.Popen, home: Path, port: int, questions: list[str],
-                       start: Callable[[Path, int], subprocess.Popen]) -> tuple[subprocess.Popen, int]:
+def restart_with_hints(
+    proc: subprocess.Popen, home: Path, port: int, questions: list[str], start: Callable[[Path, int], subprocess.Popen]
+) -> tuple[subprocess.Popen, int]:
     """Stop the daemon, write synthetic hints into its database, start it again on ``port``.
     Returns (the new process, hints written)."""
     proc.terminate()
@@ -108,10 +111,12 @@ def restart_with_hints(proc: subprocess.Popen, home: Path, port: int, questions:
 
 def _variant(on: set[str]) -> dict[str, Any]:
     """pipeline_v2 update for the stages in ``on`` (hints, graph, dampening, rerank)."""
-    return {"hints": {"enabled": "hints" in on},
-            "graph": {"enabled": "graph" in on, "boost_weight": GRAPH_WEIGHT if "graph" in on else 0.0},
-            "reranker": {"enabled": "rerank" in on},
-            "dampening": {k: "dampening" in on for k in ("gravity_enabled", "hub_enabled", "resolution_enabled")}}
+    return {
+        "hints": {"enabled": "hints" in on},
+        "graph": {"enabled": "graph" in on, "boost_weight": GRAPH_WEIGHT if "graph" in on else 0.0},
+        "reranker": {"enabled": "rerank" in on},
+        "dampening": {k: "dampening" in on for k in ("gravity_enabled", "hub_enabled", "resolution_enabled")},
+    }
 
 
 def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> dict[str, Any]:
@@ -127,9 +132,15 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
     from memlane.container import open_container
     from memlane.services.inputs import RecallQuery
 
-    variants = {"off": set(), "hints": {"hints"}, "graph": {"graph"}, "dampening": {"dampening"},
-                "rerank": {"rerank"}, "hints+graph+dampening": {"hints", "graph", "dampening"},
-                "all": {"hints", "graph", "dampening", "rerank"}}
+    variants = {
+        "off": set(),
+        "hints": {"hints"},
+        "graph": {"graph"},
+        "dampening": {"dampening"},
+        "rerank": {"rerank"},
+        "hints+graph+dampening": {"hints", "graph", "dampening"},
+        "all": {"hints", "graph", "dampening", "rerank"},
+    }
     c = open_container(load_settings(home=home), warmup=True)
     try:
         c.recall.warm()  # as the daemon does at start
@@ -138,14 +149,15 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
 
         def use(name: str) -> None:
             upd = _variant(variants[name])
-            c.settings.memory.pipeline_v2 = base.model_copy(update={
-                k: getattr(base, k).model_copy(update=v) for k, v in upd.items()})
+            c.settings.memory.pipeline_v2 = base.model_copy(
+                update={k: getattr(base, k).model_copy(update=v) for k, v in upd.items()}
+            )
 
         times: dict[str, list[float]] = {v: [] for v in variants}
         names = list(variants)
         for i in range(WARMUP + n_queries):
             q = RecallQuery(questions[i % len(questions)], limit=10, touch=False, ranker="heuristic")
-            for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: no variant always first
+            for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate: no variant always first
                 use(name)
                 if name == "all" and i == WARMUP and c.recall.stages is not None:
                     for d in c.recall.stages.timings.values():
@@ -156,28 +168,45 @@ def stage_overhead(home: Path, questions: list[str], n_queries: int = 200) -> di
                     times[name].append((time.perf_counter() - t) * 1000)
         med = {v: statistics.median(t) for v, t in times.items()}
         diffs = {v: statistics.median(a - b for a, b in zip(times[v], times["off"])) for v in variants if v != "off"}
-        stage_ms = {k: statistics.median(d) if d else None
-                    for k, d in (c.recall.stages.timings.items() if c.recall.stages else [])}
-        return {"queries": n_queries, "median_ms": med, "overhead_ms": diffs, "stage_ms": stage_ms,
-                "hints_stored": c.db.read(hints_sql.count)}
+        stage_ms = {
+            k: statistics.median(d) if d else None
+            for k, d in (c.recall.stages.timings.items() if c.recall.stages else [])
+        }
+        return {
+            "queries": n_queries,
+            "median_ms": med,
+            "overhead_ms": diffs,
+            "stage_ms": stage_ms,
+            "hints_stored": c.db.read(hints_sql.count),
+        }
     finally:
         c.close()
 
 
 def render_stages(report: dict[str, Any]) -> str:
     """One-paragraph summary of the ``pipeline_stages`` part of a latency report."""
-    on = ("hints, graph boost, dampening" + (" and the reranker" if report.get("reranker") else "") + " on"
-          + ("" if report.get("reranker") else " (reranker off, its default)"))
+    on = (
+        "hints, graph boost, dampening"
+        + (" and the reranker" if report.get("reranker") else "")
+        + " on"
+        + ("" if report.get("reranker") else " (reranker off, its default)")
+    )
     lines = [f"recall stages over HTTP: {on if report['enabled'] else 'all off'}"]
     if "hints_written" in report:
         lines[0] += f"; synthetic hints written: {report['hints_written']}"
     ip = report.get("in_process")
     if ip:
         med, over = ip["median_ms"], ip["overhead_ms"]
-        lines.append(f"in process, {ip['queries']} recalls per variant, median ms per recall: "
-                     + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
-        lines.append("overhead vs all off (median of per-query differences, ms): "
-                     + ", ".join(f"{k} {v:+.2f}" for k, v in over.items()))
-        lines.append("inside the stage (median ms): "
-                     + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in ip["stage_ms"].items()))
+        lines.append(
+            f"in process, {ip['queries']} recalls per variant, median ms per recall: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
+        )
+        lines.append(
+            "overhead vs all off (median of per-query differences, ms): "
+            + ", ".join(f"{k} {v:+.2f}" for k, v in over.items())
+        )
+        lines.append(
+            "inside the stage (median ms): "
+            + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in ip["stage_ms"].items())
+        )
     return "\n".join(lines)

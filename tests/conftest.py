@@ -21,47 +21,49 @@ from typing import Any
 
 import pytest
 
-from benchmarks.daemon import Daemon as _Daemon, DaemonStartError, free_port  # noqa: F401  (tests import free_port from here)
+from benchmarks.daemon import Daemon as _Daemon
+from benchmarks.daemon import DaemonStartError, free_port  # noqa: F401  (tests import free_port from here)
 from memlane.auth import CLIENT_HEADER, auth_headers, ensure_token
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.embedding.local_onnx import LocalOnnxEmbedder
 
-
 #: The test modules `make test-fast` runs (pytest -m "not slow"): those whose tests took the least
 #: time in a `pytest --durations=0` run on the 2-core machine at load ~10, up to ~40 s together.
 #: Every other module is marked slow (a new module too, until it is measured and listed here).
-FAST_MODULES = frozenset({
-    "test_bench_metrics",
-    "test_config",
-    "test_container",
-    "test_continuity",
-    "test_db_checkpoint",
-    "test_docs",
-    "test_drift_propagation",
-    "test_drift_references",
-    "test_drift_relations",
-    "test_graph_aspects",
-    "test_graph_classify",
-    "test_graph_linker",
-    "test_graph_search",
-    "test_graph_store",
-    "test_jobs_queue",
-    "test_labels",
-    "test_locomo_loader",
-    "test_lru",
-    "test_memory_index",
-    "test_migrations_discovery",
-    "test_pipeline_extraction",
-    "test_predictor_canary_refresh",
-    "test_ranker_features",
-    "test_ranker_graph_specific",
-    "test_ranker_touch",
-    "test_rerank",
-    "test_retention",
-    "test_settings_renamed",
-    "test_sql_in_storage",
-})
+FAST_MODULES = frozenset(
+    {
+        "test_bench_metrics",
+        "test_config",
+        "test_container",
+        "test_continuity",
+        "test_db_checkpoint",
+        "test_docs",
+        "test_drift_propagation",
+        "test_drift_references",
+        "test_drift_relations",
+        "test_graph_aspects",
+        "test_graph_classify",
+        "test_graph_linker",
+        "test_graph_search",
+        "test_graph_store",
+        "test_jobs_queue",
+        "test_labels",
+        "test_locomo_loader",
+        "test_lru",
+        "test_memory_index",
+        "test_migrations_discovery",
+        "test_pipeline_extraction",
+        "test_predictor_canary_refresh",
+        "test_ranker_features",
+        "test_ranker_graph_specific",
+        "test_ranker_touch",
+        "test_rerank",
+        "test_retention",
+        "test_settings_renamed",
+        "test_sql_in_storage",
+    }
+)
 
 
 def _is_slow(path: Path) -> bool:
@@ -107,8 +109,9 @@ def open_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store
     """Factory: ``open_store(home=None, embedding="local"|dict|None, memory_listeners=(), **settings)``."""
     opened: list[Container] = []
 
-    def factory(home: Path | None = None, embedding: Any = None, memory_listeners: Any = (),
-                **overrides: Any) -> Container:
+    def factory(
+        home: Path | None = None, embedding: Any = None, memory_listeners: Any = (), **overrides: Any
+    ) -> Container:
         home = home or tmp_path / "home"
         if embedding == "local":
             emb = request.getfixturevalue("shared_embedder")
@@ -182,10 +185,10 @@ class Daemon(_Daemon):
     of the outer environment, no config.yaml; embedding ``provider``, then ``extra_env``); a daemon
     that does not become ready fails the test with its log."""
 
-    def __init__(self, home: Path, log: Path, *, provider: str = "local",
-                 extra_env: dict[str, str] | None = None) -> None:
-        super().__init__(home, log, env={"MEMLANE_EMBEDDING__PROVIDER": provider, **(extra_env or {})},
-                         isolated=True)
+    def __init__(
+        self, home: Path, log: Path, *, provider: str = "local", extra_env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(home, log, env={"MEMLANE_EMBEDDING__PROVIDER": provider, **(extra_env or {})}, isolated=True)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         try:

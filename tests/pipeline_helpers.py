@@ -23,7 +23,8 @@ class StageScript:
         self.defaults: dict[str, Reply | str] = {
             "extraction": '{"facts": [], "entities": []}',
             "decision": '{"action": "ADD", "confidence": 0.9, "reason": "new information"}',
-            "contradiction": '{"contradicts": false, "confidence": 0.1, "reasoning": "compatible"}'}
+            "contradiction": '{"contradicts": false, "confidence": 0.1, "reasoning": "compatible"}',
+        }
 
     def add(self, stage: str, *replies: Reply | str | dict) -> None:
         self.queues[stage].extend(json.dumps(r) if isinstance(r, dict) else r for r in replies)

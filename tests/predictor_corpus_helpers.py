@@ -18,6 +18,10 @@ FACTS = [
     "stores user uploads in an S3 bucket with a 30 day lifecycle policy",
 ]
 CORPUS = [f"The {comp} service {fact}." for comp in COMPONENTS for fact in FACTS]  # 30 memories
-CONTEXTS = ["Fixing the deploy pipeline for the billing service", "Tuning search latency alerts",
-            "Migrating auth to the new task queue", "Cleaning up S3 lifecycle rules for uploads",
-            "Reviewing database migrations before the release"]
+CONTEXTS = [
+    "Fixing the deploy pipeline for the billing service",
+    "Tuning search latency alerts",
+    "Migrating auth to the new task queue",
+    "Cleaning up S3 lifecycle rules for uploads",
+    "Reviewing database migrations before the release",
+]

@@ -77,8 +77,11 @@ class Tally:
         if response.status_code >= 500:
             self.failures.append(f"{response.status_code} {response.text[:300]!r}: {case.as_curl_command()}")
         elif response.status_code in (401, 403):
-            code = response.json().get("error", {}).get("code") if "json" in response.headers.get(
-                "content-type", "") else None
+            code = (
+                response.json().get("error", {}).get("code")
+                if "json" in response.headers.get("content-type", "")
+                else None
+            )
             if code in ("unauthorized", "forbidden_host", "forbidden_origin", "csrf_refused"):
                 self.refused_at_the_door += 1
 
@@ -100,22 +103,30 @@ def test_no_server_errors_and_no_hangs(daemon: Daemon) -> None:
                 strategies.append(op.as_strategy(generation_mode=mode, path_parameters={"memory_id": known}))
             for strategy in strategies:
 
-                @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE,
-                          suppress_health_check=list(HealthCheck))
+                @settings(
+                    max_examples=EXAMPLES,
+                    deadline=None,
+                    database=None,
+                    derandomize=DERANDOMIZE,
+                    suppress_health_check=list(HealthCheck),
+                )
                 @given(case=strategy)
                 def run(case) -> None:  # noqa: ANN001
-                    tally.record(case, lambda: case.call(base_url=daemon.url, headers=daemon.headers,
-                                                         timeout=REQUEST_TIMEOUT_S))
+                    tally.record(
+                        case, lambda: case.call(base_url=daemon.url, headers=daemon.headers, timeout=REQUEST_TIMEOUT_S)
+                    )
 
                 try:
                     run()
                 except Unsatisfiable:  # negative mode for an operation with nothing to break (GET /health)
                     assert mode is GenerationMode.NEGATIVE
-    print(f"\nfuzz: {tally.sent} requests over {len(ops)} operations, "
-          f"{sum(n for s, n in tally.statuses.items() if s >= 500)} responses 5xx, "
-          f"{sum(f.startswith('TIMEOUT') for f in tally.failures)} timeouts; "
-          f"statuses {dict(sorted(tally.statuses.items()))}; slowest operations (s): "
-          f"{[(k, round(v, 1)) for k, v in tally.seconds.most_common(5)]}")
+    print(
+        f"\nfuzz: {tally.sent} requests over {len(ops)} operations, "
+        f"{sum(n for s, n in tally.statuses.items() if s >= 500)} responses 5xx, "
+        f"{sum(f.startswith('TIMEOUT') for f in tally.failures)} timeouts; "
+        f"statuses {dict(sorted(tally.statuses.items()))}; slowest operations (s): "
+        f"{[(k, round(v, 1)) for k, v in tally.seconds.most_common(5)]}"
+    )
     assert not tally.failures, "\n".join(tally.failures[:20])
     assert tally.refused_at_the_door == 0
     assert tally.sent >= len(ops) * min(EXAMPLES, 5)

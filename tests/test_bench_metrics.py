@@ -17,6 +17,7 @@ L3, L4 = math.log2(3), math.log2(4)
 
 # ------------------------------------------------------------------ recall
 
+
 @pytest.mark.parametrize(
     ("ranked", "relevant", "k", "expected"),
     [
@@ -61,6 +62,7 @@ def test_empty_relevant_and_bad_k_rejected(fn):
 
 # -------------------------------------------------------------------- ndcg
 
+
 def test_ndcg_hand_computed():
     # hits at ranks 2 and 3; ideal has both at ranks 1 and 2
     expected = (1 / L3 + 1 / L4) / (1 + 1 / L3)
@@ -103,6 +105,7 @@ def test_ndcg_matches_numpy_reference():
 
 # --------------------------------------------------------------- sessions
 
+
 def test_session_mapping():
     assert M.session_of("D3:7") == "D3"
     assert M.session_of("D12:1") == "D12"
@@ -127,6 +130,7 @@ def test_session_level_metrics():
 
 
 # -------------------------------------------------------------- aggregate
+
 
 def test_score_question_and_aggregate():
     r1 = M.score_question(["D1:1", "D1:2"], ["D1:1"], 1, qid="a")  # perfect
@@ -153,11 +157,11 @@ def test_score_question_and_aggregate():
 
 
 def test_metric_names():
-    assert list(M.METRICS) == ["R@5", "R@10", "R@25", "R@50", "any@5", "any@10",
-                               "all@5", "all@10", "NDCG@10"]
+    assert list(M.METRICS) == ["R@5", "R@10", "R@25", "R@50", "any@5", "any@10", "all@5", "all@10", "NDCG@10"]
 
 
 # ------------------------------------------------------------- percentile
+
 
 def test_percentile_hand_and_numpy():
     xs = [4.0, 1.0, 3.0, 2.0]
@@ -180,23 +184,38 @@ def test_percentile_hand_and_numpy():
 
 # ----------------------------------------------------------------- report
 
+
 def test_render_table_and_json(tmp_path):
-    rows = [M.score_question(["D1:1", "D2:2"], ["D2:2"], 2),
-            M.score_question(["D1:1"], ["D1:1"], 5),
-            M.score_question([], [], 3)]
+    rows = [
+        M.score_question(["D1:1", "D2:2"], ["D2:2"], 2),
+        M.score_question(["D1:1"], ["D1:1"], 5),
+        M.score_question([], [], 3),
+    ]
     agg = M.aggregate(rows)
     console = Console(record=True, width=250)
     console.print(render_table(agg))
     console.print(reference_table())
     out = console.export_text()
-    for needle in ("overall", "2 temporal", "5 adversarial", "session", "63.1", "81.5", "100.0",
-                   "56.7", "82.7", "45.4", "69.4", "LoCoMo paper, Table 3", "excl."):
+    for needle in (
+        "overall",
+        "2 temporal",
+        "5 adversarial",
+        "session",
+        "63.1",
+        "81.5",
+        "100.0",
+        "56.7",
+        "82.7",
+        "45.4",
+        "69.4",
+        "LoCoMo paper, Table 3",
+        "excl.",
+    ):
         assert needle in out, needle
     assert "56.7" not in _text(render_table(agg, reference=False))
     assert [r["R@5"] for r in REFERENCE] == [56.7, 45.4]
 
-    path = write_json(tmp_path / "sub" / "result.json", {"agg": agg, "rows": rows,
-                                                         "x": np.float64(1 / 3)})
+    path = write_json(tmp_path / "sub" / "result.json", {"agg": agg, "rows": rows, "x": np.float64(1 / 3)})
     data = json.loads(path.read_text())
     assert data["x"] == 1 / 3  # full float precision
     assert data["agg"]["overall"]["turn"]["R@5"] == agg["overall"]["turn"]["R@5"]

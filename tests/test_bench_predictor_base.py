@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from benchmarks.predictor_locomo import train_base
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.engine import PredictorEngine
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.model import MemoryScorer, ScorerConfig
@@ -32,9 +32,16 @@ N_CANDIDATES = 6
 
 def _raw(rank: int) -> dict:
     # the labelled memory (rank 0) is the important one; the baseline's scores barely separate them
-    return {"age_days": 1.0 + rank, "importance": 0.9 if rank == 0 else 0.1 * rank, "access_count": rank,
-            "is_embedded": True, "baseline_score": 0.5 - 0.01 * rank, "baseline_rank": rank,
-            "context_similarity": 0.3, "mentions_project": False}
+    return {
+        "age_days": 1.0 + rank,
+        "importance": 0.9 if rank == 0 else 0.1 * rank,
+        "access_count": rank,
+        "is_embedded": True,
+        "baseline_score": 0.5 - 0.01 * rank,
+        "baseline_rank": rank,
+        "context_similarity": 0.3,
+        "mentions_project": False,
+    }
 
 
 def _store(home: Path, n_sessions: int, seed: int) -> None:
@@ -47,15 +54,24 @@ def _store(home: Path, n_sessions: int, seed: int) -> None:
     def fill(conn) -> None:
         ids = [f"{home.name}-m{i}" for i in range(N_CANDIDATES * 4)]
         for i, mid in enumerate(ids):
-            insert_memory(conn, mid, f"note {i} of {home.name}", rng.normal(size=DIM).astype(np.float32),
-                          model=MODEL_ID, at=AT)
+            insert_memory(
+                conn, mid, f"note {i} of {home.name}", rng.normal(size=DIM).astype(np.float32), model=MODEL_ID, at=AT
+            )
         for k in range(n_sessions):
             pool = [ids[j] for j in rng.permutation(len(ids))[:N_CANDIDATES]]
             day = 2 + k // 24
             started = f"2026-02-{day:02d}T{k % 24:02d}:00:00.000Z"
-            insert_scored_session(conn, f"{home.name}-s{k}", None, started, pool,
-                                  local_time=f"2026-02-{day:02d}T{k % 24:02d}:00:00+00:00",
-                                  ctx=rng.normal(size=DIM).astype(np.float32), model=MODEL_ID, raw=_raw)
+            insert_scored_session(
+                conn,
+                f"{home.name}-s{k}",
+                None,
+                started,
+                pool,
+                local_time=f"2026-02-{day:02d}T{k % 24:02d}:00:00+00:00",
+                ctx=rng.normal(size=DIM).astype(np.float32),
+                model=MODEL_ID,
+                raw=_raw,
+            )
 
     db.write(fill)
     db.close()

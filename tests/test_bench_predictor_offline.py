@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memlane.ranker.locomo import load_locomo
 from benchmarks.predictor_locomo import PredictorBenchConfig, ndcg_binary, ordered_questions
 from benchmarks.predictor_locomo import run as run_first_pass
 from benchmarks.predictor_offline import (
@@ -27,6 +26,7 @@ from benchmarks.predictor_offline import (
 from benchmarks.recency_grid import HALF_LIVES_DAYS, WEIGHTS, boosted_ndcg, grid
 from memlane.cli.main import app
 from memlane.predictor.features import FEATURE_INDEX, NUM_FEATURES
+from memlane.ranker.locomo import load_locomo
 
 TOPICS = ["pottery class", "camping trip", "job interview", "adoption agency", "marathon training", "guitar lessons"]
 
@@ -86,18 +86,33 @@ def tiny_locomo(path: Path) -> Path:
     """Two conversations of two sessions, six turns each, and questions on single turns."""
     data = []
     for c in range(2):
-        conv = {"speaker_a": "Ana", "speaker_b": "Ben",
-                "session_1_date_time": "1:56 pm on 8 May, 2023", "session_2_date_time": "3:10 pm on 20 May, 2023"}
+        conv = {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_2_date_time": "3:10 pm on 20 May, 2023",
+        }
         qa = []
         for s in (1, 2):
             turns = []
             for t in range(1, 7):
                 topic = TOPICS[(t - 1 + 3 * (s - 1) + c) % len(TOPICS)]
                 who = "Ana" if t % 2 else "Ben"
-                turns.append({"speaker": who, "dia_id": f"D{s}:{t}",
-                              "text": f"I told you about my {topic} in session {s}, part {t} of the story."})
-                qa.append({"question": f"What did {who} say about the {topic} in session {s}?",
-                           "answer": topic, "evidence": [f"D{s}:{t}"], "category": 4})
+                turns.append(
+                    {
+                        "speaker": who,
+                        "dia_id": f"D{s}:{t}",
+                        "text": f"I told you about my {topic} in session {s}, part {t} of the story.",
+                    }
+                )
+                qa.append(
+                    {
+                        "question": f"What did {who} say about the {topic} in session {s}?",
+                        "answer": topic,
+                        "evidence": [f"D{s}:{t}"],
+                        "category": 4,
+                    }
+                )
             conv[f"session_{s}"] = turns
         data.append({"sample_id": f"conv-t{c}", "conversation": conv, "qa": qa})
     path.write_text(json.dumps(data))
@@ -109,8 +124,12 @@ def first_pass(tmp_path_factory, shared_embedder):
     root = tmp_path_factory.mktemp("offline")
     data = tiny_locomo(root / "locomo.json")
     workdir = root / "work"
-    report = run_first_pass(data, embedder=shared_embedder, workdir=workdir,
-                            cfg=PredictorBenchConfig(base=False, pool_size=10, inject_limit=3))
+    report = run_first_pass(
+        data,
+        embedder=shared_embedder,
+        workdir=workdir,
+        cfg=PredictorBenchConfig(base=False, pool_size=10, inject_limit=3),
+    )
     return data, workdir, report
 
 
@@ -140,8 +159,9 @@ def test_the_command_reports_every_variant(first_pass, tmp_path):
     data, workdir, report = first_pass
     held = sum(r["held_out"] for r in report["rows"])
     out = tmp_path / "offline.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     got = json.loads(out.read_text())
     assert got["held_out_questions"] == held and set(got["variants"]) == set(VARIANTS)
@@ -160,8 +180,9 @@ def test_without_a_first_pass_the_command_says_what_to_run(tmp_path):
     data = tiny_locomo(tmp_path / "locomo.json")
     with pytest.raises(FileNotFoundError, match="first-pass.json"):
         run(tmp_path / "empty", data)
-    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(tmp_path / "empty"),
-                                      "--data", str(data)])
+    result = CliRunner().invoke(
+        app, ["bench", "predictor-offline", "--workdir", str(tmp_path / "empty"), "--data", str(data)]
+    )
     assert result.exit_code == 2
     assert "bench predictor --dataset locomo" in result.output
 
@@ -174,8 +195,10 @@ def test_answerable_dating_cuts_pools_and_recomputes_ages(first_pass):
     dated = load_conversation(conv, home, dating="answerable")
     assert dated and {s.key for s in dated} <= set(asked)
     conn = sqlite3.connect(f"file:{home / 'memories.db'}?mode=ro", uri=True)
-    created = {m: datetime.fromisoformat(t.replace("Z", "+00:00"))
-               for m, t in conn.execute("SELECT id, created_at FROM memories")}
+    created = {
+        m: datetime.fromisoformat(t.replace("Z", "+00:00"))
+        for m, t in conn.execute("SELECT id, created_at FROM memories")
+    }
     conn.close()
     age = FEATURE_INDEX["log_age_days"]
     shorter = 0
@@ -185,8 +208,9 @@ def test_answerable_dating_cuts_pools_and_recomputes_ages(first_pass):
         assert all(created[m] <= when for m in s.ids) and when > last_evidence
         assert set(s.ids) <= set(asked[s.key].ids)
         # every age is measured from the new date: younger than when the bench asked
-        assert (s.features[:, age] <= asked[s.key].features[[asked[s.key].ids.index(m) for m in s.ids], age]
-                + 1e-9).all()
+        assert (
+            s.features[:, age] <= asked[s.key].features[[asked[s.key].ids.index(m) for m in s.ids], age] + 1e-9
+        ).all()
         shorter += len(s.ids) < len(asked[s.key].ids)
     assert shorter > 0  # the first session's questions cannot see the second session's turns
     with pytest.raises(ValueError, match="dating"):
@@ -202,8 +226,9 @@ def test_recency_boosted_baseline_orders_the_pool_by_the_boosted_score(first_pas
     for s in load_conversation(conv, home, recency=(0.5, 14.0)):
         p = plain[s.key]
         assert sorted(s.ids) == sorted(p.ids)
-        expected = {m: p.features[j, bs] * (1 + 0.5 * 0.5 ** (np.expm1(p.features[j, age]) / 14.0))
-                    for j, m in enumerate(p.ids)}
+        expected = {
+            m: p.features[j, bs] * (1 + 0.5 * 0.5 ** (np.expm1(p.features[j, age]) / 14.0)) for j, m in enumerate(p.ids)
+        }
         np.testing.assert_allclose(s.features[:, bs], [expected[m] for m in s.ids])
         assert list(s.features[:, bs]) == sorted(s.features[:, bs], reverse=True)
         np.testing.assert_allclose(s.features[:, br], 1.0 / (1.0 + np.arange(len(s.ids))))
@@ -216,13 +241,29 @@ def test_recency_boosted_baseline_orders_the_pool_by_the_boosted_score(first_pas
 def test_the_command_takes_dating_and_recency(first_pass, tmp_path):
     data, workdir, _ = first_pass
     out = tmp_path / "dated.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
-                                      "--out", str(out), "--dating", "answerable", "--recency-weight", "0.5"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-offline",
+            "--workdir",
+            str(workdir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--dating",
+            "answerable",
+            "--recency-weight",
+            "0.5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     got = json.loads(out.read_text())
     assert got["dating"] == "answerable" and got["recency"] == [0.5, 14.0]
-    bad = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
-                                   "--dating", "tomorrow"])
+    bad = CliRunner().invoke(
+        app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data), "--dating", "tomorrow"]
+    )
     assert bad.exit_code == 2 and "unknown --dating" in bad.output
 
 
@@ -266,7 +307,8 @@ def test_recency_grid_picks_on_the_learning_questions_and_reports_the_held_out_o
         assert p["learning"] == pytest.approx(np.mean([by_hand(s, p["weight"], p["half_life_days"]) for s in learn]))
         assert p["held_out"] == pytest.approx(np.mean([by_hand(s, p["weight"], p["half_life_days"]) for s in held]))
     assert rep["baseline"]["held_out"] == pytest.approx(
-        np.mean([ndcg_binary(s.ids, s.evidence, len(s.evidence)) for s in held]))
+        np.mean([ndcg_binary(s.ids, s.evidence, len(s.evidence)) for s in held])
+    )
     assert rep["picked"]["learning"] == max(p["learning"] for p in rep["points"])
     assert rep["oracle"]["held_out"] == max(p["held_out"] for p in rep["points"])
     assert rep["picked_held_out"]["mean_a"] == pytest.approx(rep["picked"]["held_out"])
@@ -277,12 +319,38 @@ def test_recency_grid_picks_on_the_learning_questions_and_reports_the_held_out_o
 def test_the_command_runs_the_recency_grid(first_pass, tmp_path):
     data, workdir, _ = first_pass
     out = tmp_path / "grid.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
-                                      "--out", str(out), "--dating", "answerable", "--recency-grid"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-offline",
+            "--workdir",
+            str(workdir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--dating",
+            "answerable",
+            "--recency-grid",
+        ],
+    )
     assert result.exit_code == 0, result.output
     got = json.loads(out.read_text())
     assert got["dating"] == "answerable" and len(got["points"]) == len(WEIGHTS) * len(HALF_LIVES_DAYS)
     assert "picked on the learning questions" in result.output
-    both = CliRunner().invoke(app, ["bench", "predictor-offline", "--workdir", str(workdir), "--data", str(data),
-                                    "--recency-grid", "--recency-weight", "0.5"])
+    both = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-offline",
+            "--workdir",
+            str(workdir),
+            "--data",
+            str(data),
+            "--recency-grid",
+            "--recency-weight",
+            "0.5",
+        ],
+    )
     assert both.exit_code == 2 and "drop --recency-weight" in both.output

@@ -63,15 +63,21 @@ def by_hand_baseline(db: Path) -> list[float]:
     """Per training-grade session, oldest first: NDCG@10 of the logged baseline order with the
     stored labels as gains, straight from SQL (no memlane code)."""
     conn = sqlite3.connect(db)
-    keys = [r[0] for r in conn.execute(
-        """SELECT s.session_key FROM sessions s JOIN session_scores ss ON ss.session_key = s.session_key
+    keys = [
+        r[0]
+        for r in conn.execute(
+            """SELECT s.session_key FROM sessions s JOIN session_scores ss ON ss.session_key = s.session_key
            WHERE ss.confidence >= ? AND s.signals IS NOT NULL ORDER BY s.started_at, s.rowid""",
-        (C.MIN_SCORER_CONFIDENCE,))]
+            (C.MIN_SCORER_CONFIDENCE,),
+        )
+    ]
     out = []
     for key in keys:
-        rows = conn.execute("""SELECT baseline_rank, COALESCE(label, 0) FROM session_memories
+        rows = conn.execute(
+            """SELECT baseline_rank, COALESCE(label, 0) FROM session_memories
                                WHERE session_key = ? AND features IS NOT NULL ORDER BY rank, id""",
-                            (key,)).fetchall()
+            (key,),
+        ).fetchall()
         labels = [lab for _, lab in rows]
         if len(rows) < 2 or max(labels) - min(labels) <= 1e-6:
             continue  # no ranking signal: the engine never trains or tests on it
@@ -90,8 +96,21 @@ def digest(path: Path) -> str:
 def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     before = digest(sim_store)
     out = tmp_path / "rolling.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store.parent),
-                                      "--min-train", "10", "--block", "8", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-rolling",
+            "--store",
+            str(sim_store.parent),
+            "--min-train",
+            "10",
+            "--block",
+            "8",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert digest(sim_store) == before  # read only
     got = json.loads(out.read_text())
@@ -99,10 +118,11 @@ def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     assert got["sessions"] == len(hand) > 10
     tested = [h for h in hand[10:] if h is not None]
     assert got["tested"] == len(tested) == sum(b["tested"] for b in got["blocks"])
-    assert [b["trained"] for b in got["blocks"]] == [s for s, _ in rolling_blocks(len(hand), min_train=10, block=8)
-                                                     if any(h is not None for h in hand[s:s + 8])]
+    assert [b["trained"] for b in got["blocks"]] == [
+        s for s, _ in rolling_blocks(len(hand), min_train=10, block=8) if any(h is not None for h in hand[s : s + 8])
+    ]
     for b in got["blocks"]:
-        block = [h for h in hand[b["trained"]:b["trained"] + 8] if h is not None]
+        block = [h for h in hand[b["trained"] : b["trained"] + 8] if h is not None]
         assert b["baseline"] == pytest.approx(float(np.mean(block)))
         assert b["stage"] == "linear" and isinstance(b["accepted"], bool)
         assert 0.0 <= b["engine"] <= 1.0 and 0.0 <= b["ceiling"] <= 1.0
@@ -118,25 +138,70 @@ def test_the_command_evaluates_a_real_store_read_only(sim_store, tmp_path):
     assert got["fresh"] is False and got["accepted_trainings"] == sum(b["accepted"] for b in got["blocks"])
     # from scratch before every block: the same sessions, the same baseline and ceiling
     fresh = tmp_path / "fresh.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
-                                      "--block", "8", "--fresh", "--out", str(fresh)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-rolling",
+            "--store",
+            str(sim_store),
+            "--min-train",
+            "10",
+            "--block",
+            "8",
+            "--fresh",
+            "--out",
+            str(fresh),
+        ],
+    )
     assert result.exit_code == 0, result.output
     again = json.loads(fresh.read_text())
     assert again["fresh"] is True and again["tested"] == got["tested"]
     # --early 18: only the blocks trained on 10 sessions (18 and 26 are not below it)
     early = tmp_path / "early.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
-                                      "--block", "8", "--early", "18", "--out", str(early)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-rolling",
+            "--store",
+            str(sim_store),
+            "--min-train",
+            "10",
+            "--block",
+            "8",
+            "--early",
+            "18",
+            "--out",
+            str(early),
+        ],
+    )
     assert result.exit_code == 0, result.output
     part = json.loads(early.read_text())
     first = [b for b in part["blocks"] if b["trained"] < 18]
     assert part["engine_vs_baseline_early"]["n"] == sum(b["tested"] for b in first) < part["tested"]
     assert part["engine_vs_baseline_early"]["mean_b"] == pytest.approx(
-        float(np.mean([h for h in hand[10:18] if h is not None])))
+        float(np.mean([h for h in hand[10:18] if h is not None]))
+    )
     # --early at or below --min-train: no block qualifies, no summary
     none = tmp_path / "none.json"
-    result = CliRunner().invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "10",
-                                      "--block", "8", "--early", "10", "--out", str(none)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor-rolling",
+            "--store",
+            str(sim_store),
+            "--min-train",
+            "10",
+            "--block",
+            "8",
+            "--early",
+            "10",
+            "--out",
+            str(none),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(none.read_text())["engine_vs_baseline_early"] is None
     assert "blocks trained on fewer than" not in result.output
@@ -153,6 +218,7 @@ def test_the_command_explains_what_it_cannot_read(sim_store, tmp_path):
     assert bad.exit_code == 2 and "not a readable memlane store" in bad.output
     few = runner.invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store), "--min-train", "500"])
     assert few.exit_code == 2 and "need more than --min-train 500" in few.output
-    no_dim = runner.invoke(app, ["bench", "predictor-rolling", "--store", str(sim_store),
-                                 "--embedding-model", "some-model"])
+    no_dim = runner.invoke(
+        app, ["bench", "predictor-rolling", "--store", str(sim_store), "--embedding-model", "some-model"]
+    )
     assert no_dim.exit_code == 2 and "--native-dim" in no_dim.output

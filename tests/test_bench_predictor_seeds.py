@@ -15,26 +15,32 @@ from benchmarks.predictor_simulated_seeds import MAX_SEEDS, parse_seeds, render_
 from memlane.cli.main import app
 
 
-@pytest.mark.parametrize("text, seeds", [
-    ("0-7", [0, 1, 2, 3, 4, 5, 6, 7]),
-    ("0,1,4", [0, 1, 4]),
-    ("0-3, 6", [0, 1, 2, 3, 6]),
-    ("5", [5]),
-    ("2,0-3", [2, 0, 1, 3]),  # order as given, repeats dropped
-])
+@pytest.mark.parametrize(
+    "text, seeds",
+    [
+        ("0-7", [0, 1, 2, 3, 4, 5, 6, 7]),
+        ("0,1,4", [0, 1, 4]),
+        ("0-3, 6", [0, 1, 2, 3, 6]),
+        ("5", [5]),
+        ("2,0-3", [2, 0, 1, 3]),  # order as given, repeats dropped
+    ],
+)
 def test_parse_seeds_reads_lists_and_ranges(text, seeds):
     assert parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "not a seed"),
-    ("3-1", "backwards"),
-    ("a", "not a seed"),
-    ("-1", "not a seed"),
-    ("0,,1", "not a seed"),
-    (f"0-{MAX_SEEDS}", f"at most {MAX_SEEDS}"),
-    ("1.5", "not a seed"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "not a seed"),
+        ("3-1", "backwards"),
+        ("a", "not a seed"),
+        ("-1", "not a seed"),
+        ("0,,1", "not a seed"),
+        (f"0-{MAX_SEEDS}", f"at most {MAX_SEEDS}"),
+        ("1.5", "not a seed"),
+    ],
+)
 def test_parse_seeds_refuses_what_is_not_a_seed_list(text, message):
     with pytest.raises(ValueError, match=message):
         parse_seeds(text)
@@ -48,9 +54,17 @@ def rows_for(n: int, fused_gain: float, *, exit_at: int | None, alpha_from: int 
     for i in range(n):
         s = i + 1
         fused = 0.4 + (fused_gain if i >= 60 else 0.0)
-        rows.append({"session": i, "phase": "active" if exit_at is not None and s >= exit_at else "warming",
-                     "alpha": 0.4 if alpha_from is not None and s >= alpha_from else 1.0, "drift_resets": 0,
-                     "ndcg10_baseline": 0.4, "ndcg10_fused": fused, "ndcg10_predictor": fused + 0.05})
+        rows.append(
+            {
+                "session": i,
+                "phase": "active" if exit_at is not None and s >= exit_at else "warming",
+                "alpha": 0.4 if alpha_from is not None and s >= alpha_from else 1.0,
+                "drift_resets": 0,
+                "ndcg10_baseline": 0.4,
+                "ndcg10_fused": fused,
+                "ndcg10_predictor": fused + 0.05,
+            }
+        )
     return rows
 
 
@@ -59,13 +73,19 @@ def report_for(seed: int, rows: list[dict]) -> dict:
 
 
 def test_summarize_seeds_counts_each_target_and_averages_over_the_seeds_that_reach_it():
-    reports = [report_for(0, rows_for(200, 0.12, exit_at=20, alpha_from=45)),
-               report_for(1, rows_for(200, 0.08, exit_at=40, alpha_from=90)),
-               report_for(2, rows_for(200, 0.20, exit_at=None, alpha_from=None))]
+    reports = [
+        report_for(0, rows_for(200, 0.12, exit_at=20, alpha_from=45)),
+        report_for(1, rows_for(200, 0.08, exit_at=40, alpha_from=90)),
+        report_for(2, rows_for(200, 0.20, exit_at=None, alpha_from=None)),
+    ]
     agg = summarize_seeds(reports)
     assert agg["n_seeds"] == 3
-    assert agg["targets_met"] == {"cold_start_exit_by_30": 1, "alpha_le_0_5_by_80": 1,
-                                  "last50_fused_ge_baseline_plus_0.10": 2, "recovery_within_20": 3}
+    assert agg["targets_met"] == {
+        "cold_start_exit_by_30": 1,
+        "alpha_le_0_5_by_80": 1,
+        "last50_fused_ge_baseline_plus_0.10": 2,
+        "recovery_within_20": 3,
+    }
     assert agg["mean"]["last50_fused_vs_baseline"] == pytest.approx((0.12 + 0.08 + 0.20) / 3)
     assert agg["mean"]["last50_predictor_vs_baseline"] == pytest.approx((0.17 + 0.13 + 0.25) / 3)
     assert agg["mean"]["cold_start_exit_session"] == pytest.approx(30.0)  # seed 2 never exits: left out
@@ -80,10 +100,15 @@ def test_summarize_seeds_counts_each_target_and_averages_over_the_seeds_that_rea
 
 
 def test_the_table_names_each_missed_target_with_the_digits_that_miss_it():
-    reports = [report_for(0, rows_for(200, 0.0996, exit_at=20, alpha_from=45)),
-               report_for(1, rows_for(200, 0.12, exit_at=31, alpha_from=None))]
-    combined = {"sessions": 200, "aggregate": summarize_seeds(reports),
-                "per_seed": [{k: v for k, v in r.items() if k != "rows"} for r in reports]}
+    reports = [
+        report_for(0, rows_for(200, 0.0996, exit_at=20, alpha_from=45)),
+        report_for(1, rows_for(200, 0.12, exit_at=31, alpha_from=None)),
+    ]
+    combined = {
+        "sessions": 200,
+        "aggregate": summarize_seeds(reports),
+        "per_seed": [{k: v for k, v in r.items() if k != "rows"} for r in reports],
+    }
     console = Console(record=True, width=220)
     render_seeds(console, combined)
     text = console.export_text()
@@ -97,8 +122,23 @@ def test_the_table_names_each_missed_target_with_the_digits_that_miss_it():
 
 def test_the_command_runs_each_seed_and_saves_each_report_beside_the_aggregate(tmp_path):
     out = tmp_path / "seeds.json"
-    result = CliRunner().invoke(app, ["bench", "predictor", "--dataset", "simulated", "--seeds", "0,1",
-                                      "--sessions", "14", "--workdir", str(tmp_path / "work"), "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "predictor",
+            "--dataset",
+            "simulated",
+            "--seeds",
+            "0,1",
+            "--sessions",
+            "14",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     combined = json.loads(out.read_text())
     assert combined["seeds"] == [0, 1]
@@ -115,10 +155,13 @@ def test_the_command_runs_each_seed_and_saves_each_report_beside_the_aggregate(t
     assert "targets met:" in result.output and "pooled (28 sessions)" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dataset", "simulated", "--seeds", "3-1"], "runs backwards"),
-    (["--dataset", "locomo", "--seeds", "0-1"], "use it with --dataset simulated"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dataset", "simulated", "--seeds", "3-1"], "runs backwards"),
+        (["--dataset", "locomo", "--seeds", "0-1"], "use it with --dataset simulated"),
+    ],
+)
 def test_the_command_refuses_a_bad_seed_list_before_any_work(tmp_path, args, message):
     result = CliRunner().invoke(app, ["bench", "predictor", *args, "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 2

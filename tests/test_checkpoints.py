@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pydantic
 import pytest
@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memlane.config import load_settings
+from memlane.config.continuity import SessionCheckpointSettings
 from memlane.container import Container, open_container
 from memlane.errors import StorageError, ValidationError
-from memlane.config.continuity import SessionCheckpointSettings
 from memlane.sessions.checkpoints import (
     MAX_QUERIES,
     MAX_REMEMBERS,
@@ -67,8 +67,9 @@ def make(container, clock):
     made: list[SessionCheckpointService] = []
 
     def factory(flush_interval_s: float = 3600.0, **settings) -> SessionCheckpointService:
-        svc = SessionCheckpointService(container.db, SessionCheckpointSettings(**settings), clock=clock,
-                                flush_interval_s=flush_interval_s)
+        svc = SessionCheckpointService(
+            container.db, SessionCheckpointSettings(**settings), clock=clock, flush_interval_s=flush_interval_s
+        )
         made.append(svc)
         return svc
 
@@ -93,12 +94,27 @@ def total(container: Container) -> int:
 
 # -- the buffered flush and its merge rules ------------------------------------------------------
 
+
 def test_two_triggers_in_one_window_merge(svc, container, clock):
-    svc.queue("s1", "periodic", harness="claude-code", project="/work/App", prompt_count_delta=2,
-              queries=["how do I run tests", "where is the config"], remembers=["uses pytest"])
+    svc.queue(
+        "s1",
+        "periodic",
+        harness="claude-code",
+        project="/work/App",
+        prompt_count_delta=2,
+        queries=["how do I run tests", "where is the config"],
+        remembers=["uses pytest"],
+    )
     clock.advance(1.0)
-    svc.queue("s1", "explicit", harness="claude-code", project="/work/App", prompt_count_delta=3,
-              queries=["where is the config", "what port"], remembers=["port 7437"])
+    svc.queue(
+        "s1",
+        "explicit",
+        harness="claude-code",
+        project="/work/App",
+        prompt_count_delta=3,
+        queries=["where is the config", "what port"],
+        remembers=["port 7437"],
+    )
     assert svc.pending_sessions() == ["s1"]
     assert total(container) == 0  # nothing written before the flush
     assert svc.flush() == 1
@@ -109,8 +125,13 @@ def test_two_triggers_in_one_window_merge(svc, container, clock):
     assert cp.recent_remembers == ("uses pytest", "port 7437")
     assert cp.project == "/work/App" and cp.project_normalized == "/work/app" and cp.harness == "claude-code"
     assert cp.created_at == "2027-01-15T08:00:01.000Z"  # the last trigger of the window
-    for text in ("/work/App", "Prompts: 5 since last checkpoint", "how do I run tests", "what port",
-                 "remembered: port 7437"):
+    for text in (
+        "/work/App",
+        "Prompts: 5 since last checkpoint",
+        "how do I run tests",
+        "what port",
+        "remembered: port 7437",
+    ):
         assert text in cp.digest
     assert svc.pending_sessions() == []
 
@@ -216,10 +237,15 @@ def test_disabled_service_writes_nothing(make, container):
 
 # -- redaction -----------------------------------------------------------------------------------
 
+
 def test_secrets_are_redacted_before_storage(svc, container):
-    svc.queue("s", "periodic", project="/p",
-              queries=["call it with Authorization: Bearer abc.def-123456", "key sk-ant-api03-SECRETabc123xyz"],
-              remembers=["export OPENAI_API_KEY=sk-proj-ABCdef1234567890ghijKLM", 'db {"password": "hunter2"}'])
+    svc.queue(
+        "s",
+        "periodic",
+        project="/p",
+        queries=["call it with Authorization: Bearer abc.def-123456", "key sk-ant-api03-SECRETabc123xyz"],
+        remembers=["export OPENAI_API_KEY=sk-proj-ABCdef1234567890ghijKLM", 'db {"password": "hunter2"}'],
+    )
     svc.queue("s", "pre_compaction", context="token: ghp_" + "Zz9" * 12)
     raw = container.db.read(lambda c: [tuple(r) for r in c.execute("SELECT * FROM session_checkpoints")])
     blob = json.dumps(raw)
@@ -232,6 +258,7 @@ def test_secrets_are_redacted_before_storage(svc, container):
 
 
 # -- cap and pruning -----------------------------------------------------------------------------
+
 
 def test_per_session_cap_deletes_the_oldest(make, container, clock):
     svc = make(max_checkpoints_per_session=3)
@@ -261,6 +288,7 @@ def test_prune_hard_deletes_older_than_retention(make, container, clock):
 
 
 # -- recovery digest -----------------------------------------------------------------------------
+
 
 def test_recovery_by_session_then_by_project(svc, container, clock):
     svc.queue("old", "session_end", project="C:\\Work\\App\\", queries=["old work"])
@@ -302,6 +330,7 @@ def test_truncate_lines_never_exceeds_the_budget(text, budget):
 
 # -- periodic trigger ----------------------------------------------------------------------------
 
+
 def test_periodic_by_prompt_count(make):
     svc = make(prompt_interval=10)
     due = [n for n in range(1, 31) if svc.should_checkpoint_periodic("s", n, now=T0)]
@@ -333,6 +362,7 @@ def test_periodic_after_restart_uses_the_stored_checkpoint(make, container, cloc
 
 
 # -- the background thread and close -------------------------------------------------------------
+
 
 def test_close_flushes_everything_queued(make, container):
     svc = make(flush_interval_s=3600)
@@ -371,11 +401,25 @@ def test_one_flush_thread_per_service(make):
 
 # -- storage, settings, formatters, helpers ------------------------------------------------------
 
+
 def test_storage_round_trip(container):
     def job(c):
-        ids = [store.insert(c, session_key="k", harness=None, project=None, project_normalized=None,
-                            trigger="explicit", digest=f"d{i}", prompt_count=i, memory_queries=["q"],
-                            recent_remembers=[], created_at=f"2027-01-0{i + 1}T00:00:00.000Z") for i in range(3)]
+        ids = [
+            store.insert(
+                c,
+                session_key="k",
+                harness=None,
+                project=None,
+                project_normalized=None,
+                trigger="explicit",
+                digest=f"d{i}",
+                prompt_count=i,
+                memory_queries=["q"],
+                recent_remembers=[],
+                created_at=f"2027-01-0{i + 1}T00:00:00.000Z",
+            )
+            for i in range(3)
+        ]
         return ids
 
     ids = container.db.write(job)
@@ -390,37 +434,72 @@ def test_storage_round_trip(container):
     assert container.db.write(lambda c: store.prune_older_than(c, 7, now)) == 1
     assert container.db.read(lambda c: store.count(c)) == 0
     with pytest.raises(StorageError, match="CHECK constraint"):
-        container.db.write(lambda c: store.insert(c, session_key="k", harness=None, project=None,
-                                                  project_normalized=None, trigger="bogus", digest="",
-                                                  prompt_count=0, memory_queries=[], recent_remembers=[],
-                                                  created_at="2027-01-01T00:00:00.000Z"))
+        container.db.write(
+            lambda c: store.insert(
+                c,
+                session_key="k",
+                harness=None,
+                project=None,
+                project_normalized=None,
+                trigger="bogus",
+                digest="",
+                prompt_count=0,
+                memory_queries=[],
+                recent_remembers=[],
+                created_at="2027-01-01T00:00:00.000Z",
+            )
+        )
 
 
 def test_settings_defaults_aliases_and_ranges():
     s = SessionCheckpointSettings()
-    assert (s.enabled, s.prompt_interval, s.time_interval_ms, s.max_checkpoints_per_session, s.retention_days,
-            s.recovery_budget_chars) == (True, 10, 900_000, 50, 7, 2000)
+    assert (
+        s.enabled,
+        s.prompt_interval,
+        s.time_interval_ms,
+        s.max_checkpoints_per_session,
+        s.retention_days,
+        s.recovery_budget_chars,
+    ) == (True, 10, 900_000, 50, 7, 2000)
     assert SessionCheckpointSettings(promptInterval=5, timeIntervalMs=60_000).prompt_interval == 5
-    for bad in ({"prompt_interval": 0}, {"prompt_interval": 1001}, {"time_interval_ms": 59_999},
-                {"time_interval_ms": 3_600_001}, {"max_checkpoints_per_session": 501}, {"retention_days": 0},
-                {"retention_days": 91}, {"recovery_budget_chars": 199}, {"recovery_budget_chars": 10_001}):
+    for bad in (
+        {"prompt_interval": 0},
+        {"prompt_interval": 1001},
+        {"time_interval_ms": 59_999},
+        {"time_interval_ms": 3_600_001},
+        {"max_checkpoints_per_session": 501},
+        {"retention_days": 0},
+        {"retention_days": 91},
+        {"recovery_budget_chars": 199},
+        {"recovery_budget_chars": 10_001},
+    ):
         with pytest.raises(pydantic.ValidationError):
             SessionCheckpointSettings(**bad)
     assert all(f.description for f in SessionCheckpointSettings.model_fields.values())
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("/Work/App/", "/work/app"), ("C:\\Users\\Me\\Proj\\", "c:/users/me/proj"), ("  my   project  ", "my project"),
-    ("/", "/"), ("///", "/"), ("", None), ("   ", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("/Work/App/", "/work/app"),
+        ("C:\\Users\\Me\\Proj\\", "c:/users/me/proj"),
+        ("  my   project  ", "my project"),
+        ("/", "/"),
+        ("///", "/"),
+        ("", None),
+        ("   ", None),
+        (None, None),
+    ],
+)
 def test_normalize_project(raw, expected):
     assert normalize_project(raw) == expected
     assert SessionCheckpointService.normalize_project(raw) == expected
 
 
 def test_formatters():
-    periodic = format_periodic_digest(project="/p", prompt_count=3, duration_s=3725, queries=["a\nb"],
-                                      remembers=["r"], total_prompts=12)
+    periodic = format_periodic_digest(
+        project="/p", prompt_count=3, duration_s=3725, queries=["a\nb"], remembers=["r"], total_prompts=12
+    )
     assert periodic.startswith("## Session checkpoint (periodic)\n- Project: /p\n")
     assert "- Prompts: 3 since last checkpoint, 12 in session" in periodic
     assert "- Duration: 1h 02m" in periodic and "1. a b" in periodic and "- remembered: r" in periodic
@@ -446,8 +525,16 @@ def test_duration_and_total_come_from_the_sessions_row(svc, container, clock):
     from memlane.storage import sessions as sess_sql
 
     def job(c):
-        sess_sql.insert_session(c, key="s", project="/p", harness="h", cwd=None, context=None,
-                                started_at="2027-01-15T07:30:00.000Z", predictor_state="collecting")
+        sess_sql.insert_session(
+            c,
+            key="s",
+            project="/p",
+            harness="h",
+            cwd=None,
+            context=None,
+            started_at="2027-01-15T07:30:00.000Z",
+            predictor_state="collecting",
+        )
         c.execute("UPDATE sessions SET prompt_count = 40 WHERE session_key = 's'")
 
     container.db.write(job)

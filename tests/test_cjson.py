@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from memlane.connectors import cjson
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
-documents = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
-                         max_leaves=30)
+documents = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5), max_leaves=30
+)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -55,8 +56,27 @@ def test_loads_is_json_loads(doc: Any, before: str, after: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=40) | st.sampled_from(['{"a": 1', '[1,]', '{"a" 1}', '"\\ud800"', '"\x01"', 'NaN', '-Infinity',
-                                                 '1 2', '{} x', '\ufeff{}', '[1] ', ' 007', '"a\\u00e9"', '{"a":1,}']))
+@given(
+    st.text(max_size=40)
+    | st.sampled_from(
+        [
+            '{"a": 1',
+            "[1,]",
+            '{"a" 1}',
+            '"\\ud800"',
+            '"\x01"',
+            "NaN",
+            "-Infinity",
+            "1 2",
+            "{} x",
+            "\ufeff{}",
+            "[1] ",
+            " 007",
+            '"a\\u00e9"',
+            '{"a":1,}',
+        ]
+    )
+)
 def test_any_text_loads_or_fails_as_json_does(text: str) -> None:
     got, want = outcome(cjson.loads, text), outcome(json.loads, text)
     assert got[0] == want[0]

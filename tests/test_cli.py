@@ -77,8 +77,9 @@ def test_commands_against_a_real_daemon(start_daemon, tmp_path, monkeypatch):
     r = runner.invoke(app, ["status", *url])
     assert r.exit_code == 1 and "unauthorized" in r.output  # another home's CLI has no token for it
     monkeypatch.setenv("MEMLANE_HOME", str(d.home))  # the CLI reads the token from its home
-    r = runner.invoke(app, ["remember", "Release trains leave every Tuesday.", "--type", "process",
-                            "--tag", "release", *url])
+    r = runner.invoke(
+        app, ["remember", "Release trains leave every Tuesday.", "--type", "process", "--tag", "release", *url]
+    )
     assert r.exit_code == 0 and r.output.startswith("created ")
     r = runner.invoke(app, ["remember", "release trains leave every tuesday", *url])
     assert r.exit_code == 0 and r.output.startswith("deduplicated ")
@@ -117,8 +118,21 @@ def test_remember_rejected_input_is_reported(start_daemon, monkeypatch):
 @needs_locomo
 def test_bench_retrieval_on_one_conversation(tmp_path):
     out = tmp_path / "r.json"
-    r = runner.invoke(app, ["bench", "retrieval", "--data", str(LOCOMO), "--max-conversations", "1",
-                            "--context-turns", "1", "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "retrieval",
+            "--data",
+            str(LOCOMO),
+            "--max-conversations",
+            "1",
+            "--context-turns",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(out.read_text())
     overall = report["metrics"]["overall"]
@@ -135,8 +149,20 @@ def test_bench_retrieval_on_one_conversation(tmp_path):
 
 @needs_locomo
 def test_bench_retrieval_bm25_only_and_bad_paths(tmp_path):
-    r = runner.invoke(app, ["bench", "retrieval", "--data", str(LOCOMO), "--max-conversations", "1",
-                            "--bm25-only", "--out", str(tmp_path / "b.json")])
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "retrieval",
+            "--data",
+            str(LOCOMO),
+            "--max-conversations",
+            "1",
+            "--bm25-only",
+            "--out",
+            str(tmp_path / "b.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "b.json").read_text())["config"]["use_vectors"] is False
     r = runner.invoke(app, ["bench", "retrieval", "--data", str(tmp_path / "missing.json")])
@@ -152,8 +178,23 @@ def test_bench_retrieval_bm25_only_and_bad_paths(tmp_path):
 @needs_locomo
 def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
     out = tmp_path / "lat.json"
-    r = runner.invoke(app, ["bench", "latency", "--memories", "300", "--queries", "20", "--remembers", "10",
-                            "--data", str(LOCOMO), "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "latency",
+            "--memories",
+            "300",
+            "--queries",
+            "20",
+            "--remembers",
+            "10",
+            "--data",
+            str(LOCOMO),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(out.read_text())
     assert report["store_size"] == 310
@@ -166,8 +207,24 @@ def test_bench_latency_through_a_real_daemon(tmp_path, monkeypatch):
 @needs_locomo
 def test_bench_latency_pipeline_stages(tmp_path):
     out = tmp_path / "lat.json"
-    r = runner.invoke(app, ["bench", "latency", "--memories", "200", "--queries", "10", "--remembers", "2",
-                            "--pipeline-stages", "--data", str(LOCOMO), "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "latency",
+            "--memories",
+            "200",
+            "--queries",
+            "10",
+            "--remembers",
+            "2",
+            "--pipeline-stages",
+            "--data",
+            str(LOCOMO),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     stages = json.loads(out.read_text())["pipeline_stages"]
     assert stages["enabled"] is True and stages["reranker"] is False and stages["hints_written"] == 600
@@ -180,8 +237,27 @@ def test_bench_latency_pipeline_stages(tmp_path):
 @needs_locomo
 def test_bench_sessions_with_an_earned_alpha_waits_for_the_predictor(tmp_path):
     out = tmp_path / "sessions.json"
-    r = runner.invoke(app, ["bench", "sessions", "--memories", "120", "--sessions", "3", "--prompts", "1",
-                            "--gap", "0", "--alpha", "0.5", "--data", str(LOCOMO), "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "sessions",
+            "--memories",
+            "120",
+            "--sessions",
+            "3",
+            "--prompts",
+            "1",
+            "--gap",
+            "0",
+            "--alpha",
+            "0.5",
+            "--data",
+            str(LOCOMO),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(out.read_text())
     p = report["predictor"]
@@ -221,22 +297,52 @@ def test_predictor_status_table_shows_trouble_and_project_slices():
 
     from memlane.cli.predictor_cmd import status_table
 
-    st = {"enabled": True, "phase": "disabled", "alpha": 1.0, "status_line": "[predictor: disabled | crashes=3/hr]",
-          "scored_sessions": 40, "score_errors": 7, "training": False,
-          "score_latency_ms": {"n": 40, "p50": 3.25, "p95": 9.5, "p99": 12.0},
-          "state": {"success_rate": 0.62, "margin_ema": 0.071, "training_sessions": 35, "comparisons": 33,
-                    "model_version": 4, "last_trained": "2026-11-22T10:00:00Z", "drift_resets": 1,
-                    "drifting": False, "project_rates": {"acme": [0.7, 12], "ledger": [0.25, 5]}},
-          "sidecar": {"alive": False, "ready": False, "disabled": True, "pid": None, "restarts": 3,
-                      "crashes_last_hour": 3, "error_counts": {"crash": 3, "timeout": 4}}}
+    st = {
+        "enabled": True,
+        "phase": "disabled",
+        "alpha": 1.0,
+        "status_line": "[predictor: disabled | crashes=3/hr]",
+        "scored_sessions": 40,
+        "score_errors": 7,
+        "training": False,
+        "score_latency_ms": {"n": 40, "p50": 3.25, "p95": 9.5, "p99": 12.0},
+        "state": {
+            "success_rate": 0.62,
+            "margin_ema": 0.071,
+            "training_sessions": 35,
+            "comparisons": 33,
+            "model_version": 4,
+            "last_trained": "2026-11-22T10:00:00Z",
+            "drift_resets": 1,
+            "drifting": False,
+            "project_rates": {"acme": [0.7, 12], "ledger": [0.25, 5]},
+        },
+        "sidecar": {
+            "alive": False,
+            "ready": False,
+            "disabled": True,
+            "pid": None,
+            "restarts": 3,
+            "crashes_last_hour": 3,
+            "error_counts": {"crash": 3, "timeout": 4},
+        },
+    }
     console = Console(width=200, record=True)
     console.print(status_table(st))
     text = console.export_text()
-    for want in ("[predictor: disabled | crashes=3/hr]", "success rate", "0.62", "+0.071", "40 scored, 7 score errors",
-                 "model v4, trained 2026-11-22T10:00:00Z", "p50 3.2 / p95 9.5 ms over 40",
-                 "disabled, pid -, 3 restarts, 3 crashes in the last hour", "crash 3, timeout 4",
-                 "acme: 0.70 over 12, ledger: 0.25 over 5",
-                 "no margins yet; lets the success rate decide alpha"):
+    for want in (
+        "[predictor: disabled | crashes=3/hr]",
+        "success rate",
+        "0.62",
+        "+0.071",
+        "40 scored, 7 score errors",
+        "model v4, trained 2026-11-22T10:00:00Z",
+        "p50 3.2 / p95 9.5 ms over 40",
+        "disabled, pid -, 3 restarts, 3 crashes in the last hour",
+        "crash 3, timeout 4",
+        "acme: 0.70 over 12, ledger: 0.25 over 5",
+        "no margins yet; lets the success rate decide alpha",
+    ):
         assert want in text, want
 
 
@@ -248,23 +354,41 @@ def test_predictor_status_table_says_why_the_margin_guard_holds_alpha_at_one():
 
     from memlane.cli.predictor_cmd import status_table
 
-    base = {"enabled": True, "phase": "active", "alpha": 1.0, "status_line": "[predictor: active]",
-            "scored_sessions": 60, "score_errors": 0, "training": False}
-    losing = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.02, "cold_start_exited": True,
-                                "recent_margins": [0.1] * 8 + [-0.1] * 12}}
+    base = {
+        "enabled": True,
+        "phase": "active",
+        "alpha": 1.0,
+        "status_line": "[predictor: active]",
+        "scored_sessions": 60,
+        "score_errors": 0,
+        "training": False,
+    }
+    losing = {
+        **base,
+        "state": {
+            "success_rate": 0.7,
+            "margin_ema": 0.02,
+            "cold_start_exited": True,
+            "recent_margins": [0.1] * 8 + [-0.1] * 12,
+        },
+    }
     console = Console(width=240, record=True)
     console.print(status_table(losing))
     text = console.export_text()
     assert "last 20 margins average -0.020" in text
     assert "holds alpha at 1: the last 20 comparisons average a margin of -0.020 NDCG@10" in text
-    early = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.03, "cold_start_exited": True,
-                               "recent_margins": [0.03] * 12}}
+    early = {
+        **base,
+        "state": {"success_rate": 0.7, "margin_ema": 0.03, "cold_start_exited": True, "recent_margins": [0.03] * 12},
+    }
     console = Console(width=240, record=True)
     console.print(status_table(early))
     text = console.export_text()
     assert "the margin EMA is +0.030 NDCG@10 (below 0.05) and the window holds 12 of 20 comparisons" in text
-    gaining = {**base, "state": {"success_rate": 0.7, "margin_ema": 0.0, "cold_start_exited": True,
-                                 "recent_margins": [0.01] * 20}}
+    gaining = {
+        **base,
+        "state": {"success_rate": 0.7, "margin_ema": 0.0, "cold_start_exited": True, "recent_margins": [0.01] * 20},
+    }
     console = Console(width=240, record=True)
     console.print(status_table(gaining))
     assert "last 20 margins average +0.010; lets the success rate decide alpha" in console.export_text()
@@ -282,11 +406,33 @@ def test_an_error_a_command_lets_through_is_one_line_not_a_traceback(tmp_path):
     data = tmp_path / "unused.json"  # the store fails to open before the data is read
     data.write_text("[]")
     proc = subprocess.run(
-        [sys.executable, "-m", "memlane", "bench", "sessions", "--memories", "5", "--sessions", "1",
-         "--no-predictor", "--store", str(bad), "--data", str(data)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # the benchmarks package of this checkout
-            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])})
+        [
+            sys.executable,
+            "-m",
+            "memlane",
+            "bench",
+            "sessions",
+            "--memories",
+            "5",
+            "--sessions",
+            "1",
+            "--no-predictor",
+            "--store",
+            str(bad),
+            "--data",
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(  # the benchmarks package of this checkout
+                [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+            ),
+        },
+    )
     assert proc.returncode == 1, proc.stderr
     assert "error:" in proc.stderr and "cannot open database" in proc.stderr
     assert "Traceback" not in proc.stderr

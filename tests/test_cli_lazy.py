@@ -27,8 +27,11 @@ def _app_with(module: str, attr: str) -> typer.Typer:
 
 def test_a_missing_package_says_how_to_install_it_for_every_command() -> None:
     top = _app_with("no_such_benchmarks_package.cli", "bench_app")
-    for args in (["group", "retrieval"], ["group", "retrieval", "--max-conversations", "1"],
-                 ["group", "anything", "--help"]):
+    for args in (
+        ["group", "retrieval"],
+        ["group", "retrieval", "--max-conversations", "1"],
+        ["group", "anything", "--help"],
+    ):
         r = runner.invoke(top, args)
         assert r.exit_code == 2, r.output
         assert INSTALL_HINT in " ".join(r.output.split())
@@ -56,7 +59,9 @@ def test_bench_and_replay_list_the_benchmarks_commands() -> None:
 
 
 def test_the_command_line_does_not_import_the_benchmarks_until_used() -> None:
-    code = ("import sys; from memlane.cli.main import app; "
-            "print(sorted(m for m in sys.modules if m == 'benchmarks' or m.startswith('benchmarks.')))")
+    code = (
+        "import sys; from memlane.cli.main import app; "
+        "print(sorted(m for m in sys.modules if m == 'benchmarks' or m.startswith('benchmarks.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -43,13 +43,16 @@ def test_memlane_home_locates_the_yaml(tmp_path, monkeypatch):
     assert s.home == tmp_path and s.port == 9100
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("port: [unclosed", "not valid YAML"),
-    ("- a\n- b\n", "must be a mapping"),
-    ("port: 70000\n", "port"),
-    ("recall:\n  alpha: 1.5\n", "recall.alpha"),
-    ("embedding:\n  provider: carrier-pigeon\n", "embedding.provider"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("port: [unclosed", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("port: 70000\n", "port"),
+        ("recall:\n  alpha: 1.5\n", "recall.alpha"),
+        ("embedding:\n  provider: carrier-pigeon\n", "embedding.provider"),
+    ],
+)
 def test_bad_config_is_a_clear_error(tmp_path, monkeypatch, text, needle):
     path = tmp_path / "config.yaml"
     path.write_text(text)

@@ -24,12 +24,19 @@ from memlane.cli.hooks import connect_app, disconnect_app
 from memlane.config import load_settings
 from memlane.connectors import spool as spool_mod
 from memlane.connectors.claude_code import (
-    ENDPOINTS, SettingsFileError, build_body, connect, disconnect, run_hook,
+    ENDPOINTS,
+    SettingsFileError,
+    build_body,
+    connect,
+    disconnect,
+    run_hook,
 )
 from memlane.connectors.events import HookEvent, find_project_root, from_claude_code
 from memlane.connectors.spool import enforce_caps, replay_spool, spool_event, spooled_files
 from memlane.connectors.transcript import (
-    last_memory_feedback, read_transcript, transcript_text,
+    last_memory_feedback,
+    read_transcript,
+    transcript_text,
 )
 
 SID = "8f2c6a4e-3b1d-4c55-9a70-2d1e0f9b7c31"
@@ -37,6 +44,7 @@ MID = "3f9a1c2e-7b44-4d0a-9e1f-0c2b8d6a5e17"
 
 
 # --- fixtures ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
@@ -60,14 +68,32 @@ def line(obj: dict[str, Any]) -> str:
 
 
 def user(text: Any, **extra: Any) -> str:
-    return line({"type": "user", "uuid": os.urandom(4).hex(), "sessionId": SID, "cwd": "/work/proj",
-                 "message": {"role": "user", "content": text}, **extra})
+    return line(
+        {
+            "type": "user",
+            "uuid": os.urandom(4).hex(),
+            "sessionId": SID,
+            "cwd": "/work/proj",
+            "message": {"role": "user", "content": text},
+            **extra,
+        }
+    )
 
 
 def assistant(*blocks: dict[str, Any]) -> str:
-    return line({"type": "assistant", "uuid": os.urandom(4).hex(), "sessionId": SID,
-                 "message": {"role": "assistant", "model": "claude-sonnet-4-5", "content": list(blocks),
-                             "stop_reason": "end_turn"}})
+    return line(
+        {
+            "type": "assistant",
+            "uuid": os.urandom(4).hex(),
+            "sessionId": SID,
+            "message": {
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": list(blocks),
+                "stop_reason": "end_turn",
+            },
+        }
+    )
 
 
 def text(t: str) -> dict[str, Any]:
@@ -79,36 +105,54 @@ TOOL_RESULT = [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "a.
 
 
 def realistic_transcript(last_assistant_text: str) -> str:
-    return "\n".join([
-        line({"type": "permission-mode", "permissionMode": "default", "sessionId": SID}),
-        line({"type": "file-history-snapshot", "messageId": "m1", "snapshot": {"trackedFileBackups": {}}}),
-        user("What files are here?"),
-        assistant({"type": "thinking", "thinking": "let me look"}, TOOL_USE),
-        user(TOOL_RESULT),
-        assistant(text("Two files: a.py and b.py.")),
-        user("<command-name>/model</command-name>", isMeta=True),
-        "{this line is not json",
-        user("Now summarise b.py"),
-        assistant(TOOL_USE),
-        user(TOOL_RESULT),
-        assistant(text(last_assistant_text)),
-        line({"type": "system", "subtype": "stop_hook_summary", "hookCount": 1}),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                line({"type": "permission-mode", "permissionMode": "default", "sessionId": SID}),
+                line({"type": "file-history-snapshot", "messageId": "m1", "snapshot": {"trackedFileBackups": {}}}),
+                user("What files are here?"),
+                assistant({"type": "thinking", "thinking": "let me look"}, TOOL_USE),
+                user(TOOL_RESULT),
+                assistant(text("Two files: a.py and b.py.")),
+                user("<command-name>/model</command-name>", isMeta=True),
+                "{this line is not json",
+                user("Now summarise b.py"),
+                assistant(TOOL_USE),
+                user(TOOL_RESULT),
+                assistant(text(last_assistant_text)),
+                line({"type": "system", "subtype": "stop_hook_summary", "hookCount": 1}),
+            ]
+        )
+        + "\n"
+    )
 
 
 def payload(event: str, cwd: Path, transcript: Path | str = "/nowhere.jsonl", **extra: Any) -> dict[str, Any]:
-    base = {"session_id": SID, "transcript_path": str(transcript), "cwd": str(cwd),
-            "permission_mode": "default", "hook_event_name": event, "model": "claude-sonnet-4-5-20250929"}
+    base = {
+        "session_id": SID,
+        "transcript_path": str(transcript),
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        "model": "claude-sonnet-4-5-20250929",
+    }
     return {**base, **extra}
 
 
 # --- events -----------------------------------------------------------------------------------
 
+
 def test_session_start_maps_to_the_git_root(repo: Path) -> None:
     ev = from_claude_code("session-start", payload("SessionStart", repo / "src" / "pkg", source="resume"))
-    assert ev == HookEvent(event="session-start", session_key=SID, cwd=str(repo / "src" / "pkg"),
-                           project=str(repo.resolve()), source="resume", transcript_path="/nowhere.jsonl",
-                           permission_mode="default")
+    assert ev == HookEvent(
+        event="session-start",
+        session_key=SID,
+        cwd=str(repo / "src" / "pkg"),
+        project=str(repo.resolve()),
+        source="resume",
+        transcript_path="/nowhere.jsonl",
+        permission_mode="default",
+    )
     assert ev.harness == "claude-code"
 
 
@@ -117,8 +161,9 @@ def test_each_event_maps_its_own_fields(repo: Path) -> None:
     assert (ups.event, ups.prompt, ups.source) == ("user-prompt-submit", "fix the bug", None)
     end = from_claude_code("session-end", payload("SessionEnd", repo, reason="prompt_input_exit"))
     assert (end.event, end.reason, end.prompt) == ("session-end", "prompt_input_exit", None)
-    pc = from_claude_code("pre-compact", payload("PreCompact", repo, trigger="manual",
-                                                 custom_instructions="keep the API decisions"))
+    pc = from_claude_code(
+        "pre-compact", payload("PreCompact", repo, trigger="manual", custom_instructions="keep the API decisions")
+    )
     assert (pc.event, pc.trigger, pc.custom_instructions) == ("pre-compact", "manual", "keep the API decisions")
     auto = from_claude_code("pre-compact", payload("PreCompact", repo, trigger="auto", custom_instructions=None))
     assert auto.custom_instructions is None
@@ -135,17 +180,20 @@ def test_project_falls_back_to_cwd_and_accepts_a_git_file(tmp_path: Path) -> Non
     assert os.path.isabs(find_project_root("relative/dir"))
 
 
-@pytest.mark.parametrize("event,data,match", [
-    ("session-start", {"cwd": "/tmp"}, "session_id"),
-    ("session-start", {"session_id": "  ", "cwd": "/tmp"}, "session_id"),
-    ("session-start", {"session_id": 42, "cwd": "/tmp"}, "session_id"),
-    ("session-start", {"session_id": "s", "cwd": ["/tmp"]}, "cwd"),
-    ("session-start", {"session_id": "s", "source": 3}, "source"),
-    ("user-prompt-submit", {"session_id": "s", "cwd": "/tmp"}, "prompt"),
-    ("user-prompt-submit", {"session_id": "s", "prompt": {"x": 1}}, "prompt"),
-    ("session-end", {"session_id": "s", "hook_event_name": "SessionStart"}, "SessionStart"),
-    ("stop", {"session_id": "s"}, "unknown hook event"),
-])
+@pytest.mark.parametrize(
+    "event,data,match",
+    [
+        ("session-start", {"cwd": "/tmp"}, "session_id"),
+        ("session-start", {"session_id": "  ", "cwd": "/tmp"}, "session_id"),
+        ("session-start", {"session_id": 42, "cwd": "/tmp"}, "session_id"),
+        ("session-start", {"session_id": "s", "cwd": ["/tmp"]}, "cwd"),
+        ("session-start", {"session_id": "s", "source": 3}, "source"),
+        ("user-prompt-submit", {"session_id": "s", "cwd": "/tmp"}, "prompt"),
+        ("user-prompt-submit", {"session_id": "s", "prompt": {"x": 1}}, "prompt"),
+        ("session-end", {"session_id": "s", "hook_event_name": "SessionStart"}, "SessionStart"),
+        ("stop", {"session_id": "s"}, "unknown hook event"),
+    ],
+)
 def test_bad_input_is_a_clear_value_error(event: str, data: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         from_claude_code(event, data)
@@ -157,6 +205,7 @@ def test_a_non_object_payload_is_refused() -> None:
 
 
 # --- transcript guard -------------------------------------------------------------------------
+
 
 def test_a_regular_file_under_the_root_is_read(root: Path) -> None:
     f = root / "-work-proj" / f"{SID}.jsonl"
@@ -214,17 +263,33 @@ def test_tail_mode_reads_whole_lines_from_a_large_file(root: Path) -> None:
 
 # --- transcript parsing -----------------------------------------------------------------------
 
+
 def test_transcript_text_keeps_only_text_turns() -> None:
     rendered = transcript_text(realistic_transcript("b.py defines the parser."))
-    assert rendered == ("user: What files are here?\nassistant: Two files: a.py and b.py.\n"
-                        "user: Now summarise b.py\nassistant: b.py defines the parser.")
+    assert rendered == (
+        "user: What files are here?\nassistant: Two files: a.py and b.py.\n"
+        "user: Now summarise b.py\nassistant: b.py defines the parser."
+    )
     assert transcript_text("") == "" and transcript_text("[1, 2]\nnull\n{}") == ""
 
 
 def test_feedback_with_a_memory_feedback_key_is_clamped_and_cleaned() -> None:
-    reply = ("Done.\n```json\n" + json.dumps({"memory_feedback": {
-        MID: 0.8, "a1b2c3d4": 3, "deadbeef": -7.5, "cafe0001": "great", "f00dbabe": True, "0badf00d": None}})
-        + "\n```")
+    reply = (
+        "Done.\n```json\n"
+        + json.dumps(
+            {
+                "memory_feedback": {
+                    MID: 0.8,
+                    "a1b2c3d4": 3,
+                    "deadbeef": -7.5,
+                    "cafe0001": "great",
+                    "f00dbabe": True,
+                    "0badf00d": None,
+                }
+            }
+        )
+        + "\n```"
+    )
     assert last_memory_feedback(realistic_transcript(reply)) == {MID: 0.8, "a1b2c3d4": 1.0, "deadbeef": -1.0}
 
 
@@ -240,7 +305,13 @@ def test_feedback_in_tags_after_tags_and_in_a_fence_after_the_request() -> None:
 def test_no_feedback_in_the_latest_message_is_none() -> None:
     assert last_memory_feedback(realistic_transcript('Here is the config:\n```json\n{"port": 7437}\n```')) is None
     assert last_memory_feedback(realistic_transcript('{"memory_feedback": {"a1b2c3d4": "x"}}')) is None
-    older = realistic_transcript('{"memory_feedback": {"a1b2c3d4": 1}}') + user("next?") + "\n" + assistant(text("ok")) + "\n"
+    older = (
+        realistic_transcript('{"memory_feedback": {"a1b2c3d4": 1}}')
+        + user("next?")
+        + "\n"
+        + assistant(text("ok"))
+        + "\n"
+    )
     assert last_memory_feedback(older) is None
     assert last_memory_feedback("") is None
 
@@ -248,12 +319,20 @@ def test_no_feedback_in_the_latest_message_is_none() -> None:
 def test_feedback_is_found_when_the_new_prompt_is_already_in_the_transcript() -> None:
     jsonl = realistic_transcript('All set. {"memory_feedback": {"a1b2c3d4": 0.9}}') + user("the new prompt") + "\n"
     assert last_memory_feedback(jsonl) == {"a1b2c3d4": 0.9}
-    split = "\n".join([user("go"), assistant(text('{"memory_feedback": {"a1b2c3d4": -0.5}}')),
-                       assistant(TOOL_USE), user(TOOL_RESULT), assistant(text("finished"))])
+    split = "\n".join(
+        [
+            user("go"),
+            assistant(text('{"memory_feedback": {"a1b2c3d4": -0.5}}')),
+            assistant(TOOL_USE),
+            user(TOOL_RESULT),
+            assistant(text("finished")),
+        ]
+    )
     assert last_memory_feedback(split) == {"a1b2c3d4": -0.5}
 
 
 # --- spool ------------------------------------------------------------------------------------
+
 
 def test_spool_writes_sortable_atomic_files(tmp_path: Path) -> None:
     d = tmp_path / "spool"
@@ -384,15 +463,20 @@ SETTINGS = {
     "env": {"BASH_DEFAULT_TIMEOUT_MS": "60000"},
     "permissions": {"allow": ["Bash(npm run test:*)"], "deny": ["Read(./.env)"]},
     "hooks": {
-        "PreToolUse": [{"matcher": "Bash", "hooks": [
-            {"type": "command", "command": "python3 ~/.claude/hooks/guard.py", "timeout": 30}]}],
-        "SessionStart": [{"matcher": "startup", "hooks": [
-            {"type": "command", "command": "cat ~/notes/today.md"}]}],
+        "PreToolUse": [
+            {
+                "matcher": "Bash",
+                "hooks": [{"type": "command", "command": "python3 ~/.claude/hooks/guard.py", "timeout": 30}],
+            }
+        ],
+        "SessionStart": [{"matcher": "startup", "hooks": [{"type": "command", "command": "cat ~/notes/today.md"}]}],
     },
     "statusLine": {"type": "command", "command": "~/.claude/statusline.sh"},
 }
 CLAUDE_JSON = {
-    "numStartups": 42, "hasCompletedOnboarding": True, "theme": "dark",
+    "numStartups": 42,
+    "hasCompletedOnboarding": True,
+    "theme": "dark",
     "mcpServers": {"playwright": {"type": "stdio", "command": "npx", "args": ["@playwright/mcp@latest"], "env": {}}},
     "projects": {"/work/proj": {"allowedTools": [], "mcpServers": {}, "history": []}},
 }
@@ -416,14 +500,17 @@ def backups(p: Path) -> list[Path]:
 def test_connect_is_idempotent_and_disconnect_restores_the_original(files: tuple[Path, Path]) -> None:
     settings, claude_json = files
     first = connect(settings, CMD, claude_json_path=claude_json)
-    assert first.hooks == dict.fromkeys(["SessionStart", "UserPromptSubmit", "SessionEnd", "PreCompact",
-                                         "PostToolUse", "PostToolUseFailure"], "added")
+    assert first.hooks == dict.fromkeys(
+        ["SessionStart", "UserPromptSubmit", "SessionEnd", "PreCompact", "PostToolUse", "PostToolUseFailure"], "added"
+    )
     assert first.mcp == "added" and first.changed
     data = json.loads(settings.read_text())
     assert data["hooks"]["PreToolUse"] == SETTINGS["hooks"]["PreToolUse"]
     assert data["hooks"]["SessionStart"][0] == SETTINGS["hooks"]["SessionStart"][0]
-    assert data["hooks"]["SessionStart"][1] == {"matcher": "", "hooks": [
-        {"type": "command", "command": "/opt/memlane/bin/memlane hook session-start", "timeout": 10}]}
+    assert data["hooks"]["SessionStart"][1] == {
+        "matcher": "",
+        "hooks": [{"type": "command", "command": "/opt/memlane/bin/memlane hook session-start", "timeout": 10}],
+    }
     assert data["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"].endswith("memlane hook user-prompt-submit")
     assert {k: v for k, v in data.items() if k != "hooks"} == {k: v for k, v in SETTINGS.items() if k != "hooks"}
     mcp = json.loads(claude_json.read_text())
@@ -521,22 +608,37 @@ def test_the_connect_and_disconnect_commands(files: tuple[Path, Path]) -> None:
 
 # --- the hook command -------------------------------------------------------------------------
 
+
 def _hook_subprocess(event: str, stdin: str, home: Path, port: int) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(home), MEMLANE_PORT=str(port), MEMLANE_CONFIG=str(home / "none.yaml"))
-    return subprocess.run([sys.executable, "-c", "from memlane.cli.hooks import hook_app; hook_app()", event],
-                          input=stdin, capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-c", "from memlane.cli.hooks import hook_app; hook_app()", event],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
 
 
 def test_hook_with_the_daemon_down_spools_prints_nothing_and_exits_0(tmp_path: Path, repo: Path) -> None:
     home = tmp_path / "mhome"
-    p = _hook_subprocess("session-start", json.dumps(payload("SessionStart", repo, source="startup")), home, free_port())
+    p = _hook_subprocess(
+        "session-start", json.dumps(payload("SessionStart", repo, source="startup")), home, free_port()
+    )
     assert p.returncode == 0 and p.stdout == ""
     [spooled] = spooled_files(home / "spool")
     record = json.loads(spooled.read_text())
     assert record["endpoint"] == "/api/hooks/session-start"
-    assert record["body"] == {"session_key": SID, "project": str(repo.resolve()), "cwd": str(repo),
-                              "harness": "claude-code", "source": "startup", "permission_mode": "default"}
+    assert record["body"] == {
+        "session_key": SID,
+        "project": str(repo.resolve()),
+        "cwd": str(repo),
+        "harness": "claude-code",
+        "source": "startup",
+        "permission_mode": "default",
+    }
     assert "event spooled" in (home / "logs" / "hooks.log").read_text()
 
 
@@ -559,50 +661,97 @@ def test_hook_with_the_daemon_up(tmp_path: Path, repo: Path, root: Path, stub: S
     transcript = root / "-work-proj" / f"{SID}.jsonl"
     transcript.write_text(realistic_transcript(f'Done. {{"memory_feedback": {{"{MID[:8]}": 0.7}}}}'))
 
-    out = run_hook("session-start", json.dumps(payload("SessionStart", repo, transcript, source="startup")), s,
-                   transcript_roots=[root])
-    assert json.loads(out) == {"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                                      "additionalContext": "## Memories\n- the staging db is orion"}}
-    out = run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, transcript, prompt="next")), s,
-                   transcript_roots=[root])
-    assert json.loads(out)["hookSpecificOutput"] == {"hookEventName": "UserPromptSubmit",
-                                                     "additionalContext": "- relevant: use uv, not pip"}
+    out = run_hook(
+        "session-start",
+        json.dumps(payload("SessionStart", repo, transcript, source="startup")),
+        s,
+        transcript_roots=[root],
+    )
+    assert json.loads(out) == {
+        "hookSpecificOutput": {
+            "hookEventName": "SessionStart",
+            "additionalContext": "## Memories\n- the staging db is orion",
+        }
+    }
+    out = run_hook(
+        "user-prompt-submit",
+        json.dumps(payload("UserPromptSubmit", repo, transcript, prompt="next")),
+        s,
+        transcript_roots=[root],
+    )
+    assert json.loads(out)["hookSpecificOutput"] == {
+        "hookEventName": "UserPromptSubmit",
+        "additionalContext": "- relevant: use uv, not pip",
+    }
     path, body = stub.requests[-1]
     assert path == "/api/hooks/user-prompt-submit"
-    assert body == {"session_key": SID, "project": str(repo.resolve()), "cwd": str(repo), "harness": "claude-code",
-                    "prompt": "next", "memory_feedback": {MID[:8]: 0.7}, "permission_mode": "default"}
+    assert body == {
+        "session_key": SID,
+        "project": str(repo.resolve()),
+        "cwd": str(repo),
+        "harness": "claude-code",
+        "prompt": "next",
+        "memory_feedback": {MID[:8]: 0.7},
+        "permission_mode": "default",
+    }
 
     stub.script["/api/hooks/user-prompt-submit"] = [(200, {"inject": ""}, 0)]
     assert run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="x")), s) == ""
     assert "memory_feedback" not in stub.requests[-1][1]  # refused transcript path: no feedback, no error
 
-    assert run_hook("pre-compact", json.dumps(payload("PreCompact", repo, transcript, trigger="auto",
-                                                      custom_instructions="")), s) == ""
-    assert stub.requests[-1] == ("/api/hooks/pre-compaction", {
-        "session_key": SID, "project": str(repo.resolve()), "cwd": str(repo), "harness": "claude-code",
-        "trigger": "auto", "custom_instructions": ""})
+    assert (
+        run_hook(
+            "pre-compact",
+            json.dumps(payload("PreCompact", repo, transcript, trigger="auto", custom_instructions="")),
+            s,
+        )
+        == ""
+    )
+    assert stub.requests[-1] == (
+        "/api/hooks/pre-compaction",
+        {
+            "session_key": SID,
+            "project": str(repo.resolve()),
+            "cwd": str(repo),
+            "harness": "claude-code",
+            "trigger": "auto",
+            "custom_instructions": "",
+        },
+    )
 
-    assert run_hook("session-end", json.dumps(payload("SessionEnd", repo, transcript, reason="logout")), s,
-                    transcript_roots=[root]) == ""
+    assert (
+        run_hook(
+            "session-end",
+            json.dumps(payload("SessionEnd", repo, transcript, reason="logout")),
+            s,
+            transcript_roots=[root],
+        )
+        == ""
+    )
     path, body = stub.requests[-1]
     assert path == "/api/hooks/session-end" and body["reason"] == "logout"
     assert body["transcript"].startswith("user: What files are here?\nassistant: Two files")
     outside = tmp_path / "elsewhere.jsonl"
     outside.write_text(transcript.read_text())
-    run_hook("session-end", json.dumps(payload("SessionEnd", repo, outside, reason="other")), s, transcript_roots=[root])
+    run_hook(
+        "session-end", json.dumps(payload("SessionEnd", repo, outside, reason="other")), s, transcript_roots=[root]
+    )
     assert "transcript" not in stub.requests[-1][1]
 
 
 def test_spooled_events_are_replayed_on_the_next_hook_and_422_goes_to_rejected(
-        tmp_path: Path, repo: Path, stub: Stub) -> None:
+    tmp_path: Path, repo: Path, stub: Stub
+) -> None:
     home = tmp_path / "mhome"
     down = _settings(home, f"http://127.0.0.1:{free_port()}")
     run_hook("session-end", json.dumps(payload("SessionEnd", repo, reason="clear", session_id="old-1")), down)
     run_hook("session-end", json.dumps(payload("SessionEnd", repo, reason="clear", session_id="old-2")), down)
     assert len(spooled_files(home / "spool")) == 2
 
-    stub.script["/api/hooks/session-end"] = [(200, {}, 0), (422, {"error": {"code": "validation_error",
-                                                                            "message": "bad", "details": {}}}, 0)]
+    stub.script["/api/hooks/session-end"] = [
+        (200, {}, 0),
+        (422, {"error": {"code": "validation_error", "message": "bad", "details": {}}}, 0),
+    ]
     up = _settings(home, stub.url)
     out = run_hook("session-start", json.dumps(payload("SessionStart", repo, source="clear")), up)
     assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
@@ -623,8 +772,10 @@ def test_5xx_and_slow_answers_are_spooled_and_print_nothing(tmp_path: Path, repo
     assert run_hook("session-start", json.dumps(payload("SessionStart", repo)), s) == ""
     assert len(spooled_files(home / "spool")) == 1
     stub.script["/api/hooks/session-start"] = [(200, {"inject": "late"}, 0), (200, {"inject": "late"}, 2.0)]
-    assert run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="hi")), s,
-                    timeout_s=0.3) != ""  # the replayed session-start went through first
+    assert (
+        run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="hi")), s, timeout_s=0.3)
+        != ""
+    )  # the replayed session-start went through first
     assert run_hook("session-start", json.dumps(payload("SessionStart", repo)), s, timeout_s=0.3) == ""
     [spooled] = spooled_files(home / "spool")
     assert json.loads(spooled.read_text())["endpoint"] == "/api/hooks/session-start"
@@ -632,10 +783,15 @@ def test_5xx_and_slow_answers_are_spooled_and_print_nothing(tmp_path: Path, repo
 
 def test_a_4xx_on_the_live_event_is_logged_not_spooled(tmp_path: Path, repo: Path, stub: Stub) -> None:
     home = tmp_path / "mhome"
-    stub.script["/api/hooks/user-prompt-submit"] = [(422, {"error": {"code": "validation_error",
-                                                                     "message": "prompt too long", "details": {}}}, 0)]
-    assert run_hook("user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="p")),
-                    _settings(home, stub.url)) == ""
+    stub.script["/api/hooks/user-prompt-submit"] = [
+        (422, {"error": {"code": "validation_error", "message": "prompt too long", "details": {}}}, 0)
+    ]
+    assert (
+        run_hook(
+            "user-prompt-submit", json.dumps(payload("UserPromptSubmit", repo, prompt="p")), _settings(home, stub.url)
+        )
+        == ""
+    )
     assert spooled_files(home / "spool") == []
     assert "prompt too long" in (home / "logs" / "hooks.log").read_text()
 
@@ -646,6 +802,10 @@ def test_build_body_caps_the_transcript_and_endpoints_match_the_contract(repo: P
     ev = from_claude_code("session-end", payload("SessionEnd", repo, big, reason="other"))
     body = build_body(ev, transcript_roots=[root], max_body_bytes=4096)
     assert len(body["transcript"].encode()) <= 2048 and body["transcript"].endswith("message 199 " + "x" * 100)
-    assert set(ENDPOINTS.values()) == {"/api/hooks/session-start", "/api/hooks/user-prompt-submit",
-                                       "/api/hooks/session-end", "/api/hooks/pre-compaction",
-                                       "/api/v3/observer/tool-use"}  # post-tool-use and its failure
+    assert set(ENDPOINTS.values()) == {
+        "/api/hooks/session-start",
+        "/api/hooks/user-prompt-submit",
+        "/api/hooks/session-end",
+        "/api/hooks/pre-compaction",
+        "/api/v3/observer/tool-use",
+    }  # post-tool-use and its failure

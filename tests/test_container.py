@@ -24,9 +24,20 @@ def test_every_attribute_of_the_container_is_a_declared_field(open_store) -> Non
 def test_workers_are_built_in_their_order_with_the_extraction_concurrency(open_store) -> None:
     c = open_store(memory={"pipelineV2": {"worker": {"concurrency": 3}}})
     assert [w.name for w in c.workers] == [
-        "extraction", "lease-reaper", "structural-classify", "aspect-feedback", "hints", "extraction-2",
-        "extraction-3", "documents", "embedding-tracker", "retention", "maintenance", "v3-lifecycle",
-        "v3-coaccess-bootstrap"]
+        "extraction",
+        "lease-reaper",
+        "structural-classify",
+        "aspect-feedback",
+        "hints",
+        "extraction-2",
+        "extraction-3",
+        "documents",
+        "embedding-tracker",
+        "retention",
+        "maintenance",
+        "v3-lifecycle",
+        "v3-coaccess-bootstrap",
+    ]
     extraction = [c.workers.get(n) for n in ("extraction", "extraction-2", "extraction-3")]
     assert all(isinstance(w, JobWorker) and w.job_types == ["extract"] for w in extraction)
 

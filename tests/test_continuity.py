@@ -70,9 +70,14 @@ def test_build_prompt_is_blind() -> None:
 
 
 def test_parse_shape_one_with_think_and_fence() -> None:
-    body = {"score": 0.8, "confidence": 0.9, "memories_used": 2, "novel_context_count": 1,
-            "reasoning": "A and B were used.",
-            "per_memory": [{"id": "aaaa1111", "relevance": 0.9}, {"id": "bbbb2222", "relevance": 0.1}]}
+    body = {
+        "score": 0.8,
+        "confidence": 0.9,
+        "memories_used": 2,
+        "novel_context_count": 1,
+        "reasoning": "A and B were used.",
+        "per_memory": [{"id": "aaaa1111", "relevance": 0.9}, {"id": "bbbb2222", "relevance": 0.1}],
+    }
     reply = "<think>let me think { not json</think>\n```json\n" + json.dumps(body) + "\n```"
     r = parse_reply(reply, MEMS)
     assert r is not None
@@ -83,9 +88,14 @@ def test_parse_shape_one_with_think_and_fence() -> None:
 
 
 def test_parse_shape_two_seed_overall_score_and_map() -> None:
-    body = {"overall_score": 0.6, "confidence": 0.7,
-            "per_memory_scores": {"aaaa1111": 0.85, "[cccc3333]": 0.2, C.id: 0.3},
-            "missing_topics": ["x"], "novel_context_count": 3, "reasoning": "r"}
+    body = {
+        "overall_score": 0.6,
+        "confidence": 0.7,
+        "per_memory_scores": {"aaaa1111": 0.85, "[cccc3333]": 0.2, C.id: 0.3},
+        "missing_topics": ["x"],
+        "novel_context_count": 3,
+        "reasoning": "r",
+    }
     r = parse_reply("Here you go: " + json.dumps(body) + " -- done", MEMS)
     assert r is not None
     assert r.score == 0.6 and r.confidence == 0.7 and r.novel_context_count == 3
@@ -95,15 +105,17 @@ def test_parse_shape_two_seed_overall_score_and_map() -> None:
 
 
 def test_parse_per_memory_as_map_and_score_alias() -> None:
-    r = parse_reply(json.dumps({"score": 0.5, "per_memory": {"bbbb2222": 0.4},
-                                "per_memory_scores": {"aaaa1111": 0.6}}), MEMS)
+    r = parse_reply(
+        json.dumps({"score": 0.5, "per_memory": {"bbbb2222": 0.4}, "per_memory_scores": {"aaaa1111": 0.6}}), MEMS
+    )
     assert r.per_memory == {B.id: 0.4, A.id: 0.6}
     r = parse_reply(json.dumps({"score": 0.5, "per_memory": [{"id": "aaaa1111", "score": 0.7}]}), MEMS)
     assert r.per_memory == {A.id: 0.7}
 
 
-@pytest.mark.parametrize("reply", ["", "no json here", "{broken", "<think>{\"score\": 1}", "[1, 2, 3]",
-                                   "```json\n```", "null"])
+@pytest.mark.parametrize(
+    "reply", ["", "no json here", "{broken", '<think>{"score": 1}', "[1, 2, 3]", "```json\n```", "null"]
+)
 def test_parse_garbage_is_none(reply: str) -> None:
     assert parse_reply(reply, MEMS) is None
 
@@ -116,9 +128,11 @@ def test_parse_missing_fields_default() -> None:
 
 
 def test_parse_clamps_and_sanitises_numbers() -> None:
-    reply = ('{"score": 1.7, "confidence": -0.3, "memories_used": -2, "novel_context_count": NaN,'
-             ' "reasoning": 42, "per_memory": [{"id": "aaaa1111", "relevance": 3},'
-             ' {"id": "bbbb2222", "relevance": -1}, {"id": "cccc3333", "relevance": NaN}]}')
+    reply = (
+        '{"score": 1.7, "confidence": -0.3, "memories_used": -2, "novel_context_count": NaN,'
+        ' "reasoning": 42, "per_memory": [{"id": "aaaa1111", "relevance": 3},'
+        ' {"id": "bbbb2222", "relevance": -1}, {"id": "cccc3333", "relevance": NaN}]}'
+    )
     r = parse_reply(reply, MEMS)
     assert r is not None
     assert r.score == 1.0 and r.confidence == 0.0
@@ -128,8 +142,11 @@ def test_parse_clamps_and_sanitises_numbers() -> None:
 
 
 def test_parse_nan_and_non_numeric_strings() -> None:
-    r = parse_reply('{"score": NaN, "confidence": "high", "memories_used": "3", "novel_context_count": 2.9,'
-                    ' "per_memory": [{"id": "aaaa1111", "relevance": "very"}, {"id": "bbbb2222"}]}', MEMS)
+    r = parse_reply(
+        '{"score": NaN, "confidence": "high", "memories_used": "3", "novel_context_count": 2.9,'
+        ' "per_memory": [{"id": "aaaa1111", "relevance": "very"}, {"id": "bbbb2222"}]}',
+        MEMS,
+    )
     assert r.score == 0.0 and r.confidence == 0.0
     assert r.memories_used == 3 and r.novel_context_count == 2
     assert r.per_memory == {A.id: 0.0, B.id: 0.0}
@@ -142,10 +159,22 @@ def test_parse_negative_and_huge_counts() -> None:
 
 
 def test_parse_unresolvable_ids_are_counted() -> None:
-    r = parse_reply(json.dumps({"score": 0.5, "per_memory": [
-        {"id": "zzzz9999", "relevance": 1}, {"id": None, "relevance": 1}, {"relevance": 1},
-        {"id": "aaaa1111", "relevance": 0.5}, "not-an-object"],
-        "per_memory_scores": {"deadbeef": 0.3}}), MEMS)
+    r = parse_reply(
+        json.dumps(
+            {
+                "score": 0.5,
+                "per_memory": [
+                    {"id": "zzzz9999", "relevance": 1},
+                    {"id": None, "relevance": 1},
+                    {"relevance": 1},
+                    {"id": "aaaa1111", "relevance": 0.5},
+                    "not-an-object",
+                ],
+                "per_memory_scores": {"deadbeef": 0.3},
+            }
+        ),
+        MEMS,
+    )
     assert r.per_memory == {A.id: 0.5}
     assert r.unresolved_ids == 4  # zzzz9999, None, missing id, deadbeef (the string entry is skipped)
 
@@ -160,9 +189,11 @@ def test_parse_full_ids_resolve() -> None:
 def test_parse_integers_too_large_for_a_float() -> None:
     """A 400-digit integer once raised OverflowError out of parse_reply (the judge thread died)."""
     big = "9" * 400
-    r = parse_reply(f'{{"score": {big}, "confidence": -{big}, "memories_used": {big}, "novel_context_count": -{big},'
-                    f' "per_memory": [{{"id": "aaaa1111", "relevance": {big}}}, {{"id": "bbbb2222", "relevance": -{big}}}]}}',
-                    MEMS)
+    r = parse_reply(
+        f'{{"score": {big}, "confidence": -{big}, "memories_used": {big}, "novel_context_count": -{big},'
+        f' "per_memory": [{{"id": "aaaa1111", "relevance": {big}}}, {{"id": "bbbb2222", "relevance": -{big}}}]}}',
+        MEMS,
+    )
     assert r is not None
     assert (r.score, r.confidence, r.memories_used, r.novel_context_count) == (1.0, 0.0, 10_000, 0)
     assert r.per_memory == {A.id: 1.0, B.id: 0.0}

@@ -24,11 +24,24 @@ from memlane.mcp.stdio import HttpBackend
 #: path -> (status, content type, body) the fake daemon answers with
 ANSWERS: dict[str, tuple[int, str, bytes]] = {
     "/ok": (200, "application/json", b'{"status": "ok"}'),
-    "/invalid": (422, "application/json",
-                 json.dumps({"error": {"code": "validation_error", "message": "importance: must be <= 1",
-                                       "details": {"field": "importance"}}}).encode()),
-    "/api/memory/missing": (404, "application/json",
-                            json.dumps({"error": {"code": "not_found", "message": "no memory missing"}}).encode()),
+    "/invalid": (
+        422,
+        "application/json",
+        json.dumps(
+            {
+                "error": {
+                    "code": "validation_error",
+                    "message": "importance: must be <= 1",
+                    "details": {"field": "importance"},
+                }
+            }
+        ).encode(),
+    ),
+    "/api/memory/missing": (
+        404,
+        "application/json",
+        json.dumps({"error": {"code": "not_found", "message": "no memory missing"}}).encode(),
+    ),
     "/proxy": (502, "text/html", b"<html>bad gateway</html>"),
     "/html": (200, "text/html", b"<html>not a daemon</html>"),
 }
@@ -85,7 +98,9 @@ def test_both_send_the_token_and_name_themselves(fake_daemon, tmp_path: Path):
     cli.close()
     backend.close()
     assert [(h["Authorization"], h["X-Memlane-Client"]) for h in seen] == [
-        (f"Bearer {token}", "cli"), (f"Bearer {token}", "mcp")]
+        (f"Bearer {token}", "cli"),
+        (f"Bearer {token}", "mcp"),
+    ]
 
 
 def test_the_daemons_error_shape_is_kept(fake_daemon, tmp_path: Path):
@@ -95,7 +110,11 @@ def test_the_daemons_error_shape_is_kept(fake_daemon, tmp_path: Path):
         client.request("GET", "/invalid")
     e = exc.value
     assert (e.status, e.daemon_code, e.daemon_message, e.details) == (
-        422, "validation_error", "importance: must be <= 1", {"field": "importance"})
+        422,
+        "validation_error",
+        "importance: must be <= 1",
+        {"field": "importance"},
+    )
     assert str(e) == "validation_error: importance: must be <= 1"
     client.close()
     # the MCP surface maps the code back to memlane's class, message verbatim

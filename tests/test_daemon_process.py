@@ -13,10 +13,10 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
 from conftest import free_port  # noqa: F401
 from memlane.normalize import content_hash
 from memlane.services.inputs import RememberInput
+
 
 def test_daemon_serves_over_the_network(start_daemon):
     d = start_daemon()
@@ -88,8 +88,9 @@ def test_acknowledged_writes_survive_kill_9(start_daemon, tmp_path):
         assert http.get("/api/memories", params={"limit": 1}).json()["total"] == len(acked) - 1
         # vectors came back too: the index was reloaded from SQLite
         assert http.get("/api/memories", params={"limit": 1}).json()["stats"]["indexed"] == len(acked)
-        res = http.post("/api/memory/recall", json={"query": "how often is the deploy key rotated",
-                                                    "project": "dur"}).json()
+        res = http.post(
+            "/api/memory/recall", json={"query": "how often is the deploy key rotated", "project": "dur"}
+        ).json()
         assert "vector" in res["legs"] and res["results"]
         assert http.get(f"/api/memory/{gone}/history").json()[-1]["event"] == "deleted"
 
@@ -200,10 +201,12 @@ def test_concurrent_remember_many_in_process(vstore):
     assert {m.id for m in items} == {next(iter(ids)) for ids in seen.values()}
     stats = vstore.memories.stats()
     assert stats["indexed"] == len(seen) and stats["live"] == len(seen)
-    created = vstore.db.read(lambda c: c.execute(
-        "SELECT count(*) FROM memory_history WHERE event = 'created'").fetchone()[0])
-    dedup = vstore.db.read(lambda c: c.execute(
-        "SELECT count(*) FROM memory_history WHERE event = 'deduplicated'").fetchone()[0])
+    created = vstore.db.read(
+        lambda c: c.execute("SELECT count(*) FROM memory_history WHERE event = 'created'").fetchone()[0]
+    )
+    dedup = vstore.db.read(
+        lambda c: c.execute("SELECT count(*) FROM memory_history WHERE event = 'deduplicated'").fetchone()[0]
+    )
     assert created == len(seen) and created + dedup == n_threads * rounds * 6
 
 
@@ -214,8 +217,10 @@ def test_sigterm_stops_the_workers_and_closes_the_store(start_daemon, tmp_path):
     d = start_daemon(home, provider="none")
     with d.client(timeout=60) as http:
         for start in range(0, 1200, 200):  # one extraction job per memory, skipped (no LLM) by 2 workers
-            batch = [{"content": f"Note {i}: the staging host for service {i % 37} is node-{i % 11}."}
-                     for i in range(start, start + 200)]
+            batch = [
+                {"content": f"Note {i}: the staging host for service {i % 37} is node-{i % 11}."}
+                for i in range(start, start + 200)
+            ]
             assert http.post("/api/memory/remember", json={"memories": batch}).status_code == 200
         jobs = http.get("/api/pipeline/status").json()["jobs"]["extract"]
     assert jobs.get("pending", 0) + jobs.get("leased", 0) > 0  # the workers are busy when the signal comes

@@ -42,11 +42,13 @@ def test_content_tokens_lowercase_without_stop_words() -> None:
 
 def test_gravity_hand_computed() -> None:
     q = content_tokens("which database do we use")  # {"database", "use"}
-    contents = ["We use Postgres.",            # overlap "use" -> 1
-                "Coffee machine is broken.",   # no overlap, semantic, 0.8 > 0.3 -> 0.5
-                "Coffee machine is broken.",   # no overlap but lexical (a BM25/hint match) -> 1
-                "Coffee machine is broken.",   # no overlap, semantic, 0.3 is not above 0.3 -> 1
-                "Coffee machine is broken."]   # no overlap, semantic, 0.31 -> 0.5
+    contents = [
+        "We use Postgres.",  # overlap "use" -> 1
+        "Coffee machine is broken.",  # no overlap, semantic, 0.8 > 0.3 -> 0.5
+        "Coffee machine is broken.",  # no overlap but lexical (a BM25/hint match) -> 1
+        "Coffee machine is broken.",  # no overlap, semantic, 0.3 is not above 0.3 -> 1
+        "Coffee machine is broken.",
+    ]  # no overlap, semantic, 0.31 -> 0.5
     scores = np.array([0.9, 0.8, 0.8, 0.3, 0.31])
     lexical = np.array([False, False, True, False, False])
     got = gravity_factors(q, contents, scores, lexical, 0.5)
@@ -57,9 +59,9 @@ def test_gravity_hand_computed() -> None:
 
 # ------------------------------------------------------------------------------ stage 2
 def test_hub_threshold_is_the_value_at_floor_n_p() -> None:
-    assert hub_threshold(np.arange(1, 11), 0.9) == 10.0   # sorted [1..10], index floor(9.0) = 9
+    assert hub_threshold(np.arange(1, 11), 0.9) == 10.0  # sorted [1..10], index floor(9.0) = 9
     assert hub_threshold(np.array([5, 1, 3, 2, 4]), 0.5) == 3.0  # sorted [1..5], index 2
-    assert hub_threshold(np.array([7, 7]), 1.0) == 7.0   # index clamped to n - 1
+    assert hub_threshold(np.array([7, 7]), 1.0) == 7.0  # index clamped to n - 1
     assert hub_threshold(np.array([]), 0.9) == math.inf
 
 
@@ -81,10 +83,15 @@ def _mention(c, memory_id: str, *entities: str) -> None:
 
     def job(conn) -> None:
         for e in entities:
-            conn.execute("INSERT OR IGNORE INTO entities(id, name, canonical_name, created_at, updated_at) "
-                         "VALUES (?, ?, ?, ?, ?)", (e, e, e, at, at))
-            conn.execute("INSERT INTO memory_entity_mentions(memory_id, entity_id, created_at) VALUES (?, ?, ?)",
-                         (memory_id, e, at))
+            conn.execute(
+                "INSERT OR IGNORE INTO entities(id, name, canonical_name, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (e, e, e, at, at),
+            )
+            conn.execute(
+                "INSERT INTO memory_entity_mentions(memory_id, entity_id, created_at) VALUES (?, ?, ?)",
+                (memory_id, e, at),
+            )
 
     c.db.write(job)
 
@@ -128,15 +135,18 @@ def test_hub_stats_cache_refreshes_after_ttl(open_store) -> None:
 
 
 # ------------------------------------------------------------------------------ stage 3
-@pytest.mark.parametrize(("text", "anchored"), [
-    ("Released on 2025-03-14 after the freeze", True),
-    ("We moved the launch to September", True),
-    ("Planned for May 2024", True),
-    ("due 3 May", True),
-    ("You may want to restart the server first", False),
-    ("version 2025-3-1 is not an ISO date", False),
-    ("Marching band practice", False),
-])
+@pytest.mark.parametrize(
+    ("text", "anchored"),
+    [
+        ("Released on 2025-03-14 after the freeze", True),
+        ("We moved the launch to September", True),
+        ("Planned for May 2024", True),
+        ("due 3 May", True),
+        ("You may want to restart the server first", False),
+        ("version 2025-3-1 is not an ISO date", False),
+        ("Marching band practice", False),
+    ],
+)
 def test_temporal_anchor(text: str, anchored: bool) -> None:
     assert has_temporal_anchor(text) is anchored
 
@@ -144,7 +154,14 @@ def test_temporal_anchor(text: str, anchored: bool) -> None:
 def test_resolution_hand_computed() -> None:
     long = "x" * 50
     types = ["constraint", "decision", "fact", "fact", "constraint", "fact"]
-    contents = [long, long, "Deploy freeze starts on 2025-12-20 for everyone ok", long, "short constraint", "short 2025-01-01"]
+    contents = [
+        long,
+        long,
+        "Deploy freeze starts on 2025-12-20 for everyone ok",
+        long,
+        "short constraint",
+        "short 2025-01-01",
+    ]
     assert resolution_factors(types, contents, 1.2).tolist() == pytest.approx([1.2, 1.2, 1.1, 1.0, 1.0, 1.0])
     assert resolution_factors(types, contents, 1.5).tolist() == pytest.approx([1.5, 1.5, 1.25, 1.0, 1.0, 1.0])
     assert len("x" * 49) < 50 and resolution_factors(["decision"], ["x" * 49], 1.2).tolist() == [1.0]
@@ -159,10 +176,12 @@ def test_max_gain() -> None:
 # ------------------------------------------------------------------------------ all three
 def test_dampener_multiplies_the_enabled_stages(open_store) -> None:
     c = open_store()
-    r = c.memories.remember_many([
-        RememberInput("The payment service must never log card numbers in any environment.", type="constraint"),
-        RememberInput("Coffee beans arrive every week from the roaster downtown, usually fresh."),
-    ])
+    r = c.memories.remember_many(
+        [
+            RememberInput("The payment service must never log card numbers in any environment.", type="constraint"),
+            RememberInput("Coffee beans arrive every week from the roaster downtown, usually fresh."),
+        ]
+    )
     mems = [c.memories.get(x.id) for x in r]
     for i, m in enumerate(_memories(c, 9, "other")):
         _mention(c, m, f"e{i}")
@@ -182,8 +201,11 @@ def test_dampener_multiplies_the_enabled_stages(open_store) -> None:
 
 def test_a_failing_stage_is_skipped(open_store) -> None:
     c = open_store()
-    m = c.memories.get(c.memories.remember(RememberInput(
-        "Decision: we standardise on Postgres for all services going forward.", type="decision")).id)
+    m = c.memories.get(
+        c.memories.remember(
+            RememberInput("Decision: we standardise on Postgres for all services going forward.", type="decision")
+        ).id
+    )
 
     class BrokenHubs(HubStats):
         def factors(self, *a, **k):
@@ -198,14 +220,16 @@ def test_a_failing_stage_is_skipped(open_store) -> None:
 def test_recall_resolution_reorders_and_flags_toggle_at_call_time(open_store) -> None:
     c = open_store(recall=NO_BOOSTS, memory=pipeline(ALL_OFF))
     fact = c.memories.remember(RememberInput("The staging database runs on a small shared host machine."))
-    dec = c.memories.remember(RememberInput("The staging database runs on a large dedicated host box.",
-                                            type="decision"))
+    dec = c.memories.remember(
+        RememberInput("The staging database runs on a large dedicated host box.", type="decision")
+    )
     q = RecallQuery("staging database host", touch=False)
     base = c.recall.recall(q)
     assert {h.memory.id for h in base.hits} == {dec.id, fact.id}
     base_score = {h.memory.id: h.score for h in base.hits}
     c.settings.memory.pipeline_v2 = c.settings.memory.pipeline_v2.model_copy(
-        update={"dampening": DampeningSettings(**{**ALL_OFF, "resolution_enabled": True})})
+        update={"dampening": DampeningSettings(**{**ALL_OFF, "resolution_enabled": True})}
+    )
     res = c.recall.recall(q)
     assert res.hits[0].memory.id == dec.id
     assert res.hits[0].score == pytest.approx(base_score[dec.id] * 1.2)
@@ -215,8 +239,9 @@ def test_recall_resolution_reorders_and_flags_toggle_at_call_time(open_store) ->
 def test_recall_pool_grows_until_exact(open_store) -> None:
     """Equal BM25 scores (same length, same match): ties go to the newest, so the oldest memory
     ranks last, far below the first pool; it alone is not a hub memory and must come first."""
-    c = open_store(recall=NO_BOOSTS, memory=pipeline({"gravity_enabled": False, "resolution_enabled": False,
-                                                      "hub_enabled": True}))
+    c = open_store(
+        recall=NO_BOOSTS, memory=pipeline({"gravity_enabled": False, "resolution_enabled": False, "hub_enabled": True})
+    )
     res = c.memories.remember_many([RememberInput(f"kiwi note n{i:02d}") for i in range(40)])
     ids = [r.id for r in res]
     for i in range(1, 40):  # all but the oldest link only the hub entity (40 < 50 BM25 candidates)
@@ -227,12 +252,14 @@ def test_recall_pool_grows_until_exact(open_store) -> None:
     got = c.recall.recall(q)
     # brute force: every candidate's score x its factor, sorted
     c.settings.memory.pipeline_v2 = c.settings.memory.pipeline_v2.model_copy(
-        update={"dampening": DampeningSettings(**ALL_OFF)})
+        update={"dampening": DampeningSettings(**ALL_OFF)}
+    )
     plain = c.recall.recall(RecallQuery("kiwi", limit=40, touch=False))
     assert len(plain.hits) == 40
     assert plain.hits[-1].memory.id == ids[0]
-    expected = sorted(((h.score * (1.0 if h.memory.id == ids[0] else 0.7), h.memory.id) for h in plain.hits),
-                      key=lambda t: -t[0])[:5]
+    expected = sorted(
+        ((h.score * (1.0 if h.memory.id == ids[0] else 0.7), h.memory.id) for h in plain.hits), key=lambda t: -t[0]
+    )[:5]
     assert [h.memory.id for h in got.hits] == [i for _, i in expected]
     assert got.hits[0].memory.id == ids[0]
     assert [h.score for h in got.hits] == pytest.approx([s for s, _ in expected])
@@ -256,9 +283,12 @@ def test_content_features_match_the_stage_functions() -> None:
     from memlane.recall.dampening import ContentFeatures
 
     feats = ContentFeatures(max_entries=3)
-    texts = ["Released on 2025-03-14 after the freeze, which took a long time to plan.", "short May 3",
-             "You may want to restart the server first before the long deploy finishes tonight.",
-             "Über café naïve tokens_with_underscores and CAPS, and a date of 3 May in the middle."]
+    texts = [
+        "Released on 2025-03-14 after the freeze, which took a long time to plan.",
+        "short May 3",
+        "You may want to restart the server first before the long deploy finishes tonight.",
+        "Über café naïve tokens_with_underscores and CAPS, and a date of 3 May in the middle.",
+    ]
     for _ in range(2):  # the second round is partly cached, partly re-computed (max 3 entries)
         for t in texts:
             long, anchored = feats.get(t)
@@ -266,8 +296,10 @@ def test_content_features_match_the_stage_functions() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40),
-       st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40))
+@given(
+    st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40),
+    st.text(alphabet=st.sampled_from(list("abcAB Éé_-.ßİ1²日本 \n")), max_size=40),
+)
 def test_gravity_with_cached_tokens_equals_the_stage_function(query: str, content: str) -> None:
     """Dampener's stage 1 (cached token sets) == gravity_factors (tokenises every content)."""
     from memlane.recall.dampening import ContentFeatures
@@ -293,9 +325,18 @@ def test_content_tokens_cache_is_bounded() -> None:
 def test_recall_with_rows_read_ahead_equals_reading_them_in_the_stage(open_store) -> None:
     c = open_store(recall=NO_BOOSTS, memory=pipeline({"hub_enabled": True, "hub_percentile": 0.0}, rerank=True))
     words = ["staging", "database", "host", "deploy", "review", "schema", "release", "branch", "coffee"]
-    ids = [r.id for r in c.memories.remember_many([
-        RememberInput(" ".join(words[(i + k) % len(words)] for k in range(1 + i % 5)) + f" note {i} " + "x" * (i % 60),
-                      type="decision" if i % 7 == 0 else "fact") for i in range(80)])]
+    ids = [
+        r.id
+        for r in c.memories.remember_many(
+            [
+                RememberInput(
+                    " ".join(words[(i + k) % len(words)] for k in range(1 + i % 5)) + f" note {i} " + "x" * (i % 60),
+                    type="decision" if i % 7 == 0 else "fact",
+                )
+                for i in range(80)
+            ]
+        )
+    ]
     for i, m in enumerate(ids):
         _mention(c, m, "hub" if i % 2 else f"e{i % 5}")
     stages = c.recall.stages

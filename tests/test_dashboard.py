@@ -140,7 +140,9 @@ def test_the_cookie_works_for_pages_and_the_api_but_not_cross_origin(store):
     assert b.get("/api/memories", headers=evil).status_code == 403
     assert b.post("/api/memory/remember", json={"content": "x"}, headers=evil).status_code == 403
     # a form post from any page (no JSON content type) is refused before the cookie is even read
-    r = b.post("/api/memory/remember", content=b"content=x", headers={"content-type": "application/x-www-form-urlencoded"})
+    r = b.post(
+        "/api/memory/remember", content=b"content=x", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == "csrf_refused"
     assert b.post("/api/dashboard/logout", json={}).json() == {"ended": True}
     assert b.get("/").status_code == 401
@@ -150,8 +152,7 @@ def test_memory_text_is_escaped_on_every_page(store):
     api = api_client(store)
     evil = '<script>alert(1)</script><img src=x onerror=alert(2)> "quoted" & {{ 7*7 }}'
     mid = api.post("/api/memory/remember", json={"content": evil, "project": "<b>proj</b>"}).json()["id"]
-    api.post("/api/hooks/session-start", json={"session_key": "<i>k</i>", "project": "<b>proj</b>",
-                                               "context": "alert"})
+    api.post("/api/hooks/session-start", json={"session_key": "<i>k</i>", "project": "<b>proj</b>", "context": "alert"})
     b = login(api)
     for path in ("/memories", f"/memories/{mid}", "/memories?q=alert", "/sessions", "/", "/sessions/%3Ci%3Ek%3C/i%3E"):
         html = b.get(path).text
@@ -163,8 +164,15 @@ def test_memory_text_is_escaped_on_every_page(store):
 
 def test_memory_list_is_paginated_and_filtered_on_the_server(store):
     api = api_client(store)
-    batch = [{"content": f"memory number {i}", "project": "a" if i % 2 else "b", "type": "fact" if i % 3 else "note",
-              "pinned": i % 5 == 0} for i in range(60)]
+    batch = [
+        {
+            "content": f"memory number {i}",
+            "project": "a" if i % 2 else "b",
+            "type": "fact" if i % 3 else "note",
+            "pinned": i % 5 == 0,
+        }
+        for i in range(60)
+    ]
     api.post("/api/memory/remember", json={"memories": batch})
     b = login(api)
     first = b.get("/memories").text
@@ -192,8 +200,10 @@ def test_flag_wrong_supersedes_and_labels_every_session_that_injected_it(store):
     rows = api.get("/api/sessions/s1").json()["memories"]
     assert rows[0]["memory_id"] == ids[0] and rows[0]["was_injected"]
     b = login(api)
-    r = b.post(f"/api/dashboard/memories/{ids[0]}/flag-wrong",
-               json={"reason": "inaccurate", "corrected": "The deploy script lives in tools/ship.sh", "note": "moved"})
+    r = b.post(
+        f"/api/dashboard/memories/{ids[0]}/flag-wrong",
+        json={"reason": "inaccurate", "corrected": "The deploy script lives in tools/ship.sh", "note": "moved"},
+    )
     out = r.json()
     assert r.status_code == 200 and out["action"] == "superseded" and out["labelled"] == 2
     assert out["old"]["superseded_by"] == out["new"]["id"] and out["old"]["content"].endswith("ops/deploy.sh")
@@ -223,11 +233,16 @@ def test_flag_wrong_outdated_forgets_and_duplicate_points_at_the_original(store)
 
 def test_session_end_review_approves_edits_and_rejects(store):
     api = api_client(store)
-    src = api.post("/api/memory/remember", json={"content": "turn", "source_type": "session",
-                                                  "source_id": "conv-1"}).json()["id"]
-    inferred = [api.post("/api/memory/remember", json={"content": f"Inferred fact {i}", "source_type": "pipeline_v2",
-                                                        "source_id": src, "confidence": 0.8}).json()["id"]
-                for i in range(3)]
+    src = api.post(
+        "/api/memory/remember", json={"content": "turn", "source_type": "session", "source_id": "conv-1"}
+    ).json()["id"]
+    inferred = [
+        api.post(
+            "/api/memory/remember",
+            json={"content": f"Inferred fact {i}", "source_type": "pipeline_v2", "source_id": src, "confidence": 0.8},
+        ).json()["id"]
+        for i in range(3)
+    ]
     api.post("/api/hooks/session-start", json={"session_key": "conv-1"})
     api.post("/api/hooks/session-end", json={"session_key": "conv-1", "wait": True})
     b = login(api)
@@ -341,10 +356,22 @@ def test_entity_page_pages_its_mentions_and_attributes_on_the_server(store):
     ids = [r["id"] for r in api.post("/api/memory/remember", json={"memories": batch}).json()["results"]]
     for i, mid in enumerate(ids):
         at = f"2026-01-01T00:{i:02d}:00.000Z"
-        store.db.write(lambda c, mid=mid, i=i, at=at: persist_extraction(c, memory_id=mid, entities=[], at=at, relations=[
-            {"source": "Alice Smith", "target": f"Project {i:02d}", "relation": "works_on", "confidence": 0.9}]))
-    alice = next(e for e in api.get("/api/knowledge/entities", params={"q": "Alice"}).json()["entities"]
-                 if e["name"] == "Alice Smith")
+        store.db.write(
+            lambda c, mid=mid, i=i, at=at: persist_extraction(
+                c,
+                memory_id=mid,
+                entities=[],
+                at=at,
+                relations=[
+                    {"source": "Alice Smith", "target": f"Project {i:02d}", "relation": "works_on", "confidence": 0.9}
+                ],
+            )
+        )
+    alice = next(
+        e
+        for e in api.get("/api/knowledge/entities", params={"q": "Alice"}).json()["entities"]
+        if e["name"] == "Alice Smith"
+    )
     attrs = api.get(f"/api/knowledge/entities/{alice['id']}/attributes", params={"limit": 500}).json()["attributes"]
     b = login(api)
     first = b.get(f"/knowledge/entities/{alice['id']}").text
@@ -355,8 +382,12 @@ def test_entity_page_pages_its_mentions_and_attributes_on_the_server(store):
     shown = set(re.findall(r"works on project (\d\d)", mentions + second))
     assert shown == {f"{i:02d}" for i in range(30)}  # the two pages together: every mention once
     assert f"{len(attrs)} in all" in first
-    assert b.get(f"/knowledge/entities/{alice['id']}", params={"mentions_page": 9}).text.split(
-        'id="mentions"')[1].count("/memories/") == 0
+    assert (
+        b.get(f"/knowledge/entities/{alice['id']}", params={"mentions_page": 9})
+        .text.split('id="mentions"')[1]
+        .count("/memories/")
+        == 0
+    )
 
 
 def test_predictor_series_is_reread_when_a_comparison_is_added(store):
@@ -367,12 +398,29 @@ def test_predictor_series_is_reread_when_a_comparison_is_added(store):
     svc = DashboardService(store)
 
     def add(key: str, won: int) -> None:
-        store.db.write(lambda c: pred_sql.insert_comparison(c, {
-            "id": key, "session_key": key, "project": "p", "predictor_ndcg": 0.9 if won else 0.1,
-            "baseline_ndcg": 0.5, "predictor_won": won, "margin": 0.4 if won else -0.4, "scorer_confidence": 0.9,
-            "ema_updated": 1, "success_rate": 0.5, "alpha": 0.5, "predictor_top_ids": ["a"],
-            "baseline_top_ids": ["b"], "relevance_scores": {"a": 1.0}, "model_version": 1,
-            "created_at": f"2026-01-01T00:00:0{len(key)}.000Z"}))
+        store.db.write(
+            lambda c: pred_sql.insert_comparison(
+                c,
+                {
+                    "id": key,
+                    "session_key": key,
+                    "project": "p",
+                    "predictor_ndcg": 0.9 if won else 0.1,
+                    "baseline_ndcg": 0.5,
+                    "predictor_won": won,
+                    "margin": 0.4 if won else -0.4,
+                    "scorer_confidence": 0.9,
+                    "ema_updated": 1,
+                    "success_rate": 0.5,
+                    "alpha": 0.5,
+                    "predictor_top_ids": ["a"],
+                    "baseline_top_ids": ["b"],
+                    "relevance_scores": {"a": 1.0},
+                    "model_version": 1,
+                    "created_at": f"2026-01-01T00:00:0{len(key)}.000Z",
+                },
+            )
+        )
 
     add("s1", 1)
     first = svc.predictor(page=1)

@@ -31,8 +31,10 @@ import pytest
 from conftest import Daemon
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                "(apt-get install -y chromium; .ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium; .ci/run installs it)",
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "bench-results" / "dashboard"
@@ -72,9 +74,17 @@ def llm():
 def daemon(tmp_path_factory, llm):
     home = tmp_path_factory.mktemp("dash") / "home"
     home.mkdir()
-    d = Daemon(home, home.parent / "daemon.log", provider="none", extra_env={
-        "MEMLANE_LLM__PROVIDER": "ollama", "MEMLANE_LLM__BASE_URL": llm.url, "MEMLANE_LLM__MODEL": "scripted",
-        "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "200"})
+    d = Daemon(
+        home,
+        home.parent / "daemon.log",
+        provider="none",
+        extra_env={
+            "MEMLANE_LLM__PROVIDER": "ollama",
+            "MEMLANE_LLM__BASE_URL": llm.url,
+            "MEMLANE_LLM__MODEL": "scripted",
+            "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "200",
+        },
+    )
     d.wait_ready()
     yield d
     d.kill()
@@ -86,8 +96,9 @@ def browser():
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM),
-                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         yield b
         b.close()
     (SHOTS / "browser-timing.json").write_text(json.dumps(TIMINGS, indent=2))
@@ -95,8 +106,13 @@ def browser():
 
 def sign_in_url(d: Daemon) -> str:
     """``memlane dashboard --no-open`` as a user runs it: the printed one-time link."""
-    out = subprocess.run([sys.executable, "-m", "memlane", "dashboard", "--no-open", "--url", d.url],
-                         env=_env(d.home), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "dashboard", "--no-open", "--url", d.url],
+        env=_env(d.home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     url = out.stdout.strip().splitlines()[-1]
     assert url.startswith(d.url + "/login?code=")
@@ -132,15 +148,36 @@ def filled(daemon, page):
     extraction queue drained and the predictor trained (a model serving)."""
     if not LOCOMO.is_file():
         pytest.skip(f"LoCoMo data not found at {LOCOMO}")
-    run = subprocess.run([sys.executable, "-m", "memlane", "replay", "locomo", "--data", str(LOCOMO), "--url",
-                          daemon.url, "--max-conversations", "1", "--max-questions", str(QUESTIONS),
-                          "--out", str(daemon.home.parent / "replay.json")],
-                         env=_env(daemon.home), capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memlane",
+            "replay",
+            "locomo",
+            "--data",
+            str(LOCOMO),
+            "--url",
+            daemon.url,
+            "--max-conversations",
+            "1",
+            "--max-questions",
+            str(QUESTIONS),
+            "--out",
+            str(daemon.home.parent / "replay.json"),
+        ],
+        env=_env(daemon.home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     with daemon.client(timeout=300) as c:
+
         def drained():
             jobs = c.get("/api/pipeline/status").json()["jobs"]
             return not any(n for counts in jobs.values() for s, n in counts.items() if s in ("pending", "leased"))
+
         _wait(drained, timeout_s=300)
         status = c.get("/api/predictor/status").json()
         if status["phase"] == "collecting":
@@ -261,6 +298,7 @@ def test_flag_wrong_supersedes_and_records_the_negative_label(filled, page):
     assert row["label"] == -0.5 and "negative:user_flagged_wrong" in row["label_reason"]
     # the predictor's training rows (what train_from_db reads) carry it
     from memlane.storage import predictor as pred_sql
+
     conn = sqlite3.connect(f"file:{filled.home / 'memories.db'}?mode=ro", uri=True)
     try:
         labels = [c.label for c in pred_sql.session_candidates(conn, key, None) if c.memory_id == mid]
@@ -288,10 +326,12 @@ def test_forget_and_recover(filled, page):
 def _session_with_inferred(d: Daemon, n: int = 2) -> str:
     conn = sqlite3.connect(f"file:{d.home / 'memories.db'}?mode=ro", uri=True)
     try:
-        row = conn.execute("""SELECT m.source_id, count(*) FROM memories d JOIN memories m ON m.id = d.source_id
+        row = conn.execute(
+            """SELECT m.source_id, count(*) FROM memories d JOIN memories m ON m.id = d.source_id
                               WHERE d.source_type = 'pipeline_v2' AND m.source_id LIKE 'conv-26-s%'
                               GROUP BY m.source_id HAVING count(*) >= ? ORDER BY count(*) DESC LIMIT 1""",
-                           (n,)).fetchone()
+            (n,),
+        ).fetchone()
     finally:
         conn.close()
     assert row is not None, "the scripted extraction inferred nothing"
@@ -382,8 +422,10 @@ def test_a_stale_memory_needs_attention_and_its_card_says_why(filled, page):
     visit(page, page.url, "memory-drifting")
     with page.expect_navigation():
         page.get_by_role("button", name="Dismiss (false positive)").click()
-    assert page.locator("#drift-warning").count() == 0 and "resolved" in page.locator("#drift-h").locator(
-        "xpath=..").inner_text()
+    assert (
+        page.locator("#drift-warning").count() == 0
+        and "resolved" in page.locator("#drift-h").locator("xpath=..").inner_text()
+    )
 
 
 def test_logs_page_filters_events_and_errors_on_the_server(filled, page):

@@ -57,4 +57,3 @@ def test_checkpoint_after_close_reports_failure(tmp_path):
     db.write(lambda c: c.execute("CREATE TABLE t (k INTEGER)"))
     db.close()
     assert db.wal_checkpoint() is None  # its connection is closed: logged, not raised
-

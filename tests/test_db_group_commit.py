@@ -34,8 +34,9 @@ def _rows(db: Database) -> dict[str, int]:
 def test_queued_jobs_share_one_commit(db):
     commits0 = db.commits
     release, first = _hold_writer(db)
-    futs = [db.submit(lambda c, i=i: c.execute("INSERT INTO t VALUES (?, ?)", (f"k{i}", i)).rowcount)
-            for i in range(10)]
+    futs = [
+        db.submit(lambda c, i=i: c.execute("INSERT INTO t VALUES (?, ?)", (f"k{i}", i)).rowcount) for i in range(10)
+    ]
     release.set()
     assert [f.result(10) for f in futs] == [1] * 10
     first.result(10)
@@ -76,8 +77,13 @@ def test_transaction_lost_inside_a_job_fails_the_whole_group(db):
     release, _ = _hold_writer(db)
     before = db.submit(lambda c: c.execute("INSERT INTO t VALUES ('before', 1)"))
     # ROLLBACK ends the group's transaction from inside a job, as SQLite does on SQLITE_FULL/IOERR
-    killer = db.submit(lambda c: (c.execute("INSERT INTO t VALUES ('killer', 1)"), c.execute("ROLLBACK"),
-                                  (_ for _ in ()).throw(sqlite3.OperationalError("database or disk is full"))))
+    killer = db.submit(
+        lambda c: (
+            c.execute("INSERT INTO t VALUES ('killer', 1)"),
+            c.execute("ROLLBACK"),
+            (_ for _ in ()).throw(sqlite3.OperationalError("database or disk is full")),
+        )
+    )
     after = db.submit(lambda c: c.execute("INSERT INTO t VALUES ('after', 1)"))
     release.set()
     for f in (before, killer, after):

@@ -34,7 +34,7 @@ def reference(scores, vectors, has, threshold=0.85, decay=0.5, floor=0.1):
                 if has[j] and sum(float(a) * float(b) for a, b in zip(vectors[i], vectors[j])) > threshold:
                     k += 1
         if k:
-            adjusted[i] = scores[i] * ((1 - floor) * decay ** k + floor)
+            adjusted[i] = scores[i] * ((1 - floor) * decay**k + floor)
         done.append(i)
     order = sorted(range(n), key=lambda i: (-adjusted[i], i))
     return adjusted, order
@@ -49,10 +49,10 @@ def test_seed_numbers_second_and_third_on_a_topic() -> None:
     scores = np.array([1.0, 1.0, 1.0, 1.0])
     vecs = np.stack([v, v, v, unit([0, 1, 0])])
     adjusted, order = apply_topic_diversity(scores, vecs)
-    assert adjusted[0] == pytest.approx(1.0)     # first on the topic: full score
-    assert adjusted[1] == pytest.approx(0.55)    # second: 0.9 * 0.5 + 0.1
-    assert adjusted[2] == pytest.approx(0.325)   # third: 0.9 * 0.25 + 0.1
-    assert adjusted[3] == pytest.approx(1.0)     # another topic
+    assert adjusted[0] == pytest.approx(1.0)  # first on the topic: full score
+    assert adjusted[1] == pytest.approx(0.55)  # second: 0.9 * 0.5 + 0.1
+    assert adjusted[2] == pytest.approx(0.325)  # third: 0.9 * 0.25 + 0.1
+    assert adjusted[3] == pytest.approx(1.0)  # another topic
     assert list(order) == [0, 3, 1, 2]
 
 
@@ -70,15 +70,15 @@ def test_floor_never_fully_suppresses() -> None:
     adjusted, _ = apply_topic_diversity(scores, np.tile(v, (n, 1)))
     factors = adjusted / scores
     for k in range(n):
-        assert factors[k] == pytest.approx(0.9 * 0.5 ** k + 0.1)
+        assert factors[k] == pytest.approx(0.9 * 0.5**k + 0.1)
         assert factors[k] >= 0.1
     assert factors[-1] == pytest.approx(0.1, abs=1e-3)
 
 
 def test_threshold_is_strict_and_distinct_topics_untouched() -> None:
     a = unit([1, 0])
-    b = unit([0.85, math.sqrt(1 - 0.85 ** 2)])   # cosine exactly 0.85: not "> 0.85"
-    c = unit([0.9, math.sqrt(1 - 0.81)])         # cosine 0.9 with a
+    b = unit([0.85, math.sqrt(1 - 0.85**2)])  # cosine exactly 0.85: not "> 0.85"
+    c = unit([0.9, math.sqrt(1 - 0.81)])  # cosine 0.9 with a
     adjusted, _ = apply_topic_diversity(np.array([1.0, 0.9]), np.stack([a, b]))
     assert adjusted == pytest.approx([1.0, 0.9])
     adjusted, _ = apply_topic_diversity(np.array([1.0, 0.9]), np.stack([a, c]))

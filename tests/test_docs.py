@@ -73,7 +73,8 @@ def test_the_cli_has_commands() -> None:
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_cli_command_is_documented(command: tuple[str, ...]) -> None:
     assert command in _documented_commands(_docs_text()), (
-        f"`memlane {' '.join(command)}` is in no doc: add it to README.md's CLI table or a docs/*.md page")
+        f"`memlane {' '.join(command)}` is in no doc: add it to README.md's CLI table or a docs/*.md page"
+    )
 
 
 def _settings(model: type[BaseModel], path: tuple[tuple[str, str], ...] = ()) -> Iterator[tuple[tuple[str, str], ...]]:
@@ -100,7 +101,8 @@ SETTINGS = list(_settings(Settings))
 def test_setting_is_documented(path: tuple[tuple[str, str], ...]) -> None:
     text = _docs_text()
     assert any(re.search(re.escape(s) + r"(?![A-Za-z0-9_])", text) for s in _spellings(path)), (
-        f"setting {'.'.join(a for _, a in path)} is in no doc: add it to docs/settings.md")
+        f"setting {'.'.join(a for _, a in path)} is in no doc: add it to docs/settings.md"
+    )
 
 
 def _architecture_entries() -> dict[str, str]:
@@ -138,6 +140,7 @@ def test_module_is_in_the_architecture(module: Path) -> None:
     if str(module) in text or dotted in text:
         return
     entry = _architecture_entries().get(parts[0], "") if len(parts) > 1 else text
-    named = re.search(r"(?<![\w/])" + re.escape("/".join(parts[1:]) if len(parts) > 1 else module.name)
-                      + r"(?!\w)", entry)
+    named = re.search(
+        r"(?<![\w/])" + re.escape("/".join(parts[1:]) if len(parts) > 1 else module.name) + r"(?!\w)", entry
+    )
     assert named, f"{module} is not named in docs/architecture.md (the layer tree lists every module)"

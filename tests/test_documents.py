@@ -17,10 +17,10 @@ from conftest import api_client
 from memlane.documents.chunking import chunk_text
 from memlane.documents.fetcher import FetchError, fetch_url, html_to_text
 from memlane.documents.service import CHUNK_TYPE, DOCUMENT_INGEST, DocumentService
-from memlane.workers.runtime import JobWorker
 from memlane.services.inputs import RememberInput
 from memlane.storage import documents as doc_sql
 from memlane.storage import jobs as J
+from memlane.workers.runtime import JobWorker
 
 T0 = "2026-01-01T00:00:00.000Z"
 #: documents.allowedHosts entries that let the loopback test server through the address guard.
@@ -144,6 +144,7 @@ def server() -> Iterator[Loopback]:
 
 # -- fetcher ---------------------------------------------------------------------------
 
+
 def fetch_local(url: str, **kw):
     return fetch_url(url, allowed_hosts=LOOPBACK, **kw)
 
@@ -197,8 +198,9 @@ def test_redirects_are_followed_within_the_limit(server):
         fetch_local(server.url("/to-ftp"))
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "/relative", "http://", "",
-                                 "http://x/" + "a" * 3000])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "file:///etc/passwd", "/relative", "http://", "", "http://x/" + "a" * 3000]
+)
 def test_bad_urls_are_refused_before_any_request(url):
     with pytest.raises(FetchError):
         fetch_url(url)
@@ -219,6 +221,7 @@ def test_html_to_text_without_title():
 
 
 # -- chunking ----------------------------------------------------------------------------
+
 
 def test_short_text_is_one_chunk_and_blank_is_none():
     assert [c.text for c in chunk_text("  a short document.  ")] == ["a short document."]
@@ -256,6 +259,7 @@ def test_a_text_without_breaks_is_cut_hard():
 
 # -- the ingest job ----------------------------------------------------------------------
 
+
 def _worker(c, svc: DocumentService, clock: Clock) -> JobWorker:
     w = JobWorker(c.db, "documents-test", now=clock)
     w.register(DOCUMENT_INGEST, svc.process)
@@ -267,8 +271,10 @@ def _svc(c, clock: Clock, **kw) -> DocumentService:
 
 
 def _text(n_paragraphs: int) -> str:
-    return "\n\n".join(f"Paragraph {i} explains how service {i} is deployed via the pipeline runner number {i}. "
-                       * 8 for i in range(n_paragraphs))
+    return "\n\n".join(
+        f"Paragraph {i} explains how service {i} is deployed via the pipeline runner number {i}. " * 8
+        for i in range(n_paragraphs)
+    )
 
 
 def test_text_document_becomes_linked_chunk_memories(open_store):
@@ -285,8 +291,7 @@ def test_text_document_becomes_linked_chunk_memories(open_store):
     chunks = svc.chunks(doc.id)
     assert len(chunks) == done.chunk_count == done.memory_count > 1
     m = c.memories.get(chunks[0].memory_id)
-    assert (m.type, m.importance, m.source_type, m.source_id, m.project) == (CHUNK_TYPE, 0.3, "document", doc.id,
-                                                                             "ops")
+    assert (m.type, m.importance, m.source_type, m.source_id, m.project) == (CHUNK_TYPE, 0.3, "document", doc.id, "ops")
     assert m.tags == ("Runbook", "deploy") and m.metadata["chunk_index"] == 0
     assert c.db.read(lambda conn: J.get(conn, doc.job_id)).status == "completed"
 
@@ -376,6 +381,7 @@ def test_a_deleted_document_is_not_ingested(open_store):
 
 # -- endpoints -----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def api(open_store):
     c = open_store(memory={"pipeline_v2": {"documents": {"maxContentBytes": 2048, "allowedHosts": LOOPBACK}}})
@@ -385,8 +391,9 @@ def api(open_store):
 
 def test_document_endpoints_roundtrip(api, server):
     c, client = api
-    r = client.post("/api/documents", json={"content": "Deploys go through staging first. " * 20, "title": "Notes",
-                                            "tags": ["ops"]})
+    r = client.post(
+        "/api/documents", json={"content": "Deploys go through staging first. " * 20, "title": "Notes", "tags": ["ops"]}
+    )
     assert r.status_code == 202 and r.json()["status"] == "queued"
     doc_id = r.json()["id"]
     u = client.post("/api/documents", json={"url": server.url("/page.html")})
@@ -409,20 +416,23 @@ def test_document_endpoints_roundtrip(api, server):
     assert {"documents", "embedding-tracker", "retention", "maintenance"} <= {w["name"] for w in status["workers"]}
 
 
-@pytest.mark.parametrize("body, status, code", [
-    ({}, 422, "validation_error"),
-    ({"url": "https://example.com", "content": "both"}, 422, "validation_error"),
-    ({"url": "ftp://example.com/file"}, 422, "fetch_failed"),
-    ({"url": "javascript:alert(1)"}, 422, "fetch_failed"),
-    ({"content": "   "}, 422, "validation_error"),
-    ({"content": "x" * 3000}, 413, "payload_too_large"),
-    ({"content": "\u00e9" * 1500}, 413, "payload_too_large"),  # 3,000 UTF-8 bytes
-    ({"content": "ok", "color": "red"}, 422, "validation_error"),
-    ({"content": 42}, 422, "validation_error"),
-    ({"content": "ok", "tags": "notalist"}, 422, "validation_error"),
-    ({"content": "nul\x00byte"}, 422, "validation_error"),
-    ({"content": "ok", "title": "t" * 600}, 413, "payload_too_large"),
-])
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ({}, 422, "validation_error"),
+        ({"url": "https://example.com", "content": "both"}, 422, "validation_error"),
+        ({"url": "ftp://example.com/file"}, 422, "fetch_failed"),
+        ({"url": "javascript:alert(1)"}, 422, "fetch_failed"),
+        ({"content": "   "}, 422, "validation_error"),
+        ({"content": "x" * 3000}, 413, "payload_too_large"),
+        ({"content": "\u00e9" * 1500}, 413, "payload_too_large"),  # 3,000 UTF-8 bytes
+        ({"content": "ok", "color": "red"}, 422, "validation_error"),
+        ({"content": 42}, 422, "validation_error"),
+        ({"content": "ok", "tags": "notalist"}, 422, "validation_error"),
+        ({"content": "nul\x00byte"}, 422, "validation_error"),
+        ({"content": "ok", "title": "t" * 600}, 413, "payload_too_large"),
+    ],
+)
 def test_bad_document_input_is_4xx(api, body, status, code):
     _, client = api
     r = client.post("/api/documents", json=body)
@@ -439,5 +449,7 @@ def test_unknown_ids_and_bad_queries(api):
     assert client.get("/api/documents?status=bogus").status_code == 422
     assert client.get("/api/documents?limit=0").status_code == 422
     assert client.get("/api/documents?offset=99999999999999999999999").status_code == 422
-    assert client.post("/api/documents", content=b"not json",
-                       headers={"content-type": "application/json"}).status_code == 400
+    assert (
+        client.post("/api/documents", content=b"not json", headers={"content-type": "application/json"}).status_code
+        == 400
+    )

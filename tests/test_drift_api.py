@@ -20,9 +20,10 @@ def test_signal_listing_resolve_and_propagation_routes(store, tmp_path):
     b = c.memories.remember(RememberInput(content="Invoices are emailed after the billing job.", confidence=0.9)).id
     c.db.write(lambda conn: relations.add(conn, a, b, "required_with", at="2026-01-01T00:00:00.000Z"))
     api = api_client(c)
-    r = api.post(f"/api/memory/{a}/signal", json={"source": "git", "evidence": {"commit": "abc123",
-                                                                                   "message": "billing job hourly"},
-                                                    "weight": 2.0})
+    r = api.post(
+        f"/api/memory/{a}/signal",
+        json={"source": "git", "evidence": {"commit": "abc123", "message": "billing job hourly"}, "weight": 2.0},
+    )
     assert r.status_code == 200, r.text
     row = r.json()
     assert (row["error_type"], row["memory_id"], row["weight"]) == ("memory_external_signal", a, 2.0)
@@ -45,16 +46,19 @@ def test_signal_listing_resolve_and_propagation_routes(store, tmp_path):
     assert api.post("/api/stale/scan", json={}).json()["checked"] == 0
 
 
-@pytest.mark.parametrize("path,body,status", [
-    ("/api/memory/{a}/signal", {"source": "", "evidence": {}}, 422),
-    ("/api/memory/{a}/signal", {"source": "git", "evidence": [1, 2]}, 422),
-    ("/api/memory/{a}/signal", {"source": "git", "weight": 11}, 422),
-    ("/api/memory/{a}/signal", {"source": "git", "nope": 1}, 422),
-    ("/api/memory/unknown-id/signal", {"source": "git"}, 404),
-    ("/api/memory/{a}/confidence", {"confidence": 1.5}, 422),
-    ("/api/memory/unknown-id/confidence", {"confidence": 0.5}, 404),
-    ("/api/stale/scan", {"project": 5}, 422),
-])
+@pytest.mark.parametrize(
+    "path,body,status",
+    [
+        ("/api/memory/{a}/signal", {"source": "", "evidence": {}}, 422),
+        ("/api/memory/{a}/signal", {"source": "git", "evidence": [1, 2]}, 422),
+        ("/api/memory/{a}/signal", {"source": "git", "weight": 11}, 422),
+        ("/api/memory/{a}/signal", {"source": "git", "nope": 1}, 422),
+        ("/api/memory/unknown-id/signal", {"source": "git"}, 404),
+        ("/api/memory/{a}/confidence", {"confidence": 1.5}, 422),
+        ("/api/memory/unknown-id/confidence", {"confidence": 0.5}, 404),
+        ("/api/stale/scan", {"project": 5}, 422),
+    ],
+)
 def test_bad_input_is_4xx_in_the_one_shape(store, path, body, status):
     a = store.memories.remember(RememberInput(content="x memory")).id
     r = api_client(store).post(path.format(a=a), json=body)
@@ -70,15 +74,19 @@ def test_bad_listing_filters_are_422(store):
 
 
 async def _mcp_scenario(s, mid: str) -> None:
-    row = ok(await s.call_tool("memory_record_signal", {"id": mid, "source": "linear",
-                                                        "evidence": {"ticket": "ENG-1", "state": "done"}}))
+    row = ok(
+        await s.call_tool(
+            "memory_record_signal", {"id": mid, "source": "linear", "evidence": {"ticket": "ENG-1", "state": "done"}}
+        )
+    )
     assert row["error_type"] == "memory_external_signal"
     items = ok(await s.call_tool("memory_prediction_errors", {}))["items"]
     assert [(i["memory_id"], i["memory"]["content"]) for i in items] == [(mid, "Ticket ENG-1 blocks the release.")]
     hits = ok(await s.call_tool("memory_search", {"query": "ENG-1 release blocker"}))
     assert hits[0]["content"].startswith("[DRIFT: external signal from linear]")
-    assert "not found" in error_text(await s.call_tool("memory_record_signal", {"id": "nope", "source": "x",
-                                                                                 "evidence": {}}))
+    assert "not found" in error_text(
+        await s.call_tool("memory_record_signal", {"id": "nope", "source": "x", "evidence": {}})
+    )
 
 
 def test_mcp_tools_over_http_and_stdio(start_daemon, tmp_path):

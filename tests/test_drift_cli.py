@@ -11,8 +11,9 @@ from pathlib import Path
 
 def cli(d, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "MEMLANE_HOME": str(d.home), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "memlane", *args, "--url", d.url], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "memlane", *args, "--url", d.url], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_list_resolve_and_scan(start_daemon, tmp_path: Path):
@@ -22,10 +23,12 @@ def test_list_resolve_and_scan(start_daemon, tmp_path: Path):
     (root / "notes.md").write_text("x\n")
     with d.client() as http:
         a = http.post("/api/memory/remember", json={"content": "Ticket ENG-7 is open."}).json()["id"]
-        b = http.post("/api/memory/remember", json={"content": "Decisions are in notes.md.",
-                                                    "project": str(root)}).json()["id"]
-        eid = http.post(f"/api/memory/{a}/signal", json={"source": "linear", "evidence": {"state": "done"}}
-                        ).json()["error_id"]
+        b = http.post(
+            "/api/memory/remember", json={"content": "Decisions are in notes.md.", "project": str(root)}
+        ).json()["id"]
+        eid = http.post(f"/api/memory/{a}/signal", json={"source": "linear", "evidence": {"state": "done"}}).json()[
+            "error_id"
+        ]
     r = cli(d, "drift", "list")
     assert r.returncode == 0, r.stderr
     assert "memory_external_signal" in r.stdout and "Ticket ENG-7 is open." in r.stdout

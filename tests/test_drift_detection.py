@@ -13,12 +13,15 @@ import pytest
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.sessions.inputs import PromptInput, StartInput
 
-BLOCKER = ("The login blocker is still open: the auth database must be migrated to Postgres "
-           "before the release can ship.")
-NOTE_V1 = ("Project Alpha status. The login blocker is still open: the auth database must be migrated "
-           "to Postgres before the release can ship. Owners: infra team.")
-NOTE_V2 = ("Project Alpha status. Release 2.0 shipped in March. The onboarding tutorial now has new "
-           "screenshots and the marketing site was redesigned with a dark theme.")
+BLOCKER = "The login blocker is still open: the auth database must be migrated to Postgres before the release can ship."
+NOTE_V1 = (
+    "Project Alpha status. The login blocker is still open: the auth database must be migrated "
+    "to Postgres before the release can ship. Owners: infra team."
+)
+NOTE_V2 = (
+    "Project Alpha status. Release 2.0 shipped in March. The onboarding tutorial now has new "
+    "screenshots and the marketing site was redesigned with a dark theme."
+)
 
 
 @pytest.fixture
@@ -84,9 +87,18 @@ def test_debounce_keeps_the_strongest_signal(vstore):
     from memlane.storage import drift as drift_sql
 
     def write(d):
-        return c.db.write(lambda conn: drift_sql.record(
-            conn, memory_id=mid, error_type="memory_drift", target=doc, distance=d, context={"d": d},
-            at="2026-01-01T10:00:00.000Z", debounce_since="2026-01-01T00:00:00.000Z"))
+        return c.db.write(
+            lambda conn: drift_sql.record(
+                conn,
+                memory_id=mid,
+                error_type="memory_drift",
+                target=doc,
+                distance=d,
+                context={"d": d},
+                at="2026-01-01T10:00:00.000Z",
+                debounce_since="2026-01-01T00:00:00.000Z",
+            )
+        )
 
     first, created = write(0.7)
     assert created
@@ -163,8 +175,9 @@ def test_missing_file_at_retrieval_marks_it_stale(vstore, tmp_path: Path):
     root = tmp_path / "proj"
     (root / "src").mkdir(parents=True)
     (root / "src" / "billing.py").write_text("x = 1\n")
-    mid = c.memories.remember(RememberInput(
-        content="Invoice rounding lives in src/billing.py (banker's rounding).", project=str(root))).id
+    mid = c.memories.remember(
+        RememberInput(content="Invoice rounding lives in src/billing.py (banker's rounding).", project=str(root))
+    ).id
     refs = c.drift.references_of(mid)
     assert [(r.kind, r.target) for r in refs] == [("file", "src/billing.py")]
     q = RecallQuery(query="invoice rounding", project=str(root), touch=False)
@@ -178,8 +191,11 @@ def test_missing_file_at_retrieval_marks_it_stale(vstore, tmp_path: Path):
     assert [(r["memory_id"], r["target"]) for r in rows] == [(mid, "src/billing.py")]
     hit = c.recall.recall(q).hits[0]
     assert hit.memory.content.startswith("[STALE: file src/billing.py is missing]")
-    stale = c.db.read(lambda conn: conn.execute(
-        "SELECT stale_at FROM memory_references WHERE memory_id = ? AND kind = 'file'", (mid,)).fetchone()[0])
+    stale = c.db.read(
+        lambda conn: conn.execute(
+            "SELECT stale_at FROM memory_references WHERE memory_id = ? AND kind = 'file'", (mid,)
+        ).fetchone()[0]
+    )
     assert stale is not None
     start = c.sessions.start(StartInput("s-file", project=str(root), context="invoice rounding billing"))
     assert mid not in {x["id"] for x in start.injected}
@@ -189,8 +205,9 @@ def test_words_that_look_like_paths_are_not_file_references(vstore, tmp_path: Pa
     c = vstore
     root = tmp_path / "p2"
     root.mkdir()
-    mid = c.memories.remember(RememberInput(content="Use e.g. config.yaml or ../../etc/passwd here.",
-                                            project=str(root))).id
+    mid = c.memories.remember(
+        RememberInput(content="Use e.g. config.yaml or ../../etc/passwd here.", project=str(root))
+    ).id
     assert c.drift.references_of(mid) == ()
 
 
@@ -209,9 +226,12 @@ def test_a_memory_checked_recently_is_not_checked_again_until_updated(open_store
 
 
 def _stored_sentences(c, doc: str):
-    return c.db.read(lambda conn: conn.execute(
-        "SELECT text_hash, sentences, dimensions, created_at FROM drift_sentence_vectors WHERE document_id = ?",
-        (doc,)).fetchall())
+    return c.db.read(
+        lambda conn: conn.execute(
+            "SELECT text_hash, sentences, dimensions, created_at FROM drift_sentence_vectors WHERE document_id = ?",
+            (doc,),
+        ).fetchall()
+    )
 
 
 def test_sentence_vectors_are_stored_and_read_back_after_a_restart(open_store, tmp_path: Path):
@@ -228,9 +248,13 @@ def test_sentence_vectors_are_stored_and_read_back_after_a_restart(open_store, t
     assert c2.drift.distances([(seq, doc)])[0] == pytest.approx(first, abs=1e-6)
     assert _stored_sentences(c2, doc) == [row]  # read, not embedded and written again
     # a new version of the text replaces the row
-    chunks = c2.db.read(lambda conn: conn.execute(
-        "SELECT m.content FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
-        "WHERE dm.document_id = ? ORDER BY dm.chunk_index", (doc,)).fetchall())
+    chunks = c2.db.read(
+        lambda conn: conn.execute(
+            "SELECT m.content FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
+            "WHERE dm.document_id = ? ORDER BY dm.chunk_index",
+            (doc,),
+        ).fetchall()
+    )
     c2.drift.sentence_vectors(doc, [chunks[0][0] + " The release date moved to April."])
     (row2,) = _stored_sentences(c2, doc)
     assert row2[0] != row[0] and row2[1] == row[1] + 1

@@ -30,8 +30,11 @@ def _postgres(c):
 
 
 def _attrs(c, memory_id: str):
-    return c.db.read(lambda conn: conn.execute(
-        "SELECT status, superseded_by, aspect_id FROM entity_attributes WHERE memory_id = ?", (memory_id,)).fetchall())
+    return c.db.read(
+        lambda conn: conn.execute(
+            "SELECT status, superseded_by, aspect_id FROM entity_attributes WHERE memory_id = ?", (memory_id,)
+        ).fetchall()
+    )
 
 
 def test_entity_references_are_written_for_linked_memories(store):
@@ -56,11 +59,12 @@ def test_superseding_a_memory_flags_the_memories_on_the_same_entity_aspect(store
     c.memories.supersede(src, new)
 
     # the graph: the source's attribute is superseded by the newer memory's on the same aspect
-    (status, by, aspect), = _attrs(c, src)
-    (_, _, new_aspect), = _attrs(c, new)
+    ((status, by, aspect),) = _attrs(c, src)
+    ((_, _, new_aspect),) = _attrs(c, new)
     assert status == "superseded" and aspect == new_aspect
-    assert by == c.db.read(lambda conn: conn.execute(
-        "SELECT id FROM entity_attributes WHERE memory_id = ?", (new,)).fetchone()[0])
+    assert by == c.db.read(
+        lambda conn: conn.execute("SELECT id FROM entity_attributes WHERE memory_id = ?", (new,)).fetchone()[0]
+    )
 
     rows = c.drift.list(error_type="memory_stale_entity")
     assert [(r["memory_id"], r["target"]) for r in rows] == [(dep, e.id)]

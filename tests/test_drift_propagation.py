@@ -23,12 +23,18 @@ def _graph(edges):
             elif t == node:
                 out.append((s, rel, w))
         return out
+
     return neighbours
 
 
 def test_factors_are_the_seeds():
-    assert FACTORS == {"validates": 0.6, "required_with": 0.3, "conflicts_with": -0.4, "supersedes": 0.8,
-                       "derived_from": 0.5}
+    assert FACTORS == {
+        "validates": 0.6,
+        "required_with": 0.3,
+        "conflicts_with": -0.4,
+        "supersedes": 0.8,
+        "derived_from": 0.5,
+    }
 
 
 def test_a_cycle_terminates_and_each_memory_changes_once():
@@ -51,12 +57,18 @@ def test_conflicts_move_the_other_way_and_the_floor_stops_small_changes():
 
 def test_store_propagation_and_flag_trigger(store):
     c = store
-    ids = [c.memories.remember(RememberInput(content=f"memory number {i} about deploys", confidence=0.9)).id
-           for i in range(3)]
+    ids = [
+        c.memories.remember(RememberInput(content=f"memory number {i} about deploys", confidence=0.9)).id
+        for i in range(3)
+    ]
     a, b, d = ids
-    c.db.write(lambda conn: (relations.add(conn, a, b, "validates", at=AT),
-                             relations.add(conn, b, d, "derived_from", at=AT),
-                             relations.add(conn, d, a, "supersedes", at=AT)))
+    c.db.write(
+        lambda conn: (
+            relations.add(conn, a, b, "validates", at=AT),
+            relations.add(conn, b, d, "derived_from", at=AT),
+            relations.add(conn, d, a, "supersedes", at=AT),
+        )
+    )
     changed = c.drift.propagate(a, 0.3)
     assert changed[a] == 0.3 and changed[b] == pytest.approx(0.9 - 0.6 * 0.6)
     assert c.memories.get(b).confidence == pytest.approx(0.54)

@@ -4,23 +4,31 @@ from __future__ import annotations
 
 from memlane.drift.references import Candidate, DocumentTable, extract, file_references, normalise_url
 
-DOCS = DocumentTable([
-    ("d1", "https://Example.org/docs/advanced/clients/", "Clients", "2026-01-01T00:00:00.000Z"),
-    ("d2", "https://example.org/docs/api.md", None, "2026-01-02T00:00:00.000Z"),
-    ("d3", "https://example.org/docs/advanced/clients#top", None, "2026-01-03T00:00:00.000Z"),  # re-ingest of d1
-    ("d4", "https://a.org/index", None, "2026-01-04T00:00:00.000Z"),
-    ("d5", "https://b.org/index", None, "2026-01-05T00:00:00.000Z"),
-    ("d6", None, "Runbook", "2026-01-06T00:00:00.000Z"),
-    ("d7", "https://c.org/guide/index", None, "2026-01-07T00:00:00.000Z"),
-])
+DOCS = DocumentTable(
+    [
+        ("d1", "https://Example.org/docs/advanced/clients/", "Clients", "2026-01-01T00:00:00.000Z"),
+        ("d2", "https://example.org/docs/api.md", None, "2026-01-02T00:00:00.000Z"),
+        ("d3", "https://example.org/docs/advanced/clients#top", None, "2026-01-03T00:00:00.000Z"),  # re-ingest of d1
+        ("d4", "https://a.org/index", None, "2026-01-04T00:00:00.000Z"),
+        ("d5", "https://b.org/index", None, "2026-01-05T00:00:00.000Z"),
+        ("d6", None, "Runbook", "2026-01-06T00:00:00.000Z"),
+        ("d7", "https://c.org/guide/index", None, "2026-01-07T00:00:00.000Z"),
+    ]
+)
 
 
 def test_extract_finds_links_urls_ids_and_paths():
-    got = extract("See [[clients|the clients page]] and https://example.org/docs/api.md, "
-                  "doc 12345678-1234-1234-1234-123456789ABC; edit `src/app.py` or ./docs/x.md.")
+    got = extract(
+        "See [[clients|the clients page]] and https://example.org/docs/api.md, "
+        "doc 12345678-1234-1234-1234-123456789ABC; edit `src/app.py` or ./docs/x.md."
+    )
     assert [(c.kind, c.raw) for c in got] == [
-        ("wiki", "clients"), ("url", "https://example.org/docs/api.md"),
-        ("id", "12345678-1234-1234-1234-123456789abc"), ("file", "src/app.py"), ("file", "./docs/x.md")]
+        ("wiki", "clients"),
+        ("url", "https://example.org/docs/api.md"),
+        ("id", "12345678-1234-1234-1234-123456789abc"),
+        ("file", "src/app.py"),
+        ("file", "./docs/x.md"),
+    ]
 
 
 def test_url_resolution_is_exact_after_normalisation_and_newest_wins():
@@ -56,16 +64,27 @@ def test_file_references_exist_under_the_root_only(tmp_path):
 
 def test_the_claim_is_the_text_without_its_references():
     from memlane.drift.references import without_references
+
     assert without_references("HTTPX is a client (see [[docs/index]]).") == "HTTPX is a client."
     assert without_references("See https://example.org/a#b for the API.") == "See for the API."
-    assert without_references("Owner (cf. 123e4567-e89b-12d3-a456-426614174000) left; keep (two words) here.") \
+    assert (
+        without_references("Owner (cf. 123e4567-e89b-12d3-a456-426614174000) left; keep (two words) here.")
         == "Owner left; keep (two words) here."
+    )
     assert without_references("no reference at all") == "no reference at all"
 
 
 def test_document_sentences_drop_the_markdown_and_split_list_items():
     from memlane.drift.sentences import split_sentences
-    text = ("Request\n* Can be *constructed* for more _control_ over [the wire](http://x).\n"
-            "* A `second` **item**\n\n```python\nx = 1\n```\n\nsnake_case_name stays. <b>Bold</b> tag.")
-    assert split_sentences(text) == ["Request", "Can be constructed for more control over the wire.",
-                                     "A second item", "snake_case_name stays.", "Bold tag."]
+
+    text = (
+        "Request\n* Can be *constructed* for more _control_ over [the wire](http://x).\n"
+        "* A `second` **item**\n\n```python\nx = 1\n```\n\nsnake_case_name stays. <b>Bold</b> tag."
+    )
+    assert split_sentences(text) == [
+        "Request",
+        "Can be constructed for more control over the wire.",
+        "A second item",
+        "snake_case_name stays.",
+        "Bold tag.",
+    ]

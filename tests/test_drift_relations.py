@@ -46,11 +46,25 @@ def test_bad_input_is_a_validation_error(store):
 def test_schema_is_exactly_as_agreed(store):
     # the CHECK constraint holds even for SQL that bypasses the module
     with pytest.raises((sqlite3.IntegrityError, StorageError)):
-        store.db.write(lambda c: c.execute(
-            "INSERT INTO memory_relations(source_id, target_id, relation, created_at) VALUES ('x','y','nope',?)", (AT,)))
-    idx = store.db.read(lambda c: [r[0] for r in c.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memory_relations'")])
+        store.db.write(
+            lambda c: c.execute(
+                "INSERT INTO memory_relations(source_id, target_id, relation, created_at) VALUES ('x','y','nope',?)",
+                (AT,),
+            )
+        )
+    idx = store.db.read(
+        lambda c: [
+            r[0]
+            for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memory_relations'")
+        ]
+    )
     assert {"idx_memory_relations_source", "idx_memory_relations_target"} <= set(idx)
     cols = store.db.write(lambda c: [(r[1], r[2], r[3]) for r in c.execute("PRAGMA table_info(memory_relations)")])
-    assert cols == [("id", "INTEGER", 0), ("source_id", "TEXT", 1), ("target_id", "TEXT", 1),
-                    ("relation", "TEXT", 1), ("weight", "REAL", 1), ("created_at", "TEXT", 1)]
+    assert cols == [
+        ("id", "INTEGER", 0),
+        ("source_id", "TEXT", 1),
+        ("target_id", "TEXT", 1),
+        ("relation", "TEXT", 1),
+        ("weight", "REAL", 1),
+        ("created_at", "TEXT", 1),
+    ]

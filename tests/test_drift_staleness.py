@@ -59,9 +59,11 @@ def test_git_rename_rewrites_the_reference_and_delete_marks_it_stale(store, repo
     assert c.drift.flags_of(a) == () and c.drift.flags_of(g) == ()
     rows = c.drift.list(memory_id=b)
     assert [(r["error_type"], r["target"], r["context"]["reason"]) for r in rows] == [
-        ("memory_stale_file", "src/legacy.py", "was deleted (git)")]
-    hits = {h.memory.id: h for h in c.recall.recall(RecallQuery(query="legacy switch", project=str(repo),
-                                                                touch=False)).hits}
+        ("memory_stale_file", "src/legacy.py", "was deleted (git)")
+    ]
+    hits = {
+        h.memory.id: h for h in c.recall.recall(RecallQuery(query="legacy switch", project=str(repo), touch=False)).hits
+    }
     assert hits[b].memory.content.startswith("[STALE: file src/legacy.py was deleted (git)]")
     # a second sweep changes nothing (debounced, nothing new)
     again = c.drift.sweep(str(repo))
@@ -106,8 +108,9 @@ def test_first_session_of_a_project_sweeps_it(store, repo: Path):
 
 def test_v3_related_files_are_file_references(store, repo: Path):
     c = store
-    mid = c.memories.remember(RememberInput(content="Half-even rounding for invoices.", project=str(repo),
-                                            related_files=("src/rounding.py",))).id
+    mid = c.memories.remember(
+        RememberInput(content="Half-even rounding for invoices.", project=str(repo), related_files=("src/rounding.py",))
+    ).id
     assert [(r.kind, r.target) for r in c.drift.references_of(mid)] == [("file", "src/rounding.py")]
     git(repo, "rm", "-q", "src/rounding.py")
     _commit(repo, "drop rounding")

@@ -16,9 +16,13 @@ from memlane.normalize import normalize_and_hash
 from memlane.pipeline.embedding_tracker import RETRY_AFTER_CYCLES, EmbeddingTracker
 from memlane.services.inputs import RecallQuery, RememberInput
 
-TEXTS = ["The billing service is written in Go.", "Deploys go through staging first.",
-         "The user prefers tabs over spaces.", "Backups run nightly at 02:00 UTC.",
-         "The poison pill memory that cannot be embedded."]
+TEXTS = [
+    "The billing service is written in Go.",
+    "Deploys go through staging first.",
+    "The user prefers tabs over spaces.",
+    "Backups run nightly at 02:00 UTC.",
+    "The poison pill memory that cannot be embedded.",
+]
 
 
 class Counting:
@@ -45,15 +49,20 @@ class Counting:
 def seed_without_vectors(home: Path, texts: list[str], context_for: int | None = None) -> list[str]:
     c = open_container(load_settings(home=home, embedding={"provider": "none"}))
     try:
-        return [c.memories.remember(RememberInput(content=t, context="from the ops channel" if i == context_for
-                                                  else None)).id for i, t in enumerate(texts)]
+        return [
+            c.memories.remember(
+                RememberInput(content=t, context="from the ops channel" if i == context_for else None)
+            ).id
+            for i, t in enumerate(texts)
+        ]
     finally:
         c.close()
 
 
 def vectors(c, model: str) -> int:
-    return c.db.read(lambda conn: conn.execute("SELECT count(*) FROM embeddings WHERE model = ?",
-                                               (model,)).fetchone()[0])
+    return c.db.read(
+        lambda conn: conn.execute("SELECT count(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
+    )
 
 
 def test_missing_vectors_are_filled_in_batches_and_indexed(open_store, tmp_path, shared_embedder):
@@ -83,9 +92,12 @@ def test_changed_content_is_re_embedded_and_the_index_follows(open_store, shared
     mid = c.memories.remember(RememberInput(content=TEXTS[0])).id
     new = normalize_and_hash("The billing service was rewritten in Rust.")
     # a content change whose vector was never stored (e.g. the embedder was down during the update)
-    c.db.write(lambda conn: conn.execute(
-        "UPDATE memories SET content = ?, normalized_content = ?, content_hash = ? WHERE id = ?",
-        (new.storage_content, new.normalized_content, new.content_hash, mid)))
+    c.db.write(
+        lambda conn: conn.execute(
+            "UPDATE memories SET content = ?, normalized_content = ?, content_hash = ? WHERE id = ?",
+            (new.storage_content, new.normalized_content, new.content_hash, mid),
+        )
+    )
     emb = Counting(shared_embedder)
     t = EmbeddingTracker(c.db, emb, c.memories.index)
     assert t.refresh()["embedded"] == 1 and emb.texts == [new.storage_content]
@@ -149,8 +161,11 @@ def test_the_container_worker(open_store, tmp_path, shared_embedder):
     w = v.workers.get("embedding-tracker")
     assert w.run_once() is True and w.telemetry()["queue_depth"] == 0
     assert v.memories.stats()["by_embedding_model"] == {shared_embedder.model_id: 1}
-    v.settings.memory.pipeline_v2 = v.settings.memory.pipeline_v2.model_copy(update={
-        "embedding_tracker": v.settings.memory.pipeline_v2.embedding_tracker.model_copy(update={"enabled": False})})
+    v.settings.memory.pipeline_v2 = v.settings.memory.pipeline_v2.model_copy(
+        update={
+            "embedding_tracker": v.settings.memory.pipeline_v2.embedding_tracker.model_copy(update={"enabled": False})
+        }
+    )
     ticks = w.ticks
     w.run_once()
     assert w.ticks == ticks and w.next_delay_ms == 5000
@@ -160,8 +175,7 @@ def test_the_container_worker(open_store, tmp_path, shared_embedder):
 def test_reembed_repair_goes_through_the_tracker(open_store, tmp_path, batch):
     home = tmp_path / "home"
     seed_without_vectors(home, TEXTS[:3])
-    c = open_store(home=home, embedding="local",
-                   memory={"pipeline_v2": {"embeddingTracker": {"batchSize": batch}}})
+    c = open_store(home=home, embedding="local", memory={"pipeline_v2": {"embeddingTracker": {"batchSize": batch}}})
     out = c.repairs.run("reembed")  # the repair embeds up to its own batch, whatever the tracker's
     assert out.result == {"embedded": 3, "failed": 0, "remaining": 0}
     assert c.maintenance.diagnose()["report"]["counts"]["missing_vectors"] == 0

@@ -11,13 +11,49 @@ import pytest
 from memlane.recall import fts_cache
 from memlane.recall.bm25 import bm25_leg, cached_bm25_leg
 from memlane.recall.fts_cache import FtsCache, parse_averages, read_varint
-from memlane.storage.fts_stats import CONTENT, tokenizer_option
 from memlane.recall.hints import cached_search_hints, search_hints
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.storage import hints as hints_sql
 from memlane.storage.fts import Filters, match_expression
+from memlane.storage.fts_stats import CONTENT, tokenizer_option
 
-WORDS = ["deploy", "staging", "production", "running", "runner", "runs", "café", "naïve", "Über", "node.js", "c++", "postgres", "migration", "schema", "rollback", "tabs", "spaces", "review", "merge", "branch", "release", "caroline", "melanie", "painting", "camping", "adoption", "LGBTQ", "support", "group", "2023-05-07", "May", "June", "test", "tests", "tested"]
+WORDS = [
+    "deploy",
+    "staging",
+    "production",
+    "running",
+    "runner",
+    "runs",
+    "café",
+    "naïve",
+    "Über",
+    "node.js",
+    "c++",
+    "postgres",
+    "migration",
+    "schema",
+    "rollback",
+    "tabs",
+    "spaces",
+    "review",
+    "merge",
+    "branch",
+    "release",
+    "caroline",
+    "melanie",
+    "painting",
+    "camping",
+    "adoption",
+    "LGBTQ",
+    "support",
+    "group",
+    "2023-05-07",
+    "May",
+    "June",
+    "test",
+    "tests",
+    "tested",
+]
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -27,14 +63,23 @@ def _text(rng: random.Random, n: int) -> str:
 def _store(open_store, n: int = 300, seed: int = 1):
     rng = random.Random(seed)
     c = open_store()
-    items = [RememberInput(content=f"{i} " + _text(rng, rng.randint(1, 25)), project=rng.choice([None, "a", "b"]),
-                           type=rng.choice(["fact", "decision"]),
-                           context=_text(rng, rng.randint(0, 12)) if i % 3 else None)
-             for i in range(n)]
+    items = [
+        RememberInput(
+            content=f"{i} " + _text(rng, rng.randint(1, 25)),
+            project=rng.choice([None, "a", "b"]),
+            type=rng.choice(["fact", "decision"]),
+            context=_text(rng, rng.randint(0, 12)) if i % 3 else None,
+        )
+        for i in range(n)
+    ]
     results = c.memories.remember_many(items)
     ids = [r.id for r in results]
-    c.db.write(lambda conn: [hints_sql.replace(conn, i, [_text(rng, rng.randint(1, 8)) for _ in range(3)],
-                                               at="2025-01-01T00:00:00.000Z") for i in ids[: n // 2]])
+    c.db.write(
+        lambda conn: [
+            hints_sql.replace(conn, i, [_text(rng, rng.randint(1, 8)) for _ in range(3)], at="2025-01-01T00:00:00.000Z")
+            for i in ids[: n // 2]
+        ]
+    )
     for i in ids[:10]:
         c.memories.delete(i)
     return c, rng
@@ -50,9 +95,19 @@ def _same_ranking(fast: list[tuple[int, float]], sql: list[tuple[int, float]]) -
     assert all(dict(sql)[s] == v for s, v in fast if s in dict(sql))
 
 
-QUERIES = ["deploy to production", "running runners", "cafe naive uber", "node.js and c++", "tests",
-           "what did caroline paint in may", "support group", "no such word zzz", "release release branch",
-           "2023 05 07", "schema migration rollback review"]
+QUERIES = [
+    "deploy to production",
+    "running runners",
+    "cafe naive uber",
+    "node.js and c++",
+    "tests",
+    "what did caroline paint in may",
+    "support group",
+    "no such word zzz",
+    "release release branch",
+    "2023 05 07",
+    "schema migration rollback review",
+]
 
 
 @pytest.mark.parametrize("cw", [0.5, 0.3, 1.0, 0.0])
@@ -60,8 +115,13 @@ def test_bm25_leg_from_snapshot_equals_sql(open_store, cw: float) -> None:
     c, _ = _store(open_store)
     cache = FtsCache(c.db)
     assert cache.rebuild()
-    filters = [Filters(), Filters(project="a"), Filters(project="a", include_global=True), Filters(types=("decision",)),
-               Filters(include_deleted=True)]
+    filters = [
+        Filters(),
+        Filters(project="a"),
+        Filters(project="a", include_global=True),
+        Filters(types=("decision",)),
+        Filters(include_deleted=True),
+    ]
     for q in QUERIES:
         expr = match_expression(q)
         for f in filters:
@@ -97,9 +157,13 @@ def test_raw_scores_are_fts5_bm25(open_store) -> None:
     table = snap[CONTENT.name]
     for q in QUERIES:
         expr = match_expression(q)
-        sql = dict(c.db.read(lambda conn: conn.execute(
-            "SELECT rowid, bm25(memories_fts, 1.0, 0.5) FROM memories_fts WHERE memories_fts MATCH ?",
-            (expr,)).fetchall()))
+        sql = dict(
+            c.db.read(
+                lambda conn: conn.execute(
+                    "SELECT rowid, bm25(memories_fts, 1.0, 0.5) FROM memories_fts WHERE memories_fts MATCH ?", (expr,)
+                ).fetchall()
+            )
+        )
         hit, bm = table.scores(cache.terms(expr, CONTENT.name), (1.0, 0.5))
         mine = dict(zip(table.rowids[hit].tolist(), bm.tolist()))
         assert mine == sql  # bit for bit: the same operations in the same order
@@ -124,8 +188,9 @@ def test_stale_snapshot_is_not_used_until_rebuilt(open_store) -> None:
     cache.wait()
     assert cache.rebuild()  # (a scheduled one waits for the spacing)
     assert cached_bm25_leg(cache, c.recall.index, expr, 10, Filters(), 0.5) == []
-    assert [s for s, _ in cached_bm25_leg(cache, c.recall.index, match_expression("giraffe"), 10, Filters(), 0.5)] \
-        == [m.seq]
+    assert [s for s, _ in cached_bm25_leg(cache, c.recall.index, match_expression("giraffe"), 10, Filters(), 0.5)] == [
+        m.seq
+    ]
     # hints written later
     c.db.write(lambda conn: hints_sql.replace(conn, r.id, ["where do animals cross"], at="2025-01-01T00:00:00.000Z"))
     assert cache.current() is None
@@ -185,8 +250,10 @@ def test_recall_uses_the_snapshot_in_large_stores(open_store, monkeypatch) -> No
 
 
 def test_tokenizer_option_and_varints() -> None:
-    assert tokenizer_option("CREATE VIRTUAL TABLE t USING fts5(a, tokenize='porter unicode61 remove_diacritics 2')") \
+    assert (
+        tokenizer_option("CREATE VIRTUAL TABLE t USING fts5(a, tokenize='porter unicode61 remove_diacritics 2')")
         == "porter unicode61 remove_diacritics 2"
+    )
     assert tokenizer_option("CREATE VIRTUAL TABLE t USING fts5(a)") == "unicode61"
     assert tokenizer_option("CREATE VIRTUAL TABLE t USING fts5(a, detail=column)") is None
     assert read_varint(bytes([0x05]), 0) == (5, 1)
@@ -220,4 +287,3 @@ def test_serial_batch_runs_in_order_on_one_worker() -> None:
     with pytest.raises(RuntimeError):
         batch.submit(job, 3)
     SerialBatch().start(None)  # nothing queued: no worker needed
-

@@ -22,14 +22,22 @@ def api(open_store):
         r = client.post("/api/memory/remember", json={"content": "Alice Smith prefers Vim over Emacs."})
         mid = r.json()["id"]
         client.post("/api/memory/remember", json={"content": "Billing runs nightly exports."})
-        c.db.write(lambda conn: persist_extraction(conn, memory_id=mid, entities=[], at=AT, relations=[
-            {"source": "Alice Smith", "target": "Billing", "relation": "owns", "confidence": 0.9}]))
+        c.db.write(
+            lambda conn: persist_extraction(
+                conn,
+                memory_id=mid,
+                entities=[],
+                at=AT,
+                relations=[{"source": "Alice Smith", "target": "Billing", "relation": "owns", "confidence": 0.9}],
+            )
+        )
         yield client, mid
 
 
 def entity_id(client: TestClient, name: str) -> str:
-    (e,) = [e for e in client.get("/api/knowledge/entities", params={"q": name}).json()["entities"]
-            if e["name"] == name]
+    (e,) = [
+        e for e in client.get("/api/knowledge/entities", params={"q": name}).json()["entities"] if e["name"] == name
+    ]
     return e["id"]
 
 
@@ -49,8 +57,9 @@ def test_list_and_search_entities(api) -> None:
     assert names[0] in ("Alice Smith", "Billing")  # 2 mentions each, most mentioned first
     page = client.get("/api/knowledge/entities", params={"limit": 1, "offset": 1}).json()
     assert len(page["entities"]) == 1 and page["total"] == 4
-    assert [e["name"] for e in client.get("/api/knowledge/entities", params={"q": "MAC"}).json()["entities"]] == \
-        ["Emacs"]
+    assert [e["name"] for e in client.get("/api/knowledge/entities", params={"q": "MAC"}).json()["entities"]] == [
+        "Emacs"
+    ]
     assert client.get("/api/knowledge/entities", params={"q": "%"}).json()["total"] == 0  # literal %
     assert client.get("/api/knowledge/entities", params={"type": "person"}).json()["total"] == 0
 
@@ -69,7 +78,8 @@ def test_get_one_entity_with_mentions_and_relations(api) -> None:
     e = client.get(f"/api/knowledge/entities/{entity_id(client, 'Alice Smith')}").json()
     assert e["mentions"] == 1 and e["entity_type"] == "extracted"
     assert [(m["memory_id"], m["content"]) for m in e["mentions_list"]] == [
-        (mid, "Alice Smith prefers Vim over Emacs.")]
+        (mid, "Alice Smith prefers Vim over Emacs.")
+    ]
     (rel,) = e["relations"]
     assert (rel["source_name"], rel["relation_type"], rel["target_name"]) == ("Alice Smith", "owns", "Billing")
 
@@ -132,7 +142,10 @@ def test_bad_attribute_filters(api) -> None:
 def test_odd_strings_never_500(api) -> None:
     client, _ = api
     for q in ("\x00", "'; DROP TABLE entities; --", "\\", "_%_", "\U0001f600" * 50):
-        for path, params in (("/api/knowledge/entities", {"q": q}), ("/api/knowledge/expand", {"query": q}),
-                             (f"/api/knowledge/entities/{quote(q, safe='')}", {})):
+        for path, params in (
+            ("/api/knowledge/entities", {"q": q}),
+            ("/api/knowledge/expand", {"query": q}),
+            (f"/api/knowledge/entities/{quote(q, safe='')}", {}),
+        ):
             r = client.get(path, params=params)
             assert r.status_code < 500, (path, r.text)

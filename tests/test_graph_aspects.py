@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from memlane.graph.aspects import (
-    AspectFeedbackConfig, AspectFeedbackWorker, apply_fts_overlap_feedback, decay_aspect_weights,
+    FEEDBACK_WORKER,
+    AspectFeedbackConfig,
+    AspectFeedbackWorker,
+    apply_fts_overlap_feedback,
+    decay_aspect_weights,
 )
-from memlane.graph.aspects import FEEDBACK_WORKER
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inputs import EndInput, PromptInput
 
@@ -24,9 +27,14 @@ def rows(c, sql: str, *args: Any) -> list[dict]:
 
 
 def weights(c) -> dict[str, float]:
-    return {f'{r["entity"]}/{r["aspect"]}': round(r["weight"], 6) for r in rows(
-        c, "SELECT e.name AS entity, a.name AS aspect, a.weight FROM entity_aspects a JOIN entities e "
-           "ON e.id = a.entity_id")}
+    return {
+        f"{r['entity']}/{r['aspect']}": round(r["weight"], 6)
+        for r in rows(
+            c,
+            "SELECT e.name AS entity, a.name AS aspect, a.weight FROM entity_aspects a JOIN entities e "
+            "ON e.id = a.entity_id",
+        )
+    }
 
 
 @pytest.fixture
@@ -63,7 +71,8 @@ def test_each_session_counts_once_and_open_sessions_wait(store) -> None:
     assert worker.tick() is True and worker.tick() is False
     assert weights(store)["Kafka/dependencies"] == 0.52
     assert rows(store, "SELECT session_key, confirmations, aspects FROM aspect_feedback_sessions") == [
-        {"session_key": "open", "confirmations": 1, "aspects": 1}]
+        {"session_key": "open", "confirmations": 1, "aspects": 1}
+    ]
 
 
 def test_weights_are_clamped(store) -> None:
@@ -74,8 +83,12 @@ def test_weights_are_clamped(store) -> None:
 
 
 def test_decay_hits_only_stale_aspects_and_floors_at_min_weight(store) -> None:
-    store.db.write(lambda c: c.execute("UPDATE entity_aspects SET updated_at = '2026-01-01T00:00:00.000Z', "
-                                       "weight = 0.12 WHERE name = 'preferences'"))
+    store.db.write(
+        lambda c: c.execute(
+            "UPDATE entity_aspects SET updated_at = '2026-01-01T00:00:00.000Z', "
+            "weight = 0.12 WHERE name = 'preferences'"
+        )
+    )
     cfg = AspectFeedbackConfig(stale_days=14, decay_rate=0.05, min_weight=0.1)
     # The Kafka aspect keeps its remember-time updated_at (today): not stale at NOW - 14 days.
     assert store.db.write(lambda c: decay_aspect_weights(c, cfg, NOW)) == 1
@@ -85,8 +98,9 @@ def test_decay_hits_only_stale_aspects_and_floors_at_min_weight(store) -> None:
 
 def test_decay_runs_every_n_sessions(store) -> None:
     store.db.write(lambda c: c.execute("UPDATE entity_aspects SET updated_at = '2000-01-01T00:00:00.000Z'"))
-    worker = AspectFeedbackWorker(store.db, AspectFeedbackConfig(decay_every_sessions=3, decay_rate=0.1),
-                                  now=lambda: NOW)
+    worker = AspectFeedbackWorker(
+        store.db, AspectFeedbackConfig(decay_every_sessions=3, decay_rate=0.1), now=lambda: NOW
+    )
     decayed = []
     for i in range(3):
         session(store, f"n{i}", ["nothing relevant here"])

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from memlane.graph import persist_extraction
-from memlane.graph.classify import ClassifyHandler, build_prompt, parse_reply
+from memlane.graph.classify import CLASSIFY_WORKER, ClassifyHandler, build_prompt, parse_reply
 from memlane.graph.store import CLASSIFY_JOB
-from memlane.graph.classify import CLASSIFY_WORKER
-from memlane.workers.runtime import SkipJob
 from memlane.providers.ollama import OllamaProvider
 from memlane.services.inputs import RememberInput
 from memlane.storage import graph as graph_sql
 from memlane.storage import jobs as jobs_sql
+from memlane.workers.runtime import SkipJob
 from tests.test_providers import Reply, ollama_body, server  # noqa: F401  (the loopback fixture)
 
 AT = "2026-01-01T00:00:00.000Z"
@@ -33,9 +32,18 @@ def store(open_store):
     """Linker off (only extracted attributes exist), pipeline on (the classify worker runs)."""
     c = open_store(memory={"pipelineV2": {"graph": {"enabled": False}}})
     mid = c.memories.remember(RememberInput(content="the daemon notes")).id
-    c.db.write(lambda conn: persist_extraction(conn, memory_id=mid, entities=[], at=AT, relations=[
-        {"source": "Daemon", "target": "SQLite", "relation": "decided to use", "confidence": 0.9},
-        {"source": "Daemon", "target": "FastAPI", "relation": "is served by", "confidence": 0.8}]))
+    c.db.write(
+        lambda conn: persist_extraction(
+            conn,
+            memory_id=mid,
+            entities=[],
+            at=AT,
+            relations=[
+                {"source": "Daemon", "target": "SQLite", "relation": "decided to use", "confidence": 0.9},
+                {"source": "Daemon", "target": "FastAPI", "relation": "is served by", "confidence": 0.8},
+            ],
+        )
+    )
     return c
 
 
@@ -50,23 +58,34 @@ def lease(c) -> jobs_sql.Job:
 
 
 def classified(c) -> dict[str, tuple[str, str, float]]:
-    return {r["content"]: (r["aspect"], r["kind"], r["importance"]) for r in rows(
-        c, "SELECT x.content, x.kind, x.importance, a.name AS aspect FROM entity_attributes x "
-           "LEFT JOIN entity_aspects a ON a.id = x.aspect_id")}
+    return {
+        r["content"]: (r["aspect"], r["kind"], r["importance"])
+        for r in rows(
+            c,
+            "SELECT x.content, x.kind, x.importance, a.name AS aspect FROM entity_attributes x "
+            "LEFT JOIN entity_aspects a ON a.id = x.aspect_id",
+        )
+    }
 
 
 def test_without_llm_the_deterministic_rules_classify(store) -> None:
     out = ClassifyHandler(store.db, lambda: None)(lease(store))
     assert out == {"entity_id": daemon(store).id, "classified": 2, "by_llm": 0, "batches": 1, "entity_type": None}
-    assert classified(store) == {"decided to use SQLite": ("decisions", "constraint", 0.85),
-                                 "is served by FastAPI": ("properties", "attribute", 0.5)}
+    assert classified(store) == {
+        "decided to use SQLite": ("decisions", "constraint", 0.85),
+        "is served by FastAPI": ("properties", "attribute", 0.5),
+    }
     assert daemon(store).entity_type == "extracted"
 
 
 def test_with_llm_aspects_kinds_and_type_come_from_the_reply(store, server) -> None:  # noqa: F811
-    reply = {"type": "system", "assignments": [
-        {"i": 0, "aspect": "Storage", "kind": "constraint", "new": True},
-        {"i": 1, "aspect": "Serving", "kind": "attribute", "new": True}]}
+    reply = {
+        "type": "system",
+        "assignments": [
+            {"i": 0, "aspect": "Storage", "kind": "constraint", "new": True},
+            {"i": 1, "aspect": "Serving", "kind": "attribute", "new": True},
+        ],
+    }
     server.script(Reply(body=ollama_body("<think>hmm</think>```json\n" + json.dumps(reply) + "\n```")))
     llm = OllamaProvider(model="m", base_url=server.url, timeout_s=5)
     try:
@@ -74,8 +93,10 @@ def test_with_llm_aspects_kinds_and_type_come_from_the_reply(store, server) -> N
     finally:
         llm.close()
     assert out["by_llm"] == 2 and out["entity_type"] == "system"
-    assert classified(store) == {"decided to use SQLite": ("Storage", "constraint", 0.85),
-                                 "is served by FastAPI": ("Serving", "attribute", 0.5)}
+    assert classified(store) == {
+        "decided to use SQLite": ("Storage", "constraint", 0.85),
+        "is served by FastAPI": ("Serving", "attribute", 0.5),
+    }
     assert daemon(store).entity_type == "system"
     prompt = server.requests[0]["json"]["prompt"]
     assert "Entity: Daemon" in prompt and "0. decided to use SQLite" in prompt and "infer the entity type" in prompt
@@ -92,8 +113,10 @@ def test_items_the_llm_misses_fall_back_to_the_rules(store, server) -> None:  # 
     finally:
         llm.close()
     assert out["by_llm"] == 1 and out["entity_type"] is None
-    assert classified(store) == {"decided to use SQLite": ("decisions", "constraint", 0.85),
-                                 "is served by FastAPI": ("Serving", "attribute", 0.5)}
+    assert classified(store) == {
+        "decided to use SQLite": ("decisions", "constraint", 0.85),
+        "is served by FastAPI": ("Serving", "attribute", 0.5),
+    }
 
 
 def test_llm_failure_fails_the_job_and_leaves_attributes_unclassified(store, server) -> None:  # noqa: F811
@@ -132,8 +155,9 @@ def test_the_wired_worker_completes_the_job(store) -> None:
     assert job["status"] == "completed" and json.loads(job["result"])["classified"] == 2
 
 
-@pytest.mark.parametrize("text", ["", "not json", "{}", '{"assignments": 3}', "[1, 2]", '[{"i": true}]',
-                                  '[{"i": 0, "aspect": "  "}]'])
+@pytest.mark.parametrize(
+    "text", ["", "not json", "{}", '{"assignments": 3}', "[1, 2]", '[{"i": true}]', '[{"i": 0, "aspect": "  "}]']
+)
 def test_parse_reply_never_raises(text: str) -> None:
     assert parse_reply(text, 2) == ({}, None)
 

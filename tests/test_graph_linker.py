@@ -10,7 +10,12 @@ import pytest
 
 from memlane.graph.linker import LINKER_CONFIDENCE, candidate_names, clauses, infer_aspect
 from memlane.graph.protection import (
-    DECISION_IMPORTANCE, DECISION_PATTERNS, DEFAULT_IMPORTANCE, decision_patterns, is_decision_content, protection_for,
+    DECISION_IMPORTANCE,
+    DECISION_PATTERNS,
+    DEFAULT_IMPORTANCE,
+    decision_patterns,
+    is_decision_content,
+    protection_for,
 )
 from memlane.services.inputs import RememberInput
 
@@ -26,14 +31,17 @@ def rows(c, sql: str, *args: Any) -> list[dict]:
 
 
 # ------------------------------------------------------------------------- name extraction
-@pytest.mark.parametrize("text, expected", [
-    ("Alice Smith moved the service to Kubernetes.", ["Alice Smith", "Kubernetes"]),
-    ("We use PostgreSQL, Redis and GitHub Actions.", ["PostgreSQL", "Redis", "GitHub Actions"]),
-    ("The AWS bill and the API keys", ["AWS", "API"]),
-    ("Node.js runs the `memlane-daemon` script", ["memlane-daemon", "Node.js"]),
-    ("The user prefers tabs. However we decided nothing.", []),  # common words, sentence starts
-    ("this is all lowercase text with no names", []),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Alice Smith moved the service to Kubernetes.", ["Alice Smith", "Kubernetes"]),
+        ("We use PostgreSQL, Redis and GitHub Actions.", ["PostgreSQL", "Redis", "GitHub Actions"]),
+        ("The AWS bill and the API keys", ["AWS", "API"]),
+        ("Node.js runs the `memlane-daemon` script", ["memlane-daemon", "Node.js"]),
+        ("The user prefers tabs. However we decided nothing.", []),  # common words, sentence starts
+        ("this is all lowercase text with no names", []),
+    ],
+)
 def test_candidate_names(text: str, expected: list[str]) -> None:
     assert candidate_names(text) == expected
 
@@ -51,18 +59,23 @@ def test_punctuation_ends_a_multi_word_name() -> None:
 def test_clauses_take_the_first_name_and_infer_an_aspect() -> None:
     text = "Alice prefers dark mode in every editor. Bob works at Initech - Alice decided to use Vim."
     got = clauses(text, candidate_names(text))
-    assert got == [("Alice", "prefers dark mode in every editor", "preferences"),
-                   ("Bob", "works at Initech", "roles"),
-                   ("Alice", "decided to use Vim", "decisions")]
+    assert got == [
+        ("Alice", "prefers dark mode in every editor", "preferences"),
+        ("Bob", "works at Initech", "roles"),
+        ("Alice", "decided to use Vim", "decisions"),
+    ]
 
 
-@pytest.mark.parametrize("clause, aspect", [
-    ("depends on the billing service", "dependencies"),
-    ("must never be restarted on Fridays", "rules"),
-    ("grew up in Lisbon", "background"),
-    ("shipped version two last week", "events"),
-    ("blue-green", "general"),
-])
+@pytest.mark.parametrize(
+    "clause, aspect",
+    [
+        ("depends on the billing service", "dependencies"),
+        ("must never be restarted on Fridays", "rules"),
+        ("grew up in Lisbon", "background"),
+        ("shipped version two last week", "events"),
+        ("blue-green", "general"),
+    ],
+)
 def test_infer_aspect(clause: str, aspect: str) -> None:
     assert infer_aspect(clause) == aspect
 
@@ -99,15 +112,18 @@ def test_each_decision_pattern_alone(name: str, text: str) -> None:
     assert protection_for(text) == ("constraint", DECISION_IMPORTANCE)
 
 
-@pytest.mark.parametrize("text", [
-    "The cache uses SQLite.",
-    "I will be out on Monday.",                 # "will" without use/go with/stick with
-    "She prefers Vim.",                         # prefers without over/instead/rather
-    "Adoption of the tool is slow.",            # not "adopted"
-    "The switch is on the left.",
-    "We went to the conference.",               # not "went with"
-    "Decisions are hard.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The cache uses SQLite.",
+        "I will be out on Monday.",  # "will" without use/go with/stick with
+        "She prefers Vim.",  # prefers without over/instead/rather
+        "Adoption of the tool is slow.",  # not "adopted"
+        "The switch is on the left.",
+        "We went to the conference.",  # not "went with"
+        "Decisions are hard.",
+    ],
+)
 def test_non_decisions_stay_attributes(text: str) -> None:
     assert not is_decision_content(text)
     assert protection_for(text) == ("attribute", DEFAULT_IMPORTANCE)
@@ -127,15 +143,23 @@ def test_linker_writes_entities_mentions_aspects_and_attributes_in_the_remember_
     assert all(e["entity_type"] == "extracted" and e["mentions"] == 1 for e in ents.values())
     links = rows(c, "SELECT memory_id, mention_text, confidence FROM memory_entity_mentions")
     assert {(r["memory_id"], r["confidence"]) for r in links} == {(mid, LINKER_CONFIDENCE)}
-    (attr,) = rows(c, "SELECT x.*, a.name AS aspect FROM entity_attributes x JOIN entity_aspects a ON a.id = x.aspect_id")
+    (attr,) = rows(
+        c, "SELECT x.*, a.name AS aspect FROM entity_attributes x JOIN entity_aspects a ON a.id = x.aspect_id"
+    )
     assert (attr["content"], attr["aspect"], attr["kind"], attr["importance"], attr["memory_id"]) == (
-        "prefers tabs in every Python file", "preferences", "attribute", 0.5, mid)
+        "prefers tabs in every Python file",
+        "preferences",
+        "attribute",
+        0.5,
+        mid,
+    )
 
 
 def test_decision_memories_get_constraint_attributes_and_the_memory_row_is_unchanged(open_store) -> None:
     c = open_store()
-    mid = c.memories.remember(RememberInput(content="Memlane chose to use SQLite over Postgres for storage.",
-                                            type="fact")).id
+    mid = c.memories.remember(
+        RememberInput(content="Memlane chose to use SQLite over Postgres for storage.", type="fact")
+    ).id
     attrs = rows(c, "SELECT kind, importance FROM entity_attributes")
     assert attrs and all(a == {"kind": "constraint", "importance": 0.85} for a in attrs)
     assert c.memories.get(mid).type == "fact"

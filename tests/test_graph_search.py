@@ -18,10 +18,16 @@ QUERY = "Postgres tuning checklist"
 
 #: Only the graph boost moves scores: no recency/rehearsal boosts, no dampening or reranking; the
 #: boost at the seed's weight (0.15; memlane ships it at 0, docs/benchmarks.md "Graph boost").
-QUIET = {"recall": {"recency_weight": 0.0, "rehearsal_weight": 0.0},
-         "memory": {"pipelineV2": {"reranker": {"enabled": False}, "graph": {"boost_weight": 0.15},
-                                   "dampening": {"gravity_enabled": False, "hub_enabled": False,
-                                                 "resolution_enabled": False}}}}
+QUIET = {
+    "recall": {"recency_weight": 0.0, "rehearsal_weight": 0.0},
+    "memory": {
+        "pipelineV2": {
+            "reranker": {"enabled": False},
+            "graph": {"boost_weight": 0.15},
+            "dampening": {"gravity_enabled": False, "hub_enabled": False, "resolution_enabled": False},
+        }
+    },
+}
 
 
 def set_graph(c, **values: Any) -> None:
@@ -34,13 +40,22 @@ def seed_graph(c) -> dict[str, str]:
     """Memories: ``plain`` matches the query best by BM25 and names no entity; ``linked`` matches
     less well and mentions Billing, one hop from Postgres; ``other`` mentions an unrelated entity."""
     ids = {
-        "plain": c.memories.remember(RememberInput(content="postgres tuning checklist: work mem and shared buffers")).id,
+        "plain": c.memories.remember(
+            RememberInput(content="postgres tuning checklist: work mem and shared buffers")
+        ).id,
         "linked": c.memories.remember(RememberInput(content="Billing nightly job tuning checklist")).id,
         "other": c.memories.remember(RememberInput(content="Grafana dashboard tuning checklist")).id,
         "source": c.memories.remember(RememberInput(content="the billing service stores invoices in a database")).id,
     }
-    c.db.write(lambda conn: persist_extraction(conn, memory_id=ids["source"], entities=[], at=AT, relations=[
-        {"source": "Billing", "target": "Postgres", "relation": "stores data in", "confidence": 0.9}]))
+    c.db.write(
+        lambda conn: persist_extraction(
+            conn,
+            memory_id=ids["source"],
+            entities=[],
+            at=AT,
+            relations=[{"source": "Billing", "target": "Postgres", "relation": "stores data in", "confidence": 0.9}],
+        )
+    )
     return ids
 
 
@@ -118,15 +133,17 @@ def test_a_clock_that_jumps_past_the_deadline_after_step_one_gives_no_boost(stor
 def test_timeout_after_the_last_step_keeps_what_was_found(store) -> None:
     c, ids = store
     ticks = iter([0.0, 0.0, 0.0, 99.0])  # start, after step 1, after step 2: in time; after 3: late
-    found = c.db.read(lambda conn: graph_linked_seqs(conn, QUERY, list(merged_for(c)), deadline=1.0,
-                                                     clock=lambda: next(ticks)))
+    found = c.db.read(
+        lambda conn: graph_linked_seqs(conn, QUERY, list(merged_for(c)), deadline=1.0, clock=lambda: next(ticks))
+    )
     assert found.timed_out and len(found.seqs) == 2  # linked + source (both mention Billing/Postgres)
 
 
 def test_a_query_without_known_entities_stops_after_one_lookup(store) -> None:
     c, _ = store
-    found = c.db.read(lambda conn: graph_linked_seqs(conn, "nothing known here", list(merged_for(c)),
-                                                     deadline=float("inf")))
+    found = c.db.read(
+        lambda conn: graph_linked_seqs(conn, "nothing known here", list(merged_for(c)), deadline=float("inf"))
+    )
     assert found.entity_ids == [] and found.neighbour_ids == [] and found.seqs == set()
 
 
@@ -197,6 +214,8 @@ def test_step_three_from_links_read_ahead_equals_the_sql(store) -> None:
     assert fast.seqs == sql.seqs and len(fast.seqs) == 1
     booster = GraphBooster(c.db, lambda: c.settings.memory.pipeline_v2.graph)
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(1) as pool:
-        assert booster.boost(QUERY, merged, prepared=booster.submit(pool, QUERY), links=ahead.seq_links()) \
-            == booster.boost(QUERY, merged)
+        assert booster.boost(
+            QUERY, merged, prepared=booster.submit(pool, QUERY), links=ahead.seq_links()
+        ) == booster.boost(QUERY, merged)

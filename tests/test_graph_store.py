@@ -30,8 +30,11 @@ def remember(c, content: str) -> str:
 
 
 def persist(c, memory_id: str, entities: Any = (), relations: Any = ()) -> dict:
-    return c.db.write(lambda conn: persist_extraction(conn, memory_id=memory_id, entities=list(entities),
-                                                      relations=list(relations), at=AT))
+    return c.db.write(
+        lambda conn: persist_extraction(
+            conn, memory_id=memory_id, entities=list(entities), relations=list(relations), at=AT
+        )
+    )
 
 
 def rows(c, sql: str, *args: Any) -> list[dict]:
@@ -76,9 +79,15 @@ def test_reprocessing_a_memory_is_idempotent_for_links_and_mentions(store) -> No
 
 def test_mention_confidence_rules(store) -> None:
     m = remember(store, "a memory with triples")
-    persist(store, m, entities=[{"name": "Alpha"}, {"name": "Omega"}, {"name": "Gamma", "confidence": 7}],
-            relations=[{"source": "Alpha", "target": "Beta", "relation": "uses", "confidence": 0.9},
-                       {"source": "Beta", "target": "Delta", "relation": "uses", "confidence": 0.3}])
+    persist(
+        store,
+        m,
+        entities=[{"name": "Alpha"}, {"name": "Omega"}, {"name": "Gamma", "confidence": 7}],
+        relations=[
+            {"source": "Alpha", "target": "Beta", "relation": "uses", "confidence": 0.9},
+            {"source": "Beta", "target": "Delta", "relation": "uses", "confidence": 0.3},
+        ],
+    )
     conf = {r["mention_text"]: r["confidence"] for r in rows(store, "SELECT * FROM memory_entity_mentions")}
     # An entity without a confidence takes its best triple's (Alpha) or the default (Omega);
     # out-of-range values are clamped (Gamma); triples' endpoints get the triple's confidence, the
@@ -102,8 +111,9 @@ def test_unique_name_collision_falls_back_to_existing_row(store) -> None:
     m = remember(store, "postgres alias")
 
     def alias(conn: sqlite3.Connection) -> None:  # name "Postgres" owned by canonical "postgresql"
-        graph_sql.insert_entity(conn, entity_id="pg", name="Postgres", canonical="postgresql", entity_type="tool",
-                                at=AT)
+        graph_sql.insert_entity(
+            conn, entity_id="pg", name="Postgres", canonical="postgresql", entity_type="tool", at=AT
+        )
 
     store.db.write(alias)
     out = persist(store, m, entities=[{"name": "Postgres"}])
@@ -115,10 +125,22 @@ def test_unique_name_collision_falls_back_to_existing_row(store) -> None:
 
 def test_invalid_items_are_skipped_and_caps_apply(store) -> None:
     m = remember(store, "messy extraction output")
-    out = persist(store, m, entities=[{"name": ""}, "Redis", {"type": "tool"}, {"name": "x"}, *[
-        {"name": f"Entity {i}"} for i in range(60)]],
-        relations=[{"source": "A1", "target": "", "relation": "r"}, {"source": "Same", "target": " same",
-                                                                    "relation": "is"}, None])
+    out = persist(
+        store,
+        m,
+        entities=[
+            {"name": ""},
+            "Redis",
+            {"type": "tool"},
+            {"name": "x"},
+            *[{"name": f"Entity {i}"} for i in range(60)],
+        ],
+        relations=[
+            {"source": "A1", "target": "", "relation": "r"},
+            {"source": "Same", "target": " same", "relation": "is"},
+            None,
+        ],
+    )
     assert out["skipped"] == 4 + 3
     assert len(rows(store, "SELECT * FROM entities")) == 50 - 4 + 1  # 50 used, 4 invalid; "Same" resolved once
 
@@ -135,12 +157,20 @@ def test_untyped_entity_gets_a_type_later_but_a_type_is_never_replaced(store) ->
 
 def test_relations_become_unclassified_attributes_and_queue_classification(store) -> None:
     m = remember(store, "the daemon uses sqlite and fastapi")
-    out = persist(store, m, relations=[{"source": "Daemon", "target": "SQLite", "relation": "uses"},
-                                       {"source": "Daemon", "target": "FastAPI", "relation": "uses"}])
+    out = persist(
+        store,
+        m,
+        relations=[
+            {"source": "Daemon", "target": "SQLite", "relation": "uses"},
+            {"source": "Daemon", "target": "FastAPI", "relation": "uses"},
+        ],
+    )
     assert out["attributes"] == 2 and out["classify_jobs"] == 1
     attrs = rows(store, "SELECT content, aspect_id, kind, source FROM entity_attributes ORDER BY content")
     assert [(a["content"], a["aspect_id"], a["source"]) for a in attrs] == [
-        ("uses FastAPI", None, "extraction"), ("uses SQLite", None, "extraction")]
+        ("uses FastAPI", None, "extraction"),
+        ("uses SQLite", None, "extraction"),
+    ]
     jobs = rows(store, "SELECT job_type, dedup_key, status FROM memory_jobs WHERE job_type = ?", CLASSIFY_JOB)
     daemon = rows(store, "SELECT id FROM entities WHERE name = 'Daemon'")[0]["id"]
     assert jobs == [{"job_type": CLASSIFY_JOB, "dedup_key": daemon, "status": "pending"}]
@@ -153,8 +183,7 @@ def test_failure_is_non_fatal_and_rolls_back_only_the_graph(store) -> None:
 
     def job(conn: sqlite3.Connection) -> dict:
         conn.execute("UPDATE memories SET why = 'caller write' WHERE id = ?", (m,))
-        return persist_extraction(conn, memory_id="no-such-memory", entities=[{"name": "Orphan"}], relations=[],
-                                  at=AT)
+        return persist_extraction(conn, memory_id="no-such-memory", entities=[{"name": "Orphan"}], relations=[], at=AT)
 
     out = store.db.write(job)
     assert out["error"] and "FOREIGN KEY" in out["error"] and out["mentions"] == 0

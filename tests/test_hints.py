@@ -25,8 +25,10 @@ from test_providers import Loopback, Reply, ollama_body, server  # noqa: F401  (
 
 AT = "2025-01-01T00:00:00.000Z"
 NO_BOOSTS = {"rehearsal_weight": 0.0, "recency_weight": 0.0}
-QUIET = {"dampening": {"gravity_enabled": False, "hub_enabled": False, "resolution_enabled": False},
-         "reranker": {"enabled": False}}
+QUIET = {
+    "dampening": {"gravity_enabled": False, "hub_enabled": False, "resolution_enabled": False},
+    "reranker": {"enabled": False},
+}
 
 
 def hints_on(**extra) -> dict:
@@ -39,8 +41,9 @@ def test_migration_and_fts_triggers(open_store) -> None:
     assert "0007_memory_hints" in c.db.write(applied)
     m = c.memories.remember(RememberInput("We use Postgres 15 in production."))
     seq = c.memories.get(m.id).seq
-    assert c.db.write(lambda conn: hints_sql.replace(conn, m.id, ["Which database do we run?", "pg version"],
-                                                     at=AT)) == 2
+    assert (
+        c.db.write(lambda conn: hints_sql.replace(conn, m.id, ["Which database do we run?", "pg version"], at=AT)) == 2
+    )
     expr = match_expression("what database")
     assert [s for s, _ in c.db.read(lambda conn: hints_sql.search(conn, expr, limit=10))] == [seq]
     # replace is idempotent and the delete trigger clears the old hints from the index
@@ -50,16 +53,20 @@ def test_migration_and_fts_triggers(open_store) -> None:
     assert c.db.read(lambda conn: hints_sql.search(conn, match_expression("prod data"), limit=10)) == [(seq, 1.0)]
     c.db.write(lambda conn: conn.execute("UPDATE memory_hints SET hint = 'storage engine?'"))
     assert c.db.read(lambda conn: hints_sql.search(conn, match_expression("prod"), limit=10)) == []
-    assert c.db.write(lambda conn: conn.execute(
-        "INSERT INTO memory_hints_fts(memory_hints_fts, rank) VALUES ('integrity-check', 1)") and True)
+    assert c.db.write(
+        lambda conn: (
+            conn.execute("INSERT INTO memory_hints_fts(memory_hints_fts, rank) VALUES ('integrity-check', 1)") and True
+        )
+    )
 
 
 def test_search_keeps_one_score_per_memory(open_store) -> None:
     c = open_store()
     a = c.memories.remember(RememberInput("alpha"))
     b = c.memories.remember(RememberInput("beta"))
-    c.db.write(lambda conn: hints_sql.replace(conn, a.id, ["kiwi kiwi kiwi", "kiwi once among many other words"],
-                                              at=AT))
+    c.db.write(
+        lambda conn: hints_sql.replace(conn, a.id, ["kiwi kiwi kiwi", "kiwi once among many other words"], at=AT)
+    )
     c.db.write(lambda conn: hints_sql.replace(conn, b.id, ["a kiwi in a long sentence of many many words"], at=AT))
     got = c.db.read(lambda conn: hints_sql.search(conn, match_expression("kiwi"), limit=10))
     seqs = [s for s, _ in got]
@@ -69,12 +76,14 @@ def test_search_keeps_one_score_per_memory(open_store) -> None:
 
 # ------------------------------------------------------------------------------ max merge
 def test_merge_hints_max_not_sum() -> None:
-    merged = {1: (0.7 * 0.5 + 0.3 * 0.4, LegScores(0.5, 0.4)),   # content and a stronger hint
-              2: (0.7 * 0.6 + 0.3 * 0.9, LegScores(0.6, 0.9)),   # content stronger than its hint
-              3: (0.7 * 0.2, LegScores(0.2, 0.0))}               # vector only, no hint
-    hints = {1: 0.9, 2: 0.3, 4: 1.0}                              # 4: only a hint matched
+    merged = {
+        1: (0.7 * 0.5 + 0.3 * 0.4, LegScores(0.5, 0.4)),  # content and a stronger hint
+        2: (0.7 * 0.6 + 0.3 * 0.9, LegScores(0.6, 0.9)),  # content stronger than its hint
+        3: (0.7 * 0.2, LegScores(0.2, 0.0)),
+    }  # vector only, no hint
+    hints = {1: 0.9, 2: 0.3, 4: 1.0}  # 4: only a hint matched
     out = merge_hints(merged, hints, 0.7, lambda seqs: {s: 0.25 for s in seqs})
-    assert out[1][0] == pytest.approx(0.7 * 0.5 + 0.3 * 0.9)     # max(0.4, 0.9), not 0.4 + 0.9
+    assert out[1][0] == pytest.approx(0.7 * 0.5 + 0.3 * 0.9)  # max(0.4, 0.9), not 0.4 + 0.9
     assert out[1][1] == LegScores(0.5, 0.9)
     assert out[2] == merged[2] or out[2][0] == pytest.approx(merged[2][0])
     assert out[3] == merged[3]
@@ -122,14 +131,20 @@ def test_recall_hints_respect_filters(open_store) -> None:
 
 
 # ------------------------------------------------------------------------------ reply parsing
-@pytest.mark.parametrize(("reply", "expected"), [
-    ('{"hints": ["What DB?", "Which version?"]}', ["What DB?", "Which version?"]),
-    ('["a", "b"]', ["a", "b"]),
-    ('<think>hmm {"x": 1}</think>\n```json\n{"hints": ["q1"]}\n```', ["q1"]),
-    ('Sure! Here you go: {"hints": ["q1", "Q1", "  q2 \\n spaced  ", "", 7, null]} hope it helps', ["q1", "q2 spaced"]),
-    ('{"hints": []}', []),
-    ('{"hints": ["1", "2", "3", "4", "5", "6", "7"]}', ["1", "2", "3"]),
-])
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ('{"hints": ["What DB?", "Which version?"]}', ["What DB?", "Which version?"]),
+        ('["a", "b"]', ["a", "b"]),
+        ('<think>hmm {"x": 1}</think>\n```json\n{"hints": ["q1"]}\n```', ["q1"]),
+        (
+            'Sure! Here you go: {"hints": ["q1", "Q1", "  q2 \\n spaced  ", "", 7, null]} hope it helps',
+            ["q1", "q2 spaced"],
+        ),
+        ('{"hints": []}', []),
+        ('{"hints": ["1", "2", "3", "4", "5", "6", "7"]}', ["1", "2", "3"]),
+    ],
+)
 def test_parse_hints(reply: str, expected: list[str]) -> None:
     assert parse_hints(reply, 3) == expected
 
@@ -165,8 +180,9 @@ def test_hook_enqueues_only_when_enabled(open_store) -> None:
 
 
 def _worker_store(open_store, server, **hints):
-    c = open_store(memory=hints_on(**hints),
-                   llm={"provider": "ollama", "model": "m", "base_url": server.url, "timeout_s": 5})
+    c = open_store(
+        memory=hints_on(**hints), llm={"provider": "ollama", "model": "m", "base_url": server.url, "timeout_s": 5}
+    )
     return c, c.workers.get("hints")
 
 
@@ -184,13 +200,16 @@ def test_worker_generates_and_stores_hints(open_store, server) -> None:
     assert w.run_once() is False  # queue empty
 
 
-@pytest.mark.parametrize("reply", [
-    Reply(body=ollama_body("I cannot answer that.")),                 # not JSON
-    Reply(body=ollama_body('{"hints": {"a": 1}}')),                   # wrong shape
-    Reply(body=b"this is not json"),                                  # broken protocol body
-    Reply(body=json.dumps({"done": True}).encode()),                  # no "response"
-    Reply(status=500, body=b"model exploded"),                        # HTTP error
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(body=ollama_body("I cannot answer that.")),  # not JSON
+        Reply(body=ollama_body('{"hints": {"a": 1}}')),  # wrong shape
+        Reply(body=b"this is not json"),  # broken protocol body
+        Reply(body=json.dumps({"done": True}).encode()),  # no "response"
+        Reply(status=500, body=b"model exploded"),  # HTTP error
+    ],
+)
 def test_worker_malformed_reply_is_a_failed_attempt(open_store, server, reply) -> None:
     c, w = _worker_store(open_store, server)
     m = c.memories.remember(RememberInput("Tabs, not spaces."))
@@ -205,7 +224,8 @@ def test_worker_malformed_reply_is_a_failed_attempt(open_store, server, reply) -
 def test_worker_dead_after_max_attempts(open_store, server) -> None:
     c, w = _worker_store(open_store, server)
     c.settings.memory.pipeline_v2 = c.settings.memory.pipeline_v2.model_copy(
-        update={"worker": c.settings.memory.pipeline_v2.worker.model_copy(update={"max_retries": 1})})
+        update={"worker": c.settings.memory.pipeline_v2.worker.model_copy(update={"max_retries": 1})}
+    )
     c.memories.remember(RememberInput("Only one try."))
     server.script(Reply(body=ollama_body("garbage")))
     w.run_once()

@@ -21,25 +21,69 @@ from typing import Any
 import pytest
 import yaml
 
+import memlane
 from conftest import api_client, free_port
 from memlane.config import load_settings
-import memlane
 from memlane.connectors.claude_settings import connect, default_hook_cmd, default_memlane_cmd, disconnect, entry_cmd
 from memlane.connectors.spool import replay_spool, spool_event, spooled_files
 from memlane.container import open_container
 from memlane.hookclient import (
-    CONFIG_KEYS, HOOKS_DISABLED_ENV, lock_url, read_config_scalars, resolve_target, split_url,
+    CONFIG_KEYS,
+    HOOKS_DISABLED_ENV,
+    lock_url,
+    read_config_scalars,
+    resolve_target,
+    split_url,
 )
 
 SID = "5b0d7a1e-2f44-4c8e-9d3a-7e6f1c2b9a40"
 PROMPT_SID = "0c3e9b7d-81a2-4f6e-b5d4-2a9c8e7f1d63"
-HEAVY = ("httpx", "pydantic", "pydantic_settings", "typer", "rich", "fastapi", "starlette", "uvicorn",
-         "numpy", "torch", "onnxruntime", "tokenizers", "yaml", "orjson", "mcp")
+HEAVY = (
+    "httpx",
+    "pydantic",
+    "pydantic_settings",
+    "typer",
+    "rich",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "numpy",
+    "torch",
+    "onnxruntime",
+    "tokenizers",
+    "yaml",
+    "orjson",
+    "mcp",
+)
 #: Standard-library modules the light client keeps out of its start-up on purpose (each cost
 #: milliseconds: docs/hooks.md); a regression here is a slower hook, not a wrong one.
-SLOW_STDLIB = ("logging", "http", "email", "ssl", "dataclasses", "inspect", "typing", "secrets", "hmac", "tempfile",
-               "json", "re", "enum", "socket", "selectors", "pathlib", "collections", "contextlib", "functools",
-               "urllib", "ipaddress", "datetime", "traceback", "warnings", "site")
+SLOW_STDLIB = (
+    "logging",
+    "http",
+    "email",
+    "ssl",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "secrets",
+    "hmac",
+    "tempfile",
+    "json",
+    "re",
+    "enum",
+    "socket",
+    "selectors",
+    "pathlib",
+    "collections",
+    "contextlib",
+    "functools",
+    "urllib",
+    "ipaddress",
+    "datetime",
+    "traceback",
+    "warnings",
+    "site",
+)
 MEMORIES = [
     "The deploy script lives in ops/deploy.sh and needs the staging token",
     "The staging database is called orion and runs Postgres 16",
@@ -49,16 +93,24 @@ MEMORIES = [
 ]
 EVENTS = [
     ("session-start", {"hook_event_name": "SessionStart", "source": "startup"}),
-    ("user-prompt-submit", {"hook_event_name": "UserPromptSubmit",
-                            "prompt": "how do we deploy to staging with the deploy script?"}),
+    (
+        "user-prompt-submit",
+        {"hook_event_name": "UserPromptSubmit", "prompt": "how do we deploy to staging with the deploy script?"},
+    ),
     ("pre-compact", {"hook_event_name": "PreCompact", "trigger": "auto", "custom_instructions": "keep decisions"}),
     ("session-end", {"hook_event_name": "SessionEnd", "reason": "prompt_input_exit"}),
 ]
 #: The observer's tool-call hook (a Read, Claude Code's tool_response shape).
-TOOL_EVENT = ("post-tool-use", {"hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "toolu_1",
-                                "tool_input": {"file_path": "ops/deploy.sh"},
-                                "tool_response": {"type": "text", "file": {"filePath": "ops/deploy.sh",
-                                                                           "content": "#!/bin/sh\n"}}})
+TOOL_EVENT = (
+    "post-tool-use",
+    {
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Read",
+        "tool_use_id": "toolu_1",
+        "tool_input": {"file_path": "ops/deploy.sh"},
+        "tool_response": {"type": "text", "file": {"filePath": "ops/deploy.sh", "content": "#!/bin/sh\n"}},
+    },
+)
 
 
 #: The directory holding the memlane package under test (what the installed command appends to sys.path).
@@ -87,16 +139,25 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_hook(cmd: list[str], event: str, stdin: str | bytes, env: dict[str, str],
-             *args: str) -> subprocess.CompletedProcess[bytes]:
+def run_hook(
+    cmd: list[str], event: str, stdin: str | bytes, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[bytes]:
     data = stdin.encode() if isinstance(stdin, str) else stdin
     return subprocess.run([*cmd, event, *args], input=data, capture_output=True, env=env, timeout=120)
 
 
-def payload(event_extra: dict[str, Any], cwd: Path, transcript: Path | str = "/nowhere.jsonl",
-            session_id: str = SID) -> str:
-    return json.dumps({"session_id": session_id, "transcript_path": str(transcript), "cwd": str(cwd),
-                       "permission_mode": "default", **event_extra})
+def payload(
+    event_extra: dict[str, Any], cwd: Path, transcript: Path | str = "/nowhere.jsonl", session_id: str = SID
+) -> str:
+    return json.dumps(
+        {
+            "session_id": session_id,
+            "transcript_path": str(transcript),
+            "cwd": str(cwd),
+            "permission_mode": "default",
+            **event_extra,
+        }
+    )
 
 
 @pytest.fixture
@@ -108,29 +169,43 @@ def repo(tmp_path: Path) -> Path:
 
 # --- imports ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("event,extra", [*EVENTS, TOOL_EVENT])
-def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, event: str,
-                                                 extra: dict[str, Any]) -> None:
+def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, event: str, extra: dict[str, Any]) -> None:
     """Importing the light entry point as the installed command runs it (no site, isolated),
     and running a whole hook call with it (the transcript read for the prompt and session-end
     hooks), leaves every heavy library and the slow standard-library modules out of
     sys.modules (the old `memlane hook` loaded typer, pydantic, httpx, torch...)."""
     root = PACKAGE_ROOT
-    probe = ("import sys\n"
-             "sys.path.append(sys.argv[1])\n"
-             "import memlane.hookclient\n"
-             "after_import = sorted(sys.modules)\n"
-             "memlane.hookclient.main([sys.argv[2]])\n"
-             "sys.stderr.write(repr([after_import, sorted(sys.modules)]))\n")
+    probe = (
+        "import sys\n"
+        "sys.path.append(sys.argv[1])\n"
+        "import memlane.hookclient\n"
+        "after_import = sorted(sys.modules)\n"
+        "memlane.hookclient.main([sys.argv[2]])\n"
+        "sys.stderr.write(repr([after_import, sorted(sys.modules)]))\n"
+    )
     home, user_home = tmp_path / "home", tmp_path / "user"
     transcript = transcript_file(user_home, repo)  # its last turn rates a memory: the feedback is parsed
-    p = subprocess.run([sys.executable, "-S", "-I", "-c", probe, root, event],
-                       input=payload(extra, repo, transcript).encode(), capture_output=True,
-                       env=clean_env(home, MEMLANE_PORT=str(free_port()), HOME=str(user_home)), timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", probe, root, event],
+        input=payload(extra, repo, transcript).encode(),
+        capture_output=True,
+        env=clean_env(home, MEMLANE_PORT=str(free_port()), HOME=str(user_home)),
+        timeout=60,
+    )
     assert p.returncode == 0 and p.stdout == b"", p.stderr[-2000:]
     after_import, after_call = ast.literal_eval(p.stderr.decode())
-    leaves = {"memlane", "memlane.auth", "memlane.hookclient", "memlane.connectors", "memlane.connectors.events",
-              "memlane.connectors.cjson", "memlane.connectors.spool", "memlane.connectors.hooklog"}
+    leaves = {
+        "memlane",
+        "memlane.auth",
+        "memlane.hookclient",
+        "memlane.connectors",
+        "memlane.connectors.events",
+        "memlane.connectors.cjson",
+        "memlane.connectors.spool",
+        "memlane.connectors.hooklog",
+    }
     for modules, allowed in ((after_import, leaves), (after_call, leaves | {"memlane.connectors.transcript"})):
         assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
         # memlane's own heavy layers stay out too: only the leaf modules are loaded
@@ -145,18 +220,28 @@ def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, eve
         assert "ops/deploy.sh" in body["transcript"]
     if event == "post-tool-use":
         assert (body["tool_name"], body["tool_input"], "tool_response" in body) == (
-            "Read", {"file_path": "ops/deploy.sh"}, False)
+            "Read",
+            {"file_path": "ops/deploy.sh"},
+            False,
+        )
 
 
 def test_the_console_script_keeps_heavy_modules_out(tmp_path: Path, repo: Path) -> None:
     """The ``memlane-hook`` console script (with site) loads none of the heavy libraries either."""
-    probe = ("import sys\n"
-             "import memlane.hookclient\n"
-             "memlane.hookclient.main(['session-start'])\n"
-             "sys.stderr.write(repr(sorted(sys.modules)))\n")
+    probe = (
+        "import sys\n"
+        "import memlane.hookclient\n"
+        "memlane.hookclient.main(['session-start'])\n"
+        "sys.stderr.write(repr(sorted(sys.modules)))\n"
+    )
     home = tmp_path / "home"
-    p = subprocess.run([sys.executable, "-c", probe], input=payload(EVENTS[0][1], repo).encode(),
-                       capture_output=True, env=clean_env(home, MEMLANE_PORT=str(free_port())), timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", probe],
+        input=payload(EVENTS[0][1], repo).encode(),
+        capture_output=True,
+        env=clean_env(home, MEMLANE_PORT=str(free_port())),
+        timeout=60,
+    )
     assert p.returncode == 0 and p.stdout == b"", p.stderr[-2000:]
     modules = ast.literal_eval(p.stderr.decode())
     assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
@@ -165,12 +250,20 @@ def test_the_console_script_keeps_heavy_modules_out(tmp_path: Path, repo: Path) 
 
 # --- against real daemons ---------------------------------------------------------------------
 
+
 def seed_store(home: Path, project: Path) -> None:
     """A real store with a few memories of ``project`` (BM25 only), closed again."""
     c = open_container(load_settings(home=home, embedding={"provider": "none"}))
     try:
-        r = api_client(c).post("/api/memory/remember", json={"memories": [
-            {"content": m, "project": str(project.resolve()), "type": "fact", "importance": 0.8} for m in MEMORIES]})
+        r = api_client(c).post(
+            "/api/memory/remember",
+            json={
+                "memories": [
+                    {"content": m, "project": str(project.resolve()), "type": "fact", "importance": 0.8}
+                    for m in MEMORIES
+                ]
+            },
+        )
         assert r.status_code == 200, r.text
     finally:
         c.close()
@@ -182,8 +275,13 @@ def transcript_file(home_dir: Path, repo: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         {"type": "user", "message": {"role": "user", "content": "How do we deploy?"}},
-        {"type": "assistant", "message": {"role": "assistant", "content": [
-            {"type": "text", "text": 'Use ops/deploy.sh. {"memory_feedback": {"deadbeef": 0.5}}'}]}},
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": 'Use ops/deploy.sh. {"memory_feedback": {"deadbeef": 0.5}}'}],
+            },
+        },
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path
@@ -196,11 +294,15 @@ def session_view(client: Any, key: str) -> dict[str, Any]:
 
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items()
-                    if not any(t in k for t in ("_at", "time", "latency", "_ms", "duration"))}
+            return {
+                k: strip(v)
+                for k, v in x.items()
+                if not any(t in k for t in ("_at", "time", "latency", "_ms", "duration"))
+            }
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x
+
     return strip(r.json())
 
 
@@ -208,8 +310,9 @@ def differences(a: Any, b: Any, where: str = "") -> list[tuple[str, Any, Any]]:
     """Every leaf where two JSON values differ, as ``(path, a, b)``; numbers within 1e-3 are the
     same (a decayed score moves with the seconds between the two runs)."""
     if isinstance(a, float) or isinstance(b, float):
-        return [] if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) < 1e-3 \
-            else [(where, a, b)]
+        return (
+            [] if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) < 1e-3 else [(where, a, b)]
+        )
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
@@ -260,8 +363,7 @@ def test_same_answers_as_the_old_command_for_every_event(tmp_path: Path, repo: P
         assert session_view(b, PROMPT_SID)["session"]["prompt_count"] == 1
 
 
-def test_daemon_down_spools_and_the_next_call_replays_when_it_is_back(
-        tmp_path: Path, repo: Path, start_daemon) -> None:
+def test_daemon_down_spools_and_the_next_call_replays_when_it_is_back(tmp_path: Path, repo: Path, start_daemon) -> None:
     """Daemon down: exit 0, nothing on stdout or stderr, the event spooled (0600) and logged
     (0600). Back up: the next hook call replays the spool first, then answers. The spool is
     the old one: files the old writer spooled replay through the new client and vice versa."""
@@ -272,7 +374,9 @@ def test_daemon_down_spools_and_the_next_call_replays_when_it_is_back(
         assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     files = spooled_files(home / "spool")
     assert [json.loads(f.read_text())["endpoint"] for f in files] == [
-        "/api/hooks/session-start", "/api/hooks/session-end"]
+        "/api/hooks/session-start",
+        "/api/hooks/session-end",
+    ]
     assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
     log = home / "logs" / "hooks.log"
     assert log.stat().st_mode & 0o777 == 0o600
@@ -326,10 +430,21 @@ def test_the_token_is_sent_and_a_wrong_one_is_refused_quietly(tmp_path: Path, re
 
 # --- bad input --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stdin", [
-    b"", b"not json", b"[]", b'{"cwd": "/tmp"}', b'{"session_id": 7}', b'{"session_id": "s"}',
-    b"\xff\xfe\x00garbage", b"[" * 100_000, b'{"session_id": "s", "prompt": "x", "hook_event_name": "SessionEnd"}',
-])
+
+@pytest.mark.parametrize(
+    "stdin",
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b'{"cwd": "/tmp"}',
+        b'{"session_id": 7}',
+        b'{"session_id": "s"}',
+        b"\xff\xfe\x00garbage",
+        b"[" * 100_000,
+        b'{"session_id": "s", "prompt": "x", "hook_event_name": "SessionEnd"}',
+    ],
+)
 def test_a_malformed_payload_prints_nothing_and_exits_0(tmp_path: Path, stdin: bytes) -> None:
     home = tmp_path / "home"
     p = run_hook(hook_cmd(), "user-prompt-submit", stdin, clean_env(home, MEMLANE_PORT=str(free_port())))
@@ -338,12 +453,19 @@ def test_a_malformed_payload_prints_nothing_and_exits_0(tmp_path: Path, stdin: b
     assert "bad input ignored" in (home / "logs" / "hooks.log").read_text()
 
 
-@pytest.mark.parametrize("args", [[], ["stop"], ["session-start", "--timeout", "nan"], ["session-start", "--bogus"],
-                                  ["session-start", "--timeout"]])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["stop"], ["session-start", "--timeout", "nan"], ["session-start", "--bogus"], ["session-start", "--timeout"]],
+)
 def test_bad_arguments_print_nothing_and_exit_0(tmp_path: Path, repo: Path, args: list[str]) -> None:
     home = tmp_path / "home"
-    p = subprocess.run([*hook_cmd(), *args], input=payload(EVENTS[0][1], repo).encode(), capture_output=True,
-                       env=clean_env(home, MEMLANE_PORT=str(free_port())), timeout=60)
+    p = subprocess.run(
+        [*hook_cmd(), *args],
+        input=payload(EVENTS[0][1], repo).encode(),
+        capture_output=True,
+        env=clean_env(home, MEMLANE_PORT=str(free_port())),
+        timeout=60,
+    )
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert spooled_files(home / "spool") == []
 
@@ -353,28 +475,53 @@ def test_hooks_disabled_in_memlanes_own_judge_process(tmp_path: Path, repo: Path
 
     assert HOOKS_DISABLED_ENV == JUDGE_ENV
     home = tmp_path / "home"
-    p = run_hook(hook_cmd(), "session-start", payload(EVENTS[0][1], repo),
-                 clean_env(home, MEMLANE_PORT=str(free_port()), **{HOOKS_DISABLED_ENV: "1"}))
+    p = run_hook(
+        hook_cmd(),
+        "session-start",
+        payload(EVENTS[0][1], repo),
+        clean_env(home, MEMLANE_PORT=str(free_port()), **{HOOKS_DISABLED_ENV: "1"}),
+    )
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert not (home / "spool").exists()
 
 
 # --- finding the daemon without the settings machinery ----------------------------------------
 
+
 def test_config_scalars_agree_with_yaml_whenever_they_are_read(tmp_path: Path) -> None:
     """Whatever the light reader takes from config.yaml is what PyYAML reads there; what it
     cannot read safely it leaves to the default (and logs)."""
-    text = "\n".join([
-        "# memlane", "home: ~/data/memlane  # a comment", "host: '127.0.0.2'", 'daemon_url: "http://localhost:9000"',
-        "port: 7555", "hook_timeout_s: 2.5", "max_body_bytes: 2048", "log_level: debug",
-        "sessions:", "  port: 1", "embedding: {provider: none}", "port_x: 3",
-    ])
+    text = "\n".join(
+        [
+            "# memlane",
+            "home: ~/data/memlane  # a comment",
+            "host: '127.0.0.2'",
+            'daemon_url: "http://localhost:9000"',
+            "port: 7555",
+            "hook_timeout_s: 2.5",
+            "max_body_bytes: 2048",
+            "log_level: debug",
+            "sessions:",
+            "  port: 1",
+            "embedding: {provider: none}",
+            "port_x: 3",
+        ]
+    )
     path = tmp_path / "config.yaml"
     path.write_text(text)
     light, full = read_config_scalars(path), yaml.safe_load(text)
     assert light == {k: full[k] for k in CONFIG_KEYS}
-    for unreadable in ("port: 0x1d1d", "port: &p 7000", "host: *alias", "daemon_url: !!str http://x",
-                       'host: "a\\tb"', "port: [1]", "port: 7_000", "hook_timeout_s: 1e3", "host: |"):
+    for unreadable in (
+        "port: 0x1d1d",
+        "port: &p 7000",
+        "host: *alias",
+        "daemon_url: !!str http://x",
+        'host: "a\\tb"',
+        "port: [1]",
+        "port: 7_000",
+        "hook_timeout_s: 1e3",
+        "host: |",
+    ):
         path.write_text(unreadable + "\n")
         assert read_config_scalars(path) == {}, unreadable
     path.write_text("port: 1\nport: 2\n")
@@ -390,8 +537,16 @@ def test_where_the_url_comes_from(tmp_path: Path) -> None:
     assert resolve_target(base).url == "http://127.0.0.1:7600"
     assert resolve_target(base).timeout_s == 1.5
     # a live daemon's lock file beats config.yaml
-    (home / "daemon.lock").write_text(json.dumps({"pid": os.getpid(), "command": "memlane serve",
-                                                  "started_at": "2026-01-01T00:00:00Z", "url": "http://0.0.0.0:7700"}))
+    (home / "daemon.lock").write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "command": "memlane serve",
+                "started_at": "2026-01-01T00:00:00Z",
+                "url": "http://0.0.0.0:7700",
+            }
+        )
+    )
     assert lock_url(home) == "http://127.0.0.1:7700"
     assert resolve_target(base).url == "http://127.0.0.1:7700"
     # the environment beats the lock file
@@ -401,8 +556,9 @@ def test_where_the_url_comes_from(tmp_path: Path) -> None:
     # a lock left by a dead process is ignored
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (home / "daemon.lock").write_text(json.dumps({"pid": dead.pid, "command": "memlane serve",
-                                                  "started_at": "x", "url": "http://127.0.0.1:7700"}))
+    (home / "daemon.lock").write_text(
+        json.dumps({"pid": dead.pid, "command": "memlane serve", "started_at": "x", "url": "http://127.0.0.1:7700"})
+    )
     assert lock_url(home) is None and resolve_target(base).url == "http://127.0.0.1:7600"
     (home / "daemon.lock").write_text("")  # released
     assert lock_url(home) is None
@@ -410,13 +566,16 @@ def test_where_the_url_comes_from(tmp_path: Path) -> None:
     assert resolve_target(base).url == "http://127.0.0.1:7437" and resolve_target(base).timeout_s == 4.0
 
 
-@pytest.mark.parametrize("url,parts", [
-    ("http://127.0.0.1:7437", ("http", "127.0.0.1", 7437, "")),
-    ("http://localhost:9000/memlane/", ("http", "localhost", 9000, "/memlane")),
-    ("https://example.org", ("https", "example.org", 443, "")),
-    ("http://[::1]:7437", ("http", "::1", 7437, "")),
-    ("http://::1:7437", ("http", "::1", 7437, "")),
-])
+@pytest.mark.parametrize(
+    "url,parts",
+    [
+        ("http://127.0.0.1:7437", ("http", "127.0.0.1", 7437, "")),
+        ("http://localhost:9000/memlane/", ("http", "localhost", 9000, "/memlane")),
+        ("https://example.org", ("https", "example.org", 443, "")),
+        ("http://[::1]:7437", ("http", "::1", 7437, "")),
+        ("http://::1:7437", ("http", "::1", 7437, "")),
+    ],
+)
 def test_split_url(url: str, parts: tuple[str, str, int, str]) -> None:
     assert split_url(url) == parts
 
@@ -448,18 +607,42 @@ def fake_install(tmp_path: Path) -> Path:
 def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: Path) -> None:
     bin_dir = fake_install(tmp_path)
     settings, claude_json = tmp_path / "settings.json", tmp_path / ".claude.json"
-    old = {**OTHERS, "SessionEnd": [{"matcher": "", "hooks": [
-        {"type": "command", "command": "/old/venv/bin/memlane hook session-end", "timeout": 15}]}],
-        "PreCompact": [{"matcher": "", "hooks": [
-            {"type": "command", "command": "/usr/bin/python3 -m memlane.hookclient pre-compact", "timeout": 10}]}]}
+    old = {
+        **OTHERS,
+        "SessionEnd": [
+            {
+                "matcher": "",
+                "hooks": [{"type": "command", "command": "/old/venv/bin/memlane hook session-end", "timeout": 15}],
+            }
+        ],
+        "PreCompact": [
+            {
+                "matcher": "",
+                "hooks": [
+                    {"type": "command", "command": "/usr/bin/python3 -m memlane.hookclient pre-compact", "timeout": 10}
+                ],
+            }
+        ],
+    }
     settings.write_text(json.dumps({"model": "sonnet", "hooks": old}))
     result = connect(settings, [str(bin_dir / "memlane")], claude_json_path=claude_json)
-    assert result.hooks == {"SessionStart": "added", "UserPromptSubmit": "added", "SessionEnd": "updated",
-                            "PreCompact": "updated", "PostToolUse": "added", "PostToolUseFailure": "added"}
+    assert result.hooks == {
+        "SessionStart": "added",
+        "UserPromptSubmit": "added",
+        "SessionEnd": "updated",
+        "PreCompact": "updated",
+        "PostToolUse": "added",
+        "PostToolUseFailure": "added",
+    }
     hooks = json.loads(settings.read_text())["hooks"]
-    for event, cc in (("session-start", "SessionStart"), ("user-prompt-submit", "UserPromptSubmit"),
-                      ("session-end", "SessionEnd"), ("pre-compact", "PreCompact"), ("post-tool-use", "PostToolUse"),
-                      ("post-tool-use-failure", "PostToolUseFailure")):
+    for event, cc in (
+        ("session-start", "SessionStart"),
+        ("user-prompt-submit", "UserPromptSubmit"),
+        ("session-end", "SessionEnd"),
+        ("pre-compact", "PreCompact"),
+        ("post-tool-use", "PostToolUse"),
+        ("post-tool-use-failure", "PostToolUseFailure"),
+    ):
         ours = [h["command"] for g in hooks[cc] for h in g["hooks"] if "memlane" in h["command"]]
         assert ours == [shlex.join([str(bin_dir / "memlane-hook"), event])]
     assert hooks["PreToolUse"] == OTHERS["PreToolUse"] and hooks["SessionStart"][0] == OTHERS["SessionStart"][0]
@@ -481,13 +664,17 @@ def test_connect_with_python_m_memlane_uses_the_entry_file_or_python_m_memlane_h
     of another interpreter, ``python -m memlane.hookclient``. disconnect removes either."""
     settings = tmp_path / "settings.json"
     connect(settings, [sys.executable, "-m", "memlane"], register_mcp=False)
-    commands = [h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]]
+    commands = [
+        h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]
+    ]
     assert shlex.join([*hook_cmd(), "session-start"]) in commands
     disconnect(settings, unregister_mcp=False)
     assert json.loads(settings.read_text()) == {}
     other = str(tmp_path / "other venv" / "bin" / "python3")
     connect(settings, [other, "-m", "memlane"], register_mcp=False)
-    commands = [h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]]
+    commands = [
+        h["command"] for gs in json.loads(settings.read_text())["hooks"].values() for g in gs for h in g["hooks"]
+    ]
     assert shlex.join([other, "-m", "memlane.hookclient", "session-start"]) in commands
     disconnect(settings, unregister_mcp=False)
     assert json.loads(settings.read_text()) == {}
@@ -502,13 +689,19 @@ def test_the_installed_command_runs_as_claude_code_runs_it(tmp_path: Path, repo:
     command = group["hooks"][0]["command"]
     assert shlex.split(command) == [*hook_cmd(), "session-start"]
     home = tmp_path / "home"
-    p = subprocess.run(["/bin/sh", "-c", command], input=payload(EVENTS[0][1], repo).encode(), capture_output=True,
-                       env=clean_env(home, MEMLANE_PORT=str(free_port())), timeout=60)
+    p = subprocess.run(
+        ["/bin/sh", "-c", command],
+        input=payload(EVENTS[0][1], repo).encode(),
+        capture_output=True,
+        env=clean_env(home, MEMLANE_PORT=str(free_port())),
+        timeout=60,
+    )
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert len(spooled_files(home / "spool")) == 1
     # the console script, still installed, does the same
-    p = run_hook(console_script(), "session-start", payload(EVENTS[0][1], repo),
-                 clean_env(home, MEMLANE_PORT=str(free_port())))
+    p = run_hook(
+        console_script(), "session-start", payload(EVENTS[0][1], repo), clean_env(home, MEMLANE_PORT=str(free_port()))
+    )
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert len(spooled_files(home / "spool")) == 2
     # disconnect removes the installed form, and only it
@@ -521,8 +714,12 @@ def test_a_broken_install_never_exits_with_claude_codes_blocking_code(tmp_path: 
     whose package has gone (a venv rebuilt for another Python) fails with 1, an ImportError: the
     program is given with -c, where ``python FILE`` would exit 2 for a missing file."""
     cmd = entry_cmd(sys.executable, str(tmp_path / "gone" / "site-packages"))
-    p = subprocess.run(["/bin/sh", "-c", shlex.join([*cmd, "user-prompt-submit"])],
-                       input=payload(EVENTS[1][1], repo).encode(), capture_output=True, timeout=60)
+    p = subprocess.run(
+        ["/bin/sh", "-c", shlex.join([*cmd, "user-prompt-submit"])],
+        input=payload(EVENTS[1][1], repo).encode(),
+        capture_output=True,
+        timeout=60,
+    )
     assert (p.returncode, p.stdout) == (1, b"")
     assert b"ModuleNotFoundError" in p.stderr
 
@@ -530,8 +727,12 @@ def test_a_broken_install_never_exits_with_claude_codes_blocking_code(tmp_path: 
 def test_memlane_hook_still_works_and_delegates(tmp_path: Path, repo: Path) -> None:
     """The old command keeps working (it now runs the same code as the light client)."""
     home = tmp_path / "home"
-    p = run_hook([sys.executable, "-m", "memlane", "hook"], "session-start", payload(EVENTS[0][1], repo),
-                 clean_env(home, MEMLANE_PORT=str(free_port())))
+    p = run_hook(
+        [sys.executable, "-m", "memlane", "hook"],
+        "session-start",
+        payload(EVENTS[0][1], repo),
+        clean_env(home, MEMLANE_PORT=str(free_port())),
+    )
     assert (p.returncode, p.stdout) == (0, b"")
     [spooled] = spooled_files(home / "spool")
     assert json.loads(spooled.read_text())["body"]["session_key"] == SID
@@ -547,12 +748,15 @@ def test_a_daemon_killed_mid_session_leaves_no_stale_url(tmp_path: Path, repo: P
     assert lock_url(home) is None
     config = tmp_path / "config.yaml"  # the settings' port: nobody listens there
     config.write_text(f"port: {free_port()}\n")
-    p = run_hook(hook_cmd(), "session-end", payload(EVENTS[3][1], repo), {**clean_env(home), "MEMLANE_CONFIG": str(config)})
+    p = run_hook(
+        hook_cmd(), "session-end", payload(EVENTS[3][1], repo), {**clean_env(home), "MEMLANE_CONFIG": str(config)}
+    )
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
     assert len(spooled_files(home / "spool")) == 1
 
 
 # --- the HTTP exchange ------------------------------------------------------------------------
+
 
 class RawServer:
     """A loopback TCP server that answers every connection with fixed bytes (then closes, or
@@ -579,7 +783,9 @@ class RawServer:
                 while b"\r\n\r\n" not in data:
                     data += conn.recv(65536)
                 head, _, body = data.partition(b"\r\n\r\n")
-                length = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+                length = int(
+                    [ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0]
+                )
                 while len(body) < length:
                     body += conn.recv(65536)
                 self.requests.append((head.decode(), body))
@@ -592,14 +798,21 @@ class RawServer:
         self.sock.close()
 
 
-@pytest.mark.parametrize("answer,expected", [
-    (b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\ncontent-type: application/json\r\n\r\n{\"inject\":1}extra",
-     (200, '{"inject":1')),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\n{\"a\":\r\n3\r\n 1}\r\n0\r\nX-Trailer: t\r\n\r\n",
-     (200, '{"a": 1}')),
-    (b"HTTP/1.0 503 Service Unavailable\r\n\r\n{\"error\": \"busy\"}", (503, '{"error": "busy"}')),
-    (b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n", (204, "")),
-])
+@pytest.mark.parametrize(
+    "answer,expected",
+    [
+        (
+            b'HTTP/1.1 200 OK\r\ncontent-length: 11\r\ncontent-type: application/json\r\n\r\n{"inject":1}extra',
+            (200, '{"inject":1'),
+        ),
+        (
+            b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\n{"a":\r\n3\r\n 1}\r\n0\r\nX-Trailer: t\r\n\r\n',
+            (200, '{"a": 1}'),
+        ),
+        (b'HTTP/1.0 503 Service Unavailable\r\n\r\n{"error": "busy"}', (503, '{"error": "busy"}')),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n", (204, "")),
+    ],
+)
 def test_answers_are_read_whichever_way_they_are_framed(answer: bytes, expected: tuple[int, str]) -> None:
     from memlane.hookclient import http_poster
 
@@ -615,12 +828,20 @@ def test_answers_are_read_whichever_way_they_are_framed(answer: bytes, expected:
         server.close()
 
 
-@pytest.mark.parametrize("answer", [
-    b"", b"SSH-2.0-OpenSSH_9.6\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\nshort", b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", b"HTTP/1.1 100 Continue\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"",
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n",
+    ],
+)
 def test_a_malformed_answer_is_a_delivery_error(answer: bytes) -> None:
     from memlane.connectors.spool import DeliveryError, DeliveryTimeout
     from memlane.hookclient import http_poster
@@ -653,6 +874,7 @@ def test_no_answer_in_time_is_a_delivery_timeout_and_nothing_is_sent_for_a_bad_p
 
 
 # --- the log ----------------------------------------------------------------------------------
+
 
 def test_direct_log_lines_read_like_logging_and_the_file_rotates_privately(tmp_path: Path) -> None:
     import logging

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from memlane.pipeline.jobs import EXTRACT, enqueue_extraction
-from memlane.workers.runtime import backoff_ms
 from memlane.storage import jobs as J
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
+from memlane.workers.runtime import backoff_ms
 
 T0 = "2026-01-01T00:00:00.000Z"
 
@@ -107,8 +107,8 @@ def test_max_attempts_one_dies_at_the_first_failure(db):
 def test_reaper_resets_only_expired_leases(db):
     a = db.write(lambda c: J.enqueue(c, EXTRACT, at=T0))
     b = db.write(lambda c: J.enqueue(c, EXTRACT, at=at(1)))
-    lease(db, T0, timeout_ms=10_000)        # until T0+10 s
-    lease(db, at(5), timeout_ms=10_000)     # until T0+15 s
+    lease(db, T0, timeout_ms=10_000)  # until T0+10 s
+    lease(db, at(5), timeout_ms=10_000)  # until T0+15 s
     assert db.write(lambda c: J.reap_stale(c, at(10))) == 0
     assert db.write(lambda c: J.reap_stale(c, at(12))) == 1
     ja, jb = get(db, a), get(db, b)

@@ -155,20 +155,24 @@ def test_soft_negative_over_06_similarity(sim: float | None, expected: float) ->
     assert out.raw == expected and out.value == expected
 
 
-@pytest.mark.parametrize("kw, expected, label", [
-    (dict(was_injected=False, similarity=0.9), 0.0, 0.25),  # soft negative: no evidence of use
-    (dict(was_injected=False, similarity=0.3), 0.0, 0.0),
-    (dict(was_injected=False, similarity=0.9, fts_hit_count=2), 0.6, 0.6),  # the FTS floor still counts
-    (dict(was_injected=False, similarity=0.9, agent_score=1.0), 0.7, 0.76),  # 0.7 * 1 (+ 0.1 * 0.6 trained)
-    # rated 0: the session's continuity (0.1 * 0.6) is no evidence this memory was used
-    (dict(was_injected=True, similarity=0.9, agent_score=0.0), 0.0, 0.06),
-    (dict(was_injected=True, agent_score=0.5, fts_hit_count=1), 0.45, 0.51),  # 0.35 + 0.2 * 0.5
-    (dict(was_injected=True, agent_score=0.0, fts_hit_count=2), 0.3, 0.3),  # the FTS bump still counts
-    (dict(was_injected=True, similarity=0.9, relevance=0.8), 0.8, 0.8),
-    (dict(was_injected=False, similarity=0.9, superseded=True), -0.3, -0.3),
-])
-def test_evaluation_relevance_is_the_label_without_the_soft_negative_and_the_rated_continuity(kw: dict, expected: float,
-                                                                     label: float) -> None:
+@pytest.mark.parametrize(
+    "kw, expected, label",
+    [
+        (dict(was_injected=False, similarity=0.9), 0.0, 0.25),  # soft negative: no evidence of use
+        (dict(was_injected=False, similarity=0.3), 0.0, 0.0),
+        (dict(was_injected=False, similarity=0.9, fts_hit_count=2), 0.6, 0.6),  # the FTS floor still counts
+        (dict(was_injected=False, similarity=0.9, agent_score=1.0), 0.7, 0.76),  # 0.7 * 1 (+ 0.1 * 0.6 trained)
+        # rated 0: the session's continuity (0.1 * 0.6) is no evidence this memory was used
+        (dict(was_injected=True, similarity=0.9, agent_score=0.0), 0.0, 0.06),
+        (dict(was_injected=True, agent_score=0.5, fts_hit_count=1), 0.45, 0.51),  # 0.35 + 0.2 * 0.5
+        (dict(was_injected=True, agent_score=0.0, fts_hit_count=2), 0.3, 0.3),  # the FTS bump still counts
+        (dict(was_injected=True, similarity=0.9, relevance=0.8), 0.8, 0.8),
+        (dict(was_injected=False, similarity=0.9, superseded=True), -0.3, -0.3),
+    ],
+)
+def test_evaluation_relevance_is_the_label_without_the_soft_negative_and_the_rated_continuity(
+    kw: dict, expected: float, label: float
+) -> None:
     s = SessionOutcome(0.6, 0.9)
     assert evaluation_relevance(CandidateSignals(**kw), s) == approx(expected)
     assert build_label(CandidateSignals(**kw), s).value == approx(label)
@@ -215,8 +219,7 @@ def test_clamped_to_one() -> None:
     assert out.value == 1.0
     # access and edited together on a missing memory: 0.7 + 0.05 + 0.05 + 0.1 = 0.9
     s = SessionOutcome(0.5, 0.9, novel_context_count=1)
-    assert lab(s, was_injected=False, fts_hit_count=1, access_count=20,
-               edited_since_start=True).value == approx(0.9)
+    assert lab(s, was_injected=False, fts_hit_count=1, access_count=20, edited_since_start=True).value == approx(0.9)
 
 
 # ------------------------------------------------------------------ negative overrides
@@ -231,8 +234,7 @@ def test_superseded_is_minus_03_whatever_else() -> None:
 
 
 def test_deleted_within_window_is_minus_05_and_beats_superseded() -> None:
-    out = lab(SessionOutcome(1.0, 1.0), agent_score=1.0, fts_hit_count=3, superseded=True,
-              deleted_within_window=True)
+    out = lab(SessionOutcome(1.0, 1.0), agent_score=1.0, fts_hit_count=3, superseded=True, deleted_within_window=True)
     assert out.value == -0.5
     assert out.reasons[-1] == "negative:deleted_within_24h"
     assert "negative:superseded" not in out.reasons
@@ -244,17 +246,30 @@ def test_negative_overrides_apply_to_non_injected_too() -> None:
 
 
 @given(
-    injected=st.booleans(), hits=st.integers(0, 20),
-    sim=st.none() | st.floats(-1, 1), rel=st.none() | st.floats(0, 1),
-    agent=st.none() | st.floats(-1, 1), sup=st.booleans(), dele=st.booleans(),
-    access=st.integers(0, 100), edited=st.booleans(),
-    score=st.floats(0, 1), novel=st.integers(0, 5),
+    injected=st.booleans(),
+    hits=st.integers(0, 20),
+    sim=st.none() | st.floats(-1, 1),
+    rel=st.none() | st.floats(0, 1),
+    agent=st.none() | st.floats(-1, 1),
+    sup=st.booleans(),
+    dele=st.booleans(),
+    access=st.integers(0, 100),
+    edited=st.booleans(),
+    score=st.floats(0, 1),
+    novel=st.integers(0, 5),
 )
-def test_every_label_is_within_bounds(injected, hits, sim, rel, agent, sup, dele, access, edited, score,
-                                      novel) -> None:
-    c = CandidateSignals(was_injected=injected, fts_hit_count=hits, similarity=sim, relevance=rel,
-                         agent_score=agent, superseded=sup, deleted_within_window=dele,
-                         access_count=access, edited_since_start=edited)
+def test_every_label_is_within_bounds(injected, hits, sim, rel, agent, sup, dele, access, edited, score, novel) -> None:
+    c = CandidateSignals(
+        was_injected=injected,
+        fts_hit_count=hits,
+        similarity=sim,
+        relevance=rel,
+        agent_score=agent,
+        superseded=sup,
+        deleted_within_window=dele,
+        access_count=access,
+        edited_since_start=edited,
+    )
     out = build_label(c, SessionOutcome(score, 0.8, novel))
     assert -0.5 <= out.value <= 1.0
     assert -0.5 <= out.raw <= 1.0
@@ -274,10 +289,10 @@ def test_behavioral_outcome_empty() -> None:
 
 def test_behavioral_outcome_mixed() -> None:
     injected = [
-        CandidateSignals(True, agent_score=0.8),              # use 0.8
-        CandidateSignals(True, agent_score=-0.5),             # clipped to 0
-        CandidateSignals(True, fts_hit_count=1),              # 0.5
-        CandidateSignals(True),                               # 0
+        CandidateSignals(True, agent_score=0.8),  # use 0.8
+        CandidateSignals(True, agent_score=-0.5),  # clipped to 0
+        CandidateSignals(True, fts_hit_count=1),  # 0.5
+        CandidateSignals(True),  # 0
     ]
     out = behavioral_outcome(injected)
     assert out.score == approx((0.8 + 0 + 0.5 + 0) / 4)

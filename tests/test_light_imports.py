@@ -50,11 +50,10 @@ def _env(home: Path | None = None, url: str | None = None) -> dict[str, str]:
 
 def _probe(code: str, env: dict[str, str]) -> dict[str, Any]:
     """Run ``PROBE + code`` in a fresh interpreter; its report as a dict (plus ``out``)."""
-    proc = subprocess.run([sys.executable, "-c", PROBE + code], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", PROBE + code], env=env, capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
     assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    out = json.loads(lines[-1][len(MARKER):])
+    out = json.loads(lines[-1][len(MARKER) :])
     out["out"] = proc.stdout
     return out
 
@@ -82,20 +81,25 @@ def test_light_module_imports_nothing_heavy(module: str) -> None:
 
 def test_settings_load_without_heavy_modules(tmp_path: Path) -> None:
     """Loading the settings (what every hook and CLI call does first) stays light too."""
-    report = _probe("from memlane.config import load_settings, public_settings\n"
-                    "public_settings(load_settings())\nreport()", _env(home=tmp_path / "home"))
+    report = _probe(
+        "from memlane.config import load_settings, public_settings\npublic_settings(load_settings())\nreport()",
+        _env(home=tmp_path / "home"),
+    )
     assert report["present"] == []
 
 
 def test_probe_sees_pytorch_where_it_is_needed() -> None:
     """Control: the model modules do load PyTorch (the probe is not blind), and the predictor
     package still exports its names, resolved on first use."""
-    report = _probe("import memlane.predictor as p\n"
-                    "before = 'torch' in sys.modules\n"
-                    "from memlane.predictor import MemoryScorer, fit, CURRENT_SCHEMA\n"
-                    "missing = [n for n in p.__all__ if getattr(p, n, None) is None]\n"
-                    "report({'before': before, 'missing': missing, 'scorer': MemoryScorer.__module__,\n"
-                    "        'fit': fit.__module__, 'in_dir': sorted(set(p.__all__) - set(dir(p)))})", _env())
+    report = _probe(
+        "import memlane.predictor as p\n"
+        "before = 'torch' in sys.modules\n"
+        "from memlane.predictor import MemoryScorer, fit, CURRENT_SCHEMA\n"
+        "missing = [n for n in p.__all__ if getattr(p, n, None) is None]\n"
+        "report({'before': before, 'missing': missing, 'scorer': MemoryScorer.__module__,\n"
+        "        'fit': fit.__module__, 'in_dir': sorted(set(p.__all__) - set(dir(p)))})",
+        _env(),
+    )
     assert report["before"] is False
     assert "torch" in report["present"] and "numpy" in report["present"]
     assert report["missing"] == [] and report["in_dir"] == []
@@ -127,9 +131,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     home = tmp_path_factory.mktemp("light") / "home"
     home.mkdir()
-    d = Daemon(home, home.parent / "daemon.log", provider="none",
-               extra_env={"MEMLANE_CONFIG": str(home / "no-such-config.yaml"),
-                          "MEMLANE_PREDICTOR__ENABLED": "false"})
+    d = Daemon(
+        home,
+        home.parent / "daemon.log",
+        provider="none",
+        extra_env={"MEMLANE_CONFIG": str(home / "no-such-config.yaml"), "MEMLANE_PREDICTOR__ENABLED": "false"},
+    )
     try:
         d.wait_ready()
         yield d
@@ -137,14 +144,17 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
         d.kill()
 
 
-@pytest.mark.parametrize("argv", [
-    ["remember", "The deploy script lives in ops/deploy.sh", "--project", "infra"],
-    ["recall", "where is the deploy script", "--json"],
-    ["status"],
-    ["config"],
-    ["token", "show"],
-    ["version"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["remember", "The deploy script lives in ops/deploy.sh", "--project", "infra"],
+        ["recall", "where is the deploy script", "--json"],
+        ["status"],
+        ["config"],
+        ["token", "show"],
+        ["version"],
+    ],
+)
 def test_light_cli_command_runs_without_heavy_modules(daemon: Any, argv: list[str]) -> None:
     """The command really runs against a real daemon (exit 0), and loads nothing heavy."""
     report = _probe(RUN_COMMAND.format(argv=argv), _env(home=daemon.home, url=daemon.url))

@@ -27,6 +27,7 @@ VALID = {"D8:6", "D9:17", "D11:26", "D30:5", "D1:1", "D1:2"}
 
 # ------------------------------------------------------ normalize_evidence
 
+
 def test_normalize_semicolon_pair():
     assert normalize_evidence(["D8:6; D9:17"], VALID) == (["D8:6", "D9:17"], 0)
 
@@ -65,18 +66,25 @@ def test_parse_session_datetime():
 
 # ---------------------------------------------------------- synthetic file
 
+
 def _sample(sid="conv-x"):
     return {
         "sample_id": sid,
         "conversation": {
-            "speaker_a": "Ann", "speaker_b": "Bob",
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
             "session_10_date_time": "9:00 am on 3 March, 2023",
             "session_10": [{"speaker": "Ann", "dia_id": "D10:1", "text": "late"}],
             "session_2_date_time": "1:56 pm on 8 May, 2022",
             "session_2": [
                 {"speaker": "Ann", "dia_id": "D2:1", "text": "hi"},
-                {"speaker": "Bob", "dia_id": "D2:2", "text": "look", "img_url": ["u"],
-                 "blip_caption": "a photo of a dog"},
+                {
+                    "speaker": "Bob",
+                    "dia_id": "D2:2",
+                    "text": "look",
+                    "img_url": ["u"],
+                    "blip_caption": "a photo of a dog",
+                },
             ],
             "session_3_date_time": "2:00 pm on 9 May, 2022",  # date without turns: ignored
         },
@@ -103,17 +111,29 @@ def test_load_synthetic(tmp_path):
     assert (q0.index, q0.category, q0.evidence, q0.dropped_evidence) == (0, 2, ("D2:2", "D10:1"), 1)
     assert (q1.evidence, q1.dropped_evidence) == ((), 0)
     s = summary([conv])
-    assert s == {"conversations": 1, "sessions": 2, "turns": 3, "questions": 2,
-                 "questions_per_category": {2: 1, 5: 1}, "questions_without_evidence": 1,
-                 "dropped_evidence": 1}
+    assert s == {
+        "conversations": 1,
+        "sessions": 2,
+        "turns": 3,
+        "questions": 2,
+        "questions_per_category": {2: 1, 5: 1},
+        "questions_without_evidence": 1,
+        "dropped_evidence": 1,
+    }
     with pytest.raises(AttributeError):
         conv.turns[0].text = "x"  # frozen
 
 
 @pytest.mark.parametrize(
     "payload",
-    ["not json at all", "{}", "[]", "[1]", json.dumps([{"sample_id": "a", "qa": []}]),
-     json.dumps([{"sample_id": "a", "qa": [], "conversation": {"speaker_a": "x"}}])],
+    [
+        "not json at all",
+        "{}",
+        "[]",
+        "[1]",
+        json.dumps([{"sample_id": "a", "qa": []}]),
+        json.dumps([{"sample_id": "a", "qa": [], "conversation": {"speaker_a": "x"}}]),
+    ],
 )
 def test_not_locomo_shaped(tmp_path, payload):
     path = tmp_path / "bad.json"
@@ -137,6 +157,7 @@ def test_missing_date_and_bad_turn(tmp_path):
 
 
 # ------------------------------------------------------------ real LoCoMo
+
 
 @pytest.fixture(scope="module")
 def convs():
@@ -166,8 +187,7 @@ def test_evidence_resolves(convs):
             assert all(re.fullmatch(r"D[1-9]\d*:[1-9]\d*", e) for e in q.evidence)
     by_id = {c.id: c for c in convs}
     flat = [(c.id, e) for c in convs for q in c.questions for e in q.evidence]
-    for fixed in [("conv-26", "D8:6"), ("conv-26", "D9:17"), ("conv-43", "D11:26"),
-                  ("conv-50", "D30:5")]:
+    for fixed in [("conv-26", "D8:6"), ("conv-26", "D9:17"), ("conv-43", "D11:26"), ("conv-50", "D30:5")]:
         assert fixed in flat
     assert by_id["conv-26"].questions[0].conversation_id == "conv-26"
 

@@ -14,11 +14,11 @@ def test_the_least_recently_used_entry_goes_first():
     c: LRUCache[str, int] = LRUCache(2)
     c.put("a", 1)
     c.put("b", 2)
-    assert c.get("a") == 1          # "a" is now the most recent
-    c.put("c", 3)                   # drops "b"
+    assert c.get("a") == 1  # "a" is now the most recent
+    c.put("c", 3)  # drops "b"
     assert "b" not in c and c.get("a") == 1 and c.get("c") == 3 and len(c) == 2
-    c.put("a", 10)                  # a re-put refreshes and replaces
-    c.put("d", 4)                   # drops "c"
+    c.put("a", 10)  # a re-put refreshes and replaces
+    c.put("d", 4)  # drops "c"
     assert c.get("a") == 10 and c.get("c") is None and c.get("d") == 4
 
 

@@ -40,10 +40,13 @@ def add_jobs(c, n: int, status: str, *, at: str = T0, leased_until: str | None =
         ids = []
         for _ in range(n):
             jid = J.enqueue(conn, "test", at=at)
-            conn.execute("UPDATE memory_jobs SET status = ?, leased_until = ?, attempts = 3, updated_at = ? "
-                         "WHERE id = ?", (status, leased_until, at, jid))
+            conn.execute(
+                "UPDATE memory_jobs SET status = ?, leased_until = ?, attempts = 3, updated_at = ? WHERE id = ?",
+                (status, leased_until, at, jid),
+            )
             ids.append(jid)
         return ids
+
     return c.db.write(job)
 
 
@@ -75,8 +78,10 @@ def test_dead_jobs_are_recommended_and_requeued_in_execute_mode(store):
     assert rep.dead_rate == 0.03 and rep.queue_score < 1
     assert [r.action for r in dg.build_recommendations(rep)] == [dg.REQUEUE_DEAD_JOBS]
     out = worker.run_cycle()
-    assert out["mode"] == "execute" and out["actions"][dg.REQUEUE_DEAD_JOBS] == {"status": "done",
-                                                                                "result": {"requeued": 3}}
+    assert out["mode"] == "execute" and out["actions"][dg.REQUEUE_DEAD_JOBS] == {
+        "status": "done",
+        "result": {"requeued": 3},
+    }
     assert out["score_after"] == 1.0 and out["delta"] > 0
     j = c.db.read(lambda conn: J.get(conn, dead[0]))
     assert j.status == "pending" and j.attempts == 0 and j.error.startswith("requeued by maintenance")
@@ -106,9 +111,12 @@ def test_stale_leases_are_released(store):
 
 def _unindex_one(c, mid: str) -> None:
     m = c.memories.get(mid)
-    c.db.write(lambda conn: conn.execute(
-        "INSERT INTO memories_fts(memories_fts, rowid, normalized_content, context) VALUES ('delete', ?, ?, '')",
-        (m.seq, m.normalized_content)))
+    c.db.write(
+        lambda conn: conn.execute(
+            "INSERT INTO memories_fts(memories_fts, rowid, normalized_content, context) VALUES ('delete', ?, ?, '')",
+            (m.seq, m.normalized_content),
+        )
+    )
 
 
 def test_fts_out_of_sync_is_detected_and_rebuilt(store):
@@ -205,7 +213,8 @@ def test_the_worker_runs_only_while_scheduled(open_store):
     _, worker = wire(c, Clock())
     assert worker.run_once() is False and worker.cycles == 0
     c.settings.memory.pipeline_v2 = c.settings.memory.pipeline_v2.model_copy(
-        update={"autonomous": c.settings.memory.pipeline_v2.autonomous.model_copy(update={"frozen": False})})
+        update={"autonomous": c.settings.memory.pipeline_v2.autonomous.model_copy(update={"frozen": False})}
+    )
     worker.run_once()
     assert worker.cycles == 1 and worker.next_delay_ms == 1_800_000
 

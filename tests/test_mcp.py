@@ -25,19 +25,30 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
+from conftest import free_port
 from memlane.api.app import create_app
 from memlane.auth import auth_headers
 from memlane.config import load_settings
 from memlane.container import Container, open_container
 from memlane.mcp.http import mount
 
-from conftest import free_port
-
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"memory_search", "memory_store", "memory_get", "memory_list", "memory_modify", "memory_forget",
-         "memory_feedback", "memory_prune", "memory_phase", "memory_record_signal", "memory_prediction_errors",
-         "memory_record_outcome", "memory_qa_failure"}
+TOOLS = {
+    "memory_search",
+    "memory_store",
+    "memory_get",
+    "memory_list",
+    "memory_modify",
+    "memory_forget",
+    "memory_feedback",
+    "memory_prune",
+    "memory_phase",
+    "memory_record_signal",
+    "memory_prediction_errors",
+    "memory_record_outcome",
+    "memory_qa_failure",
+}
 CALL_TIMEOUT_S = 60
 
 
@@ -60,8 +71,11 @@ class InProcessDaemon:
         mount(app, self.container)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="on", timeout_graceful_shutdown=5))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+            )
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.headers = auth_headers(home)
         TOKEN_HEADERS[self.url] = self.headers
@@ -103,7 +117,9 @@ async def http_session(url: str, headers: dict[str, str] | None = None) -> Async
 
 
 @asynccontextmanager
-async def stdio_session(daemon_url: str, tmp_path: Path, token_home: Path | None = None) -> AsyncIterator[ClientSession]:
+async def stdio_session(
+    daemon_url: str, tmp_path: Path, token_home: Path | None = None
+) -> AsyncIterator[ClientSession]:
     # The stdio server reads the token from its own home, as it does for a user.
     (tmp_path / "stdio-home").mkdir(exist_ok=True)
     if token_home is not None:
@@ -140,9 +156,18 @@ def error_text(result: CallToolResult) -> str:
 # -- shared scenarios (run against both backends) -------------------------------------------------
 async def round_trip(s: ClientSession, daemon_url: str) -> str:
     """Store, search, get, list, modify, feedback, forget; returns the forgotten id."""
-    stored = ok(await s.call_tool("memory_store", {
-        "content": "The user prefers tabs over spaces in Python files.", "type": "preference",
-        "importance": 0.8, "project": "memlane", "tags": ["style", "python"]}))
+    stored = ok(
+        await s.call_tool(
+            "memory_store",
+            {
+                "content": "The user prefers tabs over spaces in Python files.",
+                "type": "preference",
+                "importance": 0.8,
+                "project": "memlane",
+                "tags": ["style", "python"],
+            },
+        )
+    )
     assert stored["status"] == "created"
     mid = stored["id"]
     again = ok(await s.call_tool("memory_store", {"content": "The user prefers tabs over spaces in Python files."}))
@@ -167,8 +192,12 @@ async def round_trip(s: ClientSession, daemon_url: str) -> str:
     assert only["total"] == 1 and only["items"][0]["id"] == other["id"]
     assert ok(await s.call_tool("memory_list", {"project": "memlane"}))["total"] == 1
 
-    changed = ok(await s.call_tool("memory_modify", {"id": mid, "importance": 0.9, "pinned": True,
-                                                     "tags": ["style"], "why": "confirmed by the user"}))
+    changed = ok(
+        await s.call_tool(
+            "memory_modify",
+            {"id": mid, "importance": 0.9, "pinned": True, "tags": ["style"], "why": "confirmed by the user"},
+        )
+    )
     assert changed["importance"] == 0.9 and changed["pinned"] is True and changed["tags"] == ["style"]
     assert changed["content"] == m["content"]
     rewritten = ok(await s.call_tool("memory_modify", {"id": mid, "content": "The user prefers tabs, width 4."}))
@@ -179,11 +208,14 @@ async def round_trip(s: ClientSession, daemon_url: str) -> str:
         start = (await h.post("/api/hooks/session-start", json={"session_key": "sess-1"})).json()
     injected = [i["id"] for i in start["injected"]]
     assert mid in injected
-    fb = ok(await s.call_tool("memory_feedback", {"session_key": "sess-1",
-                                                  "feedback": {mid[:8]: 1.0, "0000000": -1.0}}))
+    fb = ok(
+        await s.call_tool("memory_feedback", {"session_key": "sess-1", "feedback": {mid[:8]: 1.0, "0000000": -1.0}})
+    )
     assert fb == {"applied": 1, "ignored": 1}
-    assert ok(await s.call_tool("memory_feedback", {"session_key": "no-such-session", "feedback": {mid: 0.5}})) \
-        == {"applied": 0, "ignored": 1}
+    assert ok(await s.call_tool("memory_feedback", {"session_key": "no-such-session", "feedback": {mid: 0.5}})) == {
+        "applied": 0,
+        "ignored": 1,
+    }
 
     gone = ok(await s.call_tool("memory_forget", {"id": mid, "why": "user asked"}))
     assert gone == {"id": mid, "deleted": True}
@@ -242,7 +274,15 @@ async def test_http_lists_seven_tools_with_descriptions_and_schemas(inproc: InPr
     assert tools["memory_search"].input_schema["required"] == ["query"]
     assert tools["memory_store"].input_schema["properties"]["importance"]["maximum"] == 1
     assert set(tools["memory_modify"].input_schema["properties"]) == {
-        "id", "content", "type", "importance", "tags", "pinned", "keep", "why"}
+        "id",
+        "content",
+        "type",
+        "importance",
+        "tags",
+        "pinned",
+        "keep",
+        "why",
+    }
     assert tools["memory_feedback"].input_schema["required"] == ["session_key", "feedback"]
     assert tools["memory_get"].annotations.read_only_hint is True
     assert tools["memory_forget"].annotations.destructive_hint is True
@@ -261,8 +301,10 @@ async def test_http_bad_input_is_a_tool_error(inproc: InProcessDaemon) -> None:
         stored = ok(await s.call_tool("memory_store", {"content": "only once"}))
         ok(await s.call_tool("memory_forget", {"id": stored["id"]}))
         assert error_text(await s.call_tool("memory_forget", {"id": stored["id"]})) == "memory is already deleted"
-        assert error_text(await s.call_tool("memory_modify", {"id": stored["id"], "type": "x"})) \
+        assert (
+            error_text(await s.call_tool("memory_modify", {"id": stored["id"], "type": "x"}))
             == "memory is deleted; recover it first"
+        )
     assert inproc.container.memories.list()[1] == 0
 
 
@@ -286,8 +328,12 @@ def test_http_mount_survives_a_restarted_lifespan(tmp_path: Path) -> None:
     c = open_container(load_settings(home=tmp_path / "home", embedding={"provider": "none"}))
     app = create_app(c)
     mount(app, c)
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
     headers = {"Accept": "application/json, text/event-stream", **auth_headers(c.settings.home)}
     try:
         r = TestClient(app, base_url="http://127.0.0.1:7437").post("/mcp", json=init, headers=headers)

@@ -9,8 +9,15 @@ from memlane.storage.fts import Filters
 
 
 def _entry(seq: int, vec: np.ndarray | None) -> IndexEntry:
-    return IndexEntry(seq=seq, id=f"m{seq}", project=None, type="fact", created_at="2026-01-01T00:00:00Z",
-                      is_deleted=False, content_vector=vec)
+    return IndexEntry(
+        seq=seq,
+        id=f"m{seq}",
+        project=None,
+        type="fact",
+        created_at="2026-01-01T00:00:00Z",
+        is_deleted=False,
+        content_vector=vec,
+    )
 
 
 def test_len_counts_memories_with_a_content_vector_through_upserts_and_growth():

@@ -42,19 +42,26 @@ def test_builtin_first_then_discovered_in_number_order():
 
 
 def test_discover_sorts_by_module_name_and_ignores_helpers(pkg_root):
-    name = _pkg(pkg_root, "fakemig_ok", {
-        "m0010_b": 'NAME = "0010_b"\nSQL = "CREATE TABLE b (x);"\n',
-        "m0009_a": 'NAME = "0009_a"\nSQL = "CREATE TABLE a (x);"\n',
-        "helpers": 'X = 1\n',
-    })
+    name = _pkg(
+        pkg_root,
+        "fakemig_ok",
+        {
+            "m0010_b": 'NAME = "0010_b"\nSQL = "CREATE TABLE b (x);"\n',
+            "m0009_a": 'NAME = "0009_a"\nSQL = "CREATE TABLE a (x);"\n',
+            "helpers": "X = 1\n",
+        },
+    )
     assert discover(name) == [("0009_a", "CREATE TABLE a (x);"), ("0010_b", "CREATE TABLE b (x);")]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ('SQL = "SELECT 1;"\n', "must define NAME"),
-    ('NAME = "0011_x"\n', "must define NAME"),
-    ('NAME = "0012_x"\nSQL = "SELECT 1;"\n', "must start with 0011_"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('SQL = "SELECT 1;"\n', "must define NAME"),
+        ('NAME = "0011_x"\n', "must define NAME"),
+        ('NAME = "0012_x"\nSQL = "SELECT 1;"\n', "must start with 0011_"),
+    ],
+)
 def test_bad_module_is_a_clear_error(pkg_root, text, needle):
     name = _pkg(pkg_root, f"fakemig_bad{abs(hash(text)) % 10_000}", {"m0011_x": text})
     with pytest.raises(StorageError) as exc:
@@ -89,8 +96,11 @@ def test_upgrade_from_0002_keeps_existing_jobs(tmp_path, monkeypatch):
     db = Database(path, read_pool_size=1)
     monkeypatch.setattr(migrations, "MIGRATIONS", list(BUILTIN))
     migrate(db)
-    db.write(lambda c: c.execute(
-        "INSERT INTO memory_jobs (job_type, status, created_at, updated_at) VALUES ('extract', 'pending', 't', 't')"))
+    db.write(
+        lambda c: c.execute(
+            "INSERT INTO memory_jobs (job_type, status, created_at, updated_at) VALUES ('extract', 'pending', 't', 't')"
+        )
+    )
     db.close()
     monkeypatch.setattr(migrations, "MIGRATIONS", list(MIGRATIONS))
     db = Database(path, read_pool_size=1)
@@ -104,8 +114,10 @@ def test_upgrade_from_0002_keeps_existing_jobs(tmp_path, monkeypatch):
 
 
 def test_schema_package_modules_follow_the_naming_rule():
-    import memlane.storage.schema as schema
     import pkgutil
+
+    import memlane.storage.schema as schema
+
     for info in pkgutil.iter_modules(schema.__path__):
         assert info.name.startswith("m") and info.name[1:5].isdigit(), info.name
     assert sqlite3.complete_statement(dict(MIGRATIONS)["0004_pipeline_jobs"].strip())

@@ -26,6 +26,7 @@ L2, L3, L4 = math.log2(2), math.log2(3), math.log2(4)
 
 # -------------------------------------------------------- the former variants, verbatim
 
+
 def former_policy(ranking: Sequence[str], relevance: Mapping[str, float], k: int = 10) -> float | None:
     gains = sorted((max(float(v), 0.0) for v in relevance.values()), reverse=True)
     ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains[:k]))
@@ -70,28 +71,28 @@ def former_locomo(order: Sequence[str], relevant: set[str], n_relevant: int, k: 
 # ------------------------------------------------------------------- hand-made cases
 
 GRADED: list[tuple[list[str], dict[str, float], int]] = [
-    (["a", "b", "c"], {"a": 1.0, "b": 0.5, "c": 0.0}, 10),          # ideal order
-    (["c", "b", "a"], {"a": 1.0, "b": 0.5, "c": 0.0}, 10),          # reversed
-    (["c", "b", "a"], {"a": 1.0, "b": 0.5, "c": 0.0}, 2),           # cut before the best
-    (["x", "a"], {"a": 1.0, "z": 1.0}, 10),                         # a relevant item outside the ranking
-    (["a", "b"], {"a": -0.5, "b": 1.0}, 10),                        # a negative label first
+    (["a", "b", "c"], {"a": 1.0, "b": 0.5, "c": 0.0}, 10),  # ideal order
+    (["c", "b", "a"], {"a": 1.0, "b": 0.5, "c": 0.0}, 10),  # reversed
+    (["c", "b", "a"], {"a": 1.0, "b": 0.5, "c": 0.0}, 2),  # cut before the best
+    (["x", "a"], {"a": 1.0, "z": 1.0}, 10),  # a relevant item outside the ranking
+    (["a", "b"], {"a": -0.5, "b": 1.0}, 10),  # a negative label first
     (["b", "a"], {"a": -0.3, "b": 0.6, "c": 0.2}, 1),
-    (["a", "b"], {"a": -0.5, "b": -0.3}, 10),                       # nothing positive
-    (["a", "b"], {}, 10),                                           # no labels at all
-    ([], {"a": 1.0}, 10),                                           # empty ranking
-    ([str(i) for i in range(15)], {str(i): 1.0 / (i + 1) for i in range(15)}, 10),   # longer than k
+    (["a", "b"], {"a": -0.5, "b": -0.3}, 10),  # nothing positive
+    (["a", "b"], {}, 10),  # no labels at all
+    ([], {"a": 1.0}, 10),  # empty ranking
+    ([str(i) for i in range(15)], {str(i): 1.0 / (i + 1) for i in range(15)}, 10),  # longer than k
     ([str(i) for i in reversed(range(15))], {str(i): 1.0 / (i + 1) for i in range(15)}, 10),
-    (["a", "a", "b"], {"a": 1.0, "b": 1.0}, 10),                    # a repeated id
+    (["a", "a", "b"], {"a": 1.0, "b": 1.0}, 10),  # a repeated id
 ]
 
 BINARY: list[tuple[list[str], set[str], int, int]] = [
     (["a", "b", "c"], {"a"}, 1, 10),
     (["b", "a", "c"], {"a"}, 1, 10),
     (["b", "c", "a"], {"a", "c"}, 2, 2),
-    (["b", "c", "a"], {"a", "c"}, 3, 10),                           # one evidence item missed by the pool
+    (["b", "c", "a"], {"a", "c"}, 3, 10),  # one evidence item missed by the pool
     (["x", "y"], {"a"}, 1, 10),
-    (["a", "a", "b"], {"a", "b"}, 2, 10),                           # a repeated id
-    (["a", "b"], set(), 0, 10),                                     # no evidence
+    (["a", "a", "b"], {"a", "b"}, 2, 10),  # a repeated id
+    (["a", "b"], set(), 0, 10),  # no evidence
     ([str(i) for i in range(20)], {"3", "12"}, 2, 10),
 ]
 
@@ -110,14 +111,14 @@ def test_rules_are_parameters():
     # clipped: the harmful first item counts 0
     assert ndcg_at_k(["a", "b"], gains, 10) == pytest.approx((1 / L3) / 1.0)
     # unclipped: it subtracts, in the ranking and the ideal
-    assert ndcg_at_k(["a", "b"], gains, 10, clip_negative=False) == pytest.approx(
-        (-0.5 + 1 / L3) / (1.0 - 0.5 / L3))
+    assert ndcg_at_k(["a", "b"], gains, 10, clip_negative=False) == pytest.approx((-0.5 + 1 / L3) / (1.0 - 0.5 / L3))
     # the ideal given explicitly: two evidence items exist, one is named
     assert ndcg_at_k(["a"], {"a": 1.0}, 10, ideal_gains=[1.0, 1.0]) == pytest.approx(1.0 / (1 + 1 / L3))
     # repeats earn nothing after their first position only when asked
     assert ndcg_at_k(["a", "a"], {"a": 1.0, "b": 1.0}, 10) == pytest.approx(1.0)
     assert ndcg_at_k(["a", "a"], {"a": 1.0, "b": 1.0}, 10, first_occurrence_only=True) == pytest.approx(
-        1.0 / (1 + 1 / L3))
+        1.0 / (1 + 1 / L3)
+    )
     # undefined
     assert ndcg_at_k(["a"], {"a": 0.0}, 10) is None
     assert ndcg_at_k(["a"], {"a": 0.0}, 10, undefined=0.0) == 0.0
@@ -138,7 +139,8 @@ def test_simulated_bench_equals_its_former_function(ranking, relevance, k):
 @pytest.mark.parametrize(("ranking", "relevant", "n_relevant", "k"), BINARY)
 def test_locomo_bench_equals_its_former_function(ranking, relevant, n_relevant, k):
     assert ndcg_binary(ranking, relevant, n_relevant, k) == pytest.approx(
-        former_locomo(ranking, relevant, n_relevant, k), abs=1e-12)
+        former_locomo(ranking, relevant, n_relevant, k), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize(("ranking", "relevant", "n_relevant", "k"), BINARY)
@@ -148,7 +150,8 @@ def test_retrieval_bench_equals_its_former_function(ranking, relevant, n_relevan
             bench_metrics.ndcg_at_k(ranking, relevant, k)
         return
     assert bench_metrics.ndcg_at_k(ranking, relevant, k) == pytest.approx(
-        former_bench_metrics(ranking, relevant, k), abs=1e-12)
+        former_bench_metrics(ranking, relevant, k), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize(("ranking", "relevance", "k"), [c for c in GRADED if len(set(c[0])) == len(c[0]) and c[0]])

@@ -18,8 +18,9 @@ from memlane.normalize import NormalizedContent, content_hash, normalize_and_has
 
 #: JavaScript's \s, spelled out (ECMA-262 WhiteSpace + LineTerminator): TAB LF VT FF CR,
 #: the Zs category, LS, PS and the BOM.
-JS_WHITESPACE = "\t\n\x0b\x0c\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) \
-    + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+JS_WHITESPACE = (
+    "\t\n\x0b\x0c\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 _JS_WS_RE = re.compile("[" + re.escape(JS_WHITESPACE) + "]+")
 PUNCT = ".,!?;:"
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -43,12 +44,14 @@ any_text = st.text(st.one_of(st.characters(codec=None), st.sampled_from(list(JS_
 #: Text with no whitespace of any kind (JS or Python), for building words.
 word = st.text(
     st.characters(codec="utf-8", exclude_characters=JS_WHITESPACE + "\x1c\x1d\x1e\x1f\x85"),
-    min_size=1, max_size=12,
+    min_size=1,
+    max_size=12,
 )
 ws_run = st.text(st.sampled_from(list(JS_WHITESPACE)), min_size=1, max_size=5)
 
 
 # -- hand examples of the seed's rules ---------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("content", "storage", "normalized"),
@@ -59,10 +62,10 @@ ws_run = st.text(st.sampled_from(list(JS_WHITESPACE)), min_size=1, max_size=5)
         ("The user prefers tabs.", "The user prefers tabs.", "the user prefers tabs"),
         ("Really?!...", "Really?!...", "really"),
         ("Wait;: ", "Wait;:", "wait"),
-        ("Hello, world.", "Hello, world.", "hello, world"),        # only trailing punctuation
+        ("Hello, world.", "Hello, world.", "hello, world"),  # only trailing punctuation
         ("a.b.c.", "a.b.c.", "a.b.c"),
-        ("end .", "end .", "end "),                                 # the space before it stays
-        ("quoted.\"", "quoted.\"", "quoted.\""),                    # '"' is not in the class
+        ("end .", "end .", "end "),  # the space before it stays
+        ('quoted."', 'quoted."', 'quoted."'),  # '"' is not in the class
         ("ÉCOLE Ärger", "ÉCOLE Ärger", "école ärger"),
         ("nbsp\u00a0and\u3000ideographic\u2003em", "nbsp and ideographic em", "nbsp and ideographic em"),
         ("\ufeffbom\ufeff start", "bom start", "bom start"),
@@ -88,7 +91,8 @@ def test_seed_rules_on_examples(content: str, storage: str, normalized: str) -> 
 def test_known_digest() -> None:
     # sha256("hello world"), a well-known value.
     assert normalize_and_hash("  Hello   World!! ").content_hash == (
-        "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9")
+        "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+    )
 
 
 def test_empty_normalized_falls_back_to_lowercased_storage() -> None:
@@ -104,6 +108,7 @@ def test_result_is_frozen() -> None:
 
 
 # -- properties ------------------------------------------------------------------------------------
+
 
 @settings(max_examples=400)
 @given(any_text)

@@ -17,8 +17,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import api_client
 from benchmarks.scripted_llm import Reply, ScriptedLlmServer
+from conftest import api_client
 from memlane.observability.errors import ErrorRing
 from memlane.observability.latency import BUCKETS_MS, LatencyHistogram, percentile
 from pipeline_helpers import drain, llm_settings
@@ -85,10 +85,10 @@ def test_http_operations_are_timed_and_answer_server_timing(store):
     c.post("/api/hooks/user-prompt-submit", json={"session_key": "s1", "prompt": "where is the deploy script?"})
     c.post("/api/hooks/session-end", json={"session_key": "s1", "wait": True})
     ops = c.get("/api/analytics/latency").json()["operations"]
-    counts = {k: ops[k]["count"] for k in ("remember", "recall", "mutate", "session_start", "prompt_submit",
-                                           "session_end")}
-    assert counts == {"remember": 1, "recall": 1, "mutate": 3, "session_start": 1, "prompt_submit": 1,
-                      "session_end": 1}
+    counts = {
+        k: ops[k]["count"] for k in ("remember", "recall", "mutate", "session_start", "prompt_submit", "session_end")
+    }
+    assert counts == {"remember": 1, "recall": 1, "mutate": 3, "session_start": 1, "prompt_submit": 1, "session_end": 1}
     assert ops["recall"]["p50"] is not None and ops["recall"]["minutes"][-1]["count"] == 1
     one = c.get("/api/analytics/latency", params={"operation": "recall"}).json()["operations"]
     assert list(one) == ["recall"]
@@ -127,8 +127,10 @@ def test_failing_extraction_jobs_are_timed_and_land_in_the_ring(open_store):
 
 def test_session_timeline_interleaves_start_injection_hits_end_and_score(store):
     c = api_client(store)
-    ids = [c.post("/api/memory/remember", json={"content": t, "project": "p"}).json()["id"]
-           for t in ("The CI runs on GitHub Actions", "Deploys need a green staging build")]
+    ids = [
+        c.post("/api/memory/remember", json={"content": t, "project": "p"}).json()["id"]
+        for t in ("The CI runs on GitHub Actions", "Deploys need a green staging build")
+    ]
     c.post("/api/hooks/session-start", json={"session_key": "sess/1", "project": "p"})
     c.post("/api/hooks/user-prompt-submit", json={"session_key": "sess/1", "prompt": "is the staging build green?"})
     c.post("/api/hooks/session-end", json={"session_key": "sess/1", "wait": True})
@@ -168,8 +170,13 @@ def test_metrics_expose_histograms_errors_and_health(store):
 
 def test_metrics_and_analytics_need_the_token(store):
     c = api_client(store)
-    for path in ("/metrics", "/api/analytics/latency", "/api/analytics/errors", "/api/diagnostics/storage",
-                 "/api/timeline/x"):
+    for path in (
+        "/metrics",
+        "/api/analytics/latency",
+        "/api/analytics/errors",
+        "/api/diagnostics/storage",
+        "/api/timeline/x",
+    ):
         r = c.get(path, headers={"Authorization": ""})
         assert r.status_code == 401, path
 
@@ -189,11 +196,21 @@ def _wait_for(fn, timeout_s: float = 60.0, every_s: float = 0.2):
 def test_a_killed_sidecar_is_a_predictor_crash_and_an_unhealthy_predictor_domain(start_daemon, tmp_path):
     # The sidecar runs only with a model to serve (issue 43): give the home an untrained one.
     home = tmp_path / "home"
-    subprocess.run([sys.executable, "-c", "import sys; from memlane.predictor.engine import PredictorEngine; "
-                    "PredictorEngine(sys.argv[1], embedding_model_id='none', native_dim=1).save_checkpoint()",
-                    str(home / "predictor")], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from memlane.predictor.engine import PredictorEngine; "
+            "PredictorEngine(sys.argv[1], embedding_model_id='none', native_dim=1).save_checkpoint()",
+            str(home / "predictor"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     d = start_daemon(home, provider="none")
     with d.client() as c:
+
         def alive():
             dom = c.get("/api/diagnostics/predictor").json()
             return dom if dom["sidecar_alive"] and dom["sidecar_pid"] else None

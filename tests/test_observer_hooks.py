@@ -54,8 +54,15 @@ def test_real_post_tool_use_payloads_feed_the_observer(tmp_path: Path, start_dae
         for s in signals:
             by_type.setdefault(s["type"], []).append(s)
         accessed = [s["file_path"] for s in by_type["file_access"]]
-        assert accessed == ["setup.py", "requirements.txt", "requirements.txt", "quantstats/version.py",
-                            "quantstats/version.py", "CHANGELOG.md", "CHANGELOG.md"], accessed
+        assert accessed == [
+            "setup.py",
+            "requirements.txt",
+            "requirements.txt",
+            "quantstats/version.py",
+            "quantstats/version.py",
+            "CHANGELOG.md",
+            "CHANGELOG.md",
+        ], accessed
         assert "error_retry" not in by_type
         pairs = {tuple(sorted((s["file_a"], s["file_b"]))) for s in by_type["co_access"]}
         assert ("requirements.txt", "setup.py") in pairs, pairs
@@ -74,10 +81,12 @@ def test_real_post_tool_use_payloads_feed_the_observer(tmp_path: Path, start_dae
         plan = c.post("/api/v3/observer/finalize", json={"session_id": "replay-3", "dry_run": True}).json()
         assert c.get("/api/memories", params={"limit": 100}).json() == before
     promoted = {(m["type"], tuple(m["related_files"])) for m in plan["promoted"]}
-    assert promoted == {("causal_dependency", ("CHANGELOG.md", "quantstats/version.py")),
-                        ("causal_dependency", ("requirements.txt", "setup.py")),
-                        ("prefetch_pattern", ("CHANGELOG.md", "requirements.txt", "setup.py")),
-                        ("prefetch_pattern", ("quantstats/version.py",))}, plan
+    assert promoted == {
+        ("causal_dependency", ("CHANGELOG.md", "quantstats/version.py")),
+        ("causal_dependency", ("requirements.txt", "setup.py")),
+        ("prefetch_pattern", ("CHANGELOG.md", "requirements.txt", "setup.py")),
+        ("prefetch_pattern", ("quantstats/version.py",)),
+    }, plan
     assert plan["synthesis"] == "template" and all(m["id"] is None for m in plan["promoted"])
 
 
@@ -104,9 +113,16 @@ def test_daemon_down_spools_a_trimmed_body_and_the_next_call_replays_it(tmp_path
 
     d = start_daemon(home, provider="none")
     # Claude Code's PostToolUseFailure input (code.claude.com/docs/en/hooks): the failure text in `error`
-    failed = {"session_id": "down-1", "hook_event_name": "PostToolUseFailure", "cwd": str(repo),
-              "tool_name": "Bash", "tool_input": {"command": "pytest -q"}, "tool_use_id": "toolu_9",
-              "error": "Exit code 1\nFAILED tests/test_api.py::test_login", "is_interrupt": False}
+    failed = {
+        "session_id": "down-1",
+        "hook_event_name": "PostToolUseFailure",
+        "cwd": str(repo),
+        "tool_name": "Bash",
+        "tool_input": {"command": "pytest -q"},
+        "tool_use_id": "toolu_9",
+        "error": "Exit code 1\nFAILED tests/test_api.py::test_login",
+        "is_interrupt": False,
+    }
     for _ in range(2):
         r = run_hook(hook_cmd(), "post-tool-use-failure", json.dumps(failed), clean_env(home))
         assert (r.returncode, r.stdout, r.stderr) == (0, b"", b"")
@@ -122,9 +138,13 @@ def test_daemon_down_spools_a_trimmed_body_and_the_next_call_replays_it(tmp_path
 def test_a_malformed_tool_payload_prints_nothing_and_is_not_spooled(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = clean_env(home, MEMLANE_PORT=str(free_port()))
-    for stdin in (b'{"session_id": "s"}', b'{"session_id": "s", "tool_name": "Read", "tool_input": [1]}',
-                  b'{"session_id": "s", "tool_name": 3}', b"not json",
-                  b'{"session_id": "s", "tool_name": "Read", "hook_event_name": "PreToolUse"}'):
+    for stdin in (
+        b'{"session_id": "s"}',
+        b'{"session_id": "s", "tool_name": "Read", "tool_input": [1]}',
+        b'{"session_id": "s", "tool_name": 3}',
+        b"not json",
+        b'{"session_id": "s", "tool_name": "Read", "hook_event_name": "PreToolUse"}',
+    ):
         r = run_hook(hook_cmd(), "post-tool-use", stdin, env)
         assert (r.returncode, r.stdout, r.stderr) == (0, b"", b"")
     assert spooled_files(home / "spool") == []

@@ -11,12 +11,15 @@ from pydantic import BaseModel
 
 from conftest import api_client
 from memlane.config import load_settings, public_settings
+from memlane.config.llm import LlmSettings
+from memlane.config.pipeline import (
+    LEGACY_KEYS,
+    PipelineV2Settings,
+    extraction_llm_settings,
+    snake_keys,
+)
 from memlane.container import open_container
 from memlane.errors import ConfigError
-from memlane.config.pipeline import (
-    LEGACY_KEYS, PipelineV2Settings, extraction_llm_settings, snake_keys,
-)
-from memlane.config.llm import LlmSettings
 
 
 def P(**kw) -> PipelineV2Settings:
@@ -27,30 +30,66 @@ def test_seed_defaults():
     p = PipelineV2Settings()
     assert (p.enabled, p.shadow_mode, p.mutations_frozen, p.allow_update_delete) == (True, False, False, False)
     assert p.semantic_contradiction_enabled is False and p.semantic_contradiction_timeout_ms == 45_000
-    assert (p.extraction.provider, p.extraction.model, p.extraction.timeout, p.extraction.min_confidence) == \
-        (None, "", 45_000, 0.7)
-    assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms, p.worker.concurrency) == \
-        (2_000, 3, 300_000, 2)
+    assert (p.extraction.provider, p.extraction.model, p.extraction.timeout, p.extraction.min_confidence) == (
+        None,
+        "",
+        45_000,
+        0.7,
+    )
+    assert (p.worker.poll_ms, p.worker.max_retries, p.worker.lease_timeout_ms, p.worker.concurrency) == (
+        2_000,
+        3,
+        300_000,
+        2,
+    )
     # the boost ships off (seed: 0.15; it lowered LoCoMo R@5, docs/benchmarks.md "Graph boost")
-    assert (p.graph.enabled, p.graph.boost_weight, p.graph.boost_timeout_ms, p.graph.boost_max_share) == \
-        (True, 0.0, 500, 0.05)
+    assert (p.graph.enabled, p.graph.boost_weight, p.graph.boost_timeout_ms, p.graph.boost_max_share) == (
+        True,
+        0.0,
+        500,
+        0.05,
+    )
     assert (p.reranker.enabled, p.reranker.model, p.reranker.top_n, p.reranker.timeout_ms) == (False, "", 20, 2_000)
     a = p.autonomous
-    assert (a.enabled, a.frozen, a.allow_update_delete, a.maintenance_interval_ms, a.maintenance_mode) == \
-        (True, False, True, 1_800_000, "execute")
+    assert (a.enabled, a.frozen, a.allow_update_delete, a.maintenance_interval_ms, a.maintenance_mode) == (
+        True,
+        False,
+        True,
+        1_800_000,
+        "execute",
+    )
     r = p.repair
-    assert (r.reembed_cooldown_ms, r.reembed_hourly_budget, r.requeue_cooldown_ms, r.requeue_hourly_budget,
-            r.dedup_cooldown_ms, r.dedup_hourly_budget, r.dedup_semantic_threshold, r.dedup_batch_size) == \
-        (300_000, 10, 60_000, 50, 600_000, 3, 0.92, 100)
+    assert (
+        r.reembed_cooldown_ms,
+        r.reembed_hourly_budget,
+        r.requeue_cooldown_ms,
+        r.requeue_hourly_budget,
+        r.dedup_cooldown_ms,
+        r.dedup_hourly_budget,
+        r.dedup_semantic_threshold,
+        r.dedup_batch_size,
+    ) == (300_000, 10, 60_000, 50, 600_000, 3, 0.92, 100)
     d = p.documents
-    assert (d.worker_interval_ms, d.chunk_size, d.chunk_overlap, d.max_content_bytes) == (10_000, 2_000, 200, 10_485_760)
+    assert (d.worker_interval_ms, d.chunk_size, d.chunk_overlap, d.max_content_bytes) == (
+        10_000,
+        2_000,
+        200,
+        10_485_760,
+    )
     e = p.embedding_tracker
     assert (e.enabled, e.poll_ms, e.batch_size) == (True, 5_000, 8)
     h = p.hints
     assert (h.enabled, h.max, h.timeout, h.poll) == (False, 5, 45_000, 5_000)
     dm = p.dampening
-    assert (dm.gravity_enabled, dm.hub_enabled, dm.resolution_enabled, dm.hub_percentile, dm.hub_penalty,
-            dm.gravity_penalty, dm.resolution_boost) == (True, False, True, 0.9, 0.7, 0.5, 1.2)
+    assert (
+        dm.gravity_enabled,
+        dm.hub_enabled,
+        dm.resolution_enabled,
+        dm.hub_percentile,
+        dm.hub_penalty,
+        dm.gravity_penalty,
+        dm.resolution_boost,
+    ) == (True, False, True, 0.9, 0.7, 0.5, 1.2)
 
 
 def _models(model: type[BaseModel]) -> list[type[BaseModel]]:
@@ -76,53 +115,65 @@ def test_camel_and_snake_keys_are_both_accepted():
     assert a == b and a.worker.poll_ms == 500 and a.embedding_tracker.batch_size == 4
 
 
-@pytest.mark.parametrize("key, value, path", [
-    ("workerPollMs", 700, ("worker", "poll_ms")),
-    ("workerMaxRetries", 5, ("worker", "max_retries")),
-    ("leaseTimeoutMs", 20_000, ("worker", "lease_timeout_ms")),
-    ("graphEnabled", False, ("graph", "enabled")),
-    ("graphBoostWeight", 0.3, ("graph", "boost_weight")),
-    ("extractionModel", "qwen3:4b", ("extraction", "model")),
-    ("extractionProvider", "ollama", ("extraction", "provider")),
-    ("extractionTimeout", 60_000, ("extraction", "timeout")),
-    ("minConfidence", 0.8, ("extraction", "min_confidence")),
-    ("minFactConfidenceForWrite", 0.85, ("extraction", "min_confidence")),
-    ("rerankerEnabled", False, ("reranker", "enabled")),
-    ("rerankerTopN", 7, ("reranker", "top_n")),
-    ("autonomousEnabled", False, ("autonomous", "enabled")),
-    ("autonomousFrozen", True, ("autonomous", "frozen")),
-    ("maintenanceIntervalMs", 120_000, ("autonomous", "maintenance_interval_ms")),
-    ("maintenanceMode", "observe", ("autonomous", "maintenance_mode")),
-    ("documentWorkerIntervalMs", 5_000, ("documents", "worker_interval_ms")),
-    ("documentChunkSize", 1_000, ("documents", "chunk_size")),
-    ("documentChunkOverlap", 100, ("documents", "chunk_overlap")),
-    ("documentMaxContentBytes", 2_048, ("documents", "max_content_bytes")),
-    ("embeddingTrackerBatchSize", 3, ("embedding_tracker", "batch_size")),
-    ("hintsEnabled", True, ("hints", "enabled")),
-    ("dedupHourlyBudget", 9, ("repair", "dedup_hourly_budget")),
-    ("worker_poll_ms", 800, ("worker", "poll_ms")),  # a legacy key in snake_case
-])
+@pytest.mark.parametrize(
+    "key, value, path",
+    [
+        ("workerPollMs", 700, ("worker", "poll_ms")),
+        ("workerMaxRetries", 5, ("worker", "max_retries")),
+        ("leaseTimeoutMs", 20_000, ("worker", "lease_timeout_ms")),
+        ("graphEnabled", False, ("graph", "enabled")),
+        ("graphBoostWeight", 0.3, ("graph", "boost_weight")),
+        ("extractionModel", "qwen3:4b", ("extraction", "model")),
+        ("extractionProvider", "ollama", ("extraction", "provider")),
+        ("extractionTimeout", 60_000, ("extraction", "timeout")),
+        ("minConfidence", 0.8, ("extraction", "min_confidence")),
+        ("minFactConfidenceForWrite", 0.85, ("extraction", "min_confidence")),
+        ("rerankerEnabled", False, ("reranker", "enabled")),
+        ("rerankerTopN", 7, ("reranker", "top_n")),
+        ("autonomousEnabled", False, ("autonomous", "enabled")),
+        ("autonomousFrozen", True, ("autonomous", "frozen")),
+        ("maintenanceIntervalMs", 120_000, ("autonomous", "maintenance_interval_ms")),
+        ("maintenanceMode", "observe", ("autonomous", "maintenance_mode")),
+        ("documentWorkerIntervalMs", 5_000, ("documents", "worker_interval_ms")),
+        ("documentChunkSize", 1_000, ("documents", "chunk_size")),
+        ("documentChunkOverlap", 100, ("documents", "chunk_overlap")),
+        ("documentMaxContentBytes", 2_048, ("documents", "max_content_bytes")),
+        ("embeddingTrackerBatchSize", 3, ("embedding_tracker", "batch_size")),
+        ("hintsEnabled", True, ("hints", "enabled")),
+        ("dedupHourlyBudget", 9, ("repair", "dedup_hourly_budget")),
+        ("worker_poll_ms", 800, ("worker", "poll_ms")),  # a legacy key in snake_case
+    ],
+)
 def test_legacy_flat_keys(key, value, path):
     p = P(**{key: value})
     assert getattr(getattr(p, path[0]), path[1]) == value
 
 
 def test_nested_keys_win_over_legacy_flat_keys():
-    p = P(workerPollMs=700, worker={"pollMs": 900}, graphBoostWeight=0.3, graph={"enabled": False},
-          minFactConfidenceForWrite=0.9, extraction={"min_confidence": 0.75})
+    p = P(
+        workerPollMs=700,
+        worker={"pollMs": 900},
+        graphBoostWeight=0.3,
+        graph={"enabled": False},
+        minFactConfidenceForWrite=0.9,
+        extraction={"min_confidence": 0.75},
+    )
     assert p.worker.poll_ms == 900
     assert p.graph.boost_weight == 0.3 and p.graph.enabled is False  # legacy fills what nested leaves out
     assert p.extraction.min_confidence == 0.75
     assert "allowUpdateDelete" not in LEGACY_KEYS and P(allowUpdateDelete=True).allow_update_delete is True
 
 
-@pytest.mark.parametrize("flags, mode", [
-    ({"enabled": False, "shadowMode": True}, "disabled"),
-    ({"shadowMode": True}, "shadow"),
-    ({"mutationsFrozen": True, "allowUpdateDelete": True}, "shadow"),
-    ({}, "controlled-write"),
-    ({"allowUpdateDelete": True}, "full"),
-])
+@pytest.mark.parametrize(
+    "flags, mode",
+    [
+        ({"enabled": False, "shadowMode": True}, "disabled"),
+        ({"shadowMode": True}, "shadow"),
+        ({"mutationsFrozen": True, "allowUpdateDelete": True}, "shadow"),
+        ({}, "controlled-write"),
+        ({"allowUpdateDelete": True}, "full"),
+    ],
+)
 def test_modes(flags, mode):
     p = P(**flags)
     assert p.mode() == mode
@@ -161,7 +212,10 @@ def _yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
 
 
 def test_yaml_memory_section_and_env_precedence(tmp_path, monkeypatch):
-    _yaml(tmp_path, monkeypatch, """
+    _yaml(
+        tmp_path,
+        monkeypatch,
+        """
 port: 9001
 memory:
   port: 9999
@@ -171,7 +225,8 @@ memory:
     workerPollMs: 300
     worker: {maxRetries: 5}
     graph: {boostWeight: 0.3}
-""")
+""",
+    )
     s = load_settings(home=tmp_path)
     p = s.memory.pipeline_v2
     assert s.port == 9001 and s.recall.alpha == 0.4  # memory.* flattened; a top-level key wins
@@ -183,19 +238,32 @@ memory:
     assert p.worker.max_retries == 7 and p.worker.poll_ms == 300 and p.mode() == "controlled-write"
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("memory:\n  pipelineV2:\n    worker:\n      pollMs: 50\n", "memory.pipelineV2.worker.pollMs: must be >= 100"),
-    ("memory:\n  pipelineV2:\n    worker:\n      poll_ms: 60001\n", "memory.pipelineV2.worker.pollMs: must be <= 60000"),
-    ("memory:\n  pipelineV2:\n    graph: {boostWeight: 1.5}\n", "memory.pipelineV2.graph.boostWeight: must be <= 1"),
-    ("memory:\n  pipelineV2:\n    workerMaxRetries: 11\n", "memory.pipelineV2.worker.maxRetries: must be <= 10"),
-    ("memory:\n  pipelineV2:\n    autonomous: {maintenanceMode: yolo}\n",
-     "memory.pipelineV2.autonomous.maintenanceMode: must be one of"),
-    ("memory:\n  pipelineV2:\n    extraction: {provider: opencode}\n", "memory.pipelineV2.extraction.provider"),
-    ("memory:\n  pipelineV2:\n    grpah: {enabled: true}\n", "memory.pipelineV2.grpah: unknown key"),
-    ("memory:\n  pipelineV2:\n    documents: {chunkSize: 300, chunkOverlap: 300}\n",
-     "memory.pipelineV2.documents: chunkOverlap (300) must be smaller than chunkSize (300)"),
-    ("memory:\n  pipelineV2:\n    hints: {max: 0}\n", "memory.pipelineV2.hints.max: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("memory:\n  pipelineV2:\n    worker:\n      pollMs: 50\n", "memory.pipelineV2.worker.pollMs: must be >= 100"),
+        (
+            "memory:\n  pipelineV2:\n    worker:\n      poll_ms: 60001\n",
+            "memory.pipelineV2.worker.pollMs: must be <= 60000",
+        ),
+        (
+            "memory:\n  pipelineV2:\n    graph: {boostWeight: 1.5}\n",
+            "memory.pipelineV2.graph.boostWeight: must be <= 1",
+        ),
+        ("memory:\n  pipelineV2:\n    workerMaxRetries: 11\n", "memory.pipelineV2.worker.maxRetries: must be <= 10"),
+        (
+            "memory:\n  pipelineV2:\n    autonomous: {maintenanceMode: yolo}\n",
+            "memory.pipelineV2.autonomous.maintenanceMode: must be one of",
+        ),
+        ("memory:\n  pipelineV2:\n    extraction: {provider: opencode}\n", "memory.pipelineV2.extraction.provider"),
+        ("memory:\n  pipelineV2:\n    grpah: {enabled: true}\n", "memory.pipelineV2.grpah: unknown key"),
+        (
+            "memory:\n  pipelineV2:\n    documents: {chunkSize: 300, chunkOverlap: 300}\n",
+            "memory.pipelineV2.documents: chunkOverlap (300) must be smaller than chunkSize (300)",
+        ),
+        ("memory:\n  pipelineV2:\n    hints: {max: 0}\n", "memory.pipelineV2.hints.max: must be >= 1"),
+    ],
+)
 def test_range_errors_name_the_key_path(tmp_path, monkeypatch, text, needle):
     _yaml(tmp_path, monkeypatch, text)
     with pytest.raises(ConfigError) as exc:
@@ -211,13 +279,22 @@ def test_env_range_error_names_the_key(monkeypatch, tmp_path):
 
 REMOVED = [
     ({"guardrails": {"maxContentChars": 800}}, ["memory.pipelineV2.guardrails"]),
-    ({"continuity": {"promptInterval": 5}, "telemetryEnabled": True},
-     ["memory.pipelineV2.continuity", "memory.pipelineV2.telemetryEnabled"]),
-    ({"telemetry": {"posthogHost": "https://ph.example", "posthogApiKey": "phc_secret"}},
-     ["memory.pipelineV2.telemetry"]),
-    ({"posthogApiKey": "phc_secret", "recallTruncateChars": 300, "guardrailsChunkTargetChars": 200},  # legacy flat
-     ["memory.pipelineV2.guardrails.chunkTargetChars", "memory.pipelineV2.guardrails.recallTruncateChars",
-      "memory.pipelineV2.telemetry.posthogApiKey"]),
+    (
+        {"continuity": {"promptInterval": 5}, "telemetryEnabled": True},
+        ["memory.pipelineV2.continuity", "memory.pipelineV2.telemetryEnabled"],
+    ),
+    (
+        {"telemetry": {"posthogHost": "https://ph.example", "posthogApiKey": "phc_secret"}},
+        ["memory.pipelineV2.telemetry"],
+    ),
+    (
+        {"posthogApiKey": "phc_secret", "recallTruncateChars": 300, "guardrailsChunkTargetChars": 200},  # legacy flat
+        [
+            "memory.pipelineV2.guardrails.chunkTargetChars",
+            "memory.pipelineV2.guardrails.recallTruncateChars",
+            "memory.pipelineV2.telemetry.posthogApiKey",
+        ],
+    ),
 ]
 
 
@@ -233,8 +310,7 @@ def test_a_config_with_removed_keys_loads_with_a_warning(tmp_path, monkeypatch, 
     assert s.memory.pipeline_v2.worker.poll_ms == 700  # the rest of the section still applies
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "deprecated and ignored" in warned and all(label in warned for label in labels)
-    assert not {"guardrails", "continuity", "telemetry", "telemetry_enabled"} & set(
-        s.memory.pipeline_v2.model_dump())
+    assert not {"guardrails", "continuity", "telemetry", "telemetry_enabled"} & set(s.memory.pipeline_v2.model_dump())
     assert "phc_secret" not in str(public_settings(s))
 
 
@@ -247,11 +323,13 @@ def test_removed_keys_from_the_environment_are_ignored(tmp_path, monkeypatch, ca
 
 
 def test_snake_keys():
-    assert snake_keys({"pipelineV2": {"embeddingTracker": {"batchSize": 1}, "poll_ms": 2}}) == \
-        {"pipeline_v2": {"embedding_tracker": {"batch_size": 1}, "poll_ms": 2}}
+    assert snake_keys({"pipelineV2": {"embeddingTracker": {"batchSize": 1}, "poll_ms": 2}}) == {
+        "pipeline_v2": {"embedding_tracker": {"batch_size": 1}, "poll_ms": 2}
+    }
 
 
 # -- POST /api/config ---------------------------------------------------------------------
+
 
 @pytest.fixture
 def api(tmp_path):
@@ -263,9 +341,13 @@ def api(tmp_path):
 
 def test_post_config_round_trip(api, monkeypatch):
     c, client = api
-    r = client.post("/api/config", json={
-        "memory": {"pipelineV2": {"shadowMode": True, "worker": {"poll_ms": 500}, "autonomousFrozen": True}},
-        "recall": {"alpha": 0.6}})
+    r = client.post(
+        "/api/config",
+        json={
+            "memory": {"pipelineV2": {"shadowMode": True, "worker": {"poll_ms": 500}, "autonomousFrozen": True}},
+            "recall": {"alpha": 0.6},
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert sorted(body["applied"]) == ["memory.pipelineV2.autonomous.frozen", "memory.pipelineV2.shadowMode"]
@@ -285,7 +367,9 @@ def test_post_config_round_trip(api, monkeypatch):
     assert s.memory.pipeline_v2.worker.poll_ms == 500 and s.recall.alpha == 0.6 and s.memory.pipeline_v2.shadow_mode
     # a second patch merges into the file
     r = client.post("/api/config", json={"memory": {"pipelineV2": {"shadowMode": False}}})
-    assert r.json()["applied"] == ["memory.pipelineV2.shadowMode"] and r.json()["pipeline"]["mode"] == "controlled-write"
+    assert (
+        r.json()["applied"] == ["memory.pipelineV2.shadowMode"] and r.json()["pipeline"]["mode"] == "controlled-write"
+    )
     s = load_settings(home=c.settings.home)
     assert s.memory.pipeline_v2.worker.poll_ms == 500 and not s.memory.pipeline_v2.shadow_mode
     r = client.post("/api/config", json={"memory": {"pipelineV2": {"shadowMode": False}}})
@@ -309,24 +393,33 @@ def test_post_config_score_timeout_applies_in_process(api):
     assert shared.score_timeout_ms == 250
 
 
-@pytest.mark.parametrize("body, status, needle", [
-    ({"memory": {"pipelineV2": {"worker": {"pollMs": 5}}}}, 400, "memory.pipelineV2.worker.pollMs: must be >= 100"),
-    ({"memory": {"pipelineV2": {"bogus": 1}}}, 400, "memory.pipelineV2.bogus: unknown key"),
-    ({"memory": {"pipelineV2": "on"}}, 400, "memory.pipelineV2"),
-    ({"memory": {"pipelineV2": {"graph": [1]}}}, 400, "memory.pipelineV2.graph"),
-    ({"recall": {"alpha": "high"}}, 400, "recall.alpha"),
-    ({"recall": {"nope": 1}}, 400, "recall.nope: unknown key"),
-    ({"nope": 1}, 400, "nope: unknown key"),
-    ({"memory": 5}, 400, "memory: must be a mapping"),
-    ({"home": "/tmp/elsewhere"}, 403, "home: cannot be changed over HTTP"),
-    ({"memory": {"pipelineV2": {"telemetry": {"posthogHost": "https://ph.example"}}}}, 400,
-     "memory.pipelineV2.telemetry: removed setting"),
-    ({"memory": {"pipelineV2": {"posthogApiKey": "phc_x"}}}, 400,
-     "memory.pipelineV2.telemetry.posthogApiKey: removed setting"),
-    ({"memory": {"pipeline_v2": {"telemetry_enabled": True}}}, 400, "memory.pipelineV2.telemetryEnabled: removed"),
-    ([1, 2], 400, "JSON object"),
-    ("text", 400, "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, status, needle",
+    [
+        ({"memory": {"pipelineV2": {"worker": {"pollMs": 5}}}}, 400, "memory.pipelineV2.worker.pollMs: must be >= 100"),
+        ({"memory": {"pipelineV2": {"bogus": 1}}}, 400, "memory.pipelineV2.bogus: unknown key"),
+        ({"memory": {"pipelineV2": "on"}}, 400, "memory.pipelineV2"),
+        ({"memory": {"pipelineV2": {"graph": [1]}}}, 400, "memory.pipelineV2.graph"),
+        ({"recall": {"alpha": "high"}}, 400, "recall.alpha"),
+        ({"recall": {"nope": 1}}, 400, "recall.nope: unknown key"),
+        ({"nope": 1}, 400, "nope: unknown key"),
+        ({"memory": 5}, 400, "memory: must be a mapping"),
+        ({"home": "/tmp/elsewhere"}, 403, "home: cannot be changed over HTTP"),
+        (
+            {"memory": {"pipelineV2": {"telemetry": {"posthogHost": "https://ph.example"}}}},
+            400,
+            "memory.pipelineV2.telemetry: removed setting",
+        ),
+        (
+            {"memory": {"pipelineV2": {"posthogApiKey": "phc_x"}}},
+            400,
+            "memory.pipelineV2.telemetry.posthogApiKey: removed setting",
+        ),
+        ({"memory": {"pipeline_v2": {"telemetry_enabled": True}}}, 400, "memory.pipelineV2.telemetryEnabled: removed"),
+        ([1, 2], 400, "JSON object"),
+        ("text", 400, "JSON object"),
+    ],
+)
 def test_post_config_bad_input_is_400_and_writes_nothing(api, body, status, needle):
     c, client = api
     r = client.post("/api/config", json=body)

@@ -13,26 +13,29 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-
-from memlane.auth import auth_headers
 import pytest
 
-from conftest import Daemon
 from benchmarks.scripted_llm import Reply, ScriptedLlmServer
+from conftest import Daemon
+from memlane.auth import auth_headers
 from memlane.pipeline.prompts import EXTRACTION_MARKER
-from memlane.workers.runtime import StaleLeaseReaper
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as jobs_sql
 from memlane.storage.jobs import add_ms
+from memlane.workers.runtime import StaleLeaseReaper
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings
 
 SOURCE = "We moved the billing service to PostgreSQL 16; Alice owns the migration scripts."
-REPLY = json.dumps(facts(("The billing service uses PostgreSQL 16.", "fact", 0.9),
-                         ("Alice owns the billing migration scripts.", "fact", 0.9)))
+REPLY = json.dumps(
+    facts(
+        ("The billing service uses PostgreSQL 16.", "fact", 0.9),
+        ("Alice owns the billing migration scripts.", "fact", 0.9),
+    )
+)
 LEASE_MS = 10_000  # the smallest worker.leaseTimeoutMs the configuration allows
 WAIT_S = 120
 
@@ -76,10 +79,18 @@ def wait_for(predicate, what: str, timeout_s: float = WAIT_S, log: str = "") -> 
 
 def serve(home: Path, log: Path, llm_url: str) -> Daemon:
     """A ready ``memlane serve`` with the pipeline pointed at the loopback LLM (short leases)."""
-    d = Daemon(home, log, provider="none", extra_env={
-        "MEMLANE_LLM__PROVIDER": "ollama", "MEMLANE_LLM__BASE_URL": llm_url, "MEMLANE_LLM__MODEL": "scripted",
-        "MEMLANE_MEMORY__PIPELINE_V2__WORKER__LEASE_TIMEOUT_MS": str(LEASE_MS),
-        "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "100"})
+    d = Daemon(
+        home,
+        log,
+        provider="none",
+        extra_env={
+            "MEMLANE_LLM__PROVIDER": "ollama",
+            "MEMLANE_LLM__BASE_URL": llm_url,
+            "MEMLANE_LLM__MODEL": "scripted",
+            "MEMLANE_MEMORY__PIPELINE_V2__WORKER__LEASE_TIMEOUT_MS": str(LEASE_MS),
+            "MEMLANE_MEMORY__PIPELINE_V2__WORKER__POLL_MS": "100",
+        },
+    )
     d.wait_ready()
     return d
 
@@ -109,8 +120,9 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
     home.mkdir()
     first = serve(home, tmp_path / "serve-1.log", llm.url)
     try:
-        r = httpx.post(first.url + "/api/memory/remember", json={"content": SOURCE}, timeout=30,
-                       headers=auth_headers(home))
+        r = httpx.post(
+            first.url + "/api/memory/remember", json={"content": SOURCE}, timeout=30, headers=auth_headers(home)
+        )
         assert r.status_code == 200, r.text
         mid = r.json()["id"]
         wait_for(script.started.is_set, "the extraction call to reach the LLM", log=first.log())
@@ -119,7 +131,8 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
     # The raw memory is durable; the job is still leased by the dead worker.
     assert read_db(home, "SELECT content, is_deleted FROM memories WHERE id = ?", (mid,)) == [(SOURCE, 0)]
     [(job_id, status, attempts, leased_until)] = read_db(
-        home, "SELECT id, status, attempts, leased_until FROM memory_jobs WHERE memory_id = ?", (mid,))
+        home, "SELECT id, status, attempts, leased_until FROM memory_jobs WHERE memory_id = ?", (mid,)
+    )
     assert (status, attempts) == ("leased", 1)
     # Restart once the lease has expired: the reaper's first tick at start-up resets it.
     wait_for(lambda: utc_now() > leased_until, "the lease to expire", timeout_s=LEASE_MS / 1000 + 30)
@@ -139,8 +152,9 @@ def test_kill_9_during_extraction_then_lease_expiry_completes_exactly_once(tmp_p
     assert m["content"] == SOURCE
     assert read_db(home, "SELECT extraction_status FROM memories WHERE id = ?", (mid,)) == [("completed",)]
     assert read_db(home, "SELECT count(*) FROM memories WHERE source_type = 'pipeline_v2'") == [(2,)]
-    assert read_db(home, "SELECT count(*) FROM memory_history WHERE memory_id = ? AND event = 'extraction'",
-                   (mid,)) == [(1,)]
+    assert read_db(
+        home, "SELECT count(*) FROM memory_history WHERE memory_id = ? AND event = 'extraction'", (mid,)
+    ) == [(1,)]
     assert read_db(home, "SELECT count(*) FROM memory_jobs WHERE memory_id = ?", (mid,)) == [(1,)]
     assert llm.count(EXTRACTION_MARKER) == 2  # the killed attempt and the one that completed
 

@@ -14,11 +14,11 @@ from conftest import api_client
 from memlane.config import load_settings
 from memlane.container import open_container
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE, EXTRACT, enqueue_extraction
-from memlane.workers.runtime import JobWorker, PollingWorker, SkipJob, StaleLeaseReaper, WorkerRegistry
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as J
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
+from memlane.workers.runtime import JobWorker, PollingWorker, SkipJob, StaleLeaseReaper, WorkerRegistry
 
 T0 = "2026-01-01T00:00:00.000Z"
 WAIT_S = 30  # generous guard for thread tests; never a performance threshold
@@ -168,8 +168,7 @@ def test_threads_process_jobs_wake_and_stop(db):
 
 
 def _home(tmp_path: Path, **pipeline) -> dict:
-    return {"home": tmp_path / "home", "embedding": {"provider": "none"},
-            "memory": {"pipeline_v2": pipeline}}
+    return {"home": tmp_path / "home", "embedding": {"provider": "none"}, "memory": {"pipeline_v2": pipeline}}
 
 
 def test_container_enqueues_extraction_on_remember_and_never_for_derived_facts(tmp_path):
@@ -189,8 +188,10 @@ def test_container_enqueues_extraction_on_remember_and_never_for_derived_facts(t
         c.close()
 
 
-@pytest.mark.parametrize("concurrency, names", [(None, ["extraction", "extraction-2"]), (1, ["extraction"]),
-                                                   (3, ["extraction", "extraction-2", "extraction-3"])])
+@pytest.mark.parametrize(
+    "concurrency, names",
+    [(None, ["extraction", "extraction-2"]), (1, ["extraction"]), (3, ["extraction", "extraction-2", "extraction-3"])],
+)
 def test_worker_concurrency_setting_runs_that_many_extraction_workers(tmp_path, concurrency, names):
     worker = {} if concurrency is None else {"concurrency": concurrency}
     c = open_container(load_settings(**_home(tmp_path, worker=worker)))

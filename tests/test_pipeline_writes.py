@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from benchmarks.pipeline import run_pipeline_bench
+from benchmarks.replay.extract import NO_PROVIDER, render, run_extract_replay
 from benchmarks.scripted_llm import Reply, ScriptedLlmServer
 from memlane.config import load_settings
 from memlane.pipeline.extract_job import NO_LLM_REASON, make_handler
-from memlane.workers.runtime import CompletedInTransaction
-from benchmarks.replay.extract import NO_PROVIDER, render, run_extract_replay
 from memlane.services.inputs import RecallQuery, RememberInput
+from memlane.workers.runtime import CompletedInTransaction
 from pipeline_helpers import StageScript, audit, derived, drain, facts, job_of, llm_settings
 
 SOURCE = "We moved the billing service from MySQL to PostgreSQL 16 last week; Alice owns the migration."
@@ -60,8 +60,16 @@ def remember(c, content: str = SOURCE, **kw: Any) -> str:
 def test_controlled_write_adds_facts_linked_to_the_source(pstore, script: StageScript, kind: str) -> None:
     c = pstore(kind)
     src = remember(c, project="billing", tags=["infra"])
-    script.add("extraction", facts(F1, F2, entities=[
-        {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}]))
+    script.add(
+        "extraction",
+        facts(
+            F1,
+            F2,
+            entities=[
+                {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}
+            ],
+        ),
+    )
     assert drain(c) == 1
     job = job_of(c, src)
     assert job.status == "completed" and job.result["mode"] == "controlled-write"
@@ -73,8 +81,14 @@ def test_controlled_write_adds_facts_linked_to_the_source(pstore, script: StageS
         assert m.metadata["source_memory_id"] == src and m.metadata["extraction_model"] == f"{kind}:scripted"
         assert m.project == "billing" and m.tags == ("infra",) and m.type == "fact"
         assert [h.event for h in c.memories.history(m.id)] == ["created"]
-        assert c.db.read(lambda conn: conn.execute(  # derived memories are never re-extracted
-            "SELECT count(*) FROM memory_jobs WHERE memory_id = ?", (m.id,)).fetchone()[0]) == 0
+        assert (
+            c.db.read(
+                lambda conn: conn.execute(  # derived memories are never re-extracted
+                    "SELECT count(*) FROM memory_jobs WHERE memory_id = ?", (m.id,)
+                ).fetchone()[0]
+            )
+            == 0
+        )
     assert c.memories.get(src).extraction_status == "completed"
     rows = audit(c, src)
     assert [(r["changes"]["action"], r["changes"]["outcome"]) for r in rows] == [("ADD", "created")] * 2
@@ -96,13 +110,19 @@ def test_controlled_write_records_none_and_blocks_update_delete(pstore, script: 
     drain(c)  # the old memory's own (empty) extraction
     src = remember(c)
     script.add("extraction", facts(F1, F2, ("The billing service runs in production.", "fact", 0.9)))
-    script.add("decision", {"action": "UPDATE", "targetId": old, "confidence": 0.9, "reason": "db changed"},
-               {"action": "DELETE", "targetId": old, "confidence": 0.8, "reason": "obsolete"},
-               {"action": "NONE", "confidence": 0.9, "reason": "already stored"})
+    script.add(
+        "decision",
+        {"action": "UPDATE", "targetId": old, "confidence": 0.9, "reason": "db changed"},
+        {"action": "DELETE", "targetId": old, "confidence": 0.8, "reason": "obsolete"},
+        {"action": "NONE", "confidence": 0.9, "reason": "already stored"},
+    )
     drain(c)
     outcomes = [(r["changes"]["action"], r["changes"]["outcome"], r["changes"]["reason"]) for r in audit(c, src)]
-    assert outcomes == [("UPDATE", "blocked", "destructive_mutations_blocked"),
-                        ("DELETE", "blocked", "destructive_mutations_blocked"), ("NONE", "recorded", "no_action")]
+    assert outcomes == [
+        ("UPDATE", "blocked", "destructive_mutations_blocked"),
+        ("DELETE", "blocked", "destructive_mutations_blocked"),
+        ("NONE", "recorded", "no_action"),
+    ]
     m = c.memories.get(old)
     assert m.superseded_by is None and not m.is_deleted and m.content.startswith("The billing service uses MySQL")
     assert derived(c) == []
@@ -112,8 +132,9 @@ def test_controlled_write_records_none_and_blocks_update_delete(pstore, script: 
 # ---------------------------------------------------------------- shadow
 
 
-@pytest.mark.parametrize("flags, reason", [({"shadowMode": True}, "shadow_mode"),
-                                           ({"mutationsFrozen": True}, "mutations_frozen")])
+@pytest.mark.parametrize(
+    "flags, reason", [({"shadowMode": True}, "shadow_mode"), ({"mutationsFrozen": True}, "mutations_frozen")]
+)
 def test_shadow_writes_no_memories_but_audits(pstore, script: StageScript, flags, reason) -> None:
     c = pstore(**flags)
     src = remember(c)
@@ -121,8 +142,9 @@ def test_shadow_writes_no_memories_but_audits(pstore, script: StageScript, flags
     script.add("extraction", facts(F1, F2))
     drain(c)
     assert c.memories.stats()["total"] == before and derived(c) == []
-    assert [(r["changes"]["outcome"], r["changes"]["reason"], r["changes"]["mode"]) for r in audit(c, src)] == \
-        [("shadow", reason, "shadow")] * 2
+    assert [(r["changes"]["outcome"], r["changes"]["reason"], r["changes"]["mode"]) for r in audit(c, src)] == [
+        ("shadow", reason, "shadow")
+    ] * 2
     assert c.memories.get(src).extraction_status == "shadow"
     job = job_of(c, src)
     assert job.status == "completed" and job.result["status"] == "shadow"
@@ -131,23 +153,32 @@ def test_shadow_writes_no_memories_but_audits(pstore, script: StageScript, flags
 # ---------------------------------------------------------------- full mode: supersede, never overwrite
 
 
-def test_full_mode_supersedes_instead_of_overwriting_or_deleting(open_store, server: ScriptedLlmServer,
-                                                                 script: StageScript) -> None:
+def test_full_mode_supersedes_instead_of_overwriting_or_deleting(
+    open_store, server: ScriptedLlmServer, script: StageScript
+) -> None:
     events: list[tuple[str, str]] = []
-    c = open_store(llm=llm_settings(server, "ollama"), memory={"pipelineV2": {"allowUpdateDelete": True}},
-                   memory_listeners=[lambda e, m: events.append((e, m.id))])
+    c = open_store(
+        llm=llm_settings(server, "ollama"),
+        memory={"pipelineV2": {"allowUpdateDelete": True}},
+        memory_listeners=[lambda e, m: events.append((e, m.id))],
+    )
     old1 = remember(c, "The deploy cache is disabled in staging.")
     old2 = remember(c, "The billing service uses MySQL 5.7 in production.")
     drain(c)
     src = remember(c, "Today we enabled the deploy cache in staging and moved billing to PostgreSQL 16.")
     new1, new2 = "The deploy cache is enabled in staging.", "The billing service uses PostgreSQL 16 in production."
     script.add("extraction", facts((new1, "fact", 0.9), (new2, "fact", 0.9)))
-    script.add("decision", {"action": "UPDATE", "targetId": old1, "confidence": 0.9, "reason": "flag flipped"},
-               {"action": "DELETE", "targetId": old2, "confidence": 0.9, "reason": "MySQL is gone"})
+    script.add(
+        "decision",
+        {"action": "UPDATE", "targetId": old1, "confidence": 0.9, "reason": "flag flipped"},
+        {"action": "DELETE", "targetId": old2, "confidence": 0.9, "reason": "MySQL is gone"},
+    )
     drain(c)
     rows = audit(c, src)
     assert [(r["changes"]["action"], r["changes"]["outcome"]) for r in rows] == [
-        ("UPDATE", "superseded"), ("DELETE", "superseded")]
+        ("UPDATE", "superseded"),
+        ("DELETE", "superseded"),
+    ]
     assert rows[0]["changes"]["review_needed"] is True  # enabled/disabled antonym
     assert rows[0]["changes"]["contradiction"]["syntactic"] == "antonym:enabled/disabled"
     by_content = {m.content: m for m in derived(c)}
@@ -158,8 +189,9 @@ def test_full_mode_supersedes_instead_of_overwriting_or_deleting(open_store, ser
         h = c.memories.history(old)
         assert h[-1].event == "superseded" and h[-1].new_content == text
         assert ("superseded", old) in events
-    hits = c.recall.recall(RecallQuery(query="deploy cache staging", limit=10, touch=False,
-                                       exclude_superseded=True)).hits
+    hits = c.recall.recall(
+        RecallQuery(query="deploy cache staging", limit=10, touch=False, exclude_superseded=True)
+    ).hits
     assert old1 not in [h.memory.id for h in hits] and by_content[new1].id in [h.memory.id for h in hits]
     job = job_of(c, src)
     assert sorted(job.result["superseded_ids"]) == sorted([old1, old2]) and job.result["review_needed"] >= 1
@@ -189,7 +221,9 @@ def test_confidence_gate(pstore, script: StageScript) -> None:
     script.add("extraction", facts(F1, ("Alice might own the billing scripts.", "fact", 0.69)))
     drain(c)
     assert [(r["changes"]["outcome"], r["changes"]["reason"]) for r in audit(c, src)] == [
-        ("created", "applied"), ("skipped", "low_fact_confidence")]
+        ("created", "applied"),
+        ("skipped", "low_fact_confidence"),
+    ]
     c.settings.memory.pipeline_v2.extraction.min_confidence = 0.5  # read per job: applies at once
     src2 = remember(c, "Second memory about Alice and the billing scripts.")
     script.add("extraction", facts(("Alice might own the billing scripts.", "fact", 0.69)))
@@ -296,8 +330,15 @@ LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench-data" / 
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="LoCoMo not present in ../shared/bench-data")
 def test_replay_locomo_extract(tmp_path: Path, server: ScriptedLlmServer, script: StageScript) -> None:
-    script.defaults["extraction"] = json.dumps(facts(F1, F2, entities=[
-        {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}]))
+    script.defaults["extraction"] = json.dumps(
+        facts(
+            F1,
+            F2,
+            entities=[
+                {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}
+            ],
+        )
+    )
     s = load_settings(home=tmp_path / "unused", embedding={"provider": "none"}, llm=llm_settings(server))
     report = run_extract_replay(LOCOMO, settings=s, max_conversations=1, max_sessions=3)
     assert report["sessions"] == 3 and report["jobs"] == {"completed": 3}
@@ -305,21 +346,46 @@ def test_replay_locomo_extract(tmp_path: Path, server: ScriptedLlmServer, script
     assert report["outcomes"] == {"created": 2, "deduped": 4} and report["deduped"] == 4
     assert report["derived_memories"] == 2 and sum(report["decisions"].values()) == 6
     assert any("facts: 6" in line for line in render(report))
-    none = run_extract_replay(LOCOMO, settings=load_settings(home=tmp_path / "x", embedding={"provider": "none"}),
-                              max_conversations=1, max_sessions=1)
+    none = run_extract_replay(
+        LOCOMO,
+        settings=load_settings(home=tmp_path / "x", embedding={"provider": "none"}),
+        max_conversations=1,
+        max_sessions=1,
+    )
     assert none["provider"] is None and render(none) == [f"extraction not run: {NO_PROVIDER}"]
 
 
 def test_replay_extract_cli_without_provider_exits_0(tmp_path: Path) -> None:
     data = tmp_path / "tiny-locomo.json"
-    data.write_text(json.dumps([{"sample_id": "c1", "conversation": {
-        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I adopted a dog named Rex."}]}, "qa": []}]))
+    data.write_text(
+        json.dumps(
+            [
+                {
+                    "sample_id": "c1",
+                    "conversation": {
+                        "speaker_a": "A",
+                        "speaker_b": "B",
+                        "session_1_date_time": "1:56 pm on 8 May, 2023",
+                        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I adopted a dog named Rex."}],
+                    },
+                    "qa": [],
+                }
+            ]
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(tmp_path / "home"), MEMLANE_CONFIG=str(tmp_path / "none.yaml"),
-               MEMLANE_EMBEDDING__PROVIDER="none")
-    r = subprocess.run([sys.executable, "-m", "memlane", "replay", "locomo", "--extract", "--data", str(data)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        MEMLANE_HOME=str(tmp_path / "home"),
+        MEMLANE_CONFIG=str(tmp_path / "none.yaml"),
+        MEMLANE_EMBEDDING__PROVIDER="none",
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "memlane", "replay", "locomo", "--extract", "--data", str(data)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "no LLM provider configured" in r.stdout
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import collate, session_constant_columns
 from memlane.predictor.engine import PredictorEngine
@@ -34,12 +34,19 @@ def test_the_anchor_fit_is_the_linear_stage_on_the_feature_tensors():
     batch = collate(sessions(24), native_dim=DIM)
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=3)
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-    stage = fit(model, opt, LOSS, [batch], FitConfig(max_epochs=40, early_stop_patience=40, max_seconds=1e9),
-                Constraints(grad_masks=model.feature_residual_masks()))
+    stage = fit(
+        model,
+        opt,
+        LOSS,
+        [batch],
+        FitConfig(max_epochs=40, early_stop_patience=40, max_seconds=1e9),
+        Constraints(grad_masks=model.feature_residual_masks()),
+    )
     linear_stage = stage.model.feature_weights()
     init = model.feature_weights()
-    anchor = fit_linear_anchor([batch], init, LOSS, lr=C.LEARNING_RATE, max_epochs=40, early_stop_patience=40,
-                               max_seconds=1e9)
+    anchor = fit_linear_anchor(
+        [batch], init, LOSS, lr=C.LEARNING_RATE, max_epochs=40, early_stop_patience=40, max_seconds=1e9
+    )
     assert not torch.equal(anchor, init)  # it trained
     # Columns constant within every session (time of day, session gap, ...) cannot change a
     # ranking: their gradient is rounding noise, which Adam scales up differently in the two
@@ -80,8 +87,11 @@ def _z(x: np.ndarray) -> np.ndarray:
 
 
 def test_score_with_an_anchor_is_the_sum_of_within_session_z_scores():
-    batch = collate(sessions(3, seed=4)[:1] + make_sessions(1, signal="features", native_dim=DIM, n_candidates=5,
-                                                            n_relevant=2, seed=8), native_dim=DIM)
+    batch = collate(
+        sessions(3, seed=4)[:1]
+        + make_sessions(1, signal="features", native_dim=DIM, n_candidates=5, n_relevant=2, seed=8),
+        native_dim=DIM,
+    )
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=1)
     plain = model.score(batch)
     torch.testing.assert_close(plain, model(batch).detach())  # no anchor: the forward pass

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.data import collate, memory_basis
 from memlane.predictor.engine import PredictorEngine, bilinear_l2
 from memlane.predictor.features import CURRENT_SCHEMA
@@ -70,7 +70,9 @@ def test_the_term_matches_a_numpy_reference_and_skips_unembedded_items():
         model.context_bilinear.copy_(w)
     b, c, m = basis.numpy().astype(np.float64), batch.context_embedding.numpy(), batch.candidate_embeddings.numpy()
     ref = np.einsum("br,rs,bns->bn", c @ b, w.numpy(), m @ b)
-    np.testing.assert_allclose(model.bilinear_scores(batch).detach().numpy(), ref * batch.mask.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        model.bilinear_scores(batch).detach().numpy(), ref * batch.mask.numpy(), rtol=1e-4, atol=1e-4
+    )
     torch.testing.assert_close(model.score(batch) - plain, model.bilinear_scores(batch).detach(), atol=1e-4, rtol=1e-4)
     batch.candidate_is_embedded[0, :5] = False
     batch.context_is_embedded[1] = False
@@ -108,12 +110,19 @@ def test_the_linear_stage_learns_a_topic_no_similarity_or_feature_shows():
     masks = live.feature_residual_masks()
     features_only = {"gate_linear.weight": masks["gate_linear.weight"]}
     runs = {}
-    for name, grad_masks, basis in (("features", features_only, None),
-                                    ("bilinear", masks, memory_basis(batches, 64, DIM))):
+    for name, grad_masks, basis in (
+        ("features", features_only, None),
+        ("bilinear", masks, memory_basis(batches, 64, DIM)),
+    ):
         opt = torch.optim.Adam([dict(live.named_parameters())[n] for n in grad_masks], lr=C.LEARNING_RATE)
-        result = fit(live, opt, LOSS, batches,
-                     FitConfig(max_epochs=200, early_stop_patience=40, previous_is_trained=False),
-                     Constraints(grad_masks=grad_masks, memory_basis=basis, bilinear_l2=bilinear_l2(len(train))))
+        result = fit(
+            live,
+            opt,
+            LOSS,
+            batches,
+            FitConfig(max_epochs=200, early_stop_patience=40, previous_is_trained=False),
+            Constraints(grad_masks=grad_masks, memory_basis=basis, bilinear_l2=bilinear_l2(len(train))),
+        )
         assert result.accepted
         runs[name] = mean_ndcg(result.model, held)
     assert abs(runs["features"] - untrained) < 0.1
@@ -122,7 +131,7 @@ def test_the_linear_stage_learns_a_topic_no_similarity_or_feature_shows():
 
 def test_the_bilinear_l2_is_strong_on_few_sessions_and_fades_faster_than_one_over_n():
     """10 / n^1.5: ~16 times the old 0.2 / n at 10 sessions, equal to it at 2,500, below after."""
-    assert bilinear_l2(10) == pytest.approx(10 / 10 ** 1.5)
+    assert bilinear_l2(10) == pytest.approx(10 / 10**1.5)
     assert bilinear_l2(10) > 15 * (0.2 / 10)
     assert bilinear_l2(2500) == pytest.approx(0.2 / 2500)
     assert bilinear_l2(3000) < 0.2 / 3000
@@ -158,5 +167,10 @@ def test_fit_rejects_a_negative_bilinear_l2():
     live = MemoryScorer(ScorerConfig(native_dim=DIM), seed=0)
     opt = torch.optim.Adam(live.parameters(), lr=1e-3)
     with pytest.raises(ValueError):
-        fit(live, opt, LOSS, [collate(topic_sessions(2, seed=1), native_dim=DIM)],
-            constraints=Constraints(bilinear_l2=-1.0))
+        fit(
+            live,
+            opt,
+            LOSS,
+            [collate(topic_sessions(2, seed=1), native_dim=DIM)],
+            constraints=Constraints(bilinear_l2=-1.0),
+        )

@@ -42,9 +42,17 @@ def _store(tmp_path, n_sessions: int) -> Database:
 
 def add_session(conn, s: int) -> None:
     started = f"2026-02-{s + 2:02d}T09:00:00.000Z"
-    insert_scored_session(conn, f"s{s:02d}", None, started, ["m0", "m1", "m2", "m3"], local_time=started[:19],
-                          ctx=np.ones(8, dtype=np.float32) / np.sqrt(8), model=MODEL_ID,
-                          raw=lambda r: {"baseline_rank": r, "is_embedded": True})
+    insert_scored_session(
+        conn,
+        f"s{s:02d}",
+        None,
+        started,
+        ["m0", "m1", "m2", "m3"],
+        local_time=started[:19],
+        ctx=np.ones(8, dtype=np.float32) / np.sqrt(8),
+        model=MODEL_ID,
+        raw=lambda r: {"baseline_rank": r, "is_embedded": True},
+    )
 
 
 def members(db: Database) -> set[str]:
@@ -59,8 +67,7 @@ def test_growing_adds_members_and_keeps_the_ones_it_holds(tmp_path):
     grown = db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t2", replace=False))
     assert grown == ["s08", "s09", "s11"]
     # full: growing adds nothing and replaces nothing
-    assert db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3",
-                                                      replace=False)) == grown
+    assert db.write(lambda c: pred_sql.refresh_canary(c, size=3, min_confidence=0.6, at="t3", replace=False)) == grown
     assert db.read(pred_sql.canary_newest_start) == "2026-02-13T09:00:00.000Z"
 
 
@@ -95,8 +102,7 @@ def test_the_weekly_refresh_replaces_at_most_max_replaced(tmp_path):
     assert capped == ["s08", "s09", "s11", "s12"]  # the two oldest out, the two newest in
     # the cap never keeps the set from filling up to its size
     db.write(lambda c: c.execute("DELETE FROM predictor_canary WHERE session_key = 's08'"))
-    assert len(db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t3",
-                                                          max_replaced=0))) == 4
+    assert len(db.write(lambda c: pred_sql.refresh_canary(c, size=4, min_confidence=0.6, at="t3", max_replaced=0))) == 4
 
 
 def test_a_week_is_counted_between_sessions_not_on_the_wall_clock():
@@ -113,15 +119,20 @@ def test_seen_members_are_swapped_for_sessions_that_started_later(tmp_path):
     assert members(db) == {"s06", "s07", "s08", "s09"}
     through = "2026-02-11T09:00:00.000Z"  # the start of s09: the newest session the model could see
     # nothing started later: nothing to swap in, the set stays
-    assert db.write(lambda c: pred_sql.swap_canary_members(
-        c, ["s06", "s08"], started_after=through, min_confidence=0.6, at="t2")) == ["s06", "s07", "s08", "s09"]
+    assert db.write(
+        lambda c: pred_sql.swap_canary_members(c, ["s06", "s08"], started_after=through, min_confidence=0.6, at="t2")
+    ) == ["s06", "s07", "s08", "s09"]
     db.write(lambda c: add_session(c, 10))
     # one later session for two seen members: the older of them goes; a non-member is ignored
-    one = db.write(lambda c: pred_sql.swap_canary_members(
-        c, ["s08", "s06", "s01"], started_after=through, min_confidence=0.6, at="t3"))
+    one = db.write(
+        lambda c: pred_sql.swap_canary_members(
+            c, ["s08", "s06", "s01"], started_after=through, min_confidence=0.6, at="t3"
+        )
+    )
     assert one == ["s07", "s08", "s09", "s10"]
     db.write(lambda c: [add_session(c, s) for s in (11, 12)])
     db.write(lambda c: c.execute("UPDATE session_scores SET confidence = 0.5 WHERE session_key = 's12'"))
     # s12 is below the confidence gate; s11 comes in for s08, and s07 (not seen) stays
-    assert db.write(lambda c: pred_sql.swap_canary_members(
-        c, ["s08"], started_after=through, min_confidence=0.6, at="t4")) == ["s07", "s09", "s10", "s11"]
+    assert db.write(
+        lambda c: pred_sql.swap_canary_members(c, ["s08"], started_after=through, min_confidence=0.6, at="t4")
+    ) == ["s07", "s09", "s10", "s11"]

@@ -15,8 +15,8 @@ import threading
 import numpy as np
 import pytest
 
-from memlane.predictor import policy
 from memlane.config import predictor as C
+from memlane.predictor import policy
 from memlane.predictor.client import SidecarClient, sidecar_command
 from memlane.services.predictor_training import Retrainer
 from memlane.storage import predictor as pred_sql
@@ -27,7 +27,7 @@ from predictor_store_helpers import insert_memory, insert_scored_session
 DIM = 8
 MODEL_ID = "test-8"
 AT = "2026-02-01T08:00:00.000Z"
-START_TIMEOUT = 180.0   # torch import on a busy machine; a budget, never asserted on
+START_TIMEOUT = 180.0  # torch import on a busy machine; a budget, never asserted on
 TRAIN_TIMEOUT = 300.0
 N_MEMORIES = 12
 
@@ -39,10 +39,24 @@ def add_session(conn, s: int) -> None:
     ids = [f"m{(s + i) % N_MEMORIES}" for i in range(N_MEMORIES)]
     rng = np.random.default_rng(s)
     ctx = rng.normal(size=DIM).astype(np.float32)
-    insert_scored_session(conn, f"s{s:02d}", None, started, ids, local_time=started[:19],
-                          ctx=ctx / np.linalg.norm(ctx), model=MODEL_ID,
-                          raw=lambda r: {"baseline_rank": r, "baseline_score": 1.0 / (r + 1), "is_embedded": True,
-                                         "age_days": float(r), "importance": 0.5, "access_count": r})
+    insert_scored_session(
+        conn,
+        f"s{s:02d}",
+        None,
+        started,
+        ids,
+        local_time=started[:19],
+        ctx=ctx / np.linalg.norm(ctx),
+        model=MODEL_ID,
+        raw=lambda r: {
+            "baseline_rank": r,
+            "baseline_score": 1.0 / (r + 1),
+            "is_embedded": True,
+            "age_days": float(r),
+            "importance": 0.5,
+            "access_count": r,
+        },
+    )
 
 
 @pytest.fixture()
@@ -66,9 +80,12 @@ def store(tmp_path):
 
 @pytest.fixture()
 def client(store, tmp_path):
-    c = SidecarClient(sidecar_command(db_path=store.path, model_dir=tmp_path / "predictor",
-                                      embedding_model_id=MODEL_ID, native_dim=DIM),
-                      stderr_path=tmp_path / "sidecar.log")
+    c = SidecarClient(
+        sidecar_command(
+            db_path=store.path, model_dir=tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM
+        ),
+        stderr_path=tmp_path / "sidecar.log",
+    )
     assert c.wait_ready(START_TIMEOUT), (tmp_path / "sidecar.log").read_text()
     yield c
     c.close()
@@ -81,8 +98,9 @@ def ndcg_gate(report: dict) -> dict:
 def test_the_sidecar_trains_on_the_canary_only_when_asked_to(store, client):
     canary = store.read(pred_sql.canary_keys)
     assert canary == ["s10", "s11"]
-    free = client.call("train_from_db", {"epochs": 3, "influential": False, "hold_out_canary": False},
-                       timeout_s=TRAIN_TIMEOUT)
+    free = client.call(
+        "train_from_db", {"epochs": 3, "influential": False, "hold_out_canary": False}, timeout_s=TRAIN_TIMEOUT
+    )
     assert free["accepted"], free
     assert free["sample_count"] == 12 and free["canary_sessions"] == 2
     assert free["canary_seen"] == canary

@@ -147,8 +147,12 @@ def test_errors_are_memlane_errors():
 
 def test_base_weights_fine_tune_flow(tmp_path):
     base_path, user_path = tmp_path / "predictor-base.bin", tmp_path / "model.bin"
-    base_digest = save(base_path, _model(5), CheckpointMeta(MODEL_ID, training={"corpus": "synthetic"}),
-                       CheckpointFlags(is_pretrained_base=True))
+    base_digest = save(
+        base_path,
+        _model(5),
+        CheckpointMeta(MODEL_ID, training={"corpus": "synthetic"}),
+        CheckpointFlags(is_pretrained_base=True),
+    )
     base = load_base_weights(base_path, embedding_model_id=MODEL_ID, native_dim=DIM)
     assert base.flags.is_pretrained_base and not base.flags.is_finetuned
     train = batched(make_sessions(16, native_dim=DIM, seed=2), batch_size=8, native_dim=DIM)

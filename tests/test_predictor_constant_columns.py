@@ -71,21 +71,37 @@ def test_fit_holds_the_named_weights_at_zero_despite_old_momentum():
         cols[constant] = torch.linspace(-8.0, 8.0, int(constant.sum()))
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
     # an earlier run left momentum on every feature weight
-    first = fit(model, opt, LOSS, [batch], FitConfig(max_epochs=5, early_stop_patience=5, max_seconds=1e9),
-                Constraints(grad_masks=model.feature_residual_masks()))
+    first = fit(
+        model,
+        opt,
+        LOSS,
+        [batch],
+        FitConfig(max_epochs=5, early_stop_patience=5, max_seconds=1e9),
+        Constraints(grad_masks=model.feature_residual_masks()),
+    )
     model, opt = first.model, first.optimizer
     before = model.feature_weights()
-    result = fit(model, opt, LOSS, [batch],
-                 FitConfig(max_epochs=30, early_stop_patience=30, max_seconds=1e9),
-                 Constraints(grad_masks=model.feature_residual_masks(),
-                             held_at_zero=model.feature_column_mask(constant)))
+    result = fit(
+        model,
+        opt,
+        LOSS,
+        [batch],
+        FitConfig(max_epochs=30, early_stop_patience=30, max_seconds=1e9),
+        Constraints(grad_masks=model.feature_residual_masks(), held_at_zero=model.feature_column_mask(constant)),
+    )
     after = result.model.feature_weights()
     assert torch.count_nonzero(after[constant]) == 0
     assert not torch.equal(after[~constant], before[~constant])  # the rest trained
     assert torch.equal(model.feature_weights(), before)  # the live model is untouched
     with pytest.raises(ValueError, match="held_at_zero"):
-        fit(model, opt, LOSS, [batch], FitConfig(max_epochs=1),
-            Constraints(held_at_zero={"nope": torch.ones(1, dtype=torch.bool)}))
+        fit(
+            model,
+            opt,
+            LOSS,
+            [batch],
+            FitConfig(max_epochs=1),
+            Constraints(held_at_zero={"nope": torch.ones(1, dtype=torch.bool)}),
+        )
     with pytest.raises(ValueError, match="columns"):
         model.feature_column_mask(torch.ones(NUM_FEATURES + 1, dtype=torch.bool))
 

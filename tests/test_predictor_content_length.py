@@ -28,16 +28,29 @@ WHEN = datetime(2026, 3, 4, 18, 0)
 
 
 def signals(i: int, **over) -> dict:
-    base = {"age_days": 1.0 + i, "importance": 0.5, "access_count": 0, "baseline_score": 1.0 / (i + 1),
-            "baseline_rank": i}
+    base = {
+        "age_days": 1.0 + i,
+        "importance": 0.5,
+        "access_count": 0,
+        "baseline_score": 1.0 / (i + 1),
+        "baseline_rank": i,
+    }
     return {**base, **over}
 
 
 def session_of(texts: list[str], labels: list[float] | None = None, raw: list[dict] | None = None):
-    return build_session(candidates=raw or [signals(i) for i in range(len(texts))], session_time=WHEN,
-                         session_gap_hours=1.0, candidate_vectors=[None] * len(texts), candidate_texts=texts,
-                         context_vector=None, context_text="deploy the api", project=None, native_dim=8,
-                         labels=labels)
+    return build_session(
+        candidates=raw or [signals(i) for i in range(len(texts))],
+        session_time=WHEN,
+        session_gap_hours=1.0,
+        candidate_vectors=[None] * len(texts),
+        candidate_texts=texts,
+        context_vector=None,
+        context_text="deploy the api",
+        project=None,
+        native_dim=8,
+        labels=labels,
+    )
 
 
 def test_the_column_is_the_log_length_of_each_text():
@@ -62,8 +75,12 @@ def test_a_huge_text_stays_finite():
 
 def test_a_candidate_whose_text_is_gone_counts_zero():
     """The sidecar reads the texts by id (read-only); a memory deleted since counts 0 chars."""
-    params = {"candidate_ids": ["kept", "gone"], "candidates": [signals(0), signals(1)],
-              "session_time": "2026-03-04T18:00:00", "session_gap_hours": 1.0}
+    params = {
+        "candidate_ids": ["kept", "gone"],
+        "candidates": [signals(0), signals(1)],
+        "session_time": "2026-03-04T18:00:00",
+        "session_gap_hours": 1.0,
+    }
     stored = {"kept": ("Deploys go out via make release.", None)}
     _, session = parse_score_params(params, native_dim=8, lookup=lambda ids: {m: stored[m] for m in ids if m in stored})
     assert session.features[0, COL] == pytest.approx(math.log1p(32) / CONTENT_CHARS_LOG_SCALE, rel=1e-6)
@@ -88,7 +105,11 @@ def test_the_linear_stage_learns_that_longer_memories_help(tmp_path):
     engine = PredictorEngine(tmp_path, embedding_model_id="test-embedder", native_dim=8)
 
     def mean_ndcg() -> float:
-        return float(np.mean([ndcg_at_k(torch.as_tensor(engine.score(s))[None], torch.as_tensor(s.labels)[None], 10) for s in test]))
+        return float(
+            np.mean(
+                [ndcg_at_k(torch.as_tensor(engine.score(s))[None], torch.as_tensor(s.labels)[None], 10) for s in test]
+            )
+        )
 
     before = mean_ndcg()
     report = engine.train(train, save=False, stage="linear")

@@ -31,9 +31,9 @@ import pytest
 
 from conftest import api_client
 from memlane.config import load_settings
+from memlane.config.predictor import PredictorSettings
 from memlane.container import Container, open_container
 from memlane.predictor.client import SidecarClient
-from memlane.config.predictor import PredictorSettings
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_scoring import ERROR_KINDS, ScoreChannel
 from memlane.sessions.inputs import StartInput
@@ -41,9 +41,15 @@ from memlane.storage import predictor as pred_sql
 
 PROJECT = "deadline"
 READY_S = 120
-NOTES = [f"The {c} service {f}." for c in ("billing", "search", "auth")
-         for f in ("deploys from the main branch every Tuesday", "pages on-call when p99 latency is over budget",
-                   "keeps its migrations under db/migrations")]  # 9 memories: a small request
+NOTES = [
+    f"The {c} service {f}."
+    for c in ("billing", "search", "auth")
+    for f in (
+        "deploys from the main branch every Tuesday",
+        "pages on-call when p99 latency is over budget",
+        "keeps its migrations under db/migrations",
+    )
+]  # 9 memories: a small request
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +70,9 @@ def c(home, shared_embedder):
     c = open_container(settings, embedder=shared_embedder, predictor=True)
     try:
         assert c.predictor is not None and c.predictor.backend.wait_ready(READY_S)
-        c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.05 * i)
-                                  for i, t in enumerate(NOTES)])
+        c.memories.remember_many(
+            [RememberInput(content=t, project=PROJECT, importance=0.3 + 0.05 * i) for i, t in enumerate(NOTES)]
+        )
         yield c
     finally:
         c.predictor.wait_training(300)
@@ -83,8 +90,11 @@ def start(c: Container, prefix: str):
 
 
 def rows(c: Container, key: str) -> list[dict]:
-    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
-        "SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))])
+    return c.db.read(
+        lambda conn: [
+            dict(r) for r in conn.execute("SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))
+        ]
+    )
 
 
 def signals(c: Container, key: str) -> dict:
@@ -97,8 +107,9 @@ def assert_baseline(c: Container, key: str, res) -> str:
     got = rows(c, key)
     assert res.status == "new" and len(got) == len(NOTES)
     assert all(r["predictor_rank"] is None and r["predictor_score"] is None for r in got)
-    assert {r["memory_id"] for r in got if r["was_injected"]} == \
-        {r["memory_id"] for r in got if r["baseline_rank"] <= 3}
+    assert {r["memory_id"] for r in got if r["was_injected"]} == {
+        r["memory_id"] for r in got if r["baseline_rank"] <= 3
+    }
     return signals(c, key)["predictor_error"]
 
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.checkpoint import CheckpointMeta
-from memlane.predictor.data import collate
 from memlane.predictor.coverage import query_coverage
+from memlane.predictor.data import collate
 from memlane.predictor.dataset import build_session, load_sessions
 from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine, load_or_fresh, non_positive_columns
 from memlane.predictor.errors import (
@@ -37,11 +37,10 @@ from memlane.predictor.features import (
 from memlane.predictor.metrics import ndcg_at_k
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.storage.db import open_readonly
 from memlane.predictor.synthetic import make_sessions
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
-from memlane.storage.db import Database
+from memlane.storage.db import Database, open_readonly
 from memlane.storage.embeddings import upsert as upsert_embeddings
 from memlane.storage.migrations import migrate
 
@@ -234,23 +233,30 @@ def test_score_rejects_wrong_embedding_width(tmp_path):
 # -- checkpoint refusal --------------------------------------------------------------------------
 
 
-def write_foreign_checkpoint(model_dir: Path, *, model_id: str = MODEL_ID, native_dim: int = DIM,
-                             schema: FeatureSchema = CURRENT_SCHEMA) -> Path:
+def write_foreign_checkpoint(
+    model_dir: Path, *, model_id: str = MODEL_ID, native_dim: int = DIM, schema: FeatureSchema = CURRENT_SCHEMA
+) -> Path:
     path = model_dir / CHECKPOINT_NAME
-    ckpt.save(path, MemoryScorer(ScorerConfig(native_dim=native_dim), seed=3),
-              CheckpointMeta(model_id, feature_schema=schema, training={"trained": True, "model_version": 7}))
+    ckpt.save(
+        path,
+        MemoryScorer(ScorerConfig(native_dim=native_dim), seed=3),
+        CheckpointMeta(model_id, feature_schema=schema, training={"trained": True, "model_version": 7}),
+    )
     return path
 
 
 OTHER_SCHEMA = FeatureSchema("2", "0123456789abcdef", CURRENT_SCHEMA.names + ("new_feature",))
 
 
-@pytest.mark.parametrize("kind,error", [
-    ("embedding_model", EmbeddingMismatchError),
-    ("native_dim", EmbeddingMismatchError),
-    ("feature_schema", FeatureSchemaMismatchError),
-    ("garbage", CheckpointFormatError),
-])
+@pytest.mark.parametrize(
+    "kind,error",
+    [
+        ("embedding_model", EmbeddingMismatchError),
+        ("native_dim", EmbeddingMismatchError),
+        ("feature_schema", FeatureSchemaMismatchError),
+        ("garbage", CheckpointFormatError),
+    ],
+)
 def test_foreign_checkpoint_is_refused(tmp_path, kind, error):
     model_dir = tmp_path / "predictor"
     if kind == "embedding_model":
@@ -297,8 +303,9 @@ def test_load_or_fresh_with_unusable_base_weights_starts_fresh(tmp_path):
     base = tmp_path / "base.bin"
     ckpt.save(base, MemoryScorer(ScorerConfig(native_dim=DIM)), CheckpointMeta("other-embedder"))
     base_bytes = base.read_bytes()
-    engine, error = load_or_fresh(tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM,
-                                  base_weights=str(base))
+    engine, error = load_or_fresh(
+        tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM, base_weights=str(base)
+    )
     assert error is not None and "other-embedder" in error
     assert not engine.trained and engine.base_digest is None
     assert base.read_bytes() == base_bytes
@@ -328,8 +335,9 @@ def test_base_weights_must_be_a_base_model(tmp_path):
     donor = new_engine(tmp_path / "donor")
     assert donor.train(synthetic(8), max_epochs=1).accepted
     assert donor.checkpoint_path.exists()
-    engine, error = load_or_fresh(tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM,
-                                  base_weights=str(donor.checkpoint_path))
+    engine, error = load_or_fresh(
+        tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM, base_weights=str(donor.checkpoint_path)
+    )
     assert error is not None and "not a pre-trained base model" in error
     assert not engine.trained and engine.base_digest is None
     assert donor.checkpoint_path.exists()  # the donor's own model is never moved aside
@@ -346,39 +354,92 @@ def unit(rng: np.random.Generator, n: int = DIM) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def insert_memory(conn: sqlite3.Connection, mid: str, content: str, vector: np.ndarray | None,
-                  model: str = MODEL_ID) -> None:
+def insert_memory(
+    conn: sqlite3.Connection, mid: str, content: str, vector: np.ndarray | None, model: str = MODEL_ID
+) -> None:
     h = hashlib.sha256(content.encode()).hexdigest()
-    conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, created_at, updated_at)
-                    VALUES (?,?,?,?,?,?)""", (mid, content, content.lower(), h, AT, AT))
+    conn.execute(
+        """INSERT INTO memories (id, content, normalized_content, content_hash, created_at, updated_at)
+                    VALUES (?,?,?,?,?,?)""",
+        (mid, content, content.lower(), h, AT, AT),
+    )
     if vector is not None:
         upsert_embeddings(conn, [(h, vector)], model, AT)
 
 
-def seed_session(conn: sqlite3.Connection, key: str, *, started_at: str, rows: list[tuple],
-                 confidence: float, context_vector: np.ndarray | None, context_model: str | None = MODEL_ID,
-                 signals: dict | None = None, project: str | None = "proj", context: str = "context text") -> None:
+def seed_session(
+    conn: sqlite3.Connection,
+    key: str,
+    *,
+    started_at: str,
+    rows: list[tuple],
+    confidence: float,
+    context_vector: np.ndarray | None,
+    context_model: str | None = MODEL_ID,
+    signals: dict | None = None,
+    project: str | None = "proj",
+    context: str = "context text",
+) -> None:
     """rows: (memory_id, features dict or None, label or None)."""
-    sess_sql.insert_session(conn, key=key, project=project, harness="test", cwd=None, context=context,
-                            started_at=started_at, predictor_state="collecting")
-    sess_sql.record_candidates(conn, key, [
-        sess_sql.CandidateRow(memory_id=m, source="effective" if f is not None else "fts_only",
-                              final_score=1.0 / (i + 1), rank=i, was_injected=i < 3)
-        for i, (m, f, _) in enumerate(rows)], started_at)
+    sess_sql.insert_session(
+        conn,
+        key=key,
+        project=project,
+        harness="test",
+        cwd=None,
+        context=context,
+        started_at=started_at,
+        predictor_state="collecting",
+    )
+    sess_sql.record_candidates(
+        conn,
+        key,
+        [
+            sess_sql.CandidateRow(
+                memory_id=m,
+                source="effective" if f is not None else "fts_only",
+                final_score=1.0 / (i + 1),
+                rank=i,
+                was_injected=i < 3,
+            )
+            for i, (m, f, _) in enumerate(rows)
+        ],
+        started_at,
+    )
     if signals is not None:
-        pred_sql.set_session_inputs(conn, key, context_vector=context_vector, context_model=context_model,
-                                    signals=signals)
+        pred_sql.set_session_inputs(
+            conn, key, context_vector=context_vector, context_model=context_model, signals=signals
+        )
     pred_sql.set_candidate_features(conn, key, {m: f for m, f, _ in rows if f is not None})
     ids = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall())
     sess_sql.write_labels(conn, [(ids[m], lab, lab, ["test"]) for m, _, lab in rows if lab is not None])
-    sess_sql.write_score(conn, key, score=0.8, confidence=confidence, memories_recalled=3, memories_used=1,
-                         novel_context_count=0, reasoning=None, scorer="llm", model=None, at=started_at)
+    sess_sql.write_score(
+        conn,
+        key,
+        score=0.8,
+        confidence=confidence,
+        memories_recalled=3,
+        memories_used=1,
+        novel_context_count=0,
+        reasoning=None,
+        scorer="llm",
+        model=None,
+        at=started_at,
+    )
 
 
 def feats(i: int, **over) -> dict:
-    base = {"age_days": 2.0 + i, "importance": 0.1 * (i % 10), "access_count": i, "is_embedded": True,
-            "baseline_score": 1.0 / (i + 1), "baseline_rank": i, "context_similarity": 0.05 * i,
-            "is_superseded": i == 4, "pinned": i == 0}
+    base = {
+        "age_days": 2.0 + i,
+        "importance": 0.1 * (i % 10),
+        "access_count": i,
+        "is_embedded": True,
+        "baseline_score": 1.0 / (i + 1),
+        "baseline_rank": i,
+        "context_similarity": 0.05 * i,
+        "is_superseded": i == 4,
+        "pinned": i == 0,
+    }
     return {**base, **over}
 
 
@@ -402,31 +463,80 @@ def seeded_db(tmp_path):
                 insert_memory(conn, f"m{i}", f"memory {i} text", vectors[f"m{i}"])
         good_rows = [(f"m{i}", feats(i), lab) for i, lab in enumerate([1.0, 0.0, 0.5, -0.3, 0.0, 0.8, 0.2])]
         good_rows.append(("m7", None, 1.0))  # an fts_only hit without logged features
-        seed_session(conn, "good", started_at="2026-02-03T09:30:00.000Z", rows=good_rows, confidence=0.9,
-                     context_vector=ctx, signals={"session_time": "2026-02-03T09:30:00+01:00",
-                                                  "session_gap_hours": 6.5})
-        seed_session(conn, "other-ctx-model", started_at="2026-02-02T09:00:00.000Z",
-                     rows=[("m0", feats(0), 0.0), ("m1", feats(1), 1.0), ("m2", feats(2), None)], confidence=0.6,
-                     context_vector=unit(rng), context_model="other-embedder",
-                     signals={"session_time": "2026-02-02T21:15:00", "session_gap_hours": 1.0}, project=None)
-        seed_session(conn, "low-confidence", started_at="2026-02-04T09:00:00.000Z",
-                     rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)], confidence=0.59, context_vector=ctx,
-                     signals={"session_gap_hours": 1.0})
-        seed_session(conn, "constant-labels", started_at="2026-02-05T09:00:00.000Z",
-                     rows=[("m0", feats(0), 0.3), ("m1", feats(1), 0.3), ("m2", feats(2), 0.3)], confidence=0.9,
-                     context_vector=ctx, signals={"session_gap_hours": 1.0})
-        seed_session(conn, "no-labels", started_at="2026-02-05T10:00:00.000Z",
-                     rows=[("m0", feats(0), None), ("m1", feats(1), None)], confidence=0.9, context_vector=ctx,
-                     signals={"session_gap_hours": 1.0})
-        seed_session(conn, "one-candidate", started_at="2026-02-05T11:00:00.000Z",
-                     rows=[("m0", feats(0), 1.0), ("m1", None, 0.0)], confidence=0.9, context_vector=ctx,
-                     signals={"session_gap_hours": 1.0})
-        seed_session(conn, "no-signals", started_at="2026-02-05T12:00:00.000Z",
-                     rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)], confidence=0.9, context_vector=ctx,
-                     signals=None)
-        seed_session(conn, "malformed-features", started_at="2026-02-05T13:00:00.000Z",
-                     rows=[("m0", {"age_days": 1.0}, 1.0), ("m1", feats(1), 0.0)], confidence=0.9,
-                     context_vector=ctx, signals={"session_gap_hours": 1.0})
+        seed_session(
+            conn,
+            "good",
+            started_at="2026-02-03T09:30:00.000Z",
+            rows=good_rows,
+            confidence=0.9,
+            context_vector=ctx,
+            signals={"session_time": "2026-02-03T09:30:00+01:00", "session_gap_hours": 6.5},
+        )
+        seed_session(
+            conn,
+            "other-ctx-model",
+            started_at="2026-02-02T09:00:00.000Z",
+            rows=[("m0", feats(0), 0.0), ("m1", feats(1), 1.0), ("m2", feats(2), None)],
+            confidence=0.6,
+            context_vector=unit(rng),
+            context_model="other-embedder",
+            signals={"session_time": "2026-02-02T21:15:00", "session_gap_hours": 1.0},
+            project=None,
+        )
+        seed_session(
+            conn,
+            "low-confidence",
+            started_at="2026-02-04T09:00:00.000Z",
+            rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)],
+            confidence=0.59,
+            context_vector=ctx,
+            signals={"session_gap_hours": 1.0},
+        )
+        seed_session(
+            conn,
+            "constant-labels",
+            started_at="2026-02-05T09:00:00.000Z",
+            rows=[("m0", feats(0), 0.3), ("m1", feats(1), 0.3), ("m2", feats(2), 0.3)],
+            confidence=0.9,
+            context_vector=ctx,
+            signals={"session_gap_hours": 1.0},
+        )
+        seed_session(
+            conn,
+            "no-labels",
+            started_at="2026-02-05T10:00:00.000Z",
+            rows=[("m0", feats(0), None), ("m1", feats(1), None)],
+            confidence=0.9,
+            context_vector=ctx,
+            signals={"session_gap_hours": 1.0},
+        )
+        seed_session(
+            conn,
+            "one-candidate",
+            started_at="2026-02-05T11:00:00.000Z",
+            rows=[("m0", feats(0), 1.0), ("m1", None, 0.0)],
+            confidence=0.9,
+            context_vector=ctx,
+            signals={"session_gap_hours": 1.0},
+        )
+        seed_session(
+            conn,
+            "no-signals",
+            started_at="2026-02-05T12:00:00.000Z",
+            rows=[("m0", feats(0), 1.0), ("m1", feats(1), 0.0)],
+            confidence=0.9,
+            context_vector=ctx,
+            signals=None,
+        )
+        seed_session(
+            conn,
+            "malformed-features",
+            started_at="2026-02-05T13:00:00.000Z",
+            rows=[("m0", {"age_days": 1.0}, 1.0), ("m1", feats(1), 0.0)],
+            confidence=0.9,
+            context_vector=ctx,
+            signals={"session_gap_hours": 1.0},
+        )
 
     db.write(fill)
     db.close()
@@ -454,13 +564,36 @@ def test_load_sessions_round_trip(seeded_db):
     # rows were logged without query_coverage (before schema v6): training computes it from the
     # session's context "context text" and each memory's text ("memory 3 text"): 1 of 2 terms.
     # content_chars (schema v7) is the length of each memory's text, read with it.
-    texts = ["memory 0 text", "memory 1 text", "memory 2 text", "memory 3 text", "memory 4 text",
-             "memory five text", "memory six text"]
+    texts = [
+        "memory 0 text",
+        "memory 1 text",
+        "memory 2 text",
+        "memory 3 text",
+        "memory 4 text",
+        "memory five text",
+        "memory six text",
+    ]
     when = datetime.fromisoformat("2026-02-03T09:30:00+01:00")
-    expected = build_feature_matrix([CandidateFeatures(
-        age_days=2.0 + i, importance=0.1 * i, access_count=i, session_gap_hours=6.5, is_embedded=i < 5,
-        is_superseded=i == 4, baseline_score=1.0 / (i + 1), baseline_rank=i, context_similarity=0.05 * i,
-        pinned=i == 0, query_coverage=0.5, content_chars=len(texts[i])) for i in range(7)], when)
+    expected = build_feature_matrix(
+        [
+            CandidateFeatures(
+                age_days=2.0 + i,
+                importance=0.1 * i,
+                access_count=i,
+                session_gap_hours=6.5,
+                is_embedded=i < 5,
+                is_superseded=i == 4,
+                baseline_score=1.0 / (i + 1),
+                baseline_rank=i,
+                context_similarity=0.05 * i,
+                pinned=i == 0,
+                query_coverage=0.5,
+                content_chars=len(texts[i]),
+            )
+            for i in range(7)
+        ],
+        when,
+    )
     np.testing.assert_array_equal(good.features, expected)
 
     other = sessions[1]
@@ -501,12 +634,19 @@ def test_scoring_path_builds_the_same_session_as_training(seeded_db):
     # a v6 daemon logs and sends query_coverage for its context (what training backfills here)
     texts = [conn.execute("SELECT content FROM memories WHERE id = ?", (m,)).fetchone()[0] for m in ids]
     cov = query_coverage("context text", texts)
-    params = {"candidate_ids": ids, "candidates": [{**feats(i), "query_coverage": cov[i]} for i in range(7)],
-              "session_time": "2026-02-03T09:30:00+01:00", "session_gap_hours": 6.5, "project": "proj",
-              "context_embedding": np.frombuffer(ctx, dtype="<f4").tolist()}
+    params = {
+        "candidate_ids": ids,
+        "candidates": [{**feats(i), "query_coverage": cov[i]} for i in range(7)],
+        "session_time": "2026-02-03T09:30:00+01:00",
+        "session_gap_hours": 6.5,
+        "project": "proj",
+        "context_embedding": np.frombuffer(ctx, dtype="<f4").tolist(),
+    }
     got_ids, served = parse_score_params(
-        params, native_dim=DIM,
-        lookup=lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()})
+        params,
+        native_dim=DIM,
+        lookup=lambda m: {k: (c, b) for k, (c, b, _) in pred_sql.memory_rows(conn, m, MODEL_ID).items()},
+    )
     assert got_ids == ids
     np.testing.assert_array_equal(served.features, stored.features)
     lengths = served.features[:, FEATURE_INDEX["log_content_chars"]]  # schema v7, from the texts on both paths
@@ -558,9 +698,17 @@ def test_an_unknown_stage_is_refused(tmp_path, stage):
 
 def test_build_session_rejects_mismatched_lengths():
     with pytest.raises(ValueError):
-        build_session(candidates=[feats(0), feats(1)], session_time=datetime(2026, 1, 1), session_gap_hours=0,
-                      candidate_vectors=[None], candidate_texts=["a", "b"], context_vector=None, context_text="",
-                      project=None, native_dim=DIM)
+        build_session(
+            candidates=[feats(0), feats(1)],
+            session_time=datetime(2026, 1, 1),
+            session_gap_hours=0,
+            candidate_vectors=[None],
+            candidate_texts=["a", "b"],
+            context_vector=None,
+            context_text="",
+            project=None,
+            native_dim=DIM,
+        )
 
 
 def test_training_stage_follows_the_number_of_sessions(tmp_path):
@@ -574,8 +722,12 @@ def test_training_stage_follows_the_number_of_sessions(tmp_path):
     report = engine.train(synthetic(30), save=False, max_epochs=5)
     assert report.stage == "linear" and report.best_epoch is None  # no validation split
     after = engine.model.state_dict()
-    assert {k for k in before if not torch.equal(before[k], after[k])} <= {"gate_linear.weight", "context_bilinear",
-                                                                        "memory_basis", "gate_hidden.weight"}
+    assert {k for k in before if not torch.equal(before[k], after[k])} <= {
+        "gate_linear.weight",
+        "context_bilinear",
+        "memory_basis",
+        "gate_hidden.weight",
+    }
     # the gate MLP does not train; only its inputs of the sign-bounded features are set to 0
     # (engine._held_at_zero; its output layer is 0, so the score does not change)
     bounded = engine.model.mlp_feature_mask(non_positive_columns())["gate_hidden.weight"]

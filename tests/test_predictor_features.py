@@ -98,8 +98,17 @@ def test_feature_matrix_defaults_and_clamps():
 
 
 @pytest.mark.parametrize(
-    "field", ["age_days", "importance", "session_gap_hours", "baseline_score", "context_similarity",
-              "query_coverage", "content_chars", "phase_weight"]
+    "field",
+    [
+        "age_days",
+        "importance",
+        "session_gap_hours",
+        "baseline_score",
+        "context_similarity",
+        "query_coverage",
+        "content_chars",
+        "phase_weight",
+    ],
 )
 def test_feature_matrix_rejects_non_finite(field):
     base = dict(age_days=1.0, importance=0.5, access_count=1, session_gap_hours=1.0, is_embedded=True)
@@ -159,14 +168,21 @@ def _random_candidate(rng: np.random.Generator) -> CandidateFeatures:
         return None if rng.random() < 0.2 else x
 
     return CandidateFeatures(
-        age_days=float(rng.uniform(-2, 400)), importance=float(rng.uniform(0, 1)),
-        access_count=int(rng.integers(0, 50)), session_gap_hours=float(rng.uniform(-1, 500)),
-        is_embedded=bool(rng.random() < 0.7), is_superseded=bool(rng.random() < 0.1),
+        age_days=float(rng.uniform(-2, 400)),
+        importance=float(rng.uniform(0, 1)),
+        access_count=int(rng.integers(0, 50)),
+        session_gap_hours=float(rng.uniform(-1, 500)),
+        is_embedded=bool(rng.random() < 0.7),
+        is_superseded=bool(rng.random() < 0.1),
         baseline_score=float(rng.uniform(0, 2)),
         baseline_rank=None if rng.random() < 0.1 else int(rng.integers(-1, 100)),
-        context_similarity=maybe(float(rng.uniform(-1, 1))), pinned=bool(rng.random() < 0.1),
-        bm25_score=maybe(float(rng.uniform(0, 1))), vector_score=maybe(float(rng.uniform(-1, 1))),
-        mentions_project=bool(rng.random() < 0.3), names_other_project=bool(rng.random() < 0.3))
+        context_similarity=maybe(float(rng.uniform(-1, 1))),
+        pinned=bool(rng.random() < 0.1),
+        bm25_score=maybe(float(rng.uniform(0, 1))),
+        vector_score=maybe(float(rng.uniform(-1, 1))),
+        mentions_project=bool(rng.random() < 0.3),
+        names_other_project=bool(rng.random() < 0.3),
+    )
 
 
 def test_feature_matrix_names_the_bad_value_among_many():
@@ -189,7 +205,14 @@ def test_feature_matrix_from_signals_equals_the_dataclass_path():
         for _ in range(n):
             c = _random_candidate(rng)
             raw = {k: getattr(c, k) for k in F.CandidateFeatures.__dataclass_fields__}
-            for k in ("is_superseded", "pinned", "bm25_score", "mentions_project", "names_other_project", "phase_weight"):
+            for k in (
+                "is_superseded",
+                "pinned",
+                "bm25_score",
+                "mentions_project",
+                "names_other_project",
+                "phase_weight",
+            ):
                 if rng.random() < 0.3:
                     raw.pop(k)  # optional keys may be missing from older logs
             if rng.random() < 0.2:
@@ -197,21 +220,36 @@ def test_feature_matrix_from_signals_equals_the_dataclass_path():
             raws.append(raw)
             embedded.append(bool(rng.random() < 0.5))
         fast = F.feature_matrix_from_signals(raws, is_embedded=embedded, session_gap_hours=7.5, session_time=when)
-        slow = build_feature_matrix([signals_to_features({**r, "is_embedded": e}, 7.5)
-                                     for r, e in zip(raws, embedded)], when)
+        slow = build_feature_matrix(
+            [signals_to_features({**r, "is_embedded": e}, 7.5) for r, e in zip(raws, embedded)], when
+        )
         assert fast is not None
         np.testing.assert_array_equal(fast, slow)
 
 
-@pytest.mark.parametrize("bad", [{"age_days": float("nan")}, {"importance": "high"}, {"access_count": None},
-                                 {"baseline_score": float("inf")}])
+@pytest.mark.parametrize(
+    "bad",
+    [{"age_days": float("nan")}, {"importance": "high"}, {"access_count": None}, {"baseline_score": float("inf")}],
+)
 def test_malformed_signals_take_the_checked_path_and_raise(bad):
     from memlane.predictor.dataset import build_session
 
     raw = {"age_days": 1.0, "importance": 0.5, "access_count": 1}
-    assert F.feature_matrix_from_signals([{**raw, **bad}], is_embedded=[False], session_gap_hours=0.0,
-                                         session_time=datetime(2026, 1, 1)) is None
+    assert (
+        F.feature_matrix_from_signals(
+            [{**raw, **bad}], is_embedded=[False], session_gap_hours=0.0, session_time=datetime(2026, 1, 1)
+        )
+        is None
+    )
     with pytest.raises(ValueError):
-        build_session(candidates=[raw, {**raw, **bad}], session_time=datetime(2026, 1, 1), session_gap_hours=0.0,
-                      candidate_vectors=[None, None], candidate_texts=["a", "b"], context_vector=None,
-                      context_text="x", project=None, native_dim=4)
+        build_session(
+            candidates=[raw, {**raw, **bad}],
+            session_time=datetime(2026, 1, 1),
+            session_gap_hours=0.0,
+            candidate_vectors=[None, None],
+            candidate_texts=["a", "b"],
+            context_vector=None,
+            context_text="x",
+            project=None,
+            native_dim=4,
+        )

@@ -30,18 +30,28 @@ import pytest
 
 from conftest import api_client
 from memlane.config import load_settings
-from memlane.container import Container, open_container
 from memlane.config.clock import now_iso
+from memlane.container import Container, open_container
 from memlane.services.inputs import RememberInput
 from memlane.sessions import labels
 from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
-
 from predictor_corpus_helpers import CONTEXTS, CORPUS, PROJECT, READY_S
 
-NOT_NULL = ("predictor_ndcg", "baseline_ndcg", "margin", "scorer_confidence", "ema_updated", "success_rate",
-            "alpha", "predictor_top_ids", "baseline_top_ids", "relevance_scores", "created_at")
+NOT_NULL = (
+    "predictor_ndcg",
+    "baseline_ndcg",
+    "margin",
+    "scorer_confidence",
+    "ema_updated",
+    "success_rate",
+    "alpha",
+    "predictor_top_ids",
+    "baseline_top_ids",
+    "relevance_scores",
+    "created_at",
+)
 COLLECTING = re.compile(r"^\[predictor: collecting \| (\d+)/10 sessions \| baseline only\]$")
 
 
@@ -53,8 +63,9 @@ class World:
         self.n = 0
 
     def open(self, **predictor) -> Container:
-        settings = load_settings(home=self.home, sessions={"inject_limit": 5},
-                                 predictor={"score_timeout_ms": 30_000, **predictor})
+        settings = load_settings(
+            home=self.home, sessions={"inject_limit": 5}, predictor={"score_timeout_ms": 30_000, **predictor}
+        )
         self.c = open_container(settings, embedder=self.embedder, predictor=True)
         assert self.c.predictor is not None and self.c.predictor.backend.wait_ready(READY_S)
         return self.c
@@ -79,8 +90,9 @@ def world(tmp_path_factory, shared_embedder):
         mp.setenv("MEMLANE_CONFIG", str(tmp_path_factory.getbasetemp() / "no-such-config.yaml"))
         w = World(tmp_path_factory.mktemp("predictor-home"), shared_embedder)
         c = w.open()
-        c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i)
-                                  for i, t in enumerate(CORPUS)])
+        c.memories.remember_many(
+            [RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i) for i, t in enumerate(CORPUS)]
+        )
         yield w
         w.close()
 
@@ -89,8 +101,11 @@ def world(tmp_path_factory, shared_embedder):
 
 
 def rows(c: Container, key: str) -> list[dict]:
-    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
-        "SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))])
+    return c.db.read(
+        lambda conn: [
+            dict(r) for r in conn.execute("SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))
+        ]
+    )
 
 
 def signals(c: Container, key: str) -> dict:
@@ -98,8 +113,11 @@ def signals(c: Container, key: str) -> dict:
 
 
 def comparison_rows(c: Container, key: str) -> list[dict]:
-    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
-        "SELECT * FROM predictor_comparisons WHERE session_key = ?", (key,))])
+    return c.db.read(
+        lambda conn: [
+            dict(r) for r in conn.execute("SELECT * FROM predictor_comparisons WHERE session_key = ?", (key,))
+        ]
+    )
 
 
 def training_rows(c: Container) -> list[dict]:
@@ -114,8 +132,9 @@ def start(w: World, prefix: str, i: int = 0, project: str = PROJECT):
 def start_deferred(w: World, prefix: str, i: int = 0, project: str = PROJECT, now: str | None = None):
     """A session-start as the HTTP hook makes it: the predictor's ranking may be recorded after it."""
     key = w.key(prefix)
-    return key, w.c.sessions.start(StartInput(key, project=project, context=CONTEXTS[i % len(CONTEXTS)], now=now),
-                                   defer_predictor=True)
+    return key, w.c.sessions.start(
+        StartInput(key, project=project, context=CONTEXTS[i % len(CONTEXTS)], now=now), defer_predictor=True
+    )
 
 
 @contextmanager
@@ -134,9 +153,19 @@ def sidecar_stopped(c: Container):
 
 def recorded(c: Container, key: str) -> dict[str, tuple]:
     """{memory id: everything a session-start records about the candidate}."""
-    return {r["memory_id"]: (r["predictor_score"], r["predictor_rank"], r["baseline_rank"], r["rank"],
-                             r["final_score"], r["was_injected"], r["source"], json.loads(r["features"]))
-            for r in rows(c, key)}
+    return {
+        r["memory_id"]: (
+            r["predictor_score"],
+            r["predictor_rank"],
+            r["baseline_rank"],
+            r["rank"],
+            r["final_score"],
+            r["was_injected"],
+            r["source"],
+            json.loads(r["features"]),
+        )
+        for r in rows(c, key)
+    }
 
 
 def labelled_session(w: World, prefix: str, i: int = 0) -> str:
@@ -164,8 +193,13 @@ def drive_to_warming(w: World) -> None:
 
 
 def score_request(ids: list[str]) -> dict:
-    return {"candidate_ids": ids, "session_time": "2026-03-01T12:00:00+00:00", "session_gap_hours": 5.0,
-            "project": PROJECT, "context_text": "deploying the billing service"}
+    return {
+        "candidate_ids": ids,
+        "session_time": "2026-03-01T12:00:00+00:00",
+        "session_gap_hours": 5.0,
+        "project": PROJECT,
+        "context_text": "deploying the billing service",
+    }
 
 
 # ------------------------------------------------------------------------------ 1. session-start
@@ -181,13 +215,20 @@ def test_start_records_both_rankings_features_signals_and_the_status_line(world)
         assert r["predictor_score"] is not None and r["predictor_rank"] is not None and r["baseline_rank"] is not None
         feats = json.loads(r["features"])
         assert feats["baseline_rank"] == r["baseline_rank"] - 1  # raw signals, 0-based rank
-        assert {"age_days", "importance", "access_count", "is_superseded", "baseline_score",
-                "context_similarity"} <= set(feats)
+        assert {
+            "age_days",
+            "importance",
+            "access_count",
+            "is_superseded",
+            "baseline_score",
+            "context_similarity",
+        } <= set(feats)
     assert sorted(r["predictor_rank"] for r in got) == list(range(1, len(got) + 1))
     assert sorted(r["baseline_rank"] for r in got) == list(range(1, len(got) + 1))
     # alpha = 1 in cold start: injection follows the baseline
-    assert {r["memory_id"] for r in got if r["was_injected"]} == \
-        {r["memory_id"] for r in got if r["baseline_rank"] <= 5}
+    assert {r["memory_id"] for r in got if r["was_injected"]} == {
+        r["memory_id"] for r in got if r["baseline_rank"] <= 5
+    }
     sig = signals(c, key)
     assert {"session_time", "session_gap_hours", "alpha", "phase", "model_version"} <= set(sig)
     assert sig["alpha"] == 1.0 and sig["phase"] == "collecting" and "predictor_error" not in sig
@@ -372,21 +413,31 @@ def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(w
     # corrupted sessions are then all on the training side (a canary with infinite labels would
     # make the sidecar's report unserialisable: an error, not a failed gate).
     size = min(C.CANARY_SIZE, p.state.training_sessions // 5)
-    c.db.write(lambda conn: pred_sql.refresh_canary(conn, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE,
-                                                    at=now_iso()))
-    saved = c.db.read(lambda conn: conn.execute(
-        "SELECT id, label FROM session_memories WHERE label IS NOT NULL "
-        "AND session_key NOT IN (SELECT session_key FROM predictor_canary)").fetchall())
+    c.db.write(
+        lambda conn: pred_sql.refresh_canary(conn, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now_iso())
+    )
+    saved = c.db.read(
+        lambda conn: conn.execute(
+            "SELECT id, label FROM session_memories WHERE label IS NOT NULL "
+            "AND session_key NOT IN (SELECT session_key FROM predictor_canary)"
+        ).fetchall()
+    )
     assert saved
     # Corrupted labels: +inf (SQLite stores it; NaN would read back as NULL) make the ListNet
     # loss non-finite, which the losses_finite gate refuses.
-    c.db.write(lambda conn: conn.executemany("UPDATE session_memories SET label = ? WHERE id = ?",
-                                             [(float("inf"), r[0]) for r in saved]))
+    c.db.write(
+        lambda conn: conn.executemany(
+            "UPDATE session_memories SET label = ? WHERE id = ?", [(float("inf"), r[0]) for r in saved]
+        )
+    )
     try:
         row = p.retrain("manual")
     finally:
-        c.db.write(lambda conn: conn.executemany("UPDATE session_memories SET label = ? WHERE id = ?",
-                                                 [(r[1], r[0]) for r in saved]))
+        c.db.write(
+            lambda conn: conn.executemany(
+                "UPDATE session_memories SET label = ? WHERE id = ?", [(r[1], r[0]) for r in saved]
+            )
+        )
     assert row["accepted"] == 0 and row["trigger"] == "manual" and row["model_version"] == version
     failed = [g["name"] for g in row["gates"]["gates"] if not g["passed"]]
     assert row["gates"]["passed"] is False and "losses_finite" in failed, row
@@ -404,15 +455,19 @@ def test_a_retrain_that_fails_a_gate_keeps_the_model_and_is_logged_and_counted(w
     after = st["training_runs"]
     assert after["total"] == runs["total"] + 1 and after["accepted"] == runs["accepted"]
     assert after["rejected"] == runs["rejected"] + 1
-    assert after["rejected_by_reason"] == {**runs["rejected_by_reason"],
-                                           "gates": runs["rejected_by_reason"]["gates"] + 1}
+    assert after["rejected_by_reason"] == {
+        **runs["rejected_by_reason"],
+        "gates": runs["rejected_by_reason"]["gates"] + 1,
+    }
     assert after == c.db.read(pred_sql.training_outcomes) == p.status()["training_runs"]
     console = Console(width=300, record=True)
     console.print(status_table(st))
     why = after["rejected_by_reason"]
-    assert (f"{after['total']} runs, {after['accepted']} accepted, {after['rejected']} rejected, the old model "
-            f"kept serving (gates {why['gates']}, no validation gain {why['no_validation_gain']}, "
-            f"error {why['error']})") in console.export_text()
+    assert (
+        f"{after['total']} runs, {after['accepted']} accepted, {after['rejected']} rejected, the old model "
+        f"kept serving (gates {why['gates']}, no validation gain {why['no_validation_gain']}, "
+        f"error {why['error']})"
+    ) in console.export_text()
 
 
 # ------------------------------------------------------------------------------ 2. exploration
@@ -436,7 +491,9 @@ def test_exploration_injects_the_disagreement_candidate_instead_of_the_last_slot
     sig_d = signals(c, key_d)
     assert "predictor_error" not in sig_d and sig_d["exploration"]["explored"] == res_d.injected[-1]["id"]
     assert all(r["predictor_rank"] is not None for r in rows(c, key_d))
-    assert [r["memory_id"] for r in rows(c, key_d) if r["source"] == "exploration"] == [sig_d["exploration"]["explored"]]
+    assert [r["memory_id"] for r in rows(c, key_d) if r["source"] == "exploration"] == [
+        sig_d["exploration"]["explored"]
+    ]
     sig = signals(c, key)
     assert sig["phase"] in ("warming", "active") and "predictor_error" not in sig
     replaced, explored = sig["exploration"]["replaced"], sig["exploration"]["explored"]
@@ -447,8 +504,11 @@ def test_exploration_injects_the_disagreement_candidate_instead_of_the_last_slot
     ids = [m["id"] for m in res.injected]
     assert ids[-1] == explored and replaced not in ids and f"[{short_id(explored)}]" in res.inject
     # the explored memory is the non-injected candidate with the largest rank disagreement
-    delta = {m: abs(r["baseline_rank"] - r["predictor_rank"]) for m, r in by_id.items()
-             if m == explored or (not r["was_injected"] and m != replaced)}
+    delta = {
+        m: abs(r["baseline_rank"] - r["predictor_rank"])
+        for m, r in by_id.items()
+        if m == explored or (not r["was_injected"] and m != replaced)
+    }
     assert delta[explored] == max(delta.values())
 
 
@@ -489,10 +549,12 @@ def ready(world) -> Container:
 
 def assert_baseline_session(c: Container, key: str, res) -> dict:
     got = rows(c, key)
-    assert res.status == "new" and got and all(r["predictor_rank"] is None and r["predictor_score"] is None
-                                               for r in got)
-    assert {r["memory_id"] for r in got if r["was_injected"]} == \
-        {r["memory_id"] for r in got if r["baseline_rank"] <= 5}
+    assert (
+        res.status == "new" and got and all(r["predictor_rank"] is None and r["predictor_score"] is None for r in got)
+    )
+    assert {r["memory_id"] for r in got if r["was_injected"]} == {
+        r["memory_id"] for r in got if r["baseline_rank"] <= 5
+    }
     assert res.inject.startswith("[predictor: ")
     sig = signals(c, key)
     assert sig["predictor_error"]
@@ -534,8 +596,9 @@ def test_reply_later_than_score_timeout_means_baseline_and_a_timeout_error(world
     # request is written even while the sidecar is stopped (a larger one blocks in call()'s
     # write, which no deadline covers).
     if not c.db.read(lambda conn: conn.execute("SELECT 1 FROM memories WHERE project = 'tiny'").fetchone()):
-        c.memories.remember_many([RememberInput(content=f"Tiny project note {i}: {t}", project="tiny")
-                                  for i, t in enumerate(CORPUS[:3])])
+        c.memories.remember_many(
+            [RememberInput(content=f"Tiny project note {i}: {t}", project="tiny") for i, t in enumerate(CORPUS[:3])]
+        )
     timeouts = p.backend.error_counts.get("timeout", 0)
     crashes = p.backend.error_counts.get("crash", 0)
     kinds = dict(p.channel.error_kinds)
@@ -664,8 +727,9 @@ def test_api_status_comparisons_training_and_manual_train(world):
                 c.predictor.settings.exploration_rate = draw
                 key = f"api-hook-{draw:g}"
                 scored, deferred = c.predictor.channel.scored, c.predictor.records.deferred
-                r = client.post("/api/hooks/session-start", json={"session_key": key, "project": PROJECT,
-                                                                  "context": CONTEXTS[0]})
+                r = client.post(
+                    "/api/hooks/session-start", json={"session_key": key, "project": PROJECT, "context": CONTEXTS[0]}
+                )
                 assert r.status_code == 200 and r.json()["status"] == "new"
                 assert c.predictor.records.deferred == deferred + (draw == 0.0)
                 assert c.predictor.wait_recorded(key, timeout_s=60) and c.predictor.channel.scored == scored + 1

@@ -65,7 +65,7 @@ def test_random_batches_match_reference_with_session_weights():
         y_pred = rng.normal(scale=2.0, size=(b, n))
         y_true = np.round(rng.uniform(-0.5, 1.0, size=(b, n)), 1)
         for i in range(b):
-            y_true[i, rng.integers(2, n + 1):] = PAD
+            y_true[i, rng.integers(2, n + 1) :] = PAD
         w = rng.uniform(0.1, 1.0, size=b)
         _, ref = np_listnet(y_pred, y_true, w)
         got = listnet_loss(_t(y_pred), _t(y_true), _t(w))

@@ -66,7 +66,7 @@ def test_random_batches_match_reference():
         y_pred[:, : n // 3] = np.round(y_pred[:, : n // 3])  # some ties
         y_true = np.round(rng.uniform(-0.5, 1.0, size=(b, n)), 1).astype(np.float32)
         for i in range(b):
-            y_true[i, rng.integers(1, n + 1):] = PAD
+            y_true[i, rng.integers(1, n + 1) :] = PAD
         for k in (1, 5, 10, 30):
             got = ndcg_at_k(_t(y_pred), _t(y_true), k).numpy()
             np.testing.assert_allclose(got, np_ndcg(y_pred, y_true, k), rtol=1e-5, atol=1e-6)

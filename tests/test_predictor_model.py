@@ -130,8 +130,15 @@ def test_text_only_sessions_and_gradients_reach_both_paths():
     scores = model(batch)
     assert bool(torch.isfinite(scores).all())
     (scores * batch.mask).sum().backward()
-    for name in ("down_projection.weight", "text_embedding.weight", "query.weight", "key.weight",
-                 "value.weight", "project_embedding.weight", "gate_linear.weight"):
+    for name in (
+        "down_projection.weight",
+        "text_embedding.weight",
+        "query.weight",
+        "key.weight",
+        "value.weight",
+        "project_embedding.weight",
+        "gate_linear.weight",
+    ):
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and float(grad.abs().sum()) > 0, name
     assert float(model.text_embedding.weight.grad[0].abs().sum()) == 0.0  # PAD row never learns
@@ -154,8 +161,12 @@ def test_session_validation_and_collate_errors():
 
 def test_collate_layout():
     sessions = make_sessions(3, n_candidates=5, n_relevant=2, native_dim=DIM, seed=1)
-    sessions[1] = dataclasses.replace(sessions[1], features=sessions[1].features[:2], labels=sessions[1].labels[:2],
-                                      candidate_embeddings=sessions[1].candidate_embeddings[:2])
+    sessions[1] = dataclasses.replace(
+        sessions[1],
+        features=sessions[1].features[:2],
+        labels=sessions[1].labels[:2],
+        candidate_embeddings=sessions[1].candidate_embeddings[:2],
+    )
     batch = collate(sessions, native_dim=DIM)
     assert batch.mask.sum(dim=-1).tolist() == [5, 2, 5]
     assert batch.labels[1, 2:].eq(PADDED_Y_VALUE).all() and batch.features[1, 2:].eq(0).all()

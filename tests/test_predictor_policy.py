@@ -14,9 +14,9 @@ from memlane.predictor.policy import (
     PolicyState,
     alpha_for,
     evaluation_ndcg,
+    exploration_target,
     ndcg_of_ranking,
     phase_of,
-    exploration_target,
     pick_exploration,
     record_comparison,
     rrf_fuse,
@@ -28,19 +28,41 @@ LOSS = {"predictor_ndcg": 0.4, "baseline_ndcg": 0.5}
 TIE = {"predictor_ndcg": 0.5, "baseline_ndcg": 0.5}
 
 
-def record(state: PolicyState, outcome: dict, *, confidence: float = 0.9, project: str | None = None,
-           predictor_scored: bool = True, min_training_sessions: int = 10, train_interval_sessions: int = 1000,
-           drift_reset_window: int = 10):
-    return record_comparison(state, **outcome, confidence=confidence, predictor_scored=predictor_scored,
-                             project=project, min_training_sessions=min_training_sessions,
-                             train_interval_sessions=train_interval_sessions,
-                             drift_reset_window=drift_reset_window)
+def record(
+    state: PolicyState,
+    outcome: dict,
+    *,
+    confidence: float = 0.9,
+    project: str | None = None,
+    predictor_scored: bool = True,
+    min_training_sessions: int = 10,
+    train_interval_sessions: int = 1000,
+    drift_reset_window: int = 10,
+):
+    return record_comparison(
+        state,
+        **outcome,
+        confidence=confidence,
+        predictor_scored=predictor_scored,
+        project=project,
+        min_training_sessions=min_training_sessions,
+        train_interval_sessions=train_interval_sessions,
+        drift_reset_window=drift_reset_window,
+    )
 
 
 def exited_state(success_rate: float, sessions_since_exit: int = 0) -> PolicyState:
-    return PolicyState(success_rate=success_rate, trained=True, model_version=1, cold_start_exited=True,
-                       sessions_since_exit=sessions_since_exit, training_sessions=50, comparisons=50,
-                       margin_ema=0.1, recent_margins=[0.1] * 20)  # above the margin guard's 0.05 and window's 0
+    return PolicyState(
+        success_rate=success_rate,
+        trained=True,
+        model_version=1,
+        cold_start_exited=True,
+        sessions_since_exit=sessions_since_exit,
+        training_sessions=50,
+        comparisons=50,
+        margin_ema=0.1,
+        recent_margins=[0.1] * 20,
+    )  # above the margin guard's 0.05 and window's 0
 
 
 # -- RRF ---------------------------------------------------------------------------------------
@@ -87,8 +109,7 @@ ids_strategy = st.lists(st.sampled_from([f"m{i}" for i in range(12)]), unique=Tr
 
 
 @settings(max_examples=200, deadline=None)
-@given(baseline=ids_strategy, predictor=ids_strategy, alpha=st.floats(0.0, 1.0),
-       k=st.floats(0.5, 100.0))
+@given(baseline=ids_strategy, predictor=ids_strategy, alpha=st.floats(0.0, 1.0), k=st.floats(0.5, 100.0))
 def test_rrf_is_monotone_in_both_ranks(baseline, predictor, alpha, k):
     fused = rrf_fuse(baseline, predictor, alpha=alpha, k=k)
     assert set(fused) == set(baseline) | set(predictor)
@@ -264,8 +285,9 @@ def test_alpha_is_one_before_exit_whatever_the_success_rate():
 # -- alpha floors ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sessions_since_exit,expected", [(0, 0.8), (9, 0.8), (10, 0.6), (19, 0.6), (20, 0.1),
-                                                          (100, 0.1)])
+@pytest.mark.parametrize(
+    "sessions_since_exit,expected", [(0, 0.8), (9, 0.8), (10, 0.6), (19, 0.6), (20, 0.1), (100, 0.1)]
+)
 def test_alpha_floors_after_exit(sessions_since_exit, expected):
     assert alpha_for(exited_state(0.9, sessions_since_exit)) == pytest.approx(expected)
 
@@ -317,10 +339,10 @@ def test_drift_reset_after_window_sessions_below_point_three():
 
 def test_a_rate_back_above_threshold_restarts_the_low_streak():
     s = exited_state(0.3, 30)
-    record(s, LOSS, drift_reset_window=3)   # 0.27 -> 1
-    record(s, LOSS, drift_reset_window=3)   # 0.243 -> 2
+    record(s, LOSS, drift_reset_window=3)  # 0.27 -> 1
+    record(s, LOSS, drift_reset_window=3)  # 0.243 -> 2
     assert s.low_streak == 2
-    record(s, WIN, drift_reset_window=3)    # 0.3187 -> reset to 0
+    record(s, WIN, drift_reset_window=3)  # 0.3187 -> reset to 0
     assert s.low_streak == 0
     outs = [record(s, LOSS, drift_reset_window=3) for _ in range(3)]  # 0.287, 0.258, 0.232
     assert [o.drift_reset for o in outs] == [False, False, True]
@@ -375,24 +397,31 @@ def test_state_round_trips_through_dict():
 # -- alpha property tests -------------------------------------------------------------------------
 
 
-outcome_strategy = st.fixed_dictionaries({
-    "predictor_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
-    "baseline_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
-    "confidence": st.floats(0.0, 1.0),
-    "predictor_scored": st.booleans(),
-    "project": st.sampled_from([None, "a", "b", "c", "d", "e", "f", "g"]),
-})
+outcome_strategy = st.fixed_dictionaries(
+    {
+        "predictor_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
+        "baseline_ndcg": st.one_of(st.none(), st.floats(0.0, 1.0)),
+        "confidence": st.floats(0.0, 1.0),
+        "predictor_scored": st.booleans(),
+        "project": st.sampled_from([None, "a", "b", "c", "d", "e", "f", "g"]),
+    }
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(outcomes=st.lists(outcome_strategy, max_size=80), trained=st.booleans(),
-       window=st.integers(1, 12), min_sessions=st.integers(1, 15))
+@given(
+    outcomes=st.lists(outcome_strategy, max_size=80),
+    trained=st.booleans(),
+    window=st.integers(1, 12),
+    min_sessions=st.integers(1, 15),
+)
 def test_alpha_and_success_rate_stay_in_unit_interval(outcomes, trained, window, min_sessions):
     s = PolicyState(trained=trained, model_version=int(trained))
     for o in outcomes:
         assert 0.0 <= alpha_for(s) <= 1.0
-        record_comparison(s, min_training_sessions=min_sessions, train_interval_sessions=10,
-                          drift_reset_window=window, **o)
+        record_comparison(
+            s, min_training_sessions=min_sessions, train_interval_sessions=10, drift_reset_window=window, **o
+        )
         assert 0.0 <= s.success_rate <= 1.0
         assert 0.0 <= alpha_for(s) <= 1.0
         assert len(s.project_rates) <= C.MAX_PROJECT_SLICES
@@ -447,8 +476,11 @@ def test_exploration_none_without_injected_or_eligible_candidate():
 def test_exploration_target_is_the_pick_without_the_draw():
     """Deferred session-starts draw first and pick later: the pick is the same function."""
     candidates = ["i1", "i2", "x", "y", "z", "w", "only_b", "only_p"]
-    assert exploration_target(["i1", "i2"], candidates, BASE_RANK, PRED_RANK) == \
-        pick_exploration(["i1", "i2"], candidates, BASE_RANK, PRED_RANK, rate=1.0, rng=random.Random(0)) == ("i2", "y")
+    assert (
+        exploration_target(["i1", "i2"], candidates, BASE_RANK, PRED_RANK)
+        == pick_exploration(["i1", "i2"], candidates, BASE_RANK, PRED_RANK, rate=1.0, rng=random.Random(0))
+        == ("i2", "y")
+    )
     assert exploration_target([], candidates, BASE_RANK, PRED_RANK) is None
     assert exploration_target(["i1"], ["i1", "only_b", "only_p"], BASE_RANK, PRED_RANK) is None
 
@@ -512,13 +544,25 @@ def test_margin_guard_keeps_alpha_at_one_while_the_predictor_loses_on_average():
     from memlane.config import predictor as C
     from memlane.predictor.policy import PolicyState, alpha_for, record_comparison
 
-    s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6, margin_ema=0.06,
-                    recent_margins=[0.02] * C.MARGIN_WINDOW)
+    s = PolicyState(
+        trained=True,
+        cold_start_exited=True,
+        sessions_since_exit=30,
+        success_rate=0.6,
+        margin_ema=0.06,
+        recent_margins=[0.02] * C.MARGIN_WINDOW,
+    )
     assert alpha_for(s) == pytest.approx(0.4)
     # one small win and one large loss: the window's mean margin turns negative,
     # (18 * 0.02 + 0.05 - 0.5) / 20 = -0.0045 -> no influence
-    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
-              train_interval_sessions=10, drift_reset_window=10)
+    kw = dict(
+        confidence=1.0,
+        predictor_scored=True,
+        project=None,
+        min_training_sessions=10,
+        train_interval_sessions=10,
+        drift_reset_window=10,
+    )
     record_comparison(s, predictor_ndcg=0.55, baseline_ndcg=0.50, **kw)
     record_comparison(s, predictor_ndcg=0.10, baseline_ndcg=0.60, **kw)
     assert sum(s.recent_margins) / C.MARGIN_WINDOW == pytest.approx(-0.0045)
@@ -550,8 +594,14 @@ def test_a_full_margin_window_decides_alone_and_an_ema_dip_keeps_the_influence()
     it loses it."""
     from memlane.config import predictor as C
 
-    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
-              train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
+    kw = dict(
+        confidence=1.0,
+        predictor_scored=True,
+        project=None,
+        min_training_sessions=10,
+        train_interval_sessions=10,
+        drift_reset_window=1000,
+    )  # no drift reset in this test
     s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
     for _ in range(15):  # a sustained gain of 0.10
         record_comparison(s, predictor_ndcg=0.60, baseline_ndcg=0.50, **kw)
@@ -574,8 +624,14 @@ def test_margin_window_keeps_alpha_at_one_when_the_model_loses_on_average():
     ~10 sessions nor the count of wins, says whether the model gains."""
     from memlane.config import predictor as C
 
-    kw = dict(confidence=1.0, predictor_scored=True, project=None, min_training_sessions=10,
-              train_interval_sessions=10, drift_reset_window=1000)  # no drift reset in this test
+    kw = dict(
+        confidence=1.0,
+        predictor_scored=True,
+        project=None,
+        min_training_sessions=10,
+        train_interval_sessions=10,
+        drift_reset_window=1000,
+    )  # no drift reset in this test
     s = PolicyState(trained=True, cold_start_exited=True, sessions_since_exit=30, success_rate=0.6)
     # 12 losses by 0.15, then 8 wins by 0.2: mean of the 20 margins (-1.8 + 1.6) / 20 = -0.01
     for _ in range(12):
@@ -616,8 +672,9 @@ def test_margin_window_applies_once_full_and_survives_a_save():
 def test_margin_window_keeps_only_the_last_eligible_margins():
     from memlane.config import predictor as C
 
-    kw = dict(predictor_scored=True, project=None, min_training_sessions=10, train_interval_sessions=10,
-              drift_reset_window=10)
+    kw = dict(
+        predictor_scored=True, project=None, min_training_sessions=10, train_interval_sessions=10, drift_reset_window=10
+    )
     s = PolicyState(trained=True)
     for i in range(C.MARGIN_WINDOW + 5):
         record_comparison(s, predictor_ndcg=0.5 + i / 100, baseline_ndcg=0.5, confidence=1.0, **kw)
@@ -629,21 +686,30 @@ def test_margin_window_keeps_only_the_last_eligible_margins():
 
 # -- status line -------------------------------------------------------------------------------
 
+
 def test_status_line_of_every_phase_follows_the_state():
     fresh = PolicyState(training_sessions=3)
     assert phase_of(fresh, min_training_sessions=10) == "collecting"
-    assert status_line(fresh, "collecting", min_training_sessions=10) == \
-        "[predictor: collecting | 3/10 sessions | baseline only]"
-    assert status_line(PolicyState(training_sessions=40), "collecting", min_training_sessions=10) == \
-        "[predictor: collecting | 10/10 sessions | baseline only]"  # never past the minimum
+    assert (
+        status_line(fresh, "collecting", min_training_sessions=10)
+        == "[predictor: collecting | 3/10 sessions | baseline only]"
+    )
+    assert (
+        status_line(PolicyState(training_sessions=40), "collecting", min_training_sessions=10)
+        == "[predictor: collecting | 10/10 sessions | baseline only]"
+    )  # never past the minimum
     warming = PolicyState(success_rate=0.375, trained=True, model_version=4, training_sessions=12)
     assert status_line(warming, "warming") == "[predictor: warming | success_rate=0.38 | model_v4 | baseline only]"
     active = exited_state(0.7, sessions_since_exit=30)
     assert phase_of(active) == "active"
-    assert status_line(active, "active") == \
-        f"[predictor: active | success_rate=0.70 | \u03b1={alpha_for(active):.2f} | model_v1 | 50 sessions]"
-    assert status_line(active, "disabled", crashes_last_hour=3) == \
-        "[predictor: disabled | crashes=3/hr | baseline fallback]"
+    assert (
+        status_line(active, "active")
+        == f"[predictor: active | success_rate=0.70 | \u03b1={alpha_for(active):.2f} | model_v1 | 50 sessions]"
+    )
+    assert (
+        status_line(active, "disabled", crashes_last_hour=3)
+        == "[predictor: disabled | crashes=3/hr | baseline fallback]"
+    )
     assert status_line(active, "retraining") == "[predictor: retraining | drift detected | baseline fallback]"
 
 

@@ -10,8 +10,8 @@ from functools import partial
 import pytest
 import torch
 
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import collate
 from memlane.predictor.engine import CHECKPOINT_NAME, PredictorEngine
@@ -50,9 +50,14 @@ def test_fit_adds_the_penalty_to_the_loss_and_it_pulls_toward_the_centre():
 
     def run(prior):
         opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-        return fit(model, opt, LOSS, [batch],
-                   FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
-                   Constraints(grad_masks=model.feature_residual_masks(), prior=prior))
+        return fit(
+            model,
+            opt,
+            LOSS,
+            [batch],
+            FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
+            Constraints(grad_masks=model.feature_residual_masks(), prior=prior),
+        )
 
     free, weak, strong = run(None), run((centre, 0.0)), run((centre, 50.0))
     # the first step's loss is the listwise loss plus lam * ||w0 - centre||^2
@@ -99,8 +104,13 @@ def test_the_centre_survives_a_restart_and_older_checkpoints_get_the_right_one(t
     first = engine(tmp_path)
     torch.testing.assert_close(first.feature_prior, baseline_prior_weights())
     assert first.train(sessions(12)).accepted  # saves model.bin
-    meta = json.loads(json.dumps(ckpt.load(tmp_path / CHECKPOINT_NAME, CURRENT_SCHEMA, embedding_model_id=MODEL_ID,
-                                           native_dim=DIM).meta.training))
+    meta = json.loads(
+        json.dumps(
+            ckpt.load(
+                tmp_path / CHECKPOINT_NAME, CURRENT_SCHEMA, embedding_model_id=MODEL_ID, native_dim=DIM
+            ).meta.training
+        )
+    )
     assert meta["feature_prior"] == pytest.approx(baseline_prior_weights().tolist())
     torch.testing.assert_close(engine(tmp_path).feature_prior, baseline_prior_weights())
 

@@ -13,8 +13,14 @@ from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.dataset import signals_to_features
 from memlane.predictor.engine import CHECKPOINT_NAME, load_or_fresh
 from memlane.predictor.errors import FeatureSchemaMismatchError
-from memlane.predictor.features import (CURRENT_SCHEMA, FEATURE_INDEX, FEATURE_NAMES, FeatureSchema,
-                                        build_feature_matrix, feature_matrix_from_signals)
+from memlane.predictor.features import (
+    CURRENT_SCHEMA,
+    FEATURE_INDEX,
+    FEATURE_NAMES,
+    FeatureSchema,
+    build_feature_matrix,
+    feature_matrix_from_signals,
+)
 from memlane.predictor.model import MemoryScorer, ScorerConfig
 from memlane.services.inputs import RememberInput
 from memlane.services.predictor_signals import candidate_signals
@@ -27,8 +33,9 @@ MODEL_ID = "test-8"
 
 
 def _v7_checkpoint(path):
-    model = MemoryScorer(ScorerConfig(native_dim=8, d_model=8, d_value=4, gate_hidden=4, num_features=24,
-                                      bilinear_rank=4), seed=1)
+    model = MemoryScorer(
+        ScorerConfig(native_dim=8, d_model=8, d_value=4, gate_hidden=4, num_features=24, bilinear_rank=4), seed=1
+    )
     ckpt.save(path, model, ckpt.CheckpointMeta(MODEL_ID, V7_SCHEMA, {"model_version": 3}))
 
 
@@ -63,10 +70,11 @@ def test_load_or_fresh_sets_the_v7_checkpoint_aside(tmp_path):
 def test_phase_weight_signal_on_both_paths(store, phase):
     types = ["gotcha", "requirement", "fact", "context_cost"]
     fields = {"context_cost": {"module": "billing", "average_tokens_per_session": 900.0}}
-    mems = [store.memories.remember(RememberInput(content=f"billing note {t}", type=t,
-                                                  type_fields=fields.get(t, {}))) for t in types]
-    pool = [PoolMember(m.id, store.memories.get(m.id).seq, 0.5, r + 1, None, None, None)
-            for r, m in enumerate(mems)]
+    mems = [
+        store.memories.remember(RememberInput(content=f"billing note {t}", type=t, type_fields=fields.get(t, {})))
+        for t in types
+    ]
+    pool = [PoolMember(m.id, store.memories.get(m.id).seq, 0.5, r + 1, None, None, None) for r, m in enumerate(mems)]
     sig = candidate_signals(store.memories.index, store.db, pool, datetime.now().timestamp(), work_phase=phase)
     raws = [sig[m.id] for m in mems]
     if phase is None:

@@ -25,8 +25,7 @@ def test_mentions_project_reads_only_the_texts_of_other_projects(open_store) -> 
     pool = [PoolMember(ids[k], seq[ids[k]], 0.5, i + 1, None) for i, k in enumerate(texts)]
     svc = PredictorService(c.db, c.memories.index, None, PredictorSettings())
     got = {k: svc.candidate_signals(pool, 0.0, PROJECT)[ids[k]]["mentions_project"] for k in texts}
-    assert got == {"own": True, "global-named": True, "global-other": False, "other-named": True,
-                   "other-plain": False}
+    assert got == {"own": True, "global-named": True, "global-other": False, "other-named": True, "other-plain": False}
     assert not any(f["mentions_project"] for f in svc.candidate_signals(pool, 0.0, None).values())
     # the memories of the session's project are not read (their text cannot change the signal)
     rows = c.db.read(lambda conn: pred_sql.contents_and_projects(conn, list(ids.values()), unread_project=PROJECT))

@@ -20,17 +20,16 @@ import numpy as np
 import pytest
 
 from memlane.predictor.client import PredictorRpcError, PredictorUnavailable, SidecarClient, sidecar_command
-from memlane.storage.db import open_readonly
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
-from memlane.storage.db import Database
+from memlane.storage.db import Database, open_readonly
 from memlane.storage.embeddings import upsert as upsert_embeddings
 from memlane.storage.migrations import migrate
 
 DIM = 8
 MODEL_ID = "test-8"
-START_TIMEOUT = 180.0   # torch import on a busy machine; a budget, never asserted on
-BIG_TIMEOUT = 30.0      # a reply deadline far above any expected latency
+START_TIMEOUT = 180.0  # torch import on a busy machine; a budget, never asserted on
+BIG_TIMEOUT = 30.0  # a reply deadline far above any expected latency
 SESSION_TIME = "2026-02-03T09:30:00+01:00"
 AT = "2026-02-03T08:00:00.000Z"
 
@@ -53,32 +52,77 @@ def seed_database(path: Path, *, n_memories: int = 40, n_sessions: int = 12, n_c
         for mid, vec in vectors.items():
             content = f"memory {mid} about topic {int(mid[1:]) % 7}"
             h = hashlib.sha256(content.encode()).hexdigest()
-            conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, created_at,
-                                updated_at) VALUES (?,?,?,?,?,?)""", (mid, content, content, h, AT, AT))
+            conn.execute(
+                """INSERT INTO memories (id, content, normalized_content, content_hash, created_at,
+                                updated_at) VALUES (?,?,?,?,?,?)""",
+                (mid, content, content, h, AT, AT),
+            )
             upsert_embeddings(conn, [(h, vec)], MODEL_ID, AT)
         for s in range(n_sessions):
             key = f"session-{s:02d}"
             started = f"2026-02-{s + 1:02d}T09:00:00.000Z"
             mids = [f"m{j}" for j in rng.choice(n_memories, n_candidates, replace=False)]
-            sess_sql.insert_session(conn, key=key, project=f"p{s % 2}", harness="test", cwd=None,
-                                    context=f"working on topic {s % 7}", started_at=started,
-                                    predictor_state="collecting")
-            sess_sql.record_candidates(conn, key, [
-                sess_sql.CandidateRow(memory_id=m, source="effective", final_score=1.0 / (r + 1), rank=r,
-                                      was_injected=r < 4) for r, m in enumerate(mids)], started)
-            pred_sql.set_session_inputs(conn, key, context_vector=unit(rng), context_model=MODEL_ID,
-                                        signals={"session_time": f"2026-02-{s + 1:02d}T09:00:00",
-                                                 "session_gap_hours": 4.0 + s})
-            pred_sql.set_candidate_features(conn, key, {m: {
-                "age_days": float(r), "importance": float(rng.uniform()), "access_count": r,
-                "is_embedded": True, "baseline_score": 1.0 / (r + 1), "baseline_rank": r} for r, m in enumerate(mids)})
-            ids = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?",
-                                    (key,)).fetchall())
+            sess_sql.insert_session(
+                conn,
+                key=key,
+                project=f"p{s % 2}",
+                harness="test",
+                cwd=None,
+                context=f"working on topic {s % 7}",
+                started_at=started,
+                predictor_state="collecting",
+            )
+            sess_sql.record_candidates(
+                conn,
+                key,
+                [
+                    sess_sql.CandidateRow(
+                        memory_id=m, source="effective", final_score=1.0 / (r + 1), rank=r, was_injected=r < 4
+                    )
+                    for r, m in enumerate(mids)
+                ],
+                started,
+            )
+            pred_sql.set_session_inputs(
+                conn,
+                key,
+                context_vector=unit(rng),
+                context_model=MODEL_ID,
+                signals={"session_time": f"2026-02-{s + 1:02d}T09:00:00", "session_gap_hours": 4.0 + s},
+            )
+            pred_sql.set_candidate_features(
+                conn,
+                key,
+                {
+                    m: {
+                        "age_days": float(r),
+                        "importance": float(rng.uniform()),
+                        "access_count": r,
+                        "is_embedded": True,
+                        "baseline_score": 1.0 / (r + 1),
+                        "baseline_rank": r,
+                    }
+                    for r, m in enumerate(mids)
+                },
+            )
+            ids = dict(
+                conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall()
+            )
             labels = [1.0 if r in (1, 5) else (0.5 if r == 7 else 0.0) for r in range(n_candidates)]
             sess_sql.write_labels(conn, [(ids[m], lab, lab, ["test"]) for m, lab in zip(mids, labels)])
-            sess_sql.write_score(conn, key, score=0.5 + s / 50, confidence=0.9, memories_recalled=4,
-                                 memories_used=2, novel_context_count=0, reasoning=None, scorer="llm",
-                                 model=None, at=started)
+            sess_sql.write_score(
+                conn,
+                key,
+                score=0.5 + s / 50,
+                confidence=0.9,
+                memories_recalled=4,
+                memories_used=2,
+                novel_context_count=0,
+                reasoning=None,
+                scorer="llm",
+                model=None,
+                at=started,
+            )
         pred_sql.refresh_canary(conn, size=2, min_confidence=0.6, at=AT)
 
     db.write(fill)
@@ -122,8 +166,9 @@ class RawSidecar:
     """A Popen'ed process fed raw lines; replies are read through a queue (never blocks forever)."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -194,8 +239,16 @@ def score_params(n: int = 100, seed: int = 1) -> dict:
     emb = np.stack([unit(rng) for _ in range(n)])
     return {
         "candidate_ids": [f"cand-{i}" for i in range(n)],
-        "candidates": [{"age_days": float(i), "importance": (i % 10) / 10, "access_count": i % 4,
-                        "baseline_rank": i, "baseline_score": 1.0 / (i + 1)} for i in range(n)],
+        "candidates": [
+            {
+                "age_days": float(i),
+                "importance": (i % 10) / 10,
+                "access_count": i % 4,
+                "baseline_rank": i,
+                "baseline_score": 1.0 / (i + 1),
+            }
+            for i in range(n)
+        ],
         "candidate_embeddings_b64": b64(emb),
         "candidate_is_embedded": [i % 3 != 0 for i in range(n)],
         "candidate_texts": [f"memory text number {i} about topic {i % 7}" for i in range(n)],
@@ -217,8 +270,16 @@ def test_ready_notification_carries_status(sidecar, seeded):
 
 def test_status(sidecar):
     status = sidecar.call("status", timeout_s=BIG_TIMEOUT)
-    for key in ("trained", "training_pairs", "model_version", "last_trained", "busy_training", "pid",
-                "feature_schema", "parameters"):
+    for key in (
+        "trained",
+        "training_pairs",
+        "model_version",
+        "last_trained",
+        "busy_training",
+        "pid",
+        "feature_schema",
+        "parameters",
+    ):
         assert key in status
     assert status["pid"] == sidecar.status()["pid"]
     assert sidecar.status()["alive"] and sidecar.status()["ready"] and not sidecar.status()["disabled"]
@@ -241,10 +302,14 @@ def test_json_and_b64_embeddings_score_identically(sidecar):
     params = score_params(20, seed=3)
     emb = np.frombuffer(base64.b64decode(params["candidate_embeddings_b64"]), dtype="<f4").reshape(20, DIM)
     ctx = np.frombuffer(base64.b64decode(params["context_embedding_b64"]), dtype="<f4")
-    as_json = {k: v for k, v in params.items()
-               if k not in ("candidate_embeddings_b64", "candidate_is_embedded", "context_embedding_b64")}
-    as_json["candidate_embeddings"] = [row.tolist() if flag else None
-                                      for row, flag in zip(emb, params["candidate_is_embedded"])]
+    as_json = {
+        k: v
+        for k, v in params.items()
+        if k not in ("candidate_embeddings_b64", "candidate_is_embedded", "context_embedding_b64")
+    }
+    as_json["candidate_embeddings"] = [
+        row.tolist() if flag else None for row, flag in zip(emb, params["candidate_is_embedded"])
+    ]
     as_json["context_embedding"] = ctx.tolist()
     first = sidecar.call("score", params, timeout_s=BIG_TIMEOUT)
     second = sidecar.call("score", as_json, timeout_s=BIG_TIMEOUT)
@@ -257,26 +322,30 @@ def test_score_by_id_reads_vectors_from_the_db(sidecar, seeded):
     ids = [f"m{i}" for i in range(10)]
     common = {"candidate_ids": ids, "session_time": SESSION_TIME, "context_embedding": vectors["m0"].tolist()}
     from_db = sidecar.call("score", common, timeout_s=BIG_TIMEOUT)
-    explicit = sidecar.call("score", {**common, "candidate_embeddings": [vectors[m].tolist() for m in ids]},
-                            timeout_s=BIG_TIMEOUT)
+    explicit = sidecar.call(
+        "score", {**common, "candidate_embeddings": [vectors[m].tolist() for m in ids]}, timeout_s=BIG_TIMEOUT
+    )
     assert from_db["model_version"] == explicit["model_version"]
     assert from_db["scores"] == explicit["scores"]
     unknown = sidecar.call("score", {**common, "candidate_ids": ["m0", "not-in-db"]}, timeout_s=BIG_TIMEOUT)
     assert [s["id"] for s in unknown["scores"]] == ["m0", "not-in-db"]
 
 
-@pytest.mark.parametrize("params", [
-    {},
-    {"candidate_ids": []},
-    {"candidate_ids": ["a", "a"]},
-    {"candidate_ids": ["a"], "context_embedding": [0.1] * (DIM + 1)},
-    {"candidate_ids": ["a", "b"], "candidate_embeddings_b64": base64.b64encode(b"\0" * 12).decode()},
-    {"candidate_ids": ["a"], "candidate_embeddings_b64": "***not base64***"},
-    {"candidate_ids": ["a"], "session_time": "yesterday-ish"},
-    {"candidate_ids": ["a"], "candidates": [{"age_days": "old"}]},
-    {"candidate_ids": ["a"], "project": 7},
-    {"candidate_ids": [f"x{i}" for i in range(1001)]},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"candidate_ids": []},
+        {"candidate_ids": ["a", "a"]},
+        {"candidate_ids": ["a"], "context_embedding": [0.1] * (DIM + 1)},
+        {"candidate_ids": ["a", "b"], "candidate_embeddings_b64": base64.b64encode(b"\0" * 12).decode()},
+        {"candidate_ids": ["a"], "candidate_embeddings_b64": "***not base64***"},
+        {"candidate_ids": ["a"], "session_time": "yesterday-ish"},
+        {"candidate_ids": ["a"], "candidates": [{"age_days": "old"}]},
+        {"candidate_ids": ["a"], "project": 7},
+        {"candidate_ids": [f"x{i}" for i in range(1001)]},
+    ],
+)
 def test_invalid_score_params_are_32602(sidecar, params):
     with pytest.raises(PredictorRpcError) as err:
         sidecar.call("score", params, timeout_s=BIG_TIMEOUT)
@@ -321,10 +390,18 @@ def test_train_from_db_trains_and_leaves_the_db_unchanged(sidecar, seeded):
 def test_train_inline_session(sidecar, seeded):
     _, vectors = seeded
     ids = [f"m{i}" for i in range(8)]
-    result = sidecar.call("train", {"candidate_ids": ids, "labels": [1, 0, 0, 0.5, 0, 0, 0, 0],
-                                    "session_time": SESSION_TIME, "continuity_score": 0.85,
-                                    "context_embedding": vectors["m0"].tolist(), "epochs": 1},
-                          timeout_s=120)
+    result = sidecar.call(
+        "train",
+        {
+            "candidate_ids": ids,
+            "labels": [1, 0, 0, 0.5, 0, 0, 0, 0],
+            "session_time": SESSION_TIME,
+            "continuity_score": 0.85,
+            "context_embedding": vectors["m0"].tolist(),
+            "epochs": 1,
+        },
+        timeout_s=120,
+    )
     assert {"accepted", "model_version", "loss", "step", "gates"} <= set(result)
     assert result["sample_count"] == 1
 
@@ -335,11 +412,13 @@ def test_readonly_connection_cannot_write(seeded):
     try:
         assert conn.execute("PRAGMA query_only").fetchone()[0] == 1
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 12
-        for sql in ["INSERT INTO predictor_canary (session_key, confidence, added_at) VALUES ('x', 1, 'now')",
-                    "UPDATE sessions SET project = 'hijacked'",
-                    "DELETE FROM session_memories",
-                    "CREATE TABLE sneaky (x)",
-                    "DROP TABLE predictor_state"]:
+        for sql in [
+            "INSERT INTO predictor_canary (session_key, confidence, added_at) VALUES ('x', 1, 'now')",
+            "UPDATE sessions SET project = 'hijacked'",
+            "DELETE FROM session_memories",
+            "CREATE TABLE sneaky (x)",
+            "DROP TABLE predictor_state",
+        ]:
             with pytest.raises(sqlite3.OperationalError, match="readonly|query_only"):
                 conn.execute(sql)
         # Even with query_only switched off the file itself is opened read-only (mode=ro).
@@ -366,14 +445,23 @@ def test_every_jsonrpc_error_code_and_notifications(raw):
         request(7, "no_such_method"),
         request(8, "score", {"candidate_ids": "x"}),
         request(9, "score", [1, 2]),
-        '{"jsonrpc": "2.0", "method": "status"}',   # a notification: no reply
+        '{"jsonrpc": "2.0", "method": "status"}',  # a notification: no reply
         request("s-1", "status"),
     )
     replies = [raw.read() for _ in range(9)]
     assert all(r is not None and r["jsonrpc"] == "2.0" for r in replies)
     got = [(r["id"], r.get("error", {}).get("code")) for r in replies]
-    assert got == [(None, -32700), (5, -32600), (None, -32600), (6, -32600), (None, -32600), (7, -32601),
-                   (8, -32602), (9, -32602), ("s-1", None)]
+    assert got == [
+        (None, -32700),
+        (5, -32600),
+        (None, -32600),
+        (6, -32600),
+        (None, -32600),
+        (7, -32601),
+        (8, -32602),
+        (9, -32602),
+        ("s-1", None),
+    ]
     assert replies[-1]["result"]["native_dim"] == DIM
     assert all(isinstance(r["error"]["message"], str) and r["error"]["message"] for r in replies[:-1])
     assert raw.proc.poll() is None
@@ -394,8 +482,9 @@ def test_internal_error_is_32603_and_the_sidecar_survives(raw):
 
 
 def test_score_is_answered_while_train_from_db_runs(raw):
-    raw.send(request(30, "train_from_db", {"epochs": 3}), request(31, "score", score_params(100)),
-             request(32, "status"))
+    raw.send(
+        request(30, "train_from_db", {"epochs": 3}), request(31, "score", score_params(100)), request(32, "status")
+    )
     replies = [raw.read(), raw.read(), raw.read()]
     order = [r["id"] for r in replies]
     # The score and the status are answered by the reader while the trainer thread works.
@@ -414,10 +503,17 @@ def test_non_finite_results_are_answered_and_do_not_kill_the_sidecar(seeded, tmp
     try:
         assert side.read()["method"] == "ready"
         n = 3
-        huge = {"candidate_ids": [f"c{i}" for i in range(n)], "candidate_embeddings": [[1e30] * DIM] * n,
-                "context_embedding": [1e30] * DIM, "session_time": SESSION_TIME}
-        side.send(request(1, "train", {**huge, "labels": [1.0, 0.0, 0.0], "epochs": 1}),
-                  request(2, "score", huge), request(3, "status"))
+        huge = {
+            "candidate_ids": [f"c{i}" for i in range(n)],
+            "candidate_embeddings": [[1e30] * DIM] * n,
+            "context_embedding": [1e30] * DIM,
+            "session_time": SESSION_TIME,
+        }
+        side.send(
+            request(1, "train", {**huge, "labels": [1.0, 0.0, 0.0], "epochs": 1}),
+            request(2, "score", huge),
+            request(3, "status"),
+        )
         replies = side.read_all()
         by_id = {r.get("id"): r for r in replies}
         assert side.proc.wait() == 0, f"the sidecar died; replies: {replies}"
@@ -457,8 +553,7 @@ def test_sigkill_mid_request_fails_fast_and_the_next_start_works(seeded, tmp_pat
         assert client.wait_ready(START_TIMEOUT)
         first_pid = client.status()["pid"]
         with ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(timed_call, client, "train_from_db", {"epochs": 1000, "max_seconds": 600},
-                              BIG_TIMEOUT)
+            fut = pool.submit(timed_call, client, "train_from_db", {"epochs": 1000, "max_seconds": 600}, BIG_TIMEOUT)
             wait_for(lambda: bool(client._pending), "the train request to be sent")
             # A status answered after the train line was read proves the train is in flight.
             client.call("status", timeout_s=BIG_TIMEOUT)

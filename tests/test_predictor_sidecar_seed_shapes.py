@@ -23,13 +23,19 @@ from memlane.storage.migrations import migrate
 
 DIM = 8
 MODEL_ID = "test-8"
-START_TIMEOUT = 180.0   # torch import on a busy machine; a budget, never asserted on
-BIG_TIMEOUT = 60.0      # a reply deadline far above any expected latency, never asserted on
+START_TIMEOUT = 180.0  # torch import on a busy machine; a budget, never asserted on
+BIG_TIMEOUT = 60.0  # a reply deadline far above any expected latency, never asserted on
 TRAIN_TIMEOUT = 300.0
 AT = "2025-06-01T08:00:00.000Z"  # the memories' creation, before any cut-off used here
 # memory id -> stored project: alpha's, beta's, and one stored under no project
-PROJECTS = {"m-alpha-0": "alpha-proj", "m-alpha-1": "alpha-proj", "m-beta-0": "beta-proj",
-            "m-beta-1": "beta-proj", "m-none-0": None, "m-none-1": None}
+PROJECTS = {
+    "m-alpha-0": "alpha-proj",
+    "m-alpha-1": "alpha-proj",
+    "m-beta-0": "beta-proj",
+    "m-beta-1": "beta-proj",
+    "m-none-0": None,
+    "m-none-1": None,
+}
 IDS = list(PROJECTS)
 N = len(IDS)
 SUPERSEDED = [False, True, False, True, False, True]
@@ -53,9 +59,11 @@ def store(tmp_path_factory):
         for mid, vec in vectors.items():
             content = f"note {mid} about deploys"
             h = hashlib.sha256(content.encode()).hexdigest()
-            conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, project,
+            conn.execute(
+                """INSERT INTO memories (id, content, normalized_content, content_hash, project,
                                 created_at, updated_at) VALUES (?,?,?,?,?,?,?)""",
-                         (mid, content, content, h, PROJECTS[mid], AT, AT))
+                (mid, content, content, h, PROJECTS[mid], AT, AT),
+            )
             upsert_embeddings(conn, [(h, vec)], MODEL_ID, AT)
 
     db.write(fill)
@@ -67,8 +75,10 @@ def store(tmp_path_factory):
 def sidecar(store, tmp_path_factory):
     db_path, _, _ = store
     base = tmp_path_factory.mktemp("seed-shapes")
-    client = SidecarClient(sidecar_command(db_path=db_path, model_dir=base / "predictor", embedding_model_id=MODEL_ID,
-                                           native_dim=DIM), stderr_path=base / "sidecar.log")
+    client = SidecarClient(
+        sidecar_command(db_path=db_path, model_dir=base / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM),
+        stderr_path=base / "sidecar.log",
+    )
     assert client.wait_ready(START_TIMEOUT), (base / "sidecar.log").read_text()
     yield client
     client.close()
@@ -76,16 +86,27 @@ def sidecar(store, tmp_path_factory):
 
 def signals(**over) -> dict:
     """The seed's example ``signals`` object for the store's six candidates."""
-    return {"time_of_day": 0.25, "day_of_week": 2, "month_of_year": 1, "project": "alpha-proj",
-            "session_gap_hours": 8.5, "is_superseded": list(SUPERSEDED), **over}
+    return {
+        "time_of_day": 0.25,
+        "day_of_week": 2,
+        "month_of_year": 1,
+        "project": "alpha-proj",
+        "session_gap_hours": 8.5,
+        "is_superseded": list(SUPERSEDED),
+        **over,
+    }
 
 
 def seed_score(store, **over) -> dict:
     """A seed-shaped score request (the seed's exact keys), ``return_features`` added."""
     _, vectors, ctx = store
-    params = {"context_embedding": ctx.tolist(), "candidate_ids": IDS,
-              "candidate_embeddings": [vectors[m].tolist() for m in IDS], "signals": signals(),
-              "return_features": True}
+    params = {
+        "context_embedding": ctx.tolist(),
+        "candidate_ids": IDS,
+        "candidate_embeddings": [vectors[m].tolist() for m in IDS],
+        "signals": signals(),
+        "return_features": True,
+    }
     params.update(over)
     return params
 
@@ -93,8 +114,12 @@ def seed_score(store, **over) -> dict:
 def seed_train(store, **over) -> dict:
     """The seed's single-session train request: no ids, no signals, no time."""
     _, vectors, ctx = store
-    params = {"context_embedding": ctx.tolist(), "candidate_embeddings": [vectors[m].tolist() for m in IDS],
-              "labels": list(LABELS), "continuity_score": 0.85}
+    params = {
+        "context_embedding": ctx.tolist(),
+        "candidate_embeddings": [vectors[m].tolist() for m in IDS],
+        "labels": list(LABELS),
+        "continuity_score": 0.85,
+    }
     params.update(over)
     return params
 
@@ -111,8 +136,9 @@ def cyc(fraction: float) -> tuple[float, float]:
 
 
 def assert_column(cols: dict[str, np.ndarray], name: str, value) -> None:
-    np.testing.assert_allclose(cols[name], np.broadcast_to(np.asarray(value, dtype=np.float64), (N,)),
-                               atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(
+        cols[name], np.broadcast_to(np.asarray(value, dtype=np.float64), (N,)), atol=1e-6, err_msg=name
+    )
 
 
 # -- score: the signals object reaches the features ----------------------------------------------
@@ -122,7 +148,7 @@ def test_seed_score_signals_reach_the_feature_matrix(sidecar, store):
     result = sidecar.call("score", seed_score(store), timeout_s=BIG_TIMEOUT)
     assert [s["id"] for s in result["scores"]] == IDS
     cols = columns(result)
-    tod, dow, moy = cyc(0.25), cyc(2 / 7), cyc(0 / 12)   # 06:00; Wednesday (Monday = 0); January
+    tod, dow, moy = cyc(0.25), cyc(2 / 7), cyc(0 / 12)  # 06:00; Wednesday (Monday = 0); January
     assert_column(cols, "tod_sin", tod[0])
     assert_column(cols, "tod_cos", tod[1])
     assert_column(cols, "dow_sin", dow[0])
@@ -136,8 +162,9 @@ def test_seed_score_signals_reach_the_feature_matrix(sidecar, store):
     # the candidates stored under beta-proj are the other project's.
     assert result["features"]["project"] == "alpha-proj"
     assert_column(cols, "names_other_project", [float(PROJECTS[m] == "beta-proj") for m in IDS])
-    other = columns(sidecar.call("score", seed_score(store, signals=signals(project="beta-proj")),
-                                 timeout_s=BIG_TIMEOUT))
+    other = columns(
+        sidecar.call("score", seed_score(store, signals=signals(project="beta-proj")), timeout_s=BIG_TIMEOUT)
+    )
     assert_column(other, "names_other_project", [float(PROJECTS[m] == "alpha-proj") for m in IDS])
     no_project = sidecar.call("score", seed_score(store, signals=signals(project=None)), timeout_s=BIG_TIMEOUT)
     assert no_project["features"]["project"] is None
@@ -148,11 +175,16 @@ def test_seed_score_signals_reach_the_feature_matrix(sidecar, store):
 def test_month_of_year_reaches_the_model_through_the_score_request(sidecar, store, month):
     # Seed verification item 42: month_of_year is the calendar month (January = 1); the model
     # receives sin/cos of (month - 1) / 12, as for a session_time in that month.
-    seed = columns(sidecar.call("score", seed_score(store, signals=signals(month_of_year=month)),
-                                timeout_s=BIG_TIMEOUT))
-    daemon = columns(sidecar.call("score", {**seed_score(store), "signals": None,
-                                            "session_time": f"2026-{month:02d}-15T06:00:00+01:00"},
-                                  timeout_s=BIG_TIMEOUT))
+    seed = columns(
+        sidecar.call("score", seed_score(store, signals=signals(month_of_year=month)), timeout_s=BIG_TIMEOUT)
+    )
+    daemon = columns(
+        sidecar.call(
+            "score",
+            {**seed_score(store), "signals": None, "session_time": f"2026-{month:02d}-15T06:00:00+01:00"},
+            timeout_s=BIG_TIMEOUT,
+        )
+    )
     sin, cos = cyc((month - 1) / 12)
     for cols in (seed, daemon):
         assert_column(cols, "moy_sin", sin)
@@ -160,9 +192,12 @@ def test_month_of_year_reaches_the_model_through_the_score_request(sidecar, stor
 
 
 def test_time_of_day_and_day_of_week_follow_the_documented_conventions(sidecar, store):
-    cols = columns(sidecar.call("score", seed_score(store, signals=signals(time_of_day=0.75, day_of_week=6)),
-                                timeout_s=BIG_TIMEOUT))
-    assert_column(cols, "tod_sin", cyc(0.75)[0])   # 18:00
+    cols = columns(
+        sidecar.call(
+            "score", seed_score(store, signals=signals(time_of_day=0.75, day_of_week=6)), timeout_s=BIG_TIMEOUT
+        )
+    )
+    assert_column(cols, "tod_sin", cyc(0.75)[0])  # 18:00
     assert_column(cols, "tod_cos", cyc(0.75)[1])
     assert_column(cols, "dow_sin", cyc(6 / 7)[0])  # Sunday
     assert_column(cols, "dow_cos", cyc(6 / 7)[1])
@@ -173,9 +208,14 @@ def test_seed_and_daemon_shapes_score_identically_on_a_trained_model(sidecar, st
     assert trained["accepted"], trained
     seed = sidecar.call("score", seed_score(store), timeout_s=BIG_TIMEOUT)
     # The same session in the daemon's shape: 2026-01-07 is a Wednesday in January, 06:00 local.
-    daemon_params = {**seed_score(store), "signals": None, "session_time": "2026-01-07T06:00:00+01:00",
-                     "session_gap_hours": 8.5, "project": "alpha-proj",
-                     "candidates": [{"is_superseded": f} for f in SUPERSEDED]}
+    daemon_params = {
+        **seed_score(store),
+        "signals": None,
+        "session_time": "2026-01-07T06:00:00+01:00",
+        "session_gap_hours": 8.5,
+        "project": "alpha-proj",
+        "candidates": [{"is_superseded": f} for f in SUPERSEDED],
+    }
     daemon = sidecar.call("score", daemon_params, timeout_s=BIG_TIMEOUT)
     assert seed["model_version"] == daemon["model_version"] == trained["model_version"]
     assert seed["features"] == daemon["features"]
@@ -184,8 +224,9 @@ def test_seed_and_daemon_shapes_score_identically_on_a_trained_model(sidecar, st
     both = sidecar.call("score", {**daemon_params, "session_time": None, "signals": signals()}, timeout_s=BIG_TIMEOUT)
     assert both["scores"] == seed["scores"]
     # is_superseded is not dropped: the trained model scores the superseded candidates differently.
-    unflagged = sidecar.call("score", seed_score(store, signals=signals(is_superseded=[False] * N)),
-                             timeout_s=BIG_TIMEOUT)
+    unflagged = sidecar.call(
+        "score", seed_score(store, signals=signals(is_superseded=[False] * N)), timeout_s=BIG_TIMEOUT
+    )
     assert unflagged["scores"] != seed["scores"]
     changed = [i for i in range(N) if unflagged["scores"][i]["score"] != seed["scores"][i]["score"]]
     assert changed and all(SUPERSEDED[i] for i in changed)
@@ -201,8 +242,11 @@ def test_seed_train_returns_loss_and_step(sidecar, store):
     assert isinstance(result["step"], int) and result["step"] > 0  # optimiser steps of accepted runs
     assert result["sample_count"] == 1 and result["error"] is None
     # A list of seed-shaped sessions ("sessions") trains too; step never goes back.
-    again = sidecar.call("train", {"sessions": [seed_train(store), seed_train(store, continuity_score=0.7)],
-                                   "epochs": 2}, timeout_s=TRAIN_TIMEOUT)
+    again = sidecar.call(
+        "train",
+        {"sessions": [seed_train(store), seed_train(store, continuity_score=0.7)], "epochs": 2},
+        timeout_s=TRAIN_TIMEOUT,
+    )
     assert isinstance(again["loss"], float) and math.isfinite(again["loss"])
     assert isinstance(again["step"], int) and again["step"] >= result["step"]
     assert again["sample_count"] == 2

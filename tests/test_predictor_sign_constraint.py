@@ -49,9 +49,14 @@ def aged_sessions(n: int, *, older_is_better: bool, seed: int = 0):
 def train_linear(batch, non_positive=None):
     model = MemoryScorer(ScorerConfig(native_dim=DIM), seed=1)
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
-    result = fit(model, opt, LOSS, [batch],
-                 FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
-                 Constraints(grad_masks=model.feature_residual_masks(), non_positive=non_positive))
+    result = fit(
+        model,
+        opt,
+        LOSS,
+        [batch],
+        FitConfig(max_epochs=60, early_stop_patience=60, max_seconds=1e9),
+        Constraints(grad_masks=model.feature_residual_masks(), non_positive=non_positive),
+    )
     return model, result
 
 
@@ -90,14 +95,27 @@ def test_fit_projects_a_positive_starting_weight_and_rejects_unknown_parameters(
         model.gate_linear.weight[0, -NUM_FEATURES + AGE] = 2.0
     opt = torch.optim.Adam([model.gate_linear.weight], lr=C.LEARNING_RATE)
     batch = collate(aged_sessions(10, older_is_better=True), native_dim=DIM)
-    result = fit(model, opt, LOSS, [batch], FitConfig(max_epochs=1, early_stop_patience=1, max_seconds=1e9),
-                 Constraints(grad_masks=model.feature_residual_masks(),
-                             non_positive=model.feature_column_mask(non_positive_columns())))
+    result = fit(
+        model,
+        opt,
+        LOSS,
+        [batch],
+        FitConfig(max_epochs=1, early_stop_patience=1, max_seconds=1e9),
+        Constraints(
+            grad_masks=model.feature_residual_masks(), non_positive=model.feature_column_mask(non_positive_columns())
+        ),
+    )
     assert float(result.model.feature_weights()[AGE]) == 0.0
     assert float(model.feature_weights()[AGE]) == 2.0  # the live model is untouched
     with pytest.raises(ValueError, match="non_positive"):
-        fit(model, opt, LOSS, [batch], FitConfig(max_epochs=1),
-            Constraints(non_positive={"nope": torch.ones(1, dtype=torch.bool)}))
+        fit(
+            model,
+            opt,
+            LOSS,
+            [batch],
+            FitConfig(max_epochs=1),
+            Constraints(non_positive={"nope": torch.ones(1, dtype=torch.bool)}),
+        )
 
 
 def test_the_anchor_keeps_the_same_bound():
@@ -130,8 +148,9 @@ def test_the_engine_never_serves_a_model_that_prefers_older_memories(tmp_path):
     assert float(newer.model.feature_weights()[AGE]) < 0.0  # learned freely
     # 10 epochs: the bound is checked on an accepted full run (with schema v7's 24 columns, two
     # epochs did not beat the untrained model's validation NDCG of 0.964 and the run was refused)
-    full = engine.train(aged_sessions(C.FULL_MODEL_MIN_SESSIONS, older_is_better=True, seed=3), save=False,
-                        max_epochs=10)
+    full = engine.train(
+        aged_sessions(C.FULL_MODEL_MIN_SESSIONS, older_is_better=True, seed=3), save=False, max_epochs=10
+    )
     assert full.stage == "full" and engine.model.has_anchor, full
     assert float(engine.model.feature_weights()[AGE]) <= 0.0
     assert float(engine.model.anchor[AGE]) <= 0.0

@@ -52,11 +52,19 @@ def test_learns_planted_signal(signal):
     rng = torch.Generator().manual_seed(0)
     shape = held_out.labels.shape
     random_ndcg = np.mean([mean_ndcg_at_k(torch.rand(shape, generator=rng), held_out.labels) for _ in range(20)])
-    result = fit(live, _adam(live), listnet_loss, train,
-                 FitConfig(max_epochs=20, early_stop_patience=3, previous_is_trained=False), canary=canary)
+    result = fit(
+        live,
+        _adam(live),
+        listnet_loss,
+        train,
+        FitConfig(max_epochs=20, early_stop_patience=3, previous_is_trained=False),
+        canary=canary,
+    )
     after = mean_ndcg_at_k(result.model.score(held_out), held_out.labels)
-    print(f"{signal}: random {random_ndcg:.3f} untrained {mean_ndcg_at_k(live.score(held_out), held_out.labels):.3f} "
-          f"trained {after:.3f} ({result.steps} steps, {result.elapsed_seconds:.2f}s, {result.stop_reason})")
+    print(
+        f"{signal}: random {random_ndcg:.3f} untrained {mean_ndcg_at_k(live.score(held_out), held_out.labels):.3f} "
+        f"trained {after:.3f} ({result.steps} steps, {result.elapsed_seconds:.2f}s, {result.stop_reason})"
+    )
     assert after > random_ndcg + 0.3 and after > 0.7
     assert result.accepted, result.gates.to_dict()
     assert result.epoch_losses[-1] < result.epoch_losses[0]
@@ -88,8 +96,14 @@ def test_corrupt_training_data_trips_a_gate_and_keeps_the_old_model(corrupt):
     canary = [collate(make_sessions(10, native_dim=DIM, seed=8), native_dim=DIM)]
     live = _model()
     before = _state(live)
-    result = fit(live, _adam(live), listnet_loss, batched(sessions, batch_size=8, native_dim=DIM),
-                 FitConfig(max_epochs=3, early_stop_patience=3, previous_is_trained=False), canary=canary)
+    result = fit(
+        live,
+        _adam(live),
+        listnet_loss,
+        batched(sessions, batch_size=8, native_dim=DIM),
+        FitConfig(max_epochs=3, early_stop_patience=3, previous_is_trained=False),
+        canary=canary,
+    )
     assert result.stop_reason == "non_finite_loss"
     assert not result.accepted and "losses_finite" in result.gates.failed
     serving = result.model if result.accepted else live  # the caller's all-or-nothing swap
@@ -98,11 +112,11 @@ def test_corrupt_training_data_trips_a_gate_and_keeps_the_old_model(corrupt):
 
 def test_time_cap_and_early_stop():
     live = _model()
-    capped = fit(live, _adam(live), listnet_loss, _batches(32),
-                 FitConfig(max_seconds=1e-9, max_epochs=5, early_stop_patience=2))
+    capped = fit(
+        live, _adam(live), listnet_loss, _batches(32), FitConfig(max_seconds=1e-9, max_epochs=5, early_stop_patience=2)
+    )
     assert capped.stop_reason == "time_cap" and capped.steps == 0
-    frozen = fit(live, _adam(live, lr=0.0), listnet_loss, _batches(32),
-                 FitConfig(max_epochs=20, early_stop_patience=2))
+    frozen = fit(live, _adam(live, lr=0.0), listnet_loss, _batches(32), FitConfig(max_epochs=20, early_stop_patience=2))
     assert frozen.stop_reason == "early_stop" and frozen.epochs == 3
     full = fit(live, _adam(live), listnet_loss, _batches(16), FitConfig(max_epochs=2, early_stop_patience=5))
     assert full.stop_reason == "max_epochs" and full.epochs == 2 and full.steps == 2
@@ -126,16 +140,23 @@ def test_replay_weighs_a_fifth_of_every_step():
         return out
 
     live = _model()
-    result = fit(live, _adam(live), recording_loss, train, FitConfig(max_epochs=3, early_stop_patience=5),
-                 replay_batches=replay)
+    result = fit(
+        live, _adam(live), recording_loss, train, FitConfig(max_epochs=3, early_stop_patience=5), replay_batches=replay
+    )
     assert result.steps == 24  # replay adds no steps: 8 batches x 3 epochs
     assert len(seen) == 48 and seen[1::2] == [True] * 24 and not any(seen[0::2])
     # every recorded step loss is 0.8 x its training batch's + 0.2 x its replay batch's
     for step, (own, old) in enumerate(zip(values[0::2], values[1::2])):
         assert result.step_losses[step] == pytest.approx(0.8 * own + 0.2 * old, rel=1e-5)
     seen.clear()
-    fit(live, _adam(live), recording_loss, train,
-        FitConfig(max_epochs=1, early_stop_patience=5, replay_share=0.0), replay_batches=replay)
+    fit(
+        live,
+        _adam(live),
+        recording_loss,
+        train,
+        FitConfig(max_epochs=1, early_stop_patience=5, replay_share=0.0),
+        replay_batches=replay,
+    )
     assert len(seen) == 8 and not any(seen)
 
 
@@ -145,8 +166,9 @@ def test_one_training_batch_is_not_outweighed_by_replay():
     train = _batches(1, batch_size=1, n_candidates=8)
     replay = _batches(4, batch_size=1, seed=5, n_candidates=8)
     live = _model()
-    result = fit(live, _adam(live), listnet_loss, train, FitConfig(max_epochs=4, early_stop_patience=5),
-                 replay_batches=replay)
+    result = fit(
+        live, _adam(live), listnet_loss, train, FitConfig(max_epochs=4, early_stop_patience=5), replay_batches=replay
+    )
     assert result.steps == 4 and result.epochs == 4
 
 
@@ -163,8 +185,13 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="optimizer"):
         fit(live, _adam(other), listnet_loss, _batches(8), FitConfig(max_epochs=1, early_stop_patience=1))
     with pytest.raises(ValueError, match="replay_share"):
-        fit(live, _adam(live), listnet_loss, _batches(8),
-            FitConfig(max_epochs=1, early_stop_patience=1, replay_share=1.0))
+        fit(
+            live,
+            _adam(live),
+            listnet_loss,
+            _batches(8),
+            FitConfig(max_epochs=1, early_stop_patience=1, replay_share=1.0),
+        )
 
 
 # --- the gates on hand-made cases -------------------------------------------------------
@@ -235,8 +262,9 @@ def test_gates_skip_what_cannot_apply(gate_case):
     previous, canary = gate_case
     no_canary = evaluate_gates(previous, previous, None, [0.3])
     assert no_canary.passed and all(no_canary.gate(n).skipped for n in ("score_variance", "top5_overlap", "ndcg_drop"))
-    cold = evaluate_gates(_edited(previous, lambda m: m.gate_out.weight.neg_()), previous, canary, [0.3],
-                          previous_is_trained=False)
+    cold = evaluate_gates(
+        _edited(previous, lambda m: m.gate_out.weight.neg_()), previous, canary, [0.3], previous_is_trained=False
+    )
     assert cold.gate("top5_overlap").skipped and cold.gate("ndcg_drop").skipped
     assert not cold.gate("score_variance").skipped
     strict = evaluate_gates(previous, previous, canary, [0.3], thresholds=GateThresholds(min_score_variance=1e9))
@@ -270,8 +298,9 @@ def test_the_ndcg_gate_leaves_out_the_sessions_the_previous_model_trained_on():
     # variance and overlap still look at the whole canary
     assert held_out.gate("top5_overlap").value == whole.gate("top5_overlap").value
     assert held_out.gate("score_variance").value == whole.gate("score_variance").value
-    everything = evaluate_gates(candidate, previous, canary, [0.5], check_overlap=False,
-                                previous_trained_on=canary[0].session_ids)
+    everything = evaluate_gates(
+        candidate, previous, canary, [0.5], check_overlap=False, previous_trained_on=canary[0].session_ids
+    )
     gate = everything.gate("ndcg_drop")
     assert everything.passed and gate.skipped and "trained on by the previous model" in gate.detail
     assert everything.canary_ndcg is None and everything.previous_canary_ndcg is None
@@ -287,9 +316,14 @@ def test_grad_masks_train_only_the_feature_residual():
     masks = live.feature_residual_masks()
     opt = torch.optim.Adam([live.gate_linear.weight], lr=1e-2, fused=True)
     before = _state(live)
-    result = fit(live, opt, listnet_loss, train,
-                 FitConfig(max_epochs=10, early_stop_patience=10, previous_is_trained=False),
-                 Constraints(grad_masks=masks))
+    result = fit(
+        live,
+        opt,
+        listnet_loss,
+        train,
+        FitConfig(max_epochs=10, early_stop_patience=10, previous_is_trained=False),
+        Constraints(grad_masks=masks),
+    )
     after = result.model.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed == {"gate_linear.weight"}
@@ -303,5 +337,4 @@ def test_grad_masks_train_only_the_feature_residual():
 def test_grad_masks_name_unknown_parameters():
     live = _model()
     with pytest.raises(ValueError, match="unknown parameters"):
-        fit(live, _adam(live), listnet_loss, _batches(8),
-            constraints=Constraints(grad_masks={"nope": torch.ones(1)}))
+        fit(live, _adam(live), listnet_loss, _batches(8), constraints=Constraints(grad_masks={"nope": torch.ones(1)}))

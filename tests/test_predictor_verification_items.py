@@ -85,14 +85,18 @@ class Store:
             for mid, vec in zip(self.memories, vectors):
                 content = f"memory {mid}"
                 h = hashlib.sha256(content.encode()).hexdigest()
-                conn.execute("""INSERT INTO memories (id, content, normalized_content, content_hash, created_at,
-                                updated_at) VALUES (?,?,?,?,?,?)""", (mid, content, content, h, _iso(T0), _iso(T0)))
+                conn.execute(
+                    """INSERT INTO memories (id, content, normalized_content, content_hash, created_at,
+                                updated_at) VALUES (?,?,?,?,?,?)""",
+                    (mid, content, content, h, _iso(T0), _iso(T0)),
+                )
                 upsert_embeddings(conn, [(h, vec)], MODEL_ID, _iso(T0))
 
         self.db.write(fill)
 
-    def session(self, key: str, *, score: float, confidence: float = 0.9, pinned_signal: bool = False,
-                logged: bool = True) -> str:
+    def session(
+        self, key: str, *, score: float, confidence: float = 0.9, pinned_signal: bool = False, logged: bool = True
+    ) -> str:
         """One scored session, started after every earlier one. Its relevant candidates are the
         two most important ones; with ``pinned_signal`` the relevant one is instead a pinned
         candidate (the only sessions in which ``pinned`` varies). ``logged`` False: the
@@ -111,32 +115,75 @@ class Store:
             labels[np.argsort(-importance)[:2]] = 1.0
 
         def fill(conn: sqlite3.Connection) -> None:
-            sess_sql.insert_session(conn, key=key, project="p", harness="test", cwd=None, context="ctx",
-                                    started_at=started, predictor_state="warming")
-            sess_sql.record_candidates(conn, key, [sess_sql.CandidateRow(
-                memory_id=m, source="effective", final_score=1.0 / (r + 1), rank=r + 1, was_injected=r < 3)
-                for r, m in enumerate(ids)], started)
+            sess_sql.insert_session(
+                conn,
+                key=key,
+                project="p",
+                harness="test",
+                cwd=None,
+                context="ctx",
+                started_at=started,
+                predictor_state="warming",
+            )
+            sess_sql.record_candidates(
+                conn,
+                key,
+                [
+                    sess_sql.CandidateRow(
+                        memory_id=m, source="effective", final_score=1.0 / (r + 1), rank=r + 1, was_injected=r < 3
+                    )
+                    for r, m in enumerate(ids)
+                ],
+                started,
+            )
             if logged:
-                pred_sql.set_session_inputs(conn, key, context_vector=unit(rng.normal(size=DIM)).astype(np.float32),
-                                            context_model=MODEL_ID,
-                                            signals={"session_time": started[:19], "session_gap_hours": 3.0})
-                pred_sql.set_candidate_features(conn, key, {m: {
-                    "age_days": 5.0, "importance": float(importance[r]), "access_count": 0,
-                    "baseline_score": 1.0 / (r + 1), "baseline_rank": r, "pinned": bool(pinned[r])}
-                    for r, m in enumerate(ids)})
-            rid = dict(conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?",
-                                    (key,)).fetchall())
+                pred_sql.set_session_inputs(
+                    conn,
+                    key,
+                    context_vector=unit(rng.normal(size=DIM)).astype(np.float32),
+                    context_model=MODEL_ID,
+                    signals={"session_time": started[:19], "session_gap_hours": 3.0},
+                )
+                pred_sql.set_candidate_features(
+                    conn,
+                    key,
+                    {
+                        m: {
+                            "age_days": 5.0,
+                            "importance": float(importance[r]),
+                            "access_count": 0,
+                            "baseline_score": 1.0 / (r + 1),
+                            "baseline_rank": r,
+                            "pinned": bool(pinned[r]),
+                        }
+                        for r, m in enumerate(ids)
+                    },
+                )
+            rid = dict(
+                conn.execute("SELECT memory_id, id FROM session_memories WHERE session_key = ?", (key,)).fetchall()
+            )
             sess_sql.write_labels(conn, [(rid[m], float(lab), float(lab), ["test"]) for m, lab in zip(ids, labels)])
-            sess_sql.write_score(conn, key, score=score, confidence=confidence, memories_recalled=3,
-                                 memories_used=1, novel_context_count=0, reasoning=None, scorer="llm",
-                                 model=None, at=started)
+            sess_sql.write_score(
+                conn,
+                key,
+                score=score,
+                confidence=confidence,
+                memories_recalled=3,
+                memories_used=1,
+                novel_context_count=0,
+                reasoning=None,
+                scorer="llm",
+                model=None,
+                at=started,
+            )
 
         self.db.write(fill)
         return key
 
     def replay_keys(self) -> list[str]:
-        return self.db.read(lambda c: pred_sql.replay_keys(c, size=C.REPLAY_BUFFER_SIZE,
-                                                           min_confidence=C.MIN_SCORER_CONFIDENCE))
+        return self.db.read(
+            lambda c: pred_sql.replay_keys(c, size=C.REPLAY_BUFFER_SIZE, min_confidence=C.MIN_SCORER_CONFIDENCE)
+        )
 
 
 def test_item16_replay_buffer_is_the_top_k_by_score_and_takes_in_a_higher_scoring_session(tmp_path):
@@ -148,8 +195,8 @@ def test_item16_replay_buffer_is_the_top_k_by_score_and_takes_in_a_higher_scorin
     store = Store(tmp_path / "memories.db")
     rng = np.random.default_rng(3)
     scores = {store.session(f"s{i:02d}", score=float(s)): float(s) for i, s in enumerate(rng.uniform(0.3, 0.7, 25))}
-    store.session("unsure", score=0.99, confidence=0.5)   # below the confidence gate
-    store.session("unlogged", score=0.99, logged=False)   # no predictor inputs: not training data
+    store.session("unsure", score=0.99, confidence=0.5)  # below the confidence gate
+    store.session("unlogged", score=0.99, logged=False)  # no predictor inputs: not training data
     top = sorted(scores, key=lambda k: -scores[k])[: C.REPLAY_BUFFER_SIZE]
     before = store.replay_keys()
     assert before == top and len(before) == C.REPLAY_BUFFER_SIZE == 20
@@ -182,9 +229,12 @@ def test_item16_train_from_db_replays_a_high_scoring_session_after_it_left_the_r
     rng = np.random.default_rng(5)
     for i in range(24):
         store.session(f"a{i:02d}", score=float(rng.uniform(0.4, 0.7)))
-    client = SidecarClient(sidecar_command(db_path=store.path, model_dir=tmp_path / "predictor",
-                                           embedding_model_id=MODEL_ID, native_dim=DIM),
-                           stderr_path=tmp_path / "sidecar.log")
+    client = SidecarClient(
+        sidecar_command(
+            db_path=store.path, model_dir=tmp_path / "predictor", embedding_model_id=MODEL_ID, native_dim=DIM
+        ),
+        stderr_path=tmp_path / "sidecar.log",
+    )
     try:
         assert client.wait_ready(START_TIMEOUT), (tmp_path / "sidecar.log").read_text()
         params = {"limit": 10, "influential": False, "max_seconds": 3600}
@@ -236,21 +286,42 @@ def project_sessions(n: int, seed: int, *, n_candidates: int = 20) -> list[tuple
         emb = unit(directions[kind] + 0.6 * unit(rng.normal(size=(n_candidates, DIM))))
         labels = np.zeros(n_candidates, dtype=np.float32)
         labels[rng.choice(np.flatnonzero(kind == proj), 3, replace=False)] = 1.0
-        rows = [CandidateFeatures(age_days=10.0, importance=0.5, access_count=0, session_gap_hours=8.0,
-                                  is_embedded=True) for _ in range(n_candidates)]
-        out.append((Session(features=build_feature_matrix(rows, T0 + timedelta(hours=5 * s)), labels=labels,
-                            candidate_texts=[], candidate_embeddings=emb.astype(np.float32),
-                            context_embedding=unit(rng.normal(size=DIM)).astype(np.float32), context_text="",
-                            project=(PROJECT_A, PROJECT_B)[proj], session_id=f"proj-{seed}-{s}"), kind, proj))
+        rows = [
+            CandidateFeatures(age_days=10.0, importance=0.5, access_count=0, session_gap_hours=8.0, is_embedded=True)
+            for _ in range(n_candidates)
+        ]
+        out.append(
+            (
+                Session(
+                    features=build_feature_matrix(rows, T0 + timedelta(hours=5 * s)),
+                    labels=labels,
+                    candidate_texts=[],
+                    candidate_embeddings=emb.astype(np.float32),
+                    context_embedding=unit(rng.normal(size=DIM)).astype(np.float32),
+                    context_text="",
+                    project=(PROJECT_A, PROJECT_B)[proj],
+                    session_id=f"proj-{seed}-{s}",
+                ),
+                kind,
+                proj,
+            )
+        )
     return out
 
 
 def own_project_auc(e: PredictorEngine, probe, *, project: int | None = None) -> float:
     """Mean over probe sessions (of ``project`` only, when given) of the AUC of the session's
     project's memories against the other project's."""
-    return float(np.mean([auc(sc[kind == proj], sc[kind != proj]) for sess, kind, proj in probe
-                          if project is None or proj == project
-                          for sc in [e.score(sess)]]))
+    return float(
+        np.mean(
+            [
+                auc(sc[kind == proj], sc[kind != proj])
+                for sess, kind, proj in probe
+                if project is None or proj == project
+                for sc in [e.score(sess)]
+            ]
+        )
+    )
 
 
 def test_item20_the_full_stage_project_embedding_learns_each_projects_memories():
@@ -309,16 +380,32 @@ def feature_project_sessions(n: int, seed: int, *, n_candidates: int = 20) -> li
         labels = np.zeros(n_candidates)
         labels[rng.choice(np.flatnonzero(owner == proj), 3, replace=False)] = 1.0
         ranks = rng.permutation(n_candidates)
-        raw = [{"age_days": float(rng.uniform(0, 60)), "importance": float(rng.uniform(0.2, 0.8)), "access_count": 0,
-                "baseline_score": float(1.0 / (1 + ranks[j])), "baseline_rank": int(ranks[j]),
-                "mentions_project": bool(owner[j] == proj), "names_other_project": bool(owner[j] != proj)}
-               for j in range(n_candidates)]
+        raw = [
+            {
+                "age_days": float(rng.uniform(0, 60)),
+                "importance": float(rng.uniform(0.2, 0.8)),
+                "access_count": 0,
+                "baseline_score": float(1.0 / (1 + ranks[j])),
+                "baseline_rank": int(ranks[j]),
+                "mentions_project": bool(owner[j] == proj),
+                "names_other_project": bool(owner[j] != proj),
+            }
+            for j in range(n_candidates)
+        ]
         vecs = unit(rng.normal(size=(n_candidates, DIM))).astype(np.float32)
-        sess = build_session(candidates=raw, session_time=T0 + timedelta(hours=5 * s), session_gap_hours=5.0,
-                             candidate_vectors=list(vecs), candidate_texts=[""] * n_candidates,
-                             context_vector=unit(rng.normal(size=DIM)).astype(np.float32), context_text="",
-                             project=(PROJECT_A, PROJECT_B)[proj], native_dim=DIM, labels=labels,
-                             session_id=f"feat-{seed}-{s}")
+        sess = build_session(
+            candidates=raw,
+            session_time=T0 + timedelta(hours=5 * s),
+            session_gap_hours=5.0,
+            candidate_vectors=list(vecs),
+            candidate_texts=[""] * n_candidates,
+            context_vector=unit(rng.normal(size=DIM)).astype(np.float32),
+            context_text="",
+            project=(PROJECT_A, PROJECT_B)[proj],
+            native_dim=DIM,
+            labels=labels,
+            session_id=f"feat-{seed}-{s}",
+        )
         out.append((sess, owner, proj))
     return out
 
@@ -349,8 +436,9 @@ WORDS = [f"w{i}" for i in range(200)]
 COMMON = unit(np.random.default_rng(99).normal(size=DIM))
 
 
-def mixed_sessions(n: int, seed: int, *, text_share: float, n_candidates: int = 30,
-                   n_relevant: int = 5) -> list[tuple[Session, np.ndarray, np.ndarray]]:
+def mixed_sessions(
+    n: int, seed: int, *, text_share: float, n_candidates: int = 30, n_relevant: int = 5
+) -> list[tuple[Session, np.ndarray, np.ndarray]]:
     """Sessions with an embedded context whose candidates are text-only (no vector: text path,
     ``context_similarity`` None, as the daemon logs it) with probability ``text_share``.
 
@@ -374,16 +462,30 @@ def mixed_sessions(n: int, seed: int, *, text_share: float, n_candidates: int = 
         baseline = rng.uniform(0, 1, n_candidates)
         rank = np.empty(n_candidates, dtype=int)
         rank[np.argsort(-baseline)] = np.arange(n_candidates)
-        raw = [{"age_days": float(rng.uniform(0, 100)), "importance": float(importance[j]),
-                "access_count": int(rng.integers(0, 5)), "baseline_score": float(baseline[j]),
-                "baseline_rank": int(rank[j]), "context_similarity": None if text[j] else float(emb[j] @ ctx)}
-               for j in range(n_candidates)]
-        sess = build_session(candidates=raw, session_time=T0 + timedelta(hours=5 * s), session_gap_hours=5.0,
-                             candidate_vectors=[None if text[j] else emb[j].astype(np.float32)
-                                                for j in range(n_candidates)],
-                             candidate_texts=[" ".join(rng.choice(WORDS, 8)) for _ in range(n_candidates)],
-                             context_vector=ctx.astype(np.float32), context_text="", project="p",
-                             native_dim=DIM, labels=relevant.astype(float), session_id=f"mixed-{seed}-{s}")
+        raw = [
+            {
+                "age_days": float(rng.uniform(0, 100)),
+                "importance": float(importance[j]),
+                "access_count": int(rng.integers(0, 5)),
+                "baseline_score": float(baseline[j]),
+                "baseline_rank": int(rank[j]),
+                "context_similarity": None if text[j] else float(emb[j] @ ctx),
+            }
+            for j in range(n_candidates)
+        ]
+        sess = build_session(
+            candidates=raw,
+            session_time=T0 + timedelta(hours=5 * s),
+            session_gap_hours=5.0,
+            candidate_vectors=[None if text[j] else emb[j].astype(np.float32) for j in range(n_candidates)],
+            candidate_texts=[" ".join(rng.choice(WORDS, 8)) for _ in range(n_candidates)],
+            context_vector=ctx.astype(np.float32),
+            context_text="",
+            project="p",
+            native_dim=DIM,
+            labels=relevant.astype(float),
+            session_id=f"mixed-{seed}-{s}",
+        )
         out.append((sess, text, relevant))
     return out
 

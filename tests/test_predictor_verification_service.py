@@ -30,22 +30,22 @@ import pytest
 
 from benchmarks.sessions import seed_alpha
 from memlane.config import load_settings
+from memlane.config import predictor as C
+from memlane.config.clock import now_iso
 from memlane.container import Container, open_container
 from memlane.predictor import policy
-from memlane.config import predictor as C
 from memlane.predictor.dataset import load_sessions
-from memlane.storage.db import open_readonly
-from memlane.config.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.sessions.inject import short_id
 from memlane.sessions.inputs import EndInput, StartInput
 from memlane.storage import predictor as pred_sql
-from memlane.storage.db import connect
-
+from memlane.storage.db import connect, open_readonly
 from predictor_corpus_helpers import CONTEXTS, CORPUS, FACTS, PROJECT, READY_S
 
-TRANSCRIPT = "\n".join(f"user: step {i} of the deploy, push the docker image to staging\n"
-                       f"assistant: done, image tag v{i}" for i in range(20))
+TRANSCRIPT = "\n".join(
+    f"user: step {i} of the deploy, push the docker image to staging\nassistant: done, image tag v{i}"
+    for i in range(20)
+)
 #: The baseline ranks (1-based) the agent rates useful while the trained home is built: far
 #: below the injected five, so the trained predictor disagrees with the baseline.
 LIFTED_RANKS = range(21, 26)
@@ -60,8 +60,9 @@ def open_home(home: Path, embedder, **predictor: Any) -> Container:
     """A container on ``home`` with its sidecar ready (inject limit 5, score deadline 30 s)."""
     llm = predictor.pop("llm", None)
     extra = {"llm": llm} if llm else {}
-    settings = load_settings(home=home, sessions={"inject_limit": 5},
-                             predictor={"score_timeout_ms": 30_000, **predictor}, **extra)
+    settings = load_settings(
+        home=home, sessions={"inject_limit": 5}, predictor={"score_timeout_ms": 30_000, **predictor}, **extra
+    )
     c = open_container(settings, embedder=embedder, predictor=True)
     assert c.predictor is not None and c.predictor.backend.wait_ready(READY_S)
     return c
@@ -96,8 +97,11 @@ def sidecar_stopped(c: Container) -> Iterator[int]:
 
 
 def rows(c: Container, key: str) -> list[dict]:
-    return c.db.read(lambda conn: [dict(r) for r in conn.execute(
-        "SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))])
+    return c.db.read(
+        lambda conn: [
+            dict(r) for r in conn.execute("SELECT * FROM session_memories WHERE session_key = ? ORDER BY rank", (key,))
+        ]
+    )
 
 
 def training_rows(c: Container) -> list[dict]:
@@ -105,8 +109,11 @@ def training_rows(c: Container) -> list[dict]:
 
 
 def comparison(c: Container, key: str) -> dict:
-    (row,) = c.db.read(lambda conn: [dict(r) for r in conn.execute(
-        "SELECT * FROM predictor_comparisons WHERE session_key = ?", (key,))])
+    (row,) = c.db.read(
+        lambda conn: [
+            dict(r) for r in conn.execute("SELECT * FROM predictor_comparisons WHERE session_key = ?", (key,))
+        ]
+    )
     return row
 
 
@@ -156,10 +163,12 @@ def trained_home(tmp_path_factory, shared_embedder) -> Path:
                 mp.delenv(k)
         mp.setenv("MEMLANE_CONFIG", str(tmp_path_factory.getbasetemp() / "no-such-config.yaml"))
         home = tmp_path_factory.mktemp("trained-home")
-        with opened(home, shared_embedder, min_training_sessions=1, train_interval_sessions=1,
-                    exploration_rate=0.0) as c:
-            c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i)
-                                      for i, t in enumerate(CORPUS)])
+        with opened(
+            home, shared_embedder, min_training_sessions=1, train_interval_sessions=1, exploration_rate=0.0
+        ) as c:
+            c.memories.remember_many(
+                [RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i) for i, t in enumerate(CORPUS)]
+            )
             for i in range(4):
                 rated_session(c, f"train-{i}", CONTEXTS[i % len(CONTEXTS)], lift_deep_baseline_ranks)
                 c.predictor.wait_training(300)
@@ -183,15 +192,27 @@ def home(trained_home: Path, tmp_path: Path) -> Path:
 def memory_vectors(c: Container, ids: list[str]) -> dict[str, np.ndarray | None]:
     """Each memory's stored content vector of the serving embedder (None: none stored)."""
     model = c.embedder.model_id
-    got = c.db.read(lambda conn: {r[0]: r[1] for r in conn.execute(
-        f"""SELECT m.id, e.vector FROM memories m LEFT JOIN embeddings e
+    got = c.db.read(
+        lambda conn: {
+            r[0]: r[1]
+            for r in conn.execute(
+                f"""SELECT m.id, e.vector FROM memories m LEFT JOIN embeddings e
             ON e.content_hash = m.content_hash AND e.model = ?
-            WHERE m.id IN ({','.join('?' * len(ids))})""", [model, *ids])})
+            WHERE m.id IN ({",".join("?" * len(ids))})""",
+                [model, *ids],
+            )
+        }
+    )
     return {m: None if got.get(m) is None else np.frombuffer(got[m], dtype="<f4").astype(np.float64) for m in ids}
 
 
-def expected_fusion(baseline_rank: dict[str, int], predictor_rank: dict[str, int], alpha: float,
-                    vectors: dict[str, np.ndarray | None], k: float = RRF_K) -> tuple[list[str], dict[str, float]]:
+def expected_fusion(
+    baseline_rank: dict[str, int],
+    predictor_rank: dict[str, int],
+    alpha: float,
+    vectors: dict[str, np.ndarray | None],
+    k: float = RRF_K,
+) -> tuple[list[str], dict[str, float]]:
     """The seed's fused ranking, computed here from the recorded ranks alone.
 
     RRF: ``alpha / (k + rank_baseline) + (1 - alpha) / (k + rank_predictor)``, a rank missing
@@ -204,8 +225,9 @@ def expected_fusion(baseline_rank: dict[str, int], predictor_rank: dict[str, int
     """
     ids = list(baseline_rank)
     n = len(set(ids) | set(predictor_rank))
-    fused = {m: alpha / (k + baseline_rank.get(m, n + 1)) + (1 - alpha) / (k + predictor_rank.get(m, n + 1))
-             for m in ids}
+    fused = {
+        m: alpha / (k + baseline_rank.get(m, n + 1)) + (1 - alpha) / (k + predictor_rank.get(m, n + 1)) for m in ids
+    }
     walk = sorted(ids, key=lambda m: -fused[m])
     assert len({fused[m] for m in ids}) == len(ids), "tied fused scores: the walk order would be ambiguous"
     taken: list[str] = []
@@ -221,7 +243,7 @@ def expected_fusion(baseline_rank: dict[str, int], predictor_rank: dict[str, int
                 cos = float(v @ w)
                 assert abs(cos - DIVERSITY_THRESHOLD) > 1e-5, "a cosine on the threshold: ambiguous"
                 overlaps += cos > DIVERSITY_THRESHOLD
-        factor = (1 - DIVERSITY_FLOOR) * DIVERSITY_DECAY ** overlaps + DIVERSITY_FLOOR if overlaps else 1.0
+        factor = (1 - DIVERSITY_FLOOR) * DIVERSITY_DECAY**overlaps + DIVERSITY_FLOOR if overlaps else 1.0
         adjusted[m] = fused[m] * factor
         taken.append(m)
     order = sorted(ids, key=lambda m: -adjusted[m])
@@ -272,8 +294,10 @@ def test_item7_session_start_injects_the_rrf_fusion_of_both_recorded_rankings(ho
     # nearly the predictor's order alone (at exactly 0 the fused scores are 1 / (k + r), and a
     # diversity factor of 0.55 = 22 / 40 can tie two of them: ranks 10 and 28)
     assert expected_fusion(b_rank, p_rank, 0.00314159, vectors)[0] != order
-    assert any(adjusted[m] != pytest.approx(alpha / (RRF_K + b_rank[m]) + (1 - alpha) / (RRF_K + p_rank[m]),
-                                            rel=1e-12) for m in order), "topic diversity never applied"
+    assert any(
+        adjusted[m] != pytest.approx(alpha / (RRF_K + b_rank[m]) + (1 - alpha) / (RRF_K + p_rank[m]), rel=1e-12)
+        for m in order
+    ), "topic diversity never applied"
 
 
 # ------------------------------------------------------------------------------ item 15: drift
@@ -303,17 +327,25 @@ def test_item15_drift_reset_through_the_service(home, shared_embedder):
     buffer and writes a predictor_training_log row carrying the new drift_resets count."""
     window = 3
     start = saved_state(home)
-    state = policy.PolicyState.from_dict({
-        **start.to_dict(), "success_rate": 0.05, "cold_start_exited": True,
-        "sessions_since_exit": C.EARLY_ACTIVE_RAMP_SESSIONS, "low_streak": 0, "drifting": False,
-        # a window of the largest margins: the losses below (down to -1 each once the model
-        # disagrees with the injected five) leave its mean above 0, so the margin guard does not
-        # take the influence away before the drift reset this test is about
-        "margin_ema": 0.1, "recent_margins": [1.0] * C.MARGIN_WINDOW, "sessions_since_train": 0})
+    state = policy.PolicyState.from_dict(
+        {
+            **start.to_dict(),
+            "success_rate": 0.05,
+            "cold_start_exited": True,
+            "sessions_since_exit": C.EARLY_ACTIVE_RAMP_SESSIONS,
+            "low_streak": 0,
+            "drifting": False,
+            # a window of the largest margins: the losses below (down to -1 each once the model
+            # disagrees with the injected five) leave its mean above 0, so the margin guard does not
+            # take the influence away before the drift reset this test is about
+            "margin_ema": 0.1,
+            "recent_margins": [1.0] * C.MARGIN_WINDOW,
+            "sessions_since_train": 0,
+        }
+    )
     assert policy.alpha_for(state) == pytest.approx(0.95)
     persist_state(home, state)
-    with opened(home, shared_embedder, drift_reset_window=window, min_training_sessions=1,
-                exploration_rate=0.0) as c:
+    with opened(home, shared_embedder, drift_reset_window=window, min_training_sessions=1, exploration_rate=0.0) as c:
         p = c.predictor
         resets, logged = p.state.drift_resets, len(training_rows(c))
         assert p.phase() == "active" and p.alpha() < 1.0
@@ -352,8 +384,9 @@ def test_item15_drift_reset_through_the_service(home, shared_embedder):
             sig = c.db.read(lambda conn: pred_sql.session_signals(conn, key2))
             assert sig is None  # deferred: the alpha-1 start answered without the (stopped) predictor
             late = rows(c, key2)
-            assert {r["memory_id"] for r in late if r["was_injected"]} == \
-                {r["memory_id"] for r in late if r["baseline_rank"] <= 5}
+            assert {r["memory_id"] for r in late if r["was_injected"]} == {
+                r["memory_id"] for r in late if r["baseline_rank"] <= 5
+            }
         p.wait_training(300)
         new = training_rows(c)[logged:]
         assert [r["trigger"] for r in new] == ["drift"], new
@@ -373,8 +406,9 @@ def test_item15_drift_reset_through_the_service(home, shared_embedder):
     try:
         canary = set(pred_sql.canary_keys(conn))
         buffer = pred_sql.replay_keys(conn, size=C.REPLAY_BUFFER_SIZE, min_confidence=C.MIN_SCORER_CONFIDENCE)
-        loadable = load_sessions(conn, embedding_model=model_id, native_dim=dim,
-                                 min_confidence=C.MIN_SCORER_CONFIDENCE, keys=buffer)
+        loadable = load_sessions(
+            conn, embedding_model=model_id, native_dim=dim, min_confidence=C.MIN_SCORER_CONFIDENCE, keys=buffer
+        )
     finally:
         conn.close()
     assert reply["replay_sessions"] == len(loadable) >= 1
@@ -401,8 +435,16 @@ class Judge:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
                 judge.prompts.append(body["messages"][0]["content"])
                 text = judge.replies.pop(0) if judge.replies else ""
-                out = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
+                out = json.dumps(
+                    {
+                        "id": "c1",
+                        "object": "chat.completion",
+                        "model": "m",
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                        ],
+                    }
+                ).encode()
                 self.send_response(200 if text else 500)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))
@@ -438,8 +480,7 @@ def test_item35_an_explored_memory_is_recorded_judged_labelled_and_trained_on(ho
     explored memory appears in session_memories with source='exploration', receives a relevance
     score from the continuity judge and a label at session-end, and its session reaches the
     training data with that label (the sidecar trains on it)."""
-    with opened(home, shared_embedder, exploration_rate=1.0, min_training_sessions=1,
-                llm=judge.settings()) as c:
+    with opened(home, shared_embedder, exploration_rate=1.0, min_training_sessions=1, llm=judge.settings()) as c:
         p = c.predictor
         assert p.phase() == "warming"
         key = "explored-1"
@@ -453,10 +494,18 @@ def test_item35_an_explored_memory_is_recorded_judged_labelled_and_trained_on(ho
         assert res.injected[-1]["id"] == explored
         injected = [m["id"] for m in res.injected]
         per_memory = {short_id(m): (0.9 if m == explored else 0.1) for m in injected}
-        judge.replies.append(json.dumps({
-            "score": 0.7, "confidence": 0.9, "memories_used": 1, "novel_context_count": 0,
-            "reasoning": "The explored memory was the one used.",
-            "per_memory": [{"id": k, "relevance": v} for k, v in per_memory.items()]}))
+        judge.replies.append(
+            json.dumps(
+                {
+                    "score": 0.7,
+                    "confidence": 0.9,
+                    "memories_used": 1,
+                    "novel_context_count": 0,
+                    "reasoning": "The explored memory was the one used.",
+                    "per_memory": [{"id": k, "relevance": v} for k, v in per_memory.items()],
+                }
+            )
+        )
         end = c.sessions.end(EndInput(key, project=PROJECT, transcript=TRANSCRIPT), wait=True)
         assert end.scorer == "llm" and end.confidence == 0.9
         assert f"[{short_id(explored)}]" in judge.prompts[-1]  # the judge saw it like any injected memory
@@ -475,8 +524,9 @@ def test_item35_an_explored_memory_is_recorded_judged_labelled_and_trained_on(ho
     # the training data the sidecar loads: this session, the explored memory with its label
     conn = open_readonly(home / "memories.db")
     try:
-        (session,) = load_sessions(conn, embedding_model=model_id, native_dim=dim,
-                                   min_confidence=C.MIN_SCORER_CONFIDENCE, keys=[key])
+        (session,) = load_sessions(
+            conn, embedding_model=model_id, native_dim=dim, min_confidence=C.MIN_SCORER_CONFIDENCE, keys=[key]
+        )
         order = [r.memory_id for r in pred_sql.session_candidates(conn, key, model_id)]
     finally:
         conn.close()
@@ -488,8 +538,9 @@ def test_item35_an_explored_memory_is_recorded_judged_labelled_and_trained_on(ho
 
 # ------------------------------------------------------------------------------ item 38 (daemon)
 
-MIXED_TEXT_ONLY = [f"The legacy {comp} cron job {fact}." for comp in ("billing", "search", "auth")
-                   for fact in FACTS[:4]]  # 12 memories stored without a vector
+MIXED_TEXT_ONLY = [
+    f"The legacy {comp} cron job {fact}." for comp in ("billing", "search", "auth") for fact in FACTS[:4]
+]  # 12 memories stored without a vector
 
 
 def test_item38_a_pool_of_embedded_and_text_only_memories_is_scored_and_trained_on(tmp_path, shared_embedder):
@@ -502,21 +553,28 @@ def test_item38_a_pool_of_embedded_and_text_only_memories_is_scored_and_trained_
     home = tmp_path / "mixed"
     plain = open_container(load_settings(home=home, embedding={"provider": "none"}), predictor=False)
     try:
-        plain.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.15 + 0.01 * i)
-                                      for i, t in enumerate(MIXED_TEXT_ONLY)])
+        plain.memories.remember_many(
+            [
+                RememberInput(content=t, project=PROJECT, importance=0.15 + 0.01 * i)
+                for i, t in enumerate(MIXED_TEXT_ONLY)
+            ]
+        )
     finally:
         plain.close()
-    with opened(home, shared_embedder, min_training_sessions=1, train_interval_sessions=1,
-                exploration_rate=0.0) as c:
-        c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i)
-                                  for i, t in enumerate(CORPUS)])
+    with opened(home, shared_embedder, min_training_sessions=1, train_interval_sessions=1, exploration_rate=0.0) as c:
+        c.memories.remember_many(
+            [RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i) for i, t in enumerate(CORPUS)]
+        )
         vectors = memory_vectors(c, c.db.read(lambda conn: [r[0] for r in conn.execute("SELECT id FROM memories")]))
         text_only = {m for m, v in vectors.items() if v is None}
         assert len(text_only) == len(MIXED_TEXT_ONLY) and len(vectors) == len(CORPUS) + len(MIXED_TEXT_ONLY)
 
         def rate_text_only(got):
-            return {r["memory_id"]: (1.0 if r["memory_id"] in text_only else 0.0) for r in got
-                    if r["was_injected"] or r["memory_id"] in text_only}
+            return {
+                r["memory_id"]: (1.0 if r["memory_id"] in text_only else 0.0)
+                for r in got
+                if r["was_injected"] or r["memory_id"] in text_only
+            }
 
         keys = []
         for i in range(3):
@@ -547,8 +605,9 @@ def test_item38_a_pool_of_embedded_and_text_only_memories_is_scored_and_trained_
     conn = open_readonly(home / "memories.db")
     try:
         for key in keys:
-            (session,) = load_sessions(conn, embedding_model=model_id, native_dim=dim,
-                                       min_confidence=C.MIN_SCORER_CONFIDENCE, keys=[key])
+            (session,) = load_sessions(
+                conn, embedding_model=model_id, native_dim=dim, min_confidence=C.MIN_SCORER_CONFIDENCE, keys=[key]
+            )
             order = [r.memory_id for r in pred_sql.session_candidates(conn, key, model_id)]
             assert [bool(x) for x in session.candidate_is_embedded] == [m not in text_only for m in order]
     finally:

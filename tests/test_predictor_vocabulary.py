@@ -18,12 +18,11 @@ import pytest
 from memlane.predictor.dataset import derived_signals, load_sessions
 from memlane.predictor.features import FEATURE_INDEX
 from memlane.predictor.rpc_params import parse_score_params
-from memlane.storage.db import open_readonly
 from memlane.predictor.vocabulary import MIN_DISTINCTIVE_DF, VocabularyCache, tokens
 from memlane.storage import memories as mem_sql
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
-from memlane.storage.db import Database
+from memlane.storage.db import Database, open_readonly
 from memlane.storage.migrations import migrate
 from predictor_store_helpers import insert_memory, insert_scored_session
 
@@ -50,14 +49,32 @@ def _memory(conn: sqlite3.Connection, mid: str, content: str, project: str | Non
     insert_memory(conn, mid, content, vec, model=MODEL_ID, at=at, project=project)
 
 
-def _session(conn: sqlite3.Connection, key: str, project: str, started_at: str, ids: list[str], ctx: np.ndarray) -> None:
-    insert_scored_session(conn, key, project, started_at, ids, local_time=started_at.replace(".000Z", "+00:00"),
-                          ctx=ctx, model=MODEL_ID, raw=_raw)
+def _session(
+    conn: sqlite3.Connection, key: str, project: str, started_at: str, ids: list[str], ctx: np.ndarray
+) -> None:
+    insert_scored_session(
+        conn,
+        key,
+        project,
+        started_at,
+        ids,
+        local_time=started_at.replace(".000Z", "+00:00"),
+        ctx=ctx,
+        model=MODEL_ID,
+        raw=_raw,
+    )
 
 
 def _raw(i: int) -> dict:
-    return {"age_days": 1.0 + i, "importance": 0.5, "access_count": 0, "is_embedded": True,
-            "baseline_score": 1.0 / (i + 1), "baseline_rank": i, "context_similarity": 0.1 * i}
+    return {
+        "age_days": 1.0 + i,
+        "importance": 0.5,
+        "access_count": 0,
+        "is_embedded": True,
+        "baseline_score": 1.0 / (i + 1),
+        "baseline_rank": i,
+        "context_similarity": 0.1 * i,
+    }
 
 
 @pytest.fixture()
@@ -72,8 +89,14 @@ def store(tmp_path):
 
     def fill(conn: sqlite3.Connection) -> None:
         for mid, text, project, day in NOTES:
-            _memory(conn, mid, text, project, DAY.format(day).replace("09:00", "08:00"),
-                    rng.normal(size=DIM).astype(np.float32))
+            _memory(
+                conn,
+                mid,
+                text,
+                project,
+                DAY.format(day).replace("09:00", "08:00"),
+                rng.normal(size=DIM).astype(np.float32),
+            )
         _session(conn, "ledger-1", LEDGER, DAY.format(1), ids[:8], ctx)
         for d in (3, 4, 6):
             _session(conn, f"acme-{d}", ACME, DAY.format(d), ids if d == 6 else ids[:8], ctx)
@@ -91,7 +114,15 @@ def _flags(conn, ids, project, day):
 
 def test_tokens_are_lower_case_words_with_dots_and_dashes_without_function_words():
     assert tokens("Deploy to Fly.io via `make release`; see fly.toml, A1 and the x") == {
-        "deploy", "fly.io", "via", "make", "release", "see", "fly.toml", "a1"}
+        "deploy",
+        "fly.io",
+        "via",
+        "make",
+        "release",
+        "see",
+        "fly.toml",
+        "a1",
+    }
 
 
 def test_a_note_naming_no_project_shares_the_vocabulary_of_the_one_whose_words_it_uses(store):
@@ -128,16 +159,34 @@ def test_a_token_needs_two_notes_of_one_project_and_none_of_another(tmp_path):
     db = Database(tmp_path / "m.db")
     migrate(db)
     rng = np.random.default_rng(0)
-    notes = [("p1", "alpha: uses zookeeper for locks.", None), ("p2", "alpha: zookeeper runs on three nodes.", None),
-             ("q1", "beta: zookeeper is being removed.", None), ("q2", "beta: redis holds the locks.", None),
-             ("q3", "beta: redis is on version 7.", None),
-             ("u1", "Check zookeeper before redis when locks hang.", None), ("u2", "Redis needs a restart.", None)]
-    db.write(lambda c: [_memory(c, m, t, p, DAY.format(1).replace("09", "07"), rng.normal(size=DIM).astype(np.float32))
-                        for m, t, p in notes])
+    notes = [
+        ("p1", "alpha: uses zookeeper for locks.", None),
+        ("p2", "alpha: zookeeper runs on three nodes.", None),
+        ("q1", "beta: zookeeper is being removed.", None),
+        ("q2", "beta: redis holds the locks.", None),
+        ("q3", "beta: redis is on version 7.", None),
+        ("u1", "Check zookeeper before redis when locks hang.", None),
+        ("u2", "Redis needs a restart.", None),
+    ]
+    db.write(
+        lambda c: [
+            _memory(c, m, t, p, DAY.format(1).replace("09", "07"), rng.normal(size=DIM).astype(np.float32))
+            for m, t, p in notes
+        ]
+    )
     for key, proj in (("s-a", "/x/alpha"), ("s-b", "/x/beta")):
-        db.write(lambda c, key=key, proj=proj: sess_sql.insert_session(
-            c, key=key, project=proj, harness="t", cwd=None, context="c", started_at=DAY.format(1).replace("09", "08"),
-            predictor_state="collecting"))
+        db.write(
+            lambda c, key=key, proj=proj: sess_sql.insert_session(
+                c,
+                key=key,
+                project=proj,
+                harness="t",
+                cwd=None,
+                context="c",
+                started_at=DAY.format(1).replace("09", "08"),
+                predictor_state="collecting",
+            )
+        )
     conn = open_readonly(tmp_path / "m.db")
     when = datetime.fromisoformat(DAY.format(2).replace("Z", "+00:00"))
     d = derived_signals(conn, ["u1", "u2"], project="/x/alpha", session_time=when)
@@ -164,8 +213,9 @@ def test_moving_the_cut_off_back_and_forth_equals_a_fresh_cache(store):
         cutoff = rnd.choice(cut_offs)
         known = rnd.choice([[], [LEDGER], [LEDGER, ACME], [ACME]])
         project = rnd.choice([LEDGER, ACME, "/src/orbit-web"])
-        assert cache.signals(ids, project=project, cutoff=cutoff, known_projects=known) == \
-            _fresh(conn, ids, project, cutoff, known), (cutoff, known, project)
+        assert cache.signals(ids, project=project, cutoff=cutoff, known_projects=known) == _fresh(
+            conn, ids, project, cutoff, known
+        ), (cutoff, known, project)
 
 
 def test_sync_follows_new_edited_deleted_and_removed_memories(store):
@@ -192,8 +242,11 @@ def test_sync_follows_new_edited_deleted_and_removed_memories(store):
     db.write(lambda c: mem_sql.update_fields(c, "a1", {"content": "Deploys go out via make release."}, DAY.format(8)))
     assert same()["u-acme"] == (False, False)
     # a row removed outright (not soft-deleted) is noticed too
-    db.write(lambda c: c.execute("DELETE FROM embeddings WHERE content_hash = (SELECT content_hash FROM memories "
-                                 "WHERE id = 'late-acme')"))
+    db.write(
+        lambda c: c.execute(
+            "DELETE FROM embeddings WHERE content_hash = (SELECT content_hash FROM memories WHERE id = 'late-acme')"
+        )
+    )
     db.write(lambda c: c.execute("DELETE FROM memories WHERE id = 'late-acme'"))
     assert same()["late-acme"] == (False, False)
     conn.close()
@@ -202,10 +255,12 @@ def test_sync_follows_new_edited_deleted_and_removed_memories(store):
 def test_scoring_and_training_build_the_same_v5_matrix(store):
     path, _, ids, ctx = store
     conn = open_readonly(path)
-    stored = {s.session_id: s for s in load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM,
-                                                     min_confidence=0.6)}
+    stored = {
+        s.session_id: s for s in load_sessions(conn, embedding_model=MODEL_ID, native_dim=DIM, min_confidence=0.6)
+    }
     assert set(stored) == {"ledger-1", "acme-3", "acme-4", "acme-6"}
     mine, other = FEATURE_INDEX["shares_project_vocabulary"], FEATURE_INDEX["shares_other_project_vocabulary"]
+
     def derive(m, project, when):
         cache.sync(conn)  # as the sidecar does before each score request
         return derived_signals(conn, m, project=project, session_time=when, vocabulary=cache)
@@ -215,9 +270,14 @@ def test_scoring_and_training_build_the_same_v5_matrix(store):
     for key in ("acme-6", "ledger-1", "acme-3", "acme-4"):
         project = LEDGER if key.startswith("ledger") else ACME
         n = stored[key].features.shape[0]
-        params = {"candidate_ids": ids[:n], "candidates": [_raw(i) for i in range(n)],
-                  "session_time": DAY.format(int(key[-1])).replace(".000Z", "+00:00"), "session_gap_hours": 2.0,
-                  "project": project, "context_embedding": np.asarray(ctx, dtype=np.float32).tolist()}
+        params = {
+            "candidate_ids": ids[:n],
+            "candidates": [_raw(i) for i in range(n)],
+            "session_time": DAY.format(int(key[-1])).replace(".000Z", "+00:00"),
+            "session_gap_hours": 2.0,
+            "project": project,
+            "context_embedding": np.asarray(ctx, dtype=np.float32).tolist(),
+        }
         _, served = parse_score_params(params, native_dim=DIM, lookup=lookup, derive=derive)
         np.testing.assert_array_equal(served.features, stored[key].features)
     # the acme-api session of day 4 sees u-acme as its own and u-ledger as ledger's

@@ -59,10 +59,10 @@ def test_error_classes() -> None:
         ("plain answer", "plain answer"),
         ("  padded \n", "padded"),
         ("<think>reasoning</think>answer", "answer"),
-        ("<think>\nline 1\nline 2 {\"x\": 1}\n</think>\n\nanswer\n", "answer"),
+        ('<think>\nline 1\nline 2 {"x": 1}\n</think>\n\nanswer\n', "answer"),
         ("<THINK>loud</Think> answer", "answer"),
         ("<think>a</think>one <think>b</think>two", "one two"),
-        ("<think>cut off while reasoning {\"a\": 1}", ""),
+        ('<think>cut off while reasoning {"a": 1}', ""),
         ("   \n<think>unclosed after whitespace", ""),
         ("<think>one</think>\n<think>second, unclosed", ""),
         ("reasoning without an opening tag</think>answer", "answer"),
@@ -542,7 +542,10 @@ def test_ollama_protocol(server: Loopback) -> None:
     assert bodies[0] == {"model": "qwen3:4b", "prompt": "no cap", "stream": False}
     assert bodies[1] == {"model": "qwen3:4b", "prompt": "capped", "stream": False, "options": {"num_predict": 64}}
     assert bodies[2] == {
-        "model": "llama3.2:1b", "prompt": "default cap", "stream": False, "options": {"num_predict": 256},
+        "model": "llama3.2:1b",
+        "prompt": "default cap",
+        "stream": False,
+        "options": {"num_predict": 256},
     }
     assert all(r["path"] == "/api/generate" for r in server.requests)
     assert "authorization" not in {k.lower() for k in server.requests[0]["headers"]}
@@ -585,9 +588,12 @@ def _schema_sent(kind_name: str, body: dict[str, Any]) -> Any:
 def test_structured_output_sends_the_schema_and_the_reply_parses(server: Loopback, kind_name: str) -> None:
     """The extraction stage asks for its schema; the server's constrained reply is parsed into facts."""
     kind = KINDS[kind_name]
-    reply = {"facts": [{"content": "The billing service uses PostgreSQL 16.", "type": "fact", "confidence": 0.9}],
-             "entities": [{"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16",
-                           "confidence": 0.9}]}
+    reply = {
+        "facts": [{"content": "The billing service uses PostgreSQL 16.", "type": "fact", "confidence": 0.9}],
+        "entities": [
+            {"source": "billing service", "relationship": "uses", "target": "PostgreSQL 16", "confidence": 0.9}
+        ],
+    }
     server.script(Reply(body=kind.body(json.dumps(reply))), Reply(body=kind.body("plain")))
     p = kind.make(server.url, timeout_s=5)
     try:
@@ -603,14 +609,16 @@ def test_structured_output_sends_the_schema_and_the_reply_parses(server: Loopbac
 
 @pytest.mark.parametrize("kind_name", sorted(KINDS))
 @pytest.mark.parametrize("status", [400, 422])
-def test_a_server_refusing_the_schema_gets_the_prompt_without_it(server: Loopback, kind_name: str,
-                                                                  status: int) -> None:
+def test_a_server_refusing_the_schema_gets_the_prompt_without_it(server: Loopback, kind_name: str, status: int) -> None:
     """A server that does not know the field answers 400/422: the call is repeated without a
     schema, later calls send none, and the tolerant parser reads the prose-wrapped reply."""
     kind = KINDS[kind_name]
     wrapped = 'Sure! {"contradicts": true, "confidence": 0.8, "reasoning": "PostgreSQL vs MongoDB"} Done.'
-    server.script(Reply(status, b'{"error": "unknown field response_format / format"}'),
-                  Reply(body=kind.body(wrapped)), Reply(body=kind.body(wrapped)))
+    server.script(
+        Reply(status, b'{"error": "unknown field response_format / format"}'),
+        Reply(body=kind.body(wrapped)),
+        Reply(body=kind.body(wrapped)),
+    )
     p = kind.make(server.url, timeout_s=5)
     try:
         verdict = semantic_contradiction(p, "uses PostgreSQL", "migrated to MongoDB", timeout_ms=5_000)
@@ -678,8 +686,9 @@ def test_concurrent_calls_each_get_a_connection() -> None:
 
 
 @pytest.mark.parametrize("proxy", ["socks5://user:pw-secret@proxy.invalid:1080", "ftp://user:pw-secret@proxy.invalid"])
-def test_an_unusable_proxy_from_the_environment_is_a_clear_llm_error(monkeypatch: pytest.MonkeyPatch,
-                                                                      proxy: str) -> None:
+def test_an_unusable_proxy_from_the_environment_is_a_clear_llm_error(
+    monkeypatch: pytest.MonkeyPatch, proxy: str
+) -> None:
     for name in ("HTTP_PROXY", "http_proxy"):
         monkeypatch.setenv(name, proxy)
     for name in ("NO_PROXY", "no_proxy"):
@@ -831,7 +840,14 @@ def test_claude_model_is_passed(fake_claude: Path) -> None:
 def test_claude_argv_shape() -> None:
     p = ClaudeCodeProvider(command="claude")
     assert p.argv("hello") == [
-        "claude", "-p", "hello", "--model", "haiku", "--no-session-persistence", "--output-format", "text",
+        "claude",
+        "-p",
+        "hello",
+        "--model",
+        "haiku",
+        "--no-session-persistence",
+        "--output-format",
+        "text",
     ]
     assert p.argv("x" * (ARGV_PROMPT_LIMIT_BYTES + 1))[:3] == ["claude", "-p", "--model"]
 
@@ -961,8 +977,14 @@ def test_claude_rejects_bad_timeout() -> None:
 
 def test_llm_settings_defaults_and_descriptions() -> None:
     s = LlmSettings()
-    assert (s.provider, s.model, s.base_url, s.api_key.get_secret_value(), s.timeout_s, s.max_tokens) == \
-        ("none", "", "", "", 45.0, 1024)
+    assert (s.provider, s.model, s.base_url, s.api_key.get_secret_value(), s.timeout_s, s.max_tokens) == (
+        "none",
+        "",
+        "",
+        "",
+        45.0,
+        1024,
+    )
     for name, info in LlmSettings.model_fields.items():
         assert info.description, f"{name} has no description"
 
@@ -990,7 +1012,10 @@ def test_build_provider_ollama_defaults_and_overrides() -> None:
     p = build_provider(LlmSettings(provider="ollama"))
     assert isinstance(p, OllamaProvider)
     assert (p.name, p.url, p.timeout_s, p.max_tokens) == (
-        "ollama:qwen3:4b", "http://127.0.0.1:11434/api/generate", 45.0, 1024,
+        "ollama:qwen3:4b",
+        "http://127.0.0.1:11434/api/generate",
+        45.0,
+        1024,
     )
     p.close()
     s = LlmSettings(provider="ollama", model="gemma3:1b", base_url="http://h:1", timeout_s=9, max_tokens=7)
@@ -1011,8 +1036,11 @@ def test_build_provider_openai(server: Loopback) -> None:
     assert req["headers"]["Authorization"] == "Bearer k"
     p.close()
     with pytest.raises(ConfigError, match="llm.model"):
-        build_provider(LlmSettings.model_construct(provider="openai", model="", base_url="", api_key="",
-                                                   timeout_s=45.0, max_tokens=1024))
+        build_provider(
+            LlmSettings.model_construct(
+                provider="openai", model="", base_url="", api_key="", timeout_s=45.0, max_tokens=1024
+            )
+        )
 
 
 def test_build_provider_claude_code(fake_claude: Path, monkeypatch: pytest.MonkeyPatch) -> None:

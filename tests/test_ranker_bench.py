@@ -16,11 +16,20 @@ def test_stages_of_the_shipped_settings(tmp_path: Path) -> None:
     assert st["ranker"] == "learned" and st["hints"] is False and st["embedding_reranker"] is False
     assert st["dampening"] == {"gravity": True, "hub": False, "resolution": True}
     line = describe_stages(st)
-    for part in ("graph boost off", "hints off", "gravity on", "hub off", "resolution on", "embedding reranker off",
-                 "ranker learned", "alpha 0.7"):
+    for part in (
+        "graph boost off",
+        "hints off",
+        "gravity on",
+        "hub off",
+        "resolution on",
+        "embedding reranker off",
+        "ranker learned",
+        "alpha 0.7",
+    ):
         assert part in line
-    on = stages_of(Settings(home=tmp_path, memory={"pipelineV2": {"graph": {"boostWeight": 0.15}}},
-                            recall={"ranker": "heuristic"}))
+    on = stages_of(
+        Settings(home=tmp_path, memory={"pipelineV2": {"graph": {"boostWeight": 0.15}}}, recall={"ranker": "heuristic"})
+    )
     assert "graph boost on (+0.15" in describe_stages(on) and on["ranker"] == "heuristic"
 
 
@@ -44,8 +53,24 @@ def test_latency_bench_times_both_rankers_on_one_daemon(tmp_path: Path) -> None:
     from memlane.cli.main import app
 
     out = tmp_path / "lat.json"
-    r = CliRunner().invoke(app, ["bench", "latency", "--memories", "120", "--queries", "4", "--remembers", "1",
-                                 "--ranker-paired", "--data", str(LOCOMO), "--out", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "latency",
+            "--memories",
+            "120",
+            "--queries",
+            "4",
+            "--remembers",
+            "1",
+            "--ranker-paired",
+            "--data",
+            str(LOCOMO),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     pr = json.loads(out.read_text())["recall_by_ranker"]
     assert pr["answered"] == {"learned->learned": 4, "heuristic->heuristic": 4}

@@ -15,15 +15,32 @@ NOW = 1_700_000_000.0
 DAY = 86_400.0
 
 
-def pool(contents: list[str], *, hybrid=None, final=None, vector=None, bm25=None, seqs=None, created=None,
-         v_content=None, v_context=None) -> F.Pool:
+def pool(
+    contents: list[str],
+    *,
+    hybrid=None,
+    final=None,
+    vector=None,
+    bm25=None,
+    seqs=None,
+    created=None,
+    v_content=None,
+    v_context=None,
+) -> F.Pool:
     m = len(contents)
     arr = lambda v, d: np.asarray(v if v is not None else d, dtype=np.float64)  # noqa: E731
-    return F.Pool(seqs=list(seqs if seqs is not None else range(1, m + 1)), contents=contents,
-                  hybrid=arr(hybrid, np.linspace(0.9, 0.1, m)), final=arr(final, np.linspace(0.9, 0.1, m)),
-                  vector=arr(vector, np.linspace(0.8, 0.2, m)), vector_content=arr(v_content, [np.nan] * m),
-                  vector_context=arr(v_context, [np.nan] * m), bm25=arr(bm25, [0.0] * m),
-                  created=arr(created, [NOW - DAY] * m), now=NOW)
+    return F.Pool(
+        seqs=list(seqs if seqs is not None else range(1, m + 1)),
+        contents=contents,
+        hybrid=arr(hybrid, np.linspace(0.9, 0.1, m)),
+        final=arr(final, np.linspace(0.9, 0.1, m)),
+        vector=arr(vector, np.linspace(0.8, 0.2, m)),
+        vector_content=arr(v_content, [np.nan] * m),
+        vector_context=arr(v_context, [np.nan] * m),
+        bm25=arr(bm25, [0.0] * m),
+        created=arr(created, [NOW - DAY] * m),
+        now=NOW,
+    )
 
 
 @pytest.fixture
@@ -46,8 +63,17 @@ def test_schema_is_named_grouped_and_versioned() -> None:
 
 
 def test_retrieval_scores_ranks_and_gaps(cache) -> None:
-    x = F.compute("tea", pool(["a", "b", "c"], hybrid=[0.5, 0.9, 0.7], final=[0.95, 0.9, 0.7],
-                              vector=[0.2, np.nan, 0.6], bm25=[0.0, 1.0, 0.5]), cache)
+    x = F.compute(
+        "tea",
+        pool(
+            ["a", "b", "c"],
+            hybrid=[0.5, 0.9, 0.7],
+            final=[0.95, 0.9, 0.7],
+            vector=[0.2, np.nan, 0.6],
+            bm25=[0.0, 1.0, 0.5],
+        ),
+        cache,
+    )
     assert col(x, "hybrid") == pytest.approx([0.5, 0.9, 0.7])
     assert col(x, "hybrid_rank") == [2, 0, 1]
     assert col(x, "hybrid_gap") == pytest.approx([0.4, 0.0, 0.2])
@@ -99,8 +125,15 @@ def test_entity_overlap_speaker_and_body(cache) -> None:
 
 
 def test_time_expressions_in_query_and_memory(cache) -> None:
-    contents = ["I went there yesterday", "We met last week at noon", "It was in May 2023", "I like tea",
-                "in three months", "see you next weekend", "the market sells bread"]
+    contents = [
+        "I went there yesterday",
+        "We met last week at noon",
+        "It was in May 2023",
+        "I like tea",
+        "in three months",
+        "see you next weekend",
+        "the market sells bread",
+    ]
     x = F.compute("When did she go to the museum?", pool(contents), cache)
     assert col(x, "query_temporal") == [1.0] * 7
     assert col(x, "memory_time_expr") == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
@@ -116,8 +149,16 @@ def test_age_and_recency_rank(cache) -> None:
 
 
 def test_cooccurrence_of_neighbours_in_seq_and_time(cache) -> None:
-    x = F.compute("q", pool(["a", "b", "c", "d"], seqs=[10, 11, 13, 40], hybrid=[0.9, 0.5, 0.3, 0.2],
-                            created=[NOW, NOW + 60, NOW + 120, NOW + 10 * DAY]), cache)
+    x = F.compute(
+        "q",
+        pool(
+            ["a", "b", "c", "d"],
+            seqs=[10, 11, 13, 40],
+            hybrid=[0.9, 0.5, 0.3, 0.2],
+            created=[NOW, NOW + 60, NOW + 120, NOW + 10 * DAY],
+        ),
+        cache,
+    )
     assert col(x, "prev_hybrid") == pytest.approx([0.0, 0.9, 0.0, 0.0])
     assert col(x, "next_hybrid") == pytest.approx([0.5, 0.0, 0.0, 0.0])
     assert col(x, "near2_max") == pytest.approx([0.5, 0.9, 0.5, 0.0])  # 13 is two after 11
@@ -135,19 +176,25 @@ def test_query_form(cache) -> None:
 
 def test_empty_pool_and_any_query(cache) -> None:
     assert F.compute("q", pool([]), cache).shape == (0, len(F.FEATURES))
-    for q in ("", "\"; DROP TABLE x; --", "日本語のテキスト", "x" * 10_000):
+    for q in ("", '"; DROP TABLE x; --', "日本語のテキスト", "x" * 10_000):
         x = F.compute(q, pool(["Caroline: hi", "b"]), cache)
         assert x.shape == (2, len(F.FEATURES)) and x.dtype == np.float32
 
 
 def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
     c = vstore
-    for text in ("Caroline: I went to the LGBTQ support group yesterday", "Melanie: I painted a sunrise",
-                 "Caroline: the group was very welcoming", "Melanie: my kids love the beach"):
+    for text in (
+        "Caroline: I went to the LGBTQ support group yesterday",
+        "Melanie: I painted a sunrise",
+        "Caroline: the group was very welcoming",
+        "Melanie: my kids love the beach",
+    ):
         c.memories.remember(RememberInput(content=text, context="earlier talk about groups"))
     pools: list[F.Pool] = []
-    res = c.recall.recall(RecallQuery(query="When did Caroline go to the support group?", limit=2, touch=False,
-                                      ranker="heuristic"), pool_out=pools)
+    res = c.recall.recall(
+        RecallQuery(query="When did Caroline go to the support group?", limit=2, touch=False, ranker="heuristic"),
+        pool_out=pools,
+    )
     assert res.ranker == "heuristic" and len(pools) == 1
     p = pools[0]
     assert len(p) == 4 and p.seqs[:2] == [h.memory.seq for h in res.hits]  # heuristic order, whole pool
@@ -157,24 +204,34 @@ def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
 
 
 def test_question_turns_ranks_of_coverage_and_content_cosine(cache) -> None:
-    x = F.compute("painting sunsets", pool(["Melanie: what did you paint?", "Caroline: I painted sunsets",
-                                            "Caroline: ok"], v_content=[0.2, 0.9, np.nan]), cache)
+    x = F.compute(
+        "painting sunsets",
+        pool(
+            ["Melanie: what did you paint?", "Caroline: I painted sunsets", "Caroline: ok"],
+            v_content=[0.2, 0.9, np.nan],
+        ),
+        cache,
+    )
     assert col(x, "is_question") == [1.0, 0.0, 0.0]
     assert col(x, "coverage_rank") == [1, 0, 2]
     assert col(x, "vector_content_rank") == [1, 0, 2]  # no content vector ranks last
 
 
 def test_neighbours_coverage(cache) -> None:
-    x = F.compute("painting sunsets", pool(["Melanie: what did you paint?", "Caroline: I painted sunsets",
-                                            "unrelated"], seqs=[5, 6, 9]), cache)
+    x = F.compute(
+        "painting sunsets",
+        pool(["Melanie: what did you paint?", "Caroline: I painted sunsets", "unrelated"], seqs=[5, 6, 9]),
+        cache,
+    )
     assert col(x, "prev_coverage") == pytest.approx([0.0, 0.5, 0.0])  # seq 6 follows the question
     assert col(x, "next_coverage") == pytest.approx([1.0, 0.0, 0.0])  # seq 5 is followed by the answer
 
 
 def test_neighbours_question_cosine_and_speaker_and_relative_scores(cache) -> None:
     contents = ["Melanie: what did you paint?", "Caroline: I painted sunsets", "Caroline: nice", "far away"]
-    x = F.compute("What did Caroline paint?", pool(contents, seqs=[5, 6, 7, 20], v_content=[0.5, 0.8, np.nan, 0.1]),
-                  cache)
+    x = F.compute(
+        "What did Caroline paint?", pool(contents, seqs=[5, 6, 7, 20], v_content=[0.5, 0.8, np.nan, 0.1]), cache
+    )
     assert col(x, "prev_is_question")[1:3] == [1.0, 0.0]
     assert math.isnan(col(x, "prev_is_question")[0]) and math.isnan(col(x, "prev_is_question")[3])
     assert col(x, "prev_vector_content")[1:3] == pytest.approx([0.5, 0.8])

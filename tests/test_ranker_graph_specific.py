@@ -16,10 +16,15 @@ from memlane.graph.search import MIN_SPECIFIC_MENTIONS, specific_mentions
 from memlane.services.inputs import RecallQuery, RememberInput
 
 #: The boost at the seed's weight (memlane ships it at 0: see test_the_shipped_boost_is_off).
-QUIET = {"recall": {"recency_weight": 0.0, "rehearsal_weight": 0.0},
-         "memory": {"pipelineV2": {"graph": {"boost_weight": 0.15},
-                                   "dampening": {"gravity_enabled": False, "hub_enabled": False,
-                                                 "resolution_enabled": False}}}}
+QUIET = {
+    "recall": {"recency_weight": 0.0, "rehearsal_weight": 0.0},
+    "memory": {
+        "pipelineV2": {
+            "graph": {"boost_weight": 0.15},
+            "dampening": {"gravity_enabled": False, "hub_enabled": False, "resolution_enabled": False},
+        }
+    },
+}
 
 
 def set_graph(c, **values: Any) -> None:
@@ -39,7 +44,8 @@ def chat(c) -> dict[str, str]:
         c.memories.remember(RememberInput(content=f"Melanie: the weather on day {i} was fine for a walk"))
     ids["answer"] = c.memories.remember(RememberInput(content="Melanie: I painted a lake sunrise last week")).id
     ids["caroline_paint"] = c.memories.remember(
-        RememberInput(content="Caroline: my cousin says painted furniture and painted walls are cheap")).id
+        RememberInput(content="Caroline: my cousin says painted furniture and painted walls are cheap")
+    ).id
     return ids
 
 

@@ -32,24 +32,46 @@ TURNS = [
     "Caroline: I started a painting of a rainbow flag at the art class",
     "Melanie: the kids and I made clay pots last summer",
 ]
-QUESTIONS = ["When did Caroline go to the support group?", "What did Melanie paint?",
-             "What is Caroline researching?", "Where did Melanie camp?", "What career does Caroline want?",
-             "What instrument does Melanie play?", "Where is Caroline from?", "What did the kids make?"]
+QUESTIONS = [
+    "When did Caroline go to the support group?",
+    "What did Melanie paint?",
+    "What is Caroline researching?",
+    "Where did Melanie camp?",
+    "What career does Caroline want?",
+    "What instrument does Melanie play?",
+    "Where is Caroline from?",
+    "What did the kids make?",
+]
 
 
 #: Everyday turns around the ones above: the learned stage reorders pools of at least
 #: MIN_POOL (50) candidates, the scale it was trained on.
-FILLER = [f"{who}: {what} on day {i}" for i in range(12) for who, what in (
-    ("Caroline", "groceries and the weather were fine"), ("Melanie", "the kids had school and a nap"),
-    ("Caroline", "I read a book about gardens"), ("Melanie", "we cooked pasta for dinner"))]
+FILLER = [
+    f"{who}: {what} on day {i}"
+    for i in range(12)
+    for who, what in (
+        ("Caroline", "groceries and the weather were fine"),
+        ("Melanie", "the kids had school and a nap"),
+        ("Caroline", "I read a book about gardens"),
+        ("Melanie", "we cooked pasta for dinner"),
+    )
+]
 
 
 @pytest.fixture
 def chat(vstore):
     c = vstore
     turns = TURNS + FILLER
-    c.memories.remember_many([RememberInput(content=t, created_at=f"2023-05-{1 + i // 10:02d}T10:00:{i % 10:02d}.000Z",
-                                            context=turns[i - 1] if i else None) for i, t in enumerate(turns)])
+    c.memories.remember_many(
+        [
+            RememberInput(
+                content=t,
+                created_at=f"2023-05-{1 + i // 10:02d}T10:00:{i % 10:02d}.000Z",
+                context=turns[i - 1] if i else None,
+            )
+            for i, t in enumerate(turns)
+        ]
+    )
     return c
 
 
@@ -119,18 +141,18 @@ def test_a_refused_model_leaves_recall_heuristic_and_says_why(chat, tmp_path: Pa
 
 
 def test_recall_with_the_ranker_off_equals_recall_without_the_stage(chat) -> None:
-    queries = QUESTIONS + ["", "tea", "\"quoted\" OR painting", "Caroline Melanie"]
+    queries = QUESTIONS + ["", "tea", '"quoted" OR painting', "Caroline Melanie"]
     for limit in (1, 3, 10):
-        off = [chat.recall.recall(RecallQuery(query=q, limit=limit, touch=False, ranker="heuristic"))
-               for q in queries]
+        off = [chat.recall.recall(RecallQuery(query=q, limit=limit, touch=False, ranker="heuristic")) for q in queries]
         stage, chat.recall.ranker = chat.recall.ranker, None
         try:
             bare = [chat.recall.recall(RecallQuery(query=q, limit=limit, touch=False)) for q in queries]
         finally:
             chat.recall.ranker = stage
         for a, b in zip(off, bare):
-            assert [(h.memory.id, h.score, h.vector_score, h.bm25_score, h.rank_score) for h in a.hits] == \
-                [(h.memory.id, h.score, h.vector_score, h.bm25_score, h.rank_score) for h in b.hits]
+            assert [(h.memory.id, h.score, h.vector_score, h.bm25_score, h.rank_score) for h in a.hits] == [
+                (h.memory.id, h.score, h.vector_score, h.bm25_score, h.rank_score) for h in b.hits
+            ]
             assert a.ranker == b.ranker == "heuristic"
 
 
@@ -151,8 +173,10 @@ def test_learned_recall_is_the_pool_reordered_by_the_model(chat, tmp_path: Path)
     # the embedding model must be the model's: another one's scores mean something else
     other = save(tmp_path / "other.lgb.gz", booster, header_for(trained_on=[], embedding_model="x", params={}))
     chat.settings.recall.ranker_model = str(other)
-    assert chat.recall.recall(RecallQuery(query=QUESTIONS[0], limit=3, touch=False, ranker="learned")).ranker \
+    assert (
+        chat.recall.recall(RecallQuery(query=QUESTIONS[0], limit=3, touch=False, ranker="learned")).ranker
         == "heuristic"
+    )
 
 
 def test_the_request_chooses_the_ranker_and_bad_values_are_refused(chat) -> None:
@@ -180,7 +204,8 @@ def test_the_shipped_model_loads_offline_and_is_small() -> None:
     assert SHIPPED_MODEL.stat().st_size < 1_000_000
     assert model.header["features"] == list(F.FEATURES)
     assert sorted(model.header["trained_on"]) == sorted(
-        ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"])
+        ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47", "conv-48", "conv-49", "conv-50"]
+    )
     assert model.embedding_model  # trained on the embedded default's scores
 
 

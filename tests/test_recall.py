@@ -48,11 +48,15 @@ def contents(res) -> list[str]:
 
 # -- ranking ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("nut allergy", "Alice is allergic to peanuts."),
-    ("espresso maker out of order", "The office coffee machine is broken."),
-    ("Which SQL engine powers our live system?", "The production database is PostgreSQL 15."),
-])
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("nut allergy", "Alice is allergic to peanuts."),
+        ("espresso maker out of order", "The office coffee machine is broken."),
+        ("Which SQL engine powers our live system?", "The production database is PostgreSQL 15."),
+    ],
+)
 def test_semantic_match_ranks_first(corpus, query, expected):
     c, _ = corpus
     # no word of the query is in the expected memory: only the vector leg can find it
@@ -73,8 +77,9 @@ def test_lexical_match_ranks_first(corpus):
 
 
 def test_context_is_searchable_by_both_legs(vstore):
-    plain = vstore.memories.remember(RememberInput("It was decided to go with option B.",
-                                                   context="We compared vendors for the payment gateway."))
+    plain = vstore.memories.remember(
+        RememberInput("It was decided to go with option B.", context="We compared vendors for the payment gateway.")
+    )
     vstore.memories.remember(RememberInput("The cafeteria closes at 3pm."))
     res = recall(vstore, "payment gateway vendor")
     assert res.hits[0].memory.id == plain.id
@@ -89,6 +94,7 @@ def test_limit(corpus):
 
 # -- filters (both legs honour them) -----------------------------------------------------------------
 
+
 def test_filter_project(corpus):
     c, _ = corpus
     res = recall(c, "database deployments pipeline peanuts", project="ops", limit=50)
@@ -99,8 +105,9 @@ def test_filter_project(corpus):
 
 def test_filter_types(corpus):
     c, _ = corpus
-    res = recall(c, "preferences and decisions about editors and deployments", types=("preference", "decision"),
-                 limit=50)
+    res = recall(
+        c, "preferences and decisions about editors and deployments", types=("preference", "decision"), limit=50
+    )
     assert res.hits and {h.memory.type for h in res.hits} <= {"preference", "decision"}
     assert "The user prefers dark mode in every editor." in contents(res)
     assert recall(c, "editor", types=("no-such-type",)).hits == []
@@ -141,6 +148,7 @@ def test_filters_after_update(corpus):
 
 # -- scores: min_score, alpha ------------------------------------------------------------------------
 
+
 def test_min_score(corpus):
     c, _ = corpus
     everything = recall(c, "nut allergy", limit=50)
@@ -165,8 +173,10 @@ def test_alpha_changes_leg_influence(corpus):
     for h in bm25_only.hits:
         assert h.score == pytest.approx(h.bm25_score) and h.bm25_score > 0
     # alpha = 0 keeps only lexical matches; alpha = 1 also returns purely semantic ones
-    assert set(contents(bm25_only)) == {"The office coffee machine is broken.",
-                                        "Deployments happen every Tuesday afternoon."}
+    assert set(contents(bm25_only)) == {
+        "The office coffee machine is broken.",
+        "Deployments happen every Tuesday afternoon.",
+    }
     assert len(vec_only.hits) > len(bm25_only.hits)
     mid = recall(c, q, alpha=0.5, limit=50)
     for h in mid.hits:
@@ -206,6 +216,7 @@ def test_recency_boost(open_store):
 
 # -- BM25-only mode -----------------------------------------------------------------------------------
 
+
 def test_bm25_only_without_embedder(store):
     load(store)
     res = recall(store, "PostgreSQL production database")
@@ -231,12 +242,27 @@ def test_stop_words_only_query(store):
 
 # -- validation ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw", [
-    {"limit": 0}, {"limit": 1001}, {"limit": True}, {"limit": 2.0}, {"alpha": -0.1}, {"alpha": 1.5},
-    {"alpha": float("nan")}, {"min_score": 2.0}, {"since": "last week"}, {"until": "2024-13-01"},
-    {"now": "soon"}, {"project": "\ud800"}, {"types": ("",)}, {"types": ("a\x00",)},
-    {"since": "0001-01-01T00:00:00+01:00"},
-])
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"limit": 0},
+        {"limit": 1001},
+        {"limit": True},
+        {"limit": 2.0},
+        {"alpha": -0.1},
+        {"alpha": 1.5},
+        {"alpha": float("nan")},
+        {"min_score": 2.0},
+        {"since": "last week"},
+        {"until": "2024-13-01"},
+        {"now": "soon"},
+        {"project": "\ud800"},
+        {"types": ("",)},
+        {"types": ("a\x00",)},
+        {"since": "0001-01-01T00:00:00+01:00"},
+    ],
+)
 def test_recall_validation(store, kw):
     with pytest.raises(ValidationError):
         store.recall.recall(RecallQuery("anything", **kw))
@@ -250,13 +276,48 @@ def test_recall_query_must_be_a_string(store):
 # -- query safety ------------------------------------------------------------------------------------
 
 FRAGMENTS = [
-    '"', "'", '""', "NEAR(", "NEAR/3", ")", "(", " AND ", " OR ", " NOT ", "*", "^", "-", "+", ":",
-    "content:", "normalized_content:", "context:", "{normalized_content context}:", "memories_fts",
-    "'; DROP TABLE memories; --", "\" OR 1=1 --", "UNION SELECT * FROM embeddings", "%", "_", "\\",
-    "\x00", "\ud800", "\udfff", "\U0001f600", "ß", "İ", "\u202e", "\ufeff", "\n", "\t", "peanuts", "coffee",
+    '"',
+    "'",
+    '""',
+    "NEAR(",
+    "NEAR/3",
+    ")",
+    "(",
+    " AND ",
+    " OR ",
+    " NOT ",
+    "*",
+    "^",
+    "-",
+    "+",
+    ":",
+    "content:",
+    "normalized_content:",
+    "context:",
+    "{normalized_content context}:",
+    "memories_fts",
+    "'; DROP TABLE memories; --",
+    '" OR 1=1 --',
+    "UNION SELECT * FROM embeddings",
+    "%",
+    "_",
+    "\\",
+    "\x00",
+    "\ud800",
+    "\udfff",
+    "\U0001f600",
+    "ß",
+    "İ",
+    "\u202e",
+    "\ufeff",
+    "\n",
+    "\t",
+    "peanuts",
+    "coffee",
 ]
-hostile = st.lists(st.one_of(st.text(st.characters(codec=None), max_size=20), st.sampled_from(FRAGMENTS)),
-                   max_size=12).map("".join)
+hostile = st.lists(
+    st.one_of(st.text(st.characters(codec=None), max_size=20), st.sampled_from(FRAGMENTS)), max_size=12
+).map("".join)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -304,7 +365,7 @@ def test_huge_queries(corpus):
     # longer than max_query_chars: truncated, never rejected
     res = c.recall.recall(RecallQuery("peanuts " + "x" * 300_000, touch=False))
     assert contents(res)[0] == "Alice is allergic to peanuts."
-    res = c.recall.recall(RecallQuery("\"" * 100_000 + "NEAR(" * 10_000, touch=False))
+    res = c.recall.recall(RecallQuery('"' * 100_000 + "NEAR(" * 10_000, touch=False))
     assert res.legs == ("vector",)
 
 
@@ -312,8 +373,7 @@ def test_update_reindexes_vectors(corpus):
     c, ids = corpus
     mid = ids["The office coffee machine is broken."]
     c.memories.update(mid, {"content": "The team offsite will be in Lisbon."})
-    assert "The office coffee machine is broken." not in contents(recall(c, "espresso maker out of order",
-                                                                          limit=50))
+    assert "The office coffee machine is broken." not in contents(recall(c, "espresso maker out of order", limit=50))
     res = recall(c, "company retreat in Portugal")
     assert res.hits[0].memory.id == mid and res.hits[0].bm25_score == 0.0
     assert c.memories.get(mid).embedding_model == c.embedder.model_id

@@ -65,25 +65,31 @@ EXACT = [
     ("export FOO_KEY=bar", f"export FOO_KEY={R}"),
     ("export foo_key=bar", f"export foo_key={R}"),
     ("FOO_SECRET=baz ./run.sh", f"FOO_SECRET={R} ./run.sh"),
-    ("GITHUB_TOKEN=abc\nDEBUG=1\nDB_PASSWORD='p w'\nMY_PASSWD=x\nGCP_CREDENTIALS=/x\nSSH_PRIVATE=k",
-     f"GITHUB_TOKEN={R}\nDEBUG=1\nDB_PASSWORD='{R}'\nMY_PASSWD={R}\nGCP_CREDENTIALS={R}\nSSH_PRIVATE={R}"),
+    (
+        "GITHUB_TOKEN=abc\nDEBUG=1\nDB_PASSWORD='p w'\nMY_PASSWD=x\nGCP_CREDENTIALS=/x\nSSH_PRIVATE=k",
+        f"GITHUB_TOKEN={R}\nDEBUG=1\nDB_PASSWORD='{R}'\nMY_PASSWD={R}\nGCP_CREDENTIALS={R}\nSSH_PRIVATE={R}",
+    ),
     ("STRIPEKEY=sk_live_abc", f"STRIPEKEY={R}"),
-    ("$env:OPENAI_API_KEY = \"abc\"", f"$env:OPENAI_API_KEY = \"{R}\""),
+    ('$env:OPENAI_API_KEY = "abc"', f'$env:OPENAI_API_KEY = "{R}"'),
     # URL credentials
     ("postgres://user:s3cret@host/db", f"postgres://user:{R}@host/db"),
     # base64 credential blobs
     ("Basic dXNlcjpwYXNz", f"Basic {R}"),
-    ("JWT eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-     f"JWT {R}"),
+    ("JWT eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", f"JWT {R}"),
     # PEM
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\nxyz==\n-----END RSA PRIVATE KEY-----\nafter",
-     f"-----BEGIN RSA PRIVATE KEY-----\n{R}\n-----END RSA PRIVATE KEY-----\nafter"),
-    ("a\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
-     f"a\n-----BEGIN PRIVATE KEY-----\n{R}\n-----END PRIVATE KEY-----"),
-    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n(cut here",
-     f"-----BEGIN OPENSSH PRIVATE KEY-----\n{R}"),
-    ("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
-     f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n{R}\n-----END PGP PRIVATE KEY BLOCK-----"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\nxyz==\n-----END RSA PRIVATE KEY-----\nafter",
+        f"-----BEGIN RSA PRIVATE KEY-----\n{R}\n-----END RSA PRIVATE KEY-----\nafter",
+    ),
+    (
+        "a\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
+        f"a\n-----BEGIN PRIVATE KEY-----\n{R}\n-----END PRIVATE KEY-----",
+    ),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n(cut here", f"-----BEGIN OPENSSH PRIVATE KEY-----\n{R}"),
+    (
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
+        f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n{R}\n-----END PGP PRIVATE KEY BLOCK-----",
+    ),
 ]
 
 
@@ -98,15 +104,23 @@ def test_redacts_exactly(text, expected):
 VENDORS = [
     ("aws access key id", "aws_access_key_id AKIAIOSFODNN7EXAMPLE", f"aws_access_key_id AKIA{R}", "IOSFODNN7EXAMPLE"),
     ("aws session key id", "ASIAY34FZKBOKMUTVV7A", f"ASIA{R}", "Y34FZKBOKMUTVV7A"),
-    ("aws secret access key", "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-     f"AWS_SECRET_ACCESS_KEY={R}", "wJalrXUtnFEMI"),
+    (
+        "aws secret access key",
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        f"AWS_SECRET_ACCESS_KEY={R}",
+        "wJalrXUtnFEMI",
+    ),
     ("github classic", "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6", f"ghp_{R}", "aB3dE6gH9jK2"),
     ("github oauth", "gho_16C7e42F292c6912E7710c838347Ae178B4a", f"gho_{R}", "16C7e42F292c"),
     ("github user-to-server", "ghu_16C7e42F292c6912E7710c838347Ae178B4a", f"ghu_{R}", "16C7e42F292c"),
     ("github server-to-server", "ghs_16C7e42F292c6912E7710c838347Ae178B4a", f"ghs_{R}", "16C7e42F292c"),
     ("github refresh", "ghr_16C7e42F292c6912E7710c838347Ae178B4a", f"ghr_{R}", "16C7e42F292c"),
-    ("github fine-grained", "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUV",
-     f"github_pat_{R}", "11ABCDEFG0abc"),
+    (
+        "github fine-grained",
+        "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUV",
+        f"github_pat_{R}",
+        "11ABCDEFG0abc",
+    ),
     ("gitlab personal", "glpat-xR4nd0mT0k3nV4lu3zzQ", f"glpat-{R}", "xR4nd0mT0k3n"),
     ("gitlab deploy", "gldt-xR4nd0mT0k3nV4lu3zzQ", f"gldt-{R}", "xR4nd0mT0k3n"),
     ("gitlab runner", "glrt-xR4nd0mT0k3nV4lu3zzQ", f"glrt-{R}", "xR4nd0mT0k3n"),
@@ -127,29 +141,55 @@ VENDORS = [
     ("google oauth client secret", "GOCSPX-AbCdEfGhIjKlMnOpQrStUvWx1234", f"GOCSPX-{R}", "AbCdEfGhIjKl"),
     ("hugging face", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", f"hf_{R}", "AbCdEfGhIjKl"),
     ("npm", "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", f"npm_{R}", "AbCdEfGhIjKl"),
-    ("pypi", "pypi-AgEIcHlwaS5vcmcCJDk5ZWQ1Yzg2LTI0ZTUtNGYzYS1hMzQ5LWRhNTFlYjY0YjZmZQACKlszLCJ",
-     f"pypi-{R}", "AgEIcHlwaS5vcmcCJDk5"),
-    ("azure storage", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OU"
-     "zFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;EndpointSuffix=core.windows.net",
-     f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={R};EndpointSuffix=core.windows.net",
-     "Eby8vdM02xNO"),
-    ("azure service bus", "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;"
-     "SharedAccessKey=AbCdEf0123456789+/ghIJ=",
-     f"Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={R}", "AbCdEf012345"),
+    (
+        "pypi",
+        "pypi-AgEIcHlwaS5vcmcCJDk5ZWQ1Yzg2LTI0ZTUtNGYzYS1hMzQ5LWRhNTFlYjY0YjZmZQACKlszLCJ",
+        f"pypi-{R}",
+        "AgEIcHlwaS5vcmcCJDk5",
+    ),
+    (
+        "azure storage",
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OU"
+        "zFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;EndpointSuffix=core.windows.net",
+        f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={R};EndpointSuffix=core.windows.net",
+        "Eby8vdM02xNO",
+    ),
+    (
+        "azure service bus",
+        "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=AbCdEf0123456789+/ghIJ=",
+        f"Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={R}",
+        "AbCdEf012345",
+    ),
     ("mysql -p", "mysql -h db -u root -pS3cr3t!pw shop", f"mysql -h db -u root -p{R} shop", "S3cr3t!pw"),
-    ("mysql -p quoted", "mysqldump -u root -p'my s3cret' shop > d.sql", f"mysqldump -u root -p'{R}' shop > d.sql",
-     "my s3cret"),
-    ("mysql --password", "mysql --user=root --password=S3cr3t!pw shop", f"mysql --user=root --password={R} shop",
-     "S3cr3t!pw"),
+    (
+        "mysql -p quoted",
+        "mysqldump -u root -p'my s3cret' shop > d.sql",
+        f"mysqldump -u root -p'{R}' shop > d.sql",
+        "my s3cret",
+    ),
+    (
+        "mysql --password",
+        "mysql --user=root --password=S3cr3t!pw shop",
+        f"mysql --user=root --password={R} shop",
+        "S3cr3t!pw",
+    ),
     ("PGPASSWORD", "PGPASSWORD=S3cr3t!pw psql -h db -U app", f"PGPASSWORD={R} psql -h db -U app", "S3cr3t!pw"),
     ("url credentials", "postgres://app:S3cr3tpw@db:5432/shop", f"postgres://app:{R}@db:5432/shop", "S3cr3tpw"),
     ("url password with @", "postgres://user:p@ss@host/db", f"postgres://user:{R}@host/db", "p@ss"),
     ("url password with @@", "redis://:a@b@c@cache:6379/0", f"redis://:{R}@cache:6379/0", "a@b@c"),
-    ("pem private key", "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/PuoAoGCCqGSM49\n"
-     "-----END EC PRIVATE KEY-----", f"-----BEGIN EC PRIVATE KEY-----\n{R}\n-----END EC PRIVATE KEY-----",
-     "MHcCAQEEIIrYSSNQ"),
-    ("jwt", "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-     f"token {R}", "dozjgNryP4J3"),
+    (
+        "pem private key",
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/PuoAoGCCqGSM49\n"
+        "-----END EC PRIVATE KEY-----",
+        f"-----BEGIN EC PRIVATE KEY-----\n{R}\n-----END EC PRIVATE KEY-----",
+        "MHcCAQEEIIrYSSNQ",
+    ),
+    (
+        "jwt",
+        "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        f"token {R}",
+        "dozjgNryP4J3",
+    ),
     ("password=", "password=hunter2", f"password={R}", "hunter2"),
     ("bearer header", "Authorization: Bearer 9f8e7d6c5b4a39281706", f"Authorization: Bearer {R}", "9f8e7d6c5b4a"),
 ]
@@ -239,6 +279,7 @@ def test_non_string_input_is_stringified():
 # attempt is not seen by this count; it is bounded by construction, which
 # test_no_repeat_is_nested_in_an_unbounded_repeat checks on every pattern.
 
+
 class _CountingPattern:
     """A compiled pattern that adds each call's scanned characters to ``counter[0]``."""
 
@@ -284,8 +325,11 @@ class _NoModuleLevelRe:
 
 
 def _module_patterns() -> dict[str, re.Pattern[str] | list[re.Pattern[str]]]:
-    return {k: v for k, v in vars(redact_module).items()
-            if isinstance(v, re.Pattern) or (isinstance(v, list) and v and all(isinstance(p, re.Pattern) for p in v))}
+    return {
+        k: v
+        for k, v in vars(redact_module).items()
+        if isinstance(v, re.Pattern) or (isinstance(v, list) and v and all(isinstance(p, re.Pattern) for p in v))
+    }
 
 
 @pytest.fixture
@@ -293,8 +337,11 @@ def count_ops(monkeypatch):
     """``count_ops(text) -> (redacted, characters scanned by every regex call)``."""
     counter = [0]
     for name, value in _module_patterns().items():
-        wrapped = [_CountingPattern(p, counter) for p in value] if isinstance(value, list) else \
-            _CountingPattern(value, counter)
+        wrapped = (
+            [_CountingPattern(p, counter) for p in value]
+            if isinstance(value, list)
+            else _CountingPattern(value, counter)
+        )
         monkeypatch.setattr(redact_module, name, wrapped)
     monkeypatch.setattr(redact_module, "re", _NoModuleLevelRe())
 
@@ -310,10 +357,34 @@ def count_ops(monkeypatch):
 OPS_PER_CHAR = 400
 
 PATHOLOGICAL = [
-    "a=", "password=", "sk-" + "a" * 30, "bearer x ", "A" * 39 + " ", "-----BEGIN PRIVATE KEY-----x",
-    "Authorization: x ", "https://a:", "a:", "'\"", "Ab1", "\\", "x://u:" + "@" * 30, "postgres://u:p@", "mysql -p",
-    "mysql ", "-p", "AccountKey=", "hf_" + "a" * 40 + " ", "npm_" + "a" * 29, "--password=", "ya29.", "pypi-AgE",
-    "sk_live_", "@", "://", "-----END ", "eyJ" + "a" * 9 + ".",
+    "a=",
+    "password=",
+    "sk-" + "a" * 30,
+    "bearer x ",
+    "A" * 39 + " ",
+    "-----BEGIN PRIVATE KEY-----x",
+    "Authorization: x ",
+    "https://a:",
+    "a:",
+    "'\"",
+    "Ab1",
+    "\\",
+    "x://u:" + "@" * 30,
+    "postgres://u:p@",
+    "mysql -p",
+    "mysql ",
+    "-p",
+    "AccountKey=",
+    "hf_" + "a" * 40 + " ",
+    "npm_" + "a" * 29,
+    "--password=",
+    "ya29.",
+    "pypi-AgE",
+    "sk_live_",
+    "@",
+    "://",
+    "-----END ",
+    "eyJ" + "a" * 9 + ".",
 ]
 
 
@@ -348,6 +419,7 @@ def test_the_count_sees_a_quadratic_scan(count_ops, monkeypatch):
 def _repeats(tree, inside_unbounded: bool = False) -> list[str]:
     """Repeats nested in an unbounded repeat, as ``repr`` strings (sre parse tree walk)."""
     from re import _constants as C  # noqa: N812 - the stdlib's name
+
     found = []
     for op, arg in tree:
         if op in (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", None)):
@@ -367,6 +439,7 @@ def _repeats(tree, inside_unbounded: bool = False) -> list[str]:
 
 def test_no_repeat_is_nested_in_an_unbounded_repeat():
     from re import _parser
+
     patterns = [p for v in _module_patterns().values() for p in (v if isinstance(v, list) else [v])]
     assert len(patterns) >= 20
     for p in patterns:
@@ -375,17 +448,56 @@ def test_no_repeat_is_nested_in_an_unbounded_repeat():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(max_size=400), st.lists(st.one_of(st.sampled_from([
-    "password=", "sk-", "npm_", "hf_", "mysql ", " -p", "://", "u:", "@", "AccountKey=", "Bearer ", "eyJ",
-    "-----BEGIN PRIVATE KEY-----", "ya29.", "glpat-", "sk_live_", "a", "A1", "=", "\"", "\\", " ", "\n"]),
-    st.text(max_size=4)), max_size=200).map("".join)))
+@given(
+    st.one_of(
+        st.text(max_size=400),
+        st.lists(
+            st.one_of(
+                st.sampled_from(
+                    [
+                        "password=",
+                        "sk-",
+                        "npm_",
+                        "hf_",
+                        "mysql ",
+                        " -p",
+                        "://",
+                        "u:",
+                        "@",
+                        "AccountKey=",
+                        "Bearer ",
+                        "eyJ",
+                        "-----BEGIN PRIVATE KEY-----",
+                        "ya29.",
+                        "glpat-",
+                        "sk_live_",
+                        "a",
+                        "A1",
+                        "=",
+                        '"',
+                        "\\",
+                        " ",
+                        "\n",
+                    ]
+                ),
+                st.text(max_size=4),
+            ),
+            max_size=200,
+        ).map("".join),
+    )
+)
 def test_work_is_bounded_per_character(text):
     counter = [0]
     saved = _module_patterns()
     try:
         for name, value in saved.items():
-            setattr(redact_module, name, [_CountingPattern(p, counter) for p in value] if isinstance(value, list)
-                    else _CountingPattern(value, counter))
+            setattr(
+                redact_module,
+                name,
+                [_CountingPattern(p, counter) for p in value]
+                if isinstance(value, list)
+                else _CountingPattern(value, counter),
+            )
         redact(text)
     finally:
         for name, value in saved.items():
@@ -395,13 +507,56 @@ def test_work_is_bounded_per_character(text):
 
 # -- properties ------------------------------------------------------------------------------
 
-FRAGMENTS = st.sampled_from([
-    " ", "\n", "\t", "=", ":", '"', "'", "`", "/", "-", "_", ".", ",", "@", "[", "]", "{", "}",
-    "password", "token", "secret", "API_KEY", "export ", "Authorization", "Bearer ", "bearer ", "Basic ",
-    "sk-", "sk-ant-", "ghp_", "AKIA", "xoxb-", "AIza", "eyJ", "://", "user:", "auth", "[REDACTED]",
-    "-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----", "dXNlcjpwYXNz", "A1b2C3d4E5f6G7h8I9j0" * 2,
-    "abcdefghij0123456789", "ZZZZZZZZZZZZZZZZ", "==", "\\",
-])
+FRAGMENTS = st.sampled_from(
+    [
+        " ",
+        "\n",
+        "\t",
+        "=",
+        ":",
+        '"',
+        "'",
+        "`",
+        "/",
+        "-",
+        "_",
+        ".",
+        ",",
+        "@",
+        "[",
+        "]",
+        "{",
+        "}",
+        "password",
+        "token",
+        "secret",
+        "API_KEY",
+        "export ",
+        "Authorization",
+        "Bearer ",
+        "bearer ",
+        "Basic ",
+        "sk-",
+        "sk-ant-",
+        "ghp_",
+        "AKIA",
+        "xoxb-",
+        "AIza",
+        "eyJ",
+        "://",
+        "user:",
+        "auth",
+        "[REDACTED]",
+        "-----BEGIN PRIVATE KEY-----",
+        "-----END PRIVATE KEY-----",
+        "dXNlcjpwYXNz",
+        "A1b2C3d4E5f6G7h8I9j0" * 2,
+        "abcdefghij0123456789",
+        "ZZZZZZZZZZZZZZZZ",
+        "==",
+        "\\",
+    ]
+)
 STRUCTURED = st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=30).map("".join)
 
 
@@ -418,17 +573,46 @@ VALUE_CHARS = ALNUM + "!#%&()*+,-./:;<=>?@^_{|}~"
 
 
 def _with_digit(chars: str, min_size: int, max_size: int) -> st.SearchStrategy[str]:
-    return st.tuples(st.text(chars, min_size=min_size - 1, max_size=max_size - 1),
-                     st.sampled_from(string.digits), st.integers(0, max_size)).map(
-        lambda t: t[0][: t[2]] + t[1] + t[0][t[2]:])
+    return st.tuples(
+        st.text(chars, min_size=min_size - 1, max_size=max_size - 1),
+        st.sampled_from(string.digits),
+        st.integers(0, max_size),
+    ).map(lambda t: t[0][: t[2]] + t[1] + t[0][t[2] :])
 
 
 @st.composite
 def planted(draw) -> tuple[str, str]:
     """(text containing a secret, the secret part that must not survive)."""
-    kind = draw(st.sampled_from(["bearer", "auth", "anthropic", "openai", "github", "aws", "slack", "google",
-                                 "kv", "json", "env", "pem", "basic", "url", "jwt", "stripe", "gitlab", "npm", "hf",
-                                 "ya29", "azure", "mysql", "pypi", "url_at"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "bearer",
+                "auth",
+                "anthropic",
+                "openai",
+                "github",
+                "aws",
+                "slack",
+                "google",
+                "kv",
+                "json",
+                "env",
+                "pem",
+                "basic",
+                "url",
+                "jwt",
+                "stripe",
+                "gitlab",
+                "npm",
+                "hf",
+                "ya29",
+                "azure",
+                "mysql",
+                "pypi",
+                "url_at",
+            ]
+        )
+    )
     body = draw(_with_digit(ALNUM, 20, 48))
     if kind == "bearer":
         return f"bearer {body}", body
@@ -465,8 +649,22 @@ def planted(draw) -> tuple[str, str]:
     if kind == "url_at":
         return f"postgres://app:{body[:5]}@{body[5:]}@db/shop", body
     value = draw(_with_digit(VALUE_CHARS, 6, 30))
-    name = draw(st.sampled_from(["password", "api_key", "apiKey", "secret", "auth_token", "client_secret",
-                                 "aws_secret_access_key", "DB_PASSWORD", "passwd", "credentials"]))
+    name = draw(
+        st.sampled_from(
+            [
+                "password",
+                "api_key",
+                "apiKey",
+                "secret",
+                "auth_token",
+                "client_secret",
+                "aws_secret_access_key",
+                "DB_PASSWORD",
+                "passwd",
+                "credentials",
+            ]
+        )
+    )
     if kind == "kv":
         sep = draw(st.sampled_from(["=", " = ", ": ", ":="]))
         return f"{name}{sep}{value}", value
@@ -474,8 +672,11 @@ def planted(draw) -> tuple[str, str]:
         value = value.replace('"', "").replace("\\", "") or "x1"
         return f'"{name}": "{value}"', value
     if kind == "env":
-        env = draw(st.sampled_from(["FOO_KEY", "MY_SECRET", "GH_TOKEN", "DB_PASSWORD", "X_PASSWD",
-                                    "GCP_CREDENTIAL", "SSH_PRIVATE"]))
+        env = draw(
+            st.sampled_from(
+                ["FOO_KEY", "MY_SECRET", "GH_TOKEN", "DB_PASSWORD", "X_PASSWD", "GCP_CREDENTIAL", "SSH_PRIVATE"]
+            )
+        )
         return f"{draw(st.sampled_from(['', 'export ']))}{env}={value}", value
     if kind == "pem":
         lines = draw(st.lists(_with_digit(ALNUM + "+/", 16, 64), min_size=1, max_size=4))
@@ -491,8 +692,12 @@ def planted(draw) -> tuple[str, str]:
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(prefix=st.text(max_size=60), suffix=st.text(max_size=60), sep=st.sampled_from([" ", "\n", "\t", "  "]),
-       secret=planted())
+@given(
+    prefix=st.text(max_size=60),
+    suffix=st.text(max_size=60),
+    sep=st.sampled_from([" ", "\n", "\t", "  "]),
+    secret=planted(),
+)
 def test_planted_secret_never_survives(prefix, suffix, sep, secret):
     text, part = secret
     assume(part not in prefix and part not in suffix and part not in REDACTED_MARK)

@@ -113,8 +113,9 @@ def test_timeout_keeps_original_order(pool) -> None:
     b.release.set()
 
 
-@pytest.mark.parametrize(("reranker", "status"), [(Raising(), "error"), (Dropping(), "invalid"),
-                                                  (Duplicating(), "invalid")])
+@pytest.mark.parametrize(
+    ("reranker", "status"), [(Raising(), "error"), (Dropping(), "invalid"), (Duplicating(), "invalid")]
+)
 def test_error_or_invalid_output_keeps_original_order(pool, reranker, status) -> None:
     c = cands(5)
     assert rerank("q", c, reranker, top_n=4, timeout_ms=2000, pool=pool) == (c, status)
@@ -133,8 +134,11 @@ def test_embedding_reranker_uses_the_index_vectors(pool) -> None:
     index = MemoryIndex("m", 2)
     vec = {1: [1.0, 0.0], 2: [0.0, 1.0], 3: None}
     for seq, v in vec.items():
-        index.upsert(IndexEntry(seq, f"id{seq}", None, "fact", AT, False,
-                                np.array(v, dtype=np.float32) if v is not None else None))
+        index.upsert(
+            IndexEntry(
+                seq, f"id{seq}", None, "fact", AT, False, np.array(v, dtype=np.float32) if v is not None else None
+            )
+        )
     c = [RerankCandidate(2, "id2", "b", 0.6), RerankCandidate(1, "id1", "a", 0.5), RerankCandidate(3, "id3", "c", 0.55)]
     r = EmbeddingReranker(index)
     out, status = rerank("q", c, r, top_n=20, timeout_ms=100, pool=pool, query_vector=np.array([1.0, 0.0], np.float32))
@@ -154,17 +158,22 @@ def test_build_reranker_registry() -> None:
 
 
 # ------------------------------------------------------------------------------ in recall
-TEXTS = ["The deploy pipeline runs on GitHub Actions every night.",
-         "Our production database is Postgres 15 on a managed host.",
-         "The team prefers tabs over spaces in Go code.",
-         "Staging deploys need a manual approval step.",
-         "Database backups run every six hours to object storage.",
-         "Alice owns the billing service and its on-call rotation."]
+TEXTS = [
+    "The deploy pipeline runs on GitHub Actions every night.",
+    "Our production database is Postgres 15 on a managed host.",
+    "The team prefers tabs over spaces in Go code.",
+    "Staging deploys need a manual approval step.",
+    "Database backups run every six hours to object storage.",
+    "Alice owns the billing service and its on-call rotation.",
+]
 
 
 def _store(open_store, **reranker):
-    c = open_store(embedding="local", recall={"rehearsal_weight": 0.0, "recency_weight": 0.0},
-                   memory={"pipeline_v2": {"dampening": NO_DAMPENING, "reranker": reranker}})
+    c = open_store(
+        embedding="local",
+        recall={"rehearsal_weight": 0.0, "recency_weight": 0.0},
+        memory={"pipeline_v2": {"dampening": NO_DAMPENING, "reranker": reranker}},
+    )
     c.memories.remember_many([RememberInput(t) for t in TEXTS])
     return c
 

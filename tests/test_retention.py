@@ -37,13 +37,16 @@ def hash_of(c, mid: str) -> str:
 
 
 def add_entity(conn, eid: str, mentions: int) -> None:
-    conn.execute("INSERT INTO entities (id, name, canonical_name, mentions, created_at, updated_at) "
-                 "VALUES (?,?,?,?,?,?)", (eid, eid, eid.lower(), mentions, NOW, NOW))
+    conn.execute(
+        "INSERT INTO entities (id, name, canonical_name, mentions, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+        (eid, eid, eid.lower(), mentions, NOW, NOW),
+    )
 
 
 def mention(conn, mid: str, eid: str) -> None:
-    conn.execute("INSERT INTO memory_entity_mentions (memory_id, entity_id, created_at) VALUES (?,?,?)",
-                 (mid, eid, NOW))
+    conn.execute(
+        "INSERT INTO memory_entity_mentions (memory_id, entity_id, created_at) VALUES (?,?,?)", (mid, eid, NOW)
+    )
 
 
 def test_expired_tombstones_are_purged_in_order_with_their_links(store):
@@ -64,8 +67,12 @@ def test_expired_tombstones_are_purged_in_order_with_their_links(store):
         mention(conn, old, "E-Shared")
         mention(conn, live, "E-Shared")
         for rid, s, t in (("r1", "E-Only", "E-Other"), ("r2", "E-Shared", "E-Other")):
-            conn.execute("INSERT INTO relations (id, source_entity_id, target_entity_id, relation_type, created_at, "
-                         "updated_at) VALUES (?,?,?,'uses',?,?)", (rid, s, t, NOW, NOW))
+            conn.execute(
+                "INSERT INTO relations (id, source_entity_id, target_entity_id, relation_type, created_at, "
+                "updated_at) VALUES (?,?,?,'uses',?,?)",
+                (rid, s, t, NOW, NOW),
+            )
+
     c.db.write(graph)
     fts_before = c.db.read(fts_row_count)
 
@@ -77,7 +84,9 @@ def test_expired_tombstones_are_purged_in_order_with_their_links(store):
     assert exists(c, "memories", "id = ?", fresh) and exists(c, "memories", "id = ?", live)
     assert not exists(c, "memory_entity_mentions", "memory_id = ?", old)
     assert not exists(c, "entities", "id = 'E-Only'") and not exists(c, "relations", "id = 'r1'")
-    assert c.db.read(lambda conn: conn.execute("SELECT mentions FROM entities WHERE id = 'E-Shared'").fetchone()[0]) == 1
+    assert (
+        c.db.read(lambda conn: conn.execute("SELECT mentions FROM entities WHERE id = 'E-Shared'").fetchone()[0]) == 1
+    )
     assert exists(c, "relations", "id = 'r2'") and exists(c, "entities", "id = 'E-Other'")
     assert exists(c, "embeddings", "content_hash = ?", hash_of(c, live))  # the live memory keeps its vector
     assert not exists(c, "memory_history", "memory_id = ?", old)  # cascade
@@ -94,8 +103,11 @@ def test_a_vector_shared_with_a_kept_memory_survives(store):
     tombstone(c, b, 40)
     keeper, ha = remember(c, "live one with a context"), hash_of(c, a)
     c.db.write(lambda conn: conn.execute("UPDATE memories SET context_hash = ? WHERE id = ?", (ha, keeper)))
-    c.db.write(lambda conn: emb_sql.upsert(conn, [(hash_of(c, a), np.ones(3, np.float32)),
-                                                 (hash_of(c, b), np.ones(3, np.float32))], "m", NOW))
+    c.db.write(
+        lambda conn: emb_sql.upsert(
+            conn, [(hash_of(c, a), np.ones(3, np.float32)), (hash_of(c, b), np.ones(3, np.float32))], "m", NOW
+        )
+    )
     hb = hash_of(c, b)
     out = sweep(c.db, now=NOW)
     assert out["tombstones"] == 2 and out["embeddings"] == 1
@@ -118,11 +130,17 @@ def test_history_and_jobs_windows(store):
 
     def setup(conn):
         conn.execute("UPDATE memory_history SET created_at = ? WHERE memory_id = ?", (ago(181), mid))
-        conn.execute("INSERT INTO memory_history (memory_id, event, created_at) VALUES (?, 'updated', ?)",
-                     (mid, ago(179)))
+        conn.execute(
+            "INSERT INTO memory_history (memory_id, event, created_at) VALUES (?, 'updated', ?)", (mid, ago(179))
+        )
         ids = {}
-        for name, status, days in (("done-old", "completed", 15), ("done-new", "completed", 13),
-                                   ("dead-old", "dead", 31), ("dead-new", "dead", 29), ("pending-old", "pending", 99)):
+        for name, status, days in (
+            ("done-old", "completed", 15),
+            ("done-new", "completed", 13),
+            ("dead-old", "dead", 31),
+            ("dead-new", "dead", 29),
+            ("pending-old", "pending", 99),
+        ):
             jid = J.enqueue(conn, "test", at=ago(days), dedup_key=name)
             conn.execute("UPDATE memory_jobs SET status = ?, updated_at = ? WHERE id = ?", (status, ago(days), jid))
             ids[name] = jid

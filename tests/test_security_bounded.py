@@ -47,7 +47,8 @@ JUDGE_PROMPT_START = "You are evaluating how well pre-loaded memories served"
 
 TRANSCRIPT = "\n".join(
     f"user: step {i} of the deploy, push the docker image to staging\nassistant: done, image tag v{i}"
-    for i in range(20))
+    for i in range(20)
+)
 assert len(TRANSCRIPT) >= 500
 
 CORPUS = [
@@ -110,8 +111,9 @@ class HungLlm:
 
     def wait_for_judge_calls(self, n: int) -> None:
         with self.arrived:
-            ok = self.arrived.wait_for(lambda: sum(p.startswith(JUDGE_PROMPT_START) for p in self.prompts) >= n,
-                                       timeout=HANG_GUARD_S)
+            ok = self.arrived.wait_for(
+                lambda: sum(p.startswith(JUDGE_PROMPT_START) for p in self.prompts) >= n, timeout=HANG_GUARD_S
+            )
         assert ok, f"the judge never called the LLM {n} time(s)"
 
     def ollama(self, **kw: Any) -> dict[str, Any]:
@@ -136,19 +138,27 @@ def hung_llm() -> Iterator[HungLlm]:
 
 
 def test_41_waiting_session_ends_against_a_hung_llm_leave_the_daemon_answering_and_sigterm_exits(
-        start_daemon, hung_llm) -> None:
-    d = start_daemon(provider="none", env={
-        "MEMLANE_LLM__PROVIDER": "ollama", "MEMLANE_LLM__MODEL": "hung", "MEMLANE_LLM__BASE_URL": hung_llm.url,
-        "MEMLANE_LLM__TIMEOUT_S": "600",  # the model never answers: only the daemon's own bounds apply
-        "MEMLANE_SESSIONS__JUDGE_WAIT_S": "600"})  # waiting requests are released by the shutdown, not a timeout
+    start_daemon, hung_llm
+) -> None:
+    d = start_daemon(
+        provider="none",
+        env={
+            "MEMLANE_LLM__PROVIDER": "ollama",
+            "MEMLANE_LLM__MODEL": "hung",
+            "MEMLANE_LLM__BASE_URL": hung_llm.url,
+            "MEMLANE_LLM__TIMEOUT_S": "600",  # the model never answers: only the daemon's own bounds apply
+            "MEMLANE_SESSIONS__JUDGE_WAIT_S": "600",
+        },
+    )  # waiting requests are released by the shutdown, not a timeout
     with d.client() as http:
         for text in CORPUS:
             assert http.post("/api/memory/remember", json={"content": text}).status_code == 200
 
     def end(i: int) -> httpx.Response:
         with d.client(timeout=HANG_GUARD_S * 5) as c:
-            return c.post("/api/hooks/session-end", json={"session_key": f"s{i}", "transcript": TRANSCRIPT,
-                                                          "wait": True})
+            return c.post(
+                "/api/hooks/session-end", json={"session_key": f"s{i}", "transcript": TRANSCRIPT, "wait": True}
+            )
 
     pool = ThreadPoolExecutor(max_workers=41)
     try:
@@ -203,8 +213,12 @@ def test_41_waiting_session_ends_against_a_hung_llm_leave_the_daemon_answering_a
         assert sum("sessions already waiting for the judge" in r for r in scores.values()) == 32
         assert sum("LLM judge skipped: the daemon is shutting down" in r for r in scores.values()) == 8
         assert sum("LLM judge failed" in r and "aborted" in r for r in scores.values()) == 1
-        jobs = dict(conn.execute("SELECT status, COUNT(*) FROM memory_jobs WHERE job_type = 'session_summary' "
-                                 "AND session_key LIKE 's%' GROUP BY status"))
+        jobs = dict(
+            conn.execute(
+                "SELECT status, COUNT(*) FROM memory_jobs WHERE job_type = 'session_summary' "
+                "AND session_key LIKE 's%' GROUP BY status"
+            )
+        )
         assert jobs == {"skipped": 40, "failed": 1}
     finally:
         conn.close()
@@ -224,7 +238,8 @@ def _seed(c) -> None:  # noqa: ANN001
 
 
 def test_backlog_is_bounded_and_a_refused_session_is_scored_from_behaviour_with_the_reason(
-        open_store, hung_llm) -> None:
+    open_store, hung_llm
+) -> None:
     c = open_store(llm=hung_llm.ollama(), sessions={"judge_queue_max": 2})
     _seed(c)
     for key in "abcd":
@@ -237,8 +252,9 @@ def test_backlog_is_bounded_and_a_refused_session_is_scored_from_behaviour_with_
     assert res.score == pytest.approx(0.5 / 5)  # one of five injected memories matched the prompt once
     sc = c.db.read(lambda conn: sess_sql.get_score(conn, "d"))
     assert sc["scorer"] == "behavioral"
-    assert "LLM judge skipped: 2 sessions already waiting for the judge (sessions.judge_queue_max = 2)" \
-        in sc["reasoning"]
+    assert (
+        "LLM judge skipped: 2 sessions already waiting for the judge (sessions.judge_queue_max = 2)" in sc["reasoning"]
+    )
     job = c.db.read(lambda conn: jobs_sql.get(conn, res.summary_job_id))
     assert job.status == "skipped" and "sessions.judge_queue_max = 2" in job.error
     assert hung_llm.judge_calls() == 1
@@ -299,8 +315,11 @@ def test_judge_queue_states_stop_and_abort() -> None:
 
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
 def test_closing_an_http_provider_aborts_its_hung_call(hung_llm, kind) -> None:
-    p = OllamaProvider("hung", base_url=hung_llm.url, timeout_s=600) if kind == "ollama" else \
-        OpenAICompatProvider("hung", base_url=hung_llm.url + "/v1", timeout_s=600)
+    p = (
+        OllamaProvider("hung", base_url=hung_llm.url, timeout_s=600)
+        if kind == "ollama"
+        else OpenAICompatProvider("hung", base_url=hung_llm.url + "/v1", timeout_s=600)
+    )
     outcome: list[BaseException] = []
 
     def call() -> None:
@@ -418,15 +437,20 @@ def test_iter_lines_counts_every_byte_and_keeps_line_numbers(tmp_path) -> None:
 
 def test_import_reports_bad_and_over_long_lines_by_number_and_imports_the_rest(open_store, tmp_path) -> None:
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"content": "one"}),
-        "{not json",
-        json.dumps({"content": "z" * 5000}),  # over the 1,000-byte line limit below
-        json.dumps([1, 2]),
-        "",
-        json.dumps("two as a bare string"),
-        json.dumps({"content": "three", "importance": "high"}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"content": "one"}),
+                "{not json",
+                json.dumps({"content": "z" * 5000}),  # over the 1,000-byte line limit below
+                json.dumps([1, 2]),
+                "",
+                json.dumps("two as a bare string"),
+                json.dumps({"content": "three", "importance": "high"}),
+            ]
+        )
+        + "\n"
+    )
     home = tmp_path / "home"
     report = run_import(path, data_dir=home, url=None, batch=1, max_line_bytes=1000)
     assert (report["created"], report["deduplicated"], report["bad_lines"]) == (2, 0, 4)
@@ -439,8 +463,12 @@ def test_import_reports_bad_and_over_long_lines_by_number_and_imports_the_rest(o
 
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
-               MEMLANE_EMBEDDING__PROVIDER="none", MEMLANE_LOG_LEVEL="warning")
+    env.update(
+        MEMLANE_HOME=str(home),
+        MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
+        MEMLANE_EMBEDDING__PROVIDER="none",
+        MEMLANE_LOG_LEVEL="warning",
+    )
     return env
 
 
@@ -479,9 +507,14 @@ def test_import_cli_writes_batches_while_the_fifo_is_still_open(tmp_path) -> Non
 
     t = threading.Thread(target=write)
     t.start()
-    out = subprocess.run([sys.executable, "-m", "memlane", "import", str(fifo), "--data-dir", str(home),
-                          "--batch", "50"], env=_env(home), capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, timeout=HANG_GUARD_S * 4)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "import", str(fifo), "--data-dir", str(home), "--batch", "50"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_GUARD_S * 4,
+    )
     t.join(HANG_GUARD_S)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "imported 150 new, 0 duplicates, 0 bad lines" in out.stdout
@@ -493,9 +526,13 @@ def test_import_of_dev_zero_keeps_its_memory_bounded(tmp_path) -> None:
     """/dev/zero is one endless line: the importer reports it once and keeps skipping with bounded
     memory (the old reader held it all: 3.7 GB RSS in 10 s)."""
     home = tmp_path / "home"
-    proc = subprocess.Popen([sys.executable, "-m", "memlane", "import", "/dev/zero", "--data-dir", str(home)],
-                            env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memlane", "import", "/dev/zero", "--data-dir", str(home)],
+        env=_env(home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         read = 0
         deadline = time.monotonic() + HANG_GUARD_S * 3

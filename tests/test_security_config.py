@@ -19,25 +19,24 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 import yaml
 from pydantic import BaseModel, SecretStr
-
 from typer.testing import CliRunner
 
 from conftest import api_client
 from memlane.cli.main import app
 from memlane.config import Settings, load_settings, public_settings
+from memlane.config.llm import LlmSettings
+from memlane.config.pipeline import PipelineV2Settings, extraction_llm_settings
 from memlane.container import open_container
 from memlane.errors import ConfigError
 from memlane.key_binding import bindings_path, origin
-from memlane.config.pipeline import PipelineV2Settings, extraction_llm_settings
-from memlane.config.llm import LlmSettings
 from memlane.services.config_service import HTTP_FORBIDDEN_KEYS
 
 ATTACKER = "http://attacker.example:8080"
@@ -57,12 +56,14 @@ class Recorder:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 body = json.loads(raw) if raw else None
-                recorder.requests.append({"method": "POST", "path": self.path, "headers": dict(self.headers),
-                                          "body": body})
+                recorder.requests.append(
+                    {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
+                )
                 if self.path.endswith("/embeddings"):
                     texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                    reply: Any = {"data": [{"index": i, "embedding": [1.0, float(i + 1), 0.5, 0.25]}
-                                           for i in range(len(texts))]}
+                    reply: Any = {
+                        "data": [{"index": i, "embedding": [1.0, float(i + 1), 0.5, 0.25]} for i in range(len(texts))]
+                    }
                 elif self.path.endswith("/chat/completions"):
                     reply = {"choices": [{"message": {"content": "ok"}}]}
                 else:
@@ -133,8 +134,10 @@ FORBIDDEN_PATCHES = [
     ({"home": "/tmp/elsewhere"}, "home"),
     ({"require_token": False}, "require_token"),
     ({"allowed_hosts": ["evil.example"]}, "allowed_hosts"),
-    ({"memory": {"pipelineV2": {"documents": {"allowedHosts": ["169.254.169.254"]}}}},
-     "memory.pipelineV2.documents.allowedHosts"),
+    (
+        {"memory": {"pipelineV2": {"documents": {"allowedHosts": ["169.254.169.254"]}}}},
+        "memory.pipelineV2.documents.allowedHosts",
+    ),
     ({"predictor": {"baseWeights": "/tmp/evil.bin"}}, "predictor.base_weights"),
     ({"redact": {"memories": "off"}}, "redact"),
     ({"recall": {"ranker_model": "/tmp/evil.model"}}, "recall.ranker_model"),
@@ -184,8 +187,18 @@ def test_every_url_key_and_command_setting_is_in_the_forbidden_list():
                 yield f"{prefix}{name}"
 
     found |= set(texts(Settings, ""))
-    assert {"daemon_url", "host", "port", "home", "require_token", "embedding.base_url", "embedding.api_key",
-            "llm.base_url", "llm.api_key", "llm.command"} <= found
+    assert {
+        "daemon_url",
+        "host",
+        "port",
+        "home",
+        "require_token",
+        "embedding.base_url",
+        "embedding.api_key",
+        "llm.base_url",
+        "llm.api_key",
+        "llm.command",
+    } <= found
     assert found <= HTTP_FORBIDDEN_KEYS, sorted(found - HTTP_FORBIDDEN_KEYS)
 
 
@@ -202,11 +215,21 @@ def test_a_refused_daemon_url_does_not_redirect_the_hooks(start_daemon, recorder
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(d.home), MEMLANE_PORT=str(d.port))  # reads {home}/config.yaml
     base = {"session_id": SID, "transcript_path": "/nowhere.jsonl", "cwd": str(tmp_path)}
-    for event, extra in [("session-start", {"hook_event_name": "SessionStart", "source": "startup"}),
-                         ("user-prompt-submit", {"hook_event_name": "UserPromptSubmit",
-                                                 "prompt": "my AWS key is AKIAIOSFODNN7EXAMPLE, where is staging?"})]:
-        p = subprocess.run([sys.executable, "-m", "memlane", "hook", event], input=json.dumps({**base, **extra}),
-                           capture_output=True, text=True, env=env, timeout=60)
+    for event, extra in [
+        ("session-start", {"hook_event_name": "SessionStart", "source": "startup"}),
+        (
+            "user-prompt-submit",
+            {"hook_event_name": "UserPromptSubmit", "prompt": "my AWS key is AKIAIOSFODNN7EXAMPLE, where is staging?"},
+        ),
+    ]:
+        p = subprocess.run(
+            [sys.executable, "-m", "memlane", "hook", event],
+            input=json.dumps({**base, **extra}),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert p.returncode == 0, p.stderr
         assert "ATTACKER" not in p.stdout
     assert recorder.requests == []  # neither the prompt nor anything else reached the attacker
@@ -238,12 +261,17 @@ def test_claude_code_command_is_not_runnable_after_a_restart(api, tmp_path):
 
 # -- finding 4: a key goes only to the base URL it was configured for ---------------------------
 
+
 def _write_config(home: Path, base_url: str, key: str) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "embedding": {"provider": "openai", "model": "text-embed", "base_url": base_url, "api_key": key},
-        "llm": {"provider": "openai", "model": "chat", "base_url": base_url, "api_key": key},
-    }))
+    (home / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "embedding": {"provider": "openai", "model": "text-embed", "base_url": base_url, "api_key": key},
+                "llm": {"provider": "openai", "model": "chat", "base_url": base_url, "api_key": key},
+            }
+        )
+    )
 
 
 def _open(home: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
@@ -345,26 +373,32 @@ def test_the_extraction_llm_gets_the_key_only_with_the_llms_own_provider():
 
 
 def test_api_keys_are_secrets_in_every_dump(tmp_path):
-    s = load_settings(home=tmp_path, embedding={"provider": "openai", "api_key": "sk-embed"},
-                      llm={"provider": "openai", "model": "m", "api_key": "sk-llm"},
-                      )
+    s = load_settings(
+        home=tmp_path,
+        embedding={"provider": "openai", "api_key": "sk-embed"},
+        llm={"provider": "openai", "model": "m", "api_key": "sk-llm"},
+    )
     for text in (repr(s), str(s.model_dump()), s.model_dump_json(), str(public_settings(s))):
         assert "sk-embed" not in text and "sk-llm" not in text
 
 
 # -- finding 8: strict types, NUL and lone surrogates --------------------------------------------
 
-@pytest.mark.parametrize("patch, key", [
-    ({"predictor": {"scoreTimeoutMs": True}}, "score_timeout_ms"),
-    ({"predictor": {"scoreTimeoutMs": "250"}}, "score_timeout_ms"),
-    ({"predictor": {"enabled": 0}}, "enabled"),
-    ({"recall": {"alpha": "0.5"}}, "recall.alpha"),
-    ({"sessions": {"agent_feedback": 1}}, "sessions.agent_feedback"),
-    ({"max_batch": 10.0}, "max_batch"),
-    ({"max_batch": True}, "max_batch"),
-    ({"memory": {"pipelineV2": {"shadowMode": "true"}}}, "shadowMode"),
-    ({"memory": {"pipelineV2": {"worker": {"pollMs": False}}}}, "pollMs"),
-])
+
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"predictor": {"scoreTimeoutMs": True}}, "score_timeout_ms"),
+        ({"predictor": {"scoreTimeoutMs": "250"}}, "score_timeout_ms"),
+        ({"predictor": {"enabled": 0}}, "enabled"),
+        ({"recall": {"alpha": "0.5"}}, "recall.alpha"),
+        ({"sessions": {"agent_feedback": 1}}, "sessions.agent_feedback"),
+        ({"max_batch": 10.0}, "max_batch"),
+        ({"max_batch": True}, "max_batch"),
+        ({"memory": {"pipelineV2": {"shadowMode": "true"}}}, "shadowMode"),
+        ({"memory": {"pipelineV2": {"worker": {"pollMs": False}}}}, "pollMs"),
+    ],
+)
 def test_wrongly_typed_values_are_refused_not_coerced(api, patch, key):
     c, client = api
     before = _file(c)
@@ -377,13 +411,19 @@ def test_wrongly_typed_values_are_refused_not_coerced(api, patch, key):
     assert not c.settings.memory.pipeline_v2.shadow_mode
 
 
-@pytest.mark.parametrize("body, needle", [
-    (b'{"recall": {"recency_half_life_days": Infinity}}', "recall.recency_half_life_days: the value must be a finite"),
-    (b'{"recall": {"alpha": NaN}}', "recall.alpha: the value must be a finite number"),
-    (b'{"busy_timeout_ms": 1000000000000000000000000000000}', "busy_timeout_ms: must be <= 3600000"),
-    (b'{"llm": {"max_tokens": 100000000000}}', "llm.max_tokens: must be <= 1000000"),
-    (b'{"log_level": "verbose"}', "log_level: must be one of critical, error, warning, info, debug"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (
+            b'{"recall": {"recency_half_life_days": Infinity}}',
+            "recall.recency_half_life_days: the value must be a finite",
+        ),
+        (b'{"recall": {"alpha": NaN}}', "recall.alpha: the value must be a finite number"),
+        (b'{"busy_timeout_ms": 1000000000000000000000000000000}', "busy_timeout_ms: must be <= 3600000"),
+        (b'{"llm": {"max_tokens": 100000000000}}', "llm.max_tokens: must be <= 1000000"),
+        (b'{"log_level": "verbose"}', "log_level: must be one of critical, error, warning, info, debug"),
+    ],
+)
 def test_values_the_daemon_cannot_run_with_are_refused(api, body, needle):
     c, client = api
     before = _file(c)
@@ -432,8 +472,11 @@ BAD_STRINGS = [
     (b'{"embedding": {"model": "\\ud800"}}', "embedding.model", "lone surrogate"),
     (b'{"embedding": {"model": "a\\u0000b"}}', "embedding.model", "NUL"),
     (b'{"log_level": "\\udfff"}', "log_level", "lone surrogate"),
-    (b'{"memory": {"pipelineV2": {"reranker": {"model": "x\\ud83d"}}}}', "memory.pipelineV2.reranker.model",
-     "lone surrogate"),
+    (
+        b'{"memory": {"pipelineV2": {"reranker": {"model": "x\\ud83d"}}}}',
+        "memory.pipelineV2.reranker.model",
+        "lone surrogate",
+    ),
     (b'{"recall": {"\\ud800": 1}}', "recall.\\ud800", "lone surrogate"),
     (b'{"recall": {"alpha\\u0000": 1}}', "recall.alpha\\x00", "NUL"),
 ]
@@ -464,8 +507,9 @@ def _memlane_config(home: Path) -> subprocess.CompletedProcess[str]:
     """``memlane config`` as a user runs it: a new process reading ``{home}/config.yaml``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(home), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "memlane", "config"], capture_output=True, text=True, env=env,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "memlane", "config"], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_after_every_refused_write_a_restarted_memlane_config_still_prints(api):
@@ -477,12 +521,15 @@ def test_after_every_refused_write_a_restarted_memlane_config_still_prints(api):
     assert json.loads(p.stdout)["recall"]["alpha"] == 0.6
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b'embedding:\n  model: "\\ud800"\n', "embedding.model: the value contains a lone surrogate"),
-    (b'embedding:\n  model: "a\\0b"\n', "embedding.model: the value contains a NUL character"),
-    (b'recall:\n  alpha: 0.5\n  "\\udc00": 1\n', "the key contains a lone surrogate"),
-    (b"recall:\n  alpha: \xff\xfe\n", "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b'embedding:\n  model: "\\ud800"\n', "embedding.model: the value contains a lone surrogate"),
+        (b'embedding:\n  model: "a\\0b"\n', "embedding.model: the value contains a NUL character"),
+        (b'recall:\n  alpha: 0.5\n  "\\udc00": 1\n', "the key contains a lone surrogate"),
+        (b"recall:\n  alpha: \xff\xfe\n", "not valid UTF-8"),
+    ],
+)
 def test_a_config_yaml_holding_one_is_a_clear_error_not_a_crash(tmp_path, monkeypatch, content, needle):
     home = tmp_path / "home"
     home.mkdir()
@@ -525,11 +572,19 @@ def test_a_deeply_nested_patch_is_refused_before_any_walk(api):
 
 # -- what needs a restart is applied only at restart ------------------------------------------
 
+
 def test_only_the_listed_hot_keys_change_the_running_daemon(api):
     c, client = api
-    r = client.post("/api/config", json={"recall": {"alpha": 0.2}, "hook_timeout_s": 9.0, "llm": {"timeout_s": 5.0},
-                                         "memory": {"pipelineV2": {"shadowMode": True}},
-                                         "predictor": {"scoreTimeoutMs": 300, "rrfK": 30}})
+    r = client.post(
+        "/api/config",
+        json={
+            "recall": {"alpha": 0.2},
+            "hook_timeout_s": 9.0,
+            "llm": {"timeout_s": 5.0},
+            "memory": {"pipelineV2": {"shadowMode": True}},
+            "predictor": {"scoreTimeoutMs": 300, "rrfK": 30},
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert sorted(body["applied"]) == ["memory.pipelineV2.shadowMode", "predictor.score_timeout_ms"]
@@ -539,8 +594,12 @@ def test_only_the_listed_hot_keys_change_the_running_daemon(api):
     assert (s.recall.alpha, s.hook_timeout_s, s.llm.timeout_s, s.predictor.rrf_k) == (0.6, 4.0, 45.0, 12.0)
     assert s.memory.pipeline_v2.shadow_mode and s.predictor.score_timeout_ms == 300
     restarted = load_settings(home=s.home)
-    assert (restarted.recall.alpha, restarted.hook_timeout_s, restarted.llm.timeout_s, restarted.predictor.rrf_k) == \
-        (0.2, 9.0, 5.0, 30.0)
+    assert (restarted.recall.alpha, restarted.hook_timeout_s, restarted.llm.timeout_s, restarted.predictor.rrf_k) == (
+        0.2,
+        9.0,
+        5.0,
+        30.0,
+    )
 
 
 def test_a_hot_key_the_environment_overrides_is_written_not_applied(api, monkeypatch):

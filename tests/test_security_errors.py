@@ -68,10 +68,10 @@ def api(open_store):
         yield client, c, mid
 
 
-@pytest.mark.parametrize("method,path,payload,status", FIVE_HUNDREDS,
-                         ids=[f"{m} {p}" for m, p, _, _ in FIVE_HUNDREDS])
-def test_a_lone_surrogate_in_a_wrongly_typed_field_is_refused_in_the_one_shape(api, method, path, payload,
-                                                                                status) -> None:
+@pytest.mark.parametrize("method,path,payload,status", FIVE_HUNDREDS, ids=[f"{m} {p}" for m, p, _, _ in FIVE_HUNDREDS])
+def test_a_lone_surrogate_in_a_wrongly_typed_field_is_refused_in_the_one_shape(
+    api, method, path, payload, status
+) -> None:
     client, _, mid = api
     r = client.request(method, path.replace("{id}", mid), content=body(payload), headers=J)
     assert r.status_code == status if status else 400 <= r.status_code < 500, r.text
@@ -190,8 +190,16 @@ def test_error_response_encodes_whatever_an_error_carries() -> None:
     nested: Any = "bottom"
     for _ in range(100):
         nested = [nested]
-    details = {"\ud800key": "\udfff", "nan": math.nan, "inf": -math.inf, "huge": 10 ** 2000, "raw": b"\xff\xfe",
-               "set": {1}, "deep": nested, "obj": object()}
+    details = {
+        "\ud800key": "\udfff",
+        "nan": math.nan,
+        "inf": -math.inf,
+        "huge": 10**2000,
+        "raw": b"\xff\xfe",
+        "set": {1},
+        "deep": nested,
+        "obj": object(),
+    }
     r = error_response(422, "validation_error", "bad \ud800 input", details)
     doc = json.loads(r.body.decode("utf-8"))
     d = doc["error"]["details"]
@@ -204,8 +212,12 @@ def test_error_response_encodes_whatever_an_error_carries() -> None:
 
 # ------------------------------------------------------------------ /mcp refusals
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
@@ -226,8 +238,7 @@ def test_mcp_protocol_errors_keep_the_json_rpc_shape_and_the_endpoint_still_work
     client, _, _ = api
     r = client.post("/mcp", json=INIT, headers={"accept": "application/json"})
     assert r.status_code == 406 and r.json()["error"]["code"] == -32600  # JSON-RPC, for MCP clients
-    r = client.post("/mcp", content=b'{"jsonrpc":"2.0","id":1,"method":"\\ud800"}',
-                    headers={**MCP_ACCEPT, **J})
+    r = client.post("/mcp", content=b'{"jsonrpc":"2.0","id":1,"method":"\\ud800"}', headers={**MCP_ACCEPT, **J})
     assert 400 <= r.status_code < 500 and "jsonrpc" in r.json()
     r = client.post("/mcp", json=INIT, headers=MCP_ACCEPT)
     assert r.status_code == 200 and '"protocolVersion"' in r.text

@@ -29,8 +29,7 @@ import pytest
 from conftest import api_client
 from memlane.documents.fetcher import FetchError, FetchRefused, check_url, fetch_url
 from memlane.documents.service import DOCUMENT_INGEST, DocumentService
-from memlane.netguard import (AddressRefused, HostAllowlist, check_literal, guarded_client, numeric_address,
-                              refusal, vet)
+from memlane.netguard import AddressRefused, HostAllowlist, check_literal, guarded_client, numeric_address, refusal, vet
 from memlane.workers.runtime import JobWorker
 
 
@@ -38,8 +37,9 @@ class Site:
     """A loopback HTTP server: ``routes`` maps a path to (status, headers, body); every request
     is counted in ``hits`` (by path) and its Host header kept in ``hosts``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, routes: dict | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, routes: dict | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.routes = routes if routes is not None else {"/": (200, {"Content-Type": "text/plain"}, b"secret")}
         self.hits: dict[str, int] = {}
         self.hosts: list[str] = []
@@ -118,27 +118,56 @@ def table_resolver(table: dict[str, list[str]], calls: list[str] | None = None):
 # -- the address policy -------------------------------------------------------------------
 
 REFUSED = {
-    "127.0.0.1": "loopback", "127.255.255.254": "loopback", "::1": "loopback",
-    "10.0.0.1": "private", "172.16.5.4": "private", "192.168.1.1": "private", "fc00::1": "private",
-    "fd12:3456::1": "private", "fec0::1": "private",
-    "169.254.169.254": "cloud metadata (link-local)", "fd00:ec2::254": "cloud metadata (link-local)",
-    "169.254.1.1": "link-local", "fe80::1": "link-local",
-    "224.0.0.1": "multicast", "239.255.255.250": "multicast", "ff02::1": "multicast",
-    "0.0.0.0": "unspecified", "0.1.2.3": "unspecified", "::": "unspecified",
-    "100.64.0.1": "shared (CGNAT)", "100.127.255.254": "shared (CGNAT)",
-    "255.255.255.255": "reserved", "240.0.0.1": "reserved",
-    "192.0.2.1": "non-global", "198.18.0.1": "non-global", "2001:db8::1": "non-global",
+    "127.0.0.1": "loopback",
+    "127.255.255.254": "loopback",
+    "::1": "loopback",
+    "10.0.0.1": "private",
+    "172.16.5.4": "private",
+    "192.168.1.1": "private",
+    "fc00::1": "private",
+    "fd12:3456::1": "private",
+    "fec0::1": "private",
+    "169.254.169.254": "cloud metadata (link-local)",
+    "fd00:ec2::254": "cloud metadata (link-local)",
+    "169.254.1.1": "link-local",
+    "fe80::1": "link-local",
+    "224.0.0.1": "multicast",
+    "239.255.255.250": "multicast",
+    "ff02::1": "multicast",
+    "0.0.0.0": "unspecified",
+    "0.1.2.3": "unspecified",
+    "::": "unspecified",
+    "100.64.0.1": "shared (CGNAT)",
+    "100.127.255.254": "shared (CGNAT)",
+    "255.255.255.255": "reserved",
+    "240.0.0.1": "reserved",
+    "192.0.2.1": "non-global",
+    "198.18.0.1": "non-global",
+    "2001:db8::1": "non-global",
     "2001:0:4136:e378:8000:63bf:3fff:fdd2": "non-global",  # Teredo
     "64:ff9b:1::a": "private",  # local-use NAT64
 }
 # IPv6 forms that carry a refused IPv4 address, and the IPv4 verdict they must get.
 WRAPPED = {
-    "::ffff:127.0.0.1": "loopback", "::ffff:7f00:1": "loopback", "::127.0.0.1": "loopback",
-    "2002:7f00:1::": "loopback", "64:ff9b::7f00:1": "loopback", "::ffff:169.254.169.254": "cloud metadata",
-    "64:ff9b::a9fe:a9fe": "cloud metadata", "2002:a00:1::1": "private", "::ffff:100.64.0.1": "shared (CGNAT)",
+    "::ffff:127.0.0.1": "loopback",
+    "::ffff:7f00:1": "loopback",
+    "::127.0.0.1": "loopback",
+    "2002:7f00:1::": "loopback",
+    "64:ff9b::7f00:1": "loopback",
+    "::ffff:169.254.169.254": "cloud metadata",
+    "64:ff9b::a9fe:a9fe": "cloud metadata",
+    "2002:a00:1::1": "private",
+    "::ffff:100.64.0.1": "shared (CGNAT)",
 }
-PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1",
-          "64:ff9b::808:808"]
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.216.34",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "2002:808:808::1",
+    "64:ff9b::808:808",
+]
 
 
 @pytest.mark.parametrize("address, why", sorted(REFUSED.items()))
@@ -157,8 +186,18 @@ def test_public_addresses_pass(address):
     assert refusal(ipaddress.ip_address(address)) is None
 
 
-NUMERIC_LOOPBACK = ["2130706433", "0x7f000001", "0x7F.0.0.1", "0177.0.0.1", "017700000001", "127.1", "127.0.1",
-                    "[::ffff:127.0.0.1]", "[::1]", "[0:0:0:0:0:0:0:1]"]
+NUMERIC_LOOPBACK = [
+    "2130706433",
+    "0x7f000001",
+    "0x7F.0.0.1",
+    "0177.0.0.1",
+    "017700000001",
+    "127.1",
+    "127.0.1",
+    "[::ffff:127.0.0.1]",
+    "[::1]",
+    "[0:0:0:0:0:0:0:1]",
+]
 
 
 @pytest.mark.parametrize("host", NUMERIC_LOOPBACK)
@@ -175,8 +214,13 @@ def test_numeric_spellings_are_judged_by_what_getaddrinfo_makes_of_them(host):
 
 
 def test_a_public_looking_name_resolving_to_loopback_is_refused():
-    resolver = table_resolver({"docs.example.com": ["93.184.216.34", "127.0.0.1"],
-                               "meta.example.com": ["169.254.169.254"], "ok.example.com": ["93.184.216.34"]})
+    resolver = table_resolver(
+        {
+            "docs.example.com": ["93.184.216.34", "127.0.0.1"],
+            "meta.example.com": ["169.254.169.254"],
+            "ok.example.com": ["93.184.216.34"],
+        }
+    )
     with pytest.raises(AddressRefused) as e:  # one bad answer among good ones refuses the host
         vet("docs.example.com", 443, resolver=resolver)
     assert (e.value.host, e.value.address, e.value.reason) == ("docs.example.com", "127.0.0.1", "loopback")
@@ -188,8 +232,14 @@ def test_a_public_looking_name_resolving_to_loopback_is_refused():
 
 def test_allowlist_names_addresses_and_networks():
     allow = HostAllowlist(["Docs.Internal.", "10.1.2.0/24", "[::1]", "127.0.0.2"])
-    resolver = table_resolver({"docs.internal": ["10.9.9.9"], "other.internal": ["10.9.9.9"],
-                               "db.internal": ["10.1.2.7"], "mixed.internal": ["10.1.2.7", "10.3.3.3"]})
+    resolver = table_resolver(
+        {
+            "docs.internal": ["10.9.9.9"],
+            "other.internal": ["10.9.9.9"],
+            "db.internal": ["10.1.2.7"],
+            "mixed.internal": ["10.1.2.7", "10.3.3.3"],
+        }
+    )
     assert allow.allows_name("DOCS.internal.") and not allow.allows_name("docs.internal.evil.com")
     assert vet("docs.internal", 80, allow, resolver=resolver) == ["10.9.9.9"]  # by name, any address
     assert vet("db.internal", 80, allow, resolver=resolver) == ["10.1.2.7"]  # by network
@@ -217,6 +267,7 @@ def test_allowed_hosts_setting_is_validated(open_store):
 
 # -- fetches ------------------------------------------------------------------------------
 
+
 def test_fetch_of_a_loopback_server_is_refused(sites):
     target = sites()
     with pytest.raises(FetchRefused) as e:
@@ -228,8 +279,20 @@ def test_fetch_of_a_loopback_server_is_refused(sites):
     assert target.total == 0
 
 
-@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "2130706433", "0x7f000001", "017700000001", "127.1",
-                                  "[::ffff:127.0.0.1]", "0.0.0.0", "0"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost",
+        "LOCALHOST.",
+        "2130706433",
+        "0x7f000001",
+        "017700000001",
+        "127.1",
+        "[::ffff:127.0.0.1]",
+        "0.0.0.0",
+        "0",
+    ],
+)
 def test_fetch_of_loopback_spellings_is_refused(sites, host):
     target = sites()
     with pytest.raises(FetchRefused) as e:
@@ -262,15 +325,26 @@ def test_an_allowed_name_lets_its_loopback_server_through(sites):
 
 def test_a_redirect_from_an_allowed_host_to_loopback_is_refused_at_the_hop(sites):
     secret = sites()
-    redirects = {"/to-ip": f"http://127.0.0.1:{secret.port}/", "/to-decimal": f"http://2130706433:{secret.port}/",
-                 "/to-mapped": f"http://[::ffff:127.0.0.1]:{secret.port}/",
-                 "/to-metadata": "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
-                 "/to-private": "http://10.0.0.1/admin", "/to-ipv6": f"http://[::1]:{secret.port}/",
-                 "/chain": "/to-ip"}
+    redirects = {
+        "/to-ip": f"http://127.0.0.1:{secret.port}/",
+        "/to-decimal": f"http://2130706433:{secret.port}/",
+        "/to-mapped": f"http://[::ffff:127.0.0.1]:{secret.port}/",
+        "/to-metadata": "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "/to-private": "http://10.0.0.1/admin",
+        "/to-ipv6": f"http://[::1]:{secret.port}/",
+        "/chain": "/to-ip",
+    }
     relay = sites(routes={p: (302, {"Location": loc}, b"") for p, loc in redirects.items()})
     base = f"http://localhost:{relay.port}"
-    expect = {"/to-ip": "127.0.0.1", "/to-decimal": "127.0.0.1", "/to-mapped": "::ffff:7f00:1",
-              "/to-metadata": "169.254.169.254", "/to-private": "10.0.0.1", "/to-ipv6": "::1", "/chain": "127.0.0.1"}
+    expect = {
+        "/to-ip": "127.0.0.1",
+        "/to-decimal": "127.0.0.1",
+        "/to-mapped": "::ffff:7f00:1",
+        "/to-metadata": "169.254.169.254",
+        "/to-private": "10.0.0.1",
+        "/to-ipv6": "::1",
+        "/chain": "127.0.0.1",
+    }
     for path, address in expect.items():
         with pytest.raises(FetchRefused) as e:
             fetch_url(base + path, allowed_hosts=["localhost"])
@@ -280,8 +354,12 @@ def test_a_redirect_from_an_allowed_host_to_loopback_is_refused_at_the_hop(sites
 
 
 def test_a_redirect_to_a_non_http_scheme_or_a_malformed_url_is_refused(sites):
-    relay = sites(routes={"/file": (302, {"Location": "file:///etc/passwd"}, b""),
-                          "/bad": (302, {"Location": "http://[::1/"}, b"")})
+    relay = sites(
+        routes={
+            "/file": (302, {"Location": "file:///etc/passwd"}, b""),
+            "/bad": (302, {"Location": "http://[::1/"}, b""),
+        }
+    )
     with pytest.raises(FetchError, match="only http and https"):
         fetch_url(f"http://localhost:{relay.port}/file", allowed_hosts=["localhost"])
     with pytest.raises(FetchError, match="Invalid URL in location header"):
@@ -310,8 +388,10 @@ def test_the_connection_goes_to_the_address_that_was_checked(sites):
     assert r.content == "the page that was checked" and good.hosts == [f"rebind.example:{good.port}"]
     assert calls == ["rebind.example"] and secret.total == 0
     # a new connection is vetted again
-    with (guarded_client(allow, resolver=rebinding) as client,
-          pytest.raises(FetchRefused, match=r"rebind\.example \(127\.0\.0\.1\)")):
+    with (
+        guarded_client(allow, resolver=rebinding) as client,
+        pytest.raises(FetchRefused, match=r"rebind\.example \(127\.0\.0\.1\)"),
+    ):
         fetch_url(f"http://rebind.example:{good.port}/", client=client)
     assert calls == ["rebind.example"] * 2 and secret.total == 0 and good.total == 1
 
@@ -329,11 +409,34 @@ def test_environment_proxies_are_not_used(sites, monkeypatch):
 
 # -- TLS keeps the URL's name -----------------------------------------------------------
 
+
 def _cert(tmp: Path, name: str) -> tuple[Path, Path]:
     key, crt = tmp / f"{name}.key", tmp / f"{name}.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
-                    "-addext", f"subjectAltName=DNS:{name}"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(crt),
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return crt, key
 
 
@@ -346,8 +449,7 @@ def test_tls_uses_the_url_name_for_sni_and_verification_while_connecting_to_the_
     site = sites(routes={"/": (200, {"Content-Type": "text/plain"}, b"over tls")}, tls=server_ctx)
     trust = ssl.create_default_context(cafile=str(crt))
     resolver = table_resolver({name: ["127.0.0.1"], "wrong.memlane-test.example": ["127.0.0.1"]})
-    with guarded_client(HostAllowlist([name, "wrong.memlane-test.example"]), verify=trust,
-                        resolver=resolver) as client:
+    with guarded_client(HostAllowlist([name, "wrong.memlane-test.example"]), verify=trust, resolver=resolver) as client:
         r = fetch_url(f"https://{name}:{site.port}/", client=client)
         assert r.content == "over tls" and site.sni == [name] and site.hosts == [f"{name}:{site.port}"]
         with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED|certificate|hostname"):
@@ -357,10 +459,24 @@ def test_tls_uses_the_url_name_for_sni_and_verification_while_connecting_to_the_
 
 # -- through the service and the HTTP API ------------------------------------------------
 
-MALFORMED = ["http://[::1/", "http://:80", "http://:80/x", "http://a b/", "http://x:99999999/", "http://x:0/",
-             "http://x:abc/", "http:///path", "http:example.com", "http://ex ample.com",
-             "http://" + "a" * 300 + ".com/", "http://-/", "http://a..b/",
-             "http://[::1]]/", "http://[/", "https://[::g]/"]
+MALFORMED = [
+    "http://[::1/",
+    "http://:80",
+    "http://:80/x",
+    "http://a b/",
+    "http://x:99999999/",
+    "http://x:0/",
+    "http://x:abc/",
+    "http:///path",
+    "http:example.com",
+    "http://ex ample.com",
+    "http://" + "a" * 300 + ".com/",
+    "http://-/",
+    "http://a..b/",
+    "http://[::1]]/",
+    "http://[/",
+    "https://[::g]/",
+]
 
 
 @pytest.fixture
@@ -388,9 +504,24 @@ def test_check_url_refuses_control_characters_and_non_strings(url):
         check_url(url)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "2130706433", "0x7f000001", "127.1", "[::1]",
-                                  "[::ffff:127.0.0.1]", "169.254.169.254", "10.0.0.1", "0.0.0.0", "foo.localhost",
-                                  "[fe80::1%25eth0]", "LOCALHOST."])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "localhost",
+        "2130706433",
+        "0x7f000001",
+        "127.1",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "169.254.169.254",
+        "10.0.0.1",
+        "0.0.0.0",
+        "foo.localhost",
+        "[fe80::1%25eth0]",
+        "LOCALHOST.",
+    ],
+)
 def test_api_refuses_a_numeric_or_localhost_target_at_once(api, sites, host):
     target = sites()
     c, client = api
@@ -434,8 +565,12 @@ def _wait_status(client: httpx.Client, doc_id: str) -> dict:
 
 def test_real_daemon_refuses_loopback_and_redirect_hops(start_daemon, sites, tmp_path):
     secret = sites(routes={"/": (200, {"Content-Type": "text/plain"}, b"internal admin page")})
-    relay = sites(routes={"/ok": (200, {"Content-Type": "text/plain"}, b"an allowed page about deploys"),
-                          "/hop": (302, {"Location": f"http://127.0.0.1:{secret.port}/"}, b"")})
+    relay = sites(
+        routes={
+            "/ok": (200, {"Content-Type": "text/plain"}, b"an allowed page about deploys"),
+            "/hop": (302, {"Location": f"http://127.0.0.1:{secret.port}/"}, b""),
+        }
+    )
     d = start_daemon(provider="none", env={"MEMLANE_MEMORY__PIPELINE_V2__DOCUMENTS__ALLOWED_HOSTS": '["localhost"]'})
     with d.client() as client:
         for host in ("127.0.0.1", "2130706433", "[::ffff:127.0.0.1]"):
@@ -452,12 +587,15 @@ def test_real_daemon_refuses_loopback_and_redirect_hops(start_daemon, sites, tmp
     assert relay.hits == {"/ok": 1, "/hop": 1} and secret.total == 0
 
 
-@pytest.mark.parametrize("patch", [
-    {"memory": {"pipelineV2": {"documents": {"allowedHosts": ["127.0.0.1"]}}}},
-    {"memory": {"pipeline_v2": {"documents": {"allowed_hosts": ["127.0.0.0/8"]}}}},
-    {"memory": {"pipelineV2": {"documentAllowedHosts": ["localhost"]}}},  # the legacy flat spelling
-    {"memory": {"pipelineV2": {"documentsAllowedHosts": ["169.254.169.254"]}}},
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"memory": {"pipelineV2": {"documents": {"allowedHosts": ["127.0.0.1"]}}}},
+        {"memory": {"pipeline_v2": {"documents": {"allowed_hosts": ["127.0.0.0/8"]}}}},
+        {"memory": {"pipelineV2": {"documentAllowedHosts": ["localhost"]}}},  # the legacy flat spelling
+        {"memory": {"pipelineV2": {"documentsAllowedHosts": ["169.254.169.254"]}}},
+    ],
+)
 def test_the_allow_list_cannot_be_widened_over_http(api, sites, patch):
     target = sites()
     c, client = api

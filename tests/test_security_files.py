@@ -17,7 +17,12 @@ import pytest
 
 from conftest import Daemon, api_client
 from memlane.fileperms import (
-    PrivateRotatingFileHandler, check_private, fix_private, open_private, private_dir, warn_if_loose,
+    PrivateRotatingFileHandler,
+    check_private,
+    fix_private,
+    open_private,
+    private_dir,
+    warn_if_loose,
 )
 from memlane.services.inputs import RememberInput
 
@@ -43,20 +48,32 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _doctor(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memlane", "doctor", "--home", str(home), *args],
-                          capture_output=True, text=True, env=_env(home), timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "memlane", "doctor", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env=_env(home),
+        timeout=60,
+    )
 
 
 # -- a fresh store is private ------------------------------------------------------------------
+
 
 def test_a_fresh_embedded_store_is_private(tmp_path, open_store, umask_022) -> None:
     home = tmp_path / "fresh" / "home"
     c = open_store(home=home)
     with api_client(c) as cl:  # the session lifecycle writes too (sessions, transcripts, checkpoints)
         assert cl.post("/api/hooks/session-start", json={"session_key": SID}).status_code == 200
-        assert cl.post("/api/memory/remember", json={"content": "the deploy script is ops/deploy.sh"}).status_code == 200
-        assert cl.post("/api/hooks/session-end", json={"session_key": SID, "transcript": "user: hi",
-                                                        "wait": True}).status_code == 200
+        assert (
+            cl.post("/api/memory/remember", json={"content": "the deploy script is ops/deploy.sh"}).status_code == 200
+        )
+        assert (
+            cl.post(
+                "/api/hooks/session-end", json={"session_key": SID, "transcript": "user: hi", "wait": True}
+            ).status_code
+            == 200
+        )
     c.checkpoints.flush()
     assert mode(home) == 0o700
     for name in ("memories.db", "memories.db-wal", "memories.db-shm"):
@@ -73,8 +90,12 @@ def test_a_fresh_daemon_home_is_private(tmp_path, umask_022) -> None:
         with d.client() as cl:
             assert cl.post("/api/memory/remember", json={"content": "private by default"}).status_code == 200
             assert cl.post("/api/hooks/session-start", json={"session_key": SID}).status_code == 200
-            assert cl.post("/api/hooks/session-end", json={"session_key": SID, "transcript": "user: hi",
-                                                            "wait": True}).status_code == 200
+            assert (
+                cl.post(
+                    "/api/hooks/session-end", json={"session_key": SID, "transcript": "user: hi", "wait": True}
+                ).status_code
+                == 200
+            )
         assert mode(home) == 0o700
         for name in ("memories.db", "memories.db-wal", "memories.db-shm", "token"):
             assert mode(home / name) == 0o600, name
@@ -86,11 +107,21 @@ def test_a_fresh_daemon_home_is_private(tmp_path, umask_022) -> None:
 
 def test_the_hook_command_with_the_daemon_down_writes_private_spool_and_log(tmp_path, umask_022) -> None:
     home = tmp_path / "hookhome"  # does not exist
-    payload = {"session_id": SID, "transcript_path": "/nowhere.jsonl", "cwd": str(tmp_path),
-               "hook_event_name": "UserPromptSubmit", "prompt": "hello"}
-    p = subprocess.run([sys.executable, "-m", "memlane", "hook", "user-prompt-submit"], input=json.dumps(payload),
-                       capture_output=True, text=True, timeout=60,
-                       env=_env(home, MEMLANE_DAEMON_URL="http://127.0.0.1:9"))  # nothing listens on port 9
+    payload = {
+        "session_id": SID,
+        "transcript_path": "/nowhere.jsonl",
+        "cwd": str(tmp_path),
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "hello",
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "memlane", "hook", "user-prompt-submit"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(home, MEMLANE_DAEMON_URL="http://127.0.0.1:9"),
+    )  # nothing listens on port 9
     assert p.returncode == 0 and p.stdout == ""
     spooled = list((home / "spool").glob("*.json"))
     assert len(spooled) == 1
@@ -100,6 +131,7 @@ def test_the_hook_command_with_the_daemon_down_writes_private_spool_and_log(tmp_
 
 
 # -- a loose home: warned at start, reported and fixed by doctor --------------------------------
+
 
 def _loosen(home: Path) -> None:
     os.chmod(home, 0o755)
@@ -160,6 +192,7 @@ def test_the_daemon_warns_once_at_start_listing_the_loose_paths(tmp_path, open_s
 
 
 # -- the building blocks ----------------------------------------------------------------------
+
 
 def test_fix_keeps_owner_bits_and_skips_symlinks(tmp_path) -> None:
     home = private_dir(tmp_path / "home")

@@ -45,40 +45,115 @@ REQUEST_TIMEOUT_S = 60.0
 
 #: Each hook route and the fields it reads.
 ROUTES = {
-    "/api/hooks/session-start": ["session_key", "project", "cwd", "harness", "source", "context", "now", "ranking",
-                                 "phase", "work_unit", "permission_mode"],
-    "/api/hooks/user-prompt-submit": ["session_key", "prompt", "project", "cwd", "harness", "memory_feedback", "now",
-                                      "phase", "work_unit", "permission_mode"],
+    "/api/hooks/session-start": [
+        "session_key",
+        "project",
+        "cwd",
+        "harness",
+        "source",
+        "context",
+        "now",
+        "ranking",
+        "phase",
+        "work_unit",
+        "permission_mode",
+    ],
+    "/api/hooks/user-prompt-submit": [
+        "session_key",
+        "prompt",
+        "project",
+        "cwd",
+        "harness",
+        "memory_feedback",
+        "now",
+        "phase",
+        "work_unit",
+        "permission_mode",
+    ],
     "/api/hooks/session-end": ["session_key", "project", "cwd", "harness", "reason", "transcript", "wait", "now"],
     "/api/hooks/pre-compaction": ["session_key", "project", "harness", "trigger", "custom_instructions", "context"],
     "/api/hooks/compaction-complete": ["session_key", "project", "harness", "summary"],
     "/api/sessions/feedback": ["session_key", "memory_feedback"],
 }
 #: Claude Code's hook stdin fields.
-HOOK_FIELDS = ["session_id", "transcript_path", "cwd", "hook_event_name", "prompt", "source", "reason", "trigger",
-               "custom_instructions", "permission_mode", "model"]
-EVENTS = {"session-start": "SessionStart", "user-prompt-submit": "UserPromptSubmit", "session-end": "SessionEnd",
-          "pre-compact": "PreCompact"}
+HOOK_FIELDS = [
+    "session_id",
+    "transcript_path",
+    "cwd",
+    "hook_event_name",
+    "prompt",
+    "source",
+    "reason",
+    "trigger",
+    "custom_instructions",
+    "permission_mode",
+    "model",
+]
+EVENTS = {
+    "session-start": "SessionStart",
+    "user-prompt-submit": "UserPromptSubmit",
+    "session-end": "SessionEnd",
+    "pre-compact": "PreCompact",
+}
 
-NASTY = ["\ud800", "\udfff", "a\ud83d", "\udc00b", "\x00", "a\x00b", "\u202e", "\ufeff", "\u2028", "", " ", "\\",
-         '"', "</memlane-memories>", "' OR 1=1 --", "NEAR(a b)", "x" * 5000, "../../etc/passwd", "/dev/zero",
-         "2026-13-45T99:99:99Z", "compact", "relevance", "true", "null"]
-texts = st.one_of(st.sampled_from(NASTY), st.text(st.characters(exclude_categories=()), max_size=40),
-                  st.text(max_size=20).map(lambda s: s + "\ud800"))
-scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=10 ** 18, max_value=10 ** 400),
-                    st.floats(allow_nan=True, allow_infinity=True), texts)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
-                      max_leaves=12)
+NASTY = [
+    "\ud800",
+    "\udfff",
+    "a\ud83d",
+    "\udc00b",
+    "\x00",
+    "a\x00b",
+    "\u202e",
+    "\ufeff",
+    "\u2028",
+    "",
+    " ",
+    "\\",
+    '"',
+    "</memlane-memories>",
+    "' OR 1=1 --",
+    "NEAR(a b)",
+    "x" * 5000,
+    "../../etc/passwd",
+    "/dev/zero",
+    "2026-13-45T99:99:99Z",
+    "compact",
+    "relevance",
+    "true",
+    "null",
+]
+texts = st.one_of(
+    st.sampled_from(NASTY),
+    st.text(st.characters(exclude_categories=()), max_size=40),
+    st.text(max_size=20).map(lambda s: s + "\ud800"),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**18, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    texts,
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4), max_leaves=12
+)
 
 
 def _raw(kind: str, n: int) -> str:
     """JSON text json.dumps will not write: deep nesting, over-long integers, non-finite literals."""
-    return {"list": "[" * n + "]" * n, "object": '{"a":' * n + "1" + "}" * n, "digits": "9" * n,
-            "exp": f"1e{n}", "neg": f"-1e{n}"}[kind]
+    return {
+        "list": "[" * n + "]" * n,
+        "object": '{"a":' * n + "1" + "}" * n,
+        "digits": "9" * n,
+        "exp": f"1e{n}",
+        "neg": f"-1e{n}",
+    }[kind]
 
 
-raw_fragments = st.builds(_raw, st.sampled_from(["list", "object", "digits", "exp", "neg"]),
-                          st.integers(min_value=1, max_value=20_000))
+raw_fragments = st.builds(
+    _raw, st.sampled_from(["list", "object", "digits", "exp", "neg"]), st.integers(min_value=1, max_value=20_000)
+)
 fragments = st.one_of(values.map(json.dumps), raw_fragments)  # json.dumps: ASCII, surrogates as \\udXXX
 
 
@@ -133,10 +208,15 @@ def check_answer(r: httpx.Response) -> None:
 @pytest.mark.timeout(300 + EXAMPLES)  # the suite's 300 s, grown with the example count
 def test_hook_routes_never_answer_5xx(daemon: Daemon, path: str) -> None:
     with daemon.client(timeout=REQUEST_TIMEOUT_S) as client:
-
         statuses: collections.Counter[int] = collections.Counter()
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=DERANDOMIZE,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(text=bodies(path))
         def run(text: str) -> None:
             r = client.post(path, content=text.encode("utf-8"), headers={"content-type": "application/json"})
@@ -156,16 +236,23 @@ def hook_log(daemon: Daemon) -> str:
 
 def hook_payloads(event: str) -> st.SearchStrategy[str]:
     """Claude Code stdin: a plausible payload with fuzzed fields, or anything at all."""
-    base = {"session_id": "fz-hook", "cwd": "/tmp", "transcript_path": "/nowhere.jsonl",
-            "hook_event_name": EVENTS[event], "prompt": "how do we deploy?"}
+    base = {
+        "session_id": "fz-hook",
+        "cwd": "/tmp",
+        "transcript_path": "/nowhere.jsonl",
+        "hook_event_name": EVENTS[event],
+        "prompt": "how do we deploy?",
+    }
 
     def merge(t: tuple[dict[str, Any], str]) -> str:
         fields, extra = t
         head = json.dumps({**base, **fields})
         return head if extra == "{}" else head[:-1] + ", " + extra[1:]
 
-    fuzzed = st.tuples(st.dictionaries(st.sampled_from(HOOK_FIELDS), st.one_of(texts, texts, values), max_size=4),
-                       object_text(HOOK_FIELDS) | st.just("{}")).map(merge)
+    fuzzed = st.tuples(
+        st.dictionaries(st.sampled_from(HOOK_FIELDS), st.one_of(texts, texts, values), max_size=4),
+        object_text(HOOK_FIELDS) | st.just("{}"),
+    ).map(merge)
     return st.one_of(fuzzed, fuzzed, object_text(HOOK_FIELDS), fragments)
 
 
@@ -178,7 +265,13 @@ def test_the_hook_command_parses_any_stdin(daemon: Daemon, tmp_path: Path, event
 
     calls = [0]
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=DERANDOMIZE,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(stdin=hook_payloads(event))
     def run(stdin: str) -> None:
         calls[0] += 1
@@ -194,16 +287,29 @@ def test_the_hook_command_parses_any_stdin(daemon: Daemon, tmp_path: Path, event
     assert " failed" not in log and "Traceback" not in log and "HTTP 5" not in log, log[-3000:]
 
 
-@pytest.mark.parametrize("raw", [b"\xff\xfe{", b'{"session_id": "fz-raw", "prompt": "a\xed\xa0\x80b", "cwd": "/tmp"}',
-                                 b'{"session_id": "fz-raw\x00", "prompt": "x", "cwd": "/tmp"}',
-                                 b'{"session_id": "fz-raw", "prompt": "\\ud800", "cwd": "/tmp"}',
-                                 b"[" * 100_000, b"\x00" * 1000])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe{",
+        b'{"session_id": "fz-raw", "prompt": "a\xed\xa0\x80b", "cwd": "/tmp"}',
+        b'{"session_id": "fz-raw\x00", "prompt": "x", "cwd": "/tmp"}',
+        b'{"session_id": "fz-raw", "prompt": "\\ud800", "cwd": "/tmp"}',
+        b"[" * 100_000,
+        b"\x00" * 1000,
+    ],
+)
 def test_the_hook_command_process_survives_raw_bytes(daemon: Daemon, raw: bytes) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(daemon.home), MEMLANE_PORT=str(daemon.port),
-               MEMLANE_CONFIG=str(daemon.home / "none.yaml"))
-    p = subprocess.run([sys.executable, "-c", "from memlane.cli.hooks import hook_app; hook_app()",
-                        "user-prompt-submit"], input=raw, capture_output=True, env=env, timeout=60)
+    env.update(
+        MEMLANE_HOME=str(daemon.home), MEMLANE_PORT=str(daemon.port), MEMLANE_CONFIG=str(daemon.home / "none.yaml")
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", "from memlane.cli.hooks import hook_app; hook_app()", "user-prompt-submit"],
+        input=raw,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     if p.stdout.strip():
         answer = json.loads(p.stdout)["hookSpecificOutput"]
@@ -216,8 +322,14 @@ def test_a_prompt_with_a_split_emoji_still_reaches_the_daemon(daemon: Daemon, tm
     """A lone surrogate in the prompt (a UTF-16 pair cut in two) failed the whole event before:
     the body could not be encoded, so nothing was recalled or recorded."""
     s = load_settings(home=daemon.home, port=daemon.port)
-    stdin = json.dumps({"session_id": "fz-emoji", "cwd": str(tmp_path), "hook_event_name": "UserPromptSubmit",
-                        "prompt": "where does the deploy script live? \ud83d"})
+    stdin = json.dumps(
+        {
+            "session_id": "fz-emoji",
+            "cwd": str(tmp_path),
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": "where does the deploy script live? \ud83d",
+        }
+    )
     out = run_hook("user-prompt-submit", stdin, s, transcript_roots=[tmp_path], replay_budget_s=0)
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert "ops/deploy.sh" in context

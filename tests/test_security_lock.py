@@ -18,23 +18,33 @@ from pathlib import Path
 
 import pytest
 
-from memlane.homelock import HomeLocked, LockHolder, acquire, current_holder, lock_path
-
 from conftest import free_port
+from memlane.homelock import HomeLocked, LockHolder, acquire, current_holder, lock_path
 
 CLI_TIMEOUT_S = 120
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(home), MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
-               MEMLANE_EMBEDDING__PROVIDER="none", MEMLANE_LOG_LEVEL="warning", **extra)
+    env.update(
+        MEMLANE_HOME=str(home),
+        MEMLANE_CONFIG=str(home / "no-such-config.yaml"),
+        MEMLANE_EMBEDDING__PROVIDER="none",
+        MEMLANE_LOG_LEVEL="warning",
+        **extra,
+    )
     return env
 
 
 def _memlane(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memlane", *args], env=_env(home, **extra), capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=CLI_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "memlane", *args],
+        env=_env(home, **extra),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=CLI_TIMEOUT_S,
+    )
 
 
 def _live_count(d) -> int:  # noqa: ANN001 - conftest.Daemon
@@ -50,7 +60,9 @@ def _live_count(d) -> int:  # noqa: ANN001 - conftest.Daemon
 def test_second_daemon_on_the_same_home_exits_1_naming_the_first(start_daemon, tmp_path) -> None:
     first = start_daemon(provider="none")
     with first.client() as http:
-        assert http.post("/api/memory/remember", json={"content": "written through the first daemon"}).status_code == 200
+        assert (
+            http.post("/api/memory/remember", json={"content": "written through the first daemon"}).status_code == 200
+        )
     second = _memlane(first.home, "serve", "--host", "127.0.0.1", "--port", str(free_port()))
     assert second.returncode == 1, second.stderr
     assert f"memlane serve at {first.url} (pid {first.proc.pid}, started " in second.stderr
@@ -101,8 +113,20 @@ def test_bench_filling_a_served_store_is_refused(start_daemon, tmp_path) -> None
     d = start_daemon(provider="none")
     data = tmp_path / "unused.json"
     data.write_text("[]")  # refused before the data is read
-    out = _memlane(d.home, "bench", "sessions", "--store", str(d.home), "--data", str(data), "--memories", "10",
-                   "--no-predictor", "--out", str(tmp_path / "report.json"))
+    out = _memlane(
+        d.home,
+        "bench",
+        "sessions",
+        "--store",
+        str(d.home),
+        "--data",
+        str(data),
+        "--memories",
+        "10",
+        "--no-predictor",
+        "--out",
+        str(tmp_path / "report.json"),
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"memlane serve at {d.url} (pid {d.proc.pid}, started " in out.stderr
     assert "give the bench another --store" in out.stderr

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from conftest import api_client
 from benchmarks.scripted_llm import ScriptedLlmServer, prompt_input
+from conftest import api_client
 from memlane.mcp.local import LocalBackend
 from memlane.pipeline.prompts import EXTRACTION_MARKER
 from memlane.redact import REDACTED_MARK
@@ -73,8 +73,7 @@ def assert_no_secret_stored(home: Path, secrets: list[tuple[str, str]] = SECRETS
     raw = b"".join(p.read_bytes() for p in (db, home / "memories.db-wal") if p.exists())
     for vendor, secret in secrets:
         for frag in _fragments(secret):
-            hits = [(t, c) for t, c, v in cells
-                    if (frag in v if isinstance(v, str) else frag.encode() in v)]
+            hits = [(t, c) for t, c, v in cells if (frag in v if isinstance(v, str) else frag.encode() in v)]
             assert hits == [], f"{vendor}: {frag!r} stored in {hits}"
             assert frag.encode() not in raw, f"{vendor}: {frag!r} in the database file bytes"
         assert not any(f in term for f in _fragments(secret)[1:] for term in terms), vendor
@@ -91,6 +90,7 @@ def client(store):
 
 
 # -- what the hooks send -------------------------------------------------------------------------
+
 
 def test_transcript_with_every_vendor_secret_is_stored_redacted(store, client) -> None:
     r = client.post("/api/hooks/session-end", json={"session_key": SID, "transcript": PLANTED, "wait": True})
@@ -120,8 +120,9 @@ def test_prompts_checkpoints_and_compaction_text_are_stored_redacted(store, clie
     for _, text, _, _ in VENDORS:
         r = client.post("/api/hooks/user-prompt-submit", json={"session_key": SID, "prompt": f"use {text} please"})
         assert r.status_code == 200, r.text
-    r = client.post("/api/hooks/pre-compaction", json={"session_key": SID, "context": PLANTED,
-                                                      "custom_instructions": PLANTED})
+    r = client.post(
+        "/api/hooks/pre-compaction", json={"session_key": SID, "context": PLANTED, "custom_instructions": PLANTED}
+    )
     assert r.status_code == 200, r.text
     r = client.post("/api/hooks/compaction-complete", json={"session_key": SID, "summary": PLANTED})
     assert r.status_code == 200, r.text
@@ -135,12 +136,18 @@ def test_prompts_checkpoints_and_compaction_text_are_stored_redacted(store, clie
 
 # -- memories that arrive from a hook ----------------------------------------------------------
 
+
 def _hook_memory(i: int, text: str) -> dict[str, Any]:
     # "Alice Smith <verb> ..." makes the inline linker store an entity attribute from the text;
     # the item number keeps the memories distinct once redacted (equal texts would deduplicate)
-    return {"content": f"Alice Smith deploys item {i} with {text} every Friday.", "source_type": "hook",
-            "context": f"the session said {text}", "why": f"seen {text}", "tags": ["deploy"],
-            "metadata": {"command": f"run {text}", "nested": [{"env": text}]}}
+    return {
+        "content": f"Alice Smith deploys item {i} with {text} every Friday.",
+        "source_type": "hook",
+        "context": f"the session said {text}",
+        "why": f"seen {text}",
+        "tags": ["deploy"],
+        "metadata": {"command": f"run {text}", "nested": [{"env": text}]},
+    }
 
 
 def test_hook_memory_is_redacted_in_rows_history_fts_and_entity_attributes(store, client) -> None:
@@ -154,9 +161,16 @@ def test_hook_memory_is_redacted_in_rows_history_fts_and_entity_attributes(store
     assert attrs and any(REDACTED_MARK in a["content"] for a in attrs)  # the linker saw the redacted text
     # a later PATCH of a hook memory is redacted too
     _, text, _, secret = VENDORS[0]
-    r = client.patch(f"/api/memory/{ids[1]}", json={"content": f"Alice Smith now deploys with {text}.",
-                                                     "context": text, "metadata": {"k": text}, "tags": [text],
-                                                     "why": f"rotated {text}"})
+    r = client.patch(
+        f"/api/memory/{ids[1]}",
+        json={
+            "content": f"Alice Smith now deploys with {text}.",
+            "context": text,
+            "metadata": {"k": text},
+            "tags": [text],
+            "why": f"rotated {text}",
+        },
+    )
     assert r.status_code == 200, r.text
     assert secret not in json.dumps(r.json())
     assert_no_secret_stored(store.settings.home)
@@ -167,9 +181,12 @@ def _echo_extraction(prompt: str) -> str:
     if EXTRACTION_MARKER not in prompt:
         return '{"action": "ADD", "confidence": 0.9, "reason": "new"}'
     text = prompt_input(prompt)
-    return json.dumps({"facts": [{"content": f"Fact: {text}", "type": "fact", "confidence": 0.95}],
-                       "entities": [{"source": "Alice Smith", "relationship": "uses", "target": text[:180],
-                                     "confidence": 0.9}]})
+    return json.dumps(
+        {
+            "facts": [{"content": f"Fact: {text}", "type": "fact", "confidence": 0.95}],
+            "entities": [{"source": "Alice Smith", "relationship": "uses", "target": text[:180], "confidence": 0.9}],
+        }
+    )
 
 
 @pytest.fixture
@@ -193,6 +210,7 @@ def test_llm_extraction_of_a_hook_memory_never_sees_its_secret(open_store, echo_
 
 # -- the setting is respected ------------------------------------------------------------------
 
+
 def test_api_remember_keeps_its_text_by_default(store, client) -> None:
     _, text, _, secret = VENDORS[0]
     r = client.post("/api/memory/remember", json={"content": f"the key is {text}"})
@@ -212,8 +230,10 @@ def test_redact_off_keeps_hook_memories_raw(open_store) -> None:
 def test_redact_all_covers_api_and_mcp_remembers(open_store) -> None:
     c = open_store(redact={"memories": "all"})
     with api_client(c) as cl:
-        r = cl.post("/api/memory/remember", json={"memories": [{"content": f"API note {i}: {v[1]}"}
-                                                      for i, v in enumerate(VENDORS)]})
+        r = cl.post(
+            "/api/memory/remember",
+            json={"memories": [{"content": f"API note {i}: {v[1]}"} for i, v in enumerate(VENDORS)]},
+        )
         assert r.status_code == 200, r.text
     mcp = LocalBackend(c)
     for i, (_, text, _, _) in enumerate(VENDORS):
@@ -232,10 +252,16 @@ def test_redact_memories_rejects_an_unknown_mode(tmp_path) -> None:
 
 # -- end to end: the real hook command against a real daemon ------------------------------------
 
+
 def _transcript_line(role: str, text: str) -> str:
-    return json.dumps({"type": role, "sessionId": SID, "uuid": os.urandom(4).hex(),
-                       "message": {"role": role, "content": [{"type": "text", "text": text}] if role == "assistant"
-                                   else text}})
+    return json.dumps(
+        {
+            "type": role,
+            "sessionId": SID,
+            "uuid": os.urandom(4).hex(),
+            "message": {"role": role, "content": [{"type": "text", "text": text}] if role == "assistant" else text},
+        }
+    )
 
 
 def test_hook_command_session_end_stores_the_transcript_redacted(tmp_path, start_daemon) -> None:
@@ -245,16 +271,35 @@ def test_hook_command_session_end_stores_the_transcript_redacted(tmp_path, start
     project = claude / "projects" / "-work-proj"
     project.mkdir(parents=True)
     transcript = project / f"{SID}.jsonl"
-    transcript.write_text("\n".join(
-        line for _, text, _, _ in VENDORS
-        for line in (_transcript_line("user", f"deploy with {text}"), _transcript_line("assistant", "done"))))
+    transcript.write_text(
+        "\n".join(
+            line
+            for _, text, _, _ in VENDORS
+            for line in (_transcript_line("user", f"deploy with {text}"), _transcript_line("assistant", "done"))
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(home), MEMLANE_DAEMON_URL=daemon.url, MEMLANE_CONFIG=str(home / "none.yaml"),
-               CLAUDE_CONFIG_DIR=str(claude))
-    payload = {"session_id": SID, "transcript_path": str(transcript), "cwd": str(tmp_path),
-               "hook_event_name": "SessionEnd", "reason": "other"}
-    p = subprocess.run([sys.executable, "-m", "memlane", "hook", "session-end"], input=json.dumps(payload),
-                       capture_output=True, text=True, env=env, timeout=60)
+    env.update(
+        MEMLANE_HOME=str(home),
+        MEMLANE_DAEMON_URL=daemon.url,
+        MEMLANE_CONFIG=str(home / "none.yaml"),
+        CLAUDE_CONFIG_DIR=str(claude),
+    )
+    payload = {
+        "session_id": SID,
+        "transcript_path": str(transcript),
+        "cwd": str(tmp_path),
+        "hook_event_name": "SessionEnd",
+        "reason": "other",
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "memlane", "hook", "session-end"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     with daemon.client() as cl:
         session = cl.get(f"/api/sessions/{SID}")

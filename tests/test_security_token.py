@@ -20,8 +20,15 @@ from memlane.api.guard import bind_warnings, host_name, is_loopback_bind
 from memlane.auth import TokenStore, auth_headers, bearer_value, ensure_token, read_token, rotate_token, token_path
 from memlane.errors import ConfigError
 
-EVIL_HOSTS = ["evil.example", "evil.example:7437", "127.0.0.1.evil.example", "localhost.evil.example:80",
-              "[::2]:7437", "10.0.0.5", ""]
+EVIL_HOSTS = [
+    "evil.example",
+    "evil.example:7437",
+    "127.0.0.1.evil.example",
+    "localhost.evil.example:80",
+    "[::2]:7437",
+    "10.0.0.5",
+    "",
+]
 
 
 def state_changing_routes(client) -> list[tuple[str, str]]:
@@ -78,8 +85,13 @@ def test_a_non_loopback_bind_needs_the_token() -> None:
 def test_every_route_but_health_refuses_a_missing_or_wrong_token(store) -> None:
     with api_client(store) as client:
         good = {"Authorization": client.headers["Authorization"]}
-        routes = state_changing_routes(client) + [("GET", "/api/memories"), ("GET", "/api/config"),
-                                                  ("GET", "/openapi.json"), ("GET", "/docs"), ("POST", "/mcp")]
+        routes = state_changing_routes(client) + [
+            ("GET", "/api/memories"),
+            ("GET", "/api/config"),
+            ("GET", "/openapi.json"),
+            ("GET", "/docs"),
+            ("POST", "/mcp"),
+        ]
         assert len(routes) > 20
         for method, path in routes:
             for auth in (None, "Bearer wrong", "Basic " + good["Authorization"].split()[1]):
@@ -104,13 +116,26 @@ def test_health_without_the_token_says_only_ok(store) -> None:
 def test_dns_rebinding_hosts_are_refused_on_every_route(store) -> None:
     with api_client(store) as client:
         for host in EVIL_HOSTS:
-            for method, path in [("GET", "/health"), ("GET", "/api/memories"), ("GET", "/api/config"),
-                                 ("POST", "/api/memory/remember"), ("POST", "/mcp")]:
+            for method, path in [
+                ("GET", "/health"),
+                ("GET", "/api/memories"),
+                ("GET", "/api/config"),
+                ("POST", "/api/memory/remember"),
+                ("POST", "/mcp"),
+            ]:
                 r = client.request(method, path, headers={"Host": host}, json={"content": "planted"})
                 assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_host", (host, path)
         assert client.get("/api/memories").json()["total"] == 0
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
         for host in ("localhost:7437", "127.0.0.1", "[::1]:7437", "LOCALHOST", "localhost"):
             assert client.get("/api/memories", headers={"Host": host}).status_code == 200, host
             r = client.post("/mcp", json=init, headers={"Host": host, "Accept": "application/json, text/event-stream"})
@@ -127,13 +152,17 @@ def test_allowed_hosts_and_the_bind_host_are_accepted(open_store) -> None:
 
 def test_foreign_origins_are_refused_even_with_the_token(store) -> None:
     with api_client(store) as client:
-        for origin in ("http://evil.example", "null", "http://127.0.0.1:9999", "https://127.0.0.1:7437",
-                       "http://localhost:7437"):
+        for origin in (
+            "http://evil.example",
+            "null",
+            "http://127.0.0.1:9999",
+            "https://127.0.0.1:7437",
+            "http://localhost:7437",
+        ):
             r = client.post("/api/memory/remember", json={"content": "from a web page"}, headers={"Origin": origin})
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_origin", origin
         assert client.get("/api/memories").json()["total"] == 0
-        own = client.post("/api/memory/remember", json={"content": "same origin"},
-                          headers={"Origin": TEST_BASE_URL})
+        own = client.post("/api/memory/remember", json={"content": "same origin"}, headers={"Origin": TEST_BASE_URL})
         assert own.status_code == 200
         assert "access-control-allow-origin" not in {k.lower() for k in own.headers}
 
@@ -183,12 +212,18 @@ def test_real_daemon_refuses_rebinding_and_strangers_and_serves_its_own_clients(
     # The CLI finds the token in the home by itself.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(d.home), MEMLANE_CONFIG=str(tmp_path / "none.yaml"))
-    out = subprocess.run([sys.executable, "-m", "memlane", "recall", "own note", "--url", d.url],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "recall", "own note", "--url", d.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and "the user's own note" in out.stdout, out.stderr
     # Rotation: the running daemon refuses the old token within its recheck interval.
-    rotated = subprocess.run([sys.executable, "-m", "memlane", "token", "rotate"], env=env,
-                             capture_output=True, text=True, timeout=120)
+    rotated = subprocess.run(
+        [sys.executable, "-m", "memlane", "token", "rotate"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert rotated.returncode == 0, rotated.stderr
     assert read_token(d.home) != token
     deadline = time.monotonic() + 30
@@ -205,27 +240,50 @@ def test_real_daemon_refuses_rebinding_and_strangers_and_serves_its_own_clients(
 def test_hook_command_works_with_the_token_and_a_stranger_gets_nothing(start_daemon, tmp_path) -> None:
     d = start_daemon(provider="none")
     with d.client() as own:
-        own.post("/api/memory/remember", json={"content": "Deploys go through staging first.", "importance": 0.9,
-                                               "pinned": True}).raise_for_status()
+        own.post(
+            "/api/memory/remember",
+            json={"content": "Deploys go through staging first.", "importance": 0.9, "pinned": True},
+        ).raise_for_status()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(d.home), MEMLANE_CONFIG=str(tmp_path / "none.yaml"), MEMLANE_PORT=str(d.port))
     payload = json.dumps({"session_id": "s-token", "cwd": str(tmp_path), "hook_event_name": "SessionStart"})
-    out = subprocess.run([sys.executable, "-m", "memlane", "hook", "session-start"], input=payload, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "hook", "session-start"],
+        input=payload,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and "staging first" in out.stdout, (out.stdout, out.stderr)
     # The same hook pointed at a home with another token is refused (and says nothing).
     other = tmp_path / "other-home"
     ensure_token(other)
     env.update(MEMLANE_HOME=str(other))
-    out = subprocess.run([sys.executable, "-m", "memlane", "hook", "session-start"], input=payload, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "hook", "session-start"],
+        input=payload,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout == ""
 
 
 def test_serve_refuses_a_public_bind_without_the_token(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
-    env.update(MEMLANE_HOME=str(tmp_path / "home"), MEMLANE_CONFIG=str(tmp_path / "none.yaml"),
-               MEMLANE_REQUIRE_TOKEN="false", MEMLANE_EMBEDDING__PROVIDER="none")
-    out = subprocess.run([sys.executable, "-m", "memlane", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        MEMLANE_HOME=str(tmp_path / "home"),
+        MEMLANE_CONFIG=str(tmp_path / "none.yaml"),
+        MEMLANE_REQUIRE_TOKEN="false",
+        MEMLANE_EMBEDDING__PROVIDER="none",
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1 and "require_token off" in out.stderr

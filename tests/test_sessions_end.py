@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -59,11 +59,17 @@ class Judge:
 
 def _wrap(path: str, text: str) -> bytes:
     if path.endswith("/api/generate"):
-        return json.dumps({"model": "judge", "created_at": "2026-01-01T00:00:00Z", "response": text,
-                           "done": True}).encode()
-    return json.dumps({"id": "c1", "object": "chat.completion", "model": "m",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                    "finish_reason": "stop"}]}).encode()
+        return json.dumps(
+            {"model": "judge", "created_at": "2026-01-01T00:00:00Z", "response": text, "done": True}
+        ).encode()
+    return json.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
+    ).encode()
 
 
 @pytest.fixture
@@ -108,11 +114,25 @@ def judge() -> Iterator[Judge]:
         t.join(timeout=5)
 
 
-def verdict(per_memory: dict[str, float], *, score: float = 0.7, confidence: float = 0.9, used: int = 1,
-            novel: int = 0, reasoning: str = "The deploy memory was used.", think: bool = True) -> str:
+def verdict(
+    per_memory: dict[str, float],
+    *,
+    score: float = 0.7,
+    confidence: float = 0.9,
+    used: int = 1,
+    novel: int = 0,
+    reasoning: str = "The deploy memory was used.",
+    think: bool = True,
+) -> str:
     """A judge reply in the style of small local models: a think block, then a fenced JSON object."""
-    body = {"score": score, "confidence": confidence, "memories_used": used, "novel_context_count": novel,
-            "reasoning": reasoning, "per_memory": [{"id": k, "relevance": v} for k, v in per_memory.items()]}
+    body = {
+        "score": score,
+        "confidence": confidence,
+        "memories_used": used,
+        "novel_context_count": novel,
+        "reasoning": reasoning,
+        "per_memory": [{"id": k, "relevance": v} for k, v in per_memory.items()],
+    }
     head = "<think>\nThe user talked about deploys. {not json} Let me rate.\n</think>\n" if think else ""
     return head + "```json\n" + json.dumps(body, indent=2) + "\n```"
 
@@ -121,7 +141,8 @@ def verdict(per_memory: dict[str, float], *, score: float = 0.7, confidence: flo
 
 TRANSCRIPT = "\n".join(
     f"user: step {i} of the deploy, push the docker image to staging\nassistant: done, image tag v{i}"
-    for i in range(20))
+    for i in range(20)
+)
 assert len(TRANSCRIPT) >= 500
 
 CORPUS = [
@@ -163,8 +184,17 @@ def test_phase0_3_per_memory_relevance_filled_after_session_end(open_store, judg
     ids = seed(c)
     injected = started(c)
     assert injected == ids[:3]
-    judge.script(Reply(verdict({injected[0][:8]: 0.9, injected[1][:8]: 0.2, injected[2][:8]: 0.0},
-                               score=0.75, confidence=0.85, used=1, novel=1)))
+    judge.script(
+        Reply(
+            verdict(
+                {injected[0][:8]: 0.9, injected[1][:8]: 0.2, injected[2][:8]: 0.0},
+                score=0.75,
+                confidence=0.85,
+                used=1,
+                novel=1,
+            )
+        )
+    )
     res = c.sessions.end(EndInput("s", transcript=TRANSCRIPT), wait=True)
     assert (res.scoring, res.scorer, res.score, res.confidence) == ("done", "llm", 0.75, 0.85)
     assert res.labels == 5 and res.transcript_stored
@@ -192,8 +222,12 @@ def test_phase0_6_behavioral_label_adjustment(open_store, judge) -> None:
     ids = seed(c)
     deploy, tabs, backups, frontend, k8s = ids
     assert started(c) == [deploy, tabs]
-    for q in ("deploy script docker image", "tabs over spaces?", "nightly backups bucket",
-              "where do nightly backups go"):
+    for q in (
+        "deploy script docker image",
+        "tabs over spaces?",
+        "nightly backups bucket",
+        "where do nightly backups go",
+    ):
         c.sessions.prompt(PromptInput("s", q))
     got = rows(c, "s")
     assert (got[deploy].fts_hit_count, got[tabs].fts_hit_count, got[backups].fts_hit_count) == (1, 1, 2)
@@ -221,10 +255,10 @@ def test_behavioral_adjustment_without_llm(open_store) -> None:
     # behaviour alone: deploy matched once (0.5), tabs never (0): score 0.25, confidence 0.5
     assert (res.scorer, res.score, res.confidence) == ("behavioral", pytest.approx(0.25), pytest.approx(0.5))
     got = rows(c, "s")
-    assert got[deploy].raw_label == pytest.approx(0.125)             # 0.25 x 0.5 (low-scoring session)
-    assert got[deploy].label == pytest.approx(0.225)                 # + 0.1 confirmed by a match
+    assert got[deploy].raw_label == pytest.approx(0.125)  # 0.25 x 0.5 (low-scoring session)
+    assert got[deploy].label == pytest.approx(0.225)  # + 0.1 confirmed by a match
     assert got[tabs].raw_label == pytest.approx(0.125)
-    assert got[tabs].label == pytest.approx(0.025)                   # unused and continuity < 0.3: -0.1
+    assert got[tabs].label == pytest.approx(0.025)  # unused and continuity < 0.3: -0.1
     assert got[backups].label == pytest.approx(0.6)
 
 
@@ -258,8 +292,10 @@ def test_phase0_7_blind_evaluation(open_store, judge) -> None:
 
 # ------------------------------------------------------------------ transcripts
 
-UNICODE = ("naïve café — 日本語のテキスト, emoji 🎉👩‍💻, RTL עברית, combining e\u0301, "
-           "zero-width\u200bspace, line sep\u2028para sep\u2029, tabs\tand CRLF\r\n  trailing spaces   \n")
+UNICODE = (
+    "naïve café — 日本語のテキスト, emoji 🎉👩‍💻, RTL עברית, combining e\u0301, "
+    "zero-width\u200bspace, line sep\u2028para sep\u2029, tabs\tand CRLF\r\n  trailing spaces   \n"
+)
 
 
 def test_transcript_stored_losslessly_once(open_store) -> None:
@@ -271,8 +307,11 @@ def test_transcript_stored_losslessly_once(open_store) -> None:
     r2 = c.sessions.end(EndInput("t", transcript="a different transcript"))
     assert not r2.transcript_stored
     assert c.db.read(lambda conn: sess_sql.get_transcript(conn, "t")) == t1
-    row = c.db.read(lambda conn: dict(conn.execute(
-        "SELECT harness, project FROM session_transcripts WHERE session_key = 't'").fetchone()))
+    row = c.db.read(
+        lambda conn: dict(
+            conn.execute("SELECT harness, project FROM session_transcripts WHERE session_key = 't'").fetchone()
+        )
+    )
     assert row == {"harness": "claude-code", "project": "p"}
 
 
@@ -395,8 +434,9 @@ def test_provider_passed_directly_and_ollama_protocol(open_store, judge) -> None
     c = open_store()
     ids = seed(c)
     for name, provider, path in (
-            ("oa", OpenAICompatProvider("m", base_url=judge.url + "/v1"), "/v1/chat/completions"),
-            ("ol", OllamaProvider("judge", base_url=judge.url), "/api/generate")):
+        ("oa", OpenAICompatProvider("m", base_url=judge.url + "/v1"), "/v1/chat/completions"),
+        ("ol", OllamaProvider("judge", base_url=judge.url), "/api/generate"),
+    ):
         svc = SessionService(c.memories, c.recall, c.settings.sessions, llm=provider)
         try:
             svc.start(StartInput(name))
@@ -424,14 +464,18 @@ def test_ollama_via_settings(open_store, judge) -> None:
 # ------------------------------------------------------------------ judge failures (fail open)
 
 
-@pytest.mark.parametrize("reply, llm_extra, expect", [
-    (Reply(status=500, raw=b'{"error": "model crashed"}'), {}, "HTTP 500"),
-    (Reply("I think the session went well, the memories helped."), {}, "no JSON object"),
-    (Reply("```json\n{\"score\": 0.9, \"per_memory\": [\n```"), {}, "no JSON object"),
-    (Reply(raw=b"<html>not json</html>"), {}, "not valid JSON"),
-    (Reply(raw=b'{"choices": []}'), {}, "choices"),
-    (Reply(verdict({}), delay_s=1.5), {"timeout_s": 0.3}, "timed out"),
-], ids=["http-500", "prose", "broken-json", "non-json-body", "wrong-shape", "timeout"])
+@pytest.mark.parametrize(
+    "reply, llm_extra, expect",
+    [
+        (Reply(status=500, raw=b'{"error": "model crashed"}'), {}, "HTTP 500"),
+        (Reply("I think the session went well, the memories helped."), {}, "no JSON object"),
+        (Reply('```json\n{"score": 0.9, "per_memory": [\n```'), {}, "no JSON object"),
+        (Reply(raw=b"<html>not json</html>"), {}, "not valid JSON"),
+        (Reply(raw=b'{"choices": []}'), {}, "choices"),
+        (Reply(verdict({}), delay_s=1.5), {"timeout_s": 0.3}, "timed out"),
+    ],
+    ids=["http-500", "prose", "broken-json", "non-json-body", "wrong-shape", "timeout"],
+)
 def test_judge_failure_falls_back_to_behavioural(open_store, judge, reply, llm_extra, expect) -> None:
     c = open_store(llm=judge.openai(**llm_extra))
     seed(c)
@@ -468,11 +512,13 @@ def test_llm_numbers_are_clamped(open_store, judge) -> None:
     c = open_store(llm=judge.openai(), sessions={"inject_limit": 3})
     seed(c)
     injected = started(c)
-    body = ('{"score": 1.7, "confidence": -0.5, "memories_used": -3, "novel_context_count": 2.5,'
-            f' "per_memory": [{{"id": "{injected[0][:8]}", "relevance": 3}},'
-            f' {{"id": "{injected[1][:8]}", "relevance": -2}},'
-            f' {{"id": "{injected[2][:8]}", "relevance": "high"}},'
-            ' {"id": "zzzzzzzz", "relevance": 0.5}], "reasoning": ["not", "a", "string"]}')
+    body = (
+        '{"score": 1.7, "confidence": -0.5, "memories_used": -3, "novel_context_count": 2.5,'
+        f' "per_memory": [{{"id": "{injected[0][:8]}", "relevance": 3}},'
+        f' {{"id": "{injected[1][:8]}", "relevance": -2}},'
+        f' {{"id": "{injected[2][:8]}", "relevance": "high"}},'
+        ' {"id": "zzzzzzzz", "relevance": 0.5}], "reasoning": ["not", "a", "string"]}'
+    )
     judge.script(Reply(body))
     res = c.sessions.end(EndInput("s", transcript=TRANSCRIPT), wait=True)
     assert (res.scorer, res.score, res.confidence) == ("llm", 1.0, 0.0)
@@ -488,8 +534,12 @@ def test_judge_reply_with_a_giant_integer_is_clamped(open_store, judge) -> None:
     (deploy, *_) = seed(c)
     started(c)
     big = "9" * 400
-    judge.script(Reply(f'{{"score": {big}, "confidence": 0.8, "novel_context_count": {big},'
-                       f' "per_memory": [{{"id": "{deploy[:8]}", "relevance": {big}}}]}}'))
+    judge.script(
+        Reply(
+            f'{{"score": {big}, "confidence": 0.8, "novel_context_count": {big},'
+            f' "per_memory": [{{"id": "{deploy[:8]}", "relevance": {big}}}]}}'
+        )
+    )
     res = c.sessions.end(EndInput("s", transcript=TRANSCRIPT), wait=True)
     assert (res.scorer, res.score, res.confidence) == ("llm", 1.0, 0.8)
     assert rows(c, "s")[deploy].relevance_score == 1.0
@@ -515,8 +565,10 @@ def test_labels_keep_raw_and_final(open_store, judge) -> None:
     assert got[backups].label_reason == ["not_injected:true_negative"]
     # the session API exposes both
     view = c.sessions.get("s")
-    assert {m.memory_id: (m.raw_label, m.label) for m in view["memories"]}[deploy] == \
-        (pytest.approx(0.4), pytest.approx(0.5))
+    assert {m.memory_id: (m.raw_label, m.label) for m in view["memories"]}[deploy] == (
+        pytest.approx(0.4),
+        pytest.approx(0.5),
+    )
 
 
 def test_deleted_within_24h_of_injection_is_relabelled_minus_05(open_store) -> None:
@@ -566,8 +618,9 @@ def test_superseded_gets_minus_03(open_store) -> None:
     started(c)
     c.sessions.end(EndInput("s", transcript=TRANSCRIPT))
     before = rows(c, "s")
-    c.db.write(lambda conn: conn.execute("UPDATE memories SET superseded_by = ? WHERE id IN (?, ?)",
-                                         (tabs, deploy, backups)))
+    c.db.write(
+        lambda conn: conn.execute("UPDATE memories SET superseded_by = ? WHERE id IN (?, ?)", (tabs, deploy, backups))
+    )
     assert c.sessions.relabel("s") == 5
     after = rows(c, "s")
     assert after[deploy].label == pytest.approx(-0.3) and after[backups].label == pytest.approx(-0.3)
@@ -580,12 +633,15 @@ def test_superseded_gets_minus_03(open_store) -> None:
 def test_soft_negatives_when_similar_to_the_context(open_store) -> None:
     c = open_store(embedding="local", sessions={"inject_limit": 1})
     deploy_text = "The deploy script pushes the Docker image to the staging registry."
-    ids = seed(c, [
-        ("The user prefers tabs over spaces in Python files.", 0.9),
-        (deploy_text, 0.5),
-        ("Our deploy script uploads Docker images to the staging registry.", 0.4),
-        ("Database backups run nightly at 02:00 UTC to an S3 bucket.", 0.3),
-    ])
+    ids = seed(
+        c,
+        [
+            ("The user prefers tabs over spaces in Python files.", 0.9),
+            (deploy_text, 0.5),
+            ("Our deploy script uploads Docker images to the staging registry.", 0.4),
+            ("Database backups run nightly at 02:00 UTC to an S3 bucket.", 0.3),
+        ],
+    )
     c.sessions.start(StartInput("s", context=deploy_text))
     c.sessions.end(EndInput("s"))
     got = rows(c, "s")

@@ -15,10 +15,10 @@ import pytest
 
 from benchmarks.predictor_locomo import PredictorBenchConfig, ranker_model_for
 from memlane.config import SessionSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.predictor.prior import untrained_scores
 from memlane.ranker.model import SHIPPED_MODEL, header_for, read_header
 from memlane.services.inputs import RecallQuery, RememberInput
-from memlane.config.predictor import PredictorSettings
 from memlane.services.predictor_service import PredictorService
 from memlane.sessions import ranking
 from memlane.sessions.ranking import baseline_score
@@ -36,18 +36,32 @@ TURNS = [
     "Melanie: playing the violin is my favourite way to relax",
 ]
 #: The learned stage reorders pools of at least 50 candidates (memlane.ranker.stage.MIN_POOL).
-FILLER = [f"{who}: {what} on day {i}" for i in range(14) for who, what in (
-    ("Caroline", "groceries and the weather were fine"), ("Melanie", "the kids had school and a nap"),
-    ("Caroline", "I read a book about gardens"), ("Melanie", "we cooked pasta for dinner"))]
+FILLER = [
+    f"{who}: {what} on day {i}"
+    for i in range(14)
+    for who, what in (
+        ("Caroline", "groceries and the weather were fine"),
+        ("Melanie", "the kids had school and a nap"),
+        ("Caroline", "I read a book about gardens"),
+        ("Melanie", "we cooked pasta for dinner"),
+    )
+]
 QUESTIONS = ["What did Melanie paint?", "What is Caroline researching?", "What instrument does Melanie play?"]
 
 
 @pytest.fixture
 def chat(vstore):
     turns = TURNS + FILLER
-    vstore.memories.remember_many([
-        RememberInput(content=t, created_at=f"2023-05-{1 + i // 10:02d}T10:00:{i % 10:02d}.000Z",
-                      context=turns[i - 1] if i else None) for i, t in enumerate(turns)])
+    vstore.memories.remember_many(
+        [
+            RememberInput(
+                content=t,
+                created_at=f"2023-05-{1 + i // 10:02d}T10:00:{i % 10:02d}.000Z",
+                context=turns[i - 1] if i else None,
+            )
+            for i, t in enumerate(turns)
+        ]
+    )
     return vstore
 
 
@@ -55,8 +69,9 @@ def predictor_inputs(c, question: str, ranker: str) -> list[dict]:
     """A relevance pool's candidates as the predictor receives them (raw signals, baseline order)."""
     s = SessionSettings(candidate_pool_size=70, similarity_top=50, effective_top=20, relevance_ranker=ranker)
     cv = c.sessions.contexts.get(question)
-    pool, legs = ranking.relevance_pool(c.recall, c.memories.index, context=question, project=None, cv=cv, s=s,
-                                        now=NOW, now_epoch=NOW_EPOCH)
+    pool, legs = ranking.relevance_pool(
+        c.recall, c.memories.index, context=question, project=None, cv=cv, s=s, now=NOW, now_epoch=NOW_EPOCH
+    )
     members = ranking.pool_members(pool, legs)
     svc = PredictorService(c.db, c.memories.index, None, PredictorSettings())
     try:
@@ -77,11 +92,23 @@ def test_baseline_score_is_the_logistic_of_the_learned_score() -> None:
 
 def test_a_learned_relevance_start_is_the_base_order_and_the_untrained_predictor_ranks_as_it(chat) -> None:
     for q in QUESTIONS:
-        learned = chat.recall.recall(RecallQuery(query=q, limit=50, include_global=True, exclude_superseded=True,
-                                                 now=NOW, touch=False, ranker="learned"))
+        learned = chat.recall.recall(
+            RecallQuery(
+                query=q, limit=50, include_global=True, exclude_superseded=True, now=NOW, touch=False, ranker="learned"
+            )
+        )
         assert learned.ranker == "learned"
-        heuristic = chat.recall.recall(RecallQuery(query=q, limit=50, include_global=True, exclude_superseded=True,
-                                                   now=NOW, touch=False, ranker="heuristic"))
+        heuristic = chat.recall.recall(
+            RecallQuery(
+                query=q,
+                limit=50,
+                include_global=True,
+                exclude_superseded=True,
+                now=NOW,
+                touch=False,
+                ranker="heuristic",
+            )
+        )
         assert [h.memory.id for h in learned.hits] != [h.memory.id for h in heuristic.hits]
 
         rows = predictor_inputs(chat, q, "learned")
@@ -93,7 +120,7 @@ def test_a_learned_relevance_start_is_the_base_order_and_the_untrained_predictor
         assert [learned_score[r["id"]] for r in hits] == sorted(learned_score.values(), reverse=True)
         for r in hits:
             assert r["baseline_score"] == pytest.approx(1 / (1 + math.exp(-learned_score[r["id"]])))
-        assert len(rows) > len(hits) and all(r["baseline_score"] == 0.0 for r in rows[len(hits):])
+        assert len(rows) > len(hits) and all(r["baseline_score"] == 0.0 for r in rows[len(hits) :])
 
         # The per-user predictor starts from the base: untrained, its prior over the logged
         # signals ranks the pool exactly as the base does.
@@ -104,22 +131,28 @@ def test_a_learned_relevance_start_is_the_base_order_and_the_untrained_predictor
         rows_h = predictor_inputs(chat, q, "heuristic")
         heuristic_score = {h.memory.id: h.score for h in heuristic.hits}
         assert {r["id"] for r in rows_h[: len(heuristic.hits)]} == set(heuristic_score)
-        assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == \
-            pytest.approx([heuristic_score[r["id"]] for r in rows_h[: len(heuristic.hits)]])
-        assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == \
-            sorted(heuristic_score.values(), reverse=True)
+        assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == pytest.approx(
+            [heuristic_score[r["id"]] for r in rows_h[: len(heuristic.hits)]]
+        )
+        assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == sorted(
+            heuristic_score.values(), reverse=True
+        )
 
 
 def test_a_learned_start_without_the_models_features_keeps_the_heuristic_order(chat) -> None:
     chat.settings.recall.ranker_model = "/nonexistent/model.lgb.gz"  # refused: the heuristic answers
     q = QUESTIONS[0]
-    heuristic = chat.recall.recall(RecallQuery(query=q, limit=50, include_global=True, exclude_superseded=True,
-                                               now=NOW, touch=False, ranker="heuristic"))
+    heuristic = chat.recall.recall(
+        RecallQuery(
+            query=q, limit=50, include_global=True, exclude_superseded=True, now=NOW, touch=False, ranker="heuristic"
+        )
+    )
     rows = predictor_inputs(chat, q, "learned")
     heuristic_score = {h.memory.id: h.score for h in heuristic.hits}
     assert {r["id"] for r in rows[: len(heuristic.hits)]} == set(heuristic_score)
-    assert [r["baseline_score"] for r in rows[: len(heuristic.hits)]] == \
-        pytest.approx([heuristic_score[r["id"]] for r in rows[: len(heuristic.hits)]])
+    assert [r["baseline_score"] for r in rows[: len(heuristic.hits)]] == pytest.approx(
+        [heuristic_score[r["id"]] for r in rows[: len(heuristic.hits)]]
+    )
 
 
 def test_the_bench_refuses_a_base_trained_on_the_conversation_under_test(tmp_path: Path) -> None:
@@ -138,8 +171,11 @@ def test_the_bench_refuses_a_base_trained_on_the_conversation_under_test(tmp_pat
     # the shipped booster saved under other headers
     booster = lgb.Booster(model_str=gzip.decompress(SHIPPED_MODEL.read_bytes()).decode("utf-8").split("\n", 1)[1])
     for trained_on, ok in ((["conv-30", "conv-41"], True), (["conv-26", "conv-30"], False)):
-        save(tmp_path / "ranker-without-conv-26.lgb.gz", booster,
-             header_for(trained_on=trained_on, embedding_model=shipped["embedding_model"], params={}))
+        save(
+            tmp_path / "ranker-without-conv-26.lgb.gz",
+            booster,
+            header_for(trained_on=trained_on, embedding_model=shipped["embedding_model"], params={}),
+        )
         if ok:
             assert ranker_model_for(cfg, "conv-26") == str(tmp_path / "ranker-without-conv-26.lgb.gz")
         else:
@@ -161,10 +197,13 @@ def test_prompt_submit_recall_is_ordered_by_the_same_learned_ranker(chat) -> Non
         for i, q in enumerate(QUESTIONS):
             key = f"prompt-{i}"
             svc.prompt(PromptInput(session_key=key, prompt=q, now=NOW))
-            got = [r.memory_id for r in sorted(chat.db.read(lambda conn: sess_sql.session_memories(conn, key)),
-                                                key=lambda r: r.rank)]
-            args = dict(query=q, limit=10, include_global=True, exclude_superseded=True, now=NOW, touch=False,
-                        min_score=0.0)
+            got = [
+                r.memory_id
+                for r in sorted(chat.db.read(lambda conn: sess_sql.session_memories(conn, key)), key=lambda r: r.rank)
+            ]
+            args = dict(
+                query=q, limit=10, include_global=True, exclude_superseded=True, now=NOW, touch=False, min_score=0.0
+            )
             learned = chat.recall.recall(RecallQuery(**args, ranker="learned"))
             heuristic = chat.recall.recall(RecallQuery(**args, ranker="heuristic"))
             assert learned.ranker == "learned"

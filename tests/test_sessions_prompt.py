@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -63,8 +63,8 @@ def test_phase0_4_fts_hit_count_increments(kitchen) -> None:
     assert set(r2.matched) == {ids["zebra"], ids["okapi"]}
     prompt(c, "k", "nothing related at all: xylophone")
     got = by_id(c, "k")
-    assert got[ids["zebra"]].fts_hit_count == 2     # injected, matched twice
-    assert got[ids["okapi"]].fts_hit_count == 1     # candidate, not injected, matched once
+    assert got[ids["zebra"]].fts_hit_count == 2  # injected, matched twice
+    assert got[ids["okapi"]].fts_hit_count == 1  # candidate, not injected, matched once
     assert got[ids["walrus"]].fts_hit_count == 0
     assert got[ids["narwhal"]].fts_hit_count == 0
     assert all(r.source == "effective" for r in got.values())  # no new rows for pool members
@@ -210,15 +210,19 @@ def test_feedback_through_prompts(kitchen) -> None:
 def test_feedback_bad_entries_ignored(kitchen) -> None:
     c, ids = kitchen
     z, w, o = ids["zebra"], ids["walrus"], ids["okapi"]
-    res = fb(c, "k", {
-        z[:8]: 0.5,
-        "deadbeef": 0.9,                # unknown id
-        w[:8]: "very useful",           # not a number
-        o[:8]: math.nan,                # NaN
-        ids["narwhal"][:8]: True,       # bool is not a score
-        ids["quokka"][:8]: None,
-        f"[{w[:8]}]": math.inf,         # infinite
-    })
+    res = fb(
+        c,
+        "k",
+        {
+            z[:8]: 0.5,
+            "deadbeef": 0.9,  # unknown id
+            w[:8]: "very useful",  # not a number
+            o[:8]: math.nan,  # NaN
+            ids["narwhal"][:8]: True,  # bool is not a score
+            ids["quokka"][:8]: None,
+            f"[{w[:8]}]": math.inf,  # infinite
+        },
+    )
     assert res == FeedbackResult(1, 6)
     got = by_id(c, "k")
     assert got[z].agent_relevance_score == pytest.approx(0.5)
@@ -236,8 +240,8 @@ def test_feedback_out_of_range_is_clamped(kitchen) -> None:
 def test_feedback_huge_integers_are_clamped_not_a_crash(kitchen) -> None:
     """A JSON integer too large for a float (e.g. 400 nines) once raised OverflowError (HTTP 500)."""
     c, ids = kitchen
-    assert fb(c, "k", {ids["zebra"][:8]: 10 ** 400, ids["walrus"][:8]: -(10 ** 400)}) == FeedbackResult(2, 0)
-    assert fb(c, "k", json.dumps({ids["okapi"][:8]: 10 ** 400})) == FeedbackResult(1, 0)
+    assert fb(c, "k", {ids["zebra"][:8]: 10**400, ids["walrus"][:8]: -(10**400)}) == FeedbackResult(2, 0)
+    assert fb(c, "k", json.dumps({ids["okapi"][:8]: 10**400})) == FeedbackResult(1, 0)
     got = by_id(c, "k")
     assert got[ids["zebra"]].agent_relevance_score == 1.0
     assert got[ids["walrus"]].agent_relevance_score == -1.0
@@ -249,8 +253,10 @@ def test_feedback_bracketed_and_padded_ids(kitchen) -> None:
     assert fb(c, "k", {f"[{ids['zebra'][:8]}]": 0.3, f" {ids['okapi'][:8]} ": 0.2}) == FeedbackResult(2, 0)
 
 
-@pytest.mark.parametrize("raw", ["{not json", '["a", "b"]', "42", "", [("a", 1)], [0.5], 0.7, None,
-                                 {"memory_feedback": "oops"}, '{"x": ' * 5000])
+@pytest.mark.parametrize(
+    "raw",
+    ["{not json", '["a", "b"]', "42", "", [("a", 1)], [0.5], 0.7, None, {"memory_feedback": "oops"}, '{"x": ' * 5000],
+)
 def test_feedback_malformed_input_never_fails(kitchen, raw) -> None:
     c, ids = kitchen
     res = fb(c, "k", raw)
@@ -280,15 +286,17 @@ def test_feedback_via_http(kitchen) -> None:
     with api_client(c) as client:
         r = client.post("/api/sessions/feedback", json={"session_key": "k", "memory_feedback": {z[:8]: 0.8}})
         assert r.status_code == 200 and r.json() == {"applied": 1, "ignored": 0}
-        r = client.post("/api/sessions/feedback",
-                        json={"session_key": "k", "memory_feedback": json.dumps({z: 0.4, "nope": 1})})
+        r = client.post(
+            "/api/sessions/feedback", json={"session_key": "k", "memory_feedback": json.dumps({z: 0.4, "nope": 1})}
+        )
         assert r.status_code == 200 and r.json() == {"applied": 1, "ignored": 1}
         r = client.post("/api/sessions/feedback", json={"session_key": "k", "memory_feedback": "{broken"})
         assert r.status_code == 200 and r.json() == {"applied": 0, "ignored": 1}
         # the prompt hook carries feedback too, and a malformed value never fails the prompt
         for bad in (["a", 1], 5, {"x": "y"}, "{oops"):
-            r = client.post("/api/hooks/user-prompt-submit",
-                            json={"session_key": "k", "prompt": "zebra", "memory_feedback": bad})
+            r = client.post(
+                "/api/hooks/user-prompt-submit", json={"session_key": "k", "prompt": "zebra", "memory_feedback": bad}
+            )
             assert r.status_code == 200, r.text
             assert r.json()["feedback"]["applied"] == 0
         r = client.post("/api/sessions/feedback", json={"memory_feedback": {}})

@@ -10,14 +10,14 @@ effectiveScore path is computed independently from the inputs.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from memlane.config import SessionSettings
+from memlane.config.predictor import PredictorSettings
 from memlane.predictor.dataset import build_session
 from memlane.predictor.features import FEATURE_INDEX
-from memlane.config.predictor import PredictorSettings
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.services.predictor_service import PredictorService
 from memlane.sessions import ranking
@@ -55,8 +55,9 @@ def ago(days: float) -> str:
 def fill(c) -> dict[str, tuple[float, float]]:
     """Remember the corpus; returns ``{id: (importance, age_days)}``."""
     items = [(t, 0.5, 5.0 + i) for i, t in enumerate(DEPLOY)] + OTHER
-    res = c.memories.remember_many([RememberInput(content=t, importance=imp, project="web", created_at=ago(d))
-                                    for t, imp, d in items])
+    res = c.memories.remember_many(
+        [RememberInput(content=t, importance=imp, project="web", created_at=ago(d)) for t, imp, d in items]
+    )
     return {r.id: (imp, d) for r, (_, imp, d) in zip(res, items)}
 
 
@@ -75,17 +76,20 @@ def test_relevance_pool_appends_the_effective_path_after_the_recall_hits(open_st
     finally:
         svc.close()
     got = pool_rows(c, "rel-1")
-    hits = c.recall.recall(RecallQuery(query=context, limit=4, project="web", include_global=True,
-                                       exclude_superseded=True, now=NOW, touch=False)).hits
+    hits = c.recall.recall(
+        RecallQuery(
+            query=context, limit=4, project="web", include_global=True, exclude_superseded=True, now=NOW, touch=False
+        )
+    ).hits
     hit_ids = [h.memory.id for h in hits]
     assert len(hit_ids) == 4
     # the recall's hits first, in the recall's order (the baseline ranking of the top is the recall's)
     assert [r.memory_id for r in got[:4]] == hit_ids
     # then the top effective_top by importance x 0.95^days that the recall missed, best first,
     # cut at candidate_pool_size
-    eff = {m: imp * 0.95 ** d for m, (imp, d) in info.items()}
+    eff = {m: imp * 0.95**d for m, (imp, d) in info.items()}
     top = sorted((m for m in eff if eff[m] >= 0.1), key=lambda m: -eff[m])[:6]
-    expected_tail = [m for m in top if m not in hit_ids][:9 - 4]
+    expected_tail = [m for m in top if m not in hit_ids][: 9 - 4]
     assert len(expected_tail) >= 3
     assert [r.memory_id for r in got[4:]] == expected_tail
     assert [r.baseline_rank for r in got] == list(range(1, len(got) + 1))
@@ -103,8 +107,9 @@ def test_relevance_pool_top_of_baseline_unchanged_by_the_extension(open_store) -
     fill(c)
     context = "How do we roll back a deploy on fly.io?"
     only = SessionService(c.memories, c.recall, SessionSettings(candidate_pool_size=5, similarity_top=5))
-    wide = SessionService(c.memories, c.recall, SessionSettings(candidate_pool_size=12, similarity_top=5,
-                                                                effective_top=7))
+    wide = SessionService(
+        c.memories, c.recall, SessionSettings(candidate_pool_size=12, similarity_top=5, effective_top=7)
+    )
     try:
         only.start(StartInput("only", project="web", context=context, ranking="relevance", now=NOW))
         wide.start(StartInput("wide", project="web", context=context, ranking="relevance", now=NOW))
@@ -125,8 +130,9 @@ def test_relevance_pool_features_of_the_effective_path_have_no_recall_legs(open_
     s = SessionSettings(candidate_pool_size=10, similarity_top=4, effective_top=8)
     cv = c.sessions.contexts.get(context)
     assert cv is not None
-    pool, legs = ranking.relevance_pool(c.recall, c.memories.index, context=context, project="web", cv=cv, s=s,
-                                        now=NOW, now_epoch=NOW_EPOCH)
+    pool, legs = ranking.relevance_pool(
+        c.recall, c.memories.index, context=context, project="web", cv=cv, s=s, now=NOW, now_epoch=NOW_EPOCH
+    )
     assert len(pool) > 4 and set(legs) == {p.memory_id for p in pool[:4]}
     members = ranking.pool_members(pool, legs)
     svc = PredictorService(c.db, c.memories.index, None, PredictorSettings())
@@ -139,10 +145,17 @@ def test_relevance_pool_features_of_the_effective_path_have_no_recall_legs(open_
         assert r["bm25_score"] is None and r["vector_score"] is None and r["baseline_score"] == 0.0
         assert r["baseline_rank"] == m.baseline_rank - 1 >= 4
     vecs, has = c.memories.index.vectors_of([m.seq for m in members])
-    sess = build_session(candidates=[raw[m.memory_id] for m in members], session_time=NOW_DT.replace(tzinfo=None),
-                         session_gap_hours=1.0, candidate_vectors=[v if h else None for v, h in zip(vecs, has)],
-                         candidate_texts=[""] * len(members), context_vector=cv, context_text=context,
-                         project="web", native_dim=len(cv))
+    sess = build_session(
+        candidates=[raw[m.memory_id] for m in members],
+        session_time=NOW_DT.replace(tzinfo=None),
+        session_gap_hours=1.0,
+        candidate_vectors=[v if h else None for v, h in zip(vecs, has)],
+        candidate_texts=[""] * len(members),
+        context_vector=cv,
+        context_text=context,
+        project="web",
+        native_dim=len(cv),
+    )
     f = sess.features
     assert np.all(np.isfinite(f))
     tail = f[4:]

@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 
 from memlane.config import SessionSettings
 from memlane.services.inputs import RememberInput
-from memlane.sessions.inject import render_line, Shown
+from memlane.sessions.inject import Shown, render_line
 from memlane.sessions.inputs import EndInput, PromptInput, StartInput
 from memlane.sessions.service import SessionService
 from memlane.sessions.start import CONTEXT_EMBED_CHARS
@@ -46,8 +46,11 @@ def rows(c, key: str) -> list[sess_sql.SessionMemory]:
 
 
 def raw_rows(c, key: str) -> list[tuple]:
-    return c.db.read(lambda conn: [tuple(r) for r in conn.execute(
-        "SELECT * FROM session_memories WHERE session_key = ? ORDER BY id", (key,))])
+    return c.db.read(
+        lambda conn: [
+            tuple(r) for r in conn.execute("SELECT * FROM session_memories WHERE session_key = ? ORDER BY id", (key,))
+        ]
+    )
 
 
 def shown_lines(inject: str) -> list[str]:
@@ -68,8 +71,10 @@ def test_phase0_1_session_memories_populated(open_store, shared_embedder) -> Non
         ("CI runs the full test suite on every pull request.", 0.7, 20),
         ("Kubernetes manifests live under deploy/k8s in the monorepo.", 0.4, 3),
     ]
-    ids = {remember(c, text, importance=imp, project="web", created_at=ago(days)): (text, imp, days)
-           for text, imp, days in corpus}
+    ids = {
+        remember(c, text, importance=imp, project="web", created_at=ago(days)): (text, imp, days)
+        for text, imp, days in corpus
+    }
     other = remember(c, "Another project's secret sauce recipe.", importance=1.0, project="elsewhere")
     context = "Working on the deployment pipeline: Docker images and the staging registry"
     res = c.sessions.start(StartInput("s-1", project="web", context=context, now=NOW, harness="claude-code"))
@@ -83,7 +88,7 @@ def test_phase0_1_session_memories_populated(open_store, shared_embedder) -> Non
     for r in got:
         text, imp, days = ids[r.memory_id]
         assert r.source == "effective"
-        assert r.effective_score == pytest.approx(imp * 0.95 ** days, rel=1e-6)
+        assert r.effective_score == pytest.approx(imp * 0.95**days, rel=1e-6)
         assert r.similarity == pytest.approx(float(shared_embedder.embed([text])[0] @ cv), abs=1e-4)
         assert r.predictor_score is None and r.relevance_score is None
         assert r.fts_hit_count == 0 and r.agent_feedback_count == 0 and r.label is None
@@ -154,20 +159,22 @@ def embed_server() -> Iterator[dict[str, Any]]:
 def test_phase0_2_prefilter_pool_bounded_with_4000_memories(open_store, embed_server) -> None:
     """Pool = top 50 by effectiveScore U top 50 by similarity among the top 200; ~70-100, never
     above candidate_pool_size, whatever the context."""
-    c = open_store(embedding={"provider": "ollama", "model": "m", "base_url": embed_server["url"],
-                              "batch_size": 512})
+    c = open_store(embedding={"provider": "ollama", "model": "m", "base_url": embed_server["url"], "batch_size": 512})
     n = 4000
     imps = [0.2 + 0.75 * ((i * 7919) % n) / n for i in range(n)]
     days = [((i * 31) % 300) / 10 for i in range(n)]
     texts = [f"note {i}: component c{i % 97} behaves as configured in module m{i % 13}" for i in range(n)]
-    results = c.memories.remember_many([
-        RememberInput(content=t, importance=imp, created_at=ago(d), project="big")
-        for t, imp, d in zip(texts, imps, days)])
+    results = c.memories.remember_many(
+        [
+            RememberInput(content=t, importance=imp, created_at=ago(d), project="big")
+            for t, imp, d in zip(texts, imps, days)
+        ]
+    )
     assert all(r.status == "created" and r.embedded for r in results)
     ids = [r.id for r in results]
 
     # the pool computed independently from the inputs
-    eff = np.array([float(np.float32(imp)) * 0.95 ** d for imp, d in zip(imps, days)])
+    eff = np.array([float(np.float32(imp)) * 0.95**d for imp, d in zip(imps, days)])
     order = sorted(range(n), key=lambda i: -eff[i])
     top200 = order[:200]
     vecs = np.array([fake_vector(t) for t in texts], dtype=np.float64)
@@ -262,14 +269,14 @@ def test_decayed_below_01_excluded_but_pinned_kept(open_store) -> None:
     c = open_store()
     faded = remember(c, "Faded memory from two months ago.", importance=0.5, created_at=ago(60))  # 0.023
     pinned = remember(c, "Pinned memory from two months ago.", importance=0.5, created_at=ago(60), pinned=True)
-    kept = remember(c, "Borderline kept memory.", importance=0.2, created_at=ago(13))    # 0.2 * 0.95^13 = 0.103
+    kept = remember(c, "Borderline kept memory.", importance=0.2, created_at=ago(13))  # 0.2 * 0.95^13 = 0.103
     dropped = remember(c, "Borderline dropped memory.", importance=0.2, created_at=ago(14))  # 0.0976
     zero = remember(c, "Unimportant memory.", importance=0.0, created_at=NOW)
     res = c.sessions.start(StartInput("decay", now=NOW))
     got = {r.memory_id: r for r in rows(c, "decay")}
     assert set(got) == {pinned, kept}
     assert got[pinned].effective_score == 1.0
-    assert got[kept].effective_score == pytest.approx(0.2 * 0.95 ** 13, rel=1e-6)
+    assert got[kept].effective_score == pytest.approx(0.2 * 0.95**13, rel=1e-6)
     assert got[pinned].rank == 1
     assert {faded, dropped, zero}.isdisjoint({i["id"] for i in res.injected})
 
@@ -370,14 +377,14 @@ def test_feedback_request_names_an_injected_id(open_store) -> None:
 
 def test_effective_score_importance_times_095_pow_days(open_store) -> None:
     c = open_store()
-    a = remember(c, "Alpha memory.", importance=0.9, created_at=ago(30))   # 0.9 * 0.95^30 = 0.193
-    b = remember(c, "Bravo memory.", importance=0.3, created_at=ago(0))    # 0.300
+    a = remember(c, "Alpha memory.", importance=0.9, created_at=ago(30))  # 0.9 * 0.95^30 = 0.193
+    b = remember(c, "Bravo memory.", importance=0.3, created_at=ago(0))  # 0.300
     cc = remember(c, "Charlie memory.", importance=0.6, created_at=ago(5))  # 0.464
-    d = remember(c, "Delta memory.", importance=0.8, created_at=ago(10))   # 0.479
+    d = remember(c, "Delta memory.", importance=0.8, created_at=ago(10))  # 0.479
     fut = remember(c, "Future memory.", importance=0.35, created_at=ago(-3))  # negative age counts as 0
     res = c.sessions.start(StartInput("eff", now=NOW))
     got = {r.memory_id: r for r in rows(c, "eff")}
-    expected = {a: 0.9 * 0.95 ** 30, b: 0.3, cc: 0.6 * 0.95 ** 5, d: 0.8 * 0.95 ** 10, fut: 0.35}
+    expected = {a: 0.9 * 0.95**30, b: 0.3, cc: 0.6 * 0.95**5, d: 0.8 * 0.95**10, fut: 0.35}
     for mid, value in expected.items():
         assert got[mid].effective_score == pytest.approx(value, rel=1e-6)
     order = [d, cc, fut, b, a]
@@ -388,17 +395,19 @@ def test_effective_score_importance_times_095_pow_days(open_store) -> None:
     later = (NOW_DT + timedelta(days=10)).isoformat()
     c.sessions.start(StartInput("eff-later", now=later))
     got2 = {r.memory_id: r for r in rows(c, "eff-later")}
-    assert got2[a].effective_score == pytest.approx(0.9 * 0.95 ** 40, rel=1e-6)
-    assert got2[fut].effective_score == pytest.approx(0.35 * 0.95 ** 7, rel=1e-6)
+    assert got2[a].effective_score == pytest.approx(0.9 * 0.95**40, rel=1e-6)
+    assert got2[fut].effective_score == pytest.approx(0.35 * 0.95**7, rel=1e-6)
 
 
 # ------------------------------------------------------------------ topic diversity
 
 DUP_1 = "The deploy script pushes the Docker image to the staging registry before production."
 DUP_2 = "The deploy script pushes the Docker image to the staging registry before going to production."
-DISTINCT = ["The user prefers tabs over spaces in Python files.",
-            "Database backups run nightly at 02:00 UTC to an S3 bucket.",
-            "The frontend is written in TypeScript with React and Vite."]
+DISTINCT = [
+    "The user prefers tabs over spaces in Python files.",
+    "Database backups run nightly at 02:00 UTC to an S3 bucket.",
+    "The frontend is written in TypeScript with React and Vite.",
+]
 
 
 def _diversity_corpus(c) -> tuple[str, str, list[str]]:

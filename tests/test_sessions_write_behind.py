@@ -17,8 +17,12 @@ NOW = "2026-03-01T12:00:00.000Z"
 
 
 def _fill(c, n: int = 6) -> list[str]:
-    return [c.memories.remember(RememberInput(content=f"note {i} about the deploy script and its flags",
-                                              importance=0.5 + i / 20)).id for i in range(n)]
+    return [
+        c.memories.remember(
+            RememberInput(content=f"note {i} about the deploy script and its flags", importance=0.5 + i / 20)
+        ).id
+        for i in range(n)
+    ]
 
 
 def _hold_writer(c) -> threading.Event:
@@ -37,8 +41,9 @@ def _start_committed(c, inp: StartInput):
 
 
 def _recorded(c, key: str) -> int:
-    return c.db.read(lambda conn: conn.execute(
-        "SELECT count(*) FROM session_memories WHERE session_key = ?", (key,)).fetchone()[0])
+    return c.db.read(
+        lambda conn: conn.execute("SELECT count(*) FROM session_memories WHERE session_key = ?", (key,)).fetchone()[0]
+    )
 
 
 def test_answer_does_not_wait_for_the_commit(open_store) -> None:
@@ -63,8 +68,9 @@ def test_prompt_right_after_the_answer_sees_what_the_start_showed(open_store) ->
     res = _start_committed(c, StartInput("wb", now=NOW))
     shown = {x["id"] for x in res.injected}
     out: dict = {}
-    t = threading.Thread(target=lambda: out.update(p=c.sessions.prompt(
-        PromptInput("wb", prompt="the deploy script flags", now=NOW))))
+    t = threading.Thread(
+        target=lambda: out.update(p=c.sessions.prompt(PromptInput("wb", prompt="the deploy script flags", now=NOW)))
+    )
     t.start()
     t.join(0.3)
     assert t.is_alive()  # the prompt waits for the start's record before it reads
@@ -82,8 +88,10 @@ def test_concurrent_starts_of_one_key_give_one_new(open_store) -> None:
     _fill(c)
     release = _hold_writer(c)
     results: list = []
-    threads = [threading.Thread(target=lambda: results.append(
-        _start_committed(c, StartInput("same", now=NOW)))) for _ in range(6)]
+    threads = [
+        threading.Thread(target=lambda: results.append(_start_committed(c, StartInput("same", now=NOW))))
+        for _ in range(6)
+    ]
     for t in threads:
         t.start()
     release.set()
@@ -97,14 +105,18 @@ def test_concurrent_starts_of_one_key_give_one_new(open_store) -> None:
 def test_failed_commit_is_logged_and_frees_the_key(open_store, caplog) -> None:
     c = open_store()
     _fill(c)
-    c.db.write(lambda conn: conn.execute(
-        "CREATE TRIGGER no_candidates BEFORE INSERT ON session_memories BEGIN SELECT RAISE(ABORT, 'disk says no'); END"))
+    c.db.write(
+        lambda conn: conn.execute(
+            "CREATE TRIGGER no_candidates BEFORE INSERT ON session_memories BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+        )
+    )
     with caplog.at_level(logging.ERROR, logger="memlane.sessions.inflight"):
         res = _start_committed(c, StartInput("lost", now=NOW))
         assert res.status == "new"  # the answer went out before the failure
         assert c.sessions.inflight.wait("lost") is False
-    assert any("answered but not recorded" in r.getMessage() and "disk says no" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "answered but not recorded" in r.getMessage() and "disk says no" in r.getMessage() for r in caplog.records
+    )
     assert len(c.sessions.inflight) == 0
     assert c.db.read(lambda conn: sess_sql.get_session(conn, "lost")) is None  # one transaction: nothing half-kept
     c.db.write(lambda conn: conn.execute("DROP TRIGGER no_candidates"))

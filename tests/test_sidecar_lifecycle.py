@@ -35,15 +35,23 @@ from memlane.sessions.inputs import StartInput
 
 READY_S = 180
 PROJECT = "atlas"
-NOTES = [f"The {comp} service {fact}." for comp in ("billing", "search", "auth", "gateway")
-         for fact in ("deploys from the main branch every Tuesday", "logs to Loki with a 14 day retention",
-                      "keeps its migrations under db/migrations", "pages on-call when p99 latency is over budget")]
+NOTES = [
+    f"The {comp} service {fact}."
+    for comp in ("billing", "search", "auth", "gateway")
+    for fact in (
+        "deploys from the main branch every Tuesday",
+        "logs to Loki with a 14 day retention",
+        "keeps its migrations under db/migrations",
+        "pages on-call when p99 latency is over budget",
+    )
+]
 NOW = "2026-11-20T09:00:00.000Z"
 
 
 def _open(home: Path, embedder, **predictor) -> Container:
-    settings = load_settings(home=home, sessions={"inject_limit": 5},
-                             predictor={"score_timeout_ms": 60_000, **predictor})
+    settings = load_settings(
+        home=home, sessions={"inject_limit": 5}, predictor={"score_timeout_ms": 60_000, **predictor}
+    )
     return open_container(settings, embedder=embedder, predictor=True)
 
 
@@ -53,8 +61,12 @@ def _close(c: Container) -> None:
 
 
 def _rows(c: Container, key: str) -> dict[str, dict]:
-    return c.db.read(lambda conn: {r["memory_id"]: dict(r) for r in conn.execute(
-        "SELECT * FROM session_memories WHERE session_key = ?", (key,))})
+    return c.db.read(
+        lambda conn: {
+            r["memory_id"]: dict(r)
+            for r in conn.execute("SELECT * FROM session_memories WHERE session_key = ?", (key,))
+        }
+    )
 
 
 def _wait(cond, timeout_s: float = READY_S) -> bool:
@@ -67,8 +79,13 @@ def _wait(cond, timeout_s: float = READY_S) -> bool:
 
 
 def test_untrained_formula_is_the_baseline_prior_in_float32():
-    got = untrained_scores([{"baseline_score": 0.75, "baseline_rank": 0}, {"baseline_score": 0.5, "baseline_rank": 3},
-                            {"baseline_score": 0.0}])
+    got = untrained_scores(
+        [
+            {"baseline_score": 0.75, "baseline_rank": 0},
+            {"baseline_score": 0.5, "baseline_rank": 3},
+            {"baseline_score": 0.0},
+        ]
+    )
     assert BASELINE_PRIOR == {"baseline_score": 1.0, "baseline_rank_inv": 0.4}
     assert got == pytest.approx([0.75 + 0.4, 0.5 + 0.4 / 4, 0.0], abs=1e-7)
     with pytest.raises(ValueError, match="baseline_score must be a finite number"):
@@ -83,8 +100,9 @@ def test_no_model_no_sidecar_and_the_same_ranking_as_an_untrained_sidecar(tmp_pa
         backend, life = c.predictor.backend, c.predictor.lifecycle
         assert not backend.alive and backend.status()["pid"] is None  # old code: spawned at open
         assert life.status()["state"] == "dormant" and not life.model_available()
-        c.memories.remember_many([RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i)
-                                  for i, t in enumerate(NOTES)])
+        c.memories.remember_many(
+            [RememberInput(content=t, project=PROJECT, importance=0.3 + 0.02 * i) for i, t in enumerate(NOTES)]
+        )
         ctx = "deploying the billing service on Tuesday"
         c.sessions.start(StartInput("local", project=PROJECT, context=ctx, now=NOW))
         assert c.predictor.channel.scored_untrained == 1 and not backend.alive
@@ -125,12 +143,18 @@ def test_a_training_run_starts_the_sidecar_and_stops_it_without_a_model(tmp_path
 
 def _save_untrained_model(home: Path, embedder) -> Path:
     """A model.bin of the sidecar's own format, written as the sidecar would write it."""
-    code = ("import sys; from memlane.predictor.engine import PredictorEngine\n"
-            "e = PredictorEngine(sys.argv[1], embedding_model_id=sys.argv[2], native_dim=int(sys.argv[3]))\n"
-            "print(e.save_checkpoint())\n")
+    code = (
+        "import sys; from memlane.predictor.engine import PredictorEngine\n"
+        "e = PredictorEngine(sys.argv[1], embedding_model_id=sys.argv[2], native_dim=int(sys.argv[3]))\n"
+        "print(e.save_checkpoint())\n"
+    )
     path = home / "predictor"
-    subprocess.run([sys.executable, "-c", code, str(path), embedder.model_id, str(embedder.dimensions)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", code, str(path), embedder.model_id, str(embedder.dimensions)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return path / "model.bin"
 
 
@@ -148,8 +172,12 @@ def test_a_model_starts_the_sidecar_and_enabled_false_stops_it(tmp_path, shared_
         assert r.status_code == 200 and "predictor.enabled" in r.json()["applied"], r.text
         assert not backend.alive and life.status()["state"] == "stopped"
         assert c.predictor.phase() == "disabled" and c.predictor.alpha() == 1.0
-        assert client.get("/health").json()["processes"]["predictor_sidecar"] == \
-            {"state": "stopped", "pid": None, "rss_bytes": None, "peak_rss_bytes": None}
+        assert client.get("/health").json()["processes"]["predictor_sidecar"] == {
+            "state": "stopped",
+            "pid": None,
+            "rss_bytes": None,
+            "peak_rss_bytes": None,
+        }
         # Disabled: no score request at all, and no retrain scheduled.
         c.memories.remember_many([RememberInput(content=t, project=PROJECT) for t in NOTES[:6]])
         res = c.sessions.start(StartInput("off", project=PROJECT, context="billing deploys", now=NOW))
@@ -179,9 +207,11 @@ def test_enabling_on_a_daemon_started_without_the_predictor_needs_a_restart(tmp_
 def test_the_daemon_loads_no_pytorch_and_reports_what_it_costs(start_daemon, tmp_path):
     d = start_daemon(tmp_path / "home")  # local embedder, predictor enabled (the defaults)
     with d.client() as http:
-        for path, body in (("/api/memory/remember", {"content": "The deploy script lives in ops/deploy.sh"}),
-                           ("/api/hooks/session-start", {"session_key": "s1", "cwd": str(tmp_path)}),
-                           ("/api/hooks/user-prompt-submit", {"session_key": "s1", "prompt": "where is deploy.sh?"})):
+        for path, body in (
+            ("/api/memory/remember", {"content": "The deploy script lives in ops/deploy.sh"}),
+            ("/api/hooks/session-start", {"session_key": "s1", "cwd": str(tmp_path)}),
+            ("/api/hooks/user-prompt-submit", {"session_key": "s1", "prompt": "where is deploy.sh?"}),
+        ):
             r = http.post(path, json=body)
             assert r.status_code == 200, (path, r.text)
         health = http.get("/health").json()
@@ -195,8 +225,9 @@ def test_the_daemon_loads_no_pytorch_and_reports_what_it_costs(start_daemon, tmp
     assert procs["predictor_sidecar"] == {"state": "dormant", "pid": None, "rss_bytes": None, "peak_rss_bytes": None}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
     env.update(MEMLANE_HOME=str(d.home), MEMLANE_DAEMON_URL=d.url, MEMLANE_CONFIG=os.environ["MEMLANE_CONFIG"])
-    out = subprocess.run([sys.executable, "-m", "memlane", "status"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane", "status"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "resident memory: daemon" in text and f"pid {d.proc.pid}" in text

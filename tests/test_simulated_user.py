@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-
 from pathlib import Path
 
 import pytest
@@ -34,12 +33,21 @@ def test_deterministic_in_seed(users):
 
 
 def test_deterministic_across_processes_and_hash_seeds(users):
-    code = ("import hashlib; from benchmarks.simulated_user import generate; u = generate(3); "
-            "print(hashlib.sha256(repr((u.memories, u.sessions)).encode()).hexdigest())")
-    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONHASHSEED": h},
-                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()  # benchmarks/ on the path
-           for h in ("1", "4242")]
+    code = (
+        "import hashlib; from benchmarks.simulated_user import generate; u = generate(3); "
+        "print(hashlib.sha256(repr((u.memories, u.sessions)).encode()).hexdigest())"
+    )
+    out = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": h},
+            cwd=Path(__file__).resolve().parents[1],
+        ).stdout.strip()  # benchmarks/ on the path
+        for h in ("1", "4242")
+    ]
     assert out[0] == out[1] == _digest(users[3])
 
 
@@ -101,13 +109,13 @@ def test_staleness_and_supersession(users, seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_project_change_at_change_at(users, seed):
     u = users[seed]
-    before, after = u.sessions[: u.change_at], u.sessions[u.change_at:]
+    before, after = u.sessions[: u.change_at], u.sessions[u.change_at :]
     assert all(s.project != NEW_MAIN for s in before)
     assert all(m.created_session >= u.change_at - 3 for m in u.memories if m.about == NEW_MAIN)
     cb, ca = Counter(s.project for s in before), Counter(s.project for s in after)
     assert cb.most_common(1)[0][0] == OLD_MAIN and ca.most_common(1)[0][0] == NEW_MAIN
     assert ca[OLD_MAIN] <= 0.1 * len(after) < 0.25 * cb[OLD_MAIN]  # the old main project mostly stops
-    assert NEW_MAIN in {s.project for s in u.sessions[u.change_at: u.change_at + 10]}
+    assert NEW_MAIN in {s.project for s in u.sessions[u.change_at : u.change_at + 10]}
 
 
 def test_change_at_is_a_parameter():

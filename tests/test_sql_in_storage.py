@@ -35,6 +35,10 @@ def test_the_scan_finds_sql_calls():
 
 
 def test_no_sql_outside_storage():
-    outside = [c for p in sorted(PACKAGE.rglob("*.py")) if "storage" not in p.relative_to(PACKAGE).parts[:1]
-               for c in _sql_calls(p)]
+    outside = [
+        c
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if "storage" not in p.relative_to(PACKAGE).parts[:1]
+        for c in _sql_calls(p)
+    ]
     assert outside == []

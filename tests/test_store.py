@@ -21,8 +21,9 @@ def bm25_ids(c, query: str, **filters) -> list[str]:
     f = fts.Filters(**filters)
     rows = c.db.read(lambda conn: fts.search(conn, query, limit=100, filters=f))
     seqs = [s for s, _ in rows]
-    return c.db.read(lambda conn: [conn.execute("SELECT id FROM memories WHERE seq = ?", (s,)).fetchone()[0]
-                                   for s in seqs])
+    return c.db.read(
+        lambda conn: [conn.execute("SELECT id FROM memories WHERE seq = ?", (s,)).fetchone()[0] for s in seqs]
+    )
 
 
 def history_events(c, memory_id: str) -> list[str]:
@@ -30,6 +31,7 @@ def history_events(c, memory_id: str) -> list[str]:
 
 
 # -- schema, migrations, PRAGMAs --------------------------------------------------------------
+
 
 def test_migrations_recorded_and_idempotent(open_store, tmp_path):
     home = tmp_path / "h"
@@ -58,8 +60,10 @@ def test_pragmas(open_store):
     c = open_store(busy_timeout_ms=4321)
 
     def pragmas(conn):
-        return {p: conn.execute(f"PRAGMA {p}").fetchone()[0]
-                for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
+        return {
+            p: conn.execute(f"PRAGMA {p}").fetchone()[0]
+            for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+        }
 
     w = c.db.write(pragmas)
     r = c.db.read(pragmas)
@@ -82,18 +86,33 @@ def test_synchronous_normal_setting(open_store):
 
 def test_readers_are_query_only(store):
     from memlane.errors import StorageError
+
     with pytest.raises(StorageError):
         store.db.read(lambda conn: conn.execute("DELETE FROM memories"))
 
 
 # -- remember and dedup -------------------------------------------------------------------------
 
+
 def test_remember_stores_all_fields(store):
-    r = store.memories.remember(RememberInput(
-        "  The user   prefers tabs.  ", type="preference", importance=0.9, confidence=0.8, project="p1",
-        tags=("style", "editor"), metadata={"k": [1, 2]}, who="agent", why="observed",
-        source_type="session", source_id="s-1", created_at="2024-05-01T12:00:00+02:00", pinned=True,
-        context="we talked about editors"))
+    r = store.memories.remember(
+        RememberInput(
+            "  The user   prefers tabs.  ",
+            type="preference",
+            importance=0.9,
+            confidence=0.8,
+            project="p1",
+            tags=("style", "editor"),
+            metadata={"k": [1, 2]},
+            who="agent",
+            why="observed",
+            source_type="session",
+            source_id="s-1",
+            created_at="2024-05-01T12:00:00+02:00",
+            pinned=True,
+            context="we talked about editors",
+        )
+    )
     assert r.status == "created" and not r.embedded
     assert r.content_hash == content_hash("the user prefers tabs")
     m = store.memories.get(r.id)
@@ -112,8 +131,11 @@ def test_remember_stores_all_fields(store):
 
 def test_exact_duplicate_returns_existing_id(store):
     first = store.memories.remember(RememberInput("Deploys go through staging first."))
-    dup = store.memories.remember(RememberInput("  deploys GO through   staging first!!", who="bot", why="again",
-                                                source_type="import", source_id="x"))
+    dup = store.memories.remember(
+        RememberInput(
+            "  deploys GO through   staging first!!", who="bot", why="again", source_type="import", source_id="x"
+        )
+    )
     assert dup.status == "deduplicated"
     assert dup.id == first.id and dup.content_hash == first.content_hash
     assert store.memories.list()[1] == 1
@@ -127,11 +149,11 @@ def test_exact_duplicate_returns_existing_id(store):
 
 
 def test_dedup_within_one_batch(store):
-    items = [RememberInput(t) for t in ["alpha one", "beta two", "Alpha one.", "alpha   ONE", "gamma three",
-                                        "beta two"]]
+    items = [
+        RememberInput(t) for t in ["alpha one", "beta two", "Alpha one.", "alpha   ONE", "gamma three", "beta two"]
+    ]
     res = store.memories.remember_many(items)
-    assert [r.status for r in res] == ["created", "created", "deduplicated", "deduplicated", "created",
-                                       "deduplicated"]
+    assert [r.status for r in res] == ["created", "created", "deduplicated", "deduplicated", "created", "deduplicated"]
     assert res[0].id == res[2].id == res[3].id
     assert res[1].id == res[5].id
     assert len({r.id for r in res}) == 3
@@ -141,6 +163,7 @@ def test_dedup_within_one_batch(store):
 
 def test_batch_over_write_chunk(store):
     from memlane.services.memory_service import WRITE_CHUNK
+
     n = WRITE_CHUNK + 20
     items = [RememberInput(f"memory number {i % (n - 10)}") for i in range(n)]  # last 10 repeat
     seen = []
@@ -156,14 +179,24 @@ def test_batch_validation_writes_nothing(store):
     assert store.memories.list()[1] == 0
 
 
-@pytest.mark.parametrize("bad", [
-    RememberInput(""), RememberInput(" \n\t "), RememberInput("a\x00b"), RememberInput("x\ud800y"),
-    RememberInput("ok", importance=1.5), RememberInput("ok", confidence=-0.1),
-    RememberInput("ok", importance=float("nan")), RememberInput("ok", type=""),
-    RememberInput("ok", tags=("",)), RememberInput("ok", created_at="yesterday"),
-    RememberInput("ok", created_at="9999-12-31T23:59:59-01:00"),  # overflows when moved to UTC
-    RememberInput("ok", who="\udc00"), RememberInput("ok", project="p" * 513),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        RememberInput(""),
+        RememberInput(" \n\t "),
+        RememberInput("a\x00b"),
+        RememberInput("x\ud800y"),
+        RememberInput("ok", importance=1.5),
+        RememberInput("ok", confidence=-0.1),
+        RememberInput("ok", importance=float("nan")),
+        RememberInput("ok", type=""),
+        RememberInput("ok", tags=("",)),
+        RememberInput("ok", created_at="yesterday"),
+        RememberInput("ok", created_at="9999-12-31T23:59:59-01:00"),  # overflows when moved to UTC
+        RememberInput("ok", who="\udc00"),
+        RememberInput("ok", project="p" * 513),
+    ],
+)
 def test_remember_rejects_bad_input(store, bad):
     with pytest.raises((ValidationError, PayloadTooLarge)):
         store.memories.remember(bad)
@@ -188,6 +221,7 @@ def test_old_created_at_is_stored_canonically(vstore):
 
 # -- get / update -------------------------------------------------------------------------------
 
+
 def test_get_unknown_id(store):
     with pytest.raises(NotFound) as exc:
         store.memories.get("no-such-id")
@@ -205,8 +239,9 @@ def test_get_unknown_id(store):
 def test_update_content_rehashes_and_records_history(store):
     r = store.memories.remember(RememberInput("The build uses make."))
     before = store.memories.get(r.id)
-    m = store.memories.update(r.id, {"content": "  The build uses   ninja. ", "importance": 0.7, "tags": ["b"]},
-                              who="alice", why="migrated")
+    m = store.memories.update(
+        r.id, {"content": "  The build uses   ninja. ", "importance": 0.7, "tags": ["b"]}, who="alice", why="migrated"
+    )
     assert m.content == "The build uses ninja."
     assert m.content_hash == content_hash("the build uses ninja") != before.content_hash
     assert m.normalized_content == "the build uses ninja"
@@ -236,11 +271,24 @@ def test_update_conflict_on_duplicate_content(store):
     assert m.content == "First Memory" and m.content_hash == a.content_hash
 
 
-@pytest.mark.parametrize("patch", [
-    {"id": "x"}, {"content_hash": "0" * 64}, {"content": ""}, {"content": "   "}, {"importance": 2},
-    {"importance": True}, {"type": None}, {"type": ""}, {"tags": "notalist"}, {"tags": [""]},
-    {"metadata": []}, {"content": "a\x00"}, {"context": "\ud800"},
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"id": "x"},
+        {"content_hash": "0" * 64},
+        {"content": ""},
+        {"content": "   "},
+        {"importance": 2},
+        {"importance": True},
+        {"type": None},
+        {"type": ""},
+        {"tags": "notalist"},
+        {"tags": [""]},
+        {"metadata": []},
+        {"content": "a\x00"},
+        {"context": "\ud800"},
+    ],
+)
 def test_update_rejects_bad_patch(store, patch):
     r = store.memories.remember(RememberInput("patch target"))
     snap = row_snapshot(store)
@@ -267,6 +315,7 @@ def test_update_deleted_memory_conflicts(store):
 
 
 # -- delete / recover --------------------------------------------------------------------------
+
 
 def test_soft_delete_and_recover_with_history(store):
     r = store.memories.remember(RememberInput("The staging db is on port 5433.", project="infra"))
@@ -318,12 +367,21 @@ def test_deleted_excluded_from_recall_unless_asked(store):
 
 # -- list and stats ----------------------------------------------------------------------------
 
+
 def test_list_pagination_order_filters_and_stats(store):
     ids = []
     for i in range(7):
-        ids.append(store.memories.remember(RememberInput(
-            f"note {i}", type="fact" if i % 2 else "decision", project="a" if i < 4 else None,
-            created_at=f"2024-01-0{i + 1}T00:00:00Z", pinned=i == 0)).id)
+        ids.append(
+            store.memories.remember(
+                RememberInput(
+                    f"note {i}",
+                    type="fact" if i % 2 else "decision",
+                    project="a" if i < 4 else None,
+                    created_at=f"2024-01-0{i + 1}T00:00:00Z",
+                    pinned=i == 0,
+                )
+            ).id
+        )
     store.memories.delete(ids[6])
     page1, total = store.memories.list(limit=3)
     page2, _ = store.memories.list(limit=3, offset=3)
@@ -350,6 +408,7 @@ def test_stats_empty_store(store):
 
 
 # -- FTS sync ------------------------------------------------------------------------------------
+
 
 def test_fts_follows_update_via_triggers(store):
     r = store.memories.remember(RememberInput("The cache lives in redis", context="ops chat about memcached"))
@@ -395,6 +454,7 @@ def test_fts_rows_removed_on_hard_delete(store):
 
 # -- embedding failure ------------------------------------------------------------------------------
 
+
 def test_embedding_failure_stores_memory_without_vector(open_store, tmp_path):
     emb = {"provider": "ollama", "base_url": f"http://127.0.0.1:{free_port()}", "timeout_s": 0.5}
     c = open_store(embedding=emb)
@@ -438,8 +498,9 @@ def test_dedup_reuses_existing_vector(vstore):
     assert n == 1  # keyed by content hash
 
 
-@pytest.mark.parametrize("kw", [{"limit": 0}, {"limit": -1}, {"offset": -1}, {"offset": 2**64},
-                                {"limit": 2**63}, {"limit": True}])
+@pytest.mark.parametrize(
+    "kw", [{"limit": 0}, {"limit": -1}, {"offset": -1}, {"offset": 2**64}, {"limit": 2**63}, {"limit": True}]
+)
 def test_list_rejects_bad_paging(store, kw):
     with pytest.raises(ValidationError):
         store.memories.list(**kw)
@@ -458,13 +519,24 @@ def test_session_gap_read_uses_the_started_at_index(tmp_path):
     db = Database(tmp_path / "m.db", read_pool_size=1)
     try:
         migrate(db)
-        plan = db.read(lambda c: " ".join(str(r[3]) for r in c.execute(
-            "EXPLAIN QUERY PLAN SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
-            ("2026-01-01",))))
+        plan = db.read(
+            lambda c: " ".join(
+                str(r[3])
+                for r in c.execute(
+                    "EXPLAIN QUERY PLAN SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
+                    ("2026-01-01",),
+                )
+            )
+        )
         assert "idx_sessions_started" in plan and "SCAN" not in plan
-        db.write(lambda c: c.executemany("INSERT INTO sessions (session_key, started_at, started) VALUES (?, ?, ?)",
-                                         [("a", "2026-01-01T00:00:00Z", 1), ("b", "2026-01-02T00:00:00Z", 0),
-                                          ("c", "2026-01-03T00:00:00Z", 1)]))
-        assert db.read(lambda c: pred_sql.last_session_start(c, before="2026-01-03T00:00:00Z")) == "2026-01-01T00:00:00Z"
+        db.write(
+            lambda c: c.executemany(
+                "INSERT INTO sessions (session_key, started_at, started) VALUES (?, ?, ?)",
+                [("a", "2026-01-01T00:00:00Z", 1), ("b", "2026-01-02T00:00:00Z", 0), ("c", "2026-01-03T00:00:00Z", 1)],
+            )
+        )
+        assert (
+            db.read(lambda c: pred_sql.last_session_start(c, before="2026-01-03T00:00:00Z")) == "2026-01-01T00:00:00Z"
+        )
     finally:
         db.close()

@@ -18,8 +18,15 @@ from memlane.errors import ValidationError
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")
 COCHANGE = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench-data" / "cochange"
-ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@localhost", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@localhost",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@localhost",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+}
 
 
 class Repo:
@@ -32,8 +39,9 @@ class Repo:
         self.n = 0
 
     def git(self, *args: str) -> str:
-        return subprocess.run(["git", "-C", str(self.path), *args], env=ENV, check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(self.path), *args], env=ENV, check=True, capture_output=True, text=True
+        ).stdout
 
     def commit(self, *files: str, rename: tuple[str, str] | None = None, delete: str | None = None) -> None:
         self.n += 1
@@ -164,10 +172,16 @@ def test_background_bootstrap_at_a_projects_first_session(store, repo, tmp_path)
 
     (repo.path / "sub").mkdir()
     (tmp_path / "plain").mkdir()
-    store.db.write(lambda c: c.executemany(
-        "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, ?, ?, '2026-01-01T00:00:00Z')",
-        [("s1", "demo", str(repo.path / "sub")), ("s2", "plain", str(tmp_path / "plain")),
-         ("s3", "gone", str(tmp_path / "missing"))]))
+    store.db.write(
+        lambda c: c.executemany(
+            "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, ?, ?, '2026-01-01T00:00:00Z')",
+            [
+                ("s1", "demo", str(repo.path / "sub")),
+                ("s2", "plain", str(tmp_path / "plain")),
+                ("s3", "gone", str(tmp_path / "missing")),
+            ],
+        )
+    )
     svc = CoAccessService(store.db)
     w = BootstrapWorker(svc)
     assert w.run_once() is True

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -34,14 +34,26 @@ CASES = [
     # (rule, memory past the limit, memory just inside it)
     ("session", dict(scope="session", days=8), dict(scope="session", days=6)),
     ("decayed", dict(type="work_state", days=17), dict(type="work_state", days=15)),  # 0.5^(d/7) vs 0.2
-    ("decayed", dict(type="dead_end", days=210, type_fields={"approach_tried": "a", "why_it_failed": "b"}),
-     dict(type="dead_end", days=200, type_fields={"approach_tried": "a", "why_it_failed": "b"})),
+    (
+        "decayed",
+        dict(type="dead_end", days=210, type_fields={"approach_tried": "a", "why_it_failed": "b"}),
+        dict(type="dead_end", days=200, type_fields={"approach_tried": "a", "why_it_failed": "b"}),
+    ),
     ("low_confidence", dict(confidence=0.1, days=61), dict(confidence=0.1, days=59)),
     ("low_confidence", dict(confidence=0.1, days=61, scope="module"), dict(confidence=0.3, days=400)),
-    ("recipe_expired", dict(type="workflow_recipe", days=61, type_fields={
-        "task_pattern": "add a route", "steps": [{"order": 1, "description": "edit app.py"}]}),
-     dict(type="workflow_recipe", days=59, type_fields={
-         "task_pattern": "add a route", "steps": [{"order": 1, "description": "edit app.py"}]})),
+    (
+        "recipe_expired",
+        dict(
+            type="workflow_recipe",
+            days=61,
+            type_fields={"task_pattern": "add a route", "steps": [{"order": 1, "description": "edit app.py"}]},
+        ),
+        dict(
+            type="workflow_recipe",
+            days=59,
+            type_fields={"task_pattern": "add a route", "steps": [{"order": 1, "description": "edit app.py"}]},
+        ),
+    ),
 ]
 
 
@@ -71,10 +83,22 @@ def test_file_rules_mark_stale_or_prune(store, tmp_path):
     (tmp_path / "outside.py").write_text("x")
     here = remember(store, "here.py parses headers", 1, related_files=("src/here.py",))
     gone = remember(store, "gone.py did the retries", 1, related_files=("src/gone.py", "src/here.py"))
-    insight = remember(store, "the old cache module", 1, type="module_insight", source="commit_auto",
-                       related_files=("src/cache.py", "src/cache_util.py"))
-    partly = remember(store, "cache and here", 1, type="module_insight", source="commit_auto",
-                      related_files=("src/cache.py", "src/here.py"))
+    insight = remember(
+        store,
+        "the old cache module",
+        1,
+        type="module_insight",
+        source="commit_auto",
+        related_files=("src/cache.py", "src/cache_util.py"),
+    )
+    partly = remember(
+        store,
+        "cache and here",
+        1,
+        type="module_insight",
+        source="commit_auto",
+        related_files=("src/cache.py", "src/here.py"),
+    )
     escape = remember(store, "outside the root", 1, related_files=("../outside.py", "/etc/passwd"))
     no_root = run(store)
     assert no_root["by_rule"] == {}  # without a root, files are not judged
@@ -89,17 +113,22 @@ def test_file_rules_mark_stale_or_prune(store, tmp_path):
 def test_recipe_whose_canonical_file_changed_is_stale(store, tmp_path):
     (tmp_path / "app.py").write_text("routes")
     validated = datetime.fromtimestamp(time.time() - 3600, UTC).isoformat()
-    fields = {"task_pattern": "add a route", "last_validated_at": validated,
-              "steps": [{"order": 1, "description": "edit", "canonical_file": "app.py"}]}
-    mid = store.memories.remember(RememberInput(content="to add a route edit app.py", type="workflow_recipe",
-                                                type_fields=fields)).id
+    fields = {
+        "task_pattern": "add a route",
+        "last_validated_at": validated,
+        "steps": [{"order": 1, "description": "edit", "canonical_file": "app.py"}],
+    }
+    mid = store.memories.remember(
+        RememberInput(content="to add a route edit app.py", type="workflow_recipe", type_fields=fields)
+    ).id
     now = datetime.now(UTC).isoformat()
     svc = LifecycleService(store.db, store.memories)
     assert svc.run(project_root=str(tmp_path), now=now)["by_rule"] == {"recipe_changed": 1}
     assert store.memories.get(mid).stale_at and not store.memories.get(mid).is_deleted
     os.utime(tmp_path / "app.py", (time.time() - 7200, time.time() - 7200))
-    other = store.memories.remember(RememberInput(content="to add a view edit app.py", type="workflow_recipe",
-                                                  type_fields=fields)).id
+    other = store.memories.remember(
+        RememberInput(content="to add a view edit app.py", type="workflow_recipe", type_fields=fields)
+    ).id
     assert svc.run(project_root=str(tmp_path), now=now)["by_rule"] == {}
     assert not store.memories.get(other).stale_at
 
@@ -120,11 +149,13 @@ def test_dry_run_changes_nothing(store):
 def test_user_controls_archive_and_prune_low_confidence(store):
     svc = LifecycleService(store.db, store.memories)
     ref = {"methodology": "native", "hierarchy": ["spec-12", "t1"]}
-    a = remember(store, "spec 12 outcome", 1, type="work_unit_outcome", type_fields={"succeeded": True},
-                 work_unit_ref=ref)
+    a = remember(
+        store, "spec 12 outcome", 1, type="work_unit_outcome", type_fields={"succeeded": True}, work_unit_ref=ref
+    )
     b = remember(store, "spec 12 note", 1, scope="work_unit", work_unit_ref=ref, pinned=True)
-    c = remember(store, "spec 13 note", 1, scope="work_unit",
-                 work_unit_ref={"methodology": "native", "hierarchy": ["spec-13"]})
+    c = remember(
+        store, "spec 13 note", 1, scope="work_unit", work_unit_ref={"methodology": "native", "hierarchy": ["spec-13"]}
+    )
     r = svc.archive_work_unit("native", "spec-12")
     assert r["archived"] == 1 and r["ids"] == [a]
     assert store.memories.get(a).is_deleted and not store.memories.get(b).is_deleted
@@ -151,8 +182,7 @@ def test_lifecycle_routes(store):
     assert client.get(f"/api/memory/{sid}").json()["is_deleted"] is True
     assert client.post("/api/v3/lifecycle/run", json={"project_root": "/no/such"}).status_code == 422
     assert client.post("/api/v3/lifecycle/prune-low-confidence", json={"threshold": 2.0}).status_code == 422
-    arch = client.post("/api/v3/lifecycle/archive", json={"methodology": "native", "work_unit": "x",
-                                                          "dry_run": True})
+    arch = client.post("/api/v3/lifecycle/archive", json={"methodology": "native", "work_unit": "x", "dry_run": True})
     assert arch.status_code == 200 and arch.json()["archived"] == 0
     assert client.post("/api/v3/memories/nope/keep").status_code == 404
 
@@ -166,9 +196,12 @@ def test_worker_runs_at_start_then_every_20_ended_sessions(store):
     b = remember(store, "session note two", 30, scope="session")
 
     def end_sessions(n: int, start: int) -> None:
-        store.db.write(lambda c: c.executemany(
-            "INSERT INTO sessions (session_key, started_at, status, ended_at) VALUES (?, ?, 'ended', ?)",
-            [(f"s{start + i}", ago(1), ago(1)) for i in range(n)]))
+        store.db.write(
+            lambda c: c.executemany(
+                "INSERT INTO sessions (session_key, started_at, status, ended_at) VALUES (?, ?, 'ended', ?)",
+                [(f"s{start + i}", ago(1), ago(1)) for i in range(n)],
+            )
+        )
 
     end_sessions(19, 0)
     w.run_once()
@@ -190,10 +223,14 @@ async def test_mcp_prune_and_keep(tmp_path, anyio_backend):
     d = InProcessDaemon(tmp_path / "home")
     d.start()
     try:
-        old = d.container.memories.remember(RememberInput(
-            content="a session note from long ago", scope="session", created_at="2020-01-01T00:00:00Z")).id
-        kept = d.container.memories.remember(RememberInput(
-            content="another session note from long ago", scope="session", created_at="2020-01-01T00:00:00Z")).id
+        old = d.container.memories.remember(
+            RememberInput(content="a session note from long ago", scope="session", created_at="2020-01-01T00:00:00Z")
+        ).id
+        kept = d.container.memories.remember(
+            RememberInput(
+                content="another session note from long ago", scope="session", created_at="2020-01-01T00:00:00Z"
+            )
+        ).id
         async with http_session(d.url) as s:
             assert ok(await s.call_tool("memory_modify", {"id": kept, "keep": True}))["user_verified"] is True
             dry = ok(await s.call_tool("memory_prune", {}))
@@ -211,9 +248,12 @@ def test_file_rules_use_the_latest_sessions_directory(store, tmp_path):
     old_dir.mkdir()
     new_dir.mkdir()
     (old_dir / "a.py").write_text("x")
-    store.db.write(lambda c: c.executemany(
-        "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, 'p', ?, ?)",
-        [("s1", str(old_dir), "2026-01-01T00:00:00Z"), ("s2", str(new_dir), "2026-02-01T00:00:00Z")]))
+    store.db.write(
+        lambda c: c.executemany(
+            "INSERT INTO sessions (session_key, project, cwd, started_at) VALUES (?, 'p', ?, ?)",
+            [("s1", str(old_dir), "2026-01-01T00:00:00Z"), ("s2", str(new_dir), "2026-02-01T00:00:00Z")],
+        )
+    )
     mid = remember(store, "a.py holds the parser", 1, project="p", related_files=("a.py",))
     assert run(store)["by_rule"] == {"file_missing": 1}  # judged under the newer directory, where a.py is not
     assert store.memories.get(mid).stale_at

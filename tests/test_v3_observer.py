@@ -19,8 +19,16 @@ def calls(obs: Observer, session: str, seq: list[tuple], project: str = "p", t0:
     for i, c in enumerate(seq):
         tool, path = c[0], c[1]
         err = c[2] if len(c) > 2 else None
-        out.append(obs.record(session, tool, {"file_path": path} if path else {"command": "ls"}, project=project,
-                              error=err, ts_ms=t0 + i * 1000))
+        out.append(
+            obs.record(
+                session,
+                tool,
+                {"file_path": path} if path else {"command": "ls"},
+                project=project,
+                error=err,
+                ts_ms=t0 + i * 1000,
+            )
+        )
     return out
 
 
@@ -31,8 +39,7 @@ def types(sig: list) -> list[str]:
 # -- signals (seed "Signal Taxonomy", one test per type) -----------------------------------------
 def test_file_access_signal(store):
     sig = calls(Observer(store.db), "s", [("Read", "src/a.py")])[0]
-    assert sig == [("file_access", {"file_path": "src/a.py", "tool_name": "Read", "step_index": 1,
-                                    "timestamp": 1000})]
+    assert sig == [("file_access", {"file_path": "src/a.py", "tool_name": "Read", "step_index": 1, "timestamp": 1000})]
 
 
 def test_file_path_is_made_relative_to_the_working_directory(store):
@@ -41,16 +48,27 @@ def test_file_path_is_made_relative_to_the_working_directory(store):
 
 
 def test_co_access_signal_within_three_steps(store):
-    sigs = calls(Observer(store.db), "s", [("Read", "a.py"), ("Bash", None), ("Read", "b.py"), ("Bash", None),
-                                           ("Bash", None), ("Read", "c.py")])
+    sigs = calls(
+        Observer(store.db),
+        "s",
+        [("Read", "a.py"), ("Bash", None), ("Read", "b.py"), ("Bash", None), ("Bash", None), ("Read", "c.py")],
+    )
     assert [d for t, d in sigs[2] if t == "co_access"] == [
-        {"file_a": "a.py", "file_b": "b.py", "time_delta_ms": 2000, "step_delta": 2}]
+        {"file_a": "a.py", "file_b": "b.py", "time_delta_ms": 2000, "step_delta": 2}
+    ]
     assert [d["file_a"] for t, d in sigs[5] if t == "co_access"] == ["b.py"]  # a.py is 5 steps back
 
 
 def test_error_retry_signal_counts_the_same_error(store):
-    sigs = calls(Observer(store.db), "s", [("Bash", None, "ModuleNotFoundError: foo"), ("Bash", None, "other"),
-                                           ("Bash", None, "ModuleNotFoundError: foo")])
+    sigs = calls(
+        Observer(store.db),
+        "s",
+        [
+            ("Bash", None, "ModuleNotFoundError: foo"),
+            ("Bash", None, "other"),
+            ("Bash", None, "ModuleNotFoundError: foo"),
+        ],
+    )
     assert [d["retry_count"] for t, d in sigs[2] if t == "error_retry"] == [2]
     assert [d["retry_count"] for t, d in sigs[1] if t == "error_retry"] == [1]
 
@@ -58,8 +76,14 @@ def test_error_retry_signal_counts_the_same_error(store):
 def test_backtrack_signal_and_its_cause(store):
     obs = Observer(store.db)
     s1 = calls(obs, "s1", [("Edit", "a.py"), ("Read", "b.py"), ("Edit", "a.py")])
-    assert [d for t, d in s1[2] if t == "backtrack"] == [{"edited_file_path": "a.py", "re_edited_within_steps": 2,
-                                                          "likely_cause": "wrong_assumption", "edited_between": []}]
+    assert [d for t, d in s1[2] if t == "backtrack"] == [
+        {
+            "edited_file_path": "a.py",
+            "re_edited_within_steps": 2,
+            "likely_cause": "wrong_assumption",
+            "edited_between": [],
+        }
+    ]
     s2 = calls(obs, "s2", [("Edit", "a.py"), ("Edit", "b.py"), ("Edit", "a.py")])
     assert [d["likely_cause"] for t, d in s2[2] if t == "backtrack"] == ["cascading_change"]
     s3 = calls(obs, "s3", [("Edit", "a.py")] + [("Bash", None)] * 5 + [("Edit", "a.py")])
@@ -67,8 +91,11 @@ def test_backtrack_signal_and_its_cause(store):
 
 
 def test_sequence_signal(store):
-    sigs = calls(Observer(store.db), "s", [("Grep", None), ("Read", "a.py"), ("Edit", "a.py"),
-                                           ("Grep", None), ("Read", "b.py"), ("Edit", "b.py")])
+    sigs = calls(
+        Observer(store.db),
+        "s",
+        [("Grep", None), ("Read", "a.py"), ("Edit", "a.py"), ("Grep", None), ("Read", "b.py"), ("Edit", "b.py")],
+    )
     assert [d for t, d in sigs[5] if t == "sequence"] == [{"tool_sequence": ["Grep", "Read", "Edit"], "frequency": 2}]
     assert "sequence" not in types(sigs[2])
 
@@ -78,7 +105,9 @@ def test_time_anomaly_signal_on_the_fourth_read_without_edit(store):
     sigs = calls(obs, "s", [("Read", "a.py")] * 5)
     assert [types(s).count("time_anomaly") for s in sigs] == [0, 0, 0, 1, 0]
     assert [d for t, d in sigs[3] if t == "time_anomaly"] == [{"file_path": "a.py", "read_count": 4, "dwell_ms": 3000}]
-    edited = calls(obs, "s2", [("Read", "b.py"), ("Edit", "b.py"), ("Read", "b.py"), ("Read", "b.py"), ("Read", "b.py")])
+    edited = calls(
+        obs, "s2", [("Read", "b.py"), ("Edit", "b.py"), ("Read", "b.py"), ("Read", "b.py"), ("Read", "b.py")]
+    )
     assert not any("time_anomaly" in types(s) for s in edited)
 
 
@@ -157,17 +186,32 @@ def test_scratchpad_survives_a_daemon_kill(start_daemon, tmp_path):
     d = start_daemon(home, provider="none")
     with d.client() as c:
         for f in ["src/a.py", "src/b.py", "src/a.py"]:
-            r = c.post("/api/v3/observer/tool-use", json={
-                "session_id": "live", "tool_name": "Edit", "tool_input": {"file_path": f"/repo/{f}"}, "cwd": "/repo",
-                "project": "demo", "hook_event_name": "PostToolUse", "transcript_path": "/x.jsonl"})
+            r = c.post(
+                "/api/v3/observer/tool-use",
+                json={
+                    "session_id": "live",
+                    "tool_name": "Edit",
+                    "tool_input": {"file_path": f"/repo/{f}"},
+                    "cwd": "/repo",
+                    "project": "demo",
+                    "hook_event_name": "PostToolUse",
+                    "transcript_path": "/x.jsonl",
+                },
+            )
             assert r.status_code == 200, r.text
         assert [s["type"] for s in r.json()["signals"]] == ["file_access", "co_access", "backtrack"]
     d.kill()  # SIGKILL: no shutdown path runs
     d2 = start_daemon(home, provider="none")
     with d2.client() as c:
         sig = c.get("/api/v3/observer/signals", params={"session_id": "live"}).json()["signals"]
-        assert [s["type"] for s in sig] == ["file_access", "file_access", "co_access", "file_access", "co_access",
-                                            "backtrack"]
+        assert [s["type"] for s in sig] == [
+            "file_access",
+            "file_access",
+            "co_access",
+            "file_access",
+            "co_access",
+            "backtrack",
+        ]
         end = c.post("/api/v3/observer/session-end", json={"session_id": "live", "project": "demo"}).json()
         assert end["files"] == 2 and end["promotion"]["outcome"] == "passed"  # one backtrack: below frequency
         assert end["promotion"]["dropped"]["frequency"] == 1 and end["promotion"]["promoted"] == []
@@ -178,10 +222,20 @@ def test_scratchpad_survives_a_daemon_kill(start_daemon, tmp_path):
 def test_observer_routes_refuse_bad_input(store):
     client = api_client(store)
     assert client.post("/api/v3/observer/tool-use", json={"tool_name": "Read"}).status_code == 422
-    r = client.post("/api/v3/observer/tool-use", headers={"content-type": "application/json"},
-                    content=json.dumps({"session_id": "s", "tool_name": "Read", "tool_input": {"file_path": "\ud800"}}))
+    r = client.post(
+        "/api/v3/observer/tool-use",
+        headers={"content-type": "application/json"},
+        content=json.dumps({"session_id": "s", "tool_name": "Read", "tool_input": {"file_path": "\ud800"}}),
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
-    err = client.post("/api/v3/observer/tool-use", json={"session_id": "s", "tool_name": "Bash", "tool_input": {},
-                                                         "tool_response": {"is_error": True, "content": "boom"}})
+    err = client.post(
+        "/api/v3/observer/tool-use",
+        json={
+            "session_id": "s",
+            "tool_name": "Bash",
+            "tool_input": {},
+            "tool_response": {"is_error": True, "content": "boom"},
+        },
+    )
     assert [s["type"] for s in err.json()["signals"]] == ["error_retry"]
     assert client.get("/api/v3/observer/inferences").json() == {"inferences": []}

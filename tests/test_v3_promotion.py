@@ -9,14 +9,23 @@ import time
 
 import pytest
 
-from conftest import api_client
 from benchmarks.scripted_llm import Reply, ScriptedLlmServer
-from tests.test_providers import Reply as LoopReply, ollama_body, server  # noqa: F401  (the loopback fixture)
+from conftest import api_client
 from memlane.errors import NotFound, ValidationError
 from memlane.storage import observer as obs_sql
 from memlane.v3.observer import Observer
-from memlane.v3.promotion import (DEAD_END_MIN_STEPS, NOVELTY_MAX_SIMILARITY, SYNTHESIS_SCHEMA, Candidate, Promoter,
-                                  frequency_term, recency_term, signal_score)
+from memlane.v3.promotion import (
+    DEAD_END_MIN_STEPS,
+    NOVELTY_MAX_SIMILARITY,
+    SYNTHESIS_SCHEMA,
+    Candidate,
+    Promoter,
+    frequency_term,
+    recency_term,
+    signal_score,
+)
+from tests.test_providers import Reply as LoopReply
+from tests.test_providers import ollama_body, server  # noqa: F401  (the loopback fixture)
 
 DAY_MS = 86_400_000
 
@@ -25,21 +34,34 @@ def run(obs: Observer, session: str, seq: list[tuple], project: str = "p") -> No
     """Record ``(tool, file or None[, error])`` calls one second apart."""
     for i, c in enumerate(seq):
         err = c[2] if len(c) > 2 else None
-        obs.record(session, c[0], {"file_path": c[1]} if c[1] else {"command": "make test"}, project=project,
-                   error=err, ts_ms=1_000 + i * 1000)
+        obs.record(
+            session,
+            c[0],
+            {"file_path": c[1]} if c[1] else {"command": "make test"},
+            project=project,
+            error=err,
+            ts_ms=1_000 + i * 1000,
+        )
 
 
 RE_EDIT = [("Edit", "src/a.py"), ("Read", "src/b.py"), ("Edit", "src/a.py")]
 
 
 def promoter(c, llm=None, clock_ms=None) -> Promoter:
-    return Promoter(c.db, c.memories, lambda: llm if llm is not None else c.llm,
-                    **({"clock_ms": clock_ms} if clock_ms else {}))
+    return Promoter(
+        c.db, c.memories, lambda: llm if llm is not None else c.llm, **({"clock_ms": clock_ms} if clock_ms else {})
+    )
 
 
 def processed(c, session: str) -> list[int]:
-    return c.db.read(lambda conn: [r[0] for r in conn.execute(
-        "SELECT processed FROM observer_signals WHERE session_key = ? ORDER BY id", (session,))])
+    return c.db.read(
+        lambda conn: [
+            r[0]
+            for r in conn.execute(
+                "SELECT processed FROM observer_signals WHERE session_key = ? ORDER BY id", (session,)
+            )
+        ]
+    )
 
 
 # -- the score terms (seed step 3) -----------------------------------------------------------------
@@ -120,7 +142,9 @@ def test_a_long_failed_run_with_a_reason_becomes_one_dead_end(store):
     run(obs, "short", [("Edit", "src/cache.py")] * 3)
     short = promoter(store).finalize("short", outcome="failed", why_failed="a typo")
     assert short.promoted == [] and short.candidates == 0
-    rep = promoter(store).finalize("long", outcome="failed", why_failed="the cache cannot see writes of other processes")
+    rep = promoter(store).finalize(
+        "long", outcome="failed", why_failed="the cache cannot see writes of other processes"
+    )
     assert [p["type"] for p in rep.promoted] == ["dead_end"]
     m = store.memories.get(rep.promoted[0]["id"])
     assert m.type_fields["why_it_failed"] == "the cache cannot see writes of other processes"
@@ -143,6 +167,7 @@ def test_bad_input_is_refused(store):
 # -- novelty (seed step 2) with the real embedding model ------------------------------------------------
 def test_novelty_drops_what_a_stored_memory_already_says(vstore):
     from memlane.services.inputs import RememberInput
+
     obs = Observer(vstore.db)
     run(obs, "s1", RE_EDIT)
     run(obs, "s2", RE_EDIT)
@@ -160,8 +185,9 @@ def test_one_llm_call_rewrites_the_promoted_texts(open_store):
     def reply(prompt: str) -> str:
         prompts.append(prompt)
         block = json.loads(prompt.split("<observations>")[1].split("</observations>")[0])
-        return json.dumps({"memories": [{"index": o["index"], "content": f"Edit {o['files'][0]} carefully."}
-                                        for o in block]})
+        return json.dumps(
+            {"memories": [{"index": o["index"], "content": f"Edit {o['files'][0]} carefully."} for o in block]}
+        )
 
     with ScriptedLlmServer(reply) as server:
         c = open_store(llm={"provider": "ollama", "base_url": server.url, "model": "scripted"})
@@ -186,7 +212,9 @@ def test_the_synthesis_call_asks_for_structured_output(open_store, server):  # n
     assert rep.synthesis == "llm:ollama:m" and c.memories.get(rep.promoted[0]["id"]).content == "Mind src/a.py."
 
 
-@pytest.mark.parametrize("answer", [Reply("down", status=500), "not json", '{"memories": [{"index": 7, "content": "x"}]}'])
+@pytest.mark.parametrize(
+    "answer", [Reply("down", status=500), "not json", '{"memories": [{"index": 7, "content": "x"}]}']
+)
 def test_an_unusable_synthesis_keeps_the_template_text(open_store, answer):
     with ScriptedLlmServer(lambda prompt: answer) as server:
         c = open_store(llm={"provider": "ollama", "base_url": server.url, "model": "scripted"})
@@ -203,8 +231,13 @@ def test_finalize_and_session_end_over_http(store):
     client = api_client(store)
     for s in ("s1", "s2"):
         for tool, path in RE_EDIT:
-            assert client.post("/api/v3/observer/tool-use", json={
-                "session_id": s, "tool_name": tool, "tool_input": {"file_path": path}, "project": "p"}).status_code == 200
+            assert (
+                client.post(
+                    "/api/v3/observer/tool-use",
+                    json={"session_id": s, "tool_name": tool, "tool_input": {"file_path": path}, "project": "p"},
+                ).status_code
+                == 200
+            )
     r = client.post("/api/v3/observer/finalize", json={"session_id": "s1", "outcome": "passed", "dry_run": True})
     assert r.status_code == 200 and [p["id"] for p in r.json()["promoted"]] == [None]  # written by none
     r = client.post("/api/v3/observer/session-end", json={"session_id": "s2", "project": "p"})
@@ -212,9 +245,16 @@ def test_finalize_and_session_end_over_http(store):
     assert r.status_code == 200 and body["promotion"]["outcome"] == "passed"
     assert [p["type"] for p in body["promotion"]["promoted"]] == ["gotcha"]
     # a session that ends on a failed call is discarded
-    client.post("/api/v3/observer/tool-use", json={"session_id": "s3", "tool_name": "Bash",
-                                                   "tool_input": {"command": "pytest"}, "project": "p",
-                                                   "tool_response": {"is_error": True, "content": "1 failed"}})
+    client.post(
+        "/api/v3/observer/tool-use",
+        json={
+            "session_id": "s3",
+            "tool_name": "Bash",
+            "tool_input": {"command": "pytest"},
+            "project": "p",
+            "tool_response": {"is_error": True, "content": "1 failed"},
+        },
+    )
     r = client.post("/api/v3/observer/session-end", json={"session_id": "s3", "project": "p"})
     assert r.json()["promotion"]["outcome"] == "failed"
     assert client.post("/api/v3/observer/finalize", json={"session_id": "s1", "outcome": "later"}).status_code == 422
@@ -227,8 +267,10 @@ def test_claude_codes_session_end_runs_the_observers_end_after_answering(store):
     client = api_client(store)
     for s in ("s1", "s2"):
         for tool, path in RE_EDIT:
-            client.post("/api/v3/observer/tool-use", json={"session_id": s, "tool_name": tool,
-                                                           "tool_input": {"file_path": path}, "project": "p"})
+            client.post(
+                "/api/v3/observer/tool-use",
+                json={"session_id": s, "tool_name": tool, "tool_input": {"file_path": path}, "project": "p"},
+            )
     r = client.post("/api/hooks/session-end", json={"session_key": "s2", "project": "p", "reason": "exit"})
     assert r.status_code == 200
     rows, _ = store.memories.list(limit=10)

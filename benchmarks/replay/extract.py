@@ -19,18 +19,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memlane.ranker.locomo import load_locomo
 from memlane.config import Settings, load_settings
 from memlane.container import open_container
+from memlane.ranker.locomo import load_locomo
 from memlane.services.inputs import RememberInput
 from memlane.storage import jobs as jobs_sql
 
-NO_PROVIDER = ("no LLM provider configured: set llm.provider (ollama, openai or claude-code) in config.yaml "
-               "or MEMLANE_LLM__PROVIDER, or memory.pipelineV2.extraction.provider")
+NO_PROVIDER = (
+    "no LLM provider configured: set llm.provider (ollama, openai or claude-code) in config.yaml "
+    "or MEMLANE_LLM__PROVIDER, or memory.pipelineV2.extraction.provider"
+)
 
 
-def session_texts(data: Path, max_conversations: int | None = None, max_sessions: int | None = None
-                  ) -> list[tuple[str, int, str]]:
+def session_texts(
+    data: Path, max_conversations: int | None = None, max_sessions: int | None = None
+) -> list[tuple[str, int, str]]:
     """``(conversation id, session number, text)`` per LoCoMo session, in file order.
 
     Raises:
@@ -46,9 +49,15 @@ def session_texts(data: Path, max_conversations: int | None = None, max_sessions
     return out
 
 
-def run_extract_replay(data: Path, *, settings: Settings | None = None, keep: Path | None = None,
-                       max_conversations: int | None = None, max_sessions: int | None = None,
-                       progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run_extract_replay(
+    data: Path,
+    *,
+    settings: Settings | None = None,
+    keep: Path | None = None,
+    max_conversations: int | None = None,
+    max_sessions: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Run extraction over LoCoMo sessions; returns the report (see module doc).
 
     Args:
@@ -71,8 +80,12 @@ def run_extract_replay(data: Path, *, settings: Settings | None = None, keep: Pa
         c = open_container(s)
         try:
             llm = c.extraction_llm
-            report: dict[str, Any] = {"provider": getattr(llm, "name", None), "sessions": len(sessions),
-                                      "mode": s.memory.pipeline_v2.mode(), "data_dir": str(keep) if keep else None}
+            report: dict[str, Any] = {
+                "provider": getattr(llm, "name", None),
+                "sessions": len(sessions),
+                "mode": s.memory.pipeline_v2.mode(),
+                "data_dir": str(keep) if keep else None,
+            }
             if llm is None:
                 return {**report, "message": NO_PROVIDER}
             if not llm.available():
@@ -80,8 +93,9 @@ def run_extract_replay(data: Path, *, settings: Settings | None = None, keep: Pa
             t0 = time.perf_counter()
             ids = []
             for conv, n, text in sessions:
-                ids.append(c.memories.remember(RememberInput(content=text, project=conv, who="locomo",
-                                                             why=f"session {n}")).id)
+                ids.append(
+                    c.memories.remember(RememberInput(content=text, project=conv, who="locomo", why=f"session {n}")).id
+                )
             worker = c.workers.get("extraction")
             done = 0
             while worker.run_once() or worker.consecutive_failures:
@@ -116,9 +130,17 @@ def _totals(jobs: list[jobs_sql.Job]) -> dict[str, Any]:
         decisions.update(r.get("proposals", {}))
         outcomes.update({k: v for k, v in r.get("outcomes", {}).items() if v})
     errors = Counter((j.error or "")[:120] for j in jobs if j.status in ("dead", "pending", "skipped"))
-    return {"jobs": dict(status), "facts": facts, "entities": entities, "decisions": dict(decisions),
-            "outcomes": dict(outcomes), "deduped": outcomes.get("deduped", 0), "warnings": warnings,
-            "llm_calls": llm_calls, "errors": dict(errors.most_common(5))}
+    return {
+        "jobs": dict(status),
+        "facts": facts,
+        "entities": entities,
+        "decisions": dict(decisions),
+        "outcomes": dict(outcomes),
+        "deduped": outcomes.get("deduped", 0),
+        "warnings": warnings,
+        "llm_calls": llm_calls,
+        "errors": dict(errors.most_common(5)),
+    }
 
 
 def render(report: dict[str, Any]) -> list[str]:

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import httpx
 
+from benchmarks.daemon import free_port, start_daemon
+from benchmarks.metrics import latency_summary
 from memlane.auth import auth_headers
 from memlane.config import default_home
-from benchmarks.daemon import free_port, start_daemon
-from memlane.ranker.locomo import Conversation, load_locomo
-from benchmarks.metrics import latency_summary
 from memlane.config.clock import to_iso
+from memlane.ranker.locomo import Conversation, load_locomo
 
 #: Remember batches per LoCoMo session are sent in one request.
 CONTEXT_TURNS = 2
@@ -78,35 +78,63 @@ def replay_conversation(d: _Driver, conv: Conversation, *, max_questions: int | 
         turns = by_session[n]
         key = f"{conv.id}-s{n}"
         now = to_iso(turns[0].timestamp)
-        d.post("session_start", "/api/hooks/session-start", {"session_key": key, "project": project,
-                                                              "harness": "replay", "now": now})
+        d.post(
+            "session_start",
+            "/api/hooks/session-start",
+            {"session_key": key, "project": project, "harness": "replay", "now": now},
+        )
         for t in turns:
             if t.speaker == speaker:
-                d.post("prompt_submit", "/api/hooks/user-prompt-submit",
-                       {"session_key": key, "project": project, "prompt": t.text, "now": to_iso(t.timestamp)})
+                d.post(
+                    "prompt_submit",
+                    "/api/hooks/user-prompt-submit",
+                    {"session_key": key, "project": project, "prompt": t.text, "now": to_iso(t.timestamp)},
+                )
                 counts["prompts"] += 1
-        batch = [{"content": t.text, "project": project, "type": "dialogue", "created_at": to_iso(t.timestamp),
-                  "metadata": {"dia_id": t.dia_id, "session": t.session}, "source_type": "session",
-                  "source_id": key, "who": "replay",
-                  "context": " ".join(p.text for p in turns[max(0, i - CONTEXT_TURNS):i]) or None}
-                 for i, t in enumerate(turns)]
+        batch = [
+            {
+                "content": t.text,
+                "project": project,
+                "type": "dialogue",
+                "created_at": to_iso(t.timestamp),
+                "metadata": {"dia_id": t.dia_id, "session": t.session},
+                "source_type": "session",
+                "source_id": key,
+                "who": "replay",
+                "context": " ".join(p.text for p in turns[max(0, i - CONTEXT_TURNS) : i]) or None,
+            }
+            for i, t in enumerate(turns)
+        ]
         res = d.post("remember", "/api/memory/remember", {"memories": batch})
         for item, r in zip(batch, res["results"]):
             dia_of.setdefault(r["id"], item["metadata"]["dia_id"])
-        d.post("session_end", "/api/hooks/session-end",
-               {"session_key": key, "project": project, "now": to_iso(turns[-1].timestamp),
-                "transcript": "\n".join(t.text for t in turns), "wait": True})
+        d.post(
+            "session_end",
+            "/api/hooks/session-end",
+            {
+                "session_key": key,
+                "project": project,
+                "now": to_iso(turns[-1].timestamp),
+                "transcript": "\n".join(t.text for t in turns),
+                "wait": True,
+            },
+        )
         counts["sessions"] += 1
     after = conv.last_timestamp + timedelta(seconds=1)
     questions = conv.questions[:max_questions] if max_questions else conv.questions
     for q in questions:
         key = f"{conv.id}-q{q.index}"
         now = to_iso(after)
-        start = d.post("session_start", "/api/hooks/session-start",
-                       {"session_key": key, "project": project, "harness": "replay", "now": now,
-                        "context": q.question})
-        prompt = d.post("prompt_submit", "/api/hooks/user-prompt-submit",
-                        {"session_key": key, "project": project, "prompt": q.question, "now": now})
+        start = d.post(
+            "session_start",
+            "/api/hooks/session-start",
+            {"session_key": key, "project": project, "harness": "replay", "now": now, "context": q.question},
+        )
+        prompt = d.post(
+            "prompt_submit",
+            "/api/hooks/user-prompt-submit",
+            {"session_key": key, "project": project, "prompt": q.question, "now": now},
+        )
         shown = [m["id"] for m in start["injected"]] + prompt["injected"]
         evidence = set(q.evidence)
         rating = {mid: (1.0 if dia_of.get(mid) in evidence else 0.0) for mid in dict.fromkeys(shown)}
@@ -114,16 +142,30 @@ def replay_conversation(d: _Driver, conv: Conversation, *, max_questions: int | 
         if rating:
             fb = d.post("feedback", "/api/sessions/feedback", {"session_key": key, "memory_feedback": rating})
             counts["ratings"] += fb["applied"]
-        d.post("session_end", "/api/hooks/session-end",
-               {"session_key": key, "project": project, "now": now, "wait": True,
-                "transcript": f"user: {q.question}\nassistant: {q.answer or ''}"})
+        d.post(
+            "session_end",
+            "/api/hooks/session-end",
+            {
+                "session_key": key,
+                "project": project,
+                "now": now,
+                "wait": True,
+                "transcript": f"user: {q.question}\nassistant: {q.answer or ''}",
+            },
+        )
         counts["question_sessions"] += 1
     return counts
 
 
-def run_replay(data: Path, *, url: str | None = None, max_conversations: int | None = None,
-               max_questions: int | None = None, keep: Path | None = None,
-               progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def run_replay(
+    data: Path,
+    *,
+    url: str | None = None,
+    max_conversations: int | None = None,
+    max_questions: int | None = None,
+    keep: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Replay LoCoMo through a daemon; returns timings, counts and the sessions summary.
 
     Args:
@@ -149,8 +191,9 @@ def run_replay(data: Path, *, url: str | None = None, max_conversations: int | N
     totals: dict[str, int] = {}
     t0 = time.perf_counter()
     try:
-        with httpx.Client(base_url=url, timeout=300,
-                          headers=auth_headers(home if home is not None else default_home())) as http:
+        with httpx.Client(
+            base_url=url, timeout=300, headers=auth_headers(home if home is not None else default_home())
+        ) as http:
             d = _Driver(http, timings)
             for i, conv in enumerate(convs):
                 counts = replay_conversation(d, conv, max_questions=max_questions)
@@ -168,5 +211,11 @@ def run_replay(data: Path, *, url: str | None = None, max_conversations: int | N
                 proc.kill()
         if tmp is not None:
             tmp.cleanup()
-    return {"conversations": len(convs), "seconds": time.perf_counter() - t0, "counts": totals,
-            "latency_ms": timings.report(), "sessions": summary, "data_dir": str(keep) if keep else None}
+    return {
+        "conversations": len(convs),
+        "seconds": time.perf_counter() - t0,
+        "counts": totals,
+        "latency_ms": timings.report(),
+        "sessions": summary,
+        "data_dir": str(keep) if keep else None,
+    }

@@ -112,7 +112,7 @@ def bearer_value(header: str | None) -> str | None:
     """The token in an ``Authorization`` header value (``Bearer <token>``, scheme in any case)."""
     if not header or len(header) <= len(_SCHEME) or header[: len(_SCHEME)].lower() != _SCHEME.lower():
         return None
-    return header[len(_SCHEME):].strip() or None
+    return header[len(_SCHEME) :].strip() or None
 
 
 class TokenStore:
@@ -162,4 +162,3 @@ class TokenStore:
         except UnicodeEncodeError:
             return False
         return self._compare(candidate, self._token)
-

@@ -29,7 +29,8 @@ from memlane.embedding import build_embedder
 from memlane.embedding.base import Embedder
 from memlane.fileperms import private_dir
 from memlane.graph.aspects import AspectFeedbackWorker
-from memlane.graph.classify import CLASSIFY_WORKER, JOB_TYPE as CLASSIFY_JOB, ClassifyHandler
+from memlane.graph.classify import CLASSIFY_WORKER, ClassifyHandler
+from memlane.graph.classify import JOB_TYPE as CLASSIFY_JOB
 from memlane.graph.invalidation import GraphInvalidation
 from memlane.graph.linker import linker_hook
 from memlane.graph.search import GraphBooster
@@ -58,9 +59,9 @@ from memlane.sessions.service import SessionService
 from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
+from memlane.v3.active import ActiveLoop
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
 from memlane.v3.methodology.service import PhaseService
-from memlane.v3.active import ActiveLoop
 from memlane.v3.observer import Observer
 from memlane.v3.observer_service import ObserverSessions
 from memlane.v3.promotion import Promoter
@@ -162,9 +163,15 @@ def load_index(db: Database, model_id: str | None, dimensions: int = 0) -> Memor
     return index
 
 
-def open_container(settings: Settings, *, embedder: Embedder | None = None, warmup: bool = False,
-                   start_workers: bool = False, predictor: bool | None = None,
-                   memory_listeners: Sequence[MemoryListener] = ()) -> Container:
+def open_container(
+    settings: Settings,
+    *,
+    embedder: Embedder | None = None,
+    warmup: bool = False,
+    start_workers: bool = False,
+    predictor: bool | None = None,
+    memory_listeners: Sequence[MemoryListener] = (),
+) -> Container:
     """Open the data directory of ``settings`` and build the services.
 
     Args:
@@ -185,14 +192,19 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     """
     private_dir(settings.home)  # created 0700 (memlane.fileperms)
     enforce_key_bindings(settings)  # an API key goes only to the base URL it was first used with
-    db = Database(settings.db_path, read_pool_size=settings.read_pool_size,
-                  busy_timeout_ms=settings.busy_timeout_ms, synchronous=settings.sqlite_synchronous)
+    db = Database(
+        settings.db_path,
+        read_pool_size=settings.read_pool_size,
+        busy_timeout_ms=settings.busy_timeout_ms,
+        synchronous=settings.sqlite_synchronous,
+    )
     migrate(db)
     emb = embedder if embedder is not None else build_embedder(settings.embedding)
     if warmup and emb is not None and hasattr(emb, "warmup"):
         emb.warmup()
-    index = load_index(db, emb.model_id if emb is not None else None,
-                       getattr(emb, "dimensions", 0) if emb is not None else 0)
+    index = load_index(
+        db, emb.model_id if emb is not None else None, getattr(emb, "dimensions", 0) if emb is not None else 0
+    )
     pipeline: Callable[[], PipelineV2Settings] = lambda: settings.memory.pipeline_v2  # noqa: E731
     graph = lambda: pipeline().graph  # noqa: E731
     obs = Observability()
@@ -200,86 +212,174 @@ def open_container(settings: Settings, *, embedder: Embedder | None = None, warm
     ex = extraction_llm_settings(pipeline(), settings.llm)
     extraction_llm = llm if ex == settings.llm else build_provider(ex)
     checkpoints = SessionCheckpointService(db, settings.continuity)
-    pred = _predictor(settings, db, index, emb, obs) \
-        if (start_workers if predictor is None else predictor) and settings.predictor.enabled else None
+    pred = (
+        _predictor(settings, db, index, emb, obs)
+        if (start_workers if predictor is None else predictor) and settings.predictor.enabled
+        else None
+    )
     scorer = SessionScorer(db, llm, pred)
     drift = DriftService(db, index, lambda: settings.drift, embedder=lambda: emb)
     drift.load()
     # The remember transaction: extraction job, inline entity linker, hints job, drift references.
-    memories = MemoryService(db, emb, index, max_content_chars=settings.max_content_chars,
-                             embed_batch=settings.embedding.batch_size,
-                             redact_memories=lambda: settings.redact.memories,
-                             created_hooks=(extraction_hook(pipeline), linker_hook(graph), hints_hook(pipeline),
-                                            drift.created_hook),
-                             # The graph's attributes follow their memory before drift reads them.
-                             listeners=(scorer.on_memory_event, GraphInvalidation(db).on_memory_event,
-                                        drift.on_memory_event, *memory_listeners))
+    memories = MemoryService(
+        db,
+        emb,
+        index,
+        max_content_chars=settings.max_content_chars,
+        embed_batch=settings.embedding.batch_size,
+        redact_memories=lambda: settings.redact.memories,
+        created_hooks=(extraction_hook(pipeline), linker_hook(graph), hints_hook(pipeline), drift.created_hook),
+        # The graph's attributes follow their memory before drift reads them.
+        listeners=(
+            scorer.on_memory_event,
+            GraphInvalidation(db).on_memory_event,
+            drift.on_memory_event,
+            *memory_listeners,
+        ),
+    )
     fts = FtsCache(db)
     # Hints merge, dampening, reranker; the hint leg uses the FTS statistics once the store is large.
     stages = RecallStages(db, index, pipeline, fts=lambda: recall.fts_cache())
-    recall = RecallService(memories, settings.recall, fts=fts, stages=stages,
-                           graph_boost=GraphBooster(db, graph, memory_count=lambda: index.size),
-                           ranker=LearnedRanker(lambda: settings.recall), drift=drift)
+    recall = RecallService(
+        memories,
+        settings.recall,
+        fts=fts,
+        stages=stages,
+        graph_boost=GraphBooster(db, graph, memory_count=lambda: index.size),
+        ranker=LearnedRanker(lambda: settings.recall),
+        drift=drift,
+    )
     phases = PhaseService(lambda: settings.methodology)  # read at each request: POST /api/config swaps it
     coaccess = CoAccessService(db)
     active = ActiveLoop(db, memories, coaccess, lambda: llm)
     observer = ObserverSessions(Observer(db), Promoter(db, memories, lambda: llm, active=active), coaccess)
-    sessions = SessionService(memories, recall, settings.sessions, llm=llm, checkpoints=checkpoints, predictor=pred,
-                              scorer=scorer, drift=drift, phases=phases, prefetch=active)
+    sessions = SessionService(
+        memories,
+        recall,
+        settings.sessions,
+        llm=llm,
+        checkpoints=checkpoints,
+        predictor=pred,
+        scorer=scorer,
+        drift=drift,
+        phases=phases,
+        prefetch=active,
+    )
     jobs = lambda name, **kw: JobWorker(db, name, listeners=(obs.on_job,), **kw)  # noqa: E731
     lease_ms = lambda: pipeline().worker.lease_timeout_ms  # noqa: E731
 
     # memory-pipeline-v2 "Worker Model": worker.concurrency extraction workers sharing one
     # handler (a lease is one atomic transaction: no two lease the same job), the reaper.
     extract = make_handler(memories, settings, lambda: extraction_llm)
-    extraction = [jobs("extraction" if i == 1 else f"extraction-{i}", handlers={EXTRACT: extract},
-                       poll_ms=lambda: pipeline().worker.poll_ms, lease_timeout_ms=lease_ms,
-                       enabled=lambda: pipeline().enabled)
-                  for i in range(1, max(1, pipeline().worker.concurrency) + 1)]
+    extraction = [
+        jobs(
+            "extraction" if i == 1 else f"extraction-{i}",
+            handlers={EXTRACT: extract},
+            poll_ms=lambda: pipeline().worker.poll_ms,
+            lease_timeout_ms=lease_ms,
+            enabled=lambda: pipeline().enabled,
+        )
+        for i in range(1, max(1, pipeline().worker.concurrency) + 1)
+    ]
     # Knowledge graph: structural classification (with the extraction LLM), aspect feedback.
-    classify = jobs(CLASSIFY_WORKER, handlers={CLASSIFY_JOB: ClassifyHandler(db, lambda: extraction_llm)},
-                    poll_ms=lambda: pipeline().worker.poll_ms, lease_timeout_ms=lease_ms,
-                    enabled=lambda: pipeline().enabled and graph().enabled)
-    hints = jobs("hints", handlers={PROSPECTIVE_INDEX: hint_handler(db, lambda: extraction_llm, pipeline)},
-                 poll_ms=lambda: pipeline().hints.poll, lease_timeout_ms=lease_ms,
-                 enabled=lambda: pipeline().enabled and pipeline().hints.enabled)
+    classify = jobs(
+        CLASSIFY_WORKER,
+        handlers={CLASSIFY_JOB: ClassifyHandler(db, lambda: extraction_llm)},
+        poll_ms=lambda: pipeline().worker.poll_ms,
+        lease_timeout_ms=lease_ms,
+        enabled=lambda: pipeline().enabled and graph().enabled,
+    )
+    hints = jobs(
+        "hints",
+        handlers={PROSPECTIVE_INDEX: hint_handler(db, lambda: extraction_llm, pipeline)},
+        poll_ms=lambda: pipeline().hints.poll,
+        lease_timeout_ms=lease_ms,
+        enabled=lambda: pipeline().enabled and pipeline().hints.enabled,
+    )
     # Documents (always run: each is an explicit request), embedding tracker, retention, maintenance.
     documents = DocumentService(db, memories, pipeline, on_enqueue=lambda: docs.wake())
-    docs = jobs("documents", handlers={DOCUMENT_INGEST: documents.process},
-                poll_ms=lambda: pipeline().documents.worker_interval_ms, lease_timeout_ms=lease_ms)
-    tracker = EmbeddingTracker(db, emb, index, batch_size=lambda: pipeline().embedding_tracker.batch_size,
-                               poll_ms=lambda: pipeline().embedding_tracker.poll_ms,
-                               enabled=lambda: pipeline().embedding_tracker.enabled and emb is not None)
+    docs = jobs(
+        "documents",
+        handlers={DOCUMENT_INGEST: documents.process},
+        poll_ms=lambda: pipeline().documents.worker_interval_ms,
+        lease_timeout_ms=lease_ms,
+    )
+    tracker = EmbeddingTracker(
+        db,
+        emb,
+        index,
+        batch_size=lambda: pipeline().embedding_tracker.batch_size,
+        poll_ms=lambda: pipeline().embedding_tracker.poll_ms,
+        enabled=lambda: pipeline().embedding_tracker.enabled and emb is not None,
+    )
     retention = RetentionWorker(db)
     repairs = Repairs(memories, pipeline, tracker=tracker)
     maintenance = MaintenanceWorker(repairs, pipeline, model=lambda: emb.model_id if emb else None)
     workers: list[PollingWorker] = [
-        extraction[0], StaleLeaseReaper(db), classify,
-        AspectFeedbackWorker(db, enabled=lambda: graph().enabled), hints, *extraction[1:],
-        docs, tracker, retention, maintenance,
+        extraction[0],
+        StaleLeaseReaper(db),
+        classify,
+        AspectFeedbackWorker(db, enabled=lambda: graph().enabled),
+        hints,
+        *extraction[1:],
+        docs,
+        tracker,
+        retention,
+        maintenance,
         LifecycleWorker(LifecycleService(db, memories)),  # V3 pruning (docs/v3.md)
         BootstrapWorker(coaccess),  # the co-access graph's bootstrap from git
     ]
-    container = Container(settings, db, emb, memories, recall, sessions, checkpoints, WorkerRegistry(workers), obs,
-                          drift, documents, tracker, retention, repairs, maintenance, llm=llm,
-                          extraction_llm=extraction_llm, predictor=pred, phases=phases, active=active, observer=observer,
-                          owns_embedder=embedder is None)
+    container = Container(
+        settings,
+        db,
+        emb,
+        memories,
+        recall,
+        sessions,
+        checkpoints,
+        WorkerRegistry(workers),
+        obs,
+        drift,
+        documents,
+        tracker,
+        retention,
+        repairs,
+        maintenance,
+        llm=llm,
+        extraction_llm=extraction_llm,
+        predictor=pred,
+        phases=phases,
+        active=active,
+        observer=observer,
+        owns_embedder=embedder is None,
+    )
     if start_workers:
         container.workers.start_all()
     return container
 
 
-def _predictor(settings: Settings, db: Database, index: MemoryIndex, emb: Embedder | None,
-               obs: Observability) -> PredictorService:
+def _predictor(
+    settings: Settings, db: Database, index: MemoryIndex, emb: Embedder | None, obs: Observability
+) -> PredictorService:
     """The started predictor service over the sidecar of ``settings.home``, reporting to ``obs``.
     The sidecar (PyTorch, ~300 MiB) runs only with a model to serve or a training run; until then
     the daemon scores with the untrained model's formula (docs/architecture.md, Footprint)."""
-    backend = sidecar_for(settings.predictor, db_path=settings.db_path, home=settings.home,
-                          embedding_model_id=emb.model_id if emb is not None else "none",
-                          native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1,
-                          listeners=(obs.on_sidecar_error,))
-    pred = PredictorService(db, index, backend, settings.predictor,
-                            lifecycle=sidecar_lifecycle(backend, settings.predictor, home=settings.home),
-                            score_listeners=(obs.on_score,), training_listeners=(obs.on_training,))
+    backend = sidecar_for(
+        settings.predictor,
+        db_path=settings.db_path,
+        home=settings.home,
+        embedding_model_id=emb.model_id if emb is not None else "none",
+        native_dim=getattr(emb, "dimensions", 0) or 1 if emb is not None else 1,
+        listeners=(obs.on_sidecar_error,),
+    )
+    pred = PredictorService(
+        db,
+        index,
+        backend,
+        settings.predictor,
+        lifecycle=sidecar_lifecycle(backend, settings.predictor, home=settings.home),
+        score_listeners=(obs.on_score,),
+        training_listeners=(obs.on_training,),
+    )
     pred.start()
     return pred

@@ -42,8 +42,15 @@ class DaemonError(MemlaneError):
         details: the ``error.details`` object, or None.
     """
 
-    def __init__(self, message: str, *, status: int, daemon_code: str | None, daemon_message: str,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        daemon_code: str | None,
+        daemon_message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message, details=details)
         self.status = status
         self.daemon_code = daemon_code
@@ -61,16 +68,24 @@ class DaemonClient:
         transport: an httpx transport (default: the network).
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, *, home: Path | None = None,
-                 client_name: str = "cli", transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = 30.0,
+        *,
+        home: Path | None = None,
+        client_name: str = "cli",
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         if home is None:
             from memlane.config import default_home
 
             home = default_home()
         self.base_url = base_url.rstrip("/")
         headers = {CLIENT_HEADER: client_name, **auth_headers(home)}
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers,
-                                  transport=transport, trust_env=False)
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout_s, headers=headers, transport=transport, trust_env=False
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send one request (``kwargs`` as for :meth:`httpx.Client.request`); returns the decoded JSON.
@@ -82,11 +97,13 @@ class DaemonClient:
         try:
             r = self._http.request(method, path, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise DaemonUnavailable(f"memlane daemon not reachable at {self.base_url}; "
-                                    "start it with `memlane serve`") from exc
+            raise DaemonUnavailable(
+                f"memlane daemon not reachable at {self.base_url}; start it with `memlane serve`"
+            ) from exc
         except httpx.TimeoutException as exc:
-            raise DaemonUnavailable(f"memlane daemon at {self.base_url} did not answer in time "
-                                    f"({type(exc).__name__}); try again") from exc
+            raise DaemonUnavailable(
+                f"memlane daemon at {self.base_url} did not answer in time ({type(exc).__name__}); try again"
+            ) from exc
         except httpx.HTTPError as exc:
             raise DaemonUnavailable(f"memlane daemon at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         try:
@@ -98,8 +115,13 @@ class DaemonClient:
             if isinstance(err, dict) and isinstance(err.get("message"), str):
                 code = str(err.get("code"))
                 details = err.get("details") if isinstance(err.get("details"), dict) else None
-                raise DaemonError(f"{code}: {err['message']}", status=r.status_code, daemon_code=code,
-                                  daemon_message=err["message"], details=details)
+                raise DaemonError(
+                    f"{code}: {err['message']}",
+                    status=r.status_code,
+                    daemon_code=code,
+                    daemon_message=err["message"],
+                    details=details,
+                )
             text = f"memlane daemon at {self.base_url} answered HTTP {r.status_code}: {r.text[:200]}"
             raise DaemonError(text, status=r.status_code, daemon_code=None, daemon_message=text)
         if body is None:

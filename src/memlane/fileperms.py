@@ -164,8 +164,14 @@ def check_private(home: Path | str) -> list[Problem]:
             if stat.S_ISLNK(st.st_mode) or not _loose(st.st_mode):
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
-            problems.append(Problem(Path(root) / name, stat.S_IMODE(st.st_mode),
-                                    PRIVATE_DIR_MODE if is_dir else PRIVATE_FILE_MODE, "dir" if is_dir else "file"))
+            problems.append(
+                Problem(
+                    Path(root) / name,
+                    stat.S_IMODE(st.st_mode),
+                    PRIVATE_DIR_MODE if is_dir else PRIVATE_FILE_MODE,
+                    "dir" if is_dir else "file",
+                )
+            )
     return sorted(problems, key=lambda p: (p.path != home, str(p.path)))
 
 
@@ -199,5 +205,10 @@ def warn_if_loose(home: Path | str, log: logging.Logger | None = None) -> list[P
         more = f"; and {len(problems) - WARN_LIST_MAX} more" if len(problems) > WARN_LIST_MAX else ""
         (log or logging.getLogger(__name__)).warning(
             "%d path(s) in %s can be read or changed by other users: %s%s. Fix: memlane doctor --fix --home %s",
-            len(problems), home, shown, more, home)
+            len(problems),
+            home,
+            shown,
+            more,
+            home,
+        )
     return problems

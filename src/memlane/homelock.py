@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,7 @@ class HomeLocked(MemlaneError):
     code = "home_locked"
 
     def __init__(self, message: str, *, holder: LockHolder | None, path: Path) -> None:
-        super().__init__(message, details={"lock": str(path),
-                                           "holder": None if holder is None else holder.as_dict()})
+        super().__init__(message, details={"lock": str(path), "holder": None if holder is None else holder.as_dict()})
         self.holder = holder
         self.path = path
 
@@ -191,7 +190,11 @@ def _parse(raw: bytes) -> LockHolder | None:
     """The holder's details from the file content; None when empty or unreadable."""
     try:
         data = json.loads(raw.decode("utf-8"))
-        return LockHolder(int(data["pid"]), str(data["command"]), str(data["started_at"]),
-                          str(data["url"]) if data.get("url") else None)
+        return LockHolder(
+            int(data["pid"]),
+            str(data["command"]),
+            str(data["started_at"]),
+            str(data["url"]) if data.get("url") else None,
+        )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None

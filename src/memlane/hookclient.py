@@ -102,8 +102,7 @@ ENDPOINTS = {
 #: paths, the Bash command and the error (memlane.v3.observer), never the contents.
 MAX_TOOL_TEXT_CHARS = 2000
 #: config.yaml keys this client reads, with their types.
-CONFIG_KEYS = {"home": str, "daemon_url": str, "host": str, "port": int, "hook_timeout_s": float,
-               "max_body_bytes": int}
+CONFIG_KEYS = {"home": str, "daemon_url": str, "host": str, "port": int, "hook_timeout_s": float, "max_body_bytes": int}
 
 log = LazyLogger("memlane.connectors")
 #: True in the ``memlane-hook`` process (set by :func:`main`): records are written straight to
@@ -142,6 +141,7 @@ def setup_log(home: Path | str) -> None:
 
 # --- where the daemon is ----------------------------------------------------------------------
 
+
 class HookTarget:
     """Where a hook call goes and the limits it runs under.
 
@@ -155,16 +155,23 @@ class HookTarget:
 
     __slots__ = ("home", "url", "timeout_s", "max_body_bytes")
 
-    def __init__(self, home: Path | str, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        home: Path | str,
+        url: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         self.home = os.path.expanduser(os.fspath(home))
         self.url = url
         self.timeout_s = float(timeout_s)
         self.max_body_bytes = int(max_body_bytes)
 
     def __repr__(self) -> str:
-        return (f"HookTarget(home={str(self.home)!r}, url={self.url!r}, timeout_s={self.timeout_s!r}, "
-                f"max_body_bytes={self.max_body_bytes!r})")
+        return (
+            f"HookTarget(home={str(self.home)!r}, url={self.url!r}, timeout_s={self.timeout_s!r}, "
+            f"max_body_bytes={self.max_body_bytes!r})"
+        )
 
 
 def _yaml_scalar(raw: str) -> str | None:
@@ -177,11 +184,11 @@ def _yaml_scalar(raw: str) -> str | None:
     if raw[0] in "'\"":
         quote = raw[0]
         end = raw.find(quote, 1)
-        while quote == "'" and end >= 0 and raw[end + 1:end + 2] == "'":
+        while quote == "'" and end >= 0 and raw[end + 1 : end + 2] == "'":
             end = raw.find(quote, end + 2)
         if end < 0:
             return None
-        rest = raw[end + 1:].strip()
+        rest = raw[end + 1 :].strip()
         body = raw[1:end]
         if rest and not rest.startswith("#"):
             return None
@@ -259,8 +266,9 @@ def lock_url(home: Path | str) -> str | None:
     at that instant think the home is held). An unspecified bind address (``0.0.0.0``, ``::``)
     becomes the matching loopback address."""
     try:
-        fd = os.open(os.path.join(os.path.expanduser(os.fspath(home)), "daemon.lock"),
-                     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(
+            os.path.join(os.path.expanduser(os.fspath(home)), "daemon.lock"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+        )
     except OSError:
         return None
     try:
@@ -355,7 +363,8 @@ def resolve_target(env: Mapping[str, str] | None = None, *, timeout_s: float | N
         url = lock_url(home) or ""
     if not url:
         url = config.get("daemon_url") or (
-            f"http://{_host_for_url(config.get('host') or DEFAULT_HOST)}:{config.get('port') or DEFAULT_PORT}")
+            f"http://{_host_for_url(config.get('host') or DEFAULT_HOST)}:{config.get('port') or DEFAULT_PORT}"
+        )
     if timeout_s is None:
         timeout_s = _env_number(env, "MEMLANE_HOOK_TIMEOUT_S", float) or config.get("hook_timeout_s")
         if timeout_s is None or not 0 < timeout_s <= 55:
@@ -368,18 +377,23 @@ def resolve_target(env: Mapping[str, str] | None = None, *, timeout_s: float | N
 
 # --- the request ------------------------------------------------------------------------------
 
+
 def _utf8_tail(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text
     tail = data[-max_bytes:].decode("utf-8", errors="ignore")
     nl = tail.find("\n")
-    return tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
+    return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
 
 
-def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | None = None,
-               max_transcript_bytes: int | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-               ) -> dict[str, Any]:
+def build_body(
+    event: HookEvent,
+    *,
+    transcript_roots: Sequence[Path | str] | None = None,
+    max_transcript_bytes: int | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> dict[str, Any]:
     """The JSON body for the daemon endpoint of ``event`` (``None`` fields left out).
 
     user-prompt-submit gets ``memory_feedback`` from the transcript's latest assistant message
@@ -390,8 +404,12 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
     two events."""
     if event.event in TOOL_EVENTS:
         return tool_use_body(event)
-    body: dict[str, Any] = {"session_key": event.session_key, "project": event.project,
-                            "cwd": event.cwd, "harness": event.harness}
+    body: dict[str, Any] = {
+        "session_key": event.session_key,
+        "project": event.project,
+        "cwd": event.cwd,
+        "harness": event.harness,
+    }
     if event.event == "session-start":
         body["source"] = event.source
         body["permission_mode"] = event.permission_mode
@@ -400,8 +418,9 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
 
         body["prompt"] = event.prompt
         body["permission_mode"] = event.permission_mode
-        raw = transcript.read_transcript(event.transcript_path, transcript_roots,
-                                         tail_bytes=transcript.FEEDBACK_TAIL_BYTES)
+        raw = transcript.read_transcript(
+            event.transcript_path, transcript_roots, tail_bytes=transcript.FEEDBACK_TAIL_BYTES
+        )
         feedback = transcript.last_memory_feedback(raw) if raw else None
         if feedback:
             body["memory_feedback"] = feedback
@@ -409,9 +428,11 @@ def build_body(event: HookEvent, *, transcript_roots: Sequence[Path | str] | Non
         from memlane.connectors import transcript
 
         body["reason"] = event.reason
-        raw = transcript.read_transcript(event.transcript_path, transcript_roots,
-                                         transcript.DEFAULT_MAX_BYTES if max_transcript_bytes is None
-                                         else max_transcript_bytes)
+        raw = transcript.read_transcript(
+            event.transcript_path,
+            transcript_roots,
+            transcript.DEFAULT_MAX_BYTES if max_transcript_bytes is None else max_transcript_bytes,
+        )
         text = transcript.transcript_text(raw) if raw else ""
         if text:
             body["transcript"] = _utf8_tail(text, max(1024, max_body_bytes // 2))
@@ -432,13 +453,20 @@ def tool_use_body(event: HookEvent) -> dict[str, Any]:
     call (an object with a true ``is_error`` or an ``error``: those two keys and ``content``,
     cut). A successful call's response (a file read, a command's output) is not sent: the
     observer does not read it, and it can be megabytes."""
-    body: dict[str, Any] = {"session_id": event.session_key, "tool_name": event.tool_name,
-                            "tool_input": {k: _cut(v) for k, v in (event.tool_input or {}).items()},
-                            "cwd": event.cwd, "project": event.project}
+    body: dict[str, Any] = {
+        "session_id": event.session_key,
+        "tool_name": event.tool_name,
+        "tool_input": {k: _cut(v) for k, v in (event.tool_input or {}).items()},
+        "cwd": event.cwd,
+        "project": event.project,
+    }
     resp = event.tool_response
     if isinstance(resp, dict) and (resp.get("is_error") or resp.get("error")):
-        body["tool_response"] = {k: _cut(resp[k]) if isinstance(resp[k], str) else resp[k]
-                                 for k in ("is_error", "error", "content") if k in resp}
+        body["tool_response"] = {
+            k: _cut(resp[k]) if isinstance(resp[k], str) else resp[k]
+            for k in ("is_error", "error", "content")
+            if k in resp
+        }
     return body
 
 
@@ -483,8 +511,10 @@ def http_poster(url: str, headers: Mapping[str, str]) -> Post:
     def post(endpoint: str, data: bytes, timeout: float) -> tuple[int, str]:
         if not _plain_path(endpoint):
             return 400, f"not a request path: {endpoint[:100]!r}"
-        request = (f"POST {prefix}{endpoint} HTTP/1.1\r\nHost: {host_header}\r\n{head}"
-                   f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode("latin-1") + data
+        request = (
+            f"POST {prefix}{endpoint} HTTP/1.1\r\nHost: {host_header}\r\n{head}"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1") + data
         try:
             sock = _connect(address, max(timeout, 0.001))
         except OSError as exc:
@@ -575,7 +605,7 @@ def read_answer(sock: _socket.socket, *, max_bytes: int = MAX_ANSWER_BYTES) -> t
         if not sep or not name or name != name.strip():
             raise DeliveryError(f"malformed header line: {line[:80]!r}")
         fields[name.lower()] = value.strip()
-    body = buf[end + 4:]
+    body = buf[end + 4 :]
     if "chunked" in fields.get("transfer-encoding", "").lower():
         body = _dechunk(sock, body, max_bytes)
     elif "content-length" in fields:
@@ -613,9 +643,9 @@ def _dechunk(sock: _socket.socket, buf: bytearray, max_bytes: int) -> bytearray:
             return out
         while len(buf) < pos + size + 2:
             _recv_more(sock, buf, limit)
-        if buf[pos + size:pos + size + 2] != b"\r\n":
+        if buf[pos + size : pos + size + 2] != b"\r\n":
             raise DeliveryError("a chunk does not end with CRLF")
-        out += buf[pos:pos + size]
+        out += buf[pos : pos + size]
         pos += size + 2
 
 
@@ -646,8 +676,15 @@ def _https_poster(host: str, port: int, prefix: str, fields: Mapping[str, str]) 
     return post
 
 
-def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_roots: Sequence[Path | str] | None = None,
-        replay_budget_s: float = REPLAY_BUDGET_S, env: Mapping[str, str] | None = None) -> str:
+def run(
+    event_name: str,
+    stdin_text: str,
+    target: HookTarget,
+    *,
+    transcript_roots: Sequence[Path | str] | None = None,
+    replay_budget_s: float = REPLAY_BUDGET_S,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """Handle one hook call; returns what to print on stdout (often ``""``, else one JSON line
     without its newline).
 
@@ -678,8 +715,9 @@ def run(event_name: str, stdin_text: str, target: HookTarget, *, transcript_root
         return ""
 
 
-def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[Path | str] | None,
-         replay_budget_s: float) -> str:
+def _run(
+    event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[Path | str] | None, replay_budget_s: float
+) -> str:
     try:
         event = from_claude_code(event_name, cjson.loads(stdin_text))
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
@@ -703,8 +741,9 @@ def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[P
     try:
         # "replace": a lone surrogate in the hook input (a split emoji) becomes "?" instead of
         # failing the whole event
-        status, text = post(endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8", "replace"),
-                            target.timeout_s)
+        status, text = post(
+            endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8", "replace"), target.timeout_s
+        )
     except DeliveryError as exc:
         log.warning("hook %s: daemon at %s unavailable (%s); event spooled", event.event, target.url, exc)
         spool_event(spool_dir, endpoint, body)
@@ -724,11 +763,13 @@ def _run(event_name: str, stdin_text: str, target: HookTarget, roots: Sequence[P
     inject = data.get("inject") if isinstance(data, dict) else None
     if event.event not in ("session-start", "user-prompt-submit") or not isinstance(inject, str) or not inject.strip():
         return ""
-    return cjson.dumps({"hookSpecificOutput": {"hookEventName": CLAUDE_CODE_NAMES[event.event],
-                                              "additionalContext": inject}})
+    return cjson.dumps(
+        {"hookSpecificOutput": {"hookEventName": CLAUDE_CODE_NAMES[event.event], "additionalContext": inject}}
+    )
 
 
 # --- the command ------------------------------------------------------------------------------
+
 
 def _parse_args(argv: Sequence[str]) -> tuple[str, float | None]:
     """``EVENT [--timeout S | --timeout=S]`` -> ``(event, timeout or None)``.

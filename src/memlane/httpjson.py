@@ -49,12 +49,18 @@ def excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
 # ---------------------------------------------------------------- httpcore pools as an httpx transport
 
 _CORE_TO_HTTPX: Sequence[tuple[type[Exception], type[httpx.HTTPError]]] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout), (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout), (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException), (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError), (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError), (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError), (httpcore.ProtocolError, httpx.ProtocolError),
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
     (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
 )
 
@@ -117,8 +123,14 @@ class PoolTransport(httpx.BaseTransport):
     proxy). Nothing is retried. Raises (from ``handle_request``) httpx's transport errors.
     """
 
-    def __init__(self, backend: httpcore.NetworkBackend, *, verify: ssl.SSLContext | str | bool = True,
-                 max_connections: int | None = 10, keepalive: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: httpcore.NetworkBackend,
+        *,
+        verify: ssl.SSLContext | str | bool = True,
+        max_connections: int | None = 10,
+        keepalive: int | None = None,
+    ) -> None:
         self.backend = backend
         self._tls = tls_context(verify)
         self._max_connections = max_connections
@@ -126,9 +138,14 @@ class PoolTransport(httpx.BaseTransport):
         self._direct = self._new_pool()
 
     def _new_pool(self, proxy: httpcore.Proxy | None = None) -> httpcore.ConnectionPool:
-        return httpcore.ConnectionPool(ssl_context=self._tls, proxy=proxy, max_connections=self._max_connections,
-                                       max_keepalive_connections=self._keepalive,
-                                       network_backend=self.backend, retries=0)
+        return httpcore.ConnectionPool(
+            ssl_context=self._tls,
+            proxy=proxy,
+            max_connections=self._max_connections,
+            max_keepalive_connections=self._keepalive,
+            network_backend=self.backend,
+            retries=0,
+        )
 
     def _pool_for(self, url: httpx.URL) -> httpcore.ConnectionPool:
         """The pool a request to ``url`` goes through (here: always the direct one)."""
@@ -142,9 +159,16 @@ class PoolTransport(httpx.BaseTransport):
         assert isinstance(request.stream, httpx.SyncByteStream)
         req = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
-                             target=request.url.raw_path),
-            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
         try:
             resp = self._pool_for(request.url).handle_request(req)
         except Exception as exc:
@@ -153,8 +177,9 @@ class PoolTransport(httpx.BaseTransport):
                 raise
             raise mapped from exc
         assert isinstance(resp.stream, Iterable)
-        return httpx.Response(status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream),
-                              extensions=resp.extensions)
+        return httpx.Response(
+            status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream), extensions=resp.extensions
+        )
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -182,8 +207,9 @@ class _TrackedStream(httpcore.NetworkStream):
         self._owner._discard(self)
         self._inner.close()
 
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         tls = self._inner.start_tls(ssl_context, server_hostname, timeout)
         self._inner = tls  # same descriptor, now wrapped in TLS
         return self
@@ -203,8 +229,14 @@ class AbortableBackend(httpcore.NetworkBackend):
         self._open: set[_TrackedStream] = set()
         self.aborted = False
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         """A TCP stream to ``host:port``, tracked until closed.
 
         Raises:
@@ -213,8 +245,12 @@ class AbortableBackend(httpcore.NetworkBackend):
         """
         if self.aborted:
             raise httpcore.ConnectError("the HTTP client was closed")
-        stream = _TrackedStream(self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
-                                                        socket_options=socket_options), self)
+        stream = _TrackedStream(
+            self._inner.connect_tcp(
+                host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+            ),
+            self,
+        )
         with self._lock:
             self._open.add(stream)
             aborted = self.aborted
@@ -222,8 +258,9 @@ class AbortableBackend(httpcore.NetworkBackend):
             _shutdown(stream)
         return stream
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
         """Refused: memlane's outbound calls are TCP.
 
         Raises:
@@ -282,16 +319,24 @@ class _EnvProxyTransport(PoolTransport):
                 try:
                     spec = httpx.Proxy(proxy if "://" in proxy else "http://" + proxy)
                 except (ValueError, httpx.InvalidURL) as exc:
-                    raise httpx.ProxyError(f"the {url.scheme} proxy named by the environment is not a valid "
-                                           f"URL ({type(exc).__name__})") from None
+                    raise httpx.ProxyError(
+                        f"the {url.scheme} proxy named by the environment is not a valid URL ({type(exc).__name__})"
+                    ) from None
                 target = spec.url
                 if target.scheme not in ("http", "https"):  # SOCKS needs a package memlane does not ship
-                    raise httpx.ProxyError(f"the {url.scheme} proxy named by the environment is a "
-                                           f"{target.scheme} proxy; only http and https proxies are supported")
-                self._proxies[proxy] = self._new_pool(httpcore.Proxy(
-                    url=httpcore.URL(scheme=target.raw_scheme, host=target.raw_host, port=target.port,
-                                     target=target.raw_path),
-                    auth=spec.raw_auth, headers=spec.headers.raw))
+                    raise httpx.ProxyError(
+                        f"the {url.scheme} proxy named by the environment is a "
+                        f"{target.scheme} proxy; only http and https proxies are supported"
+                    )
+                self._proxies[proxy] = self._new_pool(
+                    httpcore.Proxy(
+                        url=httpcore.URL(
+                            scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
+                        ),
+                        auth=spec.raw_auth,
+                        headers=spec.headers.raw,
+                    )
+                )
             return self._proxies[proxy]
 
     def _pools(self) -> list[httpcore.ConnectionPool]:
@@ -307,8 +352,9 @@ def _transport_failure(url: str, timeout_s: float, exc: BaseException, fail: Fai
     if aborted:
         return fail(f"call to {url} aborted: the client was closed (shutting down)", False)
     if isinstance(exc, httpx.TimeoutException):
-        return fail(f"timed out after {timeout_s:g} s waiting for {url} (timeout_s={timeout_s:g})", True,
-                    timeout_s=timeout_s)
+        return fail(
+            f"timed out after {timeout_s:g} s waiting for {url} (timeout_s={timeout_s:g})", True, timeout_s=timeout_s
+        )
     return fail(f"cannot reach {url}: {type(exc).__name__}: {exc}", False)
 
 
@@ -331,15 +377,24 @@ class JsonHttpClient:
         self._http = httpx.Client(
             transport=_EnvProxyTransport(self._backend, trust_env=trust_env),
             headers={"Accept": "application/json", **(headers or {})},
-            follow_redirects=False, trust_env=False)
+            follow_redirects=False,
+            trust_env=False,
+        )
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (every call now fails at once)."""
         return self._backend.aborted
 
-    def request(self, method: str, url: str, *, body: bytes | None = None, timeout_s: float,
-                headers: dict[str, str] | None = None) -> httpx.Response:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None = None,
+        timeout_s: float,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         """One request; the whole reply is read before returning.
 
         Args:
@@ -372,20 +427,25 @@ class JsonHttpClient:
         """
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
         try:
-            response = self.request("POST", url, body=body, timeout_s=timeout_s,
-                                    headers={"Content-Type": "application/json"})
+            response = self.request(
+                "POST", url, body=body, timeout_s=timeout_s, headers={"Content-Type": "application/json"}
+            )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise _transport_failure(url, timeout_s, exc, fail, aborted=self._backend.aborted) from exc
         data = response.content
         if response.status_code >= 400:
             text = excerpt(data.decode("utf-8", errors="replace"))
-            raise fail(f"{url} answered HTTP {response.status_code}: {text}", False, status=response.status_code,
-                       body=text)
+            raise fail(
+                f"{url} answered HTTP {response.status_code}: {text}", False, status=response.status_code, body=text
+            )
         try:
             return json.loads(data)
         except ValueError as exc:
-            raise fail(f"reply is not valid JSON: {excerpt(data.decode('utf-8', errors='replace'))!r}", False,
-                       status=response.status_code) from exc
+            raise fail(
+                f"reply is not valid JSON: {excerpt(data.decode('utf-8', errors='replace'))!r}",
+                False,
+                status=response.status_code,
+            ) from exc
 
     def status(self, url: str, *, timeout_s: float) -> int | None:
         """The HTTP status of ``GET url``, or ``None`` if it failed or timed out. Never raises."""

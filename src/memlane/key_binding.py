@@ -106,8 +106,7 @@ def read_bindings(home: Path) -> dict[str, str]:
 
 def _write(home: Path, keys: dict[str, str]) -> None:
     data = {"version": 1, "keys": keys}
-    atomic_write(bindings_path(home), (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
-                 mode=0o600)
+    atomic_write(bindings_path(home), (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
 
 
 def enforce_key_bindings(settings: Settings) -> list[str]:
@@ -138,10 +137,12 @@ def enforce_key_bindings(settings: Settings) -> list[str]:
         elif bound_to != target:
             conf = getattr(settings, section)
             setattr(settings, section, conf.model_copy(update={"api_key": SecretStr("")}))
-            msg = (f"{section}.api_key is bound to {bound_to} (where it was first used), but "
-                   f"{section}.base_url now points at {target}: the key is not sent. Put the key for "
-                   f"{target} in config.yaml (or MEMLANE_{section.upper()}__API_KEY), or run "
-                   f"`memlane config --bind-keys` to send this key to {target}.")
+            msg = (
+                f"{section}.api_key is bound to {bound_to} (where it was first used), but "
+                f"{section}.base_url now points at {target}: the key is not sent. Put the key for "
+                f"{target} in config.yaml (or MEMLANE_{section.upper()}__API_KEY), or run "
+                f"`memlane config --bind-keys` to send this key to {target}."
+            )
             log.warning(msg)
             warnings.append(msg)
     if changed:

@@ -65,20 +65,41 @@ def dcg(gains: Iterable[float], k: int) -> float:
 
 
 @overload
-def ndcg_at_k(ranking: Sequence[H], gains: Mapping[H, float], k: int, *,
-              ideal_gains: Iterable[float] | None = ..., clip_negative: bool = ...,
-              first_occurrence_only: bool = ..., undefined: None = ...) -> float | None: ...
+def ndcg_at_k(
+    ranking: Sequence[H],
+    gains: Mapping[H, float],
+    k: int,
+    *,
+    ideal_gains: Iterable[float] | None = ...,
+    clip_negative: bool = ...,
+    first_occurrence_only: bool = ...,
+    undefined: None = ...,
+) -> float | None: ...
 
 
 @overload
-def ndcg_at_k(ranking: Sequence[H], gains: Mapping[H, float], k: int, *,
-              ideal_gains: Iterable[float] | None = ..., clip_negative: bool = ...,
-              first_occurrence_only: bool = ..., undefined: float) -> float: ...
+def ndcg_at_k(
+    ranking: Sequence[H],
+    gains: Mapping[H, float],
+    k: int,
+    *,
+    ideal_gains: Iterable[float] | None = ...,
+    clip_negative: bool = ...,
+    first_occurrence_only: bool = ...,
+    undefined: float,
+) -> float: ...
 
 
-def ndcg_at_k(ranking: Sequence[H], gains: Mapping[H, float], k: int, *,
-              ideal_gains: Iterable[float] | None = None, clip_negative: bool = True,
-              first_occurrence_only: bool = False, undefined: float | None = None) -> float | None:
+def ndcg_at_k(
+    ranking: Sequence[H],
+    gains: Mapping[H, float],
+    k: int,
+    *,
+    ideal_gains: Iterable[float] | None = None,
+    clip_negative: bool = True,
+    first_occurrence_only: bool = False,
+    undefined: float | None = None,
+) -> float | None:
     """NDCG@k of ``ranking`` under the rules in the module docstring.
 
     Args:
@@ -98,12 +119,12 @@ def ndcg_at_k(ranking: Sequence[H], gains: Mapping[H, float], k: int, *,
     Raises:
         ValueError: ``k < 1``.
     """
+
     def gain(value: float) -> float:
         value = float(value)
         return max(value, 0.0) if clip_negative else value
 
-    ideal = dcg(sorted((gain(v) for v in (gains.values() if ideal_gains is None else ideal_gains)),
-                       reverse=True), k)
+    ideal = dcg(sorted((gain(v) for v in (gains.values() if ideal_gains is None else ideal_gains)), reverse=True), k)
     if ideal <= 0:
         return undefined
     seen: set[H] = set()

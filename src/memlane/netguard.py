@@ -63,8 +63,13 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 _RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 _ULA = ipaddress.IPv6Network("fc00::/7")
-_METADATA = frozenset({ipaddress.IPv4Address("169.254.169.254"), ipaddress.IPv4Address("169.254.170.2"),
-                       ipaddress.IPv6Address("fd00:ec2::254")})
+_METADATA = frozenset(
+    {
+        ipaddress.IPv4Address("169.254.169.254"),
+        ipaddress.IPv4Address("169.254.170.2"),
+        ipaddress.IPv6Address("fd00:ec2::254"),
+    }
+)
 
 
 class AddressRefused(ValidationError):
@@ -79,9 +84,11 @@ class AddressRefused(ValidationError):
 
     def __init__(self, host: str, address: str, reason: str) -> None:
         shown = host if host == address else f"{host} ({address})"
-        super().__init__(f"refused to connect to {shown}: {reason} address; to allow it, list the host in "
-                         f"{ALLOWLIST_SETTING} in config.yaml", details={"host": host, "address": address,
-                                                                        "reason": reason})
+        super().__init__(
+            f"refused to connect to {shown}: {reason} address; to allow it, list the host in "
+            f"{ALLOWLIST_SETTING} in config.yaml",
+            details={"host": host, "address": address, "reason": reason},
+        )
         self.host, self.address, self.reason = host, address, reason
 
 
@@ -193,8 +200,11 @@ def check_literal(host: str, allow: HostAllowlist = NO_EXCEPTIONS) -> None:
         name = normalize_host(host)
     except ValueError:
         return
-    if ((name == "localhost" or name.endswith(".localhost")) and not allow.allows_name(name)
-            and not allow.allows_address(ipaddress.IPv4Address("127.0.0.1"))):
+    if (
+        (name == "localhost" or name.endswith(".localhost"))
+        and not allow.allows_name(name)
+        and not allow.allows_address(ipaddress.IPv4Address("127.0.0.1"))
+    ):
         raise AddressRefused(host, "127.0.0.1", "loopback")
 
 
@@ -226,8 +236,14 @@ def _resolve(resolver: Resolver, host: str, port: int, timeout: float | None) ->
     return box["infos"]
 
 
-def vet(host: str, port: int, allow: HostAllowlist = NO_EXCEPTIONS, *, resolver: Resolver = socket.getaddrinfo,
-        timeout: float | None = None) -> list[str]:
+def vet(
+    host: str,
+    port: int,
+    allow: HostAllowlist = NO_EXCEPTIONS,
+    *,
+    resolver: Resolver = socket.getaddrinfo,
+    timeout: float | None = None,
+) -> list[str]:
     """Resolve ``host`` once and return its addresses (text, resolver order, no duplicates),
     after checking every one of them against the policy (and ``localhost`` names before any
     lookup, see :func:`check_literal`).
@@ -277,8 +293,14 @@ class GuardedBackend(httpcore.NetworkBackend):
         self.resolver = resolver
         self._inner = httpcore.SyncBackend()
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         """A TCP stream to a vetted address of ``host`` (see the class docstring).
 
         Raises:
@@ -293,15 +315,17 @@ class GuardedBackend(httpcore.NetworkBackend):
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout(f"connecting to {host} took longer than {timeout:.1f} s")
             try:
-                return self._inner.connect_tcp(address, port, timeout=left, local_address=local_address,
-                                               socket_options=socket_options)
+                return self._inner.connect_tcp(
+                    address, port, timeout=left, local_address=local_address, socket_options=socket_options
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
         assert last is not None  # vet() returns at least one address
         raise last
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
         """Refused: a guarded client only speaks TCP to vetted addresses.
 
         Raises:
@@ -327,18 +351,33 @@ class GuardedTransport(PoolTransport):
         AddressRefused: the policy refuses the request's host. httpx.HTTPError: transport failures.
     """
 
-    def __init__(self, allow: HostAllowlist = NO_EXCEPTIONS, *, verify: ssl.SSLContext | str | bool = True,
-                 resolver: Resolver = socket.getaddrinfo, max_connections: int = 10) -> None:
+    def __init__(
+        self,
+        allow: HostAllowlist = NO_EXCEPTIONS,
+        *,
+        verify: ssl.SSLContext | str | bool = True,
+        resolver: Resolver = socket.getaddrinfo,
+        max_connections: int = 10,
+    ) -> None:
         super().__init__(GuardedBackend(allow, resolver=resolver), verify=verify, max_connections=max_connections)
 
 
-def guarded_client(allow: HostAllowlist = NO_EXCEPTIONS, *, verify: ssl.SSLContext | str | bool = True,
-                   resolver: Resolver = socket.getaddrinfo, **kwargs: Any) -> httpx.Client:
+def guarded_client(
+    allow: HostAllowlist = NO_EXCEPTIONS,
+    *,
+    verify: ssl.SSLContext | str | bool = True,
+    resolver: Resolver = socket.getaddrinfo,
+    **kwargs: Any,
+) -> httpx.Client:
     """An ``httpx.Client`` that never follows redirects by itself, ignores proxy variables and
     connects only through :class:`GuardedTransport` (the caller vets each redirect by sending it).
 
     Keyword arguments go to ``httpx.Client`` (e.g. ``headers``); ``transport``, ``mounts``,
     ``proxy`` and ``trust_env`` are fixed.
     """
-    return httpx.Client(transport=GuardedTransport(allow, verify=verify, resolver=resolver), trust_env=False,
-                        follow_redirects=False, **kwargs)
+    return httpx.Client(
+        transport=GuardedTransport(allow, verify=verify, resolver=resolver),
+        trust_env=False,
+        follow_redirects=False,
+        **kwargs,
+    )

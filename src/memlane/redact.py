@@ -74,50 +74,69 @@ _MAX_PASSES = 6
 # placed after it: the regex engine then scans for the literal, several times faster than a
 # leading "\b" or lookbehind, which is tried at every position.
 _PEM = re.compile(
-    r"(-----BEGIN ((?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]{0,80}-----)|\Z)")
+    r"(-----BEGIN ((?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?)-----)[\s\S]*?(?:(-----END [A-Z0-9 ]{0,80}-----)|\Z)"
+)
 _JWT = re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 # URL credentials after "://"; the password is greedy up to the last "@" before a "/" or a space
 # (bounded: O(256) per URL).
 _URL_CRED = re.compile(r"(://[^\s:/@]{0,256}:)([^\s/]{1,256})(?=@)")
 _AUTH_HEADER = re.compile(
     r"(?i)(authorization(?<=\bauthorization)[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*)"
-    r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)")
+    r"((?:bearer|basic|token|digest|negotiate)[ \t]+)?([^\s\"'`]+)"
+)
 _BEARER = re.compile(r"(?i)(bearer(?<=\bbearer)[ \t]+)([^\s\"'`]+)")
 _BASIC = re.compile(r"(Basic(?<=\bBasic)[ \t]+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])")
 #: Vendor keys: group 1 (the public prefix) is kept.
-_VENDOR = [re.compile(p) for p in (
-    r"(sk-ant-(?<=\bsk-ant-))[A-Za-z0-9_\-]{8,}",
-    r"(github_pat_(?<=\bgithub_pat_))[A-Za-z0-9_]{20,}",
-    r"(gh(?<=\bgh)[pousr]_)[A-Za-z0-9]{20,}",
-    r"(A(?<=\bA)(?:KIA|SIA))[A-Z0-9]{16}\b",
-    r"(xox(?<=\bxox)[baprs]-)[A-Za-z0-9-]{10,}",
-    r"(xapp-(?<=\bxapp-))[A-Za-z0-9-]{10,}",
-    r"(AIza(?<=\bAIza))[0-9A-Za-z_\-]{30,}",
-    r"(ya29\.(?<=\bya29\.))[0-9A-Za-z_\-]{20,}",
-    r"(GOCSPX-(?<=\bGOCSPX-))[0-9A-Za-z_\-]{20,}",
-    r"(gl(?<=\bgl)(?:pat|dt|rt|ptt|soat)-)[0-9A-Za-z_\-]{20,}",
-    r"([srp]k_(?<=\b[srp]k_)(?:live|test)_)[0-9A-Za-z]{10,}",
-    r"(whsec_(?<=\bwhsec_))[0-9A-Za-z]{20,}",
-    r"(pypi-(?<=\bpypi-))AgE[0-9A-Za-z_\-]{50,}",
-)]
+_VENDOR = [
+    re.compile(p)
+    for p in (
+        r"(sk-ant-(?<=\bsk-ant-))[A-Za-z0-9_\-]{8,}",
+        r"(github_pat_(?<=\bgithub_pat_))[A-Za-z0-9_]{20,}",
+        r"(gh(?<=\bgh)[pousr]_)[A-Za-z0-9]{20,}",
+        r"(A(?<=\bA)(?:KIA|SIA))[A-Z0-9]{16}\b",
+        r"(xox(?<=\bxox)[baprs]-)[A-Za-z0-9-]{10,}",
+        r"(xapp-(?<=\bxapp-))[A-Za-z0-9-]{10,}",
+        r"(AIza(?<=\bAIza))[0-9A-Za-z_\-]{30,}",
+        r"(ya29\.(?<=\bya29\.))[0-9A-Za-z_\-]{20,}",
+        r"(GOCSPX-(?<=\bGOCSPX-))[0-9A-Za-z_\-]{20,}",
+        r"(gl(?<=\bgl)(?:pat|dt|rt|ptt|soat)-)[0-9A-Za-z_\-]{20,}",
+        r"([srp]k_(?<=\b[srp]k_)(?:live|test)_)[0-9A-Za-z]{10,}",
+        r"(whsec_(?<=\bwhsec_))[0-9A-Za-z]{20,}",
+        r"(pypi-(?<=\bpypi-))AgE[0-9A-Za-z_\-]{50,}",
+    )
+]
 #: Lower-case literals one of which a text must hold for the matching ``_VENDOR`` rule to run.
-_VENDOR_NEEDLES = (("sk-ant-",), ("github_pat_",), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("akia", "asia"),
-                   ("xox",), ("xapp-",), ("aiza",), ("ya29.",), ("gocspx-",),
-                   ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-"), ("k_live_", "k_test_"), ("whsec_",),
-                   ("pypi-age",))
+_VENDOR_NEEDLES = (
+    ("sk-ant-",),
+    ("github_pat_",),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("akia", "asia"),
+    ("xox",),
+    ("xapp-",),
+    ("aiza",),
+    ("ya29.",),
+    ("gocspx-",),
+    ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-"),
+    ("k_live_", "k_test_"),
+    ("whsec_",),
+    ("pypi-age",),
+)
 #: npm and Hugging Face tokens: prefix kept, body must look random (``_random_body``).
 _RANDOM_VENDOR = re.compile(r"((?:npm|hf)_(?:(?<=\bnpm_)|(?<=\bhf_)))([0-9A-Za-z]{30,})(?![0-9A-Za-z_])")
 #: Azure connection-string keys: the value runs to the next ``;`` (the string goes on after it).
 _AZURE_KEY = re.compile(
-    r"(?i)((?:AccountKey|SharedAccessKey)(?:(?<=\bAccountKey)|(?<=\bSharedAccessKey))[ \t]*=[ \t]*)([^;\s\"'`]+)")
+    r"(?i)((?:AccountKey|SharedAccessKey)(?:(?<=\bAccountKey)|(?<=\bSharedAccessKey))[ \t]*=[ \t]*)([^;\s\"'`]+)"
+)
 #: A MySQL/MariaDB client's ``-pPASSWORD`` (case-sensitive ``-p``: ``-P`` is the port).
 _MYSQL_P = re.compile(
     r"(?i:(?:mysql|mariadb)(?:(?<=\bmysql)|(?<=\bmariadb))(?:dump|admin|import|show|check|-dump)?)(?![\w-])"
-    r"[^\n;|&]{0,300}?[ \t](-p)(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'`]+)")
+    r"[^\n;|&]{0,300}?[ \t](-p)(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'`]+)"
+)
 _OPENAI = re.compile(r"(sk-(?<=\bsk-))((?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})")
 _KV_LABEL = re.compile(
     r"(?<![A-Za-z0-9_.\-])(?:(?P<export>export[ \t]{1,16})|--)?(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80})"
-    r"(?P=q)[ \t]{0,64}(?::=|=>|[:=])[ \t]*")
+    r"(?P=q)[ \t]{0,64}(?::=|=>|[:=])[ \t]*"
+)
 #: The secret words of ``_SECRETISH`` in lower case, searched in the lower-cased text: rule 7
 #: looks for labels only around them.
 _SECRETISH_LOW = re.compile(r"pass|pwd|secret|token|auth|cred|key|priv")
@@ -128,27 +147,87 @@ _LABEL_BEFORE = 6 + 16 + 1 + 80
 _LABEL_AFTER = 81 + 1 + 64 + 2
 _KV_VALUE = re.compile(
     r"(?:(?:[Bb]earer|[Bb]asic|[Tt]oken)[ \t]+)?"
-    r"(?P<value>\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?|[^\s\"'`]+)")
+    r"(?P<value>\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?|[^\s\"'`]+)"
+)
 _QUOTED = re.compile(r"([\"'])((?:\\.|(?!\1)[^\\\n])*)(\1?)")
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_-])")
 
-_SECRET_WORDS = frozenset({
-    "password", "passwd", "pwd", "passphrase", "secret", "secrets", "token", "apikey",
-    "credential", "credentials", "creds", "auth", "privatekey", "accesskey", "secretkey",
-})
+_SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "secret",
+        "secrets",
+        "token",
+        "apikey",
+        "credential",
+        "credentials",
+        "creds",
+        "auth",
+        "privatekey",
+        "accesskey",
+        "secretkey",
+    }
+)
 #: Secret words only inside a longer name (``db_pass``), not alone (``pass: 2``).
 _SECRET_WORDS_COMPOUND = frozenset({"pass"})
-_SECRET_PAIRS = frozenset({
-    ("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"), ("signing", "key"),
-    ("encryption", "key"), ("master", "key"), ("auth", "key"), ("client", "secret"),
-})
+_SECRET_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("access", "key"),
+        ("secret", "key"),
+        ("signing", "key"),
+        ("encryption", "key"),
+        ("master", "key"),
+        ("auth", "key"),
+        ("client", "secret"),
+    }
+)
 _ENV_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE")
-_META_SUFFIXES = frozenset({
-    "count", "counts", "limit", "limits", "len", "length", "size", "type", "types", "kind", "url",
-    "uri", "endpoint", "file", "path", "dir", "name", "names", "env", "expiry", "expires",
-    "expiration", "ttl", "budget", "usage", "estimate", "max", "min", "header", "field", "policy",
-    "rotation", "hint", "prefix", "format", "required", "enabled",
-})
+_META_SUFFIXES = frozenset(
+    {
+        "count",
+        "counts",
+        "limit",
+        "limits",
+        "len",
+        "length",
+        "size",
+        "type",
+        "types",
+        "kind",
+        "url",
+        "uri",
+        "endpoint",
+        "file",
+        "path",
+        "dir",
+        "name",
+        "names",
+        "env",
+        "expiry",
+        "expires",
+        "expiration",
+        "ttl",
+        "budget",
+        "usage",
+        "estimate",
+        "max",
+        "min",
+        "header",
+        "field",
+        "policy",
+        "rotation",
+        "hint",
+        "prefix",
+        "format",
+        "required",
+        "enabled",
+    }
+)
 #: A name can be a secret label (``_is_secret_name``) only if it holds one of these.
 _SECRETISH = re.compile(r"(?i)pass|pwd|secret|token|auth|cred|key|priv")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -238,17 +317,24 @@ def _one_pass(text: str) -> str:
         if any(n in low for n in needles):
             text = pattern.sub(lambda m: m.group(1) + REDACTED_MARK, text)
     if "npm_" in low or "hf_" in low:
-        text = _scan(_RANDOM_VENDOR, text,
-                     lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
-                     resume_after_reject=True)
+        text = _scan(
+            _RANDOM_VENDOR,
+            text,
+            lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
+            resume_after_reject=True,
+        )
     if "accountkey" in low or "sharedaccesskey" in low:
         text = _scan(_AZURE_KEY, text, lambda m: _keep(m, 2))
     if "mysql" in low or "mariadb" in low:
         text = _scan(_MYSQL_P, text, _mysql_sub)
     if "sk-" in low:
         # a rejected body holds no random sub-body either: resume after it (linear on sk-aaa-sk-aaa...)
-        text = _scan(_OPENAI, text, lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
-                     resume_after_reject=True)
+        text = _scan(
+            _OPENAI,
+            text,
+            lambda m: m.group(1) + REDACTED_MARK if _random_body(m.group(2)) else None,
+            resume_after_reject=True,
+        )
     text = _kv_redact(text)
     return _scan(_B64_RUN, text, lambda m: REDACTED_MARK if _credential_blob(m.group(0)) else None)
 
@@ -264,7 +350,7 @@ def _scan(pattern: re.Pattern[str], text: str, fn, *, resume_after_reject: bool 
         if replacement is None:
             pos = m.end() if resume_after_reject else m.start() + 1
             continue
-        out.append(text[last:m.start()])
+        out.append(text[last : m.start()])
         out.append(replacement)
         last = pos = m.end()
     out.append(text[last:])
@@ -275,7 +361,7 @@ def _keep(m: re.Match[str], secret: int) -> str | None:
     """The match with group ``secret`` replaced (None when it already is the redaction mark)."""
     if m.group(secret) == REDACTED_MARK:
         return None
-    return m.group(0)[: m.start(secret) - m.start(0)] + REDACTED_MARK + m.group(0)[m.end(secret) - m.start(0):]
+    return m.group(0)[: m.start(secret) - m.start(0)] + REDACTED_MARK + m.group(0)[m.end(secret) - m.start(0) :]
 
 
 def _pem_sub(m: re.Match[str]) -> str:
@@ -328,15 +414,18 @@ def _kv_redact(text: str) -> str:
         while (found := _KV_LABEL.search(text, p, i + _LABEL_AFTER)) is not None and found.start() <= i:
             p = found.start() + 1
             m = _KV_LABEL.match(text, found.start())  # the whole label (its blanks may run past the window)
-            if m is None or not m.start("name") <= i < m.end("name") or not _is_secret_name(
-                    m.group("name"), exported=m.group("export") is not None):
+            if (
+                m is None
+                or not m.start("name") <= i < m.end("name")
+                or not _is_secret_name(m.group("name"), exported=m.group("export") is not None)
+            ):
                 continue
             v = _KV_VALUE.match(text, m.end())
             if v is None:
                 continue
             replacement = _value_replacement(v.group("value"))
             if replacement is not None:
-                out.append(text[last:v.start("value")])
+                out.append(text[last : v.start("value")])
                 out.append(replacement)
                 last = v.end()
             pos = v.end()
@@ -370,7 +459,8 @@ def _is_secret_name(name: str, *, exported: bool = False) -> bool:
     if not segs or segs[-1] in _META_SUFFIXES:
         return False
     if (exported or (name.upper() == name and any(c.isalpha() for c in name))) and any(
-            w in name.upper() for w in _ENV_WORDS):
+        w in name.upper() for w in _ENV_WORDS
+    ):
         return True
     if any(s in _SECRET_WORDS for s in segs):
         return True

@@ -76,8 +76,9 @@ def router(container: Container) -> APIRouter:
         """One ``error_pattern`` memory (qa_auto) per critical or high issue; ``writer`` says whether
         the LLM wrote it or the structured template did."""
         issues = [{k: v for k, v in i.model_dump().items() if v is not None} for i in body.issues]
-        return active.qa_failure(issues, project=body.project, session_id=body.session_id,
-                                 work_unit_ref=body.work_unit_ref)
+        return active.qa_failure(
+            issues, project=body.project, session_id=body.session_id, work_unit_ref=body.work_unit_ref
+        )
 
     @r.post("/api/v3/active/commit")
     def commit(body: CommitIn) -> dict[str, Any]:
@@ -85,9 +86,13 @@ def router(container: Container) -> APIRouter:
         return active.tag_commit(body.session_id, repo=body.repo, project=body.project, rev=body.rev)
 
     @r.get("/api/v3/active/prefetch")
-    def prefetch(project: str | None = Query(None, max_length=200), session_id: str | None = Query(None, max_length=200),
-                 text: str = Query("", max_length=20_000), cwd: str | None = Query(None, max_length=4096),
-                 k: int = Query(PREFETCH_MAX_FILES, ge=1, le=20)) -> dict[str, Any]:
+    def prefetch(
+        project: str | None = Query(None, max_length=200),
+        session_id: str | None = Query(None, max_length=200),
+        text: str = Query("", max_length=20_000),
+        cwd: str | None = Query(None, max_length=4096),
+        k: int = Query(PREFETCH_MAX_FILES, ge=1, le=20),
+    ) -> dict[str, Any]:
         """The files this kind of work usually needs (``text``: a prompt naming files or modules)."""
         return {"files": active.prefetch(project=project, session_id=session_id, text=text, cwd=cwd, k=k)}
 

@@ -32,9 +32,15 @@ def router(container: Container) -> APIRouter:
         return public_settings(container.settings)
 
     @r.post("/api/config")
-    def post_config(patch: Any = Body(..., openapi_examples={
-            "shadow": {"value": {"memory": {"pipelineV2": {"shadowMode": True}}}},
-            "recall": {"value": {"recall": {"alpha": 0.6}}}})) -> dict[str, Any]:
+    def post_config(
+        patch: Any = Body(
+            ...,
+            openapi_examples={
+                "shadow": {"value": {"memory": {"pipelineV2": {"shadowMode": True}}}},
+                "recall": {"value": {"recall": {"alpha": 0.6}}},
+            },
+        ),
+    ) -> dict[str, Any]:
         """Validate a partial config, merge it into config.yaml (atomic write), apply the hot keys
         now. Returns ``path``, ``applied``, ``restart_required``, ``unchanged``, ``warnings``, the
         pipeline ``mode`` and the effective ``config``. 403 ``config_forbidden`` for a key that is
@@ -46,9 +52,14 @@ def router(container: Container) -> APIRouter:
             elif container.settings.predictor.enabled:  # started without a predictor: cannot run one now
                 change.applied.remove("predictor.enabled")
                 change.restart_required.append("predictor.enabled")
-        return {"path": str(change.path), "applied": change.applied, "restart_required": change.restart_required,
-                "unchanged": change.unchanged, "warnings": change.warnings,
-                "pipeline": container.settings.memory.pipeline_v2.flags(),
-                "config": public_settings(container.settings)}
+        return {
+            "path": str(change.path),
+            "applied": change.applied,
+            "restart_required": change.restart_required,
+            "unchanged": change.unchanged,
+            "warnings": change.warnings,
+            "pipeline": container.settings.memory.pipeline_v2.flags(),
+            "config": public_settings(container.settings),
+        }
 
     return r

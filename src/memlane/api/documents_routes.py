@@ -48,16 +48,22 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/documents", status_code=202)
     def create_document(body: DocumentIn) -> JSONResponse:
         """Queue a document for ingest; returns it (status ``queued``) with 202."""
-        doc = container.documents.create(url=body.url, content=body.content, title=body.title,
-                                         project=body.project, tags=tuple(body.tags))
+        doc = container.documents.create(
+            url=body.url, content=body.content, title=body.title, project=body.project, tags=tuple(body.tags)
+        )
         return JSONResponse(doc.as_dict(), status_code=202)
 
     @r.get("/api/documents")
-    def list_documents(limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_OFFSET),
-                       status: str | None = None, include_deleted: bool = False) -> dict[str, Any]:
+    def list_documents(
+        limit: int = Query(50, ge=1, le=1000),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
+        status: str | None = None,
+        include_deleted: bool = False,
+    ) -> dict[str, Any]:
         """A page of documents, newest first: ``items``, ``total``, ``limit``, ``offset``."""
-        items, total = container.documents.list(limit=limit, offset=offset, status=status,
-                                                 include_deleted=include_deleted)
+        items, total = container.documents.list(
+            limit=limit, offset=offset, status=status, include_deleted=include_deleted
+        )
         return {"items": [d.as_dict() for d in items], "total": total, "limit": limit, "offset": offset}
 
     @r.get("/api/documents/{document_id}")
@@ -74,12 +80,24 @@ def router(container: Container) -> APIRouter:
         return {"document": res.document.as_dict(), "deleted_memory_ids": res.deleted_memory_ids}
 
     @r.get("/api/documents/{document_id}/chunks")
-    def document_chunks(document_id: str, limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict[str, Any]:
+    def document_chunks(
+        document_id: str, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_OFFSET)
+    ) -> dict[str, Any]:
         """The document's chunks in order: ``chunk_index``, ``memory_id``, ``content``, ``is_deleted``."""
         chunks = container.documents.chunks(document_id, limit=limit, offset=offset)
-        return {"document_id": document_id, "items": [
-            {"chunk_index": c.chunk_index, "memory_id": c.memory_id, "content": c.content,
-             "is_deleted": c.is_deleted} for c in chunks], "limit": limit, "offset": offset}
+        return {
+            "document_id": document_id,
+            "items": [
+                {
+                    "chunk_index": c.chunk_index,
+                    "memory_id": c.memory_id,
+                    "content": c.content,
+                    "is_deleted": c.is_deleted,
+                }
+                for c in chunks
+            ],
+            "limit": limit,
+            "offset": offset,
+        }
 
     return r

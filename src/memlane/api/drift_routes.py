@@ -58,22 +58,25 @@ def router(container: Container) -> APIRouter:
     r = APIRouter(tags=["drift"])
 
     @r.get("/api/drift/errors")
-    def list_errors(error_type: Literal["memory_drift", "memory_external_signal", "memory_stale_file",
-                                        "memory_stale_entity"] | None = None,
-                    memory_id: str | None = Query(None, max_length=200),
-                    resolved: Literal["false", "true", "all"] = "false",
-                    limit: int = Query(50, ge=1, le=1000),
-                    offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict[str, Any]:
+    def list_errors(
+        error_type: Literal["memory_drift", "memory_external_signal", "memory_stale_file", "memory_stale_entity"]
+        | None = None,
+        memory_id: str | None = Query(None, max_length=200),
+        resolved: Literal["false", "true", "all"] = "false",
+        limit: int = Query(50, ge=1, le=1000),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
+    ) -> dict[str, Any]:
         """Prediction errors, newest first: ``items`` (each with ``memory``), ``limit``, ``offset``."""
         flag = {"false": False, "true": True, "all": None}[resolved]
-        items = container.drift.list(error_type=error_type, memory_id=memory_id, resolved=flag, limit=limit,
-                                     offset=offset)
+        items = container.drift.list(
+            error_type=error_type, memory_id=memory_id, resolved=flag, limit=limit, offset=offset
+        )
         return {"items": items, "limit": limit, "offset": offset}
 
     @r.post("/api/drift/errors/{error_id}/resolve")
-    def resolve_error(error_id: int = FastApiPath(..., ge=1, le=2**63 - 1,
-                                                 description="A prediction error's id (SQLite INTEGER).")
-                      ) -> dict[str, Any]:
+    def resolve_error(
+        error_id: int = FastApiPath(..., ge=1, le=2**63 - 1, description="A prediction error's id (SQLite INTEGER)."),
+    ) -> dict[str, Any]:
         """Mark one open row resolved; 404 when unknown or already resolved."""
         if not container.drift.resolve(error_id):
             raise NotFound(f"no open prediction error {error_id}")
@@ -82,8 +85,7 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/memory/{memory_id}/signal")
     def record_signal(memory_id: str, body: SignalIn) -> dict[str, Any]:
         """Store the evidence as a ``memory_external_signal`` row; returns the row."""
-        return container.drift.record_signal(memory_id, source=body.source, evidence=body.evidence,
-                                             weight=body.weight)
+        return container.drift.record_signal(memory_id, source=body.source, evidence=body.evidence, weight=body.weight)
 
     @r.post("/api/memory/{memory_id}/confidence")
     def set_confidence(memory_id: str, body: ConfidenceIn) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memlane.schemas.errors import error_response
 from memlane.auth import CLIENT_HEADER, TokenStore, bearer_value
+from memlane.schemas.errors import error_response
 
 #: Host names every daemon accepts (loopback).
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -67,8 +67,15 @@ class RequestGuard:
             live session cookie counts as the token. None: only the token.
     """
 
-    def __init__(self, app: ASGIApp, *, tokens: TokenStore | None, bind_host: str,
-                 allowed_hosts: Iterable[str] = (), sessions: Any = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        tokens: TokenStore | None,
+        bind_host: str,
+        allowed_hosts: Iterable[str] = (),
+        sessions: Any = None,
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.sessions = sessions
@@ -88,8 +95,11 @@ class RequestGuard:
         if refusal is not None:
             status, code, message = refusal
             extra = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            response = (_page_refusal(message) if status == 401 and _wants_page(scope, headers)
-                        else error_response(status, code, message))
+            response = (
+                _page_refusal(message)
+                if status == 401 and _wants_page(scope, headers)
+                else error_response(status, code, message)
+            )
             if extra:
                 response.headers.update(extra)
             await response(scope, receive, send)
@@ -99,8 +109,14 @@ class RequestGuard:
     def _check(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str] | None:
         host = headers.get(b"host", b"").decode("latin-1")
         if host_name(host) not in self.host_names:
-            return 403, "forbidden_host", (f"Host {host[:100]!r} is not accepted: use 127.0.0.1 or localhost "
-                                           "(or add the name to allowed_hosts in config.yaml)")
+            return (
+                403,
+                "forbidden_host",
+                (
+                    f"Host {host[:100]!r} is not accepted: use 127.0.0.1 or localhost "
+                    "(or add the name to allowed_hosts in config.yaml)"
+                ),
+            )
         origin = headers.get(b"origin")
         if origin is not None:
             own = ("http://" + host).lower()
@@ -111,8 +127,11 @@ class RequestGuard:
             ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
             is_json = ctype == b"application/json" or ctype.endswith(b"+json")
             if not (is_json or b"authorization" in headers or CLIENT_HEADER.lower().encode() in headers):
-                return 403, "csrf_refused", (f"a {method} needs Content-Type: application/json or an "
-                                             f"{CLIENT_HEADER} header")
+                return (
+                    403,
+                    "csrf_refused",
+                    (f"a {method} needs Content-Type: application/json or an {CLIENT_HEADER} header"),
+                )
         presented = bearer_value(headers.get(b"authorization", b"").decode("latin-1"))
         authenticated = self.tokens is None or self.tokens.matches(presented)
         via = "token" if authenticated else None
@@ -128,15 +147,24 @@ class RequestGuard:
             return None
         where = self.tokens.path if self.tokens is not None else "the home"
         if presented is None:
-            return 401, "unauthorized", (f"this route needs the daemon's token: send 'Authorization: Bearer "
-                                         f"<token>' (the token is in {where}; memlane's own clients send it)")
+            return (
+                401,
+                "unauthorized",
+                (
+                    f"this route needs the daemon's token: send 'Authorization: Bearer "
+                    f"<token>' (the token is in {where}; memlane's own clients send it)"
+                ),
+            )
         return 401, "unauthorized", f"wrong token (the current one is in {where}; see `memlane token rotate`)"
 
 
 def _wants_page(scope: Scope, headers: dict[bytes, bytes]) -> bool:
     """A browser asking for a page: GET, outside ``/api/``, accepting text/html."""
-    return (scope.get("method") == "GET" and not str(scope.get("path", "")).startswith("/api/")
-            and b"text/html" in headers.get(b"accept", b""))
+    return (
+        scope.get("method") == "GET"
+        and not str(scope.get("path", "")).startswith("/api/")
+        and b"text/html" in headers.get(b"accept", b"")
+    )
 
 
 def _page_refusal(reason: str) -> Any:
@@ -148,8 +176,9 @@ def _page_refusal(reason: str) -> Any:
     from memlane.dashboard.auth import UNAUTHORIZED_PAGE
 
     text = "This page needs a dashboard session." if "token" in reason else reason
-    return HTMLResponse(UNAUTHORIZED_PAGE.format(reason=escape(text)), status_code=401,
-                        headers={"Cache-Control": "no-store"})
+    return HTMLResponse(
+        UNAUTHORIZED_PAGE.format(reason=escape(text)), status_code=401, headers={"Cache-Control": "no-store"}
+    )
 
 
 def is_loopback_bind(host: str) -> bool:
@@ -178,11 +207,20 @@ def bind_warnings(host: str, require_token: bool) -> list[str]:
     from memlane.errors import ConfigError
 
     if is_loopback_bind(host):
-        return [] if require_token else [
-            "require_token is off: any local process (and any web page whose requests pass the Host/Origin "
-            "checks) can read and change every memory; keep it off only inside a trusted container"]
+        return (
+            []
+            if require_token
+            else [
+                "require_token is off: any local process (and any web page whose requests pass the Host/Origin "
+                "checks) can read and change every memory; keep it off only inside a trusted container"
+            ]
+        )
     if not require_token:
-        raise ConfigError(f"refusing to bind {host!r} with require_token off: a non-loopback address needs the "
-                          "token (remove require_token: false, or bind 127.0.0.1)")
-    return [f"binding {host!r}: the daemon is reachable from the network; every request needs the token "
-            "(memlane token show), and traffic is plain HTTP, so put TLS in front of it"]
+        raise ConfigError(
+            f"refusing to bind {host!r} with require_token off: a non-loopback address needs the "
+            "token (remove require_token: false, or bind 127.0.0.1)"
+        )
+    return [
+        f"binding {host!r}: the daemon is reachable from the network; every request needs the token "
+        "(memlane token show), and traffic is plain HTTP, so put TLS in front of it"
+    ]

@@ -28,14 +28,20 @@ class _Hook(BaseModel):
     harness: str | None = Field(None, description="claude-code, opencode, ...")
     now: str | None = Field(None, description="ISO-8601 time to use instead of the clock (replays).")
     phase: str | None = Field(
-        None, description="The work's phase: a phase name of the project's methodology (native: planning, coding, "
-        "qa_review...; bmad: architect, dev, qa...) or a universal phase; remembered for the session (docs/v3.md).")
+        None,
+        description="The work's phase: a phase name of the project's methodology (native: planning, coding, "
+        "qa_review...; bmad: architect, dev, qa...) or a universal phase; remembered for the session (docs/v3.md).",
+    )
     work_unit: dict[str, str] | None = Field(
-        None, description="The work unit's identifiers in the project's methodology, e.g. {\"spec\": \"042\", "
-        "\"subtask\": \"3\"} (native) or {\"epic\": \"3\", \"story\": \"3.2\"} (bmad).")
+        None,
+        description='The work unit\'s identifiers in the project\'s methodology, e.g. {"spec": "042", '
+        '"subtask": "3"} (native) or {"epic": "3", "story": "3.2"} (bmad).',
+    )
     permission_mode: str | None = Field(
-        None, description="Claude Code's permission mode from the hook payload: plan mode is the methodology's "
-        "planning phase.")
+        None,
+        description="Claude Code's permission mode from the hook payload: plan mode is the methodology's "
+        "planning phase.",
+    )
 
     def phase_input(self) -> dict[str, Any]:
         """The phase fields as the session inputs take them."""
@@ -47,8 +53,10 @@ class SessionStartIn(_Hook):
     source: str | None = Field(None, description="startup | resume | clear | compact")
     context: str | None = Field(None, description="Text describing the session, for the similarity pre-filter.")
     ranking: Literal["effective", "relevance"] = Field(
-        "effective", description="effective = effectiveScore pool (default); relevance = the pool is the "
-                                 "hybrid-recall hits of `context` (sessions that start with a real request).")
+        "effective",
+        description="effective = effectiveScore pool (default); relevance = the pool is the "
+        "hybrid-recall hits of `context` (sessions that start with a real request).",
+    )
 
 
 class PromptIn(_Hook):
@@ -56,15 +64,20 @@ class PromptIn(_Hook):
     # Any: malformed feedback is ignored and counted by the service, never a 422 that would lose
     # the prompt's recall (agent-relevance-feedback.md: fail open).
     memory_feedback: Any = Field(
-        None, description="Agent ratings {memory id or 8-char prefix: score in [-1, 1]} (or that object as JSON "
-                          "text); anything malformed is ignored.")
+        None,
+        description="Agent ratings {memory id or 8-char prefix: score in [-1, 1]} (or that object as JSON "
+        "text); anything malformed is ignored.",
+    )
 
 
 class SessionEndIn(_Hook):
     reason: str | None = Field(None, description="clear | logout | prompt_input_exit | other")
     transcript: str | None = Field(None, description="The session transcript, stored whole with secrets redacted.")
-    wait: bool = Field(False, description="Wait for the LLM judge (at most sessions.judge_wait_s seconds) instead "
-                                          "of scoring in the background; `judge` in the answer says how it went.")
+    wait: bool = Field(
+        False,
+        description="Wait for the LLM judge (at most sessions.judge_wait_s seconds) instead "
+        "of scoring in the background; `judge` in the answer says how it went.",
+    )
 
 
 class PreCompactionIn(_Hook):
@@ -94,28 +107,60 @@ def router(container: Container) -> APIRouter:
         # The start's record is queued once this response is sent (sessions.inflight: the key's
         # next request queues it if that comes first); at alpha = 1 the predictor's part is
         # scored and recorded after it.
-        res = svc.start(StartInput(session_key=body.session_key, project=body.project, cwd=body.cwd,
-                                   harness=body.harness, source=body.source, context=body.context, now=body.now,
-                                   ranking=body.ranking, **body.phase_input()), defer_predictor=True,
-                                   hold_write=True)
+        res = svc.start(
+            StartInput(
+                session_key=body.session_key,
+                project=body.project,
+                cwd=body.cwd,
+                harness=body.harness,
+                source=body.source,
+                context=body.context,
+                now=body.now,
+                ranking=body.ranking,
+                **body.phase_input(),
+            ),
+            defer_predictor=True,
+            hold_write=True,
+        )
         if res.commit is not None:
             background.add_task(res.commit)
         if res.release is not None:
             background.add_task(res.release)
-        return {"session_key": res.session_key, "status": res.status, "inject": res.inject,
-                "predictor_state": res.predictor_state, "candidate_count": res.candidate_count,
-                "injected": res.injected, "took_ms": round(res.took_ms, 3), "phase": res.phase}
+        return {
+            "session_key": res.session_key,
+            "status": res.status,
+            "inject": res.inject,
+            "predictor_state": res.predictor_state,
+            "candidate_count": res.candidate_count,
+            "injected": res.injected,
+            "took_ms": round(res.took_ms, 3),
+            "phase": res.phase,
+        }
 
     @r.post("/api/hooks/user-prompt-submit", tags=["hooks"])
     def user_prompt_submit(body: PromptIn) -> dict[str, Any]:
         """Recall on the prompt (threshold: nothing rather than padding), FTS-hit tracking, feedback."""
-        res = svc.prompt(PromptInput(session_key=body.session_key, prompt=body.prompt, project=body.project,
-                                     cwd=body.cwd, harness=body.harness, memory_feedback=body.memory_feedback,
-                                     now=body.now, **body.phase_input()))
-        return {"session_key": res.session_key, "inject": res.inject, "matched": res.matched,
-                "injected": res.injected, "feedback": {"applied": res.feedback.applied,
-                                                       "ignored": res.feedback.ignored},
-                "took_ms": round(res.took_ms, 3), "phase": res.phase}
+        res = svc.prompt(
+            PromptInput(
+                session_key=body.session_key,
+                prompt=body.prompt,
+                project=body.project,
+                cwd=body.cwd,
+                harness=body.harness,
+                memory_feedback=body.memory_feedback,
+                now=body.now,
+                **body.phase_input(),
+            )
+        )
+        return {
+            "session_key": res.session_key,
+            "inject": res.inject,
+            "matched": res.matched,
+            "injected": res.injected,
+            "feedback": {"applied": res.feedback.applied, "ignored": res.feedback.ignored},
+            "took_ms": round(res.took_ms, 3),
+            "phase": res.phase,
+        }
 
     def end_observed(session_key: str, project: str | None) -> None:
         """The observer's end of the session (co-access graph, promotion), after the answer is
@@ -137,25 +182,47 @@ def router(container: Container) -> APIRouter:
         (waited for), ``skipped`` (its backlog was full or the daemon is stopping: scored from
         behaviour, reason stored) or, when ``wait`` ran out, ``queued`` / ``running`` with the
         behavioural score as of now (not stored; the judge's verdict is stored when it answers)."""
-        res = svc.end(EndInput(session_key=body.session_key, transcript=body.transcript, reason=body.reason,
-                               project=body.project, cwd=body.cwd, harness=body.harness, now=body.now),
-                      wait=body.wait)
+        res = svc.end(
+            EndInput(
+                session_key=body.session_key,
+                transcript=body.transcript,
+                reason=body.reason,
+                project=body.project,
+                cwd=body.cwd,
+                harness=body.harness,
+                now=body.now,
+            ),
+            wait=body.wait,
+        )
         background.add_task(end_observed, res.session_key, body.project)
-        return {"session_key": res.session_key, "scoring": res.scoring, "scorer": res.scorer, "score": res.score,
-                "confidence": res.confidence, "labels": res.labels, "transcript_stored": res.transcript_stored,
-                "summary_job_id": res.summary_job_id, "judge": res.judge}
+        return {
+            "session_key": res.session_key,
+            "scoring": res.scoring,
+            "scorer": res.scorer,
+            "score": res.score,
+            "confidence": res.confidence,
+            "labels": res.labels,
+            "transcript_stored": res.transcript_stored,
+            "summary_job_id": res.summary_job_id,
+            "judge": res.judge,
+        }
 
     @r.post("/api/hooks/pre-compaction", tags=["hooks"])
     def pre_compaction(body: PreCompactionIn) -> dict[str, Any]:
         """A checkpoint now, the summary prompt for the agent, and the recovery digest."""
-        return svc.pre_compaction(body.session_key, project=body.project, harness=body.harness,
-                                  context=body.context or body.custom_instructions)
+        return svc.pre_compaction(
+            body.session_key,
+            project=body.project,
+            harness=body.harness,
+            context=body.context or body.custom_instructions,
+        )
 
     @r.post("/api/hooks/compaction-complete", tags=["hooks"])
     def compaction_complete(body: CompactionCompleteIn) -> dict[str, Any]:
         """Record the agent's compaction summary as a checkpoint."""
-        return svc.compaction_complete(body.session_key, project=body.project, harness=body.harness,
-                                       summary=body.summary)
+        return svc.compaction_complete(
+            body.session_key, project=body.project, harness=body.harness, summary=body.summary
+        )
 
     @r.post("/api/sessions/feedback", tags=["sessions"])
     def feedback(body: FeedbackIn) -> dict[str, int]:

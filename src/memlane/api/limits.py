@@ -56,10 +56,20 @@ class BodyLimit:
         await self.app(scope, limited_receive, guarded_send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps({"error": {"code": "payload_too_large",
-                                     "message": f"request body is over the limit of {self.max_bytes} bytes",
-                                     "details": {"limit": self.max_bytes}}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "error": {
+                    "code": "payload_too_large",
+                    "message": f"request body is over the limit of {self.max_bytes} bytes",
+                    "details": {"limit": self.max_bytes},
+                }
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -16,12 +16,22 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from memlane.schemas.models import (
-    ActorIn, BatchIn, BatchOut, HistoryOut, ListOut, MemoryIn, MemoryOut, PatchIn, RecallIn,
-    RecallOut, RememberOut, memory_dict,
-)
 from memlane.container import Container
 from memlane.errors import ValidationError
+from memlane.schemas.models import (
+    ActorIn,
+    BatchIn,
+    BatchOut,
+    HistoryOut,
+    ListOut,
+    MemoryIn,
+    MemoryOut,
+    PatchIn,
+    RecallIn,
+    RecallOut,
+    RememberOut,
+    memory_dict,
+)
 from memlane.services.inputs import RecallQuery
 
 
@@ -41,10 +51,15 @@ def router(container: Container) -> APIRouter:
     phases = container.phases
 
     @r.post("/api/memory/remember", tags=["memory"], response_model=RememberOut | BatchOut)
-    def remember(payload: dict[str, Any] = Body(..., openapi_examples={
-            "single": {"value": {"content": "The user prefers tabs over spaces.", "type": "preference"}},
-            "batch": {"value": {"memories": [{"content": "Deploys go through staging first."}]}}})
-                 ) -> RememberOut | BatchOut:
+    def remember(
+        payload: dict[str, Any] = Body(
+            ...,
+            openapi_examples={
+                "single": {"value": {"content": "The user prefers tabs over spaces.", "type": "preference"}},
+                "batch": {"value": {"memories": [{"content": "Deploys go through staging first."}]}},
+            },
+        ),
+    ) -> RememberOut | BatchOut:
         """Remember one memory (``{content, ...}``, see MemoryIn) or a batch
         (``{memories: [...]}``, see BatchIn).
 
@@ -53,28 +68,57 @@ def router(container: Container) -> APIRouter:
         body = _parse(BatchIn if "memories" in payload else MemoryIn, payload)
         if isinstance(body, BatchIn):
             if len(body.memories) > container.settings.max_batch:
-                raise ValidationError(f"memories: at most {container.settings.max_batch} per batch",
-                                      details={"field": "memories", "limit": container.settings.max_batch})
+                raise ValidationError(
+                    f"memories: at most {container.settings.max_batch} per batch",
+                    details={"field": "memories", "limit": container.settings.max_batch},
+                )
             results = mem.remember_many([m.to_input() for m in body.memories])
             created = sum(x.status == "created" for x in results)
-            return BatchOut(results=[RememberOut.of(r) for r in results], created=created,
-                            deduplicated=len(results) - created)
+            return BatchOut(
+                results=[RememberOut.of(r) for r in results], created=created, deduplicated=len(results) - created
+            )
         return RememberOut.of(mem.remember(body.to_input()))
 
     @r.post("/api/memory/recall", tags=["memory"], response_model=RecallOut)
     def recall(body: RecallIn) -> JSONResponse:
         """Hybrid recall (BM25 + vector). Any string is a valid query."""
-        res = rec.recall(RecallQuery(
-            query=body.query, limit=body.limit, project=body.project, types=tuple(body.types),
-            since=body.since, until=body.until, include_deleted=body.include_deleted,
-            min_score=body.min_score, alpha=body.alpha, now=body.now, touch=body.touch, ranker=body.ranker,
-            phase=phases.universal(body.project, body.phase, body.session_key) if phases is not None else None))
+        res = rec.recall(
+            RecallQuery(
+                query=body.query,
+                limit=body.limit,
+                project=body.project,
+                types=tuple(body.types),
+                since=body.since,
+                until=body.until,
+                include_deleted=body.include_deleted,
+                min_score=body.min_score,
+                alpha=body.alpha,
+                now=body.now,
+                touch=body.touch,
+                ranker=body.ranker,
+                phase=phases.universal(body.project, body.phase, body.session_key) if phases is not None else None,
+            )
+        )
         # The documented shape (RecallOut) is built directly instead of validated through the
         # response model: recall runs on every prompt and re-validation costs more than the
         # search. test_api checks the shape against the model.
-        return JSONResponse({"results": [{**memory_dict(h.memory), "score": h.score, "vector_score": h.vector_score,
-                                          "bm25_score": h.bm25_score, "rank_score": h.rank_score} for h in res.hits],
-                             "legs": list(res.legs), "took_ms": round(res.took_ms, 3), "ranker": res.ranker})
+        return JSONResponse(
+            {
+                "results": [
+                    {
+                        **memory_dict(h.memory),
+                        "score": h.score,
+                        "vector_score": h.vector_score,
+                        "bm25_score": h.bm25_score,
+                        "rank_score": h.rank_score,
+                    }
+                    for h in res.hits
+                ],
+                "legs": list(res.legs),
+                "took_ms": round(res.took_ms, 3),
+                "ranker": res.ranker,
+            }
+        )
 
     @r.get("/api/memory/{memory_id}", tags=["memory"], response_model=MemoryOut)
     def get_memory(memory_id: str) -> MemoryOut:
@@ -106,14 +150,20 @@ def router(container: Container) -> APIRouter:
         return [HistoryOut.of(h) for h in mem.history(memory_id)]
 
     @r.get("/api/memories", tags=["memory"], response_model=ListOut)
-    def list_memories(limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0),
-                      project: str | None = None, type: str | None = None,
-                      include_deleted: bool = False,
-                      order: str = Query("newest", pattern="^(newest|oldest)$")) -> ListOut:
+    def list_memories(
+        limit: int = Query(50, ge=1, le=1000),
+        offset: int = Query(0, ge=0),
+        project: str | None = None,
+        type: str | None = None,
+        include_deleted: bool = False,
+        order: str = Query("newest", pattern="^(newest|oldest)$"),
+    ) -> ListOut:
         """A page of memories (newest first by default), the total, and store statistics."""
-        items, total = mem.list(limit=limit, offset=offset, project=project, type_=type,
-                                include_deleted=include_deleted, order=order)
-        return ListOut(items=[MemoryOut.of(m) for m in items], total=total, limit=limit,
-                       offset=offset, stats=mem.stats())
+        items, total = mem.list(
+            limit=limit, offset=offset, project=project, type_=type, include_deleted=include_deleted, order=order
+        )
+        return ListOut(
+            items=[MemoryOut.of(m) for m in items], total=total, limit=limit, offset=offset, stats=mem.stats()
+        )
 
     return r

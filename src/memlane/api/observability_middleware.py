@@ -22,8 +22,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlane.observability.hub import Observability
 
-_HOOKS = {"/api/hooks/session-start": "session_start", "/api/hooks/user-prompt-submit": "prompt_submit",
-          "/api/hooks/session-end": "session_end"}
+_HOOKS = {
+    "/api/hooks/session-start": "session_start",
+    "/api/hooks/user-prompt-submit": "prompt_submit",
+    "/api/hooks/session-end": "session_end",
+}
 _MEMORY_ID = re.compile(r"^/api/memory/(?!remember$|recall$|jobs/)[^/]+(/recover)?$")
 #: Bytes of a 5xx body read to find its error code.
 _ERROR_BODY_MAX = 4096
@@ -38,8 +41,11 @@ def operation_of(method: str, path: str) -> str | None:
             return "recall"
         if path in _HOOKS:
             return _HOOKS[path]
-    if method in ("PATCH", "DELETE", "POST") and _MEMORY_ID.match(path) and (
-            method != "POST" or path.endswith("/recover")):
+    if (
+        method in ("PATCH", "DELETE", "POST")
+        and _MEMORY_ID.match(path)
+        and (method != "POST" or path.endswith("/recover"))
+    ):
         return "mutate"
     return None
 
@@ -77,16 +83,23 @@ class ObservabilityMiddleware:
                 dur = (time.perf_counter() - t0) * 1000
                 headers.append((b"server-timing", f"app;dur={dur:.3f}".encode()))
                 message = {**message, "headers": headers}
-            elif (message["type"] == "http.response.body" and state["status"] >= 400
-                  and len(state["body"]) < _ERROR_BODY_MAX):
+            elif (
+                message["type"] == "http.response.body"
+                and state["status"] >= 400
+                and len(state["body"]) < _ERROR_BODY_MAX
+            ):
                 state["body"] += message.get("body", b"")[:_ERROR_BODY_MAX]
             await send(message)
 
         try:
             await self.app(scope, receive, wrapped)
         except Exception as exc:
-            self.obs.errors.add(_stage(path, op), "internal_error", f"{type(exc).__name__}: {exc}",
-                                {"method": method, "path": path[:200]})
+            self.obs.errors.add(
+                _stage(path, op),
+                "internal_error",
+                f"{type(exc).__name__}: {exc}",
+                {"method": method, "path": path[:200]},
+            )
             raise
         finally:
             if op is not None:
@@ -94,8 +107,9 @@ class ObservabilityMiddleware:
         status = state["status"]
         if status >= 500 or (status >= 400 and _stage(path, op) == "connector"):
             code, message = _error_of(state["body"], status)
-            self.obs.errors.add(_stage(path, op), code, message, {"method": method, "path": path[:200],
-                                                                  "status": status})
+            self.obs.errors.add(
+                _stage(path, op), code, message, {"method": method, "path": path[:200], "status": status}
+            )
 
 
 def _error_of(body: bytes, status: int) -> tuple[str, str]:

@@ -34,13 +34,17 @@ def router(container: Any) -> APIRouter:
     def diagnostics_domain(domain: str) -> dict[str, Any]:
         """One health domain: ``score`` in [0, 1] (None when disabled), ``status`` and its details."""
         if domain not in DOMAINS:
-            raise NotFound(f"no diagnostics domain {domain!r:.40}; domains: {', '.join(DOMAINS)}",
-                           details={"domains": list(DOMAINS)})
+            raise NotFound(
+                f"no diagnostics domain {domain!r:.40}; domains: {', '.join(DOMAINS)}",
+                details={"domains": list(DOMAINS)},
+            )
         return {"domain": domain, **health_report(container, obs)["domains"][domain]}
 
     @r.get("/api/analytics/latency")
-    def latency(operation: str | None = Query(None, max_length=64, description="One operation only."),
-                minutes: int = Query(60, ge=1, le=60, description="Minutes of per-minute points.")) -> dict[str, Any]:
+    def latency(
+        operation: str | None = Query(None, max_length=64, description="One operation only."),
+        minutes: int = Query(60, ge=1, le=60, description="Minutes of per-minute points."),
+    ) -> dict[str, Any]:
         """Every timed operation's count, mean, max, last and p50 / p95 / p99 (ms) over its last
         2,048 durations, and per-minute p50 / p95 points for sparklines."""
         report = obs.latency.report(sparkline_minutes=minutes)
@@ -51,24 +55,35 @@ def router(container: Any) -> APIRouter:
         return report
 
     @r.get("/api/analytics/errors")
-    def errors(stage: str | None = Query(None, max_length=64), code: str | None = Query(None, max_length=64),
-               limit: int = Query(100, ge=1, le=500), after_id: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
+    def errors(
+        stage: str | None = Query(None, max_length=64),
+        code: str | None = Query(None, max_length=64),
+        limit: int = Query(100, ge=1, le=500),
+        after_id: int = Query(0, ge=0, le=2**62),
+    ) -> dict[str, Any]:
         """The error ring (500 entries), newest first, with counts by stage."""
-        return {"errors": obs.errors.recent(stage=stage, code=code, limit=limit, after_id=after_id),
-                "by_stage": obs.errors.by_stage(), "totals": dict(obs.errors.totals), "size": len(obs.errors)}
+        return {
+            "errors": obs.errors.recent(stage=stage, code=code, limit=limit, after_id=after_id),
+            "by_stage": obs.errors.by_stage(),
+            "totals": dict(obs.errors.totals),
+            "size": len(obs.errors),
+        }
 
     @r.get("/api/analytics/logs")
-    def logs(category: str | None = Query(None, max_length=64, description="e.g. predictor, pipeline, drift."),
-             level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = Query(
-                 None, description="This level and above."),
-             q: str | None = Query(None, max_length=200, description="Words in the message or the logger's name."),
-             limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=10_000)) -> dict[str, Any]:
+    def logs(
+        category: str | None = Query(None, max_length=64, description="e.g. predictor, pipeline, drift."),
+        level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = Query(
+            None, description="This level and above."
+        ),
+        q: str | None = Query(None, max_length=200, description="Words in the message or the logger's name."),
+        limit: int = Query(50, ge=1, le=500),
+        offset: int = Query(0, ge=0, le=10_000),
+    ) -> dict[str, Any]:
         """The log ring (the daemon's newest 2,000 log records at its log level), newest first:
         ``items`` (``id, at, level, category, logger, message, exception``), ``total`` matching,
         and the records by category."""
         items, total = obs.logs.page(category=category, level=level, q=q, offset=offset, limit=limit)
-        return {"items": items, "total": total, "limit": limit, "offset": offset,
-                "categories": obs.logs.categories()}
+        return {"items": items, "total": total, "limit": limit, "offset": offset, "categories": obs.logs.categories()}
 
     @r.get("/api/timeline/{key:path}")
     def get_timeline(key: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Path, APIRouter
+from fastapi import APIRouter, Path
 
 from memlane.container import Container
 from memlane.errors import NotFound
@@ -21,9 +21,12 @@ def router(container: Container) -> APIRouter:
         (ticks, processed, failures, last_error, next_delay_ms in ms...) and job counts
         ``{job_type: {status: n}}``."""
         p = container.settings.memory.pipeline_v2
-        return {**p.flags(), "workers_started": container.workers.started,
-                "workers": container.workers.status(),
-                "jobs": container.db.read(jobs_sql.counts_by_status)}
+        return {
+            **p.flags(),
+            "workers_started": container.workers.started,
+            "workers": container.workers.status(),
+            "jobs": container.db.read(jobs_sql.counts_by_status),
+        }
 
     @r.get("/api/memory/jobs/{job_id}")
     def get_job(job_id: int = Path(..., ge=1, le=2**63 - 1, description="Job id.")) -> dict[str, Any]:

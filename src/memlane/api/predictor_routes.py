@@ -32,9 +32,13 @@ def router(container: Container) -> APIRouter:
         Without a running predictor: ``enabled`` false and the training log's ``training_runs``."""
         p = container.predictor
         if p is None:
-            return {"enabled": False, "phase": "collecting", "alpha": 1.0,
-                    "reason": "predictor not running (predictor.enabled=false or not a daemon process)",
-                    "training_runs": container.db.read(pred_sql.training_outcomes)}
+            return {
+                "enabled": False,
+                "phase": "collecting",
+                "alpha": 1.0,
+                "reason": "predictor not running (predictor.enabled=false or not a daemon process)",
+                "training_runs": container.db.read(pred_sql.training_outcomes),
+            }
         return p.status()
 
     @r.get("/comparisons")

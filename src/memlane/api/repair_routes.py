@@ -38,22 +38,27 @@ def router(container: Container) -> APIRouter:
         """Health report, recommendations, halted actions, repair limits, last cycle, and the
         health domains (``domains``, ``score``, ``status``: memlane.observability.diagnostics)."""
         from memlane.observability.diagnostics import health_report
+
         report = container.maintenance.report()
         health = health_report(container, container.observability, report)
-        return {**container.maintenance.diagnose(report), "domains": health["domains"],
-                "score": health["score"], "status": health["status"]}
+        return {
+            **container.maintenance.diagnose(report),
+            "domains": health["domains"],
+            "score": health["score"],
+            "status": health["status"],
+        }
 
     @r.post("/api/repair/{action}")
     def repair(action: str, body: RepairIn | None = None) -> dict[str, Any]:
         """Run one repair action now (hyphens or underscores); returns ``action``, ``at`` and
         ``result`` (what it did)."""
         body = body or RepairIn()
-        return container.repairs.run(action.replace("-", "_"),
-                                     dry_run=body.dry_run).as_dict()
+        return container.repairs.run(action.replace("-", "_"), dry_run=body.dry_run).as_dict()
 
     @r.post("/api/maintenance/run")
-    def run_maintenance(execute: bool | None = Query(None, description="true: repair; false: observe; "
-                                                                      "absent: the configured mode")) -> dict[str, Any]:
+    def run_maintenance(
+        execute: bool | None = Query(None, description="true: repair; false: observe; absent: the configured mode"),
+    ) -> dict[str, Any]:
         """One maintenance cycle now: scores before/after, recommendations, each action's outcome."""
         return container.maintenance.run_cycle(execute=execute)
 

@@ -22,17 +22,16 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.container import Container
 from memlane.errors import MemlaneError, ValidationError
+from memlane.schemas.models import MemoryOut, memory_dict
 from memlane.services.inputs import RecallQuery
 from memlane.storage.v3 import V3Filter
+from memlane.v3.active import is_git_commit
 from memlane.v3.methodology.phases import PHASE_WEIGHTS, UNIVERSAL_PHASES
 from memlane.v3.methodology.registry import DEFAULT_METHODOLOGY, PLUGINS
 from memlane.v3.model import check_str
-from memlane.v3.active import is_git_commit
 from memlane.v3.service import V3Service
-
 
 
 def _s() -> Any:
@@ -91,8 +90,9 @@ class BootstrapIn(_Strict):
 class LifecycleRunIn(_Strict):
     dry_run: bool = Field(False, description="Report what the rules would do without doing it.")
     project: str | None = Field(None, description="Only this project's memories.")
-    project_root: str | None = Field(None, description="Directory for the file rules (default: the project's "
-                                     "latest session's working directory).")
+    project_root: str | None = Field(
+        None, description="Directory for the file rules (default: the project's latest session's working directory)."
+    )
 
 
 class ArchiveIn(_Strict):
@@ -130,7 +130,8 @@ class ObserverEndIn(_Strict):
     project: str | None = None
     finalize: bool = Field(True, description="Run the promotion pipeline for the session (memlane.v3.promotion).")
     outcome: Literal["passed", "failed"] | None = Field(
-        None, description="The session's validation; default: failed when its last tool call failed, else passed.")
+        None, description="The session's validation; default: failed when its last tool call failed, else passed."
+    )
     complexity: str | None = Field(None, description="trivial, standard, complex: caps the promoted memories.")
     work_unit_ref: dict[str, Any] | None = Field(None, description="Records the work unit's outcome.")
 
@@ -139,11 +140,13 @@ class FinalizeIn(_Strict):
     session_id: str
     outcome: Literal["passed", "failed"] = Field("passed", description="passed: promote; failed: discard.")
     project: str | None = None
-    why_failed: str | None = Field(None, description="With failed: why the approach was abandoned (a dead end "
-                                                     "when the run had 20+ steps).")
+    why_failed: str | None = Field(
+        None, description="With failed: why the approach was abandoned (a dead end when the run had 20+ steps)."
+    )
     dry_run: bool = False
-    complexity: str | None = Field(None, description="trivial, standard, complex: caps the promoted memories "
-                                                     "at 2, 10, 25 (default 20).")
+    complexity: str | None = Field(
+        None, description="trivial, standard, complex: caps the promoted memories at 2, 10, 25 (default 20)."
+    )
     work_unit_ref: dict[str, Any] | None = Field(None, description="Records a work_unit_outcome memory for it.")
 
 
@@ -152,7 +155,8 @@ class PhaseIn(_Strict):
     project: str | None = Field(None, description="The session's project (chooses the methodology).")
     phase: str | None = Field(None, description="A phase name of the project's methodology or a universal phase.")
     work_unit: dict[str, str] | None = Field(
-        None, description="The work unit's identifiers, e.g. {\"spec\": \"042\", \"subtask\": \"3\"}.")
+        None, description='The work unit\'s identifiers, e.g. {"spec": "042", "subtask": "3"}.'
+    )
 
 
 class VerifyIn(_Strict):
@@ -171,9 +175,13 @@ def router(container: Container) -> APIRouter:
     def methodology(project: str | None = _s()) -> dict[str, Any]:
         """The built-in methodology plugins (phase maps, work-unit keys, relays), the universal
         phases with their type weights, and the methodology ``project`` uses."""
-        return {"plugins": [p.describe() for p in PLUGINS.values()], "phases": list(UNIVERSAL_PHASES),
-                "weights": PHASE_WEIGHTS, "project": project,
-                "methodology": phases.plugin_for(project).id if phases is not None else DEFAULT_METHODOLOGY}
+        return {
+            "plugins": [p.describe() for p in PLUGINS.values()],
+            "phases": list(UNIVERSAL_PHASES),
+            "weights": PHASE_WEIGHTS,
+            "project": project,
+            "methodology": phases.plugin_for(project).id if phases is not None else DEFAULT_METHODOLOGY,
+        }
 
     @r.post("/api/v3/sessions/phase")
     def set_phase(body: PhaseIn) -> dict[str, Any]:
@@ -193,18 +201,39 @@ def router(container: Container) -> APIRouter:
         return phases.current(session_key, project).to_dict()
 
     @r.get("/api/v3/memories")
-    def list_v3(project: str | None = _s(), type: list[str] = Query([]), scope: list[str] = Query([]),
-                source: list[str] = Query([]), methodology: str | None = _s(), work_unit: str | None = _s(),
-                related_file: str | None = _s(), related_module: str | None = _s(),
-                needs_review: bool | None = Query(None), user_verified: bool | None = Query(None),
-                commit_sha: str | None = Query(None, max_length=64), stale: bool | None = Query(None),
-                include_deleted: bool = Query(False), limit: int = Query(50, ge=1, le=1000),
-                offset: int = Query(0, ge=0, le=10_000_000)) -> dict[str, Any]:
+    def list_v3(
+        project: str | None = _s(),
+        type: list[str] = Query([]),
+        scope: list[str] = Query([]),
+        source: list[str] = Query([]),
+        methodology: str | None = _s(),
+        work_unit: str | None = _s(),
+        related_file: str | None = _s(),
+        related_module: str | None = _s(),
+        needs_review: bool | None = Query(None),
+        user_verified: bool | None = Query(None),
+        commit_sha: str | None = Query(None, max_length=64),
+        stale: bool | None = Query(None),
+        include_deleted: bool = Query(False),
+        limit: int = Query(50, ge=1, le=1000),
+        offset: int = Query(0, ge=0, le=10_000_000),
+    ) -> dict[str, Any]:
         """Memories matching every given condition, newest first (``type``/``scope``/``source`` repeatable)."""
-        f = V3Filter(project=project, types=tuple(type), scopes=tuple(scope), sources=tuple(source),
-                     methodology=methodology, work_unit=work_unit, related_file=related_file,
-                     related_module=related_module, needs_review=needs_review, user_verified=user_verified,
-                     commit_sha=commit_sha, stale=stale, include_deleted=include_deleted)
+        f = V3Filter(
+            project=project,
+            types=tuple(type),
+            scopes=tuple(scope),
+            sources=tuple(source),
+            methodology=methodology,
+            work_unit=work_unit,
+            related_file=related_file,
+            related_module=related_module,
+            needs_review=needs_review,
+            user_verified=user_verified,
+            commit_sha=commit_sha,
+            stale=stale,
+            include_deleted=include_deleted,
+        )
         items, total = svc.search(f, limit=limit, offset=offset)
         return {"items": [memory_dict(m) for m in items], "total": total, "limit": limit, "offset": offset}
 
@@ -213,12 +242,32 @@ def router(container: Container) -> APIRouter:
         """Hybrid recall keeping only hits that match the V3 conditions (ranked within the best
         ``limit`` x 10 candidates, at least 100, at most 1000)."""
         f = V3FilterIn.model_validate({k: getattr(body, k) for k in V3FilterIn.model_fields}).to_filter()
-        res = svc.recall(RecallQuery(query=body.query, limit=body.limit, project=body.project,
-                                     types=tuple(body.types), include_global=body.include_global,
-                                     touch=body.touch), f)
-        return JSONResponse({"results": [{**memory_dict(h.memory), "score": h.score, "vector_score": h.vector_score,
-                                          "bm25_score": h.bm25_score} for h in res.hits],
-                             "legs": list(res.legs), "took_ms": round(res.took_ms, 3)})
+        res = svc.recall(
+            RecallQuery(
+                query=body.query,
+                limit=body.limit,
+                project=body.project,
+                types=tuple(body.types),
+                include_global=body.include_global,
+                touch=body.touch,
+            ),
+            f,
+        )
+        return JSONResponse(
+            {
+                "results": [
+                    {
+                        **memory_dict(h.memory),
+                        "score": h.score,
+                        "vector_score": h.vector_score,
+                        "bm25_score": h.bm25_score,
+                    }
+                    for h in res.hits
+                ],
+                "legs": list(res.legs),
+                "took_ms": round(res.took_ms, 3),
+            }
+        )
 
     @r.get("/api/v3/stats")
     def stats_v3(project: str | None = _s()) -> dict[str, Any]:
@@ -237,15 +286,20 @@ def router(container: Container) -> APIRouter:
         return svc.relate(body.source_id, body.target_id, body.relation, weight=body.weight)
 
     @r.get("/api/v3/relations")
-    def list_relations(memory_id: str = Query(..., max_length=200),
-                       direction: Literal["out", "in", "both"] = Query("both"),
-                       relation: str | None = Query(None, max_length=64)) -> dict[str, Any]:
+    def list_relations(
+        memory_id: str = Query(..., max_length=200),
+        direction: Literal["out", "in", "both"] = Query("both"),
+        relation: str | None = Query(None, max_length=64),
+    ) -> dict[str, Any]:
         """Relations touching one memory."""
         return {"relations": svc.relations(memory_id, direction=direction, relation=relation)}
 
     @r.delete("/api/v3/relations")
-    def delete_relation(source_id: str = Query(..., max_length=200), target_id: str = Query(..., max_length=200),
-                        relation: str | None = Query(None, max_length=64)) -> dict[str, Any]:
+    def delete_relation(
+        source_id: str = Query(..., max_length=200),
+        target_id: str = Query(..., max_length=200),
+        relation: str | None = Query(None, max_length=64),
+    ) -> dict[str, Any]:
         """Delete the relation(s) from ``source_id`` to ``target_id``."""
         return {"removed": svc.unrelate(source_id, target_id, relation)}
 
@@ -266,8 +320,9 @@ def router(container: Container) -> APIRouter:
     def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
         """Record one tool call in the session's scratchpad; returns the signals it completed."""
         err = body.error if body.error is not None else check_payload_error(body.tool_response)
-        sig = observer.record(body.session_id, body.tool_name, body.tool_input, project=body.project,
-                              cwd=body.cwd, error=err)
+        sig = observer.record(
+            body.session_id, body.tool_name, body.tool_input, project=body.project, cwd=body.cwd, error=err
+        )
         out: dict[str, Any] = {"signals": [{"type": t, **d} for t, d in sig]}
         if container.active is not None and err is None and is_git_commit(body.tool_name, body.tool_input) and body.cwd:
             try:  # the call is recorded: a git problem is reported, never a failed hook
@@ -280,16 +335,28 @@ def router(container: Container) -> APIRouter:
     def observer_session_end(body: ObserverEndIn) -> dict[str, Any]:
         """The session's files go into the co-access graph (origin ``session``); with ``finalize``
         its scratchpad goes through the promotion pipeline."""
-        return sessions_end.end(body.session_id, project=body.project, finalize=body.finalize, outcome=body.outcome,
-                                complexity=body.complexity, work_unit_ref=body.work_unit_ref)
+        return sessions_end.end(
+            body.session_id,
+            project=body.project,
+            finalize=body.finalize,
+            outcome=body.outcome,
+            complexity=body.complexity,
+            work_unit_ref=body.work_unit_ref,
+        )
 
     @r.post("/api/v3/observer/finalize")
     def observer_finalize(body: FinalizeIn) -> dict[str, Any]:
         """Promote a session's scratchpad after its validation passed, or discard it after a failure
         (the promotion pipeline, docs/v3.md "Promotion")."""
-        return promoter.finalize(body.session_id, outcome=body.outcome, project=body.project,
-                                 why_failed=body.why_failed, dry_run=body.dry_run, complexity=body.complexity,
-                                 work_unit_ref=body.work_unit_ref).as_dict()
+        return promoter.finalize(
+            body.session_id,
+            outcome=body.outcome,
+            project=body.project,
+            why_failed=body.why_failed,
+            dry_run=body.dry_run,
+            complexity=body.complexity,
+            work_unit_ref=body.work_unit_ref,
+        ).as_dict()
 
     @r.get("/api/v3/observer/signals")
     def observer_signals(session_id: str = Query(..., max_length=200)) -> dict[str, Any]:
@@ -315,8 +382,9 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/v3/lifecycle/prune-low-confidence")
     def lifecycle_prune_low(body: PruneLowIn) -> dict[str, Any]:
         """Prune memories below a confidence threshold not accessed for some days."""
-        return life.prune_low_confidence(threshold=body.threshold, idle_days=body.idle_days, project=body.project,
-                                         dry_run=body.dry_run)
+        return life.prune_low_confidence(
+            threshold=body.threshold, idle_days=body.idle_days, project=body.project, dry_run=body.dry_run
+        )
 
     @r.get("/api/v3/lifecycle/status")
     def lifecycle_status() -> dict[str, Any]:
@@ -342,17 +410,35 @@ def router(container: Container) -> APIRouter:
     @r.post("/api/v3/coaccess/bootstrap")
     def coaccess_bootstrap(body: BootstrapIn) -> dict[str, Any]:
         """Rebuild a project's co-access graph from ``git log`` of a repository (real git)."""
-        return co.bootstrap_git(Path(check_str(body.repo, "repo")).expanduser(), project=body.project, rev=body.rev,
-                                max_commits=body.max_commits)
+        return co.bootstrap_git(
+            Path(check_str(body.repo, "repo")).expanduser(),
+            project=body.project,
+            rev=body.rev,
+            max_commits=body.max_commits,
+        )
 
     @r.get("/api/v3/coaccess/predict")
-    def coaccess_predict(file: str = Query(..., max_length=1000), project: str = Query("", max_length=200),
-                         k: int = Query(10, ge=1, le=MAX_K), suffix: str = Query("", max_length=20)
-                         ) -> dict[str, Any]:
+    def coaccess_predict(
+        file: str = Query(..., max_length=1000),
+        project: str = Query("", max_length=200),
+        k: int = Query(10, ge=1, le=MAX_K),
+        suffix: str = Query("", max_length=20),
+    ) -> dict[str, Any]:
         """The files most likely needed with ``file``, best first (reason: co-change, directory, popular)."""
         preds = co.predict(file, project=project, k=k, suffix=suffix)
-        return {"file": file, "predictions": [{"file": p.file, "score": round(p.score, 6), "raw_count": p.raw_count,
-                                               "weight": round(p.weight, 6), "reason": p.reason} for p in preds]}
+        return {
+            "file": file,
+            "predictions": [
+                {
+                    "file": p.file,
+                    "score": round(p.score, 6),
+                    "raw_count": p.raw_count,
+                    "weight": round(p.weight, 6),
+                    "reason": p.reason,
+                }
+                for p in preds
+            ],
+        }
 
     @r.get("/api/v3/coaccess/stats")
     def coaccess_stats(project: str = Query("", max_length=200)) -> dict[str, Any]:

@@ -33,8 +33,9 @@ class Client(DaemonClient):
         except DaemonUnavailable as exc:
             cause = exc.__cause__
             if isinstance(cause, (httpx.ConnectError, httpx.ConnectTimeout)):
-                raise DaemonUnavailable(f"no memlane daemon at {self.base_url} ({type(cause).__name__}); "
-                                        "start it with `memlane serve`") from cause
+                raise DaemonUnavailable(
+                    f"no memlane daemon at {self.base_url} ({type(cause).__name__}); start it with `memlane serve`"
+                ) from cause
             raise
 
 

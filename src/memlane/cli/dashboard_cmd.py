@@ -21,9 +21,10 @@ console = Console()
 err = Console(stderr=True)
 
 
-def dashboard(url: str | None = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437)."),
-              open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the link in the browser.")
-              ) -> None:
+def dashboard(
+    url: str | None = typer.Option(None, "--url", help="Daemon URL (default http://127.0.0.1:7437)."),
+    open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the link in the browser."),
+) -> None:
     """Open the web dashboard: print (and open) a one-time sign-in link from the running daemon."""
     settings = load_settings()
     try:

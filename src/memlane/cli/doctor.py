@@ -34,9 +34,11 @@ def _home(home: Path | None) -> Path:
         return default_home()
 
 
-def doctor(fix: bool = typer.Option(False, "--fix", help="Remove group and other permissions from every path reported."),
-           home: Path | None = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane)."),
-           as_json: bool = typer.Option(False, "--json", help="Print {home, problems, fixed} as JSON.")) -> None:
+def doctor(
+    fix: bool = typer.Option(False, "--fix", help="Remove group and other permissions from every path reported."),
+    home: Path | None = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {home, problems, fixed} as JSON."),
+) -> None:
     """Check that nobody but you can read or change memlane's data directory: the home must be
     0700 and everything in it private (files 0600, directories 0700). Exits 1 while a problem
     remains; --fix tightens them."""
@@ -50,10 +52,18 @@ def doctor(fix: bool = typer.Option(False, "--fix", help="Remove group and other
     fixed = fix_private(path) if fix else []
     problems = check_private(path)
     if as_json:
-        console.print_json(json.dumps({
-            "home": str(path), "fixed": [str(p) for p in fixed],
-            "problems": [{"path": str(p.path), "mode": f"{p.mode:04o}", "expected": f"{p.expected:04o}",
-                          "kind": p.kind} for p in problems]}))
+        console.print_json(
+            json.dumps(
+                {
+                    "home": str(path),
+                    "fixed": [str(p) for p in fixed],
+                    "problems": [
+                        {"path": str(p.path), "mode": f"{p.mode:04o}", "expected": f"{p.expected:04o}", "kind": p.kind}
+                        for p in problems
+                    ],
+                }
+            )
+        )
     else:
         for path in fixed:
             console.print(f"fixed: {escape(str(path))}")
@@ -61,8 +71,9 @@ def doctor(fix: bool = typer.Option(False, "--fix", help="Remove group and other
             console.print(f"[red]problem:[/red] {escape(p.describe())}")
         if problems:
             hint = "" if fix else f" Fix: memlane doctor --fix --home {path}"
-            console.print(f"{len(problems)} path(s) in {escape(str(path))} can be read or changed by other users."
-                          + escape(hint))
+            console.print(
+                f"{len(problems)} path(s) in {escape(str(path))} can be read or changed by other users." + escape(hint)
+            )
         else:
             console.print(f"ok: {escape(str(path))} is private (directories 0700, files 0600)")
     raise typer.Exit(1 if problems else 0)

@@ -19,20 +19,33 @@ from memlane.connectors.events import EVENTS
 
 MAX_STDIN_BYTES = 16 * 1024 * 1024
 
-hook_app = typer.Typer(rich_markup_mode="markdown", help="Claude Code hook commands: read the hook JSON on stdin, print the answer, "
-                            "always exit 0.", no_args_is_help=True, add_completion=False,
-                       pretty_exceptions_enable=False)
-connect_app = typer.Typer(rich_markup_mode="markdown", help="Connect memlane to an agent harness (hooks and MCP server).",
-                          no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-disconnect_app = typer.Typer(rich_markup_mode="markdown", help="Remove memlane's hooks and MCP server from an agent harness.",
-                             no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+hook_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Claude Code hook commands: read the hook JSON on stdin, print the answer, always exit 0.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+connect_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Connect memlane to an agent harness (hooks and MCP server).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+disconnect_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Remove memlane's hooks and MCP server from an agent harness.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 def _log_early(message: str) -> None:
     """Log before settings exist (e.g. a broken config.yaml) to the default home's hooks.log."""
     try:
         from memlane.config import default_home
-
         from memlane.fileperms import open_private, private_dir
 
         path = default_home() / "logs" / "hooks.log"
@@ -74,8 +87,11 @@ def _run(event: str, timeout: float | None) -> None:
 
 
 def _make_hook_command(event: str):  # noqa: ANN202
-    def command(timeout: float | None = typer.Option(
-            None, "--timeout", help="Per-request timeout to the daemon, seconds (default 4; 0.1..50).")) -> None:
+    def command(
+        timeout: float | None = typer.Option(
+            None, "--timeout", help="Per-request timeout to the daemon, seconds (default 4; 0.1..50)."
+        ),
+    ) -> None:
         _run(event, timeout)
 
     command.__doc__ = f"Handle Claude Code's {event} hook (stdin JSON in, hook JSON out; exit 0)."
@@ -97,8 +113,9 @@ def _disconnect_group() -> None:
 
 
 SettingsOpt = typer.Option(None, "--settings", help="Claude Code settings file (default ~/.claude/settings.json).")
-ClaudeJsonOpt = typer.Option(None, "--claude-json", help="Claude Code user config with MCP servers "
-                                                         "(default ~/.claude.json).")
+ClaudeJsonOpt = typer.Option(
+    None, "--claude-json", help="Claude Code user config with MCP servers (default ~/.claude.json)."
+)
 
 
 def _report(result) -> None:  # noqa: ANN001
@@ -117,11 +134,17 @@ def _report(result) -> None:  # noqa: ANN001
 
 
 @connect_app.command("claude-code")
-def connect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path | None = ClaudeJsonOpt,
-                        command: str | None = typer.Option(
-                            None, "--command", help="How Claude Code should start memlane, e.g. "
-                            "'/opt/memlane/bin/memlane' (default: the absolute path of this memlane)."),
-                        mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also register the MCP server.")) -> None:
+def connect_claude_code(
+    settings: Path | None = SettingsOpt,
+    claude_json: Path | None = ClaudeJsonOpt,
+    command: str | None = typer.Option(
+        None,
+        "--command",
+        help="How Claude Code should start memlane, e.g. "
+        "'/opt/memlane/bin/memlane' (default: the absolute path of this memlane).",
+    ),
+    mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also register the MCP server."),
+) -> None:
     """Add memlane's SessionStart, UserPromptSubmit, SessionEnd, PreCompact, PostToolUse and
     PostToolUseFailure hooks to Claude Code (idempotent, other hooks kept, backup first) and
     register the memlane MCP server.
@@ -143,8 +166,11 @@ def connect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path |
 
 
 @disconnect_app.command("claude-code")
-def disconnect_claude_code(settings: Path | None = SettingsOpt, claude_json: Path | None = ClaudeJsonOpt,
-                           mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also remove the MCP server.")) -> None:
+def disconnect_claude_code(
+    settings: Path | None = SettingsOpt,
+    claude_json: Path | None = ClaudeJsonOpt,
+    mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Also remove the MCP server."),
+) -> None:
     """Remove only memlane's hooks (commands running memlane-hook, memlane.hookclient or 'memlane
     hook') and its MCP server from Claude Code; everything else is left as it was (backup first)."""
     from memlane.connectors.claude_code import SettingsFileError, default_settings_path, disconnect

@@ -13,18 +13,17 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
-from collections.abc import Callable
 
 from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memlane.schemas.models import MemoryIn
 from memlane.cli.client import Client, DaemonError
 from memlane.errors import MemlaneError, ValidationError
+from memlane.schemas.models import MemoryIn
 
 #: Longest line read (bytes, newline excluded): the daemon's default body cap, so an accepted
 #: line can always be sent as one memory. A longer line is reported and skipped.
@@ -124,12 +123,17 @@ class _Report:
             self.errors.append((no, message))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "deduplicated": self.deduplicated, "bad_lines": self.bad,
-                "errors": sorted(self.errors)}
+        return {
+            "created": self.created,
+            "deduplicated": self.deduplicated,
+            "bad_lines": self.bad,
+            "errors": sorted(self.errors),
+        }
 
 
-def _batches(stream: BinaryIO, report: _Report, batch: int, max_line_bytes: int,
-             advance: Callable[[int], None]) -> Iterator[list[tuple[int, MemoryIn]]]:
+def _batches(
+    stream: BinaryIO, report: _Report, batch: int, max_line_bytes: int, advance: Callable[[int], None]
+) -> Iterator[list[tuple[int, MemoryIn]]]:
     """Good lines grouped into batches of at most ``batch`` memories / :data:`BATCH_BYTES`;
     bad lines go to ``report`` as they are met."""
     chunk: list[tuple[int, MemoryIn]] = []
@@ -149,9 +153,15 @@ def _batches(stream: BinaryIO, report: _Report, batch: int, max_line_bytes: int,
 
 
 def _progress(console: Console | None) -> Progress:
-    return Progress(TextColumn("importing"), BarColumn(), DownloadColumn(),
-                    TextColumn("{task.fields[memories]} memories"), TimeElapsedColumn(),
-                    console=console, transient=True)
+    return Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[memories]} memories"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def _input_size(fh: BinaryIO) -> int | None:
@@ -163,9 +173,16 @@ def _input_size(fh: BinaryIO) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def run_import(path: Path, *, data_dir: Path | None, url: str | None, batch: int = 256,
-               console: Console | None = None, max_line_bytes: int = MAX_LINE_BYTES,
-               home: Path | None = None) -> dict[str, Any]:
+def run_import(
+    path: Path,
+    *,
+    data_dir: Path | None,
+    url: str | None,
+    batch: int = 256,
+    console: Console | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    home: Path | None = None,
+) -> dict[str, Any]:
     """Import a JSON-lines file (or FIFO / pipe), streaming it in batches.
 
     With ``data_dir`` the store is opened directly, under its lock; otherwise batches go to the
@@ -207,14 +224,14 @@ def run_import(path: Path, *, data_dir: Path | None, url: str | None, batch: int
     return report.as_dict()
 
 
-def _into_store(data_dir: Path, batches: Iterator[list[tuple[int, MemoryIn]]], report: _Report,
-                counted: Callable[[], None]) -> None:
+def _into_store(
+    data_dir: Path, batches: Iterator[list[tuple[int, MemoryIn]]], report: _Report, counted: Callable[[], None]
+) -> None:
     from memlane.config import load_settings
     from memlane.container import open_container
     from memlane.homelock import acquire
 
-    with acquire(data_dir, "memlane import --data-dir",
-                 hint="stop it or use --url to import through it"):
+    with acquire(data_dir, "memlane import --data-dir", hint="stop it or use --url to import through it"):
         container = open_container(load_settings(home=data_dir))
         try:
             for chunk in batches:
@@ -233,8 +250,13 @@ def _into_store(data_dir: Path, batches: Iterator[list[tuple[int, MemoryIn]]], r
             container.close()
 
 
-def _through_daemon(url: str, home: Path | None, batches: Iterator[list[tuple[int, MemoryIn]]], report: _Report,
-                    counted: Callable[[], None]) -> None:
+def _through_daemon(
+    url: str,
+    home: Path | None,
+    batches: Iterator[list[tuple[int, MemoryIn]]],
+    report: _Report,
+    counted: Callable[[], None],
+) -> None:
     from memlane.cli.client import DaemonUnavailable
 
     client = Client(url, timeout_s=300, home=home)
@@ -257,7 +279,9 @@ def _through_daemon(url: str, home: Path | None, batches: Iterator[list[tuple[in
                         report.error(no, exc.message)
             counted()
     except DaemonUnavailable as exc:
-        raise DaemonUnavailable(f"{exc.message} (imported so far: {report.created} new, "
-                                f"{report.deduplicated} duplicates, {report.bad} bad lines)") from exc
+        raise DaemonUnavailable(
+            f"{exc.message} (imported so far: {report.created} new, "
+            f"{report.deduplicated} duplicates, {report.bad} bad lines)"
+        ) from exc
     finally:
         client.close()

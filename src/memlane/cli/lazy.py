@@ -16,9 +16,11 @@ import typer
 from typer.core import TyperGroup
 
 #: How to get the benchmarks package (printed when it is missing).
-INSTALL_HINT = ("this command needs memlane's benchmarks (the memlane-benchmarks distribution), which "
-                "are not installed: they live beside the sources (benchmarks/ in a memlane checkout); "
-                "`make install` there installs them with memlane, or `pip install -e ./benchmarks`")
+INSTALL_HINT = (
+    "this command needs memlane's benchmarks (the memlane-benchmarks distribution), which "
+    "are not installed: they live beside the sources (benchmarks/ in a memlane checkout); "
+    "`make install` there installs them with memlane, or `pip install -e ./benchmarks`"
+)
 
 
 class LazyGroup(TyperGroup):
@@ -67,8 +69,9 @@ def _missing_command(name: str) -> Any:
     """A command ``name`` that takes any arguments and fails with :data:`INSTALL_HINT` (exit code 2)."""
     app = typer.Typer()
 
-    @app.command(name, add_help_option=False,
-                 context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    @app.command(
+        name, add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+    )
     def fail(ctx: typer.Context) -> None:
         typer.echo(f"error: {ctx.command_path}: {INSTALL_HINT}.", err=True)
         raise typer.Exit(2)

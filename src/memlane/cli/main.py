@@ -17,26 +17,40 @@ from rich.markup import escape
 from rich.table import Table
 
 from memlane import __version__
+from memlane.cli import v3_cmd
+from memlane.cli.client import client_for
+from memlane.cli.doctor import doctor
 from memlane.cli.hooks import connect_app, disconnect_app, hook_app
+from memlane.cli.lazy import lazy_typer
 from memlane.cli.mcp_cmd import mcp_app
 from memlane.cli.predictor_cmd import predictor_app
-from memlane.cli.lazy import lazy_typer
 from memlane.cli.token_cmd import token_app
-from memlane.cli import v3_cmd
 from memlane.cli.train_cmd import train_app
-from memlane.cli.doctor import doctor
-from memlane.cli.client import client_for
 from memlane.config import load_settings, public_settings
 from memlane.errors import MemlaneError
 
-app = typer.Typer(rich_markup_mode="markdown", name="memlane", help="Local-first memory daemon for AI agents.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    rich_markup_mode="markdown",
+    name="memlane",
+    help="Local-first memory daemon for AI agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 # defined by the benchmarks package beside memlane's sources, imported only when used
-app.add_typer(lazy_typer("benchmarks.cli", "bench_app",
-                         help="Benchmarks on real data (retrieval quality, latency, throughput)."), name="bench")
+app.add_typer(
+    lazy_typer("benchmarks.cli", "bench_app", help="Benchmarks on real data (retrieval quality, latency, throughput)."),
+    name="bench",
+)
 app.add_typer(train_app, name="train")
-app.add_typer(lazy_typer("benchmarks.cli", "replay_app", help="Replay real data through the session "
-                         "lifecycle (the predictor's training data)."), name="replay")
+app.add_typer(
+    lazy_typer(
+        "benchmarks.cli",
+        "replay_app",
+        help="Replay real data through the session lifecycle (the predictor's training data).",
+    ),
+    name="replay",
+)
 app.add_typer(hook_app, name="hook")
 app.add_typer(connect_app, name="connect")
 app.add_typer(disconnect_app, name="disconnect")
@@ -44,7 +58,10 @@ app.add_typer(mcp_app, name="mcp")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(token_app, name="token")
 import memlane.cli.dashboard_cmd  # noqa: E402,F401  (registers `memlane dashboard` on app)
-from memlane.cli.drift_cmd import drift_app, stale_app; app.add_typer(drift_app, name="drift"); app.add_typer(stale_app, name="stale")  # noqa: E402,E702 (issue 41)
+from memlane.cli.drift_cmd import drift_app, stale_app  # noqa: E402
+
+app.add_typer(drift_app, name="drift")
+app.add_typer(stale_app, name="stale")
 app.add_typer(v3_cmd.memories_app, name="memories")
 app.add_typer(v3_cmd.coaccess_app, name="coaccess")
 app.command(name="doctor")(doctor)
@@ -75,16 +92,18 @@ def version() -> None:
 
 
 @app.command()
-def serve(host: str | None = typer.Option(None, help="Bind address (default 127.0.0.1)."),
-          port: int | None = typer.Option(None, help="TCP port (default 7437)."),
-          home: Path | None = HomeOpt) -> None:
+def serve(
+    host: str | None = typer.Option(None, help="Bind address (default 127.0.0.1)."),
+    port: int | None = typer.Option(None, help="TCP port (default 7437)."),
+    home: Path | None = HomeOpt,
+) -> None:
     """Run the daemon in the foreground (HTTP API on 127.0.0.1:7437 by default)."""
     from memlane.api.app import create_app
-    from memlane.cli.serving import run_server
-    from memlane.homelock import acquire as acquire_home
     from memlane.api.guard import bind_warnings
+    from memlane.cli.serving import run_server
     from memlane.container import open_container
     from memlane.fileperms import set_private_umask, warn_if_loose
+    from memlane.homelock import acquire as acquire_home
     from memlane.procinfo import return_large_blocks
 
     set_private_umask()  # whatever the daemon creates in the home is 0600 / 0700
@@ -99,8 +118,12 @@ def serve(host: str | None = typer.Option(None, help="Bind address (default 127.
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         # One process per home (memlane.homelock): a second daemon or a direct import would keep
         # its own index and miss this one's writes. Held until the process ends.
-        home_lock = acquire_home(settings.home, "memlane serve", url=f"http://{settings.host}:{settings.port}",
-                                 hint="stop it first, or give this daemon another --home")
+        home_lock = acquire_home(
+            settings.home,
+            "memlane serve",
+            url=f"http://{settings.host}:{settings.port}",
+            hint="stop it first, or give this daemon another --home",
+        )
         err.print(f"memlane {__version__}: data in {settings.home}, loading the embedding model...")
         container = open_container(settings, warmup=True, start_workers=True)
         warn_if_loose(settings.home, logging.getLogger("memlane.serve"))  # an older or hand-made home
@@ -123,8 +146,13 @@ def serve(host: str | None = typer.Option(None, help="Bind address (default 127.
         gc.freeze()
         err.print(f"memlane listening on http://{settings.host}:{settings.port} (OpenAPI at /docs)")
         # The judge stops as soon as the shutdown begins: requests waiting on it answer at once.
-        run_server(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                   on_shutdown=container.sessions.stop_judge)
+        run_server(
+            app_,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            on_shutdown=container.sessions.stop_judge,
+        )
     finally:
         container.close()
         home_lock.release()
@@ -137,20 +165,34 @@ def _exit_after_sigterm(signum: int, frame: Any) -> None:
 
 @app.command()
 @v3_cmd.v3_options("remember")
-def remember(content: str = typer.Argument(..., help="The memory text ('-' reads stdin)."),
-             type_: str = typer.Option("fact", "--type", help="Memory type."),
-             importance: float = typer.Option(0.5, help="Importance in [0, 1]."),
-             project: str | None = typer.Option(None, help="Project scope."),
-             tag: list[str] = typer.Option([], "--tag", help="A tag (repeatable)."),
-             pinned: bool = typer.Option(False, help="Pin the memory."),
-             url: str | None = UrlOpt, **v3: Any) -> None:
+def remember(
+    content: str = typer.Argument(..., help="The memory text ('-' reads stdin)."),
+    type_: str = typer.Option("fact", "--type", help="Memory type."),
+    importance: float = typer.Option(0.5, help="Importance in [0, 1]."),
+    project: str | None = typer.Option(None, help="Project scope."),
+    tag: list[str] = typer.Option([], "--tag", help="A tag (repeatable)."),
+    pinned: bool = typer.Option(False, help="Pin the memory."),
+    url: str | None = UrlOpt,
+    **v3: Any,
+) -> None:
     """Store one memory through the running daemon (V3 fields: docs/v3.md)."""
     if content == "-":
         content = sys.stdin.read()
     try:
-        r = client_for(url).request("POST", "/api/memory/remember", json={
-            "content": content, "type": type_, "importance": importance, "project": project,
-            "tags": tag, "pinned": pinned, "who": "cli", **v3_cmd.remember_fields(**v3)})
+        r = client_for(url).request(
+            "POST",
+            "/api/memory/remember",
+            json={
+                "content": content,
+                "type": type_,
+                "importance": importance,
+                "project": project,
+                "tags": tag,
+                "pinned": pinned,
+                "who": "cli",
+                **v3_cmd.remember_fields(**v3),
+            },
+        )
     except MemlaneError as exc:
         _fail(exc)
         return
@@ -159,17 +201,23 @@ def remember(content: str = typer.Argument(..., help="The memory text ('-' reads
 
 @app.command()
 @v3_cmd.v3_options("recall")
-def recall(query: str = typer.Argument(..., help="What to look for (any text)."),
-           limit: int = typer.Option(10, "--limit", "-k", help="Results, 1..1000."),
-           project: str | None = typer.Option(None, help="Only this project."),
-           type_: list[str] = typer.Option([], "--type", help="Only these types (repeatable)."),
-           as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
-           url: str | None = UrlOpt, **v3: Any) -> None:
+def recall(
+    query: str = typer.Argument(..., help="What to look for (any text)."),
+    limit: int = typer.Option(10, "--limit", "-k", help="Results, 1..1000."),
+    project: str | None = typer.Option(None, help="Only this project."),
+    type_: list[str] = typer.Option([], "--type", help="Only these types (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the raw JSON answer."),
+    url: str | None = UrlOpt,
+    **v3: Any,
+) -> None:
     """Recall memories through the running daemon (V3 conditions: docs/v3.md)."""
     where = v3_cmd.recall_where(**v3)
     try:
-        r = client_for(url).request("POST", "/api/v3/recall" if where else "/api/memory/recall", json={
-            "query": query, "limit": limit, "project": project, "types": type_, **where})
+        r = client_for(url).request(
+            "POST",
+            "/api/v3/recall" if where else "/api/memory/recall",
+            json={"query": query, "limit": limit, "project": project, "types": type_, **where},
+        )
     except MemlaneError as exc:
         _fail(exc)
         return
@@ -195,8 +243,10 @@ def status(url: str | None = UrlOpt) -> None:
         _fail(exc)
         return
     console.print(f"[green]ok[/green] memlane {health['version']} up {health['uptime_s']:.0f}s, db {health['db_path']}")
-    console.print(f"memories: {stats['live']} live, {stats['deleted']} deleted, {stats['pinned']} pinned; "
-                  f"embedding model {stats['embedding_model']} ({stats['indexed']} indexed)")
+    console.print(
+        f"memories: {stats['live']} live, {stats['deleted']} deleted, {stats['pinned']} pinned; "
+        f"embedding model {stats['embedding_model']} ({stats['indexed']} indexed)"
+    )
     if stats["by_type"]:
         console.print("by type: " + ", ".join(f"{k} {v}" for k, v in stats["by_type"].items()))
     procs = health.get("processes")
@@ -217,8 +267,10 @@ def _process_line(procs: dict[str, Any]) -> str:
     if s is None:
         parts.append("predictor sidecar off (predictor.enabled is false)")
     elif s.get("pid"):
-        parts.append(f"predictor sidecar {_mib(s.get('rss_bytes'))} (pid {s['pid']}, {s.get('state')}, "
-                     f"peak {_mib(s.get('peak_rss_bytes'))})")
+        parts.append(
+            f"predictor sidecar {_mib(s.get('rss_bytes'))} (pid {s['pid']}, {s.get('state')}, "
+            f"peak {_mib(s.get('peak_rss_bytes'))})"
+        )
         total += s.get("rss_bytes") or 0
     else:
         why = {"dormant": "no model yet", "stopped": "predictor disabled"}.get(s.get("state"), s.get("state"))
@@ -227,11 +279,15 @@ def _process_line(procs: dict[str, Any]) -> str:
 
 
 @app.command("config")
-def config_cmd(home: Path | None = HomeOpt,
-               bind_keys: bool = typer.Option(
-                   False, "--bind-keys", help="Send each configured API key to its section's current base URL "
-                   "from now on (a key is otherwise sent only where it was first used). Restart the daemon after.")
-               ) -> None:
+def config_cmd(
+    home: Path | None = HomeOpt,
+    bind_keys: bool = typer.Option(
+        False,
+        "--bind-keys",
+        help="Send each configured API key to its section's current base URL "
+        "from now on (a key is otherwise sent only where it was first used). Restart the daemon after.",
+    ),
+) -> None:
     """Print the effective settings (defaults < config.yaml < MEMLANE_* environment)."""
     try:
         s = _settings(home)
@@ -251,24 +307,34 @@ def config_cmd(home: Path | None = HomeOpt,
 
 
 @app.command("import")
-def import_cmd(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines, one memory per line."),
-               data_dir: Path | None = typer.Option(
-                   None, "--data-dir", help="Write directly into this data directory instead of via the daemon."),
-               batch: int = typer.Option(256, help="Memories per request / transaction."),
-               url: str | None = UrlOpt) -> None:
+def import_cmd(
+    path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines, one memory per line."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Write directly into this data directory instead of via the daemon."
+    ),
+    batch: int = typer.Option(256, help="Memories per request / transaction."),
+    url: str | None = UrlOpt,
+) -> None:
     """Import memories from JSON lines (each line: {"content": ..., optional fields as in the API}).
 
     Bad lines are reported with their line numbers and skipped; the rest are imported."""
     from memlane.cli.importer import run_import
 
     try:
-        report = run_import(path, data_dir=data_dir, url=url or (None if data_dir else _settings().url),
-                            home=None if data_dir else _settings().home, batch=batch, console=err)
+        report = run_import(
+            path,
+            data_dir=data_dir,
+            url=url or (None if data_dir else _settings().url),
+            home=None if data_dir else _settings().home,
+            batch=batch,
+            console=err,
+        )
     except (MemlaneError, OSError) as exc:
         _fail(exc)
         return
-    console.print(f"imported {report['created']} new, {report['deduplicated']} duplicates, "
-                  f"{report['bad_lines']} bad lines")
+    console.print(
+        f"imported {report['created']} new, {report['deduplicated']} duplicates, {report['bad_lines']} bad lines"
+    )
     for line_no, msg in report["errors"][:20]:
         err.print(f"  line {line_no}: {msg}")
     if report["errors"]:

@@ -10,15 +10,19 @@ The daemon itself also serves MCP over streamable HTTP at ``http://127.0.0.1:743
 
 from __future__ import annotations
 
-
 import typer
 from rich.console import Console
 
 from memlane.config import load_settings
 from memlane.errors import MemlaneError
 
-mcp_app = typer.Typer(rich_markup_mode="markdown", help="MCP server for agents (stdio, backed by the daemon).", no_args_is_help=True,
-                      add_completion=False, pretty_exceptions_enable=False)
+mcp_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="MCP server for agents (stdio, backed by the daemon).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 err = Console(stderr=True)
 
 
@@ -28,9 +32,11 @@ def _group() -> None:
 
 
 @mcp_app.command("serve")
-def serve(url: str | None = typer.Option(
-        None, "--url", help="Daemon URL (default http://127.0.0.1:7437, or MEMLANE_DAEMON_URL / MEMLANE_PORT).")
-          ) -> None:
+def serve(
+    url: str | None = typer.Option(
+        None, "--url", help="Daemon URL (default http://127.0.0.1:7437, or MEMLANE_DAEMON_URL / MEMLANE_PORT)."
+    ),
+) -> None:
     """Serve the memory tools over stdio (stdout carries only MCP messages; logs go to stderr).
 
     Tool calls go to the daemon; while it is down, each tool answers with an error saying so.

@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-predictor_app = typer.Typer(rich_markup_mode="markdown", help="The predictive memory scorer (sidecar and status).",
-                            no_args_is_help=True)
+predictor_app = typer.Typer(
+    rich_markup_mode="markdown", help="The predictive memory scorer (sidecar and status).", no_args_is_help=True
+)
 console = Console()
 
 
@@ -32,9 +33,16 @@ def serve(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s predictor %(levelname)s %(message)s")
     from memlane.predictor.sidecar import serve as run
 
-    raise typer.Exit(run(db_path=str(db) if db else None, model_dir=str(model_dir), embedding_model_id=embedding_model,
-                         native_dim=native_dim, base_weights=str(base_weights) if base_weights else None,
-                         threads=threads))
+    raise typer.Exit(
+        run(
+            db_path=str(db) if db else None,
+            model_dir=str(model_dir),
+            embedding_model_id=embedding_model,
+            native_dim=native_dim,
+            base_weights=str(base_weights) if base_weights else None,
+            threads=threads,
+        )
+    )
 
 
 def _ms(v: Any) -> str:
@@ -43,11 +51,11 @@ def _ms(v: Any) -> str:
 
 def _margin_guard(state: dict[str, Any]) -> str:
     """The margin guard's reading of a status ``state`` (:func:`memlane.predictor.policy.margin_guard_reason`)."""
-    from memlane.predictor import policy
     from memlane.config import predictor as C
+    from memlane.predictor import policy
 
     ps = policy.PolicyState.from_dict(state)
-    window = ps.recent_margins[-C.MARGIN_WINDOW:]
+    window = ps.recent_margins[-C.MARGIN_WINDOW :]
     mean = f"last {len(window)} margins average {sum(window) / len(window):+.3f}" if window else "no margins yet"
     why = policy.margin_guard_reason(ps)
     return f"{mean}; " + (f"holds alpha at 1: {why}" if why else "lets the success rate decide alpha")
@@ -67,52 +75,83 @@ def status_table(st: dict[str, Any]) -> Table:
     t.add_column("what", style="bold")
     t.add_column("value")
     t.add_row("phase", f"{st['phase']} (alpha {float(st.get('alpha', 1.0)):.2f}: the baseline's weight in the fusion)")
-    t.add_row("success rate", f"{float(s.get('success_rate', 0.0)):.2f} "
-              "(EMA of wins over the baseline, NDCG@10, ties left out); "
-              f"margin EMA {float(s.get('margin_ema', 0.0)):+.3f}")
+    t.add_row(
+        "success rate",
+        f"{float(s.get('success_rate', 0.0)):.2f} "
+        "(EMA of wins over the baseline, NDCG@10, ties left out); "
+        f"margin EMA {float(s.get('margin_ema', 0.0)):+.3f}",
+    )
     t.add_row("margin guard", _margin_guard(s))
-    t.add_row("sessions", f"{s.get('training_sessions', 0)} training-grade, {s.get('comparisons', 0)} compared, "
-              f"{st.get('scored_sessions', 0)} scored, {st.get('score_errors', 0)} score errors (baseline served)")
-    trained = f"model v{s.get('model_version', 0)}" + (f", trained {s['last_trained']}" if s.get("last_trained") else
-                                                       ", not trained yet")
+    t.add_row(
+        "sessions",
+        f"{s.get('training_sessions', 0)} training-grade, {s.get('comparisons', 0)} compared, "
+        f"{st.get('scored_sessions', 0)} scored, {st.get('score_errors', 0)} score errors (baseline served)",
+    )
+    trained = f"model v{s.get('model_version', 0)}" + (
+        f", trained {s['last_trained']}" if s.get("last_trained") else ", not trained yet"
+    )
     t.add_row("model", trained + (" (retraining now)" if st.get("training") else ""))
     runs = st.get("training_runs")
     if runs:
         why = runs.get("rejected_by_reason") or {}
-        t.add_row("training runs", f"{runs.get('total', 0)} runs, {runs.get('accepted', 0)} accepted, "
-                  f"{runs.get('rejected', 0)} rejected, the old model kept serving (gates {why.get('gates', 0)}, "
-                  f"no validation gain {why.get('no_validation_gain', 0)}, error {why.get('error', 0)})")
+        t.add_row(
+            "training runs",
+            f"{runs.get('total', 0)} runs, {runs.get('accepted', 0)} accepted, "
+            f"{runs.get('rejected', 0)} rejected, the old model kept serving (gates {why.get('gates', 0)}, "
+            f"no validation gain {why.get('no_validation_gain', 0)}, error {why.get('error', 0)})",
+        )
     t.add_row("drift resets", str(s.get("drift_resets", 0)) + (" (drifting: retraining)" if s.get("drifting") else ""))
     kinds = st.get("score_error_kinds") or {}
     if kinds:
         deadline = st.get("score_timeout_ms")
-        t.add_row("score errors", ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
-                  + (f" (deadline {float(deadline):g} ms)" if deadline is not None else ""))
+        t.add_row(
+            "score errors",
+            ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+            + (f" (deadline {float(deadline):g} ms)" if deadline is not None else ""),
+        )
     lat = st.get("score_latency_ms") or {}
-    t.add_row("score latency", f"p50 {_ms(lat.get('p50'))} / p95 {_ms(lat.get('p95'))} ms over {lat.get('n', 0)} "
-              "requests (daemon side)")
+    t.add_row(
+        "score latency",
+        f"p50 {_ms(lat.get('p50'))} / p95 {_ms(lat.get('p95'))} ms over {lat.get('n', 0)} requests (daemon side)",
+    )
     side = st.get("sidecar")
     if side is None:
         t.add_row("sidecar", "off (predictor.enabled is false)" if not st.get("enabled") else "not started")
     else:
-        health = "disabled" if side.get("disabled") else "ready" if side.get("ready") else \
-            "starting" if side.get("alive") else \
-            "not running: no model yet (the untrained model scores in the daemon)" if side.get("state") == "dormant" else \
-            "stopped (predictor.enabled is false)" if side.get("state") == "stopped" else "down"
-        t.add_row("sidecar", f"{health}, pid {side.get('pid') or '-'}, {side.get('restarts', 0)} restarts, "
-                  f"{side.get('crashes_last_hour', 0)} crashes in the last hour")
+        health = (
+            "disabled"
+            if side.get("disabled")
+            else "ready"
+            if side.get("ready")
+            else "starting"
+            if side.get("alive")
+            else "not running: no model yet (the untrained model scores in the daemon)"
+            if side.get("state") == "dormant"
+            else "stopped (predictor.enabled is false)"
+            if side.get("state") == "stopped"
+            else "down"
+        )
+        t.add_row(
+            "sidecar",
+            f"{health}, pid {side.get('pid') or '-'}, {side.get('restarts', 0)} restarts, "
+            f"{side.get('crashes_last_hour', 0)} crashes in the last hour",
+        )
         errors = side.get("error_counts") or {}
         if errors:
             t.add_row("sidecar errors", ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
     rates = s.get("project_rates") or {}
     if rates:
-        t.add_row("per project", ", ".join(f"{p}: {float(ema):.2f} over {int(n)}" for p, (ema, n) in sorted(rates.items())))
+        t.add_row(
+            "per project", ", ".join(f"{p}: {float(ema):.2f} over {int(n)}" for p, (ema, n) in sorted(rates.items()))
+        )
     return t
 
 
 @predictor_app.command("status")
-def status(url: str | None = typer.Option(None, "--url", help="Daemon URL."),
-           as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object.")) -> None:
+def status(
+    url: str | None = typer.Option(None, "--url", help="Daemon URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print the daemon's whole status object."),
+) -> None:
     """The daemon's predictor: phase, alpha, success rate, model version, training runs (accepted /
     rejected by reason), score errors by kind, sidecar health."""
     from memlane.cli.client import client_for

@@ -15,7 +15,13 @@ Tick = Callable[[str, int, int], None]
 @contextmanager
 def stage_progress(console: Console, first: str) -> Iterator[Tick]:
     """A transient progress bar on ``console``; yields the ``tick(stage, done, total)`` callback."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task(first, total=None)
         yield lambda stage, done, total: progress.update(task, description=stage, completed=done, total=total)

@@ -10,8 +10,9 @@ from rich.console import Console
 from memlane.auth import ensure_token, rotate_token, token_path
 from memlane.config import load_settings
 
-token_app = typer.Typer(help="The per-install API token ($MEMLANE_HOME/token, mode 0600).",
-                        no_args_is_help=True, add_completion=False)
+token_app = typer.Typer(
+    help="The per-install API token ($MEMLANE_HOME/token, mode 0600).", no_args_is_help=True, add_completion=False
+)
 _out = Console()
 _err = Console(stderr=True)
 _HOME = typer.Option(None, "--home", help="Data directory (default $MEMLANE_HOME or ~/.memlane).")

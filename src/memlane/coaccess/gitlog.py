@@ -25,8 +25,19 @@ from memlane.v3.model import check_str
 
 #: Seconds one git command may take.
 GIT_TIMEOUT_S = 120
-_SAFE = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.pager=cat",
-         "-c", "log.showSignature=false", "-c", "core.quotePath=false", "--no-pager"]
+_SAFE = [
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "log.showSignature=false",
+    "-c",
+    "core.quotePath=false",
+    "--no-pager",
+]
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
@@ -40,7 +51,7 @@ def unquote_path(text: str) -> str:
         ch = body[i]
         if ch == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
-            octal = body[i + 1:i + 4]
+            octal = body[i + 1 : i + 4]
             if len(octal) == 3 and all(c in "01234567" for c in octal):
                 out.append(int(octal, 8) & 0xFF)
                 i += 4
@@ -101,8 +112,14 @@ def _env() -> dict[str, str]:
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     try:
-        proc = subprocess.run([git_binary(), "-C", str(repo), *_SAFE, *args], input=stdin, capture_output=True,
-                              timeout=GIT_TIMEOUT_S, env=_env(), check=False)
+        proc = subprocess.run(
+            [git_binary(), "-C", str(repo), *_SAFE, *args],
+            input=stdin,
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            env=_env(),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise ValidationError(f"git {args[0]} took longer than {GIT_TIMEOUT_S} s in {str(repo)[:200]}") from None
     if proc.returncode != 0:
@@ -164,8 +181,7 @@ def read_history(repo: Path, *, rev: str = "HEAD", max_commits: int | None = Non
     check_str(rev, "rev", max_chars=200)
     if rev.startswith("-") or any(c.isspace() for c in rev):
         raise ValidationError("rev: expected a git revision (no leading '-', no spaces)")
-    args = ["log", "--reverse", "--no-merges", "--name-status", "-M", "--no-color",
-            "--format=%x1e%H%x1f%cI%x1f%s"]
+    args = ["log", "--reverse", "--no-merges", "--name-status", "-M", "--no-color", "--format=%x1e%H%x1f%cI%x1f%s"]
     if max_commits is not None:
         if max_commits < 1:
             raise ValidationError("max_commits: must be at least 1")
@@ -215,8 +231,14 @@ def replay_into_repo(commits: Iterable[Commit], repo: Path) -> int:
             body[ch.path] = base + f"{c.sha[:12]}\n".encode()
             data = body[ch.path]
             ops.append(f"M 100644 inline {_quote(ch.path)}\ndata {len(data)}\n".encode() + data + b"\n")
-        chunks.append(f"commit refs/heads/main\ncommitter memlane bench <bench@localhost> "
-                      f"{int(dt.timestamp())} {tz}\ndata {len(msg)}\n".encode() + msg + b"\n" + b"".join(ops) + b"\n")
+        chunks.append(
+            f"commit refs/heads/main\ncommitter memlane bench <bench@localhost> "
+            f"{int(dt.timestamp())} {tz}\ndata {len(msg)}\n".encode()
+            + msg
+            + b"\n"
+            + b"".join(ops)
+            + b"\n"
+        )
         n += 1
     _git(repo, "fast-import", "--quiet", "--done", stdin=b"".join(chunks) + b"done\n")
     _git(repo, "reset", "-q", "--hard", "main")

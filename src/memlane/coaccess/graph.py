@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from memlane.coaccess.gitlog import Commit, read_history, toplevel
-from memlane.errors import MemlaneError, ValidationError
-from memlane.workers.runtime import PollingWorker
 from memlane.config.clock import now_iso
+from memlane.errors import MemlaneError, ValidationError
 from memlane.storage import coaccess as co_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
+from memlane.workers.runtime import PollingWorker
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,9 @@ class CoAccessService:
             flush(first)
         return n
 
-    def bootstrap_git(self, repo: Path, *, project: str = "", rev: str = "HEAD",
-                      max_commits: int | None = None) -> dict[str, Any]:
+    def bootstrap_git(
+        self, repo: Path, *, project: str = "", rev: str = "HEAD", max_commits: int | None = None
+    ) -> dict[str, Any]:
         """Rebuild ``project``'s graph from ``git log`` of ``repo`` (the real git binary).
 
         Returns ``{"commits", "files", "edges", "took_ms"}``.
@@ -123,8 +124,9 @@ class CoAccessService:
         project = _check_project(project)
         return self.db.read(lambda c: co_sql.stats(c, project))
 
-    def predict(self, path: str, *, project: str = "", k: int = 10, fill: bool = True,
-                suffix: str = "") -> list[Prediction]:
+    def predict(
+        self, path: str, *, project: str = "", k: int = 10, fill: bool = True, suffix: str = ""
+    ) -> list[Prediction]:
         """The ``k`` files most likely needed with ``path``, best first (``path`` itself never);
         ``suffix`` (e.g. ``.py``) keeps only files whose name ends with it; ``fill`` completes a
         short list from the directory's and the project's most changed files.
@@ -140,7 +142,9 @@ class CoAccessService:
             raise ValidationError(f"k: must be an integer in [1, {MAX_K}]", details={"field": "k"})
 
         def read(conn: Any) -> list[Prediction]:
-            out = [Prediction(f, s, n, w, "co-change") for f, s, n, w in co_sql.neighbours(conn, project, path, k, suffix)]
+            out = [
+                Prediction(f, s, n, w, "co-change") for f, s, n, w in co_sql.neighbours(conn, project, path, k, suffix)
+            ]
             if fill and len(out) < k:
                 seen = {p.file for p in out} | {path}
                 for reason, directory in (("directory", posixpath.dirname(path)), ("popular", None)):
@@ -159,8 +163,9 @@ class CoAccessService:
         project = _check_project(project)
         uniq = list(dict.fromkeys(check_str(f, "files[]") for f in files))
         at = now_iso()
-        self.db.write(lambda c: co_sql.add_commit(c, project, uniq, at=at, max_pair_files=self.max_pair_files,
-                                                  origin=origin))
+        self.db.write(
+            lambda c: co_sql.add_commit(c, project, uniq, at=at, max_pair_files=self.max_pair_files, origin=origin)
+        )
 
 
 #: Newest commits a background bootstrap reads (bounds its time on a long history).

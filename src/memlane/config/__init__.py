@@ -23,14 +23,13 @@ from pydantic_settings import (
 )
 
 from memlane.config.checks import check_values, settings_value_error, strict_type_errors
-from memlane.errors import ConfigError
-from memlane.config.pipeline import MemorySettings, error_lines, snake_keys
-from memlane.config.llm import LlmSettings
 from memlane.config.continuity import SessionCheckpointSettings
-from memlane.config.predictor import PredictorSettings
 from memlane.config.drift import DriftSettings
+from memlane.config.llm import LlmSettings
 from memlane.config.methodology import MethodologySettings
-
+from memlane.config.pipeline import MemorySettings, error_lines, snake_keys
+from memlane.config.predictor import PredictorSettings
+from memlane.errors import ConfigError
 
 #: The log levels ``log_level`` accepts (lower-case; input in any case).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -60,17 +59,17 @@ class EmbeddingSettings(BaseModel):
         "or https://api.openai.com/v1 (openai). Set in config.yaml or the environment only.",
     )
     api_key: SecretStr = Field(
-        SecretStr(""), description="Bearer token for the openai provider (never logged, masked in every dump), "
+        SecretStr(""),
+        description="Bearer token for the openai provider (never logged, masked in every dump), "
         "sent only to the base URL it was first used with (memlane.key_binding). "
-        "Set in config.yaml or the environment only.")
+        "Set in config.yaml or the environment only.",
+    )
     dimensions: int = Field(
         0, ge=0, le=8192, description="Expected vector size for HTTP providers; 0 = learn it from the first reply."
     )
     batch_size: int = Field(64, ge=1, le=1024, description="Texts per embedding call during ingest.")
     timeout_s: float = Field(30.0, gt=0, le=600, description="HTTP provider timeout, seconds.")
-    threads: int = Field(
-        0, ge=0, le=64, description="onnxruntime intra-op threads for the local model; 0 = all cores."
-    )
+    threads: int = Field(0, ge=0, le=64, description="onnxruntime intra-op threads for the local model; 0 = all cores.")
 
 
 class RecallSettings(BaseModel):
@@ -89,12 +88,8 @@ class RecallSettings(BaseModel):
         description="Weight of a memory's context (its conversational neighbourhood) in both legs: "
         "the FTS column weight and the share of the context vector in the vector score.",
     )
-    recency_half_life_days: float = Field(
-        30.0, gt=0, le=36_500, description="Half-life of the recency boost, days."
-    )
-    recency_weight: float = Field(
-        0.0, ge=0.0, le=1.0, description="Maximum multiplicative recency boost (0 = off)."
-    )
+    recency_half_life_days: float = Field(30.0, gt=0, le=36_500, description="Half-life of the recency boost, days.")
+    recency_weight: float = Field(0.0, ge=0.0, le=1.0, description="Maximum multiplicative recency boost (0 = off).")
     rehearsal_weight: float = Field(
         0.05, ge=0.0, le=1.0, description="Maximum multiplicative boost from access_count (rehearsal), log-scaled."
     )
@@ -102,9 +97,10 @@ class RecallSettings(BaseModel):
         100_000, ge=1, le=100_000_000, description="Queries longer than this are truncated (never rejected)."
     )
     ranker: Literal["learned", "heuristic"] = Field(
-        "learned", description="Who orders recall's best candidates: 'learned' (the LightGBM model shipped "
+        "learned",
+        description="Who orders recall's best candidates: 'learned' (the LightGBM model shipped "
         "in the package, trained on LoCoMo; used when its features are available: the vector leg ran with "
-        "the embedding model it was trained on) or 'heuristic' (the hybrid score, boosts and stages only)."
+        "the embedding model it was trained on) or 'heuristic' (the hybrid score, boosts and stages only).",
     )
     ranker_pool: int = Field(100, ge=10, le=500, description="Candidates the learned ranker rescores.")
     ranker_model: str = Field("", description="Learned ranker model file; empty = the one shipped in the package.")
@@ -115,9 +111,11 @@ class RedactSettings(BaseModel):
     context and checkpoints are always redacted."""
 
     memories: Literal["hooks", "all", "off"] = Field(
-        "hooks", description="Memories redacted before they are stored: hooks = those whose source_type is "
+        "hooks",
+        description="Memories redacted before they are stored: hooks = those whose source_type is "
         "hook, session or transcript (text from an agent session's hooks); all = every memory (API, CLI, MCP, "
-        "import, documents); off = none.")
+        "import, documents); off = none.",
+    )
 
 
 class SessionSettings(BaseModel):
@@ -136,47 +134,68 @@ class SessionSettings(BaseModel):
             data.setdefault("collecting_target_sessions", value)
             logging.getLogger("memlane.config").warning(
                 "sessions.min_training_sessions is deprecated: it is now sessions.collecting_target_sessions "
-                "(the predictor's training threshold is predictor.min_training_sessions)")
+                "(the predictor's training threshold is predictor.min_training_sessions)"
+            )
         return data
 
     candidate_pool_size: int = Field(100, ge=1, le=1000, description="Most candidates recorded per session-start.")
     effective_top: int = Field(50, ge=1, le=1000, description="Candidates taken by effectiveScore.")
     similarity_top: int = Field(50, ge=0, le=1000, description="Candidates taken by similarity to the session context.")
     relevance_ranker: Literal["learned", "heuristic"] = Field(
-        "heuristic", description="Who orders the recall path of a relevance start (ranking 'relevance'), i.e. the "
+        "heuristic",
+        description="Who orders the recall path of a relevance start (ranking 'relevance'), i.e. the "
         "baseline the per-user predictor corrects: 'learned' (the shipped base, recall.ranker_model's LightGBM "
         "model; the heuristic order when its features are unavailable) or 'heuristic' (docs/predictor.md, "
-        "\"Starting from the shipped base\").")
+        '"Starting from the shipped base").',
+    )
     similarity_pool: int = Field(
-        200, ge=1, le=10_000, description="Top memories by effectiveScore among which similarity is computed.")
+        200, ge=1, le=10_000, description="Top memories by effectiveScore among which similarity is computed."
+    )
     min_effective: float = Field(
-        0.1, ge=0.0, le=1.0, description="Decayed importance below this is excluded from the pool (pinned exempt).")
+        0.1, ge=0.0, le=1.0, description="Decayed importance below this is excluded from the pool (pinned exempt)."
+    )
     inject_limit: int = Field(10, ge=0, le=100, description="Most memories injected at session-start.")
     inject_budget_chars: int = Field(4000, ge=0, le=100_000, description="Character budget of the session-start block.")
     prompt_limit: int = Field(5, ge=0, le=50, description="Most memories injected per prompt.")
     prompt_budget_chars: int = Field(2000, ge=0, le=100_000, description="Character budget of a prompt block.")
     prompt_min_score: float = Field(
-        0.45, ge=0.0, le=1.0,
-        description="Prompt recall injects only hits at or above this hybrid score (say nothing rather than pad).")
+        0.45,
+        ge=0.0,
+        le=1.0,
+        description="Prompt recall injects only hits at or above this hybrid score (say nothing rather than pad).",
+    )
     collecting_target_sessions: int = Field(
-        10, ge=1, le=1000,
+        10,
+        ge=1,
+        le=1000,
         description="The N of the session-start status line '[memlane: collecting | n/N ...]' shown when the "
         "predictor does not run (the predictor's own threshold is predictor.min_training_sessions). "
-        "Formerly sessions.min_training_sessions, still accepted with a warning.")
+        "Formerly sessions.min_training_sessions, still accepted with a warning.",
+    )
     agent_feedback: bool = Field(True, description="Ask the agent to rate injected memories (<memory-feedback>).")
     max_prompt_chars: int = Field(
-        100_000, ge=1, le=100_000_000, description="Longest prompt a hook accepts, characters.")
+        100_000, ge=1, le=100_000_000, description="Longest prompt a hook accepts, characters."
+    )
     max_transcript_chars: int = Field(
-        20_000_000, ge=1, le=2_000_000_000,
-        description="Longest transcript stored at session-end, characters (stored whole, secrets redacted).")
+        20_000_000,
+        ge=1,
+        le=2_000_000_000,
+        description="Longest transcript stored at session-end, characters (stored whole, secrets redacted).",
+    )
     judge_queue_max: int = Field(
-        8, ge=0, le=1000,
+        8,
+        ge=0,
+        le=1000,
         description="Session-ends that may wait for the LLM continuity judge besides the one it is judging; "
-        "beyond that a session-end is scored from behaviour at once, the reason recorded.")
+        "beyond that a session-end is scored from behaviour at once, the reason recorded.",
+    )
     judge_wait_s: float = Field(
-        60.0, gt=0, le=600,
+        60.0,
+        gt=0,
+        le=600,
         description="Longest a session-end with wait: true waits for the judge, seconds; past it the answer "
-        "carries the behavioural score and says the judge is still queued or running.")
+        "carries the behavioural score and says the judge is still queued or running.",
+    )
 
 
 class Settings(BaseSettings):
@@ -189,16 +208,18 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="Data directory (MEMLANE_HOME).")
     host: str = Field("127.0.0.1", description="Address the daemon binds to.")
     port: int = Field(7437, ge=1, le=65535, description="TCP port of the daemon.")
-    daemon_url: str = Field(
-        "", description="URL the CLI talks to; empty = http://{host}:{port}."
-    )
+    daemon_url: str = Field("", description="URL the CLI talks to; empty = http://{host}:{port}.")
     require_token: bool = Field(
-        True, description="Every route but GET /health needs the per-install token ($MEMLANE_HOME/token). "
+        True,
+        description="Every route but GET /health needs the per-install token ($MEMLANE_HOME/token). "
         "Turn off only inside a trusted container: the daemon warns at start, and refuses a non-loopback "
-        "bind address without it.")
+        "bind address without it.",
+    )
     allowed_hosts: list[str] = Field(
-        default_factory=list, description="Host header names accepted besides loopback names and the bind "
-        "address (e.g. a container's service name); anything else gets 403 (DNS-rebinding defence).")
+        default_factory=list,
+        description="Host header names accepted besides loopback names and the bind "
+        "address (e.g. a container's service name); anything else gets 403 (DNS-rebinding defence).",
+    )
     max_content_chars: int = Field(
         100_000, ge=1, le=100_000_000, description="Largest memory content accepted, characters."
     )
@@ -207,29 +228,41 @@ class Settings(BaseSettings):
     )
     max_batch: int = Field(1000, ge=1, le=100_000, description="Most memories in one batch remember call.")
     hook_timeout_s: float = Field(
-        4.0, gt=0, le=55, description="How long a hook command waits for the daemon before spooling the event, "
-        "seconds (Claude Code's own hook timeout is 60 s).")
+        4.0,
+        gt=0,
+        le=55,
+        description="How long a hook command waits for the daemon before spooling the event, "
+        "seconds (Claude Code's own hook timeout is 60 s).",
+    )
     read_pool_size: int = Field(4, ge=1, le=64, description="Read connections in the pool.")
     busy_timeout_ms: int = Field(5000, ge=0, le=3_600_000, description="SQLite busy_timeout, ms.")
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."
     )
-    log_level: str = Field("info", description="Daemon log level: critical, error, warning, info or debug "
-                           "(any case).")
+    log_level: str = Field("info", description="Daemon log level: critical, error, warning, info or debug (any case).")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Embedding provider.")
     recall: RecallSettings = Field(default_factory=RecallSettings, description="Hybrid recall.")
     sessions: SessionSettings = Field(default_factory=SessionSettings, description="Session lifecycle.")
     redact: RedactSettings = Field(default_factory=RedactSettings, description="Secret redaction before storage.")
     llm: LlmSettings = Field(default_factory=LlmSettings, description="LLM provider (continuity judge, extraction).")
     continuity: SessionCheckpointSettings = Field(
-        default_factory=SessionCheckpointSettings, description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').")
+        default_factory=SessionCheckpointSettings,
+        description="Session checkpoints (memory-pipeline-v2.md 'Session Checkpoints').",
+    )
     memory: MemorySettings = Field(
-        default_factory=MemorySettings, description="memory.pipelineV2: the memory pipeline v2 (memlane.config.pipeline).")
+        default_factory=MemorySettings,
+        description="memory.pipelineV2: the memory pipeline v2 (memlane.config.pipeline).",
+    )
     predictor: PredictorSettings = Field(
-        default_factory=PredictorSettings, description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).")
-    drift: DriftSettings = Field(default_factory=DriftSettings, description="Memory drift and staleness (docs/drift.md).")
+        default_factory=PredictorSettings,
+        description="The predictive memory scorer (predictive-memory-scorer.md Phase 5).",
+    )
+    drift: DriftSettings = Field(
+        default_factory=DriftSettings, description="Memory drift and staleness (docs/drift.md)."
+    )
     methodology: MethodologySettings = Field(
-        default_factory=MethodologySettings, description="Methodology plugin per project (docs/v3.md, phases).")
+        default_factory=MethodologySettings, description="Methodology plugin per project (docs/v3.md, phases)."
+    )
 
     @field_validator("log_level")
     @classmethod

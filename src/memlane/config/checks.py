@@ -69,8 +69,10 @@ def check_values(data: Any, *, prefix: str = "", where: str = "") -> None:
     while stack:
         path, value, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise ConfigError(f"{where}{printable(path) or '(root)'}: nested deeper than {MAX_DEPTH} levels",
-                              details={"key": printable(path)})
+            raise ConfigError(
+                f"{where}{printable(path) or '(root)'}: nested deeper than {MAX_DEPTH} levels",
+                details={"key": printable(path)},
+            )
         if isinstance(value, dict):
             for k, v in value.items():
                 key = str(k)
@@ -85,11 +87,14 @@ def check_values(data: Any, *, prefix: str = "", where: str = "") -> None:
         elif isinstance(value, str):
             reason = bad_char(value)
             if reason:
-                raise ConfigError(f"{where}{printable(path) or '(root)'}: the value {reason}",
-                                  details={"key": printable(path)})
+                raise ConfigError(
+                    f"{where}{printable(path) or '(root)'}: the value {reason}", details={"key": printable(path)}
+                )
         elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where}{printable(path) or '(root)'}: the value must be a finite number",
-                              details={"key": printable(path)})
+            raise ConfigError(
+                f"{where}{printable(path) or '(root)'}: the value must be a finite number",
+                details={"key": printable(path)},
+            )
 
 
 def settings_value_error(model: BaseModel, prefix: str = "") -> str | None:
@@ -107,8 +112,13 @@ def settings_value_error(model: BaseModel, prefix: str = "") -> str | None:
         elif isinstance(value, dict):
             stack.extend((f"{path}.{k}", v) for k, v in value.items())
         else:
-            text = value.get_secret_value() if isinstance(value, SecretStr) else \
-                str(value) if isinstance(value, Path) else value
+            text = (
+                value.get_secret_value()
+                if isinstance(value, SecretStr)
+                else str(value)
+                if isinstance(value, Path)
+                else value
+            )
             if isinstance(text, str):
                 reason = bad_char(text)
                 if reason:
@@ -130,12 +140,15 @@ def plain_model(settings_cls: type[BaseModel]) -> type[BaseModel]:
     # The class's own validators come along (its nested models carry theirs).
     decorators = settings_cls.__pydantic_decorators__
     validators: dict[str, Any] = {
-        **{name: field_validator(*d.info.fields, mode=d.info.mode)(classmethod(getattr(d.func, "__func__", d.func)))
-           for name, d in decorators.field_validators.items()},
+        **{
+            name: field_validator(*d.info.fields, mode=d.info.mode)(classmethod(getattr(d.func, "__func__", d.func)))
+            for name, d in decorators.field_validators.items()
+        },
         **{name: model_validator(mode=d.info.mode)(d.func) for name, d in decorators.model_validators.items()},
     }
-    return create_model(f"{settings_cls.__name__}Data", __config__=ConfigDict(extra="ignore"),
-                        __validators__=validators, **fields)
+    return create_model(
+        f"{settings_cls.__name__}Data", __config__=ConfigDict(extra="ignore"), __validators__=validators, **fields
+    )
 
 
 #: Error types of a strict pass that mean "wrong type" (as opposed to out of range or a rule

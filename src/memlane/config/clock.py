@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from memlane.errors import ValidationError
 
@@ -32,8 +32,7 @@ def parse_iso(value: str, field: str = "timestamp") -> str:
         # astimezone(utc) overflows for e.g. 9999-12-31T23:59-01:00 or 0001-01-01T00:00+01:00
         return to_iso(dt)
     except (ValueError, AttributeError, OverflowError) as exc:
-        raise ValidationError(f"{field}: not an ISO-8601 timestamp: {value!r:.80}",
-                              details={"field": field}) from exc
+        raise ValidationError(f"{field}: not an ISO-8601 timestamp: {value!r:.80}", details={"field": field}) from exc
 
 
 def age_days(created_at: str, now: datetime) -> float:

@@ -15,8 +15,10 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: Most entries an allow-list may hold.
 MAX_ALLOWED_HOSTS = 100
 # A DNS name after IDNA encoding: dot-separated labels of letters, digits, '-' and '_'.
-_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-                        r"(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$")
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}\.?$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+    r"(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$"
+)
 
 
 def normalize_host(host: str) -> str:

@@ -27,20 +27,25 @@ class LlmSettings(BaseModel):
         "http://127.0.0.1:8080/v1 (openai). Ignored by claude-code. Set in config.yaml or the environment only.",
     )
     api_key: SecretStr = Field(
-        SecretStr(""), description="Bearer token for the openai provider, sent only when non-empty (never logged, "
+        SecretStr(""),
+        description="Bearer token for the openai provider, sent only when non-empty (never logged, "
         "masked in every dump) and only to the base URL it was first used with (memlane.key_binding). "
-        "Set in config.yaml or the environment only."
+        "Set in config.yaml or the environment only.",
     )
     command: str = Field(
-        "claude", description="The Claude Code CLI executable for claude-code (a name on PATH or a full path). "
-        "Set in config.yaml or the environment only."
+        "claude",
+        description="The Claude Code CLI executable for claude-code (a name on PATH or a full path). "
+        "Set in config.yaml or the environment only.",
     )
     timeout_s: float = Field(
         45.0, gt=0, le=600, description="Timeout of one generate call, seconds (claude-code: the whole process run)."
     )
     max_tokens: int = Field(
-        1024, ge=1, le=1_000_000,
-        description="Cap on generated tokens per call (ignored by claude-code, which has no such option).")
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Cap on generated tokens per call (ignored by claude-code, which has no such option).",
+    )
 
     @model_validator(mode="after")
     def _openai_needs_model(self) -> LlmSettings:

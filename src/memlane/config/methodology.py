@@ -17,8 +17,9 @@ class ProjectMethodology(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: str = Field(..., min_length=1, max_length=4096,
-                         description="The project as memlane names it (the hooks send the git root).")
+    project: str = Field(
+        ..., min_length=1, max_length=4096, description="The project as memlane names it (the hooks send the git root)."
+    )
     methodology: MethodologyId = Field(..., description="native | bmad")
 
 
@@ -28,12 +29,16 @@ class MethodologySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     default: MethodologyId = Field(
-        "native", description="Methodology of a project not listed in `projects`: native (spec / subtask) or "
-                              "bmad (epic / story / task).")
+        "native",
+        description="Methodology of a project not listed in `projects`: native (spec / subtask) or "
+        "bmad (epic / story / task).",
+    )
     projects: list[ProjectMethodology] = Field(
-        default_factory=list, max_length=10_000,
+        default_factory=list,
+        max_length=10_000,
         description="Per-project methodology: a list of {project, methodology} (a list, not a mapping, so that "
-                    "project names keep their spelling).")
+        "project names keep their spelling).",
+    )
 
     @field_validator("projects")
     @classmethod

@@ -55,8 +55,7 @@ def snake_keys(data: Any) -> Any:
 class _Group(BaseModel):
     """Base of every pipeline group: camelCase aliases, snake_case names accepted, unknown keys refused."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              validate_assignment=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -75,11 +74,13 @@ class ExtractionSettings(_Group):
     """First LLM pass (seed "Extraction Stage")."""
 
     provider: Literal["ollama", "claude-code", "openai", "none"] | None = Field(
-        None, description="LLM provider for extraction; empty = settings.llm (memlane's one LLM setting).")
+        None, description="LLM provider for extraction; empty = settings.llm (memlane's one LLM setting)."
+    )
     model: str = Field("", description="Model for extraction; empty = settings.llm.model (provider default).")
     timeout: int = Field(45_000, ge=5_000, le=300_000, description="Extraction call timeout, ms.")
-    min_confidence: float = Field(0.7, ge=0.0, le=1.0,
-                                  description="Facts below this confidence are not written (fraction).")
+    min_confidence: float = Field(
+        0.7, ge=0.0, le=1.0, description="Facts below this confidence are not written (fraction)."
+    )
 
     @field_validator("provider", mode="before")
     @classmethod
@@ -92,33 +93,50 @@ class WorkerSettings(_Group):
 
     poll_ms: int = Field(2_000, ge=100, le=60_000, description="Tick interval when idle, ms.")
     max_retries: int = Field(3, ge=1, le=10, description="Leases of a job before it goes dead (max_attempts).")
-    lease_timeout_ms: int = Field(300_000, ge=10_000, le=600_000,
-                                  description="A lease older than this is reset to pending by the reaper, ms.")
-    concurrency: int = Field(2, ge=1, le=16,
-                             description="Extraction workers leasing jobs in parallel (each job's LLM wait "
-                             "overlaps another's writes; writes stay serialised). Needs a restart.")
+    lease_timeout_ms: int = Field(
+        300_000, ge=10_000, le=600_000, description="A lease older than this is reset to pending by the reaper, ms."
+    )
+    concurrency: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Extraction workers leasing jobs in parallel (each job's LLM wait "
+        "overlaps another's writes; writes stay serialised). Needs a restart.",
+    )
 
 
 class GraphSettings(_Group):
     """Knowledge graph boost (seed "Graph Boost")."""
 
     enabled: bool = Field(True, description="Write entity graph and boost graph-linked memories in recall.")
-    boost_weight: float = Field(0.0, ge=0.0, le=1.0, description="Score added to graph-linked hits (fraction). "
-                                "0 by default (the seed's is 0.15): on LoCoMo no weight beat no boost "
-                                "(docs/benchmarks.md, 'Graph boost'); the graph itself is still built.")
+    boost_weight: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Score added to graph-linked hits (fraction). "
+        "0 by default (the seed's is 0.15): on LoCoMo no weight beat no boost "
+        "(docs/benchmarks.md, 'Graph boost'); the graph itself is still built.",
+    )
     boost_timeout_ms: int = Field(500, ge=50, le=5_000, description="Budget of the graph lookup per recall, ms.")
     boost_max_share: float = Field(
-        0.05, gt=0.0, le=1.0, description="Only entities linked to at most this share of the store's memories "
+        0.05,
+        gt=0.0,
+        le=1.0,
+        description="Only entities linked to at most this share of the store's memories "
         "(and always those linked to 5 or fewer) boost: a name most memories mention, such as a chat's speaker, "
-        "says nothing about which one answers (fraction; 1 = every entity).")
+        "says nothing about which one answers (fraction; 1 = every entity).",
+    )
 
 
 class RerankerSettings(_Group):
     """Reranking of recall candidates."""
 
-    enabled: bool = Field(False, description="Rerank the top candidates. Off by default, as the seed says; "
-                          "on LoCoMo the embedding reranker lowered retrieval (docs/decisions.md, "
-                          "'Defaults left off').")
+    enabled: bool = Field(
+        False,
+        description="Rerank the top candidates. Off by default, as the seed says; "
+        "on LoCoMo the embedding reranker lowered retrieval (docs/decisions.md, "
+        "'Defaults left off').",
+    )
     model: str = Field("", description="Reranker model; empty = the built-in one.")
     top_n: int = Field(20, ge=1, le=100, description="Candidates reranked.")
     timeout_ms: int = Field(2_000, ge=100, le=30_000, description="Reranker budget, ms.")
@@ -130,10 +148,12 @@ class AutonomousSettings(_Group):
     enabled: bool = Field(True, description="Schedule the maintenance worker.")
     frozen: bool = Field(False, description="Stop the scheduled interval even when enabled (autonomousFrozen).")
     allow_update_delete: bool = Field(True, description="Maintenance may update/delete memories.")
-    maintenance_interval_ms: int = Field(1_800_000, ge=60_000, le=86_400_000,
-                                         description="Interval between maintenance runs, ms (60 s - 24 h).")
+    maintenance_interval_ms: int = Field(
+        1_800_000, ge=60_000, le=86_400_000, description="Interval between maintenance runs, ms (60 s - 24 h)."
+    )
     maintenance_mode: Literal["observe", "execute"] = Field(
-        "execute", description="observe = report what would be repaired; execute = repair.")
+        "execute", description="observe = report what would be repaired; execute = repair."
+    )
 
 
 class RepairSettings(_Group):
@@ -145,8 +165,9 @@ class RepairSettings(_Group):
     requeue_hourly_budget: int = Field(50, ge=1, le=1000, description="Requeue runs per hour.")
     dedup_cooldown_ms: int = Field(600_000, ge=10_000, le=3_600_000, description="Between dedup runs, ms.")
     dedup_hourly_budget: int = Field(3, ge=1, le=100, description="Dedup runs per hour.")
-    dedup_semantic_threshold: float = Field(0.92, ge=0.0, le=1.0,
-                                            description="Cosine at or above which two memories are duplicates.")
+    dedup_semantic_threshold: float = Field(
+        0.92, ge=0.0, le=1.0, description="Cosine at or above which two memories are duplicates."
+    )
     dedup_batch_size: int = Field(100, ge=10, le=1000, description="Memories compared per dedup run.")
 
 
@@ -158,9 +179,11 @@ class DocumentsSettings(_Group):
     chunk_overlap: int = Field(200, ge=0, le=10_000, description="Overlap between chunks, chars.")
     max_content_bytes: int = Field(10_485_760, ge=1_024, le=104_857_600, description="Largest fetched body, bytes.")
     allowed_hosts: list[str] = Field(
-        default_factory=list, description="Hosts a URL fetch may reach although they are loopback, private, "
+        default_factory=list,
+        description="Hosts a URL fetch may reach although they are loopback, private, "
         "link-local or otherwise non-public: host names (matched against the URL's host), IP addresses or CIDR "
-        "networks (matched against the resolved addresses). Set in config.yaml or the environment only.")
+        "networks (matched against the resolved addresses). Set in config.yaml or the environment only.",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -196,9 +219,12 @@ class DampeningSettings(_Group):
     """Post-fusion dampening (seed "Post-Fusion Dampening")."""
 
     gravity_enabled: bool = Field(True, description="Stage 1: gravity dampening.")
-    hub_enabled: bool = Field(False, description="Stage 2: hub penalty. Off by default (the seed's default is "
-                              "on): in a chat most memories name the speakers, so it penalises most of them "
-                              "(docs/decisions.md, 'Defaults left off').")
+    hub_enabled: bool = Field(
+        False,
+        description="Stage 2: hub penalty. Off by default (the seed's default is "
+        "on): in a chat most memories name the speakers, so it penalises most of them "
+        "(docs/decisions.md, 'Defaults left off').",
+    )
     resolution_enabled: bool = Field(True, description="Stage 3: resolution boost.")
     hub_percentile: float = Field(0.9, ge=0.0, le=1.0, description="Entity degree percentile that makes a hub.")
     hub_penalty: float = Field(0.7, ge=0.0, le=1.0, description="Score multiplier for hub-only hits.")
@@ -207,9 +233,15 @@ class DampeningSettings(_Group):
 
 
 _GROUPS: dict[str, type[_Group]] = {
-    "extraction": ExtractionSettings, "worker": WorkerSettings, "graph": GraphSettings,
-    "reranker": RerankerSettings, "autonomous": AutonomousSettings, "repair": RepairSettings,
-    "documents": DocumentsSettings, "embeddingTracker": EmbeddingTrackerSettings, "hints": HintsSettings,
+    "extraction": ExtractionSettings,
+    "worker": WorkerSettings,
+    "graph": GraphSettings,
+    "reranker": RerankerSettings,
+    "autonomous": AutonomousSettings,
+    "repair": RepairSettings,
+    "documents": DocumentsSettings,
+    "embeddingTracker": EmbeddingTrackerSettings,
+    "hints": HintsSettings,
     "dampening": DampeningSettings,
 }
 
@@ -227,16 +259,20 @@ def _legacy_keys() -> dict[str, tuple[str, str]]:
         out["document" + key[0].upper() + key[1:]] = ("documents", key)
     for name in RepairSettings.model_fields:  # reembedCooldownMs, dedupHourlyBudget...
         out[camel(name)] = ("repair", camel(name))
-    out.update({
-        "leaseTimeoutMs": ("worker", "leaseTimeoutMs"), "maxRetries": ("worker", "maxRetries"),
-        "pollMs": ("worker", "pollMs"),
-        "minConfidence": ("extraction", "minConfidence"),
-        "minFactConfidenceForWrite": ("extraction", "minConfidence"),
-        "extractionTimeoutMs": ("extraction", "timeout"),
-        "maintenanceIntervalMs": ("autonomous", "maintenanceIntervalMs"),
-        "maintenanceMode": ("autonomous", "maintenanceMode"),
-        "hintsTimeoutMs": ("hints", "timeout"), "hintsPollMs": ("hints", "poll"),
-    })
+    out.update(
+        {
+            "leaseTimeoutMs": ("worker", "leaseTimeoutMs"),
+            "maxRetries": ("worker", "maxRetries"),
+            "pollMs": ("worker", "pollMs"),
+            "minConfidence": ("extraction", "minConfidence"),
+            "minFactConfidenceForWrite": ("extraction", "minConfidence"),
+            "extractionTimeoutMs": ("extraction", "timeout"),
+            "maintenanceIntervalMs": ("autonomous", "maintenanceIntervalMs"),
+            "maintenanceMode": ("autonomous", "maintenanceMode"),
+            "hintsTimeoutMs": ("hints", "timeout"),
+            "hintsPollMs": ("hints", "poll"),
+        }
+    )
     return out
 
 
@@ -250,16 +286,24 @@ LEGACY_KEYS: dict[str, tuple[str, str]] = _legacy_keys()
 #: telemetry is exported).
 _REMOVED_GROUPS: dict[str, tuple[str, ...]] = {
     "guardrails": ("maxContentChars", "chunkTargetChars", "recallTruncateChars"),
-    "continuity": ("enabled", "promptInterval", "timeIntervalMs", "maxCheckpointsPerSession", "retentionDays",
-                   "recoveryBudgetChars"),
+    "continuity": (
+        "enabled",
+        "promptInterval",
+        "timeIntervalMs",
+        "maxCheckpointsPerSession",
+        "retentionDays",
+        "recoveryBudgetChars",
+    ),
     "telemetry": ("posthogHost", "posthogApiKey", "flushIntervalMs", "flushBatchSize", "retentionDays"),
 }
 _REMOVED_TOP: frozenset[str] = frozenset({*_REMOVED_GROUPS, "telemetryEnabled"})
 #: Their legacy flat spellings (``guardrailsMaxContentChars``, ``posthogApiKey``...).
 _REMOVED_FLAT: dict[str, str] = {
     **{g + k[0].upper() + k[1:]: f"{g}.{k}" for g, keys in _REMOVED_GROUPS.items() for k in keys},
-    "maxContentChars": "guardrails.maxContentChars", "chunkTargetChars": "guardrails.chunkTargetChars",
-    "recallTruncateChars": "guardrails.recallTruncateChars", "posthogHost": "telemetry.posthogHost",
+    "maxContentChars": "guardrails.maxContentChars",
+    "chunkTargetChars": "guardrails.chunkTargetChars",
+    "recallTruncateChars": "guardrails.recallTruncateChars",
+    "posthogHost": "telemetry.posthogHost",
     "posthogApiKey": "telemetry.posthogApiKey",
 }
 
@@ -282,11 +326,19 @@ def removed_keys(data: Any) -> list[str]:
 
 # Keys POST /api/config applies to the running daemon (each is read at use time by the
 # workers); every other change is written to config.yaml and needs a restart.
-HOT_KEYS: frozenset[str] = frozenset({
-    "enabled", "shadowMode", "mutationsFrozen", "allowUpdateDelete", "semanticContradictionEnabled",
-    "semanticContradictionTimeoutMs", "autonomous.frozen", "autonomous.maintenanceMode",
-    "autonomous.allowUpdateDelete",
-})
+HOT_KEYS: frozenset[str] = frozenset(
+    {
+        "enabled",
+        "shadowMode",
+        "mutationsFrozen",
+        "allowUpdateDelete",
+        "semanticContradictionEnabled",
+        "semanticContradictionTimeoutMs",
+        "autonomous.frozen",
+        "autonomous.maintenanceMode",
+        "autonomous.allowUpdateDelete",
+    }
+)
 
 
 class PipelineV2Settings(_Group):
@@ -295,12 +347,16 @@ class PipelineV2Settings(_Group):
 
     enabled: bool = Field(True, description="Master switch: when false no extraction job is enqueued or processed.")
     shadow_mode: bool = Field(False, description="Extract and decide, record proposals to history, write no facts.")
-    mutations_frozen: bool = Field(False, description="Emergency brake: no pipeline writes even if shadowMode is false.")
+    mutations_frozen: bool = Field(
+        False, description="Emergency brake: no pipeline writes even if shadowMode is false."
+    )
     allow_update_delete: bool = Field(
-        False, description="Permit UPDATE/DELETE decisions (full mode); blocked by default.")
+        False, description="Permit UPDATE/DELETE decisions (full mode); blocked by default."
+    )
     semantic_contradiction_enabled: bool = Field(False, description="LLM check for semantic contradictions.")
-    semantic_contradiction_timeout_ms: int = Field(45_000, ge=5_000, le=300_000,
-                                                   description="Semantic contradiction check timeout, ms.")
+    semantic_contradiction_timeout_ms: int = Field(
+        45_000, ge=5_000, le=300_000, description="Semantic contradiction check timeout, ms."
+    )
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings, description="Extraction LLM pass.")
     worker: WorkerSettings = Field(default_factory=WorkerSettings, description="Extraction worker.")
     graph: GraphSettings = Field(default_factory=GraphSettings, description="Knowledge graph.")
@@ -308,8 +364,9 @@ class PipelineV2Settings(_Group):
     autonomous: AutonomousSettings = Field(default_factory=AutonomousSettings, description="Maintenance worker.")
     repair: RepairSettings = Field(default_factory=RepairSettings, description="Repair budgets.")
     documents: DocumentsSettings = Field(default_factory=DocumentsSettings, description="Document ingest.")
-    embedding_tracker: EmbeddingTrackerSettings = Field(default_factory=EmbeddingTrackerSettings,
-                                                        description="Embedding tracker worker.")
+    embedding_tracker: EmbeddingTrackerSettings = Field(
+        default_factory=EmbeddingTrackerSettings, description="Embedding tracker worker."
+    )
     hints: HintsSettings = Field(default_factory=HintsSettings, description="Prospective hints.")
     dampening: DampeningSettings = Field(default_factory=DampeningSettings, description="Post-fusion dampening.")
 
@@ -326,7 +383,10 @@ class PipelineV2Settings(_Group):
         if dead:
             logging.getLogger("memlane.config").warning(
                 "%s: deprecated and ignored (memlane never read %s); remove %s from config.yaml",
-                ", ".join(dead), "it" if len(dead) == 1 else "them", "it" if len(dead) == 1 else "them")
+                ", ".join(dead),
+                "it" if len(dead) == 1 else "them",
+                "it" if len(dead) == 1 else "them",
+            )
             data = {k: v for k, v in data.items() if k not in _REMOVED_TOP and k not in _REMOVED_FLAT}
         for key in [k for k in data if k in LEGACY_KEYS and k not in cls.model_fields and k not in _ALIASES]:
             value = data.pop(key)
@@ -369,17 +429,23 @@ class PipelineV2Settings(_Group):
     @property
     def maintenance_executes(self) -> bool:
         """Maintenance may repair (not only observe): scheduled, ``execute`` mode, mutations allowed."""
-        return (self.maintenance_scheduled and self.autonomous.maintenance_mode == "execute"
-                and self.mutations_allowed)
+        return self.maintenance_scheduled and self.autonomous.maintenance_mode == "execute" and self.mutations_allowed
 
     def flags(self) -> dict[str, Any]:
         """The mode and the flags that compose it (for status endpoints)."""
-        return {"mode": self.mode(), "enabled": self.enabled, "shadowMode": self.shadow_mode,
-                "mutationsFrozen": self.mutations_frozen, "allowUpdateDelete": self.allow_update_delete,
-                "autonomousEnabled": self.autonomous.enabled, "autonomousFrozen": self.autonomous.frozen,
-                "maintenanceMode": self.autonomous.maintenance_mode,
-                "mutationsAllowed": self.mutations_allowed, "destructiveAllowed": self.destructive_allowed,
-                "maintenanceScheduled": self.maintenance_scheduled}
+        return {
+            "mode": self.mode(),
+            "enabled": self.enabled,
+            "shadowMode": self.shadow_mode,
+            "mutationsFrozen": self.mutations_frozen,
+            "allowUpdateDelete": self.allow_update_delete,
+            "autonomousEnabled": self.autonomous.enabled,
+            "autonomousFrozen": self.autonomous.frozen,
+            "maintenanceMode": self.autonomous.maintenance_mode,
+            "mutationsAllowed": self.mutations_allowed,
+            "destructiveAllowed": self.destructive_allowed,
+            "maintenanceScheduled": self.maintenance_scheduled,
+        }
 
 
 _ALIASES = {camel(n) for n in PipelineV2Settings.model_fields}
@@ -390,17 +456,33 @@ class MemorySettings(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
-    pipeline_v2: PipelineV2Settings = Field(default_factory=PipelineV2Settings, alias="pipelineV2",
-                                            description="Memory pipeline v2 (memory-pipeline-v2.md).")
+    pipeline_v2: PipelineV2Settings = Field(
+        default_factory=PipelineV2Settings,
+        alias="pipelineV2",
+        description="Memory pipeline v2 (memory-pipeline-v2.md).",
+    )
 
 
 def apply_hot(current: PipelineV2Settings, new: PipelineV2Settings) -> PipelineV2Settings:
     """``current`` with the :data:`HOT_KEYS` taken from ``new`` (what a running daemon may change)."""
-    top = {k: getattr(new, k) for k in ("enabled", "shadow_mode", "mutations_frozen", "allow_update_delete",
-                                        "semantic_contradiction_enabled", "semantic_contradiction_timeout_ms")}
-    auto = current.autonomous.model_copy(update={
-        "frozen": new.autonomous.frozen, "maintenance_mode": new.autonomous.maintenance_mode,
-        "allow_update_delete": new.autonomous.allow_update_delete})
+    top = {
+        k: getattr(new, k)
+        for k in (
+            "enabled",
+            "shadow_mode",
+            "mutations_frozen",
+            "allow_update_delete",
+            "semantic_contradiction_enabled",
+            "semantic_contradiction_timeout_ms",
+        )
+    }
+    auto = current.autonomous.model_copy(
+        update={
+            "frozen": new.autonomous.frozen,
+            "maintenance_mode": new.autonomous.maintenance_mode,
+            "allow_update_delete": new.autonomous.allow_update_delete,
+        }
+    )
     return current.model_copy(update={**top, "autonomous": auto})
 
 
@@ -415,10 +497,15 @@ def extraction_llm_settings(pipeline: PipelineV2Settings, llm: LlmSettings) -> L
     ex = pipeline.extraction
     provider = ex.provider or llm.provider
     same = provider == llm.provider
-    return LlmSettings(provider=provider, model=ex.model or (llm.model if same else ""),
-                       base_url=llm.base_url if same else "", api_key=llm.api_key if same else SecretStr(""),
-                       command=llm.command,
-                       timeout_s=ex.timeout / 1000.0, max_tokens=llm.max_tokens)
+    return LlmSettings(
+        provider=provider,
+        model=ex.model or (llm.model if same else ""),
+        base_url=llm.base_url if same else "",
+        api_key=llm.api_key if same else SecretStr(""),
+        command=llm.command,
+        timeout_s=ex.timeout / 1000.0,
+        max_tokens=llm.max_tokens,
+    )
 
 
 def error_lines(exc: PydValidationError | Sequence[Mapping[str, Any]], prefix: str = "") -> list[str]:
@@ -429,16 +516,20 @@ def error_lines(exc: PydValidationError | Sequence[Mapping[str, Any]], prefix: s
     are escaped (a key may hold any character).
     """
     out = []
-    for e in (exc.errors() if isinstance(exc, PydValidationError) else exc):
+    for e in exc.errors() if isinstance(exc, PydValidationError) else exc:
         loc = [str(p) for p in (*([prefix] if prefix else []), *e["loc"])]
         if loc and loc[0] == "memory":  # the pipeline's paths in the seed's camelCase
             loc = ["memory", *(camel(p) for p in loc[1:])]
         path = ".".join(loc)
         ctx, kind = e.get("ctx") or {}, e["type"]
-        msg = {"greater_than_equal": f"must be >= {ctx.get('ge')}", "less_than_equal": f"must be <= {ctx.get('le')}",
-               "greater_than": f"must be > {ctx.get('gt')}", "less_than": f"must be < {ctx.get('lt')}",
-               "extra_forbidden": "unknown key",
-               "literal_error": f"must be one of {ctx.get('expected')}"}.get(kind, e["msg"])
+        msg = {
+            "greater_than_equal": f"must be >= {ctx.get('ge')}",
+            "less_than_equal": f"must be <= {ctx.get('le')}",
+            "greater_than": f"must be > {ctx.get('gt')}",
+            "less_than": f"must be < {ctx.get('lt')}",
+            "extra_forbidden": "unknown key",
+            "literal_error": f"must be one of {ctx.get('expected')}",
+        }.get(kind, e["msg"])
         if kind == "value_error":
             msg = e["msg"].removeprefix("Value error, ")
         if not path and kind == "value_error":  # a model-level rule whose message names its keys

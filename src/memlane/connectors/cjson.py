@@ -112,8 +112,7 @@ def dumps(obj: Any, *, ensure_ascii: bool = True) -> str:
             # the arguments of json.encoder.JSONEncoder.iterencode with JSONEncoder's defaults:
             # markers (check_circular), default, the string encoder, indent, key and item
             # separators, sort_keys, skipkeys, allow_nan
-            chunks = _json.make_encoder({}, _not_serializable, encode_str, None, ": ", ", ", False, False,
-                                        True)(obj, 0)
+            chunks = _json.make_encoder({}, _not_serializable, encode_str, None, ": ", ", ", False, False, True)(obj, 0)
             return "".join(chunks)
         except Exception:  # noqa: BLE001 - json raises the right error below
             pass

@@ -20,18 +20,39 @@ from pathlib import Path
 
 from memlane.config import Settings
 from memlane.connectors.claude_settings import (  # noqa: F401 - re-exported
-    HOOK_TIMEOUTS_S, MCP_NAME, ConnectResult, SettingsFileError, connect, default_claude_json_path,
-    default_hook_cmd, default_memlane_cmd, default_settings_path, disconnect,
+    HOOK_TIMEOUTS_S,
+    MCP_NAME,
+    ConnectResult,
+    SettingsFileError,
+    connect,
+    default_claude_json_path,
+    default_hook_cmd,
+    default_memlane_cmd,
+    default_settings_path,
+    disconnect,
 )
 from memlane.hookclient import (  # noqa: F401 - re-exported: the one implementation of a hook call
-    ENDPOINTS, HOOKS_DISABLED_ENV, REPLAY_BUDGET_S, HookTarget, build_body, run, setup_log,
+    ENDPOINTS,
+    HOOKS_DISABLED_ENV,
+    REPLAY_BUDGET_S,
+    HookTarget,
+    build_body,
+    run,
+    setup_log,
 )
-
 
 # --- hook runner ------------------------------------------------------------------------------
 
-def run_hook(event_name: str, stdin_text: str, settings: Settings, *, timeout_s: float | None = None,
-             transcript_roots: Sequence[Path] | None = None, replay_budget_s: float = REPLAY_BUDGET_S) -> str:
+
+def run_hook(
+    event_name: str,
+    stdin_text: str,
+    settings: Settings,
+    *,
+    timeout_s: float | None = None,
+    transcript_roots: Sequence[Path] | None = None,
+    replay_budget_s: float = REPLAY_BUDGET_S,
+) -> str:
     """Handle one Claude Code hook call; returns what to print on stdout (often ``""``).
 
     The same call as the light client (:func:`memlane.hookclient.run`), with the daemon URL,
@@ -49,6 +70,7 @@ def run_hook(event_name: str, stdin_text: str, settings: Settings, *, timeout_s:
 
     Never raises: errors are logged to ``{home}/logs/hooks.log`` and give ``""``.
     """
-    target = HookTarget(settings.home, settings.url, float(timeout_s or settings.hook_timeout_s),
-                        settings.max_body_bytes)
+    target = HookTarget(
+        settings.home, settings.url, float(timeout_s or settings.hook_timeout_s), settings.max_body_bytes
+    )
     return run(event_name, stdin_text, target, transcript_roots=transcript_roots, replay_budget_s=replay_budget_s)

@@ -41,15 +41,23 @@ from memlane.errors import MemlaneError
 #: PostToolUse / PostToolUseFailure run after every successful / failed tool call of the agent
 #: (matcher "": all tools) and feed the observer; they print nothing, and the client's own request
 #: timeout (hook_timeout_s, 4 s) comes first.
-HOOK_TIMEOUTS_S = {"SessionStart": 10, "UserPromptSubmit": 10, "SessionEnd": 15, "PreCompact": 10,
-                   "PostToolUse": 5, "PostToolUseFailure": 5}
+HOOK_TIMEOUTS_S = {
+    "SessionStart": 10,
+    "UserPromptSubmit": 10,
+    "SessionEnd": 15,
+    "PreCompact": 10,
+    "PostToolUse": 5,
+    "PostToolUseFailure": 5,
+}
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
 # client), `python -m memlane.hookclient EVENT` or `python -S -I -c '...from memlane.hookclient
 # import main...' EVENT` (entry_cmd), each possibly quoted by shlex.join.
-_OUR_HOOK = re.compile(r"memlane(?:\.exe)?['\"]?\s+hook\b"
-                       r"|(?:^|[\s/\\'\"])memlane-hook(?:\.exe)?['\"]?(?:\s|$)"
-                       r"|\s-m\s+['\"]?memlane\.hookclient\b"
-                       r"|\bfrom\s+memlane\.hookclient\s+import\s+main\b")
+_OUR_HOOK = re.compile(
+    r"memlane(?:\.exe)?['\"]?\s+hook\b"
+    r"|(?:^|[\s/\\'\"])memlane-hook(?:\.exe)?['\"]?(?:\s|$)"
+    r"|\s-m\s+['\"]?memlane\.hookclient\b"
+    r"|\bfrom\s+memlane\.hookclient\s+import\s+main\b"
+)
 #: The light hook client's console script (pyproject.toml [project.scripts]).
 HOOK_SCRIPT = "memlane-hook"
 #: The program the installed hook command gives ``python -S -I -c`` (:func:`entry_cmd`).
@@ -288,10 +296,19 @@ def _connect_hooks(path: Path, hook_cmd: Sequence[str]) -> Callable[[dict[str, A
         for cc_event, timeout in HOOK_TIMEOUTS_S.items():
             cmd = shlex.join([*hook_cmd, normalize_event_name(cc_event)])
             groups = hooks.get(cc_event, [])
-            ours = [h for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
-                    for h in g["hooks"] if _is_ours(h)]
-            if len(ours) == 1 and ours[0].get("type") == "command" and ours[0]["command"] == cmd \
-                    and ours[0].get("timeout") == timeout:
+            ours = [
+                h
+                for g in groups
+                if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+                for h in g["hooks"]
+                if _is_ours(h)
+            ]
+            if (
+                len(ours) == 1
+                and ours[0].get("type") == "command"
+                and ours[0]["command"] == cmd
+                and ours[0].get("timeout") == timeout
+            ):
                 actions[cc_event] = "unchanged"
                 continue
             groups, _ = _strip_ours(groups)
@@ -303,6 +320,7 @@ def _connect_hooks(path: Path, hook_cmd: Sequence[str]) -> Callable[[dict[str, A
         if hooks:
             data["hooks"] = hooks
         return actions
+
     return mutate
 
 
@@ -321,6 +339,7 @@ def _disconnect_hooks(path: Path) -> Callable[[dict[str, Any]], dict[str, str]]:
         if "hooks" in data and not hooks and any(a == "removed" for a in actions.values()):
             del data["hooks"]
         return actions
+
     return mutate
 
 
@@ -350,6 +369,7 @@ def _connect_mcp(path: Path, memlane_cmd: Sequence[str]) -> Callable[[dict[str, 
         servers[MCP_NAME] = desired
         data["mcpServers"] = servers
         return "updated" if existing is not None else "added"
+
     return mutate
 
 
@@ -364,11 +384,18 @@ def _disconnect_mcp(path: Path) -> Callable[[dict[str, Any]], str]:
         if not servers:
             data.pop("mcpServers", None)
         return "removed"
+
     return mutate
 
 
-def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path: Path | None = None,
-            register_mcp: bool = True, hook_cmd: Sequence[str] | None = None) -> ConnectResult:
+def connect(
+    settings_path: Path,
+    memlane_cmd: Sequence[str],
+    *,
+    claude_json_path: Path | None = None,
+    register_mcp: bool = True,
+    hook_cmd: Sequence[str] | None = None,
+) -> ConnectResult:
     """Add our SessionStart, UserPromptSubmit, SessionEnd, PreCompact, PostToolUse and
     PostToolUseFailure hooks (each running ``<hook_cmd> <event>``; ``hook_cmd`` defaults to :func:`hook_cmd_for` ``(memlane_cmd)``, the
     light client) to ``settings_path`` and, if ``register_mcp``, the user-scope MCP server
@@ -398,8 +425,9 @@ def connect(settings_path: Path, memlane_cmd: Sequence[str], *, claude_json_path
     return result
 
 
-def disconnect(settings_path: Path, *, claude_json_path: Path | None = None,
-               unregister_mcp: bool = True) -> ConnectResult:
+def disconnect(
+    settings_path: Path, *, claude_json_path: Path | None = None, unregister_mcp: bool = True
+) -> ConnectResult:
     """Remove only our hooks (commands running ``from memlane.hookclient import main``,
     ``memlane-hook``, ``-m memlane.hookclient`` or ``memlane hook``) from ``settings_path``,
     dropping groups, event lists and the ``hooks`` object that become empty, and our

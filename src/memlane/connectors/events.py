@@ -33,8 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use",
-          "post-tool-use-failure")
+EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use", "post-tool-use-failure")
 #: The tool-call events (the observer's feed).
 TOOL_EVENTS = ("post-tool-use", "post-tool-use-failure")
 
@@ -50,9 +49,23 @@ CLAUDE_CODE_NAMES = {
 _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
 
-_HOOK_EVENT_FIELDS = ("event", "session_key", "cwd", "project", "prompt", "source", "reason", "trigger",
-                      "custom_instructions", "transcript_path", "harness", "tool_name", "tool_input",
-                      "tool_response", "permission_mode")
+_HOOK_EVENT_FIELDS = (
+    "event",
+    "session_key",
+    "cwd",
+    "project",
+    "prompt",
+    "source",
+    "reason",
+    "trigger",
+    "custom_instructions",
+    "transcript_path",
+    "harness",
+    "tool_name",
+    "tool_input",
+    "tool_response",
+    "permission_mode",
+)
 
 
 # A small slotted class rather than a frozen dataclass (`dataclasses` imports `inspect`, with
@@ -104,14 +117,41 @@ class HookEvent:
     tool_response: Any
     permission_mode: str | None
 
-    def __init__(self, event: str, session_key: str, cwd: str, project: str, prompt: str | None = None,
-                 source: str | None = None, reason: str | None = None, trigger: str | None = None,
-                 custom_instructions: str | None = None, transcript_path: str | None = None,
-                 harness: str = "claude-code", tool_name: str | None = None,
-                 tool_input: dict[str, Any] | None = None, tool_response: Any = None,
-                 permission_mode: str | None = None) -> None:
-        values = (event, session_key, cwd, project, prompt, source, reason, trigger, custom_instructions,
-                  transcript_path, harness, tool_name, tool_input, tool_response, permission_mode)
+    def __init__(
+        self,
+        event: str,
+        session_key: str,
+        cwd: str,
+        project: str,
+        prompt: str | None = None,
+        source: str | None = None,
+        reason: str | None = None,
+        trigger: str | None = None,
+        custom_instructions: str | None = None,
+        transcript_path: str | None = None,
+        harness: str = "claude-code",
+        tool_name: str | None = None,
+        tool_input: dict[str, Any] | None = None,
+        tool_response: Any = None,
+        permission_mode: str | None = None,
+    ) -> None:
+        values = (
+            event,
+            session_key,
+            cwd,
+            project,
+            prompt,
+            source,
+            reason,
+            trigger,
+            custom_instructions,
+            transcript_path,
+            harness,
+            tool_name,
+            tool_input,
+            tool_response,
+            permission_mode,
+        )
         for name, value in zip(_HOOK_EVENT_FIELDS, values):
             object.__setattr__(self, name, value)
 
@@ -195,9 +235,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         raise ValueError(f"hook input must be a JSON object, got {type(payload).__name__}")
     declared = _opt_str(payload, "hook_event_name")
     if declared and declared != CLAUDE_CODE_NAMES[event]:
-        raise ValueError(
-            f"hook input is for {declared!r} but the command is for {CLAUDE_CODE_NAMES[event]!r}"
-        )
+        raise ValueError(f"hook input is for {declared!r} but the command is for {CLAUDE_CODE_NAMES[event]!r}")
     session_id = _opt_str(payload, "session_id")
     if not session_id or not session_id.strip():
         raise ValueError("hook input has no 'session_id'")

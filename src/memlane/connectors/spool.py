@@ -89,7 +89,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data`` to ``fd`` (``os.write`` may write fewer)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _utc_iso(time_ns: int) -> str:
@@ -147,14 +147,21 @@ def enforce_caps(spool_dir: str | os.PathLike[str], max_files: int = MAX_FILES, 
     return dropped
 
 
-def spool_event(spool_dir: str | os.PathLike[str], endpoint: str, body: dict[str, Any], *,
-                max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> str | None:
+def spool_event(
+    spool_dir: str | os.PathLike[str],
+    endpoint: str,
+    body: dict[str, Any],
+    *,
+    max_files: int = MAX_FILES,
+    max_bytes: int = MAX_BYTES,
+) -> str | None:
     """Save one event for later delivery; returns its file's path, or ``None`` if it could not be
     saved (an event larger than ``max_bytes`` on its own, or an I/O error; logged, never raised)."""
     try:
         now_ns = time.time_ns()
-        data = cjson.dumps({"endpoint": endpoint, "body": body, "attempts": 0, "spooled_at": _utc_iso(now_ns)},
-                           ensure_ascii=False).encode("utf-8", "replace")  # a lone surrogate: "?"
+        data = cjson.dumps(
+            {"endpoint": endpoint, "body": body, "attempts": 0, "spooled_at": _utc_iso(now_ns)}, ensure_ascii=False
+        ).encode("utf-8", "replace")  # a lone surrogate: "?"
         if len(data) > max_bytes:
             log.warning("spool: an event of %d bytes is over the %d-byte cap; not spooled", len(data), max_bytes)
             return None
@@ -188,8 +195,14 @@ def _reject(path: str, why: str) -> None:
             pass
 
 
-def replay_spool(client: httpx.Client, spool_dir: str | os.PathLike[str], *, budget_s: float | None = None,
-                 timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
+def replay_spool(
+    client: httpx.Client,
+    spool_dir: str | os.PathLike[str],
+    *,
+    budget_s: float | None = None,
+    timeout_s: float = 4.0,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> tuple[int, int]:
     """:func:`replay_with` through ``client``, an httpx client whose base URL is the daemon
     (its headers, e.g. the token, go with every request). Same arguments and result."""
     import httpx  # only callers that already hold an httpx client get here
@@ -206,8 +219,14 @@ def replay_spool(client: httpx.Client, spool_dir: str | os.PathLike[str], *, bud
     return replay_with(post, spool_dir, budget_s=budget_s, timeout_s=timeout_s, max_attempts=max_attempts)
 
 
-def replay_with(post: Post, spool_dir: str | os.PathLike[str], *, budget_s: float | None = None,
-                timeout_s: float = 4.0, max_attempts: int = MAX_ATTEMPTS) -> tuple[int, int]:
+def replay_with(
+    post: Post,
+    spool_dir: str | os.PathLike[str],
+    *,
+    budget_s: float | None = None,
+    timeout_s: float = 4.0,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> tuple[int, int]:
     """Send the spooled events oldest first through ``post`` (see :data:`Post`), stopping at
     the first transient failure so that order is kept.
 
@@ -254,8 +273,9 @@ def _replay_lock(spool_dir: str) -> int | None:
         return None
     try:
         # created 0600 like every file in the home
-        fd = os.open(os.path.join(spool_dir, ".replay.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                     0o600)
+        fd = os.open(
+            os.path.join(spool_dir, ".replay.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600
+        )
     except OSError:
         return None
     try:
@@ -266,8 +286,7 @@ def _replay_lock(spool_dir: str) -> int | None:
     return fd
 
 
-def _replay(post: Post, spool_dir: str, budget_s: float | None, timeout_s: float,
-            max_attempts: int) -> tuple[int, int]:
+def _replay(post: Post, spool_dir: str, budget_s: float | None, timeout_s: float, max_attempts: int) -> tuple[int, int]:
     deadline = None if budget_s is None else time.monotonic() + budget_s
     sent = failed = 0
     for name in _spooled_names(spool_dir):

@@ -68,9 +68,13 @@ def default_roots() -> list[str]:
     return roots
 
 
-def read_transcript(path: str | os.PathLike[str] | None,
-                    allowed_roots: Sequence[str | os.PathLike[str]] | None = None,
-                    max_bytes: int = DEFAULT_MAX_BYTES, *, tail_bytes: int | None = None) -> str | None:
+def read_transcript(
+    path: str | os.PathLike[str] | None,
+    allowed_roots: Sequence[str | os.PathLike[str]] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    *,
+    tail_bytes: int | None = None,
+) -> str | None:
     """The transcript's text (UTF-8, undecodable bytes replaced), or ``None`` when refused.
 
     Args:
@@ -124,7 +128,7 @@ def read_transcript(path: str | os.PathLike[str] | None,
                 data = f.read(tail_bytes)
                 if start > 0:  # drop the partial first line
                     nl = data.find(b"\n")
-                    data = data[nl + 1:] if nl >= 0 else b""
+                    data = data[nl + 1 :] if nl >= 0 else b""
             else:
                 data = f.read(max_bytes + 1)
                 if len(data) > max_bytes:
@@ -148,6 +152,7 @@ def _is_under(path: str, root: str | os.PathLike[str]) -> bool:
 
 
 # --- JSONL ------------------------------------------------------------------------------------
+
 
 def _entries(jsonl: str) -> Iterator[dict[str, Any]]:
     for line in jsonl.splitlines():
@@ -176,8 +181,9 @@ def _turn(entry: dict[str, Any]) -> tuple[str, str, bool] | None:
         return role, content.strip(), bool(content.strip())
     if not isinstance(content, list):
         return None
-    texts = [b["text"] for b in content
-             if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+    texts = [
+        b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
     text = "\n".join(t.strip() for t in texts if t.strip())
     return role, text, bool(text)
 
@@ -278,14 +284,19 @@ def _mentions_feedback(text: str) -> bool:
 def _feedback_in_text(text: str) -> dict[str, float] | None:
     if not _mentions_feedback(text):  # cheap pre-check: no mention of memory feedback, no feedback
         return None
-    explicit = [] if '"memory_feedback"' not in text else [
-        o["memory_feedback"] for _, o in _objects(text) if isinstance(o.get("memory_feedback"), dict)]
+    explicit = (
+        []
+        if '"memory_feedback"' not in text
+        else [o["memory_feedback"] for _, o in _objects(text) if isinstance(o.get("memory_feedback"), dict)]
+    )
     if explicit:
         return _clean(explicit[-1], id_like_only=False) or None
     # A bare {id: score} object: inside <memory-feedback>...</memory-feedback>, right after the
     # closing tag, or (e.g. in a ```json fence) after a mention of the memory feedback request.
-    starts = [text.rfind(_OPEN_TAG) + len(_OPEN_TAG) if _OPEN_TAG in text else -1,
-              text.rfind(_CLOSE_TAG) + len(_CLOSE_TAG) if _CLOSE_TAG in text else -1]
+    starts = [
+        text.rfind(_OPEN_TAG) + len(_OPEN_TAG) if _OPEN_TAG in text else -1,
+        text.rfind(_CLOSE_TAG) + len(_CLOSE_TAG) if _CLOSE_TAG in text else -1,
+    ]
     mentions = [m.end() for m in _regex(_MARKER_PATTERN).finditer(text)]
     if mentions:
         starts.append(mentions[-1])

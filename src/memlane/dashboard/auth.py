@@ -55,8 +55,9 @@ class DashboardAuth:
         clock: monotonic seconds (tests pass their own to expire codes and sessions).
     """
 
-    def __init__(self, *, token: Callable[[], str | None] = lambda: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, token: Callable[[], str | None] = lambda: None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._token = token
         self._clock = clock
         self._lock = threading.Lock()

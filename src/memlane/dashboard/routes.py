@@ -17,7 +17,7 @@ no-referrer`` and ``Cache-Control: no-store``.
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -30,17 +30,23 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from memlane import __version__
-from memlane.dashboard.auth import (UNAUTHORIZED_PAGE, DashboardAuth, cookie_value, expired_cookie,
-                                    session_cookie)
+from memlane.dashboard.auth import UNAUTHORIZED_PAGE, DashboardAuth, cookie_value, expired_cookie, session_cookie
 from memlane.dashboard.service import PAGE_SIZE, REVIEW_ACTIONS, WRONG_REASONS, DashboardService, page_number
 from memlane.errors import MemlaneError
 
 HERE = Path(__file__).parent
 #: The Content-Security-Policy of every page.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-                "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
 #: Memory types offered by "Add a memory" (any other type can be typed in).
 TEACH_TYPES = ("fact", "preference", "decision", "gotcha", "workflow_recipe", "procedure", "note")
 
@@ -63,8 +69,9 @@ class FlagWrongIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     reason: str = Field(..., description=f"One of {', '.join(WRONG_REASONS)}.")
-    corrected: str | None = Field(None, description="The corrected text (inaccurate, too_specific; optional "
-                                                    "for outdated).")
+    corrected: str | None = Field(
+        None, description="The corrected text (inaccurate, too_specific; optional for outdated)."
+    )
     original_id: str | None = Field(None, max_length=64, description="duplicate: the memory it duplicates.")
     note: str | None = Field(None, max_length=2000, description="What is wrong, in the user's words.")
 
@@ -102,11 +109,14 @@ def _num(value: Any, digits: int = 3) -> str:
 
 def templates() -> Jinja2Templates:
     """The page templates, autoescaped (memory text is data: never rendered as markup)."""
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(short=_short, ts=_ts, num=_num)
-    env.globals.update(version=__version__, PAGE_SIZE=PAGE_SIZE, WRONG_REASONS=WRONG_REASONS,
-                       TEACH_TYPES=TEACH_TYPES)
+    env.globals.update(version=__version__, PAGE_SIZE=PAGE_SIZE, WRONG_REASONS=WRONG_REASONS, TEACH_TYPES=TEACH_TYPES)
     return Jinja2Templates(env=env)
 
 
@@ -154,22 +164,27 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
         """A one-time login code (valid 120 s, once) and its URL; needs the token itself, not a
         dashboard session."""
         if getattr(request.state, "auth", None) != "token" and container.settings.require_token:
-            raise LoginNeedsToken("a login code needs the daemon's token (memlane dashboard sends it), "
-                                  "not a dashboard session")
+            raise LoginNeedsToken(
+                "a login code needs the daemon's token (memlane dashboard sends it), not a dashboard session"
+            )
         code, ttl = auth.issue_code()
-        return LoginCodeOut(code=code, url=f"{str(request.base_url).rstrip('/')}/login?code={code}",
-                            expires_in_s=ttl)
+        return LoginCodeOut(code=code, url=f"{str(request.base_url).rstrip('/')}/login?code={code}", expires_in_s=ttl)
 
     @r.get("/login")
     def login(request: Request, code: str | None = None) -> Response:
         """Redeem a login code: set the session cookie and go to the Health page."""
         sid = auth.redeem(code)
         if sid is None:
-            return HTMLResponse(UNAUTHORIZED_PAGE.format(
-                reason="This sign-in link is not valid: it is expired, already used, or mistyped."),
-                status_code=401, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
-        resp = RedirectResponse("/", status_code=303, headers={"Cache-Control": "no-store",
-                                                              "Referrer-Policy": "no-referrer"})
+            return HTMLResponse(
+                UNAUTHORIZED_PAGE.format(
+                    reason="This sign-in link is not valid: it is expired, already used, or mistyped."
+                ),
+                status_code=401,
+                headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+            )
+        resp = RedirectResponse(
+            "/", status_code=303, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+        )
         resp.headers.append("Set-Cookie", session_cookie(sid))
         return resp
 
@@ -186,8 +201,9 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
     def flag_wrong(memory_id: str, body: FlagWrongIn) -> dict[str, Any]:
         """Flag a memory wrong: supersede it by the correction (or forget it), and give every
         session that injected it the negative training label."""
-        return svc.flag_wrong(memory_id, reason=body.reason, corrected=body.corrected,
-                              original_id=body.original_id, note=body.note)
+        return svc.flag_wrong(
+            memory_id, reason=body.reason, corrected=body.corrected, original_id=body.original_id, note=body.note
+        )
 
     @r.post("/api/dashboard/review/{memory_id}", tags=["dashboard"], include_in_schema=True)
     def review(memory_id: str, body: ReviewIn) -> dict[str, Any]:
@@ -202,15 +218,24 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
     @r.get("/memories", response_class=HTMLResponse)
     def memories_page(request: Request) -> HTMLResponse:
         source = _opt(request, "source")
-        filters: dict[str, Any] = {"q": _opt(request, "q"), "project": _opt(request, "project"),
-                                   "type_": _opt(request, "type"),
-                   "source_type": None if source in (None, "any") else "" if source == "none" else source,
-                   "pinned": {"yes": True, "no": False}.get(_opt(request, "pinned") or ""),
-                   "state": _opt(request, "state") or "live",
-                   "flagged": {"flagged": True, "trusted": False}.get(_opt(request, "drift") or "")}
-        return page(request, "memories.html", lambda: {
-            **svc.memories(page=page_number(request.query_params.get("page")), **filters),
-            "facets": svc.facets(), "filters": filters})
+        filters: dict[str, Any] = {
+            "q": _opt(request, "q"),
+            "project": _opt(request, "project"),
+            "type_": _opt(request, "type"),
+            "source_type": None if source in (None, "any") else "" if source == "none" else source,
+            "pinned": {"yes": True, "no": False}.get(_opt(request, "pinned") or ""),
+            "state": _opt(request, "state") or "live",
+            "flagged": {"flagged": True, "trusted": False}.get(_opt(request, "drift") or ""),
+        }
+        return page(
+            request,
+            "memories.html",
+            lambda: {
+                **svc.memories(page=page_number(request.query_params.get("page")), **filters),
+                "facets": svc.facets(),
+                "filters": filters,
+            },
+        )
 
     @r.get("/memories/{memory_id}", response_class=HTMLResponse)
     def memory_page(request: Request, memory_id: str) -> HTMLResponse:
@@ -218,38 +243,66 @@ def router(container: Any, auth: DashboardAuth) -> APIRouter:
 
     @r.get("/sessions", response_class=HTMLResponse)
     def sessions_page(request: Request) -> HTMLResponse:
-        return page(request, "sessions.html", lambda: svc.sessions(
-            project=_opt(request, "project"), page=page_number(request.query_params.get("page"))))
+        return page(
+            request,
+            "sessions.html",
+            lambda: svc.sessions(project=_opt(request, "project"), page=page_number(request.query_params.get("page"))),
+        )
 
     @r.get("/sessions/{session_key:path}", response_class=HTMLResponse)
     def session_page(request: Request, session_key: str) -> HTMLResponse:
-        return page(request, "session.html", lambda: svc.session(
-            session_key, page=page_number(request.query_params.get("page"))))
+        return page(
+            request,
+            "session.html",
+            lambda: svc.session(session_key, page=page_number(request.query_params.get("page"))),
+        )
 
     @r.get("/predictor", response_class=HTMLResponse)
     def predictor_page(request: Request) -> HTMLResponse:
-        return page(request, "predictor.html", lambda: svc.predictor(
-            page=page_number(request.query_params.get("page"))))
+        return page(
+            request, "predictor.html", lambda: svc.predictor(page=page_number(request.query_params.get("page")))
+        )
 
     @r.get("/logs", response_class=HTMLResponse)
     def logs_page(request: Request) -> HTMLResponse:
-        return page(request, "logs.html", lambda: svc.logs(
-            kind=_opt(request, "kind") or "events", category=_opt(request, "category"),
-            level=_opt(request, "level"), q=_opt(request, "q"), stage=_opt(request, "stage"),
-            page=page_number(request.query_params.get("page"))))
+        return page(
+            request,
+            "logs.html",
+            lambda: svc.logs(
+                kind=_opt(request, "kind") or "events",
+                category=_opt(request, "category"),
+                level=_opt(request, "level"),
+                q=_opt(request, "q"),
+                stage=_opt(request, "stage"),
+                page=page_number(request.query_params.get("page")),
+            ),
+        )
 
     @r.get("/knowledge", response_class=HTMLResponse)
     def knowledge_page(request: Request) -> HTMLResponse:
-        return page(request, "knowledge.html", lambda: svc.knowledge(
-            q=_opt(request, "q"), entity_type=_opt(request, "type"),
-            page=page_number(request.query_params.get("page")), jobs_status=_opt(request, "jobs"),
-            jobs_page=page_number(request.query_params.get("jobs_page"))))
+        return page(
+            request,
+            "knowledge.html",
+            lambda: svc.knowledge(
+                q=_opt(request, "q"),
+                entity_type=_opt(request, "type"),
+                page=page_number(request.query_params.get("page")),
+                jobs_status=_opt(request, "jobs"),
+                jobs_page=page_number(request.query_params.get("jobs_page")),
+            ),
+        )
 
     @r.get("/knowledge/entities/{entity_id}", response_class=HTMLResponse)
     def entity_page(request: Request, entity_id: str) -> HTMLResponse:
-        return page(request, "entity.html", lambda: svc.entity(
-            entity_id, page=page_number(request.query_params.get("page")),
-            mentions_page=page_number(request.query_params.get("mentions_page"))))
+        return page(
+            request,
+            "entity.html",
+            lambda: svc.entity(
+                entity_id,
+                page=page_number(request.query_params.get("page")),
+                mentions_page=page_number(request.query_params.get("mentions_page")),
+            ),
+        )
 
     return r
 

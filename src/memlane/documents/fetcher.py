@@ -45,11 +45,13 @@ DEFAULT_MAX_REDIRECTS = 5
 MAX_URL_CHARS = 2048
 USER_AGENT = "memlane-document-fetcher/1"
 
-_TEXT_TYPES = ("text/", )
+_TEXT_TYPES = ("text/",)
 _EXACT_TYPES = frozenset({"application/json", "application/xml"})
 _DROP_TAGS = "script, style, noscript, template"
-_BLOCK_TAGS = ("p, div, br, li, dt, dd, h1, h2, h3, h4, h5, h6, tr, pre, section, article, blockquote, "
-               "header, footer, nav, aside, main, table, ul, ol, dl, hr, figure, figcaption, form, address")
+_BLOCK_TAGS = (
+    "p, div, br, li, dt, dd, h1, h2, h3, h4, h5, h6, tr, pre, section, article, blockquote, "
+    "header, footer, nav, aside, main, table, ul, ol, dl, hr, figure, figcaption, form, address"
+)
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
 
@@ -121,8 +123,9 @@ def check_url(url: str) -> str:
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise FetchError(f"url: not a valid URL ({str(exc)[:200]})", field="url") from None
     if parsed.scheme not in ("http", "https"):
-        raise FetchError(f"url: only http and https are fetched, not {parsed.scheme[:20] or 'a relative URL'!r}",
-                         field="url")
+        raise FetchError(
+            f"url: only http and https are fetched, not {parsed.scheme[:20] or 'a relative URL'!r}", field="url"
+        )
     if not parsed.raw_host:
         raise FetchError("url: has no host", field="url")
     try:
@@ -158,9 +161,15 @@ def accepted_type(content_type: str) -> bool:
     return content_type.startswith("application/") and content_type.endswith(("+xml", "+json"))
 
 
-def fetch_url(url: str, *, timeout_ms: float = DEFAULT_TIMEOUT_MS, max_bytes: int = DEFAULT_MAX_BYTES,
-              max_redirects: int = DEFAULT_MAX_REDIRECTS, allowed_hosts: Sequence[str] | HostAllowlist = (),
-              client: httpx.Client | None = None) -> FetchResult:
+def fetch_url(
+    url: str,
+    *,
+    timeout_ms: float = DEFAULT_TIMEOUT_MS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_redirects: int = DEFAULT_MAX_REDIRECTS,
+    allowed_hosts: Sequence[str] | HostAllowlist = (),
+    client: httpx.Client | None = None,
+) -> FetchResult:
     """GET ``url`` and return its text (see the module docstring for every guard).
 
     Args:
@@ -211,8 +220,9 @@ def _remaining(deadline: float, timeout_ms: float, url: str) -> float:
     return left
 
 
-def _get_once(http: httpx.Client, url: str, deadline: float, timeout_ms: float, max_bytes: int
-              ) -> str | tuple[bytes, str, str | None]:
+def _get_once(
+    http: httpx.Client, url: str, deadline: float, timeout_ms: float, max_bytes: int
+) -> str | tuple[bytes, str, str | None]:
     """One request: a redirect's Location, or (body, media type, charset)."""
     left = _remaining(deadline, timeout_ms, url)
     try:
@@ -224,17 +234,23 @@ def _get_once(http: httpx.Client, url: str, deadline: float, timeout_ms: float, 
                 return location
             if resp.status_code >= 400:
                 retry = resp.status_code >= 500 or resp.status_code == 429
-                raise FetchError(f"HTTP {resp.status_code} from {url}", retryable=retry, url=url,
-                                 status=resp.status_code)
+                raise FetchError(
+                    f"HTTP {resp.status_code} from {url}", retryable=retry, url=url, status=resp.status_code
+                )
             raw_type = resp.headers.get("content-type", "")
             ctype = raw_type.split(";", 1)[0].strip().lower()
             if not ctype or not accepted_type(ctype):
-                raise FetchError(f"unsupported content type {ctype or '(none)'!r}: only text/*, "
-                                 "application/json and application/xml are ingested", url=url, content_type=ctype)
+                raise FetchError(
+                    f"unsupported content type {ctype or '(none)'!r}: only text/*, "
+                    "application/json and application/xml are ingested",
+                    url=url,
+                    content_type=ctype,
+                )
             declared = resp.headers.get("content-length")
             if declared and declared.strip().isdigit() and int(declared) > max_bytes:
-                raise FetchError(f"body of {int(declared)} bytes is over the limit of {max_bytes} bytes",
-                                 url=url, limit=max_bytes)
+                raise FetchError(
+                    f"body of {int(declared)} bytes is over the limit of {max_bytes} bytes", url=url, limit=max_bytes
+                )
             buf = bytearray()
             for part in resp.iter_bytes():
                 buf += part
@@ -245,8 +261,9 @@ def _get_once(http: httpx.Client, url: str, deadline: float, timeout_ms: float, 
     except AddressRefused as exc:
         raise FetchRefused.of(exc) from None
     except httpx.TimeoutException as exc:
-        raise FetchError(f"timed out after {timeout_ms:.0f} ms", retryable=True, url=url,
-                         timeout_ms=timeout_ms) from exc
+        raise FetchError(
+            f"timed out after {timeout_ms:.0f} ms", retryable=True, url=url, timeout_ms=timeout_ms
+        ) from exc
     except httpx.HTTPError as exc:
         raise FetchError(f"cannot fetch {url}: {type(exc).__name__}: {exc}"[:500], retryable=True, url=url) from exc
 

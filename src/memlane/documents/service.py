@@ -34,13 +34,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memlane.config.clock import now_iso
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.documents.chunking import chunk_text
 from memlane.documents.fetcher import FetchError, FetchResult, check_target, fetch_url
 from memlane.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
 from memlane.netguard import HostAllowlist
-from memlane.config.pipeline import PipelineV2Settings
-from memlane.workers.runtime import SkipJob
-from memlane.config.clock import now_iso
 from memlane.services.inputs import RememberInput
 from memlane.services.memory_service import MemoryService
 from memlane.services.validation import MAX_SHORT_CHARS, check_text
@@ -49,6 +48,7 @@ from memlane.storage import jobs as jobs_sql
 from memlane.storage.db import Database
 from memlane.storage.documents import Document, DocumentChunk
 from memlane.storage.jobs import Job
+from memlane.workers.runtime import SkipJob
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,17 @@ class DocumentService:
         on_enqueue: called after a document is queued (wakes the worker).
     """
 
-    def __init__(self, db: Database, memories: MemoryService, pipeline: Callable[[], PipelineV2Settings], *,
-                 fetch: Fetcher = fetch_url, fetch_timeout_ms: float = FETCH_TIMEOUT_MS,
-                 now: Callable[[], str] = now_iso, on_enqueue: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        memories: MemoryService,
+        pipeline: Callable[[], PipelineV2Settings],
+        *,
+        fetch: Fetcher = fetch_url,
+        fetch_timeout_ms: float = FETCH_TIMEOUT_MS,
+        now: Callable[[], str] = now_iso,
+        on_enqueue: Callable[[], None] | None = None,
+    ) -> None:
         self.db = db
         self.memories = memories
         self._pipeline = pipeline
@@ -103,8 +111,15 @@ class DocumentService:
         self.on_enqueue = on_enqueue
 
     # -- create / read / delete ---------------------------------------------------------
-    def create(self, *, url: str | None = None, content: str | None = None, title: str | None = None,
-               project: str | None = None, tags: Sequence[str] = ()) -> Document:
+    def create(
+        self,
+        *,
+        url: str | None = None,
+        content: str | None = None,
+        title: str | None = None,
+        project: str | None = None,
+        tags: Sequence[str] = (),
+    ) -> Document:
         """Queue a document from ``url`` or raw ``content`` (exactly one) and its ingest job.
 
         Raises:
@@ -124,9 +139,10 @@ class DocumentService:
             check_text(content, "content", max_chars=p.documents.max_content_bytes)  # type: ignore[arg-type]
             byte_length = len(content.encode("utf-8"))  # type: ignore[union-attr]
             if byte_length > p.documents.max_content_bytes:
-                raise PayloadTooLarge(f"content: {byte_length} bytes is over the limit of "
-                                      f"{p.documents.max_content_bytes}",
-                                      details={"field": "content", "limit": p.documents.max_content_bytes})
+                raise PayloadTooLarge(
+                    f"content: {byte_length} bytes is over the limit of {p.documents.max_content_bytes}",
+                    details={"field": "content", "limit": p.documents.max_content_bytes},
+                )
         if title is not None:
             title = check_text(title, "title", max_chars=MAX_TITLE_CHARS, allow_empty=True).strip() or None
         if project is not None:
@@ -137,11 +153,26 @@ class DocumentService:
         doc_id, at = str(uuid.uuid4()), self._now()
 
         def job(conn):
-            doc_sql.insert(conn, id=doc_id, source_type="url" if url is not None else "text", source_url=url,
-                           title=title, raw_content=content, byte_length=byte_length, project=project, tags=tags,
-                           at=at)
-            jid = jobs_sql.enqueue(conn, DOCUMENT_INGEST, at=at, dedup_key=doc_id, payload={"document_id": doc_id},
-                                   max_attempts=p.worker.max_retries)
+            doc_sql.insert(
+                conn,
+                id=doc_id,
+                source_type="url" if url is not None else "text",
+                source_url=url,
+                title=title,
+                raw_content=content,
+                byte_length=byte_length,
+                project=project,
+                tags=tags,
+                at=at,
+            )
+            jid = jobs_sql.enqueue(
+                conn,
+                DOCUMENT_INGEST,
+                at=at,
+                dedup_key=doc_id,
+                payload={"document_id": doc_id},
+                max_attempts=p.worker.max_retries,
+            )
             doc_sql.set_job(conn, doc_id, jid)
             return doc_sql.get(conn, doc_id)
 
@@ -161,8 +192,9 @@ class DocumentService:
             raise NotFound(f"no document with id {document_id!r:.80}", details={"id": document_id[:80]})
         return doc
 
-    def list(self, *, limit: int = 50, offset: int = 0, status: str | None = None,
-             include_deleted: bool = False) -> tuple[list[Document], int]:
+    def list(
+        self, *, limit: int = 50, offset: int = 0, status: str | None = None, include_deleted: bool = False
+    ) -> tuple[list[Document], int]:
         """A page of documents, newest first, and the total.
 
         Raises:
@@ -170,8 +202,9 @@ class DocumentService:
         """
         if status is not None and status not in doc_sql.STATUSES:
             raise ValidationError(f"status: one of {list(doc_sql.STATUSES)}", details={"field": "status"})
-        return self.db.read(lambda c: doc_sql.list_page(c, limit=limit, offset=offset, status=status,
-                                                        include_deleted=include_deleted))
+        return self.db.read(
+            lambda c: doc_sql.list_page(c, limit=limit, offset=offset, status=status, include_deleted=include_deleted)
+        )
 
     def chunks(self, document_id: str, *, limit: int = 100, offset: int = 0) -> builtins.list[DocumentChunk]:
         """A page of the document's chunks, in order, with their memories' content.
@@ -250,11 +283,24 @@ class DocumentService:
         p = self._pipeline().documents
         text, title = doc.raw_content, doc.title
         if doc.source_type == "url" and text is None:
-            res = self._fetch(doc.source_url, timeout_ms=self.fetch_timeout_ms, max_bytes=p.max_content_bytes,
-                              allowed_hosts=HostAllowlist(p.allowed_hosts))
+            res = self._fetch(
+                doc.source_url,
+                timeout_ms=self.fetch_timeout_ms,
+                max_bytes=p.max_content_bytes,
+                allowed_hosts=HostAllowlist(p.allowed_hosts),
+            )
             title = title or (res.title[:MAX_TITLE_CHARS] if res.title else None)
-            self.db.write(lambda c: doc_sql.set_fetched(c, doc.id, content=res.content, content_type=res.content_type,
-                                                      byte_length=res.byte_length, title=title, at=self._now()))
+            self.db.write(
+                lambda c: doc_sql.set_fetched(
+                    c,
+                    doc.id,
+                    content=res.content,
+                    content_type=res.content_type,
+                    byte_length=res.byte_length,
+                    title=title,
+                    at=self._now(),
+                )
+            )
             text = res.content
         self.db.write(lambda c: doc_sql.set_status(c, doc.id, "chunking", at=self._now()))
         pieces = chunk_text(text or "", chunk_size=p.chunk_size, chunk_overlap=p.chunk_overlap)
@@ -276,10 +322,22 @@ class DocumentService:
                 continue
             if self.db.read(lambda c: doc_sql.get(c, doc.id)).deleted_at is not None:  # type: ignore[union-attr]
                 raise SkipJob("document deleted during ingest")
-            r = self.memories.remember_many([RememberInput(
-                content=ch.text, type=CHUNK_TYPE, importance=CHUNK_IMPORTANCE, project=doc.project, tags=tags,
-                metadata={"document_id": doc.id, "chunk_index": ch.index, "source_url": doc.source_url},
-                who="document-ingest", why="document chunk", source_type=CHUNK_SOURCE_TYPE, source_id=doc.id)])[0]
+            r = self.memories.remember_many(
+                [
+                    RememberInput(
+                        content=ch.text,
+                        type=CHUNK_TYPE,
+                        importance=CHUNK_IMPORTANCE,
+                        project=doc.project,
+                        tags=tags,
+                        metadata={"document_id": doc.id, "chunk_index": ch.index, "source_url": doc.source_url},
+                        who="document-ingest",
+                        why="document chunk",
+                        source_type=CHUNK_SOURCE_TYPE,
+                        source_id=doc.id,
+                    )
+                ]
+            )[0]
             counts[r.status] += 1
             self.db.write(lambda c: doc_sql.link(c, doc.id, ch.index, r.id, at=self._now()))
         self.db.write(lambda c: doc_sql.set_status(c, doc.id, "done", at=self._now(), clear_error=True))

@@ -13,12 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 #: The seed's factors.
-FACTORS: dict[str, float] = {"validates": 0.6, "required_with": 0.3, "conflicts_with": -0.4,
-                             "supersedes": 0.8, "derived_from": 0.5}
+FACTORS: dict[str, float] = {
+    "validates": 0.6,
+    "required_with": 0.3,
+    "conflicts_with": -0.4,
+    "supersedes": 0.8,
+    "derived_from": 0.5,
+}
 
 
-def propagate(start: str, old: float, new: float, *, neighbours: Callable[[str], Iterable[tuple[str, str, float]]],
-              confidence: Callable[[str], float | None], floor: float = 0.05) -> dict[str, float]:
+def propagate(
+    start: str,
+    old: float,
+    new: float,
+    *,
+    neighbours: Callable[[str], Iterable[tuple[str, str, float]]],
+    confidence: Callable[[str], float | None],
+    floor: float = 0.05,
+) -> dict[str, float]:
     """The new confidences of the memories a change of ``start`` from ``old`` to ``new`` reaches.
 
     Args:

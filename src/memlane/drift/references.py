@@ -33,8 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 WIKI_RE = re.compile(r"\[\[([^\[\]|#\n]{1,200})(?:[#|][^\[\]\n]*)?\]\]")
 URL_RE = re.compile(r"https?://[^\s<>\"'`\]\)\}]+", re.IGNORECASE)
 UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
-PATH_RE = re.compile(r"(?:(?<=^)|(?<=[\s`'\"(\[<]))((?:\.{1,2}/|/)?(?:[\w@+-][\w.@+-]*/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10})"
-                     r"(?=$|[\s`'\")\],:;!?>]|\.(?:\s|$))")
+PATH_RE = re.compile(
+    r"(?:(?<=^)|(?<=[\s`'\"(\[<]))((?:\.{1,2}/|/)?(?:[\w@+-][\w.@+-]*/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10})"
+    r"(?=$|[\s`'\")\],:;!?>]|\.(?:\s|$))"
+)
 #: Most references kept per memory and kind (a pasted file listing is not 500 references).
 MAX_PER_KIND = 50
 

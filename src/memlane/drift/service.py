@@ -39,15 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from memlane.drift import references as refs_mod
-from memlane.drift.sentences import split_sentences
-from memlane.drift.propagation import propagate
+from memlane.config.clock import now_iso, to_iso
 from memlane.config.drift import DriftSettings
+from memlane.drift import references as refs_mod
+from memlane.drift.propagation import propagate
+from memlane.drift.sentences import split_sentences
 from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
 from memlane.lru import LRUCache
 from memlane.recall.memory_index import MemoryIndex
-from memlane.config.clock import now_iso, to_iso
 from memlane.storage import drift as drift_sql
 from memlane.storage import graph as graph_sql
 from memlane.storage import memories as mem_sql
@@ -118,8 +118,15 @@ class DriftService:
         now: the clock, ISO-8601 UTC.
     """
 
-    def __init__(self, db: Database, index: MemoryIndex, settings: Callable[[], DriftSettings], *,
-                 embedder: Callable[[], Any] | None = None, now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        db: Database,
+        index: MemoryIndex,
+        settings: Callable[[], DriftSettings],
+        *,
+        embedder: Callable[[], Any] | None = None,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         self.db = db
         self.index = index
         self._settings = settings
@@ -140,6 +147,7 @@ class DriftService:
     # -- state ------------------------------------------------------------------------------
     def load(self) -> None:
         """Read every live memory's references and open prediction errors into memory."""
+
         def read(conn):
             refs = drift_sql.references(conn)
             projects = drift_sql.referencing_projects(conn)
@@ -183,16 +191,18 @@ class DriftService:
                 self._project.pop(memory_id, None)
 
     # -- write side -------------------------------------------------------------------------
-    def extract_in_tx(self, conn, memory_id: str, content: str, project: str | None, at: str,
-                      related_files: Sequence[str] = ()) -> tuple[Reference, ...]:
+    def extract_in_tx(
+        self, conn, memory_id: str, content: str, project: str | None, at: str, related_files: Sequence[str] = ()
+    ) -> tuple[Reference, ...]:
         """Extract and store the memory's references inside the caller's write transaction, and
         remember them. ``related_files`` (V3's field) are file candidates besides the paths in the
         text. Document references whose document is not ingested yet are kept with target
         ``?<raw>`` and resolved at each check. The entities the linker linked the memory to (its
         hook runs earlier in the same transaction) are stored as ``entity`` references.
         Returns the document and file references (the ones checked at retrieval)."""
-        cands = refs_mod.extract(content) + [refs_mod.Candidate("file", f) for f in related_files
-                                             if isinstance(f, str) and f]
+        cands = refs_mod.extract(content) + [
+            refs_mod.Candidate("file", f) for f in related_files if isinstance(f, str) and f
+        ]
         out: list[Reference] = []
         found: list[tuple[str, str]] = []
         if any(c.kind in ("wiki", "url", "id") for c in cands):  # the documents are read only then
@@ -205,7 +215,9 @@ class DriftService:
                 out.append(Reference(memory_id, "document", c.raw, UNRESOLVED + c.raw))
         for raw, rel in refs_mod.file_references(cands, project):
             out.append(Reference(memory_id, "file", raw, rel))
-        entities = [Reference(memory_id, "entity", name, eid) for eid, name in graph_sql.memory_entities(conn, memory_id)]
+        entities = [
+            Reference(memory_id, "entity", name, eid) for eid, name in graph_sql.memory_entities(conn, memory_id)
+        ]
         drift_sql.replace_references(conn, memory_id, out + entities, at=at)
         with self._lock:
             if out:
@@ -228,10 +240,13 @@ class DriftService:
             return
         at = self._now()
         if event == "updated":
+
             def job(conn):
                 drift_sql.resolve_memory(conn, memory.id, at=at)
-                self.extract_in_tx(conn, memory.id, memory.content, memory.project, at,
-                                   getattr(memory, "related_files", ()) or ())
+                self.extract_in_tx(
+                    conn, memory.id, memory.content, memory.project, at, getattr(memory, "related_files", ()) or ()
+                )
+
             self.db.write(job)
             self._drop(memory.id, refs=False)
         elif event == "deleted":
@@ -247,8 +262,11 @@ class DriftService:
             except Exception:
                 log.exception("entity staleness from superseded %s failed", memory.id)
         elif event == "recovered":
-            self.db.write(lambda conn: self.extract_in_tx(conn, memory.id, memory.content, memory.project, at,
-                                                          getattr(memory, "related_files", ()) or ()))
+            self.db.write(
+                lambda conn: self.extract_in_tx(
+                    conn, memory.id, memory.content, memory.project, at, getattr(memory, "related_files", ()) or ()
+                )
+            )
 
     def entity_invalidated(self, memory_id: str, superseded_by: str | None) -> list[PredictionError]:
         """Knowledge-graph invalidation (layer 3): the attributes the graph took from
@@ -273,10 +291,22 @@ class DriftService:
                     continue
                 for mid in drift_sql.entity_dependents(conn, a.entity_id, a.aspect_id, skip):
                     eid, _ = drift_sql.record(
-                        conn, memory_id=mid, error_type="memory_stale_entity", target=a.entity_id, distance=1.0,
-                        context={"entity": a.entity_name, "entity_id": a.entity_id, "aspect": a.aspect_name,
-                                 "attribute": a.content, "source_memory": memory_id, "superseded_by": superseded_by},
-                        at=at, debounce_since=since)
+                        conn,
+                        memory_id=mid,
+                        error_type="memory_stale_entity",
+                        target=a.entity_id,
+                        distance=1.0,
+                        context={
+                            "entity": a.entity_name,
+                            "entity_id": a.entity_id,
+                            "aspect": a.aspect_name,
+                            "attribute": a.content,
+                            "source_memory": memory_id,
+                            "superseded_by": superseded_by,
+                        },
+                        at=at,
+                        debounce_since=since,
+                    )
                     eids.append(eid)
             return drift_sql.get_errors(conn, sorted(set(eids)))
 
@@ -311,8 +341,11 @@ class DriftService:
             for h in hits:
                 flags = self._flags.get(h.memory.id)
                 if flags:
-                    m = dataclasses.replace(h.memory, content=f"{warning_prefix(flags)} {h.memory.content}",
-                                            confidence=h.memory.confidence * keep)
+                    m = dataclasses.replace(
+                        h.memory,
+                        content=f"{warning_prefix(flags)} {h.memory.content}",
+                        confidence=h.memory.confidence * keep,
+                    )
                     h = dataclasses.replace(h, memory=m, score=h.score * keep)
                     changed = True
                 out.append(h)
@@ -350,8 +383,11 @@ class DriftService:
             return
         now, gap = time.monotonic(), self._settings().recheck_seconds
         with self._lock:
-            ids = [m for m in memory_ids if m in self._refs and m not in self._pending
-                   and now - self._checked.get(m, -1e18) >= gap]
+            ids = [
+                m
+                for m in memory_ids
+                if m in self._refs and m not in self._pending and now - self._checked.get(m, -1e18) >= gap
+            ]
             self._pending.update(ids)
             self._checked.update((m, now) for m in ids)
         if ids:
@@ -417,8 +453,15 @@ class DriftService:
                 elif r.kind == "file":
                     root = self._project.get(mid)
                     if root and not os.path.exists(os.path.join(root, r.target)):
-                        writes.append({"memory_id": mid, "error_type": "memory_stale_file", "target": r.target,
-                                       "distance": 1.0, "context": {"reason": "is missing", "project": root}})
+                        writes.append(
+                            {
+                                "memory_id": mid,
+                                "error_type": "memory_stale_file",
+                                "target": r.target,
+                                "distance": 1.0,
+                                "context": {"reason": "is missing", "project": root},
+                            }
+                        )
         if doc_pairs:
             writes += self._drift(doc_pairs, s.threshold)
         if not writes:
@@ -432,9 +475,16 @@ class DriftService:
                     drift_sql.mark_file_stale(conn, w["memory_id"], w["target"], reason="missing", at=at)
                 if not mem_sql.is_live(conn, w["memory_id"]):
                     continue
-                eid, _ = drift_sql.record(conn, memory_id=w["memory_id"], error_type=w["error_type"],
-                                          target=w["target"], distance=w["distance"], context=w["context"], at=at,
-                                          debounce_since=since)
+                eid, _ = drift_sql.record(
+                    conn,
+                    memory_id=w["memory_id"],
+                    error_type=w["error_type"],
+                    target=w["target"],
+                    distance=w["distance"],
+                    context=w["context"],
+                    at=at,
+                    debounce_since=since,
+                )
                 out.append(eid)
             return drift_sql.get_errors(conn, out)
 
@@ -540,9 +590,15 @@ class DriftService:
                 continue
             if doc not in titles:
                 titles[doc] = self.db.read(lambda c: drift_sql.document_title(c, doc))
-            out.append({"memory_id": mid, "error_type": "memory_drift", "target": doc, "distance": dd,
-                        "context": {"document_id": doc, "title": titles[doc], "max_sim": 1.0 - dd,
-                                    "threshold": threshold}})
+            out.append(
+                {
+                    "memory_id": mid,
+                    "error_type": "memory_drift",
+                    "target": doc,
+                    "distance": dd,
+                    "context": {"document_id": doc, "title": titles[doc], "max_sim": 1.0 - dd, "threshold": threshold},
+                }
+            )
         return out
 
     # -- staleness sweep --------------------------------------------------------------------
@@ -578,7 +634,7 @@ class DriftService:
                 if changes is not None and groot is not None:
                     verdict, new = changes.final(prefix + r.target)
                     if new is not None and new.startswith(prefix) and os.path.exists(os.path.join(groot, new)):
-                        new = new[len(prefix):]
+                        new = new[len(prefix) :]
                     else:
                         new = None
                 if verdict == "renamed" and new is not None:
@@ -595,8 +651,16 @@ class DriftService:
                 drift_sql.resolve_target(conn, mid, old, "memory_stale_file", at=at)
             for mid, path, reason in stale:
                 drift_sql.mark_file_stale(conn, mid, path, reason=reason, at=at)
-                eid, _ = drift_sql.record(conn, memory_id=mid, error_type="memory_stale_file", target=path,
-                                          distance=1.0, context={"reason": reason}, at=at, debounce_since=since)
+                eid, _ = drift_sql.record(
+                    conn,
+                    memory_id=mid,
+                    error_type="memory_stale_file",
+                    target=path,
+                    distance=1.0,
+                    context={"reason": reason},
+                    at=at,
+                    debounce_since=since,
+                )
                 eids.append(eid)
             return drift_sql.get_errors(conn, eids), drift_sql.references(conn, sorted({m for m, *_ in renames}))
 
@@ -605,17 +669,29 @@ class DriftService:
             with self._lock:
                 for mid in {m for m, *_ in renames}:
                     self._refs[mid] = tuple(x for x in fresh if x.memory_id == mid and x.kind in CHECKED_KINDS)
-                    left = tuple(f for f in self._flags.get(mid, ())
-                                 if not (f.error_type == "memory_stale_file"
-                                         and any(f.target == o for m2, o, _ in renames if m2 == mid)))
+                    left = tuple(
+                        f
+                        for f in self._flags.get(mid, ())
+                        if not (
+                            f.error_type == "memory_stale_file"
+                            and any(f.target == o for m2, o, _ in renames if m2 == mid)
+                        )
+                    )
                     if left:
                         self._flags[mid] = left
                     else:
                         self._flags.pop(mid, None)
             for e in errors:
                 self._add_flag(e.memory_id, _flag(e))
-        return {"checked": len(rows), "missing": len(renames) + len(stale), "renamed": len(renames),
-                "stale": len(stale), "git": repos, "renames": renames, "stale_files": stale}
+        return {
+            "checked": len(rows),
+            "missing": len(renames) + len(stale),
+            "renamed": len(renames),
+            "stale": len(stale),
+            "git": repos,
+            "renames": renames,
+            "stale_files": stale,
+        }
 
     def session_started(self, project: str | None) -> None:
         """Count a session-start; the sweep runs (write-behind) every ``sweep_every_sessions``
@@ -657,8 +733,11 @@ class DriftService:
         Raises:
             ValidationError: a confidence outside [0, 1]. NotFound: no live memory with that id.
         """
-        if isinstance(new_confidence, bool) or not isinstance(new_confidence, (int, float)) \
-                or not 0.0 <= new_confidence <= 1.0:
+        if (
+            isinstance(new_confidence, bool)
+            or not isinstance(new_confidence, (int, float))
+            or not 0.0 <= new_confidence <= 1.0
+        ):
             raise ValidationError("confidence: a number in [0, 1]", details={"field": "confidence"})
         floor = self._settings().propagation_floor
         at = self._now()
@@ -669,11 +748,19 @@ class DriftService:
                 raise NotFound(f"memory {memory_id} not found")
 
             def neighbours(node):
-                return [(r.target_id if r.source_id == node else r.source_id, r.relation, r.weight)
-                        for r in rel_sql.list_for(conn, node)]
+                return [
+                    (r.target_id if r.source_id == node else r.source_id, r.relation, r.weight)
+                    for r in rel_sql.list_for(conn, node)
+                ]
 
-            changes = propagate(memory_id, cur, float(new_confidence), neighbours=neighbours,
-                                confidence=lambda m: drift_sql.confidences(conn, [m]).get(m), floor=floor)
+            changes = propagate(
+                memory_id,
+                cur,
+                float(new_confidence),
+                neighbours=neighbours,
+                confidence=lambda m: drift_sql.confidences(conn, [m]).get(m),
+                floor=floor,
+            )
             if store_source:
                 changes = {memory_id: float(new_confidence), **changes}
             drift_sql.set_confidence(conn, changes, at=at)
@@ -691,20 +778,31 @@ class DriftService:
             log.exception("confidence propagation from %s failed", memory_id)
 
     # -- consumer surface -------------------------------------------------------------------
-    def list(self, *, error_type: str | None = None, memory_id: str | None = None, resolved: bool | None = False,
-             limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+    def list(
+        self,
+        *,
+        error_type: str | None = None,
+        memory_id: str | None = None,
+        resolved: bool | None = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
         """Prediction errors, newest first, each with its ``memory`` sub-object.
 
         Raises:
             ValidationError: an unknown error type, limit outside [1, 1000] or a negative offset.
         """
         if error_type is not None and error_type not in drift_sql.ERROR_TYPES:
-            raise ValidationError(f"error_type: one of {', '.join(drift_sql.ERROR_TYPES)}",
-                                  details={"field": "error_type"})
+            raise ValidationError(
+                f"error_type: one of {', '.join(drift_sql.ERROR_TYPES)}", details={"field": "error_type"}
+            )
         if not 1 <= limit <= 1000 or offset < 0:
             raise ValidationError("limit must be in [1, 1000] and offset >= 0", details={"field": "limit"})
-        rows = self.db.read(lambda c: drift_sql.list_errors(c, error_type=error_type, memory_id=memory_id,
-                                                            resolved=resolved, limit=limit, offset=offset))
+        rows = self.db.read(
+            lambda c: drift_sql.list_errors(
+                c, error_type=error_type, memory_id=memory_id, resolved=resolved, limit=limit, offset=offset
+            )
+        )
         return [{**e.as_dict(), "memory": m} for e, m in rows]
 
     def record_signal(self, memory_id: str, *, source: str, evidence: Any, weight: float = 1.0) -> dict[str, Any]:
@@ -715,8 +813,7 @@ class DriftService:
             NotFound: no live memory with that id.
         """
         if not isinstance(source, str) or not source.strip() or len(source) > 200:
-            raise ValidationError("source: a non-empty string of at most 200 characters",
-                                  details={"field": "source"})
+            raise ValidationError("source: a non-empty string of at most 200 characters", details={"field": "source"})
         if not isinstance(evidence, dict):
             raise ValidationError("evidence: a JSON object", details={"field": "evidence"})
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 10.0:
@@ -726,10 +823,18 @@ class DriftService:
         def job(conn):
             if not mem_sql.is_live(conn, memory_id):
                 raise NotFound(f"memory {memory_id} not found")
-            eid, _ = drift_sql.record(conn, memory_id=memory_id, error_type="memory_external_signal", target="",
-                                      distance=float(weight), weight=float(weight), at=at, debounce_since=None,
-                                      context={"source": source.strip(), "evidence": evidence},
-                                      query=f"signal:{source.strip()}")
+            eid, _ = drift_sql.record(
+                conn,
+                memory_id=memory_id,
+                error_type="memory_external_signal",
+                target="",
+                distance=float(weight),
+                weight=float(weight),
+                at=at,
+                debounce_since=None,
+                context={"source": source.strip(), "evidence": evidence},
+                query=f"signal:{source.strip()}",
+            )
             return drift_sql.get_errors(conn, [eid])[0]
 
         e = self.db.write(job)

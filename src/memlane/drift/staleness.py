@@ -54,8 +54,9 @@ def git_root(path: str) -> str | None:
     if shutil.which("git") is None or not os.path.isdir(path):
         return None
     try:
-        r = subprocess.run(["git", "-C", path, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                           timeout=GIT_TIMEOUT_S)
+        r = subprocess.run(
+            ["git", "-C", path, "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None

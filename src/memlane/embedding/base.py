@@ -9,10 +9,9 @@ compared. :class:`HttpEmbedder` is the common part of the HTTP providers
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from memlane.errors import EmbeddingError
 from memlane.httpjson import JsonHttpClient
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -125,8 +125,12 @@ class HttpEmbedder(ABC):
         texts = list(texts)
         if not texts:
             return empty_matrix(self.dimensions)
-        reply = self._client.post_json(self.url, self._payload(texts), timeout_s=self.timeout_s,
-                          fail=lambda message, timed_out, **details: self._fail(message, **details))
+        reply = self._client.post_json(
+            self.url,
+            self._payload(texts),
+            timeout_s=self.timeout_s,
+            fail=lambda message, timed_out, **details: self._fail(message, **details),
+        )
         return self._to_matrix(self._vectors(reply), len(texts))
 
     def _to_matrix(self, vectors: list[Any], expected_rows: int) -> np.ndarray:

@@ -71,9 +71,7 @@ def model_path() -> Path:
     if not path.is_file():
         raise EmbeddingError(f"{MODEL_ID}: model file missing: {path}")
     if expected is not None and path.stat().st_size != expected:
-        raise EmbeddingError(
-            f"{MODEL_ID}: model file {path} has {path.stat().st_size} bytes, expected {expected}"
-        )
+        raise EmbeddingError(f"{MODEL_ID}: model file {path} has {path.stat().st_size} bytes, expected {expected}")
     return path
 
 
@@ -89,9 +87,7 @@ def sub_batches(lengths: np.ndarray) -> list[list[int]]:
     for i in np.argsort(lengths, kind="stable").tolist():
         width = int(lengths[i])
         padded = (len(chunk) + 1) * width
-        if chunk and (
-            len(chunk) == SUB_BATCH or padded - (real + width) > PAD_SHARE * (real + width) + PAD_SLACK
-        ):
+        if chunk and (len(chunk) == SUB_BATCH or padded - (real + width) > PAD_SHARE * (real + width) + PAD_SLACK):
             groups.append(chunk)
             chunk, real = [], 0
         chunk.append(i)
@@ -239,8 +235,11 @@ class LocalOnnxEmbedder:
         # One text (a recall query): ``encode`` keeps the GIL, ``encode_batch`` releases it. Recall
         # embeds while its BM25 worker runs Python; a GIL release there hands the worker the GIL
         # and the query waits to get it back (docs/decisions.md, "Threads"). Same ids.
-        encodings = ([tokenizer.encode(texts[0], add_special_tokens=True)] if len(texts) == 1
-                     else tokenizer.encode_batch(texts, add_special_tokens=True))
+        encodings = (
+            [tokenizer.encode(texts[0], add_special_tokens=True)]
+            if len(texts) == 1
+            else tokenizer.encode_batch(texts, add_special_tokens=True)
+        )
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         pool = self._pool
@@ -251,8 +250,10 @@ class LocalOnnxEmbedder:
             for chunk in groups:
                 out[chunk] = self._run(session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
             return out
-        runs = [pool.submit(self._run, session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
-                for chunk in groups]
+        runs = [
+            pool.submit(self._run, session, [encodings[i] for i in chunk], int(lengths[chunk].max()))
+            for chunk in groups
+        ]
         for chunk, run in zip(groups, runs):
             out[chunk] = run.result()
         return out

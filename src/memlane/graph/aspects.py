@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memlane.workers.runtime import PollingWorker
 from memlane.config.clock import now_iso
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import add_ms
+from memlane.workers.runtime import PollingWorker
 
 DAY_MS = 86_400_000
 #: The aspect-feedback worker's name in the container's registry.
@@ -59,8 +59,9 @@ class AspectFeedbackConfig:
     poll_ms: float = 30_000
 
 
-def apply_fts_overlap_feedback(conn: sqlite3.Connection, session_key: str, cfg: AspectFeedbackConfig,
-                               at: str) -> dict[str, int]:
+def apply_fts_overlap_feedback(
+    conn: sqlite3.Connection, session_key: str, cfg: AspectFeedbackConfig, at: str
+) -> dict[str, int]:
     """Feed one session's FTS hits back into aspect weights (seed: applyFtsOverlapFeedback), and
     record the session as done. Run inside a write transaction.
 
@@ -70,8 +71,9 @@ def apply_fts_overlap_feedback(conn: sqlite3.Connection, session_key: str, cfg: 
     confirmations = graph_sql.fts_confirmations_by_aspect(conn, session_key)
     updated = 0
     for aspect_id, n in sorted(confirmations.items()):
-        updated += graph_sql.add_aspect_weight(conn, aspect_id, cfg.delta * n, min_weight=cfg.min_weight,
-                                               max_weight=cfg.max_weight, at=at)
+        updated += graph_sql.add_aspect_weight(
+            conn, aspect_id, cfg.delta * n, min_weight=cfg.min_weight, max_weight=cfg.max_weight, at=at
+        )
     total = sum(confirmations.values())
     graph_sql.record_session_feedback(conn, session_key, confirmations=total, aspects=updated, at=at)
     return {"aspects_updated": updated, "fts_confirmations": total}
@@ -80,8 +82,9 @@ def apply_fts_overlap_feedback(conn: sqlite3.Connection, session_key: str, cfg: 
 def decay_aspect_weights(conn: sqlite3.Connection, cfg: AspectFeedbackConfig, at: str) -> int:
     """Decay aspects not updated for more than ``stale_days`` (seed: decayAspectWeights); returns
     how many decayed. Run inside a write transaction."""
-    return graph_sql.decay_stale_aspects(conn, stale_before=add_ms(at, -cfg.stale_days * DAY_MS),
-                                         rate=cfg.decay_rate, min_weight=cfg.min_weight, at=at)
+    return graph_sql.decay_stale_aspects(
+        conn, stale_before=add_ms(at, -cfg.stale_days * DAY_MS), rate=cfg.decay_rate, min_weight=cfg.min_weight, at=at
+    )
 
 
 class AspectFeedbackWorker(PollingWorker):
@@ -94,17 +97,28 @@ class AspectFeedbackWorker(PollingWorker):
         now: clock, ISO-8601 UTC.
     """
 
-    def __init__(self, db: Database, cfg: AspectFeedbackConfig = AspectFeedbackConfig(), *,
-                 name: str = FEEDBACK_WORKER, enabled: Callable[[], bool] | None = None,
-                 now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cfg: AspectFeedbackConfig = AspectFeedbackConfig(),
+        *,
+        name: str = FEEDBACK_WORKER,
+        enabled: Callable[[], bool] | None = None,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         super().__init__(name, poll_ms=cfg.poll_ms, enabled=enabled)
         self.db = db
         self.cfg = cfg
         self._now = now
         self._since_decay = 0
         self._tlock = threading.Lock()
-        self.feedback = {"feedbackAspectsUpdated": 0, "feedbackFtsConfirmations": 0, "feedbackDecayedAspects": 0,
-                         "feedbackPropagatedAttributes": 0, "sessions": 0}
+        self.feedback = {
+            "feedbackAspectsUpdated": 0,
+            "feedbackFtsConfirmations": 0,
+            "feedbackDecayedAspects": 0,
+            "feedbackPropagatedAttributes": 0,
+            "sessions": 0,
+        }
 
     def tick(self) -> bool:
         """Process up to ``sessions_per_tick`` ended sessions; True when any was processed."""

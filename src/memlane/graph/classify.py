@@ -27,16 +27,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from memlane.config.clock import now_iso
 from memlane.graph import names
 from memlane.graph.linker import infer_aspect
 from memlane.graph.protection import CONSTRAINT, DECISION_IMPORTANCE, DEFAULT_IMPORTANCE, protection_for
 from memlane.graph.store import CLASSIFY_JOB
-from memlane.workers.runtime import SkipJob
 from memlane.providers.base import LlmProvider, strip_fences, strip_think
-from memlane.config.clock import now_iso
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import Job
+from memlane.workers.runtime import SkipJob
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,10 @@ def build_prompt(entity: graph_sql.Entity, aspects: list[str], facts: list[str])
         '"new": true if the aspect is not an existing one}.',
     ]
     if entity.entity_type == names.UNTYPED:
-        lines.append(f'Also infer the entity type, one of: {", ".join(sorted(names.CANONICAL_TYPES))}. '
-                     'Return a JSON object {"type": <type>, "assignments": [ ... ]}.')
+        lines.append(
+            f"Also infer the entity type, one of: {', '.join(sorted(names.CANONICAL_TYPES))}. "
+            'Return a JSON object {"type": <type>, "assignments": [ ... ]}.'
+        )
     else:
         lines.append('Return a JSON object {"assignments": [ ... ]}.')
     lines.append("Return only JSON, no other text.")
@@ -93,9 +95,16 @@ def reply_schema(entity: graph_sql.Entity) -> dict[str, Any]:
     """The JSON schema of :func:`build_prompt`'s reply (structured output): ``{"assignments":
     [{i, aspect, kind, new}]}``, plus ``type`` (a canonical entity type) for an untyped entity.
     :func:`parse_reply` also reads a bare array, from providers without structured output."""
-    item = {"type": "object", "required": ["i", "aspect", "kind"], "properties": {
-        "i": {"type": "integer", "minimum": 0}, "aspect": {"type": "string"},
-        "kind": {"type": "string", "enum": ["attribute", CONSTRAINT]}, "new": {"type": "boolean"}}}
+    item = {
+        "type": "object",
+        "required": ["i", "aspect", "kind"],
+        "properties": {
+            "i": {"type": "integer", "minimum": 0},
+            "aspect": {"type": "string"},
+            "kind": {"type": "string", "enum": ["attribute", CONSTRAINT]},
+            "new": {"type": "boolean"},
+        },
+    }
     props: dict[str, Any] = {"assignments": {"type": "array", "items": item}}
     if entity.entity_type == names.UNTYPED:
         props["type"] = {"type": "string", "enum": sorted(names.CANONICAL_TYPES)}
@@ -113,7 +122,7 @@ def parse_reply(text: str, n_facts: int) -> tuple[dict[int, tuple[str, str]], st
         i, j = body.find(opener), body.rfind(closer)
         if 0 <= i < j:
             try:
-                data = json.loads(body[i:j + 1])
+                data = json.loads(body[i : j + 1])
                 break
             except ValueError:
                 continue
@@ -131,8 +140,10 @@ def parse_reply(text: str, n_facts: int) -> tuple[dict[int, tuple[str, str]], st
             continue
         if not isinstance(aspect, str) or not names.canonical_name(aspect):
             continue
-        out[fact] = (names.clean_name(aspect)[:MAX_ASPECT_CHARS], kind if kind in ("attribute", CONSTRAINT) else
-                  "attribute")
+        out[fact] = (
+            names.clean_name(aspect)[:MAX_ASPECT_CHARS],
+            kind if kind in ("attribute", CONSTRAINT) else "attribute",
+        )
     return out, etype
 
 
@@ -155,8 +166,14 @@ class ClassifyHandler:
         LlmError: the LLM failed (the job is retried).
     """
 
-    def __init__(self, db: Database, llm: Callable[[], LlmProvider | None], *,
-                 batch_size: int = CLASSIFY_BATCH_SIZE, now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        db: Database,
+        llm: Callable[[], LlmProvider | None],
+        *,
+        batch_size: int = CLASSIFY_BATCH_SIZE,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         self.db = db
         self.llm = llm
         self.batch_size = batch_size
@@ -169,9 +186,13 @@ class ClassifyHandler:
         done = llm_items = batches = 0
         typed = None
         for _ in range(MAX_BATCHES):
-            entity, attrs, aspects = self.db.read(lambda c: (
-                graph_sql.get_entity(c, entity_id), graph_sql.unclassified_attributes(c, entity_id, self.batch_size),
-                [a.name for a in graph_sql.aspects_of_entity(c, entity_id)]))
+            entity, attrs, aspects = self.db.read(
+                lambda c: (
+                    graph_sql.get_entity(c, entity_id),
+                    graph_sql.unclassified_attributes(c, entity_id, self.batch_size),
+                    [a.name for a in graph_sql.aspects_of_entity(c, entity_id)],
+                )
+            )
             if entity is None:
                 raise SkipJob(f"entity {entity_id} no longer exists")
             if not attrs:
@@ -186,11 +207,17 @@ class ClassifyHandler:
                 break
         if not done:
             raise SkipJob("nothing to classify")
-        return {"entity_id": entity_id, "classified": done, "by_llm": llm_items, "batches": batches,
-                "entity_type": typed}
+        return {
+            "entity_id": entity_id,
+            "classified": done,
+            "by_llm": llm_items,
+            "batches": batches,
+            "entity_type": typed,
+        }
 
-    def _classify(self, entity: graph_sql.Entity, aspects: list[str], attrs: list[graph_sql.Attribute]
-                  ) -> tuple[list[tuple[str, str]], str | None, int]:
+    def _classify(
+        self, entity: graph_sql.Entity, aspects: list[str], attrs: list[graph_sql.Attribute]
+    ) -> tuple[list[tuple[str, str]], str | None, int]:
         fallback = [deterministic(a.content) for a in attrs]
         llm = self.llm()
         if llm is None:
@@ -200,13 +227,31 @@ class ClassifyHandler:
         plan = [parsed.get(i, fallback[i]) for i in range(len(attrs))]
         return plan, etype if entity.entity_type == names.UNTYPED else None, len(parsed)
 
-    def _write(self, conn: Any, entity: graph_sql.Entity, attrs: list[graph_sql.Attribute],
-               plan: list[tuple[str, str]], etype: str | None) -> None:
+    def _write(
+        self,
+        conn: Any,
+        entity: graph_sql.Entity,
+        attrs: list[graph_sql.Attribute],
+        plan: list[tuple[str, str]],
+        etype: str | None,
+    ) -> None:
         at = self.now()
         for attr, (aspect, kind) in zip(attrs, plan):
-            aspect_id = graph_sql.upsert_aspect(conn, aspect_id=str(uuid.uuid4()), entity_id=entity.id, name=aspect,
-                                                canonical=names.canonical_name(aspect), at=at)
-            graph_sql.classify_attribute(conn, attr.id, aspect_id=aspect_id, kind=kind, at=at,
-                                         importance=DECISION_IMPORTANCE if kind == CONSTRAINT else DEFAULT_IMPORTANCE)
+            aspect_id = graph_sql.upsert_aspect(
+                conn,
+                aspect_id=str(uuid.uuid4()),
+                entity_id=entity.id,
+                name=aspect,
+                canonical=names.canonical_name(aspect),
+                at=at,
+            )
+            graph_sql.classify_attribute(
+                conn,
+                attr.id,
+                aspect_id=aspect_id,
+                kind=kind,
+                at=at,
+                importance=DECISION_IMPORTANCE if kind == CONSTRAINT else DEFAULT_IMPORTANCE,
+            )
         if etype is not None:
             graph_sql.set_entity_type(conn, entity.id, etype, at)

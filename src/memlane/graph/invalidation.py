@@ -47,7 +47,10 @@ class GraphInvalidation:
         at = self._now()
         if event in ("superseded", "deleted"):
             status = "superseded" if event == "superseded" else "deleted"
-            self.db.write(lambda c: graph_sql.invalidate_attributes_of_memory(
-                c, memory.id, status=status, superseded_by_memory=getattr(memory, "superseded_by", None), at=at))
+            self.db.write(
+                lambda c: graph_sql.invalidate_attributes_of_memory(
+                    c, memory.id, status=status, superseded_by_memory=getattr(memory, "superseded_by", None), at=at
+                )
+            )
         elif event == "recovered":
             self.db.write(lambda c: graph_sql.restore_deleted_attributes_of_memory(c, memory.id, at=at))

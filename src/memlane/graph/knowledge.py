@@ -40,14 +40,18 @@ class KnowledgeService:
             out["boost"] = boost.telemetry()
         return out
 
-    def list_entities(self, *, q: str | None = None, entity_type: str | None = None, limit: int = 50,
-                      offset: int = 0) -> dict[str, Any]:
+    def list_entities(
+        self, *, q: str | None = None, entity_type: str | None = None, limit: int = 50, offset: int = 0
+    ) -> dict[str, Any]:
         """A page of entities, most mentioned first; ``q`` is a substring of the canonical name."""
         for name, v in (("q", q), ("type", entity_type)):
             if v is not None:
                 check_text(v, name, max_chars=MAX_SHORT_CHARS, allow_empty=True)
-        rows, total = self.db.read(lambda c: graph_sql.list_entities(c, q=q or None, entity_type=entity_type or None,
-                                                                     limit=limit, offset=offset))
+        rows, total = self.db.read(
+            lambda c: graph_sql.list_entities(
+                c, q=q or None, entity_type=entity_type or None, limit=limit, offset=offset
+            )
+        )
         return {"entities": [entity_dict(e) for e in rows], "total": total, "limit": limit, "offset": offset}
 
     def get_entity(self, entity_id: str, *, mentions_limit: int = 20) -> dict[str, Any]:
@@ -57,16 +61,27 @@ class KnowledgeService:
         Raises:
             NotFound: no such entity.
         """
+
         def read(c: Any) -> dict[str, Any]:
             e = self._entity(c, entity_id)
-            return {**entity_dict(e),
-                    "mentions_list": [asdict(m) for m in graph_sql.entity_mentions(c, entity_id, mentions_limit)],
-                    "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, 100)]}
+            return {
+                **entity_dict(e),
+                "mentions_list": [asdict(m) for m in graph_sql.entity_mentions(c, entity_id, mentions_limit)],
+                "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, 100)],
+            }
+
         return self.db.read(read)
 
-    def entity_view(self, entity_id: str, *, mentions_limit: int = 25, mentions_offset: int = 0,
-                    attributes_limit: int = 25, attributes_offset: int = 0, relations_limit: int = 100
-                    ) -> dict[str, Any]:
+    def entity_view(
+        self,
+        entity_id: str,
+        *,
+        mentions_limit: int = 25,
+        mentions_offset: int = 0,
+        attributes_limit: int = 25,
+        attributes_offset: int = 0,
+        relations_limit: int = 100,
+    ) -> dict[str, Any]:
         """Everything one entity's page shows, in one read: the entity, a page of its mentions
         (newest first) with their total, its relations (most mentioned first), its aspects, a
         page of its active attributes (newest first) with their total.
@@ -77,17 +92,26 @@ class KnowledgeService:
         Raises:
             NotFound: no such entity.
         """
+
         def read(c: Any) -> dict[str, Any]:
             e = self._entity(c, entity_id)
-            return {**entity_dict(e),
-                    "mentions_list": [asdict(m) for m in graph_sql.entity_mentions(c, entity_id, mentions_limit,
-                                                                                   mentions_offset)],
-                    "mentions_total": graph_sql.entity_mention_count(c, entity_id),
-                    "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, relations_limit)],
-                    "aspects": [asdict(a) for a in graph_sql.aspects_of_entity(c, entity_id)],
-                    "attributes": [asdict(a) for a in graph_sql.attributes_of_entity(
-                        c, entity_id, limit=attributes_limit, offset=attributes_offset)],
-                    "attributes_total": graph_sql.attribute_count(c, entity_id)}
+            return {
+                **entity_dict(e),
+                "mentions_list": [
+                    asdict(m) for m in graph_sql.entity_mentions(c, entity_id, mentions_limit, mentions_offset)
+                ],
+                "mentions_total": graph_sql.entity_mention_count(c, entity_id),
+                "relations": [asdict(r) for r in graph_sql.entity_relations(c, entity_id, relations_limit)],
+                "aspects": [asdict(a) for a in graph_sql.aspects_of_entity(c, entity_id)],
+                "attributes": [
+                    asdict(a)
+                    for a in graph_sql.attributes_of_entity(
+                        c, entity_id, limit=attributes_limit, offset=attributes_offset
+                    )
+                ],
+                "attributes_total": graph_sql.attribute_count(c, entity_id),
+            }
+
         return self.db.read(read)
 
     def aspects(self, entity_id: str) -> dict[str, Any]:
@@ -96,13 +120,23 @@ class KnowledgeService:
         Raises:
             NotFound: no such entity.
         """
+
         def read(c: Any) -> dict[str, Any]:
             self._entity(c, entity_id)
             return {"entity_id": entity_id, "aspects": [asdict(a) for a in graph_sql.aspects_of_entity(c, entity_id)]}
+
         return self.db.read(read)
 
-    def attributes(self, entity_id: str, *, aspect_id: str | None = None, kind: str | None = None,
-                   status: str | None = "active", limit: int = 100, offset: int = 0) -> dict[str, Any]:
+    def attributes(
+        self,
+        entity_id: str,
+        *,
+        aspect_id: str | None = None,
+        kind: str | None = None,
+        status: str | None = "active",
+        limit: int = 100,
+        offset: int = 0,
+    ) -> dict[str, Any]:
         """The entity's attributes, newest first, optionally one aspect's, one kind, one status.
 
         Raises:
@@ -115,9 +149,11 @@ class KnowledgeService:
 
         def read(c: Any) -> dict[str, Any]:
             self._entity(c, entity_id)
-            rows = graph_sql.attributes_of_entity(c, entity_id, aspect_id=aspect_id, kind=kind, status=status,
-                                                  limit=limit, offset=offset)
+            rows = graph_sql.attributes_of_entity(
+                c, entity_id, aspect_id=aspect_id, kind=kind, status=status, limit=limit, offset=offset
+            )
             return {"entity_id": entity_id, "attributes": [asdict(a) for a in rows], "limit": limit, "offset": offset}
+
         return self.db.read(read)
 
     def expand(self, *, query: str | None = None, entity_id: str | None = None, limit: int = 50) -> dict[str, Any]:
@@ -136,4 +172,5 @@ class KnowledgeService:
             if entity_id is not None:
                 self._entity(c, entity_id)
             return expand(c, query=query, entity_id=entity_id, memory_limit=limit)
+
         return {"query": query, "entity_id": entity_id, **self.db.read(read)}

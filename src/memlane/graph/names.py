@@ -8,7 +8,8 @@ import re
 #: Entity types a classifier may assign (seed "Structural Classification"); ``extracted`` means
 #: "not determined yet".
 CANONICAL_TYPES: frozenset[str] = frozenset(
-    {"person", "project", "system", "tool", "concept", "skill", "task", "unknown"})
+    {"person", "project", "system", "tool", "concept", "skill", "task", "unknown"}
+)
 UNTYPED = "extracted"
 
 #: Shortest canonical entity name kept, characters.
@@ -56,7 +57,7 @@ def query_ngrams(text: str, *, max_n: int = 3, max_grams: int = 300) -> list[str
             seen.setdefault(w, None)
     for n in range(1, max_n + 1):
         for i in range(len(toks) - n + 1):
-            seen.setdefault(" ".join(toks[i:i + n]), None)
+            seen.setdefault(" ".join(toks[i : i + n]), None)
             if len(seen) >= max_grams:
                 return list(seen)
     return list(seen)

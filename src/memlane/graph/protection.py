@@ -23,22 +23,25 @@ DEFAULT_IMPORTANCE = 0.5
 _X = r"[^.!?\n]{1,80}?"
 
 #: (name, pattern), the seed's list in order; all case-insensitive.
-DECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in (
-    ("chose_over", rf"\b(?:chose|chosen)\s+(?:to\s+)?(?:use\s+)?{_X}\s(?:over|instead)\b"),
-    ("decided", r"\bdecided\s+(?:to|on|against)\b"),
-    ("switched", r"\bswitched\s+(?:[\w.+#-]+\s+){0,3}?(?:from|to)\b"),
-    ("migrated", r"\bmigrated?\s+(?:[\w.+#-]+\s+){0,3}?(?:from|to|away)\b"),
-    ("picked_over", rf"\bpicked\s+{_X}\sover\b"),
-    ("went_with", r"\bwent\s+with\b"),
-    ("sticking_with", r"\bsticking\s+with\b"),
-    ("committed_to", r"\bcommitted\s+to\b"),
-    ("settled_on", r"\bsettled\s+on\b"),
-    ("will_use", r"(?:\bwill|'ll)\s+(?:use|go\s+with|stick\s+with)\b"),
-    ("prefers_over", rf"\bprefer(?:s|red)?\s+{_X}\s(?:over|instead|rather)\b"),
-    ("adopted", r"\badopted\b"),
-    ("architecture_decision", r"\barchitect(?:ure|ural)\s+decision\b"),
-    ("design_decision", r"\bdesign\s+decision\b"),
-))
+DECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(p, re.IGNORECASE))
+    for name, p in (
+        ("chose_over", rf"\b(?:chose|chosen)\s+(?:to\s+)?(?:use\s+)?{_X}\s(?:over|instead)\b"),
+        ("decided", r"\bdecided\s+(?:to|on|against)\b"),
+        ("switched", r"\bswitched\s+(?:[\w.+#-]+\s+){0,3}?(?:from|to)\b"),
+        ("migrated", r"\bmigrated?\s+(?:[\w.+#-]+\s+){0,3}?(?:from|to|away)\b"),
+        ("picked_over", rf"\bpicked\s+{_X}\sover\b"),
+        ("went_with", r"\bwent\s+with\b"),
+        ("sticking_with", r"\bsticking\s+with\b"),
+        ("committed_to", r"\bcommitted\s+to\b"),
+        ("settled_on", r"\bsettled\s+on\b"),
+        ("will_use", r"(?:\bwill|'ll)\s+(?:use|go\s+with|stick\s+with)\b"),
+        ("prefers_over", rf"\bprefer(?:s|red)?\s+{_X}\s(?:over|instead|rather)\b"),
+        ("adopted", r"\badopted\b"),
+        ("architecture_decision", r"\barchitect(?:ure|ural)\s+decision\b"),
+        ("design_decision", r"\bdesign\s+decision\b"),
+    )
+)
 
 
 class Protection(NamedTuple):

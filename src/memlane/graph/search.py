@@ -35,8 +35,8 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlane.graph import names
 from memlane.config.pipeline import GraphSettings
+from memlane.graph import names
 from memlane.storage import graph as graph_sql
 from memlane.storage.db import Database
 
@@ -80,8 +80,14 @@ def specific_mentions(memories: int, max_share: float) -> int | None:
     return max(MIN_SPECIFIC_MENTIONS, int(max_share * memories))
 
 
-def graph_entities(conn: sqlite3.Connection, query: str, *, deadline: float,
-                   clock: Callable[[], float] = time.monotonic, max_mentions: int | None = None) -> GraphLookup:
+def graph_entities(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    max_mentions: int | None = None,
+) -> GraphLookup:
     """Steps 1 and 2 of :func:`graph_linked_seqs` (they do not need the candidates): the query's
     entities (:func:`query_entities`) and their one-hop neighbours. Never raises (an error sets
     ``error``)."""
@@ -105,9 +111,16 @@ def graph_entities(conn: sqlite3.Connection, query: str, *, deadline: float,
         return GraphLookup(error=f"{type(exc).__name__}: {exc}"[:300])
 
 
-def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequence[int], *,
-                      deadline: float, clock: Callable[[], float] = time.monotonic,
-                      entities: GraphLookup | None = None, max_mentions: int | None = None) -> GraphLookup:
+def graph_linked_seqs(
+    conn: sqlite3.Connection,
+    query: str,
+    candidate_seqs: Sequence[int],
+    *,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    entities: GraphLookup | None = None,
+    max_mentions: int | None = None,
+) -> GraphLookup:
     """The candidates (memory seqs) linked to the query's entities or their neighbours.
 
     Args:
@@ -155,8 +168,14 @@ def graph_linked_seqs(conn: sqlite3.Connection, query: str, candidate_seqs: Sequ
         return GraphLookup(error=f"{type(exc).__name__}: {exc}"[:300])
 
 
-def linked_from(entities: GraphLookup, candidate_seqs: Sequence[int], links: dict[int, set[str]], *,
-                deadline: float, clock: Callable[[], float] = time.monotonic) -> GraphLookup:
+def linked_from(
+    entities: GraphLookup,
+    candidate_seqs: Sequence[int],
+    links: dict[int, set[str]],
+    *,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> GraphLookup:
     """Step 3 of :func:`graph_linked_seqs` from links already read: the live candidates linked to
     any of ``entities``' entity or neighbour ids, in the order the SQL gives them (ascending seq
     within each chunk of 500 candidates), at most :data:`MAX_MEMORIES`.
@@ -176,14 +195,14 @@ def linked_from(entities: GraphLookup, candidate_seqs: Sequence[int], links: dic
     wanted = set(out.entity_ids) | set(out.neighbour_ids)
     found: list[int] = []
     for start in range(0, len(candidate_seqs), SQL_CHUNK):
-        found.extend(s for s in sorted(candidate_seqs[start:start + SQL_CHUNK])
-                     if not wanted.isdisjoint(links.get(s, ())))
+        found.extend(
+            s for s in sorted(candidate_seqs[start : start + SQL_CHUNK]) if not wanted.isdisjoint(links.get(s, ()))
+        )
     out.seqs = set(found[:MAX_MEMORIES])
     return out
 
 
-def apply_boost(merged: dict[int, tuple[float, Any]], seqs: set[int], weight: float
-                ) -> dict[int, tuple[float, Any]]:
+def apply_boost(merged: dict[int, tuple[float, Any]], seqs: set[int], weight: float) -> dict[int, tuple[float, Any]]:
     """A copy of ``merged`` (seq -> (hybrid score, leg scores)) with ``weight`` added to the
     score of every seq in ``seqs`` (seed: "IDs in the graph-linked set receive a score
     increment of graphBoostWeight")."""
@@ -207,8 +226,13 @@ class GraphBooster:
     ``timeouts``, ``errors``.
     """
 
-    def __init__(self, db: Database, settings: Callable[[], GraphSettings],
-                 clock: Callable[[], float] = time.monotonic, memory_count: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        settings: Callable[[], GraphSettings],
+        clock: Callable[[], float] = time.monotonic,
+        memory_count: Callable[[], int] | None = None,
+    ) -> None:
         self.db = db
         self.settings = settings
         self.clock = clock
@@ -229,15 +253,27 @@ class GraphBooster:
                 return None
             deadline = self.clock() + g.boost_timeout_ms / 1000.0
             cap = self._max_mentions(g)
-            return pool.submit(lambda: (deadline, self.db.read(
-                lambda c: graph_entities(c, query, deadline=deadline, clock=self.clock, max_mentions=cap))))
+            return pool.submit(
+                lambda: (
+                    deadline,
+                    self.db.read(
+                        lambda c: graph_entities(c, query, deadline=deadline, clock=self.clock, max_mentions=cap)
+                    ),
+                )
+            )
         except Exception as exc:
             log.warning("graph lookup not started: %s", exc)
             return None
 
-    def boost(self, query: str, merged: dict[int, tuple[float, Any]], *, timeout_ms: float | None = None,
-              prepared: Future | None = None, links: dict[int, set[str]] | None = None
-              ) -> dict[int, tuple[float, Any]]:
+    def boost(
+        self,
+        query: str,
+        merged: dict[int, tuple[float, Any]],
+        *,
+        timeout_ms: float | None = None,
+        prepared: Future | None = None,
+        links: dict[int, set[str]] | None = None,
+    ) -> dict[int, tuple[float, Any]]:
         """``merged`` with graph-linked candidates boosted.
 
         Args:
@@ -264,9 +300,11 @@ class GraphBooster:
                 found = linked_from(entities, list(merged), links, deadline=deadline, clock=self.clock)
             else:
                 cap = self._max_mentions(g)
-                found = self.db.read(lambda c: graph_linked_seqs(c, query, list(merged), deadline=deadline,
-                                                                 clock=self.clock, entities=entities,
-                                                                 max_mentions=cap))
+                found = self.db.read(
+                    lambda c: graph_linked_seqs(
+                        c, query, list(merged), deadline=deadline, clock=self.clock, entities=entities, max_mentions=cap
+                    )
+                )
             self._count(found)
             return apply_boost(merged, found.seqs, g.boost_weight)
         except Exception as exc:  # recall must never fail because of the graph
@@ -293,8 +331,9 @@ class GraphBooster:
             return dict(self.counters)
 
 
-def expand(conn: sqlite3.Connection, *, query: str | None = None, entity_id: str | None = None,
-           memory_limit: int = 50) -> dict[str, Any]:
+def expand(
+    conn: sqlite3.Connection, *, query: str | None = None, entity_id: str | None = None, memory_limit: int = 50
+) -> dict[str, Any]:
     """One-hop expansion for the API: the query's entities (or one entity), their neighbours and
     the live memories linked to any of them (newest first, at most ``memory_limit``).
 
@@ -304,18 +343,28 @@ def expand(conn: sqlite3.Connection, *, query: str | None = None, entity_id: str
     if entity_id is not None:
         seeds = [entity_id] if graph_sql.get_entity(conn, entity_id) is not None else []
     else:
-        seeds = [eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query or ""),
-                                                                   MAX_ENTITY_HITS)]
+        seeds = [
+            eid for eid, _ in graph_sql.entities_by_canonical(conn, names.query_ngrams(query or ""), MAX_ENTITY_HITS)
+        ]
     hop = graph_sql.neighbours(conn, seeds, MAX_NEIGHBOURS) if seeds else []
     by_id = graph_sql.entities_of_ids(conn, seeds + hop)
     mids = graph_sql.memory_ids_of_entities(conn, seeds + hop, memory_limit) if seeds else []
-    return {"entities": [entity_dict(by_id[i]) for i in seeds if i in by_id],
-            "neighbours": [entity_dict(by_id[i]) for i in hop if i in by_id],
-            "memory_ids": mids}
+    return {
+        "entities": [entity_dict(by_id[i]) for i in seeds if i in by_id],
+        "neighbours": [entity_dict(by_id[i]) for i in hop if i in by_id],
+        "memory_ids": mids,
+    }
 
 
 def entity_dict(e: graph_sql.Entity) -> dict[str, Any]:
     """JSON view of an entity."""
-    return {"id": e.id, "name": e.name, "canonical_name": e.canonical_name, "entity_type": e.entity_type,
-            "description": e.description, "mentions": e.mentions, "created_at": e.created_at,
-            "updated_at": e.updated_at}
+    return {
+        "id": e.id,
+        "name": e.name,
+        "canonical_name": e.canonical_name,
+        "entity_type": e.entity_type,
+        "description": e.description,
+        "mentions": e.mentions,
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+    }

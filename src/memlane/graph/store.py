@@ -50,8 +50,7 @@ MAX_RELATION_CHARS = 100
 CLASSIFY_JOB = "structural_classify"
 
 
-def resolve_entity(conn: sqlite3.Connection, raw_name: str, *, at: str,
-                   entity_type: str = names.UNTYPED) -> str | None:
+def resolve_entity(conn: sqlite3.Connection, raw_name: str, *, at: str, entity_type: str = names.UNTYPED) -> str | None:
     """The id of the entity named ``raw_name``, inserted when new; None for a name too short.
 
     A typed ``entity_type`` replaces ``extracted`` on an existing entity (never another type).
@@ -60,8 +59,9 @@ def resolve_entity(conn: sqlite3.Connection, raw_name: str, *, at: str,
     return resolve_entity_created(conn, raw_name, at=at, entity_type=entity_type)[0]
 
 
-def resolve_entity_created(conn: sqlite3.Connection, raw_name: str, *, at: str,
-                           entity_type: str = names.UNTYPED) -> tuple[str | None, bool]:
+def resolve_entity_created(
+    conn: sqlite3.Connection, raw_name: str, *, at: str, entity_type: str = names.UNTYPED
+) -> tuple[str | None, bool]:
     """:func:`resolve_entity` and whether the entity was inserted by this call."""
     name = names.clean_name(raw_name)
     canonical = names.canonical_name(name)
@@ -71,8 +71,9 @@ def resolve_entity_created(conn: sqlite3.Connection, raw_name: str, *, at: str,
     if found is None:
         new_id = str(uuid.uuid4())
         try:
-            graph_sql.insert_entity(conn, entity_id=new_id, name=name, canonical=canonical,
-                                    entity_type=entity_type, at=at)
+            graph_sql.insert_entity(
+                conn, entity_id=new_id, name=name, canonical=canonical, entity_type=entity_type, at=at
+            )
             return new_id, True
         except sqlite3.IntegrityError:
             # Trigger: UNIQUE(name) or UNIQUE(canonical_name) refused the insert.
@@ -86,31 +87,47 @@ def resolve_entity_created(conn: sqlite3.Connection, raw_name: str, *, at: str,
     return found.id, False
 
 
-def link_memory(conn: sqlite3.Connection, *, memory_id: str, entity_id: str, mention_text: str | None,
-                confidence: float, at: str) -> bool:
+def link_memory(
+    conn: sqlite3.Connection, *, memory_id: str, entity_id: str, mention_text: str | None, confidence: float, at: str
+) -> bool:
     """Link a memory to an entity (idempotent); a new link adds one to the entity's mentions.
     Returns whether the link is new."""
-    new = graph_sql.insert_mention(conn, memory_id=memory_id, entity_id=entity_id,
-                                   mention_text=(mention_text or None) and mention_text[:names.MAX_NAME_CHARS],
-                                   confidence=_unit(confidence), at=at)
+    new = graph_sql.insert_mention(
+        conn,
+        memory_id=memory_id,
+        entity_id=entity_id,
+        mention_text=(mention_text or None) and mention_text[: names.MAX_NAME_CHARS],
+        confidence=_unit(confidence),
+        at=at,
+    )
     if new:
         graph_sql.add_entity_mentions(conn, entity_id, 1, at)
     return new
 
 
-def upsert_relation(conn: sqlite3.Connection, *, source_id: str, target_id: str, relation_type: str,
-                    confidence: float, at: str) -> bool:
+def upsert_relation(
+    conn: sqlite3.Connection, *, source_id: str, target_id: str, relation_type: str, confidence: float, at: str
+) -> bool:
     """Insert the relation or fold a repeat into it (mentions + 1, running-average confidence).
     Returns True when the relation is new."""
     confidence = _unit(confidence)
     old = graph_sql.get_relation(conn, source_id, target_id, relation_type)
     if old is None:
-        graph_sql.insert_relation(conn, relation_id=str(uuid.uuid4()), source_id=source_id, target_id=target_id,
-                                  relation_type=relation_type, strength=RELATION_STRENGTH, confidence=confidence, at=at)
+        graph_sql.insert_relation(
+            conn,
+            relation_id=str(uuid.uuid4()),
+            source_id=source_id,
+            target_id=target_id,
+            relation_type=relation_type,
+            strength=RELATION_STRENGTH,
+            confidence=confidence,
+            at=at,
+        )
         return True
     n = old.mentions
-    graph_sql.update_relation(conn, old.id, mentions=n + 1, confidence=(old.confidence * n + confidence) / (n + 1),
-                              at=at)
+    graph_sql.update_relation(
+        conn, old.id, mentions=n + 1, confidence=(old.confidence * n + confidence) / (n + 1), at=at
+    )
     return False
 
 
@@ -120,8 +137,9 @@ def enqueue_classification(conn: sqlite3.Connection, entity_id: str, *, at: str)
     return jobs_sql.enqueue(conn, CLASSIFY_JOB, at=at, dedup_key=entity_id, payload={"entity_id": entity_id})
 
 
-def persist_extraction(conn: sqlite3.Connection, *, memory_id: str, entities: list[dict],
-                       relations: list[dict], at: str) -> dict:
+def persist_extraction(
+    conn: sqlite3.Connection, *, memory_id: str, entities: list[dict], relations: list[dict], at: str
+) -> dict:
     """Persist one memory's extracted entities and relation triples (seed "Knowledge Graph").
 
     Runs inside the caller's write transaction, in a SAVEPOINT: a failure here is logged and
@@ -140,8 +158,17 @@ def persist_extraction(conn: sqlite3.Connection, *, memory_id: str, entities: li
         "relations_created", "relations_updated", "attributes": unclassified attributes added,
         "classify_jobs", "skipped": invalid items, "error": str | None}``.
     """
-    out: dict[str, Any] = {"entities": 0, "entities_created": 0, "mentions": 0, "relations_created": 0,
-                           "relations_updated": 0, "attributes": 0, "classify_jobs": 0, "skipped": 0, "error": None}
+    out: dict[str, Any] = {
+        "entities": 0,
+        "entities_created": 0,
+        "mentions": 0,
+        "relations_created": 0,
+        "relations_updated": 0,
+        "attributes": 0,
+        "classify_jobs": 0,
+        "skipped": 0,
+        "error": None,
+    }
     try:
         with savepoint(conn, "graph_persist"):
             _persist(conn, memory_id, entities or [], relations or [], at, out)
@@ -152,8 +179,9 @@ def persist_extraction(conn: sqlite3.Connection, *, memory_id: str, entities: li
     return out
 
 
-def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations: list, at: str,
-             out: dict[str, Any]) -> None:
+def _persist(
+    conn: sqlite3.Connection, memory_id: str, entities: list, relations: list, at: str, out: dict[str, Any]
+) -> None:
     linked: set[str] = set()
     types: dict[str, str] = {}
     triples = [_triple(r) for r in list(relations)[:MAX_RELATIONS]]
@@ -177,8 +205,9 @@ def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations
             out["skipped"] += 1
             continue
         conf = _confidence(e) if "confidence" in e else best.get(names.canonical_name(name), DEFAULT_CONFIDENCE)
-        out["mentions"] += link_memory(conn, memory_id=memory_id, entity_id=eid, mention_text=name,
-                                       confidence=conf, at=at)
+        out["mentions"] += link_memory(
+            conn, memory_id=memory_id, entity_id=eid, mention_text=name, confidence=conf, at=at
+        )
         linked.add(eid)
     classify: set[str] = set()
     for triple in triples:
@@ -186,26 +215,43 @@ def _persist(conn: sqlite3.Connection, memory_id: str, entities: list, relations
             out["skipped"] += 1
             continue
         src, tgt, rel, conf = triple
-        sid, c1 = resolve_entity_created(conn, src, at=at,
-                                         entity_type=types.get(names.canonical_name(src), names.UNTYPED))
-        tid, c2 = resolve_entity_created(conn, tgt, at=at,
-                                         entity_type=types.get(names.canonical_name(tgt), names.UNTYPED))
+        sid, c1 = resolve_entity_created(
+            conn, src, at=at, entity_type=types.get(names.canonical_name(src), names.UNTYPED)
+        )
+        tid, c2 = resolve_entity_created(
+            conn, tgt, at=at, entity_type=types.get(names.canonical_name(tgt), names.UNTYPED)
+        )
         out["entities_created"] += c1 + c2
         if sid is None or tid is None or sid == tid:
             out["skipped"] += 1
             continue
         for eid, text in ((sid, src), (tid, tgt)):
-            out["mentions"] += link_memory(conn, memory_id=memory_id, entity_id=eid, mention_text=text,
-                                           confidence=conf, at=at)
+            out["mentions"] += link_memory(
+                conn, memory_id=memory_id, entity_id=eid, mention_text=text, confidence=conf, at=at
+            )
             linked.add(eid)
-        out["relations_created" if upsert_relation(conn, source_id=sid, target_id=tid, relation_type=rel,
-                                                   confidence=conf, at=at) else "relations_updated"] += 1
+        out[
+            "relations_created"
+            if upsert_relation(conn, source_id=sid, target_id=tid, relation_type=rel, confidence=conf, at=at)
+            else "relations_updated"
+        ] += 1
         content = f"{rel} {names.clean_name(tgt)}"
         normalized = names.canonical_name(content)
         if not graph_sql.active_attribute_exists(conn, sid, None, normalized):
-            graph_sql.insert_attribute(conn, attribute_id=str(uuid.uuid4()), entity_id=sid, aspect_id=None,
-                                       memory_id=memory_id, kind="attribute", content=content, normalized=normalized,
-                                       confidence=conf, importance=0.5, source="extraction", at=at)
+            graph_sql.insert_attribute(
+                conn,
+                attribute_id=str(uuid.uuid4()),
+                entity_id=sid,
+                aspect_id=None,
+                memory_id=memory_id,
+                kind="attribute",
+                content=content,
+                normalized=normalized,
+                confidence=conf,
+                importance=0.5,
+                source="extraction",
+                at=at,
+            )
             out["attributes"] += 1
             classify.add(sid)
     for eid in sorted(classify):
@@ -219,8 +265,14 @@ def _triple(r: Any) -> tuple[str, str, str, float] | None:
         return None
     src, tgt = r.get("source"), r.get("target")
     rel = r.get("relation", r.get("relationship"))
-    if not (isinstance(src, str) and isinstance(tgt, str) and isinstance(rel, str)
-            and src.strip() and tgt.strip() and rel.strip()):
+    if not (
+        isinstance(src, str)
+        and isinstance(tgt, str)
+        and isinstance(rel, str)
+        and src.strip()
+        and tgt.strip()
+        and rel.strip()
+    ):
         return None
     rel = " ".join(rel.split()).lower()[:MAX_RELATION_CHARS]
     return src, tgt, rel, _confidence(r)

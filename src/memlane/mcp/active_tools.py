@@ -57,8 +57,11 @@ class _Http:
         return self.request("POST", "/api/v3/active/outcome", json={k: v for k, v in kw.items() if v is not None})
 
     def qa_failure(self, issues: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
-        return self.request("POST", "/api/v3/active/qa-failure",
-                            json={"issues": issues, **{k: v for k, v in kw.items() if v is not None}})
+        return self.request(
+            "POST",
+            "/api/v3/active/qa-failure",
+            json={"issues": issues, **{k: v for k, v in kw.items() if v is not None}},
+        )
 
 
 def active_backend(backend: Any) -> Any:
@@ -71,8 +74,10 @@ def active_backend(backend: Any) -> Any:
     return None
 
 
-WorkUnitRef = Annotated[dict[str, Any], Field(
-    description='The work unit: {"methodology": "native", "hierarchy": ["spec-12", "subtask-3"]}.')]
+WorkUnitRef = Annotated[
+    dict[str, Any],
+    Field(description='The work unit: {"methodology": "native", "hierarchy": ["spec-12", "subtask-3"]}.'),
+]
 
 
 def register(server: Any, backend: Any, run: Any) -> None:
@@ -82,8 +87,11 @@ def register(server: Any, backend: Any, run: Any) -> None:
     if active is None:
         return
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                             open_world_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        )
+    )
     async def memory_record_outcome(
         work_unit_ref: WorkUnitRef,
         succeeded: Annotated[bool, Field(description="Whether the work unit passed its validation.")],
@@ -91,23 +99,34 @@ def register(server: Any, backend: Any, run: Any) -> None:
         key_decisions: Annotated[list[str] | None, Field(description="Decisions worth knowing later.")] = None,
         steps_taken: Annotated[int | None, Field(ge=0, description="Tool calls or steps it took.")] = None,
         context_tokens_used: Annotated[int | None, Field(ge=0)] = None,
-        failure_reason: Annotated[str | None, Field(description="Why it failed (only when succeeded is false).")]
-        = None,
+        failure_reason: Annotated[
+            str | None, Field(description="Why it failed (only when succeeded is false).")
+        ] = None,
         project: Annotated[str | None, Field(description="Project scope.")] = None,
-        session_id: Annotated[str | None, Field(description="This session's id (links it to the next commit).")]
-        = None,
+        session_id: Annotated[str | None, Field(description="This session's id (links it to the next commit).")] = None,
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Record how a work unit (a subtask, a story) ended: a work_unit_outcome memory with its
         files, decisions, steps and retries (earlier outcomes of the same unit count as
         retries). Call it once the unit's validation passed or failed. Returns {id, status,
         content, retry_count}."""
-        return await run(active.outcome, work_unit_ref=dict(work_unit_ref), succeeded=succeeded,
-                         files_modified=list(files_modified or []), key_decisions=list(key_decisions or []),
-                         steps_taken=steps_taken, context_tokens_used=context_tokens_used,
-                         failure_reason=failure_reason, project=project, session_id=session_id)
+        return await run(
+            active.outcome,
+            work_unit_ref=dict(work_unit_ref),
+            succeeded=succeeded,
+            files_modified=list(files_modified or []),
+            key_decisions=list(key_decisions or []),
+            steps_taken=steps_taken,
+            context_tokens_used=context_tokens_used,
+            failure_reason=failure_reason,
+            project=project,
+            session_id=session_id,
+        )
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                             open_world_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+        )
+    )
     async def memory_qa_failure(
         issues: Annotated[list[QaIssue], Field(min_length=1, max_length=50, description="The QA report's issues.")],
         project: Annotated[str | None, Field(description="Project scope.")] = None,
@@ -118,5 +137,10 @@ def register(server: Any, backend: Any, run: Any) -> None:
         an error_pattern (what went wrong, the right approach, how to avoid it), written by the
         configured LLM or, without one, as a structured template (each memory's writer says
         which). Returns {memories: [{id, status, writer, content}], skipped}."""
-        return await run(active.qa_failure, [i.model_dump(exclude_none=True) for i in issues], project=project,
-                         session_id=session_id, work_unit_ref=work_unit_ref)
+        return await run(
+            active.qa_failure,
+            [i.model_dump(exclude_none=True) for i in issues],
+            project=project,
+            session_id=session_id,
+            work_unit_ref=work_unit_ref,
+        )

@@ -34,10 +34,10 @@ class _Local:
     def __init__(self, container: Any) -> None:
         self.drift = container.drift
 
-    def errors(self, *, error_type: str | None, memory_id: str | None, resolved: bool | None,
-               limit: int) -> dict[str, Any]:
-        return {"items": self.drift.list(error_type=error_type, memory_id=memory_id, resolved=resolved,
-                                         limit=limit)}
+    def errors(
+        self, *, error_type: str | None, memory_id: str | None, resolved: bool | None, limit: int
+    ) -> dict[str, Any]:
+        return {"items": self.drift.list(error_type=error_type, memory_id=memory_id, resolved=resolved, limit=limit)}
 
     def signal(self, memory_id: str, *, source: str, evidence: dict[str, Any], weight: float) -> dict[str, Any]:
         return self.drift.record_signal(memory_id, source=source, evidence=evidence, weight=weight)
@@ -49,8 +49,9 @@ class _Http:
     def __init__(self, request: Any) -> None:
         self.request = request
 
-    def errors(self, *, error_type: str | None, memory_id: str | None, resolved: bool | None,
-               limit: int) -> dict[str, Any]:
+    def errors(
+        self, *, error_type: str | None, memory_id: str | None, resolved: bool | None, limit: int
+    ) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit, "resolved": {False: "false", True: "true", None: "all"}[resolved]}
         if error_type is not None:
             params["error_type"] = error_type
@@ -60,8 +61,9 @@ class _Http:
         return {"items": out["items"]}
 
     def signal(self, memory_id: str, *, source: str, evidence: dict[str, Any], weight: float) -> dict[str, Any]:
-        return self.request("POST", f"/api/memory/{memory_id}/signal",
-                            json={"source": source, "evidence": evidence, "weight": weight})
+        return self.request(
+            "POST", f"/api/memory/{memory_id}/signal", json={"source": source, "evidence": evidence, "weight": weight}
+        )
 
 
 def drift_backend(backend: Any) -> Any:
@@ -81,15 +83,20 @@ def register(server: Any, backend: Any, run: Any) -> None:
     if drift is None:
         return
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                                             open_world_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        )
+    )
     async def memory_prediction_errors(
-        error_type: Annotated[Literal["memory_drift", "memory_external_signal", "memory_stale_file",
-                                      "memory_stale_entity"] | None,
-                              Field(description="Only this kind of error.")] = None,
+        error_type: Annotated[
+            Literal["memory_drift", "memory_external_signal", "memory_stale_file", "memory_stale_entity"] | None,
+            Field(description="Only this kind of error."),
+        ] = None,
         memory_id: Annotated[str | None, Field(description="Only this memory's errors.")] = None,
-        resolved: Annotated[bool | None, Field(description="false (default): open ones; true: resolved; "
-                                                           "null: both.")] = False,
+        resolved: Annotated[
+            bool | None, Field(description="false (default): open ones; true: resolved; null: both.")
+        ] = False,
         limit: Annotated[int, Field(ge=1, le=1000, description="Most rows, newest first.")] = 20,
     ) -> Annotated[CallToolResult, ErrorsOut]:
         """List memories that may no longer match the world: drifted from a document they
@@ -100,14 +107,16 @@ def register(server: Any, backend: Any, run: Any) -> None:
         context, detected_at, resolved_at, memory}]}."""
         return await run(drift.errors, error_type=error_type, memory_id=memory_id, resolved=resolved, limit=limit)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                             open_world_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        )
+    )
     async def memory_record_signal(
         id: Annotated[str, Field(description="The memory the evidence is about.")],
         source: Annotated[str, Field(description="Where the evidence comes from: git, linear, calendar, manual...")],
         evidence: Annotated[dict[str, Any], Field(description="Any JSON object (stored as given).")],
-        weight: Annotated[float, Field(ge=0.0, le=10.0, description="How sure the memory is stale; 1 = normal.")]
-        = 1.0,
+        weight: Annotated[float, Field(ge=0.0, le=10.0, description="How sure the memory is stale; 1 = normal.")] = 1.0,
     ) -> Annotated[CallToolResult, ErrorRow]:
         """Record external evidence that a memory is stale (a commit that fixed the bug it
         describes, a closed ticket...). The memory is then no longer injected proactively and

@@ -23,28 +23,34 @@ message.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
-
-import asyncio
 
 import anyio
 from fastapi import FastAPI
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memlane.schemas.errors import error_response
 from memlane.container import Container
+from memlane.schemas.errors import error_response
 
 #: Path of the MCP endpoint on the daemon.
 MCP_PATH = "/mcp"
 
 
 #: Error codes of the SDK's plain-text refusals, by HTTP status.
-_REFUSAL_CODES = {400: "bad_request", 403: "forbidden_origin", 404: "not_found", 405: "method_not_allowed",
-                  406: "not_acceptable", 413: "payload_too_large", 415: "unsupported_media_type",
-                  421: "forbidden_host"}
+_REFUSAL_CODES = {
+    400: "bad_request",
+    403: "forbidden_origin",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    421: "forbidden_host",
+}
 #: Bytes of a plain-text refusal quoted in the message.
 _REFUSAL_QUOTE_BYTES = 500
 
@@ -125,8 +131,10 @@ class _Endpoint:
 
         server = build_server(self.container)
         sub = server.streamable_http_app(
-            streamable_http_path=MCP_PATH, host=self.container.settings.host,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+            streamable_http_path=MCP_PATH,
+            host=self.container.settings.host,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
         return server, next(r.endpoint for r in sub.routes if isinstance(r, Route) and r.path == MCP_PATH)
 
     async def _run(self, server: Any, started: asyncio.Event) -> None:
@@ -154,8 +162,9 @@ class _Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = await self._ensure()
         if handler is None:
-            response = error_response(503, "mcp_unavailable",
-                                      "the MCP endpoint is not running (the app's lifespan has not started)")
+            response = error_response(
+                503, "mcp_unavailable", "the MCP endpoint is not running (the app's lifespan has not started)"
+            )
             await response(scope, receive, send)
             return
         await handler(scope, receive, _ShapedRefusals(scope, receive, send) if scope["type"] == "http" else send)

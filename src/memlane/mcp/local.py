@@ -11,8 +11,8 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from memlane.container import Container
-from memlane.mcp.server import PruneResult, build_mcp, memory_dict, search_hit
 from memlane.errors import ValidationError
+from memlane.mcp.server import PruneResult, build_mcp, memory_dict, search_hit
 from memlane.services.inputs import RecallQuery, RememberInput
 from memlane.v3.model import check_str
 
@@ -23,12 +23,14 @@ class LocalBackend:
     def __init__(self, container: Container) -> None:
         self.c = container
 
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
-               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def search(
+        self, query: str, *, limit: int, project: str | None, types: list[str], where: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
         q = RecallQuery(query=query, limit=limit, project=project, types=tuple(types))
         if where:  # V3 conditions (memlane.v3.service.V3Service.recall)
             from memlane.storage.v3 import V3Filter
             from memlane.v3.service import V3Service
+
             conditions: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in where.items()}
             f = V3Filter(**conditions)
             res = V3Service(self.c.db, self.c.memories, self.c.recall).recall(q, f)
@@ -36,12 +38,25 @@ class LocalBackend:
             res = self.c.recall.recall(q)
         return [search_hit({**memory_dict(h.memory), "score": round(h.score, 6)}) for h in res.hits]
 
-    def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
-        extra: dict[str, Any] = {k: tuple(v) if k in ("related_files", "related_modules") else v
-                                 for k, v in (v3 or {}).items()}
-        r = self.c.memories.remember(RememberInput(content=content, type=type, importance=importance,
-                                                   project=project, tags=tuple(tags), who=who, **extra))
+    def store(
+        self,
+        content: str,
+        *,
+        type: str,
+        importance: float,
+        project: str | None,
+        tags: list[str],
+        who: str,
+        v3: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {
+            k: tuple(v) if k in ("related_files", "related_modules") else v for k, v in (v3 or {}).items()
+        }
+        r = self.c.memories.remember(
+            RememberInput(
+                content=content, type=type, importance=importance, project=project, tags=tuple(tags), who=who, **extra
+            )
+        )
         return {"id": r.id, "status": r.status}
 
     def get(self, memory_id: str) -> dict[str, Any]:
@@ -68,9 +83,9 @@ class LocalBackend:
         r = LifecycleService(self.c.db, self.c.memories).run(project=project, dry_run=dry_run)
         return {k: r[k] for k in PruneResult.model_fields}
 
-
-    def phase(self, session_key: str, *, project: str | None, phase: str | None,
-              work_unit: dict[str, str] | None) -> dict[str, Any]:
+    def phase(
+        self, session_key: str, *, project: str | None, phase: str | None, work_unit: dict[str, str] | None
+    ) -> dict[str, Any]:
         if self.c.phases is None:
             raise ValidationError("phases are off in this process", details={"field": "phase"})
         check_str(session_key, "session_key", max_chars=256)

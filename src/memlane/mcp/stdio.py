@@ -27,7 +27,9 @@ from memlane.mcp.server import build_mcp, search_hit
 DEFAULT_TIMEOUT_S = 60.0
 
 _ERRORS: dict[str, type[MemlaneError]] = {
-    "validation_error": ValidationError, "not_found": NotFound, "conflict": Conflict,
+    "validation_error": ValidationError,
+    "not_found": NotFound,
+    "conflict": Conflict,
     "payload_too_large": PayloadTooLarge,
 }
 
@@ -40,8 +42,14 @@ class HttpBackend:
     (its message kept verbatim, its code mapped back to the matching class).
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None, home: Path | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        home: Path | None = None,
+    ) -> None:
         self._client = DaemonClient(base_url, timeout_s, home=home, client_name="mcp", transport=transport)
         self.base_url = self._client.base_url
 
@@ -58,18 +66,40 @@ class HttpBackend:
     def _path(memory_id: str) -> str:
         return "/api/memory/" + quote(memory_id, safe="")
 
-    def search(self, query: str, *, limit: int, project: str | None, types: list[str],
-               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        body = self._request("POST", "/api/v3/recall" if where else "/api/memory/recall",
-                             json={"query": query, "limit": limit, "project": project, "types": types,
-                                   **(where or {})})
+    def search(
+        self, query: str, *, limit: int, project: str | None, types: list[str], where: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        body = self._request(
+            "POST",
+            "/api/v3/recall" if where else "/api/memory/recall",
+            json={"query": query, "limit": limit, "project": project, "types": types, **(where or {})},
+        )
         return [search_hit({**h, "score": round(h["score"], 6)}) for h in body["results"]]
 
-    def store(self, content: str, *, type: str, importance: float, project: str | None,
-              tags: list[str], who: str, v3: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = self._request("POST", "/api/memory/remember", json={
-            "content": content, "type": type, "importance": float(importance), "project": project,
-            "tags": tags, "who": who, **(v3 or {})})
+    def store(
+        self,
+        content: str,
+        *,
+        type: str,
+        importance: float,
+        project: str | None,
+        tags: list[str],
+        who: str,
+        v3: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = self._request(
+            "POST",
+            "/api/memory/remember",
+            json={
+                "content": content,
+                "type": type,
+                "importance": float(importance),
+                "project": project,
+                "tags": tags,
+                "who": who,
+                **(v3 or {}),
+            },
+        )
         return {"id": body["id"], "status": body["status"]}
 
     def get(self, memory_id: str) -> dict[str, Any]:
@@ -97,18 +127,23 @@ class HttpBackend:
         return {"id": body["id"], "deleted": body["is_deleted"]}
 
     def feedback(self, session_key: str, scores: dict[str, float]) -> dict[str, Any]:
-        body = self._request("POST", "/api/sessions/feedback",
-                             json={"session_key": session_key, "memory_feedback": scores})
+        body = self._request(
+            "POST", "/api/sessions/feedback", json={"session_key": session_key, "memory_feedback": scores}
+        )
         return {"applied": body["applied"], "ignored": body["ignored"]}
 
     def prune(self, *, dry_run: bool, project: str | None) -> dict[str, Any]:
         body = self._request("POST", "/api/v3/lifecycle/run", json={"dry_run": dry_run, "project": project})
         return {k: body[k] for k in ("pruned", "stale_marked", "by_rule", "dry_run")}
 
-    def phase(self, session_key: str, *, project: str | None, phase: str | None,
-              work_unit: dict[str, str] | None) -> dict[str, Any]:
-        return self._request("POST", "/api/v3/sessions/phase", json={
-            "session_key": session_key, "project": project, "phase": phase, "work_unit": work_unit})
+    def phase(
+        self, session_key: str, *, project: str | None, phase: str | None, work_unit: dict[str, str] | None
+    ) -> dict[str, Any]:
+        return self._request(
+            "POST",
+            "/api/v3/sessions/phase",
+            json={"session_key": session_key, "project": project, "phase": phase, "work_unit": work_unit},
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -30,9 +30,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memlane.config.clock import now_iso
 from memlane.observability.hub import Observability
 from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
-from memlane.config.clock import now_iso
 from memlane.storage import sessions as sess_sql
 
 #: Domains in display order.
@@ -66,10 +66,17 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
     settings = container.settings.predictor
     if pred is None:
         scored = container.db.read(sess_sql.count_scored_sessions)
-        return _domain(None, {"sidecar_alive": False, "sidecar_pid": None, "training_sessions": scored,
-                              "min_training_sessions": settings.min_training_sessions,
-                              "reason": "the predictor does not run in this daemon (predictor.enabled false, "
-                                        "or not a daemon process)"})
+        return _domain(
+            None,
+            {
+                "sidecar_alive": False,
+                "sidecar_pid": None,
+                "training_sessions": scored,
+                "min_training_sessions": settings.min_training_sessions,
+                "reason": "the predictor does not run in this daemon (predictor.enabled false, "
+                "or not a daemon process)",
+            },
+        )
     status = pred.status()
     st = status["state"]
     sidecar = status.get("sidecar") or {}
@@ -83,14 +90,22 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
     notes: list[str] = []
     lifecycle = sidecar.get("state")  # services.predictor_scoring.SidecarLifecycle
     if lifecycle == "stopped":  # predictor.enabled turned off in the running daemon: not a fault
-        return _domain(None, {"sidecar_alive": alive, "sidecar_pid": sidecar.get("pid"), "phase": phase,
-                              "training_sessions": st.get("training_sessions", 0),
-                              "min_training_sessions": settings.min_training_sessions,
-                              "reason": "the predictor is disabled (predictor.enabled false)"})
+        return _domain(
+            None,
+            {
+                "sidecar_alive": alive,
+                "sidecar_pid": sidecar.get("pid"),
+                "phase": phase,
+                "training_sessions": st.get("training_sessions", 0),
+                "min_training_sessions": settings.min_training_sessions,
+                "reason": "the predictor is disabled (predictor.enabled false)",
+            },
+        )
     if lifecycle == "dormant" and not disabled:
         score = 0.6
-        notes.append("no model yet: the untrained model scores in the daemon; the sidecar starts for "
-                     "the first training run")
+        notes.append(
+            "no model yet: the untrained model scores in the daemon; the sidecar starts for the first training run"
+        )
     elif not alive or disabled:
         score = 0.0
         notes.append("sidecar crash-disabled" if disabled else "sidecar not running")
@@ -112,19 +127,37 @@ def predictor_domain(container: Any, obs: Observability) -> dict[str, Any]:
         score -= 0.2
         notes.append(f"{crashes} crash(es) in the last hour")
     score = max(0.0, score)
-    label = "disabled" if disabled else ("cold_start" if phase == "collecting" and (alive or lifecycle == "dormant")
-                                         else status_of(score))
-    return _domain(score, {
-        "sidecar_alive": alive, "sidecar_pid": sidecar.get("pid"), "phase": phase,
-        "last_score_latency_ms": lat["last_ms"], "avg_score_latency_ms": lat["mean_ms"],
-        "p95_score_latency_ms": p95, "score_timeout_ms": timeout_ms, "crash_count": crashes,
-        "crash_disabled": disabled, "model_version": st.get("model_version", 0),
-        "training_sessions": st.get("training_sessions", 0), "min_training_sessions": settings.min_training_sessions,
-        "success_rate": st.get("success_rate", 0.0), "alpha": status.get("alpha"),
-        "last_trained_at": st.get("last_trained"), "drift_resets": st.get("drift_resets", 0),
-        "scorer_drift_signal": st.get("margin_ema", 0.0),
-        "project_success_rates": {k: v[0] for k, v in (st.get("project_rates") or {}).items()},
-        "recent_errors": obs.errors.count_since(HOUR_S, stage="predictor"), "notes": notes}, status=label)
+    label = (
+        "disabled"
+        if disabled
+        else ("cold_start" if phase == "collecting" and (alive or lifecycle == "dormant") else status_of(score))
+    )
+    return _domain(
+        score,
+        {
+            "sidecar_alive": alive,
+            "sidecar_pid": sidecar.get("pid"),
+            "phase": phase,
+            "last_score_latency_ms": lat["last_ms"],
+            "avg_score_latency_ms": lat["mean_ms"],
+            "p95_score_latency_ms": p95,
+            "score_timeout_ms": timeout_ms,
+            "crash_count": crashes,
+            "crash_disabled": disabled,
+            "model_version": st.get("model_version", 0),
+            "training_sessions": st.get("training_sessions", 0),
+            "min_training_sessions": settings.min_training_sessions,
+            "success_rate": st.get("success_rate", 0.0),
+            "alpha": status.get("alpha"),
+            "last_trained_at": st.get("last_trained"),
+            "drift_resets": st.get("drift_resets", 0),
+            "scorer_drift_signal": st.get("margin_ema", 0.0),
+            "project_success_rates": {k: v[0] for k, v in (st.get("project_rates") or {}).items()},
+            "recent_errors": obs.errors.count_since(HOUR_S, stage="predictor"),
+            "notes": notes,
+        },
+        status=label,
+    )
 
 
 def health_report(container: Any, obs: Observability, report: DiagnosticsReport | None = None) -> dict[str, Any]:
@@ -143,39 +176,78 @@ def health_report(container: Any, obs: Observability, report: DiagnosticsReport 
     domains: dict[str, dict[str, Any]] = {}
     storage_errors = obs.errors.count_since(HOUR_S, stage="storage")
     db_path = container.settings.db_path
-    domains["storage"] = _domain(report.storage_score - (0.3 if storage_errors else 0.0), {
-        "memories_total": c.memories_total, "memories_live": c.memories_live, "memories_deleted": c.memories_deleted,
-        "tombstone_ratio": report.tombstone_ratio, "db_bytes": _file_size(db_path),
-        "wal_bytes": _file_size(str(db_path) + "-wal"), "errors_last_hour": storage_errors})
-    domains["index"] = _domain(report.index_score * report.embedding_score, {
-        "fts_rows": c.fts_rows, "fts_in_sync": report.fts_in_sync, "missing_vectors": c.missing_vectors,
-        "embedding_coverage": report.embedding_score, "embedding_model": emb.model_id if emb is not None else None})
-    domains["queue"] = _domain(report.queue_score, {
-        "jobs_total": c.jobs_total, "jobs_pending": c.jobs_pending, "jobs_dead": c.jobs_dead,
-        "dead_rate": report.dead_rate, "stale_leases": c.stale_leases})
+    domains["storage"] = _domain(
+        report.storage_score - (0.3 if storage_errors else 0.0),
+        {
+            "memories_total": c.memories_total,
+            "memories_live": c.memories_live,
+            "memories_deleted": c.memories_deleted,
+            "tombstone_ratio": report.tombstone_ratio,
+            "db_bytes": _file_size(db_path),
+            "wal_bytes": _file_size(str(db_path) + "-wal"),
+            "errors_last_hour": storage_errors,
+        },
+    )
+    domains["index"] = _domain(
+        report.index_score * report.embedding_score,
+        {
+            "fts_rows": c.fts_rows,
+            "fts_in_sync": report.fts_in_sync,
+            "missing_vectors": c.missing_vectors,
+            "embedding_coverage": report.embedding_score,
+            "embedding_model": emb.model_id if emb is not None else None,
+        },
+    )
+    domains["queue"] = _domain(
+        report.queue_score,
+        {
+            "jobs_total": c.jobs_total,
+            "jobs_pending": c.jobs_pending,
+            "jobs_dead": c.jobs_dead,
+            "dead_rate": report.dead_rate,
+            "stale_leases": c.stale_leases,
+        },
+    )
     prov_errors = obs.errors.count_since(HOUR_S, stage="embedding") + obs.errors.count_since(HOUR_S, stage="provider")
     llm = container.settings.llm
     configured = emb is not None or container.llm is not None
     domains["provider"] = _domain(
         (1.0 if prov_errors == 0 else 0.7 if prov_errors < 5 else 0.3) if configured else None,
-        {"embedding_provider": container.settings.embedding.provider, "llm_provider": llm.provider,
-         "errors_last_hour": prov_errors})
+        {
+            "embedding_provider": container.settings.embedding.provider,
+            "llm_provider": llm.provider,
+            "errors_last_hour": prov_errors,
+        },
+    )
     domains["predictor"] = predictor_domain(container, obs)
     workers = container.workers.status()
     started = container.workers.started
-    unhealthy = [w["name"] for w in workers if w.get("consecutive_failures", 0) >= 3
-                 or (started and not w.get("running"))]
-    domains["workers"] = _domain((1.0 - len(unhealthy) / len(workers)) if workers and started else None, {
-        "started": started, "count": len(workers), "unhealthy": unhealthy,
-        "failing": {w["name"]: w.get("last_error") for w in workers if w.get("consecutive_failures", 0)}})
+    unhealthy = [
+        w["name"] for w in workers if w.get("consecutive_failures", 0) >= 3 or (started and not w.get("running"))
+    ]
+    domains["workers"] = _domain(
+        (1.0 - len(unhealthy) / len(workers)) if workers and started else None,
+        {
+            "started": started,
+            "count": len(workers),
+            "unhealthy": unhealthy,
+            "failing": {w["name"]: w.get("last_error") for w in workers if w.get("consecutive_failures", 0)},
+        },
+    )
     hooks = sum(obs.latency.get(op).count_since(HOUR_S) for op in ("session_start", "prompt_submit", "session_end"))
     hook_errors = obs.errors.count_since(HOUR_S, stage="connector")
     rate = hook_errors / max(hooks, hook_errors, 1)
-    domains["connector"] = _domain(1.0 - 2.0 * rate, {
-        "hook_requests_last_hour": hooks, "errors_last_hour": hook_errors,
-        "last_hook_at": obs.last_hook_at})
+    domains["connector"] = _domain(
+        1.0 - 2.0 * rate,
+        {"hook_requests_last_hour": hooks, "errors_last_hour": hook_errors, "last_hook_at": obs.last_hook_at},
+    )
     scored = [d["score"] for d in domains.values() if d["score"] is not None]
     overall = round(sum(scored) / len(scored), 4) if scored else None
-    return {"at": at, "score": overall, "status": status_of(overall), "domains": domains,
-            "thresholds": {"healthy": HEALTHY, "degraded": DEGRADED},
-            "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)]}
+    return {
+        "at": at,
+        "score": overall,
+        "status": status_of(overall),
+        "domains": domains,
+        "thresholds": {"healthy": HEALTHY, "degraded": DEGRADED},
+        "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)],
+    }

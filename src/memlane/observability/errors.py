@@ -19,14 +19,24 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 #: Entries kept (seed: 500).
 RING_SIZE = 500
 #: Known stages (others are accepted and reported as given).
-STAGES = ("extraction", "decision", "embedding", "mutation", "connector", "predictor", "storage", "provider",
-          "jobs", "http")
+STAGES = (
+    "extraction",
+    "decision",
+    "embedding",
+    "mutation",
+    "connector",
+    "predictor",
+    "storage",
+    "provider",
+    "jobs",
+    "http",
+)
 #: Characters of a message kept.
 MAX_MESSAGE = 500
 
@@ -50,10 +60,14 @@ class ErrorRing:
     def add(self, stage: str, code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
         """Append one entry and return it (the message cut to :data:`MAX_MESSAGE` characters)."""
         now = self._clock()
-        entry = {"stage": str(stage), "code": str(code), "message": str(message)[:MAX_MESSAGE],
-                 "details": dict(details or {}), "epoch": now,
-                 "at": datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds")
-                 .replace("+00:00", "Z")}
+        entry = {
+            "stage": str(stage),
+            "code": str(code),
+            "message": str(message)[:MAX_MESSAGE],
+            "details": dict(details or {}),
+            "epoch": now,
+            "at": datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
         with self._lock:
             entry["id"] = self._next_id
             self._next_id += 1
@@ -61,8 +75,9 @@ class ErrorRing:
             self.totals[str(stage)] += 1
         return entry
 
-    def recent(self, *, stage: str | None = None, code: str | None = None, limit: int = 100,
-               after_id: int = 0) -> list[dict[str, Any]]:
+    def recent(
+        self, *, stage: str | None = None, code: str | None = None, limit: int = 100, after_id: int = 0
+    ) -> list[dict[str, Any]]:
         """The newest entries first, at most ``limit``, filtered by stage, code and ``id > after_id``."""
         with self._lock:
             items = list(self._ring)
@@ -76,8 +91,9 @@ class ErrorRing:
                     break
         return out
 
-    def page(self, *, stage: str | None = None, code: str | None = None, offset: int = 0,
-             limit: int = 50) -> tuple[list[dict[str, Any]], int]:
+    def page(
+        self, *, stage: str | None = None, code: str | None = None, offset: int = 0, limit: int = 50
+    ) -> tuple[list[dict[str, Any]], int]:
         """One page of entries, newest first, and how many match ``stage`` and ``code``.
 
         Raises:
@@ -87,16 +103,22 @@ class ErrorRing:
             raise ValueError("offset must be >= 0 and limit >= 1")
         with self._lock:
             items = list(self._ring)
-        matched = [e for e in reversed(items)
-                   if (stage is None or e["stage"] == stage) and (code is None or e["code"] == code)]
-        return matched[offset:offset + limit], len(matched)
+        matched = [
+            e for e in reversed(items) if (stage is None or e["stage"] == stage) and (code is None or e["code"] == code)
+        ]
+        return matched[offset : offset + limit], len(matched)
 
     def count_since(self, seconds: float, *, stage: str | None = None, code: str | None = None) -> int:
         """Entries still in the ring added within the last ``seconds`` (optionally of one stage/code)."""
         since = self._clock() - seconds
         with self._lock:
-            return sum(1 for e in self._ring if e["epoch"] >= since and (stage is None or e["stage"] == stage)
-                       and (code is None or e["code"] == code))
+            return sum(
+                1
+                for e in self._ring
+                if e["epoch"] >= since
+                and (stage is None or e["stage"] == stage)
+                and (code is None or e["code"] == code)
+            )
 
     def by_stage(self) -> dict[str, int]:
         """Entries now in the ring, by stage."""

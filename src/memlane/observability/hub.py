@@ -19,9 +19,15 @@ from memlane.observability.errors import ErrorRing
 from memlane.observability.latency import LatencyBook
 
 #: Sidecar error kinds (memlane.predictor.client) -> the seed's error codes.
-PREDICTOR_CODES = {"timeout": "predictor_timeout", "crash": "predictor_crash", "spawn": "predictor_crash",
-                   "write": "predictor_crash", "malformed": "predictor_parse_error",
-                   "rpc_error": "predictor_rpc_error", "not_ready": "predictor_unavailable"}
+PREDICTOR_CODES = {
+    "timeout": "predictor_timeout",
+    "crash": "predictor_crash",
+    "spawn": "predictor_crash",
+    "write": "predictor_crash",
+    "malformed": "predictor_parse_error",
+    "rpc_error": "predictor_rpc_error",
+    "not_ready": "predictor_unavailable",
+}
 #: Training-log errors that are outcomes, not failures (the run had nothing to gain or learn from).
 TRAIN_NON_FAILURES = ("no validation gain", "no labelled sessions")
 #: Job types -> error-ring stage of their failures.
@@ -67,8 +73,12 @@ class Observability:
         error = row.get("error")
         if error and not str(error).startswith(TRAIN_NON_FAILURES):
             code = "predictor_checkpoint_error" if "checkpoint" in str(error).lower() else "predictor_train_failure"
-            self.errors.add("predictor", code, str(error), {"trigger": row.get("trigger"),
-                                                            "model_version": row.get("model_version")})
+            self.errors.add(
+                "predictor",
+                code,
+                str(error),
+                {"trigger": row.get("trigger"), "model_version": row.get("model_version")},
+            )
 
     def on_job(self, job: Any, outcome: str, took_ms: float, error: BaseException | None) -> None:
         """A job attempt (``JobWorker.listeners``) -> ``jobs`` and, when it failed, the ring
@@ -82,6 +92,15 @@ class Observability:
             stage = "storage"
         else:
             stage = JOB_STAGES.get(job.job_type, "jobs")
-        self.errors.add(stage, f"job_{outcome}", f"{type(error).__name__}: {error}",
-                        {"job_id": job.id, "job_type": job.job_type, "attempts": job.attempts + 1,
-                         "memory_id": job.memory_id, "session_key": job.session_key})
+        self.errors.add(
+            stage,
+            f"job_{outcome}",
+            f"{type(error).__name__}: {error}",
+            {
+                "job_id": job.id,
+                "job_type": job.job_type,
+                "attempts": job.attempts + 1,
+                "memory_id": job.memory_id,
+                "session_key": job.session_key,
+            },
+        )

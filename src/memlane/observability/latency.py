@@ -26,8 +26,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 #: The operations the daemon times (order is the display order).
-OPERATIONS = ("remember", "recall", "mutate", "session_start", "prompt_submit", "session_end",
-              "predictor_score", "predictor_train", "jobs")
+OPERATIONS = (
+    "remember",
+    "recall",
+    "mutate",
+    "session_start",
+    "prompt_submit",
+    "session_end",
+    "predictor_score",
+    "predictor_train",
+    "jobs",
+)
 #: Upper bounds of the histogram buckets, ms (a last +Inf bucket is implied).
 BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000)
 #: Durations kept per operation for exact percentiles.
@@ -106,10 +115,17 @@ class LatencyHistogram:
             values = sorted(self._window)
             count, total, mx, last = self.count, self.sum_ms, self.max_ms, self.last_ms
         r = lambda v: None if v is None else round(v, 3)  # noqa: E731
-        return {"count": count, "sum_ms": round(total, 3), "mean_ms": r(total / count) if count else None,
-                "max_ms": r(mx) if count else None, "last_ms": r(last), "window": len(values),
-                "p50": r(percentile(values, 0.50)), "p95": r(percentile(values, 0.95)),
-                "p99": r(percentile(values, 0.99))}
+        return {
+            "count": count,
+            "sum_ms": round(total, 3),
+            "mean_ms": r(total / count) if count else None,
+            "max_ms": r(mx) if count else None,
+            "last_ms": r(last),
+            "window": len(values),
+            "p50": r(percentile(values, 0.50)),
+            "p95": r(percentile(values, 0.95)),
+            "p99": r(percentile(values, 0.99)),
+        }
 
     def minutes(self, last: int = MINUTES) -> list[dict[str, Any]]:
         """Per-minute points of the last ``last`` minutes that had any duration, oldest first:
@@ -117,8 +133,15 @@ class LatencyHistogram:
         now_minute = int(self._clock() // 60)
         with self._lock:
             rows = [(m.minute, m.count, sorted(m.samples)) for m in self._minutes if m.minute > now_minute - last]
-        return [{"t": minute * 60, "count": count, "p50": round(percentile(s, 0.5) or 0.0, 3),
-                 "p95": round(percentile(s, 0.95) or 0.0, 3)} for minute, count, s in rows]
+        return [
+            {
+                "t": minute * 60,
+                "count": count,
+                "p50": round(percentile(s, 0.5) or 0.0, 3),
+                "p95": round(percentile(s, 0.95) or 0.0, 3),
+            }
+            for minute, count, s in rows
+        ]
 
     def count_since(self, seconds: float) -> int:
         """Durations recorded in the minute buckets that overlap the last ``seconds``."""
@@ -169,6 +192,10 @@ class LatencyBook:
 
     def report(self, *, sparkline_minutes: int = MINUTES) -> dict[str, Any]:
         """``{"operations": {op: summary + "minutes": [...]}, "unit": "ms"}``."""
-        return {"unit": "ms", "operations": {
-            op: {**self.get(op).summary(), "minutes": self.get(op).minutes(sparkline_minutes)}
-            for op in self.names()}}
+        return {
+            "unit": "ms",
+            "operations": {
+                op: {**self.get(op).summary(), "minutes": self.get(op).minutes(sparkline_minutes)}
+                for op in self.names()
+            },
+        }

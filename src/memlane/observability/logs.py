@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, deque
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 #: Records kept (oldest dropped first).
@@ -61,18 +61,31 @@ class LogRing(logging.Handler):
         except Exception:  # noqa: BLE001 -- a logging call with wrong arguments must not break the caller
             message = str(record.msg)
         exc = record.exc_info[1] if record.exc_info and record.exc_info[1] is not None else None
-        entry = {"epoch": record.created, "level": record.levelname, "category": category_of(record.name),
-                 "logger": record.name, "message": message[:MAX_LOG_MESSAGE],
-                 "exception": f"{type(exc).__name__}: {exc}"[:MAX_LOG_MESSAGE] if exc is not None else None,
-                 "at": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
-                 .replace("+00:00", "Z")}
+        entry = {
+            "epoch": record.created,
+            "level": record.levelname,
+            "category": category_of(record.name),
+            "logger": record.name,
+            "message": message[:MAX_LOG_MESSAGE],
+            "exception": f"{type(exc).__name__}: {exc}"[:MAX_LOG_MESSAGE] if exc is not None else None,
+            "at": datetime.fromtimestamp(record.created, tz=UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+        }
         with self._ring_lock:
             entry["id"] = self._next_id
             self._next_id += 1
             self._ring.append(entry)
 
-    def page(self, *, category: str | None = None, level: str | None = None, q: str | None = None,
-             offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
+    def page(
+        self,
+        *,
+        category: str | None = None,
+        level: str | None = None,
+        q: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[dict[str, Any]], int]:
         """One page of records, newest first, and how many match: ``category`` exactly,
         ``level`` and above (one of :data:`LEVELS`), ``q`` a case-insensitive substring of the
         message or the logger's name.
@@ -88,11 +101,14 @@ class LogRing(logging.Handler):
         needle = q.lower() if q else None
         with self._ring_lock:
             items = list(self._ring)
-        matched = [e for e in reversed(items)
-                   if (category is None or e["category"] == category)
-                   and logging.getLevelName(e["level"]) >= floor
-                   and (needle is None or needle in e["message"].lower() or needle in e["logger"].lower())]
-        return matched[offset:offset + limit], len(matched)
+        matched = [
+            e
+            for e in reversed(items)
+            if (category is None or e["category"] == category)
+            and logging.getLevelName(e["level"]) >= floor
+            and (needle is None or needle in e["message"].lower() or needle in e["logger"].lower())
+        ]
+        return matched[offset : offset + limit], len(matched)
 
     def categories(self) -> dict[str, int]:
         """Records now in the ring by category, most first."""

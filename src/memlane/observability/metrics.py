@@ -32,15 +32,18 @@ class _Collector:
         self.obs = obs
 
     def collect(self) -> Any:
-        h = HistogramMetricFamily("memlane_operation_duration_seconds",
-                                  "Server time of each timed operation (seconds).", labels=["operation"])
+        h = HistogramMetricFamily(
+            "memlane_operation_duration_seconds", "Server time of each timed operation (seconds).", labels=["operation"]
+        )
         for op in self.obs.latency.names():
             buckets, _, total_ms = self.obs.latency.get(op).cumulative_buckets()
-            h.add_metric([op], [("+Inf" if math.isinf(b) else repr(b / 1000.0), n) for b, n in buckets],
-                         sum_value=total_ms / 1000.0)
+            h.add_metric(
+                [op],
+                [("+Inf" if math.isinf(b) else repr(b / 1000.0), n) for b, n in buckets],
+                sum_value=total_ms / 1000.0,
+            )
         yield h
-        errs = CounterMetricFamily("memlane_errors", "Errors recorded in the error ring since start.",
-                                   labels=["stage"])
+        errs = CounterMetricFamily("memlane_errors", "Errors recorded in the error ring since start.", labels=["stage"])
         for stage, n in sorted(self.obs.errors.totals.items()):
             errs.add_metric([stage], n)
         yield errs
@@ -65,14 +68,22 @@ class _Collector:
         yield jobs
         p = report["domains"]["predictor"]
         if p["score"] is not None:
-            yield GaugeMetricFamily("memlane_predictor_alpha", "Baseline weight alpha in [0, 1].",
-                                    value=float(p.get("alpha") or 1.0))
-            yield GaugeMetricFamily("memlane_predictor_success_rate", "Predictor success-rate EMA.",
-                                    value=float(p.get("success_rate") or 0.0))
-            yield GaugeMetricFamily("memlane_predictor_model_version", "Serving model version.",
-                                    value=float(p.get("model_version") or 0))
-            yield GaugeMetricFamily("memlane_predictor_sidecar_up", "1 when the sidecar process runs.",
-                                    value=1.0 if p.get("sidecar_alive") else 0.0)
+            yield GaugeMetricFamily(
+                "memlane_predictor_alpha", "Baseline weight alpha in [0, 1].", value=float(p.get("alpha") or 1.0)
+            )
+            yield GaugeMetricFamily(
+                "memlane_predictor_success_rate",
+                "Predictor success-rate EMA.",
+                value=float(p.get("success_rate") or 0.0),
+            )
+            yield GaugeMetricFamily(
+                "memlane_predictor_model_version", "Serving model version.", value=float(p.get("model_version") or 0)
+            )
+            yield GaugeMetricFamily(
+                "memlane_predictor_sidecar_up",
+                "1 when the sidecar process runs.",
+                value=1.0 if p.get("sidecar_alive") else 0.0,
+            )
 
 
 def exposition(container: Any, obs: Observability) -> bytes:

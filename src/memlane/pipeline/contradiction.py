@@ -19,23 +19,106 @@ from memlane.pipeline.prompts import CONTRADICTION_SCHEMA, contradiction_prompt
 from memlane.providers.base import LlmError, LlmProvider
 
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9'_-]*")
-NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without",
-                       "cannot", "can't", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't",
-                       "weren't", "won't", "wouldn't", "shouldn't", "hasn't", "haven't", "hadn't", "stopped"})
+NEGATIONS = frozenset(
+    {
+        "not",
+        "no",
+        "never",
+        "none",
+        "nobody",
+        "nothing",
+        "neither",
+        "nor",
+        "without",
+        "cannot",
+        "can't",
+        "don't",
+        "doesn't",
+        "didn't",
+        "isn't",
+        "aren't",
+        "wasn't",
+        "weren't",
+        "won't",
+        "wouldn't",
+        "shouldn't",
+        "hasn't",
+        "haven't",
+        "hadn't",
+        "stopped",
+    }
+)
 ANTONYMS: tuple[tuple[str, str], ...] = (
-    ("enabled", "disabled"), ("enable", "disable"), ("allow", "deny"), ("allowed", "denied"),
-    ("allow", "block"), ("true", "false"), ("always", "never"),
-    ("like", "dislike"), ("likes", "dislikes"), ("love", "hate"), ("loves", "hates"),
-    ("include", "exclude"), ("accept", "reject"), ("accepted", "rejected"), ("start", "stop"),
-    ("open", "closed"), ("add", "remove"), ("added", "removed"), ("increase", "decrease"),
-    ("success", "failure"), ("pass", "fail"), ("valid", "invalid"), ("active", "inactive"),
-    ("public", "private"), ("sync", "async"), ("prefer", "avoid"),
-    ("required", "optional"), ("supported", "unsupported"), ("installed", "uninstalled"),
+    ("enabled", "disabled"),
+    ("enable", "disable"),
+    ("allow", "deny"),
+    ("allowed", "denied"),
+    ("allow", "block"),
+    ("true", "false"),
+    ("always", "never"),
+    ("like", "dislike"),
+    ("likes", "dislikes"),
+    ("love", "hate"),
+    ("loves", "hates"),
+    ("include", "exclude"),
+    ("accept", "reject"),
+    ("accepted", "rejected"),
+    ("start", "stop"),
+    ("open", "closed"),
+    ("add", "remove"),
+    ("added", "removed"),
+    ("increase", "decrease"),
+    ("success", "failure"),
+    ("pass", "fail"),
+    ("valid", "invalid"),
+    ("active", "inactive"),
+    ("public", "private"),
+    ("sync", "async"),
+    ("prefer", "avoid"),
+    ("required", "optional"),
+    ("supported", "unsupported"),
+    ("installed", "uninstalled"),
 )
 #: Words ignored when measuring lexical overlap.
-STOP_WORDS = frozenset({"a", "an", "the", "is", "are", "was", "were", "be", "to", "of", "in", "on", "for",
-                        "and", "or", "it", "this", "that", "with", "as", "at", "by", "from", "has", "have",
-                        "had", "uses", "use", "user", "i", "we", "you", "he", "she", "they"})
+STOP_WORDS = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "to",
+        "of",
+        "in",
+        "on",
+        "for",
+        "and",
+        "or",
+        "it",
+        "this",
+        "that",
+        "with",
+        "as",
+        "at",
+        "by",
+        "from",
+        "has",
+        "have",
+        "had",
+        "uses",
+        "use",
+        "user",
+        "i",
+        "we",
+        "you",
+        "he",
+        "she",
+        "they",
+    }
+)
 MIN_SYNTACTIC_OVERLAP = 2
 MIN_SEMANTIC_OVERLAP = 3
 
@@ -82,8 +165,12 @@ class SemanticVerdict:
     status: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"contradicts": self.contradicts, "confidence": self.confidence, "reasoning": self.reasoning,
-                "status": self.status}
+        return {
+            "contradicts": self.contradicts,
+            "confidence": self.confidence,
+            "reasoning": self.reasoning,
+            "status": self.status,
+        }
 
 
 def semantic_contradiction(llm: LlmProvider, fact: str, target: str, *, timeout_ms: int) -> SemanticVerdict:
@@ -95,8 +182,9 @@ def semantic_contradiction(llm: LlmProvider, fact: str, target: str, *, timeout_
         the verdict; a timeout, provider error or unusable reply gives ``contradicts=False``.
     """
     try:
-        raw = llm.generate(contradiction_prompt(fact, target), timeout_s=timeout_ms / 1000.0,
-                           schema=CONTRADICTION_SCHEMA)
+        raw = llm.generate(
+            contradiction_prompt(fact, target), timeout_s=timeout_ms / 1000.0, schema=CONTRADICTION_SCHEMA
+        )
     except LlmError as exc:
         return SemanticVerdict(False, 0.0, str(exc)[:200], "timeout" if exc.code == "llm_timeout" else "error")
     obj, problem = parse_json_reply(raw)

@@ -70,9 +70,16 @@ class DecisionResult:
     llm_calls: int = 0
 
 
-def find_candidates(memories: MemoryService, recall: RecallSettings, text: str, vector: np.ndarray | None, *,
-                    project: str | None = None, exclude_ids: Collection[str] = (), k: int = TOP_K
-                    ) -> list[Candidate]:
+def find_candidates(
+    memories: MemoryService,
+    recall: RecallSettings,
+    text: str,
+    vector: np.ndarray | None,
+    *,
+    project: str | None = None,
+    exclude_ids: Collection[str] = (),
+    k: int = TOP_K,
+) -> list[Candidate]:
     """The top ``k`` (5) hybrid candidates for ``text``, best first.
 
     Args:
@@ -95,8 +102,10 @@ def find_candidates(memories: MemoryService, recall: RecallSettings, text: str, 
         if bm25:
             vec.update(index.score_of(vector, [s for s in bm25 if s not in vec], recall.context_weight))
     merged = merge(vec, bm25, recall.alpha)
-    ranked = sorted(((sc, seq) for seq, (sc, _) in merged.items() if sc > 0 and sc >= recall.min_score),
-                    key=lambda t: (-t[0], -t[1]))[: k + len(exclude_ids)]
+    ranked = sorted(
+        ((sc, seq) for seq, (sc, _) in merged.items() if sc > 0 and sc >= recall.min_score),
+        key=lambda t: (-t[0], -t[1]),
+    )[: k + len(exclude_ids)]
     if not ranked:
         return []
     rows = memories.db.read(lambda c: mem_sql.live_briefs_by_seqs(c, [s for _, s in ranked]))
@@ -135,13 +144,22 @@ def parse_decision(raw: str, fact: Fact, candidates: Sequence[Candidate]) -> tup
     except (TypeError, ValueError):
         conf = fact.confidence
     conf = min(1.0, max(0.0, conf)) if conf == conf else fact.confidence
-    return Proposal(fact, action, target, conf, reason.strip()[:500], tuple(by_id),
-                    by_id[target].content if target else None), None
+    return Proposal(
+        fact, action, target, conf, reason.strip()[:500], tuple(by_id), by_id[target].content if target else None
+    ), None
 
 
-def run_shadow_decisions(llm: LlmProvider, memories: MemoryService, recall: RecallSettings, facts: Sequence[Fact],
-                         vectors: Mapping[str, np.ndarray], *, project: str | None = None,
-                         exclude_ids: Collection[str] = (), timeout_s: float | None = None) -> DecisionResult:
+def run_shadow_decisions(
+    llm: LlmProvider,
+    memories: MemoryService,
+    recall: RecallSettings,
+    facts: Sequence[Fact],
+    vectors: Mapping[str, np.ndarray],
+    *,
+    project: str | None = None,
+    exclude_ids: Collection[str] = (),
+    timeout_s: float | None = None,
+) -> DecisionResult:
     """Propose an action for every fact (seed: runShadowDecisions). Writes nothing.
 
     Args:
@@ -155,14 +173,17 @@ def run_shadow_decisions(llm: LlmProvider, memories: MemoryService, recall: Reca
     out = DecisionResult()
     for fact in facts:
         h = normalize_and_hash(fact.content).content_hash
-        cands = find_candidates(memories, recall, fact.content, vectors.get(h), project=project,
-                                exclude_ids=exclude_ids)
+        cands = find_candidates(
+            memories, recall, fact.content, vectors.get(h), project=project, exclude_ids=exclude_ids
+        )
         if not cands:
             out.proposals.append(Proposal(fact, "ADD", None, fact.confidence, NO_CANDIDATES_REASON))
             continue
-        raw = llm.generate(decision_prompt(fact.content, fact.type, fact.confidence,
-                                           [(c.id, c.type, c.content) for c in cands]), timeout_s=timeout_s,
-                           schema=DECISION_SCHEMA)
+        raw = llm.generate(
+            decision_prompt(fact.content, fact.type, fact.confidence, [(c.id, c.type, c.content) for c in cands]),
+            timeout_s=timeout_s,
+            schema=DECISION_SCHEMA,
+        )
         out.llm_calls += 1
         proposal, warning = parse_decision(raw, fact, cands)
         if warning:

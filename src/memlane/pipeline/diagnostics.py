@@ -77,14 +77,30 @@ def score_counts(counts: HealthCounts, at: str) -> DiagnosticsReport:
     tomb = counts.memories_deleted / counts.memories_total if counts.memories_total else 0.0
     in_sync = counts.fts_rows == counts.memories_total
     queue = max(0.0, 1.0 - 10.0 * dead_rate) * (0.5 if counts.stale_leases else 1.0)
-    index = 1.0 if in_sync else 0.5 * max(0.0, 1.0 - abs(counts.fts_rows - counts.memories_total)
-                                          / max(counts.memories_total, 1))
-    storage = 1.0 if tomb <= TOMBSTONE_RATIO_THRESHOLD else max(
-        0.0, 1.0 - (tomb - TOMBSTONE_RATIO_THRESHOLD) / (1.0 - TOMBSTONE_RATIO_THRESHOLD))
+    index = (
+        1.0
+        if in_sync
+        else 0.5 * max(0.0, 1.0 - abs(counts.fts_rows - counts.memories_total) / max(counts.memories_total, 1))
+    )
+    storage = (
+        1.0
+        if tomb <= TOMBSTONE_RATIO_THRESHOLD
+        else max(0.0, 1.0 - (tomb - TOMBSTONE_RATIO_THRESHOLD) / (1.0 - TOMBSTONE_RATIO_THRESHOLD))
+    )
     emb = 1.0 - counts.missing_vectors / counts.memories_live if counts.memories_live else 1.0
     score = (queue + index + storage + emb) / 4.0
-    return DiagnosticsReport(at, counts, round(dead_rate, 6), round(tomb, 6), in_sync, round(queue, 6),
-                             round(index, 6), round(storage, 6), round(max(0.0, emb), 6), round(score, 6))
+    return DiagnosticsReport(
+        at,
+        counts,
+        round(dead_rate, 6),
+        round(tomb, 6),
+        in_sync,
+        round(queue, 6),
+        round(index, 6),
+        round(storage, 6),
+        round(max(0.0, emb), 6),
+        round(score, 6),
+    )
 
 
 def get_diagnostics(db: Database, *, now: str, model: str | None) -> DiagnosticsReport:
@@ -105,13 +121,18 @@ def build_recommendations(report: DiagnosticsReport) -> list[Recommendation]:
     if c.stale_leases:
         recs.append(Recommendation(RELEASE_STALE_LEASES, f"{c.stale_leases} lease(s) past their timeout"))
     if report.dead_rate > DEAD_RATE_THRESHOLD:
-        recs.append(Recommendation(REQUEUE_DEAD_JOBS, f"dead job rate {report.dead_rate:.1%} > "
-                                                      f"{DEAD_RATE_THRESHOLD:.0%}"))
+        recs.append(
+            Recommendation(REQUEUE_DEAD_JOBS, f"dead job rate {report.dead_rate:.1%} > {DEAD_RATE_THRESHOLD:.0%}")
+        )
     if not report.fts_in_sync:
         recs.append(Recommendation(CHECK_FTS, f"FTS has {c.fts_rows} rows for {c.memories_total} memories"))
     if report.tombstone_ratio > TOMBSTONE_RATIO_THRESHOLD:
-        recs.append(Recommendation(RETENTION_SWEEP, f"tombstones are {report.tombstone_ratio:.0%} of memories > "
-                                                    f"{TOMBSTONE_RATIO_THRESHOLD:.0%}"))
+        recs.append(
+            Recommendation(
+                RETENTION_SWEEP,
+                f"tombstones are {report.tombstone_ratio:.0%} of memories > {TOMBSTONE_RATIO_THRESHOLD:.0%}",
+            )
+        )
     if c.missing_vectors:
         recs.append(Recommendation(REEMBED, f"{c.missing_vectors} live memories lack vectors"))
     return recs

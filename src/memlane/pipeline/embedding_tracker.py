@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from memlane.config.clock import now_iso
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError
-from memlane.workers.runtime import PollingWorker
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
-from memlane.config.clock import now_iso
 from memlane.services.memory_service import context_text
 from memlane.storage import embeddings as emb_sql
 from memlane.storage import maintenance as mnt_sql
 from memlane.storage.db import Database
+from memlane.workers.runtime import PollingWorker
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,18 @@ class EmbeddingTracker(PollingWorker):
         now: the clock, ISO-8601 UTC.
     """
 
-    def __init__(self, db: Database, embedder: Embedder | None, index: MemoryIndex, *,
-                 batch_size: int | Callable[[], int] = 8, poll_ms: float | Callable[[], float] = 5_000,
-                 enabled: Callable[[], bool] | None = None, now: Callable[[], str] = now_iso,
-                 name: str = "embedding-tracker") -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder | None,
+        index: MemoryIndex,
+        *,
+        batch_size: int | Callable[[], int] = 8,
+        poll_ms: float | Callable[[], float] = 5_000,
+        enabled: Callable[[], bool] | None = None,
+        now: Callable[[], str] = now_iso,
+        name: str = "embedding-tracker",
+    ) -> None:
         super().__init__(name, poll_ms=poll_ms, enabled=enabled)
         self.db = db
         self.embedder = embedder
@@ -104,8 +112,11 @@ class EmbeddingTracker(PollingWorker):
         done: list[str] = []
         failed = 0
         if rows:
-            have = self.db.read(lambda c: emb_sql.get_vectors(
-                c, [h for r in rows for h in (r.content_hash, r.context_hash) if h], model))
+            have = self.db.read(
+                lambda c: emb_sql.get_vectors(
+                    c, [h for r in rows for h in (r.content_hash, r.context_hash) if h], model
+                )
+            )
             for r in rows:
                 texts = {r.content_hash: r.content}
                 if r.context_hash and r.context:
@@ -148,6 +159,11 @@ class EmbeddingTracker(PollingWorker):
     def telemetry(self) -> dict[str, Any]:
         """:meth:`PollingWorker.telemetry` plus embedded, failed, skipped_cycles, last_cycle_at,
         queue_depth (memories still needing vectors, as of the last cycle)."""
-        return {**super().telemetry(), "embedded": self.embedded, "embed_failures": self.failed,
-                "skipped_cycles": self.skipped_cycles, "last_cycle_at": self.last_cycle_at,
-                "queue_depth": self.queue_depth}
+        return {
+            **super().telemetry(),
+            "embedded": self.embedded,
+            "embed_failures": self.failed,
+            "skipped_cycles": self.skipped_cycles,
+            "last_cycle_at": self.last_cycle_at,
+            "queue_depth": self.queue_depth,
+        }

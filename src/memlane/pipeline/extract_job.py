@@ -20,28 +20,32 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from memlane.config import Settings
+from memlane.config.clock import now_iso
 from memlane.pipeline.decision import run_shadow_decisions
 from memlane.pipeline.extraction import extract
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE
-from memlane.workers.runtime import CompletedInTransaction, SkipJob, lease_ahead_hook
-from memlane.pipeline.writes import (WriteReport, apply_writes, assess_contradictions, prefetch_vectors,
-                                     record_status)
-from memlane.config import Settings
+from memlane.pipeline.writes import WriteReport, apply_writes, assess_contradictions, prefetch_vectors, record_status
 from memlane.providers.base import LlmError, LlmProvider
 from memlane.services.memory_service import MemoryService
-from memlane.config.clock import now_iso
-from memlane.storage import memories as mem_sql
 from memlane.storage import jobs as jobs_sql
+from memlane.storage import memories as mem_sql
 from memlane.storage import pipeline_audit as audit_sql
 from memlane.storage.jobs import Job
+from memlane.workers.runtime import CompletedInTransaction, SkipJob, lease_ahead_hook
 
 NO_LLM_REASON = "no LLM provider configured"
 #: Warnings kept in a job result (the full list is counted).
 MAX_RESULT_WARNINGS = 50
 
 
-def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[], LlmProvider | None], *,
-                 now: Callable[[], str] = now_iso) -> Callable[[Job], dict[str, Any] | CompletedInTransaction]:
+def make_handler(
+    memories: MemoryService,
+    settings: Settings,
+    llm_of: Callable[[], LlmProvider | None],
+    *,
+    now: Callable[[], str] = now_iso,
+) -> Callable[[Job], dict[str, Any] | CompletedInTransaction]:
     """The ``extract`` handler.
 
     Args:
@@ -90,27 +94,56 @@ def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[
         try:
             extraction = extract(llm, source.content, timeout_s=timeout_s)
             vectors = prefetch_vectors(memories, extraction.facts)
-            decisions = run_shadow_decisions(llm, memories, settings.recall, extraction.facts, vectors,
-                                             project=source.project, exclude_ids={source.id}, timeout_s=timeout_s)
+            decisions = run_shadow_decisions(
+                llm,
+                memories,
+                settings.recall,
+                extraction.facts,
+                vectors,
+                project=source.project,
+                exclude_ids={source.id},
+                timeout_s=timeout_s,
+            )
         except LlmError as exc:
             if job.attempts >= job.max_attempts:
-                record_status(memories, source.id, job.id, "failed", f"{type(exc).__name__}: {exc}"[:500], now(),
-                              {"attempts": job.attempts})
+                record_status(
+                    memories,
+                    source.id,
+                    job.id,
+                    "failed",
+                    f"{type(exc).__name__}: {exc}"[:500],
+                    now(),
+                    {"attempts": job.attempts},
+                )
             raise
         assessments = assess_contradictions(decisions.proposals, pipeline, llm)
         warnings = extraction.warnings + decisions.warnings
-        summary = {"warnings": warnings[:MAX_RESULT_WARNINGS], "warning_count": len(warnings),
-                   "llm_calls": 1 + decisions.llm_calls, "input_truncated": extraction.input_truncated,
-                   "proposals": dict(Counter(p.action for p in decisions.proposals)),
-                   "entities": [e.as_dict() for e in extraction.entities][:MAX_RESULT_WARNINGS]}
+        summary = {
+            "warnings": warnings[:MAX_RESULT_WARNINGS],
+            "warning_count": len(warnings),
+            "llm_calls": 1 + decisions.llm_calls,
+            "input_truncated": extraction.input_truncated,
+            "proposals": dict(Counter(p.action for p in decisions.proposals)),
+            "entities": [e.as_dict() for e in extraction.entities][:MAX_RESULT_WARNINGS],
+        }
+
         def result_of(report: WriteReport) -> dict[str, Any]:
-            return {"status": "shadow" if report.mode == "shadow" else "completed", "mode": report.mode,
-                    "model": model, "facts": len(extraction.facts), "entity_count": len(extraction.entities),
-                    "proposals": summary["proposals"], "outcomes": report.counts(),
-                    "created_ids": report.created_ids, "superseded_ids": report.superseded_ids,
-                    "review_needed": sum(bool(a and a.review_needed) for a in assessments),
-                    "graph_persisted": report.graph_persisted, "warnings": summary["warnings"],
-                    "warning_count": len(warnings), "llm_calls": summary["llm_calls"]}
+            return {
+                "status": "shadow" if report.mode == "shadow" else "completed",
+                "mode": report.mode,
+                "model": model,
+                "facts": len(extraction.facts),
+                "entity_count": len(extraction.entities),
+                "proposals": summary["proposals"],
+                "outcomes": report.counts(),
+                "created_ids": report.created_ids,
+                "superseded_ids": report.superseded_ids,
+                "review_needed": sum(bool(a and a.review_needed) for a in assessments),
+                "graph_persisted": report.graph_persisted,
+                "warnings": summary["warnings"],
+                "warning_count": len(warnings),
+                "llm_calls": summary["llm_calls"],
+            }
 
         lease_next = lease_ahead_hook()
 
@@ -119,9 +152,20 @@ def make_handler(memories: MemoryService, settings: Settings, llm_of: Callable[[
             if lease_next is not None:  # the worker's next job, in this same transaction
                 lease_next(conn)
 
-        report = apply_writes(memories, source=source, job_id=job.id, extraction=extraction,
-                              proposals=decisions.proposals, assessments=assessments, pipeline=pipeline,
-                              vectors=vectors, extraction_model=model, at=now(), summary=summary, finish=finish)
+        report = apply_writes(
+            memories,
+            source=source,
+            job_id=job.id,
+            extraction=extraction,
+            proposals=decisions.proposals,
+            assessments=assessments,
+            pipeline=pipeline,
+            vectors=vectors,
+            extraction_model=model,
+            at=now(),
+            summary=summary,
+            finish=finish,
+        )
         return CompletedInTransaction(result_of(report))
 
     return handle_extract

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memlane.pipeline.prompts import EXTRACTION_SCHEMA, extraction_prompt
-from memlane.providers.base import LlmProvider, strip_fences, strip_think, extract_json_object
+from memlane.providers.base import LlmProvider, extract_json_object, strip_fences, strip_think
 
 MAX_INPUT_CHARS = 12_000
 MAX_FACTS = 20
@@ -49,8 +49,12 @@ class EntityTriple:
     confidence: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "relationship": self.relationship, "target": self.target,
-                "confidence": self.confidence}
+        return {
+            "source": self.source,
+            "relationship": self.relationship,
+            "target": self.target,
+            "confidence": self.confidence,
+        }
 
 
 @dataclass(slots=True)
@@ -173,8 +177,14 @@ def parse_extraction(raw: str) -> ExtractionResult:
         if not (src and rel and tgt):
             out.warnings.append(f"{where}: source, relationship and target must be non-empty; dropped")
             continue
-        out.entities.append(EntityTriple(src[:MAX_FACT_CHARS], rel[:MAX_FACT_CHARS], tgt[:MAX_FACT_CHARS],
-                                         _confidence(e.get("confidence"), where, out.warnings)))
+        out.entities.append(
+            EntityTriple(
+                src[:MAX_FACT_CHARS],
+                rel[:MAX_FACT_CHARS],
+                tgt[:MAX_FACT_CHARS],
+                _confidence(e.get("confidence"), where, out.warnings),
+            )
+        )
     return out
 
 

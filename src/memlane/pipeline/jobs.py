@@ -20,6 +20,7 @@ DERIVED_SOURCE_TYPE = "pipeline_v2"
 #: Source types whose memories get no extraction job (the pipeline's own output).
 NO_EXTRACTION_SOURCES: frozenset[str] = frozenset({DERIVED_SOURCE_TYPE})
 
+
 def enqueue_extraction(conn: sqlite3.Connection, memory_id: str, *, at: str, max_attempts: int = 3) -> int:
     """Queue the extraction of ``memory_id`` inside the caller's write transaction (SQL only:
     safe in the remember transaction, after the raw memory row is inserted).
@@ -31,12 +32,10 @@ def enqueue_extraction(conn: sqlite3.Connection, memory_id: str, *, at: str, max
         at: the remember time (ISO-8601 UTC).
         max_attempts: leases before the job goes dead (``pipeline_v2.worker.max_retries``).
     """
-    return jobs_sql.enqueue(conn, EXTRACT, at=at, dedup_key=memory_id, memory_id=memory_id,
-                            max_attempts=max_attempts)
+    return jobs_sql.enqueue(conn, EXTRACT, at=at, dedup_key=memory_id, memory_id=memory_id, max_attempts=max_attempts)
 
 
-def extraction_hook(pipeline: Callable[[], PipelineV2Settings]
-                    ) -> Callable[[sqlite3.Connection, NewMemory, str], None]:
+def extraction_hook(pipeline: Callable[[], PipelineV2Settings]) -> Callable[[sqlite3.Connection, NewMemory, str], None]:
     """A ``MemoryService.created_hooks`` entry: enqueue extraction for each created memory
     while ``pipeline().enabled`` (read per memory, so toggling the flag takes effect at once),
     except memories the pipeline wrote itself (:data:`NO_EXTRACTION_SOURCES`).

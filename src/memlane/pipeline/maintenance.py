@@ -26,11 +26,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from memlane.config.clock import now_iso
 from memlane.config.pipeline import PipelineV2Settings
 from memlane.pipeline.diagnostics import DiagnosticsReport, build_recommendations, get_diagnostics
 from memlane.pipeline.repairs import RepairRateLimited, Repairs
 from memlane.workers.runtime import PollingWorker
-from memlane.config.clock import now_iso
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,20 @@ class MaintenanceWorker(PollingWorker):
         now: the clock, ISO-8601 UTC.
     """
 
-    def __init__(self, repairs: Repairs, pipeline: Callable[[], PipelineV2Settings], *,
-                 model: Callable[[], str | None] = lambda: None, now: Callable[[], str] = now_iso,
-                 name: str = "maintenance") -> None:
-        super().__init__(name, poll_ms=lambda: pipeline().autonomous.maintenance_interval_ms,
-                         enabled=lambda: pipeline().maintenance_scheduled)
+    def __init__(
+        self,
+        repairs: Repairs,
+        pipeline: Callable[[], PipelineV2Settings],
+        *,
+        model: Callable[[], str | None] = lambda: None,
+        now: Callable[[], str] = now_iso,
+        name: str = "maintenance",
+    ) -> None:
+        super().__init__(
+            name,
+            poll_ms=lambda: pipeline().autonomous.maintenance_interval_ms,
+            enabled=lambda: pipeline().maintenance_scheduled,
+        )
         self.repairs = repairs
         self.db = repairs.db
         self._pipeline = pipeline
@@ -101,10 +110,14 @@ class MaintenanceWorker(PollingWorker):
         """The current report (or ``report``, read moments ago by the caller), its
         recommendations, halted actions and repair limits (no repair)."""
         report = report if report is not None else self.report()
-        return {"report": report.as_dict(),
-                "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)],
-                "halted": sorted(self.halt.halted), "limits": self.repairs.limits(),
-                "mode": self._pipeline().autonomous.maintenance_mode, "last_cycle": self.last_cycle}
+        return {
+            "report": report.as_dict(),
+            "recommendations": [{"action": r.action, "reason": r.reason} for r in build_recommendations(report)],
+            "halted": sorted(self.halt.halted),
+            "limits": self.repairs.limits(),
+            "mode": self._pipeline().autonomous.maintenance_mode,
+            "last_cycle": self.last_cycle,
+        }
 
     def run_cycle(self, *, execute: bool | None = None) -> dict[str, Any]:
         """One cycle.
@@ -121,15 +134,22 @@ class MaintenanceWorker(PollingWorker):
         run = p.maintenance_executes if execute is None else execute
         before = get_diagnostics(self.db, now=self._now(), model=self._model())
         recs = build_recommendations(before)
-        out: dict[str, Any] = {"at": before.at, "mode": "execute" if run else "observe", "score_before": before.score,
-                               "recommendations": [{"action": r.action, "reason": r.reason} for r in recs],
-                               "actions": {}}
+        out: dict[str, Any] = {
+            "at": before.at,
+            "mode": "execute" if run else "observe",
+            "score_before": before.score,
+            "recommendations": [{"action": r.action, "reason": r.reason} for r in recs],
+            "actions": {},
+        }
         self.cycles += 1
         if not recs:
             self.halt.reset()
         elif not run:
-            log.info("maintenance (observe): score %.3f, recommended %s", before.score,
-                     ", ".join(f"{r.action} ({r.reason})" for r in recs))
+            log.info(
+                "maintenance (observe): score %.3f, recommended %s",
+                before.score,
+                ", ".join(f"{r.action} ({r.reason})" for r in recs),
+            )
         else:
             ran = []
             for rec in recs:
@@ -156,5 +176,9 @@ class MaintenanceWorker(PollingWorker):
 
     def telemetry(self) -> dict[str, Any]:
         """:meth:`PollingWorker.telemetry` plus cycles, halted actions and the last cycle."""
-        return {**super().telemetry(), "cycles": self.cycles, "halted": sorted(self.halt.halted),
-                "last_cycle": self.last_cycle}
+        return {
+            **super().telemetry(),
+            "cycles": self.cycles,
+            "halted": sorted(self.halt.halted),
+            "last_cycle": self.last_cycle,
+        }

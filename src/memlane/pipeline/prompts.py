@@ -20,7 +20,9 @@ DECISION_MARKER = "You maintain a memory store"
 #: A marker the contradiction prompt starts with.
 CONTRADICTION_MARKER = "You compare two statements"
 
-EXTRACTION_PROMPT = EXTRACTION_MARKER + """ from a memory written by or about a user of an AI agent.
+EXTRACTION_PROMPT = (
+    EXTRACTION_MARKER
+    + """ from a memory written by or about a user of an AI agent.
 
 Decompose the input into discrete, reusable facts and entity relationship triples.
 
@@ -65,8 +67,11 @@ Output:
 Input: {content}
 Output:
 """
+)
 
-DECISION_PROMPT = DECISION_MARKER + """ for an AI agent. A new fact was extracted. Decide
+DECISION_PROMPT = (
+    DECISION_MARKER
+    + """ for an AI agent. A new fact was extracted. Decide
 what to do with it given the most similar existing memories.
 
 Actions:
@@ -84,8 +89,11 @@ Existing memories:
 Return ONLY a JSON object: {{"action": "ADD|UPDATE|DELETE|NONE", "targetId": "<id, required for
 UPDATE and DELETE>", "confidence": <0..1>, "reason": "<one short sentence>"}}
 """
+)
 
-CONTRADICTION_PROMPT = CONTRADICTION_MARKER + """ about the same subject and decide whether
+CONTRADICTION_PROMPT = (
+    CONTRADICTION_MARKER
+    + """ about the same subject and decide whether
 they contradict each other (both cannot be true at the same time; e.g. "uses PostgreSQL" vs
 "migrated to MongoDB").
 
@@ -94,6 +102,7 @@ Statement B: {b}
 
 Return ONLY a JSON object: {{"contradicts": true|false, "confidence": <0..1>, "reasoning": "<one sentence>"}}
 """
+)
 
 
 def _object(properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
@@ -104,26 +113,55 @@ _CONFIDENCE = {"type": "number", "minimum": 0, "maximum": 1}
 
 #: The extraction reply: ``{"facts": [{content, type, confidence}], "entities": [{source,
 #: relationship, target, confidence}]}`` (the stage still caps and validates every item).
-EXTRACTION_SCHEMA: dict[str, Any] = _object({
-    "facts": {"type": "array", "items": _object({
-        "content": {"type": "string"},
-        "type": {"type": "string", "enum": ["fact", "preference", "decision", "procedural", "semantic"]},
-        "confidence": _CONFIDENCE}, ("content", "type", "confidence"))},
-    "entities": {"type": "array", "items": _object({
-        "source": {"type": "string"}, "relationship": {"type": "string"}, "target": {"type": "string"},
-        "confidence": _CONFIDENCE}, ("source", "relationship", "target", "confidence"))},
-}, ("facts", "entities"))
+EXTRACTION_SCHEMA: dict[str, Any] = _object(
+    {
+        "facts": {
+            "type": "array",
+            "items": _object(
+                {
+                    "content": {"type": "string"},
+                    "type": {"type": "string", "enum": ["fact", "preference", "decision", "procedural", "semantic"]},
+                    "confidence": _CONFIDENCE,
+                },
+                ("content", "type", "confidence"),
+            ),
+        },
+        "entities": {
+            "type": "array",
+            "items": _object(
+                {
+                    "source": {"type": "string"},
+                    "relationship": {"type": "string"},
+                    "target": {"type": "string"},
+                    "confidence": _CONFIDENCE,
+                },
+                ("source", "relationship", "target", "confidence"),
+            ),
+        },
+    },
+    ("facts", "entities"),
+)
 
 #: The decision reply: ``{"action", "targetId", "confidence", "reason"}``.
-DECISION_SCHEMA: dict[str, Any] = _object({
-    "action": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
-    "targetId": {"type": "string"}, "confidence": _CONFIDENCE, "reason": {"type": "string"},
-}, ("action", "confidence", "reason"))
+DECISION_SCHEMA: dict[str, Any] = _object(
+    {
+        "action": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
+        "targetId": {"type": "string"},
+        "confidence": _CONFIDENCE,
+        "reason": {"type": "string"},
+    },
+    ("action", "confidence", "reason"),
+)
 
 #: The contradiction reply: ``{"contradicts", "confidence", "reasoning"}``.
-CONTRADICTION_SCHEMA: dict[str, Any] = _object({
-    "contradicts": {"type": "boolean"}, "confidence": _CONFIDENCE, "reasoning": {"type": "string"},
-}, ("contradicts", "confidence", "reasoning"))
+CONTRADICTION_SCHEMA: dict[str, Any] = _object(
+    {
+        "contradicts": {"type": "boolean"},
+        "confidence": _CONFIDENCE,
+        "reasoning": {"type": "string"},
+    },
+    ("contradicts", "confidence", "reasoning"),
+)
 
 
 def extraction_prompt(content: str) -> str:
@@ -131,11 +169,11 @@ def extraction_prompt(content: str) -> str:
     return EXTRACTION_PROMPT.replace("{content}", content)
 
 
-def decision_prompt(fact: str, fact_type: str, confidence: float,
-                    candidates: Sequence[tuple[str, str, str]]) -> str:
+def decision_prompt(fact: str, fact_type: str, confidence: float, candidates: Sequence[tuple[str, str, str]]) -> str:
     """The decision prompt: the fact and the numbered candidates ``(id, type, content)``."""
-    lines = "\n".join(f"{i}. id={cid} type={ctype}: {content}" for i, (cid, ctype, content)
-                      in enumerate(candidates, start=1))
+    lines = "\n".join(
+        f"{i}. id={cid} type={ctype}: {content}" for i, (cid, ctype, content) in enumerate(candidates, start=1)
+    )
     return DECISION_PROMPT.format(fact=fact, fact_type=fact_type, confidence=confidence, candidates=lines)
 
 

@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memlane.config.clock import now_iso
+from memlane.config.pipeline import PipelineV2Settings
 from memlane.errors import Conflict, MemlaneError, NotFound, ValidationError
 from memlane.pipeline import diagnostics as dg
-from memlane.config.pipeline import PipelineV2Settings
 from memlane.pipeline.embedding_tracker import EmbeddingTracker
 from memlane.pipeline.retention import sweep
 from memlane.recall.memory_index import iso_to_epoch
-from memlane.config.clock import now_iso
 from memlane.services.memory_service import MemoryService
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import maintenance as mnt_sql
@@ -107,8 +107,13 @@ class RateLimiter:
         """cooldown_ms, hourly_budget, runs_last_hour, retry_after_ms (0 = may run now), blocked_by."""
         wait, why = self.retry_after_ms(action, now_ms)
         cooldown, budget = self._limits[action]()
-        return {"cooldown_ms": cooldown, "hourly_budget": budget, "runs_last_hour": len(self._runs[action]),
-                "retry_after_ms": round(wait, 3), "blocked_by": why}
+        return {
+            "cooldown_ms": cooldown,
+            "hourly_budget": budget,
+            "runs_last_hour": len(self._runs[action]),
+            "retry_after_ms": round(wait, 3),
+            "blocked_by": why,
+        }
 
 
 class Repairs:
@@ -121,26 +126,38 @@ class Repairs:
         now: the clock, ISO-8601 UTC (cooldowns and budgets are measured on it).
     """
 
-    def __init__(self, memories: MemoryService, pipeline: Callable[[], PipelineV2Settings], *,
-                 tracker: EmbeddingTracker | None = None, now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        memories: MemoryService,
+        pipeline: Callable[[], PipelineV2Settings],
+        *,
+        tracker: EmbeddingTracker | None = None,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         self.memories = memories
         self.db = memories.db
         self._pipeline = pipeline
         self.tracker = tracker
         self._now = now
         r = lambda: pipeline().repair  # noqa: E731
-        self.limiter = RateLimiter({
-            dg.RELEASE_STALE_LEASES: lambda: (r().requeue_cooldown_ms, r().requeue_hourly_budget),
-            dg.REQUEUE_DEAD_JOBS: lambda: (r().requeue_cooldown_ms, r().requeue_hourly_budget),
-            dg.CHECK_FTS: lambda: (FTS_COOLDOWN_MS, FTS_HOURLY_BUDGET),
-            dg.RETENTION_SWEEP: lambda: (SWEEP_COOLDOWN_MS, SWEEP_HOURLY_BUDGET),
-            dg.REEMBED: lambda: (r().reembed_cooldown_ms, r().reembed_hourly_budget),
-            dg.DEDUP: lambda: (r().dedup_cooldown_ms, r().dedup_hourly_budget),
-        })
+        self.limiter = RateLimiter(
+            {
+                dg.RELEASE_STALE_LEASES: lambda: (r().requeue_cooldown_ms, r().requeue_hourly_budget),
+                dg.REQUEUE_DEAD_JOBS: lambda: (r().requeue_cooldown_ms, r().requeue_hourly_budget),
+                dg.CHECK_FTS: lambda: (FTS_COOLDOWN_MS, FTS_HOURLY_BUDGET),
+                dg.RETENTION_SWEEP: lambda: (SWEEP_COOLDOWN_MS, SWEEP_HOURLY_BUDGET),
+                dg.REEMBED: lambda: (r().reembed_cooldown_ms, r().reembed_hourly_budget),
+                dg.DEDUP: lambda: (r().dedup_cooldown_ms, r().dedup_hourly_budget),
+            }
+        )
         self._impl: dict[str, Callable[..., dict[str, Any]]] = {
-            dg.RELEASE_STALE_LEASES: self._release_stale_leases, dg.REQUEUE_DEAD_JOBS: self._requeue_dead_jobs,
-            dg.CHECK_FTS: self._check_fts, dg.RETENTION_SWEEP: self._retention_sweep,
-            dg.REEMBED: self._reembed, dg.DEDUP: self._dedup}
+            dg.RELEASE_STALE_LEASES: self._release_stale_leases,
+            dg.REQUEUE_DEAD_JOBS: self._requeue_dead_jobs,
+            dg.CHECK_FTS: self._check_fts,
+            dg.RETENTION_SWEEP: self._retention_sweep,
+            dg.REEMBED: self._reembed,
+            dg.DEDUP: self._dedup,
+        }
 
     def _now_ms(self, at: str) -> float:
         return iso_to_epoch(at.replace("Z", "+00:00")) * 1000.0
@@ -157,21 +174,28 @@ class Repairs:
             another action.
         """
         if action not in self._impl:
-            raise NotFound(f"unknown repair action {action!r:.80}; one of {list(self._impl)}",
-                           details={"action": action[:80], "actions": list(self._impl)})
+            raise NotFound(
+                f"unknown repair action {action!r:.80}; one of {list(self._impl)}",
+                details={"action": action[:80], "actions": list(self._impl)},
+            )
         if dry_run and action != dg.DEDUP:
             raise ValidationError("dry_run: only the dedup repair has a dry run", details={"field": "dry_run"})
         if action == dg.DEDUP and not dry_run:
             p = self._pipeline()
             if not (p.mutations_allowed and p.autonomous.allow_update_delete):
-                raise Conflict("dedup deletes memories: needs pipeline mutations allowed (enabled, not shadow, not "
-                               "frozen) and autonomous.allowUpdateDelete", details={"action": action, **p.flags()})
+                raise Conflict(
+                    "dedup deletes memories: needs pipeline mutations allowed (enabled, not shadow, not "
+                    "frozen) and autonomous.allowUpdateDelete",
+                    details={"action": action, **p.flags()},
+                )
         at = self._now()
         now_ms = self._now_ms(at)
         wait, why = self.limiter.retry_after_ms(action, now_ms)
         if why is not None:
-            raise RepairRateLimited(f"{action}: refused by its {why.replace('_', ' ')}; retry in {wait / 1000:.1f} s",
-                                    details={"action": action, "blocked_by": why, "retry_after_ms": round(wait, 3)})
+            raise RepairRateLimited(
+                f"{action}: refused by its {why.replace('_', ' ')}; retry in {wait / 1000:.1f} s",
+                details={"action": action, "blocked_by": why, "retry_after_ms": round(wait, 3)},
+            )
         self.limiter.record(action, now_ms)
         result = self._impl[action](at, dry_run) if action == dg.DEDUP else self._impl[action](at)
         log.info("repair %s: %s", action, result)
@@ -192,14 +216,20 @@ class Repairs:
     def _check_fts(self, at: str) -> dict[str, Any]:
         def check(c) -> tuple[bool, int, int]:
             return integrity_ok(c), mnt_sql.fts_row_count(c), mnt_sql.memory_row_count(c)
+
         ok, rows, total = self.db.write(check)
         before = ok and rows == total
         if before:
             return {"in_sync": True, "rebuilt": False, "fts_rows": rows, "memories": total}
         self.db.write(mnt_sql.fts_rebuild)
         ok2, rows2, total2 = self.db.write(check)
-        return {"in_sync": ok2 and rows2 == total2, "rebuilt": True, "fts_rows_before": rows, "fts_rows": rows2,
-                "memories": total2}
+        return {
+            "in_sync": ok2 and rows2 == total2,
+            "rebuilt": True,
+            "fts_rows_before": rows,
+            "fts_rows": rows2,
+            "memories": total2,
+        }
 
     def _retention_sweep(self, at: str) -> dict[str, Any]:
         return sweep(self.db, now=at)
@@ -220,8 +250,11 @@ class Repairs:
         found: list[tuple[int, int, float]] = []
         for (seq, *_), v, ok in zip(cands, vecs, has):
             if ok:
-                found += [(seq, s2, sc) for s2, sc in index.search(v, DEDUP_NEIGHBOURS + 1, flt, context_weight=0.0)
-                          if s2 != seq and sc >= p.dedup_semantic_threshold]
+                found += [
+                    (seq, s2, sc)
+                    for s2, sc in index.search(v, DEDUP_NEIGHBOURS + 1, flt, context_weight=0.0)
+                    if s2 != seq and sc >= p.dedup_semantic_threshold
+                ]
         rows = self.db.read(lambda c: mem_sql.get_by_seqs(c, sorted({s for f in found for s in f[:2]})))
         removed: set[int] = set()
         pairs, deleted = [], 0
@@ -237,10 +270,16 @@ class Repairs:
             pairs.append({"keep": keep.id, "delete": drop.id, "cosine": round(sc, 4)})
             if not dry_run:
                 try:
-                    self.memories.delete(drop.id, who="maintenance",
-                                         why=f"semantic duplicate of {keep.id} (cosine {sc:.3f})")
+                    self.memories.delete(
+                        drop.id, who="maintenance", why=f"semantic duplicate of {keep.id} (cosine {sc:.3f})"
+                    )
                     deleted += 1
                 except (Conflict, NotFound):
                     pass
-        return {"examined": int(has.sum()), "pairs": pairs, "deleted": deleted, "dry_run": dry_run,
-                "threshold": p.dedup_semantic_threshold}
+        return {
+            "examined": int(has.sum()),
+            "pairs": pairs,
+            "deleted": deleted,
+            "dry_run": dry_run,
+            "threshold": p.dedup_semantic_threshold,
+        }

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memlane.workers.runtime import PollingWorker
 from memlane.config.clock import now_iso
 from memlane.storage import retention as ret_sql
 from memlane.storage.db import Database
 from memlane.storage.jobs import add_ms
+from memlane.workers.runtime import PollingWorker
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,9 @@ class RetentionWindows:
     dead_job_days: float = 30
 
 
-def sweep(db: Database, *, now: str, windows: RetentionWindows = RetentionWindows(),
-          limit: int = BATCH_LIMIT) -> dict[str, Any]:
+def sweep(
+    db: Database, *, now: str, windows: RetentionWindows = RetentionWindows(), limit: int = BATCH_LIMIT
+) -> dict[str, Any]:
     """Run the seven steps once, each in its own write transaction.
 
     Args:
@@ -69,10 +70,12 @@ def sweep(db: Database, *, now: str, windows: RetentionWindows = RetentionWindow
     out["embeddings"] = db.write(lambda c: ret_sql.purge_embeddings(c, ret_sql.still_expired(c, ids, tomb_cut)))
     out["tombstones"] = db.write(lambda c: ret_sql.purge_memories(c, ret_sql.still_expired(c, ids, tomb_cut)))
     out["history"] = db.write(lambda c: ret_sql.purge_history(c, add_ms(now, -windows.history_days * DAY_MS), limit))
-    out["completed_jobs"] = db.write(lambda c: ret_sql.purge_jobs(
-        c, "completed", add_ms(now, -windows.completed_job_days * DAY_MS), limit))
-    out["dead_jobs"] = db.write(lambda c: ret_sql.purge_jobs(c, "dead", add_ms(now, -windows.dead_job_days * DAY_MS),
-                                                            limit))
+    out["completed_jobs"] = db.write(
+        lambda c: ret_sql.purge_jobs(c, "completed", add_ms(now, -windows.completed_job_days * DAY_MS), limit)
+    )
+    out["dead_jobs"] = db.write(
+        lambda c: ret_sql.purge_jobs(c, "dead", add_ms(now, -windows.dead_job_days * DAY_MS), limit)
+    )
     out["documents"] = db.write(lambda c: ret_sql.purge_documents(c, tomb_cut, limit))
     return out
 
@@ -91,9 +94,15 @@ class RetentionWorker(PollingWorker):
         now: the clock, ISO-8601 UTC.
     """
 
-    def __init__(self, db: Database, *, windows: RetentionWindows = RetentionWindows(),
-                 interval_ms: float = RETENTION_INTERVAL_MS, now: Callable[[], str] = now_iso,
-                 name: str = "retention") -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        windows: RetentionWindows = RetentionWindows(),
+        interval_ms: float = RETENTION_INTERVAL_MS,
+        now: Callable[[], str] = now_iso,
+        name: str = "retention",
+    ) -> None:
         super().__init__(name, poll_ms=interval_ms)
         self.db = db
         self.windows = windows
@@ -120,5 +129,10 @@ class RetentionWorker(PollingWorker):
     def telemetry(self) -> dict[str, Any]:
         """:meth:`PollingWorker.telemetry` plus sweeps, purged (rows, all steps), windows (days)
         and the last sweep's counts."""
-        return {**super().telemetry(), "sweeps": self.sweeps, "purged": self.purged,
-                "windows_days": asdict(self.windows), "last_result": self.last_result}
+        return {
+            **super().telemetry(),
+            "sweeps": self.sweeps,
+            "purged": self.purged,
+            "windows_days": asdict(self.windows),
+            "last_result": self.last_result,
+        }

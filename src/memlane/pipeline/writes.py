@@ -38,11 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from memlane.errors import Conflict, EmbeddingError
-from memlane.normalize import normalize_and_hash
 from memlane.config.pipeline import PipelineV2Settings
-from memlane.pipeline.contradiction import (MIN_SEMANTIC_OVERLAP, overlap, semantic_contradiction,
-                                            syntactic_contradiction)
+from memlane.errors import Conflict, EmbeddingError
+from memlane.graph.store import persist_extraction as _persist_graph
+from memlane.normalize import normalize_and_hash
+from memlane.pipeline.contradiction import (
+    MIN_SEMANTIC_OVERLAP,
+    overlap,
+    semantic_contradiction,
+    syntactic_contradiction,
+)
 from memlane.pipeline.decision import DESTRUCTIVE, Proposal
 from memlane.pipeline.extraction import ExtractionResult, Fact
 from memlane.pipeline.jobs import DERIVED_SOURCE_TYPE
@@ -53,8 +58,6 @@ from memlane.storage import embeddings as emb_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import pipeline_audit as audit_sql
 from memlane.storage.models import Memory, NewMemory
-
-from memlane.graph.store import persist_extraction as _persist_graph
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +122,9 @@ def prefetch_vectors(memories: MemoryService, facts: Sequence[Fact]) -> dict[str
     return out
 
 
-def assess_contradictions(proposals: Sequence[Proposal], pipeline: PipelineV2Settings,
-                          llm: LlmProvider | None) -> list[Assessment | None]:
+def assess_contradictions(
+    proposals: Sequence[Proposal], pipeline: PipelineV2Settings, llm: LlmProvider | None
+) -> list[Assessment | None]:
     """One entry per proposal (None unless UPDATE/DELETE with a target): the syntactic detector, then
     for UPDATE with overlap >= 3 tokens and no syntactic hit, the semantic LLM check when
     ``semanticContradictionEnabled`` (timeout ``semanticContradictionTimeoutMs``). Advisory only."""
@@ -131,33 +135,77 @@ def assess_contradictions(proposals: Sequence[Proposal], pipeline: PipelineV2Set
             continue
         syn = syntactic_contradiction(p.fact.content, p.target_content)
         sem = None
-        if (syn is None and p.action == "UPDATE" and llm is not None and pipeline.semantic_contradiction_enabled
-                and overlap(p.fact.content, p.target_content) >= MIN_SEMANTIC_OVERLAP):
-            sem = semantic_contradiction(llm, p.fact.content, p.target_content,
-                                         timeout_ms=pipeline.semantic_contradiction_timeout_ms).as_dict()
+        if (
+            syn is None
+            and p.action == "UPDATE"
+            and llm is not None
+            and pipeline.semantic_contradiction_enabled
+            and overlap(p.fact.content, p.target_content) >= MIN_SEMANTIC_OVERLAP
+        ):
+            sem = semantic_contradiction(
+                llm, p.fact.content, p.target_content, timeout_ms=pipeline.semantic_contradiction_timeout_ms
+            ).as_dict()
         out.append(Assessment(syn, sem))
     return out
 
 
-def _new_memory(source: Memory, fact: Fact, nc: Any, model: str | None, embedded: bool, job_id: int,
-                extraction_model: str, target_id: str | None, at: str) -> NewMemory:
-    meta = {"source_memory_id": source.id, "extraction_model": extraction_model, "fact_type": fact.type,
-            "job_id": job_id}
+def _new_memory(
+    source: Memory,
+    fact: Fact,
+    nc: Any,
+    model: str | None,
+    embedded: bool,
+    job_id: int,
+    extraction_model: str,
+    target_id: str | None,
+    at: str,
+) -> NewMemory:
+    meta = {
+        "source_memory_id": source.id,
+        "extraction_model": extraction_model,
+        "fact_type": fact.type,
+        "job_id": job_id,
+    }
     if target_id:
         meta["supersedes"] = target_id
-    return NewMemory(id=str(uuid.uuid4()), type=fact.type, content=nc.storage_content,
-                     normalized_content=nc.normalized_content, content_hash=nc.content_hash, context=None,
-                     context_hash=None, importance=source.importance, confidence=fact.confidence,
-                     project=source.project, tags=tuple(source.tags), metadata=meta, who=WHO, why=WHY,
-                     source_type=DERIVED_SOURCE_TYPE, source_id=source.id, created_at=at, pinned=False,
-                     embedding_model=model if embedded else None)
+    return NewMemory(
+        id=str(uuid.uuid4()),
+        type=fact.type,
+        content=nc.storage_content,
+        normalized_content=nc.normalized_content,
+        content_hash=nc.content_hash,
+        context=None,
+        context_hash=None,
+        importance=source.importance,
+        confidence=fact.confidence,
+        project=source.project,
+        tags=tuple(source.tags),
+        metadata=meta,
+        who=WHO,
+        why=WHY,
+        source_type=DERIVED_SOURCE_TYPE,
+        source_id=source.id,
+        created_at=at,
+        pinned=False,
+        embedding_model=model if embedded else None,
+    )
 
 
-def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extraction: ExtractionResult,
-                 proposals: Sequence[Proposal], assessments: Sequence[Assessment | None],
-                 pipeline: PipelineV2Settings, vectors: dict[str, np.ndarray], extraction_model: str, at: str,
-                 summary: dict[str, Any],
-                 finish: Callable[[sqlite3.Connection, WriteReport], None] | None = None) -> WriteReport:
+def apply_writes(
+    memories: MemoryService,
+    *,
+    source: Memory,
+    job_id: int,
+    extraction: ExtractionResult,
+    proposals: Sequence[Proposal],
+    assessments: Sequence[Assessment | None],
+    pipeline: PipelineV2Settings,
+    vectors: dict[str, np.ndarray],
+    extraction_model: str,
+    at: str,
+    summary: dict[str, Any],
+    finish: Callable[[sqlite3.Connection, WriteReport], None] | None = None,
+) -> WriteReport:
     """Apply or record ``proposals`` of the memory ``source`` in one write transaction (see module doc).
 
     Args:
@@ -172,19 +220,27 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
     mode = pipeline.mode()
     model = memories.embedder.model_id if memories.embedder is not None else None
     report = WriteReport(mode)
-    base = {"job_id": job_id, "mode": mode, "source_memory_id": source.id, "extraction_model": extraction_model,
-            "fact_count": len(extraction.facts), "entity_count": len(extraction.entities)}
+    base = {
+        "job_id": job_id,
+        "mode": mode,
+        "source_memory_id": source.id,
+        "extraction_model": extraction_model,
+        "fact_count": len(extraction.facts),
+        "entity_count": len(extraction.entities),
+    }
 
     def job(conn: sqlite3.Connection) -> tuple[list[IndexEntry], list[Memory]]:
         entries: list[IndexEntry] = []
         superseded: list[Memory] = []
 
         def create(fact: Fact, nc: Any, target_id: str | None) -> str | None:
-            new = _new_memory(source, fact, nc, model, nc.content_hash in vectors, job_id, extraction_model,
-                              target_id, at)
+            new = _new_memory(
+                source, fact, nc, model, nc.content_hash in vectors, job_id, extraction_model, target_id, at
+            )
             try:
-                entry = memories.create_in_tx(conn, new, at=at, vectors=vectors,
-                                              history_changes={"source_memory_id": source.id, "job_id": job_id})
+                entry = memories.create_in_tx(
+                    conn, new, at=at, vectors=vectors, history_changes={"source_memory_id": source.id, "job_id": job_id}
+                )
             except Conflict:  # a live twin appeared: the defensive dedup of the seed
                 return None
             if new.embedding_model and model:
@@ -228,24 +284,62 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
                     outcome, reason = "created", "applied"
                 if p.action in DESTRUCTIVE and p.target_id and memory_id and supersede(p.target_id, memory_id):
                     outcome, reason = "superseded", f"{p.action.lower()}_superseded_target"
-            row = {**base, "action": p.action, "outcome": outcome, "reason": reason, "fact_type": fact.type,
-                   "fact_confidence": fact.confidence, "decision_confidence": p.confidence,
-                   "decision_reason": p.reason, "target_id": p.target_id, "memory_id": memory_id,
-                   "candidate_ids": list(p.candidate_ids), "review_needed": bool(a and a.review_needed),
-                   "contradiction": ({"syntactic": a.syntactic, "semantic": a.semantic} if a else None)}
-            audit_sql.add_event(conn, source.id, "proposal", changes=row, at=at, old_content=p.target_content,
-                                new_content=fact.content, who=WHO, why=reason)
+            row = {
+                **base,
+                "action": p.action,
+                "outcome": outcome,
+                "reason": reason,
+                "fact_type": fact.type,
+                "fact_confidence": fact.confidence,
+                "decision_confidence": p.confidence,
+                "decision_reason": p.reason,
+                "target_id": p.target_id,
+                "memory_id": memory_id,
+                "candidate_ids": list(p.candidate_ids),
+                "review_needed": bool(a and a.review_needed),
+                "contradiction": ({"syntactic": a.syntactic, "semantic": a.semantic} if a else None),
+            }
+            audit_sql.add_event(
+                conn,
+                source.id,
+                "proposal",
+                changes=row,
+                at=at,
+                old_content=p.target_content,
+                new_content=fact.content,
+                who=WHO,
+                why=reason,
+            )
             report.outcomes.append(row)
-        if (mode != "shadow" and pipeline.graph.enabled and extraction.entities):
-            graph = _persist_graph(conn, memory_id=source.id, entities=[{"name": n} for n in extraction.entity_names()],
-                                   relations=[e.as_dict() for e in extraction.entities], at=at)
+        if mode != "shadow" and pipeline.graph.enabled and extraction.entities:
+            graph = _persist_graph(
+                conn,
+                memory_id=source.id,
+                entities=[{"name": n} for n in extraction.entity_names()],
+                relations=[e.as_dict() for e in extraction.entities],
+                at=at,
+            )
             report.graph_persisted = not (isinstance(graph, dict) and graph.get("error"))
             report.graph = graph if isinstance(graph, dict) else None
         status = "shadow" if mode == "shadow" else "completed"
-        audit_sql.add_event(conn, source.id, "extraction", at=at, who=WHO, why=status, changes={
-            **base, **summary, "status": status, "outcomes": report.counts(), "created_ids": report.created_ids,
-            "superseded_ids": report.superseded_ids, "graph_persisted": report.graph_persisted,
-            "graph": report.graph})
+        audit_sql.add_event(
+            conn,
+            source.id,
+            "extraction",
+            at=at,
+            who=WHO,
+            why=status,
+            changes={
+                **base,
+                **summary,
+                "status": status,
+                "outcomes": report.counts(),
+                "created_ids": report.created_ids,
+                "superseded_ids": report.superseded_ids,
+                "graph_persisted": report.graph_persisted,
+                "graph": report.graph,
+            },
+        )
         audit_sql.set_extraction_status(conn, source.id, status)
         if finish is not None:
             finish(conn, report)
@@ -256,17 +350,32 @@ def apply_writes(memories: MemoryService, *, source: Memory, job_id: int, extrac
     return report
 
 
-def record_status(memories: MemoryService, source_id: str, job_id: int, status: str, reason: str, at: str,
-                  extra: dict[str, Any] | None = None, audit: bool = True) -> None:
+def record_status(
+    memories: MemoryService,
+    source_id: str,
+    job_id: int,
+    status: str,
+    reason: str,
+    at: str,
+    extra: dict[str, Any] | None = None,
+    audit: bool = True,
+) -> None:
     """Without proposals: set ``extraction_status`` (``skipped`` / ``failed``) and, with ``audit``,
     add the job's ``extraction`` history row with the reason, in one write transaction."""
+
     def job(conn: sqlite3.Connection) -> None:
         if mem_sql.get(conn, source_id) is None:
             return
         if audit:
-            audit_sql.add_event(conn, source_id, "extraction", at=at, who=WHO, why=reason,
-                                changes={"job_id": job_id, "status": status, "reason": reason, **(extra or {})})
+            audit_sql.add_event(
+                conn,
+                source_id,
+                "extraction",
+                at=at,
+                who=WHO,
+                why=reason,
+                changes={"job_id": job_id, "status": status, "reason": reason, **(extra or {})},
+            )
         audit_sql.set_extraction_status(conn, source_id, status)
 
     memories.db.write(job)
-

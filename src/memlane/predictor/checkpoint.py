@@ -25,7 +25,7 @@ import io
 import json
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +119,13 @@ def _encode(model: MemoryScorer, meta: CheckpointMeta, flags: CheckpointFlags) -
     torch.save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, buf)
     params = buf.getvalue()
     body = b"".join(
-        [MAGIC, _HEAD.pack(FORMAT_VERSION, flags.to_bits(), len(config_bytes)), config_bytes,
-         _PARAMS_LEN.pack(len(params)), params]
+        [
+            MAGIC,
+            _HEAD.pack(FORMAT_VERSION, flags.to_bits(), len(config_bytes)),
+            config_bytes,
+            _PARAMS_LEN.pack(len(params)),
+            params,
+        ]
     )
     return body + hashlib.sha256(body).digest()
 
@@ -251,7 +256,9 @@ def load(
         # those written before the bilinear term lack its basis and W: they load with the
         # anchor off and the term at 0, i.e. score exactly as they did.
         if unexpected or set(missing) - _OPTIONAL_KEYS:
-            raise ValueError(f"missing keys {sorted(set(missing) - _OPTIONAL_KEYS)}, unexpected keys {sorted(unexpected)}")
+            raise ValueError(
+                f"missing keys {sorted(set(missing) - _OPTIONAL_KEYS)}, unexpected keys {sorted(unexpected)}"
+            )
     except Exception as exc:  # unpickling or shape errors all mean the same to a caller
         raise _corrupt(path, f"bad parameters: {exc}") from exc
     model.eval()
@@ -265,9 +272,7 @@ def load(
     )
 
 
-def load_base_weights(
-    path: str | Path, *, embedding_model_id: str | None, native_dim: int | None
-) -> LoadedCheckpoint:
+def load_base_weights(path: str | Path, *, embedding_model_id: str | None, native_dim: int | None) -> LoadedCheckpoint:
     """Load a shipped base model to fine-tune from (seed "Phase 6", ``--base-weights``).
 
     Raises:

@@ -23,14 +23,14 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
-from memlane.fileperms import open_private, private_dir
 from memlane.config import predictor as C
+from memlane.fileperms import open_private, private_dir
 from memlane.predictor.errors import PredictorError
 
 __all__ = ["PredictorRpcError", "PredictorUnavailable", "SidecarClient", "sidecar_command"]
@@ -54,12 +54,33 @@ class PredictorRpcError(PredictorError):
     code = "predictor_rpc_error"
 
 
-def sidecar_command(*, db_path: str | Path, model_dir: str | Path, embedding_model_id: str, native_dim: int,
-                    base_weights: str = "", threads: int = 1) -> list[str]:
+def sidecar_command(
+    *,
+    db_path: str | Path,
+    model_dir: str | Path,
+    embedding_model_id: str,
+    native_dim: int,
+    base_weights: str = "",
+    threads: int = 1,
+) -> list[str]:
     """argv of ``memlane predictor serve`` run by this interpreter."""
-    argv = [sys.executable, "-m", "memlane", "predictor", "serve", "--db", str(db_path),
-            "--model-dir", str(model_dir), "--embedding-model", embedding_model_id,
-            "--native-dim", str(native_dim), "--threads", str(threads)]
+    argv = [
+        sys.executable,
+        "-m",
+        "memlane",
+        "predictor",
+        "serve",
+        "--db",
+        str(db_path),
+        "--model-dir",
+        str(model_dir),
+        "--embedding-model",
+        embedding_model_id,
+        "--native-dim",
+        str(native_dim),
+        "--threads",
+        str(threads),
+    ]
     if base_weights:
         argv += ["--base-weights", base_weights]
     return argv
@@ -77,10 +98,18 @@ class SidecarClient:
         clock: monotonic clock in seconds (tests may pass their own).
     """
 
-    def __init__(self, argv: Sequence[str], *, crash_threshold: int = 3, crash_window_s: float = C.CRASH_WINDOW_S,
-                 cooldown_s: float = C.CRASH_COOLDOWN_S, stderr_path: str | Path | None = None,
-                 clock: Callable[[], float] = time.monotonic, env: dict[str, str] | None = None,
-                 listeners: Sequence[Callable[[str, str], None]] = ()) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        crash_threshold: int = 3,
+        crash_window_s: float = C.CRASH_WINDOW_S,
+        cooldown_s: float = C.CRASH_COOLDOWN_S,
+        stderr_path: str | Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        env: dict[str, str] | None = None,
+        listeners: Sequence[Callable[[str, str], None]] = (),
+    ) -> None:
         self.argv = list(argv)
         self.crash_threshold = crash_threshold
         self.crash_window_s = crash_window_s
@@ -149,8 +178,16 @@ class SidecarClient:
                 err = open_private(self.stderr_path, "a")  # handed to the child
             env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
             try:
-                self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                              text=True, encoding="utf-8", bufsize=1, env=env)
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    encoding="utf-8",
+                    bufsize=1,
+                    env=env,
+                )
             except OSError as exc:
                 self._record("spawn", str(exc))
                 self._crash()
@@ -162,8 +199,9 @@ class SidecarClient:
             # Requests are written by their own thread, so a sidecar that stops reading (hung,
             # paused, busy) can fill the pipe without blocking a caller past its deadline.
             self._outq = queue.SimpleQueue()
-            threading.Thread(target=self._write_loop, args=(self._proc, self._outq), name="predictor-writer",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._write_loop, args=(self._proc, self._outq), name="predictor-writer", daemon=True
+            ).start()
 
     def wait_ready(self, timeout_s: float = C.START_TIMEOUT_S) -> bool:
         """Block until the sidecar announced readiness (start-up, benchmarks, tests)."""
@@ -243,8 +281,9 @@ class SidecarClient:
             TypeError: ``params`` hold a value JSON cannot encode.
         """
         if self.disabled:
-            raise PredictorUnavailable("predictor disabled after repeated crashes",
-                                       details={"crashes": self.crashes_last_window()})
+            raise PredictorUnavailable(
+                "predictor disabled after repeated crashes", details={"crashes": self.crashes_last_window()}
+            )
         if not self.alive:
             self.start()
         if not self._ready.is_set():
@@ -347,8 +386,12 @@ class SidecarClient:
                 self.crashes.popleft()
             if len(self.crashes) >= self.crash_threshold and self.disabled_until is None:
                 self.disabled_until = now + self.cooldown_s
-                log.error("predictor disabled for %.0f s after %d crashes within %.0f s",
-                          self.cooldown_s, len(self.crashes), self.crash_window_s)
+                log.error(
+                    "predictor disabled for %.0f s after %d crashes within %.0f s",
+                    self.cooldown_s,
+                    len(self.crashes),
+                    self.crash_window_s,
+                )
 
     def _record(self, kind: str, message: str) -> None:
         self.error_counts[kind] += 1
@@ -362,7 +405,13 @@ class SidecarClient:
 
     def status(self) -> dict[str, Any]:
         """Process and error state for /api/predictor/status."""
-        return {"alive": self.alive, "ready": self.ready, "disabled": self.disabled,
-                "crashes_last_hour": self.crashes_last_window(), "restarts": self.restarts,
-                "pid": self._proc.pid if self._proc is not None else None,
-                "error_counts": dict(self.error_counts), "recent_errors": list(self.errors)[-10:]}
+        return {
+            "alive": self.alive,
+            "ready": self.ready,
+            "disabled": self.disabled,
+            "crashes_last_hour": self.crashes_last_window(),
+            "restarts": self.restarts,
+            "pid": self._proc.pid if self._proc is not None else None,
+            "error_counts": dict(self.error_counts),
+            "recent_errors": list(self.errors)[-10:],
+        }

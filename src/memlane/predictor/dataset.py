@@ -34,19 +34,26 @@ import numpy as np
 
 from memlane.predictor.coverage import query_coverage
 from memlane.predictor.data import Session
-from memlane.predictor.vocabulary import VocabularyCache
 from memlane.predictor.features import (
     CandidateFeatures,
     build_feature_matrix,
     feature_matrix_from_signals,
     project_name,
 )
+from memlane.predictor.vocabulary import VocabularyCache
 from memlane.storage import memories as mem_sql
 from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 
-__all__ = ["CANDIDATE_SIGNALS", "DERIVED_SIGNALS", "build_session", "derived_signals", "load_sessions",
-           "signals_to_features", "with_query_coverage"]
+__all__ = [
+    "CANDIDATE_SIGNALS",
+    "DERIVED_SIGNALS",
+    "build_session",
+    "derived_signals",
+    "load_sessions",
+    "signals_to_features",
+    "with_query_coverage",
+]
 
 #: The per-candidate signal keys (CandidateFeatures' fields), logged as JSON.
 CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
@@ -55,10 +62,15 @@ CANDIDATE_SIGNALS = tuple(CandidateFeatures.__dataclass_fields__)
 DERIVED_SIGNALS = ("names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary")
 
 
-def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: str | None,
-                    session_time: datetime,
-                    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None,
-                    vocabulary: VocabularyCache | None = None) -> dict[str, dict[str, Any]]:
+def derived_signals(
+    conn: sqlite3.Connection,
+    ids: Sequence[str],
+    *,
+    project: str | None,
+    session_time: datetime,
+    memories: Callable[[], Mapping[str, tuple[str | None, str]]] | None = None,
+    vocabulary: VocabularyCache | None = None,
+) -> dict[str, dict[str, Any]]:
     """Signals of the candidates ``ids`` derived from the database as of ``session_time``.
 
     ``names_other_project``: the memory is stored under a project other than ``project``, or
@@ -107,13 +119,13 @@ def derived_signals(conn: sqlite3.Connection, ids: Sequence[str], *, project: st
     for mid, (stored, content) in rows.items():
         if mid in out:
             text = (content or "").lower()
-            out[mid]["names_other_project"] = bool(stored is not None and stored != project) or \
-                any(n in text for n in names)
+            out[mid]["names_other_project"] = bool(stored is not None and stored != project) or any(
+                n in text for n in names
+            )
     return out
 
 
-def with_query_coverage(raw: Sequence[Mapping[str, Any]], context: str, texts: Sequence[str]
-                        ) -> list[dict[str, Any]]:
+def with_query_coverage(raw: Sequence[Mapping[str, Any]], context: str, texts: Sequence[str]) -> list[dict[str, Any]]:
     """The logged signals ``raw`` ([n] dicts), with ``query_coverage`` computed where it is missing.
 
     Sessions logged before schema v6 lack the signal; it is a function of the session's stored
@@ -133,8 +145,6 @@ def with_query_coverage(raw: Sequence[Mapping[str, Any]], context: str, texts: S
     return out
 
 
-
-
 def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> CandidateFeatures:
     """Rebuild :class:`CandidateFeatures` from logged JSON (unknown keys ignored).
 
@@ -143,9 +153,12 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
     """
     try:
         return CandidateFeatures(
-            age_days=float(raw["age_days"]), importance=float(raw["importance"]),
-            access_count=int(raw["access_count"]), session_gap_hours=float(session_gap_hours),
-            is_embedded=bool(raw["is_embedded"]), is_superseded=bool(raw.get("is_superseded", False)),
+            age_days=float(raw["age_days"]),
+            importance=float(raw["importance"]),
+            access_count=int(raw["access_count"]),
+            session_gap_hours=float(session_gap_hours),
+            is_embedded=bool(raw["is_embedded"]),
+            is_superseded=bool(raw.get("is_superseded", False)),
             baseline_score=float(raw.get("baseline_score", 0.0)),
             baseline_rank=None if raw.get("baseline_rank") is None else int(raw["baseline_rank"]),
             context_similarity=None if raw.get("context_similarity") is None else float(raw["context_similarity"]),
@@ -158,7 +171,8 @@ def signals_to_features(raw: Mapping[str, Any], session_gap_hours: float) -> Can
             shares_other_project_vocabulary=bool(raw.get("shares_other_project_vocabulary", False)),
             query_coverage=float(raw.get("query_coverage") or 0.0),
             content_chars=int(raw.get("content_chars") or 0),
-            phase_weight=1.0 if raw.get("phase_weight") is None else float(raw["phase_weight"]))
+            phase_weight=1.0 if raw.get("phase_weight") is None else float(raw["phase_weight"]),
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad candidate signals {dict(raw)!r}: {exc}") from exc
 
@@ -170,11 +184,21 @@ def _vector(blob: bytes | None, native_dim: int) -> np.ndarray | None:
     return v if v.shape[0] == native_dim else None
 
 
-def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: datetime, session_gap_hours: float,
-                  candidate_vectors: Sequence[np.ndarray | None], candidate_texts: Sequence[str],
-                  context_vector: np.ndarray | None, context_text: str, project: str | None,
-                  native_dim: int, labels: Sequence[float] | np.ndarray | None = None, confidence: float = 1.0,
-                  session_id: str = "") -> Session:
+def build_session(
+    *,
+    candidates: Sequence[Mapping[str, Any]],
+    session_time: datetime,
+    session_gap_hours: float,
+    candidate_vectors: Sequence[np.ndarray | None],
+    candidate_texts: Sequence[str],
+    context_vector: np.ndarray | None,
+    context_text: str,
+    project: str | None,
+    native_dim: int,
+    labels: Sequence[float] | np.ndarray | None = None,
+    confidence: float = 1.0,
+    session_id: str = "",
+) -> Session:
     """One :class:`Session` from raw signals (the shared scoring/training constructor).
 
     Args:
@@ -199,11 +223,14 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
     # log_content_chars (schema v7) counts the text both paths hold here, never a logged value.
     candidates = [{**raw, "content_chars": len(text or "")} for raw, text in zip(candidates, candidate_texts)]
     embedded = np.array([v is not None and v.shape[0] == native_dim for v in candidate_vectors], dtype=bool)
-    matrix = feature_matrix_from_signals(candidates, is_embedded=embedded.tolist(),
-                                         session_gap_hours=session_gap_hours, session_time=session_time)
+    matrix = feature_matrix_from_signals(
+        candidates, is_embedded=embedded.tolist(), session_gap_hours=session_gap_hours, session_time=session_time
+    )
     if matrix is None:  # a missing, malformed or non-finite signal: the checked path names it
-        feats = [signals_to_features({**raw, "is_embedded": bool(emb)}, session_gap_hours)
-                 for raw, emb in zip(candidates, embedded)]
+        feats = [
+            signals_to_features({**raw, "is_embedded": bool(emb)}, session_gap_hours)
+            for raw, emb in zip(candidates, embedded)
+        ]
         matrix = build_feature_matrix(feats, session_time)
     emb_matrix = None
     if embedded.any():
@@ -213,16 +240,29 @@ def build_session(*, candidates: Sequence[Mapping[str, Any]], session_time: date
                 emb_matrix[i] = v
     texts = [t if not embedded[i] else "" for i, t in enumerate(candidate_texts)] if not embedded.all() else []
     ctx = context_vector if context_vector is not None and context_vector.shape[0] == native_dim else None
-    return Session(features=matrix,
-                   labels=None if labels is None else np.asarray(labels, dtype=np.float32),
-                   candidate_texts=texts, candidate_embeddings=emb_matrix, candidate_is_embedded=embedded,
-                   context_embedding=None if ctx is None else np.asarray(ctx, dtype=np.float32),
-                   context_text="" if ctx is not None else (context_text or "")[:2000],
-                   confidence=float(confidence), project=project, session_id=session_id)
+    return Session(
+        features=matrix,
+        labels=None if labels is None else np.asarray(labels, dtype=np.float32),
+        candidate_texts=texts,
+        candidate_embeddings=emb_matrix,
+        candidate_is_embedded=embedded,
+        context_embedding=None if ctx is None else np.asarray(ctx, dtype=np.float32),
+        context_text="" if ctx is not None else (context_text or "")[:2000],
+        confidence=float(confidence),
+        project=project,
+        session_id=session_id,
+    )
 
 
-def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, native_dim: int,
-                  min_confidence: float, limit: int = 500, keys: Sequence[str] | None = None) -> list[Session]:
+def load_sessions(
+    conn: sqlite3.Connection,
+    *,
+    embedding_model: str | None,
+    native_dim: int,
+    min_confidence: float,
+    limit: int = 500,
+    keys: Sequence[str] | None = None,
+) -> list[Session]:
     """Labelled sessions from the database, newest first (``keys`` restricts to those sessions).
 
     Sessions whose candidates lack logged features or labels, or whose labels do not vary, are
@@ -243,16 +283,26 @@ def load_sessions(conn: sqlite3.Connection, *, embedding_model: str | None, nati
         try:
             when = datetime.fromisoformat(str(sig.get("session_time") or s.started_at).replace("Z", "+00:00"))
             ctx = _vector(s.context_vector, native_dim) if s.context_model == embedding_model else None
-            derived = derived_signals(conn, [r.memory_id for r in rows], project=s.project, session_time=when,
-                                      vocabulary=vocabulary)
+            derived = derived_signals(
+                conn, [r.memory_id for r in rows], project=s.project, session_time=when, vocabulary=vocabulary
+            )
             logged = with_query_coverage([r.features or {} for r in rows], s.context or "", [r.content for r in rows])
-            out.append(build_session(
-                candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(rows, logged)], session_time=when,
-                session_gap_hours=float(sig.get("session_gap_hours", 0.0)),
-                candidate_vectors=[_vector(r.vector, native_dim) for r in rows],
-                candidate_texts=[r.content for r in rows], context_vector=ctx, context_text=s.context or "",
-                project=s.project, native_dim=native_dim, labels=labels, confidence=s.confidence,
-                session_id=s.session_key))
+            out.append(
+                build_session(
+                    candidates=[{**sig, **derived[r.memory_id]} for r, sig in zip(rows, logged)],
+                    session_time=when,
+                    session_gap_hours=float(sig.get("session_gap_hours", 0.0)),
+                    candidate_vectors=[_vector(r.vector, native_dim) for r in rows],
+                    candidate_texts=[r.content for r in rows],
+                    context_vector=ctx,
+                    context_text=s.context or "",
+                    project=s.project,
+                    native_dim=native_dim,
+                    labels=labels,
+                    confidence=s.confidence,
+                    session_id=s.session_key,
+                )
+            )
         except ValueError:
             continue  # one malformed session never blocks training on the others
     return out

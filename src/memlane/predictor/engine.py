@@ -16,16 +16,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
-from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from memlane.predictor import checkpoint as ckpt
 from memlane.config import predictor as C
+from memlane.predictor import checkpoint as ckpt
 from memlane.predictor.anchor import fit_linear_anchor
 from memlane.predictor.data import Session, batched, collate, memory_basis, session_constant_columns
 from memlane.predictor.errors import CheckpointError
@@ -105,8 +105,15 @@ class PredictorEngine:
             (a user's own ``model.bin`` is not a base model).
     """
 
-    def __init__(self, model_dir: str | Path, *, embedding_model_id: str, native_dim: int,
-                 base_weights: str | Path | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        embedding_model_id: str,
+        native_dim: int,
+        base_weights: str | Path | None = None,
+        seed: int = 0,
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.embedding_model_id = embedding_model_id
         self.native_dim = int(native_dim)
@@ -143,8 +150,9 @@ class PredictorEngine:
             raw_ids = t.get("trained_sessions")
             self._remember_trained([str(x) for x in raw_ids if x] if isinstance(raw_ids, list) else [])
         elif base_weights:
-            loaded = ckpt.load_base_weights(Path(base_weights), embedding_model_id=embedding_model_id,
-                                            native_dim=native_dim)
+            loaded = ckpt.load_base_weights(
+                Path(base_weights), embedding_model_id=embedding_model_id, native_dim=native_dim
+            )
             self.model = loaded.model
             self.base_digest = loaded.digest
             self.feature_prior = self.model.feature_weights()
@@ -196,10 +204,19 @@ class PredictorEngine:
         return model.score(batch)[0, : session.num_candidates].double().numpy()
 
     # -- training -------------------------------------------------------------------------
-    def train(self, sessions: Sequence[Session], *, canary: Sequence[Session] = (),
-              replay: Sequence[Session] = (), max_seconds: float = C.MAX_TRAINING_SECONDS,
-              max_epochs: int | None = None, save: bool = True, influential: bool = True,
-              early_stop_patience: int | None = None, stage: str | None = None) -> TrainReport:
+    def train(
+        self,
+        sessions: Sequence[Session],
+        *,
+        canary: Sequence[Session] = (),
+        replay: Sequence[Session] = (),
+        max_seconds: float = C.MAX_TRAINING_SECONDS,
+        max_epochs: int | None = None,
+        save: bool = True,
+        influential: bool = True,
+        early_stop_patience: int | None = None,
+        stage: str | None = None,
+    ) -> TrainReport:
         """Fit a copy on ``sessions`` (+ ~20 % replay), gate it on ``canary``, swap if it passes.
 
         Only one training runs at a time; scoring continues on the live model meanwhile.
@@ -232,8 +249,12 @@ class PredictorEngine:
             t0 = time.perf_counter()
             labelled = [s for s in sessions if s.labels is not None]
             if not labelled:
-                return TrainReport(False, self.model_version, error="no labelled sessions",
-                                   duration_ms=(time.perf_counter() - t0) * 1000)
+                return TrainReport(
+                    False,
+                    self.model_version,
+                    error="no labelled sessions",
+                    duration_ms=(time.perf_counter() - t0) * 1000,
+                )
             nd = self.native_dim
             seen_now = {s.session_id for s in [*labelled, *replay] if s.session_id}
             stage = stage or self.stage_for(len(labelled))
@@ -253,16 +274,23 @@ class PredictorEngine:
             validation = batched(labelled[:n_val], batch_size=bs, native_dim=nd) if n_val else []
             labelled = labelled[n_val:]
             train_batches = batched(labelled, batch_size=bs, native_dim=nd)
-            replay_batches = batched([s for s in replay if s.labels is not None], batch_size=bs,
-                                     native_dim=nd) if replay else []
-            canary_batches = batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE,
-                                     native_dim=nd) if canary else []
+            replay_batches = (
+                batched([s for s in replay if s.labels is not None], batch_size=bs, native_dim=nd) if replay else []
+            )
+            canary_batches = (
+                batched([s for s in canary if s.labels is not None], batch_size=C.BATCH_SIZE, native_dim=nd)
+                if canary
+                else []
+            )
             live = self.model
             loss_fn = partial(listnet_loss, label_scale=C.LABEL_SCALE)
             # A Gaussian prior on the linear weights, centred where this user's model started,
             # as strong as PRIOR_STRENGTH sessions of evidence (docs/predictor.md, "Prior").
-            prior = (self.feature_prior, C.PRIOR_STRENGTH / max(1, len(labelled))) \
-                if self.feature_prior is not None else None
+            prior = (
+                (self.feature_prior, C.PRIOR_STRENGTH / max(1, len(labelled)))
+                if self.feature_prior is not None
+                else None
+            )
             # Linear weights on columns that never vary within a training session cannot be
             # learned; they are held at 0 in both stages (the linear gate's output is added to
             # the score), and in the anchor (data.session_constant_columns, train.fit).
@@ -284,41 +312,75 @@ class PredictorEngine:
                 t_anchor = time.monotonic()
                 init = live.anchor if live.has_anchor else live.feature_weights()
                 anchor = fit_linear_anchor(
-                    train_batches, init, loss_fn,
-                    lr=C.LEARNING_RATE, max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
-                    early_stop_patience=C.LINEAR_STAGE_PATIENCE, max_seconds=max_seconds,
-                    held_at_zero=constant, non_positive=non_positive, prior=prior)
+                    train_batches,
+                    init,
+                    loss_fn,
+                    lr=C.LEARNING_RATE,
+                    max_epochs=C.LINEAR_STAGE_MAX_EPOCHS,
+                    early_stop_patience=C.LINEAR_STAGE_PATIENCE,
+                    max_seconds=max_seconds,
+                    held_at_zero=constant,
+                    non_positive=non_positive,
+                    prior=prior,
+                )
                 max_seconds = max(1.0, max_seconds - (time.monotonic() - t_anchor))
-            config = FitConfig(max_seconds=max_seconds, max_epochs=max_epochs,
-                               early_stop_patience=early_stop_patience, replay_share=C.REPLAY_SHARE,
-                               seed=self.seed + self.model_version,
-                               previous_is_trained=self.trained, check_overlap=influential)
+            config = FitConfig(
+                max_seconds=max_seconds,
+                max_epochs=max_epochs,
+                early_stop_patience=early_stop_patience,
+                replay_share=C.REPLAY_SHARE,
+                seed=self.seed + self.model_version,
+                previous_is_trained=self.trained,
+                check_overlap=influential,
+            )
             constraints = Constraints(
-                anchor=anchor, memory_basis=basis,
+                anchor=anchor,
+                memory_basis=basis,
                 grad_masks=live.feature_residual_masks() if linear else None,
                 held_at_zero=_held_at_zero(live, constant, non_positive),
                 non_positive=live.feature_column_mask(non_positive),
-                prior=prior if linear else None, bilinear_l2=l2)
-            result = fit(live, self.optimizer, loss_fn, train_batches, config, constraints,
-                         canary=canary_batches or None, replay_batches=replay_batches or None,
-                         validation=validation or None, previous_trained_on=self.trained_on)
+                prior=prior if linear else None,
+                bilinear_l2=l2,
+            )
+            result = fit(
+                live,
+                self.optimizer,
+                loss_fn,
+                train_batches,
+                config,
+                constraints,
+                canary=canary_batches or None,
+                replay_batches=replay_batches or None,
+                validation=validation or None,
+                previous_trained_on=self.trained_on,
+            )
             variance, churn = _canary_stats(result.model, live, canary_batches, result.gates)
             report = TrainReport(
-                accepted=result.accepted, model_version=self.model_version,
+                accepted=result.accepted,
+                model_version=self.model_version,
                 loss=next((x for x in reversed(result.epoch_losses or result.step_losses) if math.isfinite(x)), None),
-                steps=result.steps, sample_count=len(labelled), stop_reason=result.stop_reason,
-                gates=result.gates.to_dict(), canary_ndcg=result.gates.canary_ndcg,
+                steps=result.steps,
+                sample_count=len(labelled),
+                stop_reason=result.stop_reason,
+                gates=result.gates.to_dict(),
+                canary_ndcg=result.gates.canary_ndcg,
                 canary_ndcg_delta=(result.gates.canary_ndcg - result.gates.previous_canary_ndcg)
-                if result.gates.canary_ndcg is not None and result.gates.previous_canary_ndcg is not None
-                and self.trained else None,
-                canary_score_variance=variance, canary_topk_churn=churn)
+                if result.gates.canary_ndcg is not None
+                and result.gates.previous_canary_ndcg is not None
+                and self.trained
+                else None,
+                canary_score_variance=variance,
+                canary_topk_churn=churn,
+            )
             if not result.improved:
                 report.accepted = False
-                report.error = (f"no validation gain: held-out NDCG@10 {result.validation_ndcg[0]:.3f} "
-                                f"before training was never beaten")
+                report.error = (
+                    f"no validation gain: held-out NDCG@10 {result.validation_ndcg[0]:.3f} "
+                    f"before training was never beaten"
+                )
             elif result.accepted:
                 result.model.eval()
-                self.model = result.model            # the atomic swap
+                self.model = result.model  # the atomic swap
                 self.optimizer = result.optimizer
                 self.trained = True
                 self.model_version += 1
@@ -362,28 +424,46 @@ class PredictorEngine:
         Raises:
             OSError: the file could not be written.
         """
-        meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
-            "trained": self.trained, "model_version": self.model_version, "last_trained": self.last_trained,
-            "training_pairs": self.training_pairs, "steps_total": self.steps_total,
-            "base_digest": self.base_digest, "trained_sessions": list(self.trained_on),
-            "feature_prior": None if self.feature_prior is None else [float(x) for x in self.feature_prior]})
+        meta = ckpt.CheckpointMeta(
+            self.embedding_model_id,
+            CURRENT_SCHEMA,
+            {
+                "trained": self.trained,
+                "model_version": self.model_version,
+                "last_trained": self.last_trained,
+                "training_pairs": self.training_pairs,
+                "steps_total": self.steps_total,
+                "base_digest": self.base_digest,
+                "trained_sessions": list(self.trained_on),
+                "feature_prior": None if self.feature_prior is None else [float(x) for x in self.feature_prior],
+            },
+        )
         flags = ckpt.CheckpointFlags(is_pretrained_base=False, is_finetuned=self.is_finetuned_from_base)
         return ckpt.save(self.checkpoint_path, self.model, meta, flags)
 
     def save_base(self, path: str | Path) -> str:
         """Write the live model as a Phase 6 base checkpoint (flag is_pretrained_base)."""
-        meta = ckpt.CheckpointMeta(self.embedding_model_id, CURRENT_SCHEMA, {
-            "trained": True, "model_version": self.model_version, "training_pairs": self.training_pairs})
+        meta = ckpt.CheckpointMeta(
+            self.embedding_model_id,
+            CURRENT_SCHEMA,
+            {"trained": True, "model_version": self.model_version, "training_pairs": self.training_pairs},
+        )
         return ckpt.save(path, self.model, meta, ckpt.CheckpointFlags(is_pretrained_base=True, is_finetuned=False))
 
     def status(self) -> dict[str, Any]:
         """The seed's status reply: trained, training_pairs, model_version, last_trained, and more."""
         return {
-            "trained": self.trained, "model_ready": self.trained, "training_pairs": self.training_pairs,
-            "model_version": self.model_version, "last_trained": self.last_trained,
-            "steps_total": self.steps_total, "parameters": self.model.count_parameters(),
-            "feature_schema": CURRENT_SCHEMA.to_dict(), "embedding_model_id": self.embedding_model_id,
-            "native_dim": self.native_dim, "checkpoint": str(self.checkpoint_path),
+            "trained": self.trained,
+            "model_ready": self.trained,
+            "training_pairs": self.training_pairs,
+            "model_version": self.model_version,
+            "last_trained": self.last_trained,
+            "steps_total": self.steps_total,
+            "parameters": self.model.count_parameters(),
+            "feature_schema": CURRENT_SCHEMA.to_dict(),
+            "embedding_model_id": self.embedding_model_id,
+            "native_dim": self.native_dim,
+            "checkpoint": str(self.checkpoint_path),
             "finetuned_from_base": self.is_finetuned_from_base,
             # the full stage ranks by the ensemble with its linear anchor (anchor.py)
             "linear_anchor": self.model.has_anchor,
@@ -454,8 +534,9 @@ def _stored_prior(raw: Any, finetuned: bool) -> torch.Tensor | None:
     return None if finetuned else baseline_prior_weights()
 
 
-def _canary_stats(candidate: MemoryScorer, previous: MemoryScorer, canary: Sequence[Any],
-                  gates: GateReport) -> tuple[float | None, float | None]:
+def _canary_stats(
+    candidate: MemoryScorer, previous: MemoryScorer, canary: Sequence[Any], gates: GateReport
+) -> tuple[float | None, float | None]:
     """(score variance, top-5 churn) on the canary set; churn = share of sessions whose top-5 changed."""
     if not canary:
         return None, None
@@ -468,8 +549,9 @@ def _canary_stats(candidate: MemoryScorer, previous: MemoryScorer, canary: Seque
     return variance, (changed / total if total else None)
 
 
-def load_or_fresh(model_dir: str | Path, *, embedding_model_id: str, native_dim: int,
-                  base_weights: str | None = None) -> tuple[PredictorEngine, str | None]:
+def load_or_fresh(
+    model_dir: str | Path, *, embedding_model_id: str, native_dim: int, base_weights: str | None = None
+) -> tuple[PredictorEngine, str | None]:
     """Build an engine; a checkpoint that cannot be served is moved aside and reported.
 
     Returns:
@@ -477,8 +559,9 @@ def load_or_fresh(model_dir: str | Path, *, embedding_model_id: str, native_dim:
         ``model.bin.rejected-<time>``), else None.
     """
     try:
-        return PredictorEngine(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim,
-                               base_weights=base_weights or None), None
+        return PredictorEngine(
+            model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim, base_weights=base_weights or None
+        ), None
     except CheckpointError as exc:
         path = Path(model_dir) / CHECKPOINT_NAME
         aside = path.with_name(f"{CHECKPOINT_NAME}.rejected-{int(time.time())}")

@@ -279,8 +279,9 @@ def build_feature_matrix(candidates: Sequence[CandidateFeatures], session_time: 
     return rows
 
 
-def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence[bool],
-                                session_gap_hours: float, session_time: datetime) -> np.ndarray | None:
+def feature_matrix_from_signals(
+    signals: Sequence[Any], *, is_embedded: Sequence[bool], session_gap_hours: float, session_time: datetime
+) -> np.ndarray | None:
     """The feature matrix straight from logged signal dicts, or None to take the checked path.
 
     Equals ``build_feature_matrix([signals_to_features({**raw, "is_embedded": e}, gap) ...])``
@@ -317,16 +318,17 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
             "is_embedded": [bool(e) for e in is_embedded],
             "is_superseded": [bool(r.get("is_superseded", False)) for r in signals],
             "baseline_score": [float(r.get("baseline_score", 0.0)) for r in signals],
-            "baseline_rank_inv": [0.0 if (k := r.get("baseline_rank")) is None else 1.0 / (1.0 + max(int(k), 0))
-                                  for r in signals],
+            "baseline_rank_inv": [
+                0.0 if (k := r.get("baseline_rank")) is None else 1.0 / (1.0 + max(int(k), 0)) for r in signals
+            ],
             "context_similarity": opt("context_similarity"),
             "pinned": [bool(r.get("pinned", False)) for r in signals],
-            "bm25_score": opt("bm25_score"), "vector_score": opt("vector_score"),
+            "bm25_score": opt("bm25_score"),
+            "vector_score": opt("vector_score"),
             "mentions_project": [bool(r.get("mentions_project", False)) for r in signals],
             "names_other_project": [bool(r.get("names_other_project", False)) for r in signals],
             "shares_project_vocabulary": [bool(r.get("shares_project_vocabulary", False)) for r in signals],
-            "shares_other_project_vocabulary": [bool(r.get("shares_other_project_vocabulary", False))
-                                                for r in signals],
+            "shares_other_project_vocabulary": [bool(r.get("shares_other_project_vocabulary", False)) for r in signals],
             "query_coverage": opt("query_coverage"),
             "content_chars": opt("content_chars"),
             "phase_weight": [1.0 if (v := r.get("phase_weight")) is None else float(v) for r in signals],
@@ -339,9 +341,22 @@ def feature_matrix_from_signals(signals: Sequence[Any], *, is_embedded: Sequence
 def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.ndarray | None:
     """Assemble ``[n, NUM_FEATURES]`` float32 from per-signal columns of Python numbers (rank
     already inverted, None already 0); None when a numeric column holds a non-finite value."""
-    numeric = {k: np.array(cols[k], dtype=np.float64) for k in (
-        "age_days", "importance", "access_count", "session_gap_hours", "baseline_score",
-        "context_similarity", "bm25_score", "vector_score", "query_coverage", "content_chars", "phase_weight")}
+    numeric = {
+        k: np.array(cols[k], dtype=np.float64)
+        for k in (
+            "age_days",
+            "importance",
+            "access_count",
+            "session_gap_hours",
+            "baseline_score",
+            "context_similarity",
+            "bm25_score",
+            "vector_score",
+            "query_coverage",
+            "content_chars",
+            "phase_weight",
+        )
+    }
     if not all(np.isfinite(v).all() for v in numeric.values()):
         return None
     n = len(cols["age_days"])
@@ -350,13 +365,27 @@ def _matrix_from_columns(cols: dict[str, list[Any]], times: list[float]) -> np.n
     rows[:, i["log_age_days"]] = np.log1p(np.maximum(numeric["age_days"], 0.0))
     rows[:, i["importance"]] = numeric["importance"]
     rows[:, i["log_access_count"]] = np.log1p(np.maximum(numeric["access_count"], 0.0))
-    rows[:, i["tod_sin"]:i["moy_cos"] + 1] = times
+    rows[:, i["tod_sin"] : i["moy_cos"] + 1] = times
     rows[:, i["log_session_gap_hours"]] = np.log1p(np.maximum(numeric["session_gap_hours"], 0.0))
-    for name in ("baseline_score", "context_similarity", "bm25_score", "vector_score", "query_coverage",
-                 "phase_weight"):
+    for name in (
+        "baseline_score",
+        "context_similarity",
+        "bm25_score",
+        "vector_score",
+        "query_coverage",
+        "phase_weight",
+    ):
         rows[:, i[name]] = numeric[name]
     rows[:, i["log_content_chars"]] = np.log1p(np.maximum(numeric["content_chars"], 0.0)) / CONTENT_CHARS_LOG_SCALE
-    for name in ("is_embedded", "is_superseded", "baseline_rank_inv", "pinned", "mentions_project",
-                 "names_other_project", "shares_project_vocabulary", "shares_other_project_vocabulary"):
+    for name in (
+        "is_embedded",
+        "is_superseded",
+        "baseline_rank_inv",
+        "pinned",
+        "mentions_project",
+        "names_other_project",
+        "shares_project_vocabulary",
+        "shares_other_project_vocabulary",
+    ):
         rows[:, i[name]] = np.array(cols[name], dtype=np.float64)
     return rows.astype(np.float32)

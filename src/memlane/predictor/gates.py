@@ -116,8 +116,9 @@ def _score_variance(scores: list[torch.Tensor], canary: Sequence[SessionBatch]) 
     return float(values.to(torch.float64).mean()) if values.numel() else float("nan")
 
 
-def _mean_ndcg(scores: list[torch.Tensor], canary: Sequence[SessionBatch], k: int,
-               leave_out: Collection[str] = ()) -> float:
+def _mean_ndcg(
+    scores: list[torch.Tensor], canary: Sequence[SessionBatch], k: int, leave_out: Collection[str] = ()
+) -> float:
     """Mean NDCG@k over canary sessions with a positive gain whose id is not in ``leave_out``;
     NaN when there are none."""
     total, count = 0.0, 0
@@ -186,12 +187,22 @@ def evaluate_gates(
         if check_overlap:
             gates.append(GateResult("top5_overlap", overlap >= t.min_topk_overlap, overlap, t.min_topk_overlap))
         else:
-            gates.append(GateResult("top5_overlap", True, overlap, t.min_topk_overlap, skipped=True,
-                                    detail="live model has no influence yet (alpha = 1)"))
+            gates.append(
+                GateResult(
+                    "top5_overlap",
+                    True,
+                    overlap,
+                    t.min_topk_overlap,
+                    skipped=True,
+                    detail="live model has no influence yet (alpha = 1)",
+                )
+            )
         if math.isnan(old_ndcg) and math.isnan(new_ndcg):
-            why = ("every canary session with a positive label was trained on by the previous model"
-                   if leave_out and not math.isnan(_mean_ndcg(new_scores, canary, t.ndcg_k))
-                   else "canary has no positive labels")
+            why = (
+                "every canary session with a positive label was trained on by the previous model"
+                if leave_out and not math.isnan(_mean_ndcg(new_scores, canary, t.ndcg_k))
+                else "canary has no positive labels"
+            )
             gates.append(_skip("ndcg_drop", why, t.max_ndcg_drop))
         else:
             drop = old_ndcg - new_ndcg

@@ -41,6 +41,7 @@ def baseline_prior_weights() -> torch.Tensor:
         w[FEATURE_INDEX[name]] = weight
     return w
 
+
 # Fill for padded attention logits: finite, so a fully padded row stays NaN-free.
 _MASKED_LOGIT = -1.0e9
 
@@ -353,7 +354,8 @@ class MemoryScorer(nn.Module):
                 return full
             linear = torch.einsum("bnf,f->bn", batch.features, self.anchor)
             return (_within_session_z(full, batch.mask) + _within_session_z(linear, batch.mask)).masked_fill(
-                ~batch.mask, 0.0)
+                ~batch.mask, 0.0
+            )
 
 
 def _within_session_z(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

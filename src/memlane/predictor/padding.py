@@ -14,4 +14,3 @@ __all__ = ["PADDED_Y_VALUE"]
 
 #: Label value of a padded candidate slot, shape-compatible with ``y_true`` ``[batch, slate]``.
 PADDED_Y_VALUE: float = -1.0e4
-

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memlane.ndcg import ndcg_at_k
 from memlane.config import predictor as C
+from memlane.ndcg import ndcg_at_k
 
 __all__ = [
     "ComparisonOutcome",
@@ -96,8 +96,7 @@ class PolicyState:
         return cls(**known)
 
 
-def status_line(state: PolicyState, phase: str, *, crashes_last_hour: int = 0,
-                min_training_sessions: int = 10) -> str:
+def status_line(state: PolicyState, phase: str, *, crashes_last_hour: int = 0, min_training_sessions: int = 10) -> str:
     """The one-line status of the session-start block (seed "4.x Agent-facing status").
 
     Args:
@@ -114,8 +113,10 @@ def status_line(state: PolicyState, phase: str, *, crashes_last_hour: int = 0,
         return f"[predictor: collecting | {min(s.training_sessions, need)}/{need} sessions | baseline only]"
     if phase == "warming":
         return f"[predictor: warming | success_rate={s.success_rate:.2f} | model_v{s.model_version} | baseline only]"
-    return f"[predictor: active | success_rate={s.success_rate:.2f} | \u03b1={alpha_for(s):.2f} | " \
-           f"model_v{s.model_version} | {s.training_sessions} sessions]"
+    return (
+        f"[predictor: active | success_rate={s.success_rate:.2f} | \u03b1={alpha_for(s):.2f} | "
+        f"model_v{s.model_version} | {s.training_sessions} sessions]"
+    )
 
 
 def phase_of(state: PolicyState, *, disabled: bool = False, min_training_sessions: int = 10) -> str:
@@ -181,16 +182,20 @@ def margin_guard_reason(state: PolicyState) -> str | None:
         one sentence for a person (``memlane predictor status``), or None when the guard
         lets the success rate decide.
     """
-    window = state.recent_margins[-C.MARGIN_WINDOW:]
+    window = state.recent_margins[-C.MARGIN_WINDOW :]
     if len(window) >= C.MARGIN_WINDOW:
         mean = sum(window) / len(window)
         if mean < C.MARGIN_WINDOW_MIN:
-            return (f"the last {len(window)} comparisons average a margin of {mean:+.3f} NDCG@10 "
-                    f"(below {C.MARGIN_WINDOW_MIN:g}: the model loses on average)")
+            return (
+                f"the last {len(window)} comparisons average a margin of {mean:+.3f} NDCG@10 "
+                f"(below {C.MARGIN_WINDOW_MIN:g}: the model loses on average)"
+            )
         return None
     if state.margin_ema < C.MARGIN_GUARD_MIN:
-        return (f"the margin EMA is {state.margin_ema:+.3f} NDCG@10 (below {C.MARGIN_GUARD_MIN:g}) "
-                f"and the window holds {len(window)} of {C.MARGIN_WINDOW} comparisons")
+        return (
+            f"the margin EMA is {state.margin_ema:+.3f} NDCG@10 (below {C.MARGIN_GUARD_MIN:g}) "
+            f"and the window holds {len(window)} of {C.MARGIN_WINDOW} comparisons"
+        )
     return None
 
 
@@ -236,8 +241,13 @@ def ndcg_of_ranking(ranking: Sequence[str], relevance: Mapping[str, float], k: i
     return ndcg_at_k(ranking, relevance, k)
 
 
-def evaluation_ndcg(baseline: Sequence[str], predictor: Sequence[str], injected: Sequence[str],
-                    labels: Mapping[str, float], k: int = C.NDCG_K) -> tuple[float | None, float | None, dict[str, float]]:
+def evaluation_ndcg(
+    baseline: Sequence[str],
+    predictor: Sequence[str],
+    injected: Sequence[str],
+    labels: Mapping[str, float],
+    k: int = C.NDCG_K,
+) -> tuple[float | None, float | None, dict[str, float]]:
     """NDCG@k of both rankings over one evaluation pool (seed "Success Rate Tracking").
 
     ``pool = top-k(baseline) U top-k(predictor) U injected``; each memory's relevance is its
@@ -270,10 +280,18 @@ def _ema(old: float, x: float) -> float:
     return (1.0 - C.EMA_ALPHA) * old + C.EMA_ALPHA * x
 
 
-def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, baseline_ndcg: float | None,
-                      confidence: float, predictor_scored: bool, project: str | None,
-                      min_training_sessions: int, train_interval_sessions: int,
-                      drift_reset_window: int) -> ComparisonOutcome:
+def record_comparison(
+    state: PolicyState,
+    *,
+    predictor_ndcg: float | None,
+    baseline_ndcg: float | None,
+    confidence: float,
+    predictor_scored: bool,
+    project: str | None,
+    min_training_sessions: int,
+    train_interval_sessions: int,
+    drift_reset_window: int,
+) -> ComparisonOutcome:
     """Update ``state`` in place after a session-end comparison.
 
     The EMA moves only when the session is confident (>= 0.6), the predictor scored the
@@ -313,10 +331,10 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
             state.success_rate = _ema(state.success_rate, 1.0 if won else 0.0)
         margin = float(predictor_ndcg) - float(baseline_ndcg)  # type: ignore[arg-type]
         state.margin_ema = _ema(state.margin_ema, margin)
-        state.recent_margins = [*state.recent_margins, margin][-C.MARGIN_WINDOW:]
+        state.recent_margins = [*state.recent_margins, margin][-C.MARGIN_WINDOW :]
         state.comparisons += 1
         if decisive:
-            state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW:]
+            state.recent_wins = [*state.recent_wins, int(won)][-C.COLD_START_WINDOW :]
         if project and decisive:
             ema, n = state.project_rates.pop(project, [0.0, 0])
             state.project_rates[project] = [_ema(ema, 1.0 if won else 0.0), n + 1]
@@ -334,19 +352,31 @@ def record_comparison(state: PolicyState, *, predictor_ndcg: float | None, basel
                 state.low_streak = 0
                 state.success_rate = C.DRIFT_RESET_EMA
                 state.recent_wins = []
-        elif (state.trained and not state.drifting and state.training_sessions >= min_training_sessions
-              and state.margin_ema >= 0 and len(state.recent_wins) >= C.COLD_START_WINDOW
-              and sum(state.recent_wins) / len(state.recent_wins) > C.COLD_START_MIN_SUCCESS):
+        elif (
+            state.trained
+            and not state.drifting
+            and state.training_sessions >= min_training_sessions
+            and state.margin_ema >= 0
+            and len(state.recent_wins) >= C.COLD_START_WINDOW
+            and sum(state.recent_wins) / len(state.recent_wins) > C.COLD_START_MIN_SUCCESS
+        ):
             state.cold_start_exited = True
             state.sessions_since_exit = 0
             exited = True
     due = drift or (confident and state.sessions_since_train >= train_interval_sessions)
-    return ComparisonOutcome(ema_updated=eligible, won=won, exited_cold_start=exited, drift_reset=drift,
-                             retrain_due=due)
+    return ComparisonOutcome(
+        ema_updated=eligible, won=won, exited_cold_start=exited, drift_reset=drift, retrain_due=due
+    )
 
 
-def pick_exploration(injected: Sequence[str], candidates: Sequence[str], baseline_rank: Mapping[str, int],
-                     predictor_rank: Mapping[str, int], rate: float, rng: random.Random) -> tuple[str, str] | None:
+def pick_exploration(
+    injected: Sequence[str],
+    candidates: Sequence[str],
+    baseline_rank: Mapping[str, int],
+    predictor_rank: Mapping[str, int],
+    rate: float,
+    rng: random.Random,
+) -> tuple[str, str] | None:
     """Epsilon-greedy exploration (seed "Exploration Sampling").
 
     With probability ``rate``, the lowest injected memory is replaced by the non-injected
@@ -361,8 +391,12 @@ def pick_exploration(injected: Sequence[str], candidates: Sequence[str], baselin
     return exploration_target(injected, candidates, baseline_rank, predictor_rank)
 
 
-def exploration_target(injected: Sequence[str], candidates: Sequence[str], baseline_rank: Mapping[str, int],
-                       predictor_rank: Mapping[str, int]) -> tuple[str, str] | None:
+def exploration_target(
+    injected: Sequence[str],
+    candidates: Sequence[str],
+    baseline_rank: Mapping[str, int],
+    predictor_rank: Mapping[str, int],
+) -> tuple[str, str] | None:
     """The exploration swap once the draw said explore: ``(lowest injected id, the non-injected
     candidate with the largest |baseline_rank - predictor_rank|)`` (first in ``candidates`` order
     on a tie), or None when nothing is injected or no candidate is ranked by both."""

@@ -33,8 +33,15 @@ from memlane.config import predictor as C
 from memlane.predictor.dataset import build_session
 from memlane.predictor.rpc_shapes import InvalidParams, SeedSignals, invalid_params, parse_signals
 
-__all__ = ["MAX_CANDIDATES", "ScoreParams", "TrainFromDbParams", "TrainParams", "parse_score_params",
-           "parse_train_from_db_params", "parse_train_params"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "ScoreParams",
+    "TrainFromDbParams",
+    "TrainParams",
+    "parse_score_params",
+    "parse_train_from_db_params",
+    "parse_train_params",
+]
 
 MAX_CANDIDATES = 1000
 
@@ -45,8 +52,9 @@ class _Params(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-def _validate(model: type[_Params], p: dict[str, Any], meanings: dict[str, str],
-              elements: dict[str, str] | None = None) -> Any:
+def _validate(
+    model: type[_Params], p: dict[str, Any], meanings: dict[str, str], elements: dict[str, str] | None = None
+) -> Any:
     try:
         return model.model_validate(p)
     except ValidationError as exc:
@@ -87,15 +95,26 @@ class ScoreParams(_Params):
 
 
 _SCORE_MEANINGS = {
-    "candidate_ids": "a non-empty array of strings", "candidates": "an array of objects",
-    "session_time": "an ISO-8601 time (string)", "session_gap_hours": "a finite number (hours)",
-    "project": "a string or null", "context_embedding_b64": "a base64 string", "context_text": "a string",
-    "candidate_embeddings": "an array of arrays", "candidate_embeddings_b64": "a base64 string",
-    "candidate_is_embedded": "an array of booleans", "candidate_texts": "an array of strings",
-    "continuity_score": "a number in [0, 1]", "confidence": "a number in [0, 1]",
+    "candidate_ids": "a non-empty array of strings",
+    "candidates": "an array of objects",
+    "session_time": "an ISO-8601 time (string)",
+    "session_gap_hours": "a finite number (hours)",
+    "project": "a string or null",
+    "context_embedding_b64": "a base64 string",
+    "context_text": "a string",
+    "candidate_embeddings": "an array of arrays",
+    "candidate_embeddings_b64": "a base64 string",
+    "candidate_is_embedded": "an array of booleans",
+    "candidate_texts": "an array of strings",
+    "continuity_score": "a number in [0, 1]",
+    "confidence": "a number in [0, 1]",
 }
-_SCORE_ELEMENTS = {"candidate_ids": "a non-empty string", "candidates": "an object",
-                   "candidate_is_embedded": "a boolean", "candidate_texts": "a string"}
+_SCORE_ELEMENTS = {
+    "candidate_ids": "a non-empty string",
+    "candidates": "an object",
+    "candidate_is_embedded": "a boolean",
+    "candidate_texts": "a string",
+}
 
 
 def _floats(raw: Any, name: str, dim: int | None = None) -> np.ndarray:
@@ -135,14 +154,21 @@ def _anonymous_count(m: ScoreParams) -> int:
             if not 1 <= len(rows) <= MAX_CANDIDATES:
                 raise InvalidParams(f"{key} must be an array of 1..{MAX_CANDIDATES} candidates")
             return len(rows)
-    raise InvalidParams("candidate_ids is required unless candidate_embeddings (the seed's train form) "
-                        "or candidate_texts lists the candidates")
+    raise InvalidParams(
+        "candidate_ids is required unless candidate_embeddings (the seed's train form) "
+        "or candidate_texts lists the candidates"
+    )
 
 
-def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
-                       labels_key: str | None = None,
-                       derive: Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]] | None = None,
-                       anonymous: bool = False) -> tuple[list[str], Any]:
+def parse_score_params(
+    p: Any,
+    *,
+    native_dim: int,
+    lookup: Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
+    labels_key: str | None = None,
+    derive: Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]] | None = None,
+    anonymous: bool = False,
+) -> tuple[list[str], Any]:
     """Validate ``score`` (or one ``train`` session's) params and build the
     :class:`~memlane.predictor.data.Session` with :func:`~memlane.predictor.dataset.build_session`,
     the one feature path of scoring and training.
@@ -205,8 +231,7 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     raw = [{**defaults, **r} for r in raw]
     seed = parse_signals(m.signals, n) if m.signals is not None else None
     try:
-        when = datetime.fromisoformat(m.session_time) if m.session_time \
-            else datetime.now().astimezone()
+        when = datetime.fromisoformat(m.session_time) if m.session_time else datetime.now().astimezone()
     except ValueError as exc:
         raise InvalidParams(f"session_time must be an ISO-8601 time: {exc}") from exc
     gap = m.session_gap_hours or 0.0
@@ -233,8 +258,10 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
     elif m.candidate_embeddings is not None:
         if len(m.candidate_embeddings) != n:
             raise InvalidParams(f"candidate_embeddings must be {n} arrays")
-        vectors = [None if r is None else _floats(r, f"candidate_embeddings[{i}]", native_dim)
-                   for i, r in enumerate(m.candidate_embeddings)]
+        vectors = [
+            None if r is None else _floats(r, f"candidate_embeddings[{i}]", native_dim)
+            for i, r in enumerate(m.candidate_embeddings)
+        ]
     elif ids is None:
         vectors = [None] * n  # anonymous, listed by candidate_texts
     else:
@@ -248,26 +275,37 @@ def parse_score_params(p: Any, *, native_dim: int, lookup: Callable[[list[str]],
             texts = [stored.get(mid, ("", None))[0] for mid in ids]
     if texts is None:
         if ids is None and (missing := next((i for i, v in enumerate(vectors) if v is None), None)) is not None:
-            raise InvalidParams(f"candidate_embeddings[{missing}] is null and there is no candidate_texts "
-                                f"(nor candidate_ids to read it from): a candidate needs its vector or its text")
+            raise InvalidParams(
+                f"candidate_embeddings[{missing}] is null and there is no candidate_texts "
+                f"(nor candidate_ids to read it from): a candidate needs its vector or its text"
+            )
         texts = [""] * n
     if len(texts) != n:
         raise InvalidParams(f"candidate_texts must be {n} strings")
     labels = _labels(p.get(labels_key), labels_key, n) if labels_key is not None else None
     confidence = m.continuity_score if "continuity_score" in m.model_fields_set else m.confidence
     try:
-        session = build_session(candidates=raw, session_time=when, session_gap_hours=gap, candidate_vectors=vectors,
-                                candidate_texts=texts, context_vector=ctx, context_text=m.context_text or "",
-                                project=project, native_dim=native_dim, labels=labels,
-                                confidence=1.0 if confidence is None else confidence)
+        session = build_session(
+            candidates=raw,
+            session_time=when,
+            session_gap_hours=gap,
+            candidate_vectors=vectors,
+            candidate_texts=texts,
+            context_vector=ctx,
+            context_text=m.context_text or "",
+            project=project,
+            native_dim=native_dim,
+            labels=labels,
+            confidence=1.0 if confidence is None else confidence,
+        )
     except ValueError as exc:
         raise InvalidParams(str(exc)) from exc
     return (ids if ids is not None else [f"#{i}" for i in range(n)]), session
 
 
-def _merge_seed_signals(seed: SeedSignals, m: ScoreParams, when: datetime, gap: float, project: str | None,
-                        raw: list[dict[str, Any]]
-                        ) -> tuple[datetime, datetime, float, str | None, list[dict[str, Any]]]:
+def _merge_seed_signals(
+    seed: SeedSignals, m: ScoreParams, when: datetime, gap: float, project: str | None, raw: list[dict[str, Any]]
+) -> tuple[datetime, datetime, float, str | None, list[dict[str, Any]]]:
     """Put the seed's ``signals`` in place of the daemon shape's fields they stand for.
 
     Args:
@@ -287,13 +325,16 @@ def _merge_seed_signals(seed: SeedSignals, m: ScoreParams, when: datetime, gap: 
     cut_off = when
     if seed.session_time is not None:
         if m.session_time:
-            raise InvalidParams("session_time and signals.time_of_day / day_of_week / month_of_year both "
-                                "give the session's time: send one of them")
+            raise InvalidParams(
+                "session_time and signals.time_of_day / day_of_week / month_of_year both "
+                "give the session's time: send one of them"
+            )
         when, cut_off = seed.session_time, datetime.now().astimezone()
     if seed.session_gap_hours is not None:
         if m.session_gap_hours is not None and gap != seed.session_gap_hours:
-            raise InvalidParams(f"session_gap_hours {gap} and signals.session_gap_hours "
-                                f"{seed.session_gap_hours} disagree")
+            raise InvalidParams(
+                f"session_gap_hours {gap} and signals.session_gap_hours {seed.session_gap_hours} disagree"
+            )
         gap = seed.session_gap_hours
     if seed.has_project:
         if project is not None and project != seed.project:
@@ -302,16 +343,21 @@ def _merge_seed_signals(seed: SeedSignals, m: ScoreParams, when: datetime, gap: 
     if seed.is_superseded is not None:
         for i, (r, flag) in enumerate(zip(raw, seed.is_superseded)):
             if "is_superseded" in r and bool(r["is_superseded"]) != flag:
-                raise InvalidParams(f"signals.is_superseded[{i}] ({flag}) and candidates[{i}].is_superseded "
-                                    f"({r['is_superseded']!r}) disagree")
+                raise InvalidParams(
+                    f"signals.is_superseded[{i}] ({flag}) and candidates[{i}].is_superseded "
+                    f"({r['is_superseded']!r}) disagree"
+                )
         raw = [{**r, "is_superseded": flag} for r, flag in zip(raw, seed.is_superseded)]
     return when, cut_off, gap, project, raw
 
 
 def _labels(raw: Any, key: str, n: int) -> np.ndarray:
     """A training session's labels: ``n`` JSON numbers (not booleans) in [-1, 1], float32."""
-    if not isinstance(raw, list) or len(raw) != n or \
-            not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw):
+    if (
+        not isinstance(raw, list)
+        or len(raw) != n
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)
+    ):
         raise InvalidParams(f"{key} must be {n} numbers")
     labels = _floats(raw, key, n)
     if (np.abs(labels) > 1.0).any():
@@ -340,8 +386,11 @@ def parse_train_params(p: Any) -> tuple[list[Any], int | None]:
     """
     if not isinstance(p, dict):
         raise InvalidParams("params must be an object")
-    m: TrainParams = _validate(TrainParams, {**p, "sessions": p.get("sessions", [p])},
-                               {"sessions": "a non-empty array", "epochs": "an integer in [1, 1000]"})
+    m: TrainParams = _validate(
+        TrainParams,
+        {**p, "sessions": p.get("sessions", [p])},
+        {"sessions": "a non-empty array", "epochs": "an integer in [1, 1000]"},
+    )
     return m.sessions, m.epochs
 
 
@@ -373,7 +422,15 @@ def parse_train_from_db_params(p: Any) -> TrainFromDbParams:
     Raises:
         InvalidParams: a parameter of the wrong type or out of range, naming it.
     """
-    return _validate(TrainFromDbParams, p if isinstance(p, dict) else {}, {
-        "limit": "an integer in [1, 100000]", "max_seconds": "a number in (0, 3600]",
-        "epochs": "an integer in [1, 1000]", "early_stop_patience": "an integer in [1, 1001]",
-        "influential": "a boolean", "hold_out_canary": "a boolean"})
+    return _validate(
+        TrainFromDbParams,
+        p if isinstance(p, dict) else {},
+        {
+            "limit": "an integer in [1, 100000]",
+            "max_seconds": "a number in (0, 3600]",
+            "epochs": "an integer in [1, 1000]",
+            "early_stop_patience": "an integer in [1, 1001]",
+            "influential": "a boolean",
+            "hold_out_canary": "a boolean",
+        },
+    )

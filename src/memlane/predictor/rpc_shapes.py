@@ -56,8 +56,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-__all__ = ["SIGNAL_KEYS", "TIME_KEYS", "InvalidParams", "SeedSignals", "SignalsModel", "invalid_params",
-           "parse_signals", "wall_clock"]
+__all__ = [
+    "SIGNAL_KEYS",
+    "TIME_KEYS",
+    "InvalidParams",
+    "SeedSignals",
+    "SignalsModel",
+    "invalid_params",
+    "parse_signals",
+    "wall_clock",
+]
 
 #: The keys of the seed's ``signals`` object.
 SIGNAL_KEYS = ("time_of_day", "day_of_week", "month_of_year", "project", "session_gap_hours", "is_superseded")
@@ -81,8 +89,14 @@ def _path(loc: tuple[int | str, ...], prefix: str) -> str:
     return out
 
 
-def invalid_params(exc: ValidationError, *, prefix: str = "", meanings: dict[str, str] | None = None,
-                   elements: dict[str, str] | None = None, known: tuple[str, ...] = ()) -> InvalidParams:
+def invalid_params(
+    exc: ValidationError,
+    *,
+    prefix: str = "",
+    meanings: dict[str, str] | None = None,
+    elements: dict[str, str] | None = None,
+    known: tuple[str, ...] = (),
+) -> InvalidParams:
     """The :class:`InvalidParams` for the first error of a pydantic validation of request params.
 
     Args:
@@ -147,8 +161,7 @@ class SignalsModel(BaseModel):
     session_gap_hours: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     is_superseded: list[bool] | None = Field(None)
 
-    @field_validator("time_of_day", "day_of_week", "month_of_year", "session_gap_hours", "is_superseded",
-                     mode="before")
+    @field_validator("time_of_day", "day_of_week", "month_of_year", "session_gap_hours", "is_superseded", mode="before")
     @classmethod
     def _explicit_null(cls, v: Any, info: ValidationInfo) -> Any:
         if v is None:
@@ -160,12 +173,15 @@ class SignalsModel(BaseModel):
         given = [k for k in TIME_KEYS if k in self.model_fields_set]
         if given and len(given) != len(TIME_KEYS):
             missing = [k for k in TIME_KEYS if k not in self.model_fields_set]
-            raise ValueError(f"signals.{missing[0]} is missing: signals.time_of_day, day_of_week and "
-                             f"month_of_year come together (the session's time), or not at all")
+            raise ValueError(
+                f"signals.{missing[0]} is missing: signals.time_of_day, day_of_week and "
+                f"month_of_year come together (the session's time), or not at all"
+            )
         n = (info.context or {}).get("n")
         if self.is_superseded is not None and n is not None and len(self.is_superseded) != n:
-            raise ValueError(f"signals.is_superseded must be {n} booleans (one per candidate), "
-                             f"got {len(self.is_superseded)} entries")
+            raise ValueError(
+                f"signals.is_superseded must be {n} booleans (one per candidate), got {len(self.is_superseded)} entries"
+            )
         return self
 
 
@@ -210,8 +226,9 @@ def wall_clock(time_of_day: float, day_of_week: int, month_of_year: int) -> date
         ValueError: a value out of those ranges.
     """
     if not (0.0 <= time_of_day < 1.0 and 0 <= day_of_week <= 6 and 1 <= month_of_year <= 12):
-        raise ValueError(f"time_of_day {time_of_day}, day_of_week {day_of_week}, "
-                         f"month_of_year {month_of_year} out of range")
+        raise ValueError(
+            f"time_of_day {time_of_day}, day_of_week {day_of_week}, month_of_year {month_of_year} out of range"
+        )
     first = datetime(_YEAR, month_of_year, 1)
     day = 1 + (day_of_week - first.weekday()) % 7
     seconds = min(round(time_of_day * _SECONDS_PER_DAY), _SECONDS_PER_DAY - 1)
@@ -239,10 +256,14 @@ def parse_signals(raw: Any, n: int) -> SeedSignals:
     try:
         m = SignalsModel.model_validate(raw, context={"n": n})
     except ValidationError as exc:
-        raise invalid_params(exc, prefix="signals.", meanings=_MEANINGS, elements=_ELEMENTS,
-                             known=SIGNAL_KEYS) from exc
+        raise invalid_params(exc, prefix="signals.", meanings=_MEANINGS, elements=_ELEMENTS, known=SIGNAL_KEYS) from exc
     when = None
     if m.time_of_day is not None and m.day_of_week is not None and m.month_of_year is not None:
         when = wall_clock(m.time_of_day, m.day_of_week, m.month_of_year)  # the three come together
-    return SeedSignals(session_time=when, project=m.project, has_project="project" in m.model_fields_set,
-                       session_gap_hours=m.session_gap_hours, is_superseded=m.is_superseded)
+    return SeedSignals(
+        session_time=when,
+        project=m.project,
+        has_project="project" in m.model_fields_set,
+        session_gap_hours=m.session_gap_hours,
+        is_superseded=m.is_superseded,
+    )

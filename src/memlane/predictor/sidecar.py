@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,11 +63,11 @@ import orjson
 
 from memlane.config import predictor as C
 from memlane.predictor.dataset import derived_signals, load_sessions
+from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.predictor.features import FEATURE_NAMES
 from memlane.predictor.rpc_params import parse_score_params, parse_train_from_db_params, parse_train_params
 from memlane.predictor.rpc_shapes import InvalidParams
 from memlane.predictor.vocabulary import VocabularyCache
-from memlane.predictor.engine import PredictorEngine, load_or_fresh
 from memlane.storage import predictor as pred_sql
 from memlane.storage.db import open_readonly
 
@@ -89,8 +89,9 @@ class Sidecar:
         load_error: why a stored checkpoint was set aside at start-up (reported by status).
     """
 
-    def __init__(self, engine: PredictorEngine, db_path: str | Path | None, out: IO[str],
-                 load_error: str | None = None) -> None:
+    def __init__(
+        self, engine: PredictorEngine, db_path: str | Path | None, out: IO[str], load_error: str | None = None
+    ) -> None:
         self.engine = engine
         self.db_path = db_path
         self.out = out
@@ -101,8 +102,12 @@ class Sidecar:
         self._local = threading.local()
         self.vocabulary = VocabularyCache()  # the score path's (one thread); training loads its own
         self.methods: dict[str, Callable[[Any], Any]] = {
-            "score": self.score, "train": self.train, "train_from_db": self.train_from_db,
-            "status": self.status, "save_checkpoint": self.save_checkpoint}
+            "score": self.score,
+            "train": self.train,
+            "train_from_db": self.train_from_db,
+            "status": self.status,
+            "save_checkpoint": self.save_checkpoint,
+        }
 
     # -- plumbing -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -140,8 +145,10 @@ class Sidecar:
             return self._reply(None, error=(PARSE_ERROR, f"parse error: {exc}"))
         if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
             rid = req.get("id") if isinstance(req, dict) else None
-            return self._reply(rid if isinstance(rid, (str, int)) else None,
-                               error=(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object"))
+            return self._reply(
+                rid if isinstance(rid, (str, int)) else None,
+                error=(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object"),
+            )
         rid = req.get("id")
         if rid is not None and not isinstance(rid, (str, int)):
             return self._reply(None, error=(INVALID_REQUEST, "id must be a string or an integer"))
@@ -170,8 +177,12 @@ class Sidecar:
             except ValueError as exc:  # a non-finite number in the result is not JSON
                 self._reply(rid, error=(INTERNAL_ERROR, f"result is not valid JSON: {exc}"))
 
-    def _readers(self) -> tuple[Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
-                                Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]]]:
+    def _readers(
+        self,
+    ) -> tuple[
+        Callable[[list[str]], dict[str, tuple[str, bytes | None]]],
+        Callable[[list[str], str | None, datetime], dict[str, dict[str, Any]]],
+    ]:
         """``(lookup, derive)`` for one request's :func:`parse_score_params`, sharing one read of
         the candidates' rows (:func:`memlane.storage.predictor.memory_rows`): vectors and texts
         for the model, project and text for the derived signals (as :func:`load_sessions`).
@@ -193,9 +204,14 @@ class Sidecar:
                 return {}
             if project is not None:
                 self.vocabulary.sync(self._conn())
-            return derived_signals(self._conn(), ids, project=project, session_time=when,
-                                   memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()},
-                                   vocabulary=self.vocabulary)
+            return derived_signals(
+                self._conn(),
+                ids,
+                project=project,
+                session_time=when,
+                memories=lambda: {m: (proj, content) for m, (content, _, proj) in read(ids).items()},
+                vocabulary=self.vocabulary,
+            )
 
         return lookup, derive
 
@@ -232,12 +248,18 @@ class Sidecar:
         lookup, derive = self._readers()
         ids, session = parse_score_params(p, native_dim=self.engine.native_dim, lookup=lookup, derive=derive)
         scores = self.engine.score(session)
-        out = {"scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
-               "model_version": self.engine.model_version, "trained": self.engine.trained,
-               "took_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        out = {
+            "scores": [{"id": i, "score": float(s)} for i, s in zip(ids, scores)],
+            "model_version": self.engine.model_version,
+            "trained": self.engine.trained,
+            "took_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
         if want_features:
-            out["features"] = {"names": list(FEATURE_NAMES), "rows": session.features.tolist(),
-                               "project": session.project}
+            out["features"] = {
+                "names": list(FEATURE_NAMES),
+                "rows": session.features.tolist(),
+                "project": session.project,
+            }
         return out
 
     def train(self, p: Any) -> dict[str, Any]:
@@ -270,8 +292,16 @@ class Sidecar:
         for k, item in enumerate(items):
             lookup, derive = self._readers()
             try:
-                sessions.append(parse_score_params(item, native_dim=self.engine.native_dim, lookup=lookup,
-                                                   derive=derive, labels_key="labels", anonymous=True)[1])
+                sessions.append(
+                    parse_score_params(
+                        item,
+                        native_dim=self.engine.native_dim,
+                        lookup=lookup,
+                        derive=derive,
+                        labels_key="labels",
+                        anonymous=True,
+                    )[1]
+                )
             except InvalidParams as exc:
                 if "sessions" in p:
                     raise InvalidParams(f"sessions[{k}]: {exc}") from exc
@@ -309,8 +339,9 @@ class Sidecar:
         e = self.engine
         conn = self._conn()
         t0 = time.perf_counter()
-        kw: dict[str, Any] = dict(embedding_model=e.embedding_model_id, native_dim=e.native_dim,
-                                  min_confidence=C.MIN_SCORER_CONFIDENCE)
+        kw: dict[str, Any] = dict(
+            embedding_model=e.embedding_model_id, native_dim=e.native_dim, min_confidence=C.MIN_SCORER_CONFIDENCE
+        )
         canary_keys = pred_sql.canary_keys(conn)
         canary = load_sessions(conn, keys=canary_keys, limit=len(canary_keys) or 1, **kw) if canary_keys else []
         # The daemon trains on the canary until cold start exits: until then a worse model
@@ -325,22 +356,37 @@ class Sidecar:
         load_ms = (time.perf_counter() - t0) * 1000
         self._training.set()
         try:
-            report = e.train(sessions, canary=canary, replay=replay, max_seconds=params.max_seconds,
-                             max_epochs=params.epochs, influential=params.influential,
-                             early_stop_patience=params.early_stop_patience)
+            report = e.train(
+                sessions,
+                canary=canary,
+                replay=replay,
+                max_seconds=params.max_seconds,
+                max_epochs=params.epochs,
+                influential=params.influential,
+                early_stop_patience=params.early_stop_patience,
+            )
         finally:
             self._training.clear()
         out = report.to_dict()
-        out.update(load_ms=round(load_ms, 1), canary_sessions=len(canary), replay_sessions=len(replay),
-                   canary_seen=sorted(k for k in canary_keys if k in e.trained_on), step=e.steps_total)
+        out.update(
+            load_ms=round(load_ms, 1),
+            canary_sessions=len(canary),
+            replay_sessions=len(replay),
+            canary_seen=sorted(k for k in canary_keys if k in e.trained_on),
+            step=e.steps_total,
+        )
         return out
 
     def status(self, _p: Any = None) -> dict[str, Any]:
         """``status``: the engine's state (trained, model version, stage, parameters) plus
         ``busy_training``, ``pid``, ``db`` and ``checkpoint_error`` (a refused checkpoint)."""
         out = self.engine.status()
-        out.update(busy_training=self._training.is_set(), pid=os.getpid(), db=str(self.db_path or ""),
-                   checkpoint_error=self.load_error)
+        out.update(
+            busy_training=self._training.is_set(),
+            pid=os.getpid(),
+            db=str(self.db_path or ""),
+            checkpoint_error=self.load_error,
+        )
         return out
 
     def save_checkpoint(self, _p: Any = None) -> dict[str, Any]:
@@ -354,17 +400,26 @@ class Sidecar:
         self._trainer.shutdown(wait=True)
 
 
-def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, native_dim: int,
-          base_weights: str | None = None, threads: int = 1, stdin: IO[str] | None = None,
-          stdout: IO[str] | None = None) -> int:
+def serve(
+    *,
+    db_path: str | None,
+    model_dir: str,
+    embedding_model_id: str,
+    native_dim: int,
+    base_weights: str | None = None,
+    threads: int = 1,
+    stdin: IO[str] | None = None,
+    stdout: IO[str] | None = None,
+) -> int:
     """Run the sidecar until stdin closes; returns the process exit code (0)."""
     from memlane.predictor.model import configure_threads
 
     configure_threads(threads)
     out = stdout or sys.stdout
     inp = stdin or sys.stdin
-    engine, load_error = load_or_fresh(model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim,
-                                       base_weights=base_weights)
+    engine, load_error = load_or_fresh(
+        model_dir, embedding_model_id=embedding_model_id, native_dim=native_dim, base_weights=base_weights
+    )
     sidecar = Sidecar(engine, db_path, out, load_error)
     if db_path:  # read every memory's words now, not in the first session-start's score request
         try:
@@ -372,13 +427,20 @@ def serve(*, db_path: str | None, model_dir: str, embedding_model_id: str, nativ
             sidecar.vocabulary.sync(conn)
             last = pred_sql.latest_session_project(conn)
             if last is not None:  # and count its words as of now, for the latest session's project
-                derived_signals(conn, ["warm-up"], project=last, session_time=datetime.now(UTC),
-                                vocabulary=sidecar.vocabulary)
+                derived_signals(
+                    conn, ["warm-up"], project=last, session_time=datetime.now(UTC), vocabulary=sidecar.vocabulary
+                )
         except sqlite3.Error as exc:
             log.warning("project vocabulary not loaded at start-up: %s", exc)
     # Warm the scoring path once (first-call allocations), then announce readiness.
-    sidecar.score({"candidate_ids": ["warm-a", "warm-b"], "candidate_texts": ["a", "b"],
-                   "candidate_embeddings": [None, None], "context_text": "warm up"})
+    sidecar.score(
+        {
+            "candidate_ids": ["warm-a", "warm-b"],
+            "candidate_texts": ["a", "b"],
+            "candidate_embeddings": [None, None],
+            "context_text": "warm up",
+        }
+    )
     # What PyTorch and the model loaded stays for the process's life: out of the collector's
     # full passes, which a score request would otherwise wait behind (Python docs, gc.freeze).
     gc.collect()

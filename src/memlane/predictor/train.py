@@ -96,24 +96,27 @@ def _clone(model: MemoryScorer, optimizer: torch.optim.Optimizer) -> tuple[Memor
     return clone, clone_opt
 
 
-def _penalty(prior: tuple[torch.Tensor, float] | None, bilinear_l2: float, model: MemoryScorer
-             ) -> Callable[[MemoryScorer], torch.Tensor] | None:
+def _penalty(
+    prior: tuple[torch.Tensor, float] | None, bilinear_l2: float, model: MemoryScorer
+) -> Callable[[MemoryScorer], torch.Tensor] | None:
     """The MAP terms added to every step's loss: the Gaussian prior on the linear feature
     weights and the L2 on the bilinear W (see :class:`Constraints`); None when neither applies."""
     centre, lam = (None, 0.0) if prior is None else prior
     if centre is not None:
         centre = centre.detach().to(model.gate_linear.weight.dtype).reshape(-1)
         if centre.shape[0] != model.config.num_features or not math.isfinite(lam) or lam < 0:
-            raise ValueError(f"prior must be ([{model.config.num_features}], lam >= 0), got "
-                             f"({tuple(centre.shape)}, {lam})")
+            raise ValueError(
+                f"prior must be ([{model.config.num_features}], lam >= 0), got ({tuple(centre.shape)}, {lam})"
+            )
     if centre is None and bilinear_l2 == 0:
         return None
 
     def penalty(m: MemoryScorer) -> torch.Tensor:
-        total = bilinear_l2 * (m.context_bilinear ** 2).sum()
+        total = bilinear_l2 * (m.context_bilinear**2).sum()
         if centre is not None:
             total = total + lam * ((m.feature_weight_view() - centre) ** 2).sum()
         return total
+
     return penalty
 
 
@@ -136,8 +139,14 @@ def _epoch_plan(train: Sequence[SessionBatch], rng: random.Random) -> list[Sessi
     return plan
 
 
-def _mixed_loss(loss_fn: LossFn, candidate: MemoryScorer, batch: SessionBatch,
-                replay: Sequence[SessionBatch], share: float, rng: random.Random) -> torch.Tensor:
+def _mixed_loss(
+    loss_fn: LossFn,
+    candidate: MemoryScorer,
+    batch: SessionBatch,
+    replay: Sequence[SessionBatch],
+    share: float,
+    rng: random.Random,
+) -> torch.Tensor:
     """One step's loss: ``(1 - share) * L(batch) + share * L(replay batch)`` (seed "Replay
     buffer for drift recovery": each training batch ~80 % recent sessions, ~20 % replay).
 
@@ -288,23 +297,33 @@ def _prepare(model: MemoryScorer, optimizer: torch.optim.Optimizer, constraints:
         masks = {named[n]: m.to(named[n].dtype) for n, m in constraints.grad_masks.items()}
         for n, p in named.items():
             p.requires_grad_(n in constraints.grad_masks)
-    for what, masks_by_name in (("held_at_zero", constraints.held_at_zero),
-                                ("non_positive", constraints.non_positive)):
+    for what, masks_by_name in (("held_at_zero", constraints.held_at_zero), ("non_positive", constraints.non_positive)):
         unknown = set(masks_by_name or {}) - set(named)
         if unknown:
             raise ValueError(f"{what} names unknown parameters: {sorted(unknown)}")
     prepared = _Prepared(
-        candidate, cand_opt, named, masks,
+        candidate,
+        cand_opt,
+        named,
+        masks,
         held={named[n]: m.bool() for n, m in (constraints.held_at_zero or {}).items()},
         bounded={named[n]: m.bool() for n, m in (constraints.non_positive or {}).items()},
-        penalty=_penalty(constraints.prior, constraints.bilinear_l2, candidate))
+        penalty=_penalty(constraints.prior, constraints.bilinear_l2, candidate),
+    )
     prepared.project()
     return prepared
 
 
-def _run_epoch(run: _Prepared, result: FitResult, config: FitConfig, loss_fn: LossFn,
-               train_batches: Sequence[SessionBatch], replay_batches: Sequence[SessionBatch],
-               rng: random.Random, start: float) -> list[float]:
+def _run_epoch(
+    run: _Prepared,
+    result: FitResult,
+    config: FitConfig,
+    loss_fn: LossFn,
+    train_batches: Sequence[SessionBatch],
+    replay_batches: Sequence[SessionBatch],
+    rng: random.Random,
+    start: float,
+) -> list[float]:
     """One shuffled pass over ``train_batches``: a step per batch, each recorded in ``result``.
 
     Stops early (setting ``result.stop_reason``) at the time cap or a non-finite loss.

@@ -42,6 +42,7 @@ MIN_DISTINCTIVE_DF = 2
 
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9._-]*[a-z0-9]")
 
+
 def tokens(text: str) -> frozenset[str]:
     """Lower-cased word tokens of ``text`` (2+ chars of ``[a-z0-9._-]``, starting and ending
     alphanumeric: "fly.io." at the end of a sentence is "fly.io"), without the BM25 leg's
@@ -89,8 +90,11 @@ class VocabularyCache:
         """
         try:
             if self._mem:  # edits and soft deletes of rows held: re-read the rows whose mark moved
-                moved = [seq for seq, at in pred_sql.updated_since(conn, self._max_updated, self._max_seq)
-                         if self._held.get(seq) != at]
+                moved = [
+                    seq
+                    for seq, at in pred_sql.updated_since(conn, self._max_updated, self._max_seq)
+                    if self._held.get(seq) != at
+                ]
                 if moved:
                     self._apply(pred_sql.vocabulary_rows(conn, seqs=moved))
             self._apply(pred_sql.vocabulary_rows(conn, after_seq=self._max_seq))
@@ -114,7 +118,9 @@ class VocabularyCache:
         self.__init__()  # type: ignore[misc]
 
     def _put(self, r: pred_sql.VocabularyRow) -> None:
-        m = _Memory((r.created_at, r.seq), r.id, project_name(r.project), (r.content or "").lower(), tokens(r.content or ""))
+        m = _Memory(
+            (r.created_at, r.seq), r.id, project_name(r.project), (r.content or "").lower(), tokens(r.content or "")
+        )
         self._mem[r.seq] = m
         self._seq[r.id] = r.seq
         pos = bisect.bisect_left(self._order, m.key)
@@ -179,8 +185,9 @@ class VocabularyCache:
         self._cutoff = cutoff
 
     # -- the signals ---------------------------------------------------------------------
-    def signals(self, ids: Iterable[str], *, project: str | None, cutoff: str,
-                known_projects: Iterable[str]) -> dict[str, tuple[bool, bool]]:
+    def signals(
+        self, ids: Iterable[str], *, project: str | None, cutoff: str, known_projects: Iterable[str]
+    ) -> dict[str, tuple[bool, bool]]:
         """``{memory id: (shares_project_vocabulary, shares_other_project_vocabulary)}``.
 
         Args:
@@ -210,7 +217,7 @@ class VocabularyCache:
             for t in m.toks:
                 per = self._df.get(t)
                 if per is not None and len(per) == 1:
-                    (proj, count), = per.items()
+                    ((proj, count),) = per.items()
                     if count >= MIN_DISTINCTIVE_DF:
                         if proj == own:
                             mine = True

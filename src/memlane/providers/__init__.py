@@ -14,6 +14,7 @@ Modules:
 
 from __future__ import annotations
 
+from memlane.config.llm import LlmSettings
 from memlane.errors import ConfigError
 from memlane.providers.base import (
     LlmError,
@@ -26,7 +27,6 @@ from memlane.providers.base import (
 from memlane.providers.claude_cli import ClaudeCodeProvider
 from memlane.providers.ollama import OllamaProvider
 from memlane.providers.openai_compat import OpenAICompatProvider
-from memlane.config.llm import LlmSettings
 
 __all__ = [
     "ClaudeCodeProvider",

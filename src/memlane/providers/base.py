@@ -15,12 +15,11 @@ the providers without structured output and for servers too old to honour it.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import json
 import logging
 import math
 import re
+from abc import ABC, abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
 from memlane.errors import MemlaneError
@@ -58,8 +57,14 @@ class LlmProvider(Protocol):
 
     name: str
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
-                 schema: dict[str, Any] | None = None) -> str:
+    def generate(
+        self,
+        prompt: str,
+        *,
+        timeout_s: float | None = None,
+        max_tokens: int | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> str:
         """The model's raw reply to ``prompt`` (think blocks and fences left in).
 
         Args:
@@ -168,8 +173,14 @@ class HttpLlmProvider(ABC):
     def _fail(self, message: str, cls: type[LlmError] = LlmError, **details: Any) -> LlmError:
         return cls(f"{self.name}: {message}", details={"provider": self.name, "url": self.url, **details})
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
-                 schema: dict[str, Any] | None = None) -> str:
+    def generate(
+        self,
+        prompt: str,
+        *,
+        timeout_s: float | None = None,
+        max_tokens: int | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> str:
         """POST ``prompt`` and return the generated text, unmodified.
 
         Args:
@@ -193,15 +204,23 @@ class HttpLlmProvider(ABC):
             if wanted is None or exc.details.get("status") not in SCHEMA_REFUSED_STATUSES:
                 raise
             self.structured_output = False
-            log.warning("%s refused structured output (HTTP %s); sending prompts without a schema from now on",
-                        self.name, exc.details.get("status"))
+            log.warning(
+                "%s refused structured output (HTTP %s); sending prompts without a schema from now on",
+                self.name,
+                exc.details.get("status"),
+            )
             reply = self._post(self._payload(prompt, tokens, None), timeout)
         return self._text(reply)
 
     def _post(self, payload: dict[str, Any], timeout: float) -> Any:
-        return self._client.post_json(self.url, payload, timeout_s=timeout,
-                                      fail=lambda message, timed_out, **details: self._fail(
-                                          message, LlmTimeout if timed_out else LlmError, **details))
+        return self._client.post_json(
+            self.url,
+            payload,
+            timeout_s=timeout,
+            fail=lambda message, timed_out, **details: self._fail(
+                message, LlmTimeout if timed_out else LlmError, **details
+            ),
+        )
 
     def available(self) -> bool:
         """``GET probe_url`` answers 2xx within 3 s. Never raises."""

@@ -72,8 +72,14 @@ class ClaudeCodeProvider:
     def _fail(self, message: str, cls: type[LlmError] = LlmError, **details: Any) -> LlmError:
         return cls(f"{self.name}: {message}", details={"provider": self.name, "command": self.command, **details})
 
-    def generate(self, prompt: str, *, timeout_s: float | None = None, max_tokens: int | None = None,
-                 schema: dict[str, Any] | None = None) -> str:
+    def generate(
+        self,
+        prompt: str,
+        *,
+        timeout_s: float | None = None,
+        max_tokens: int | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> str:
         """Run the CLI on ``prompt`` and return its stdout, stripped (think blocks left in).
 
         Args:
@@ -132,8 +138,9 @@ class ClaudeCodeProvider:
                 self._running.discard(proc)
         stdout = out.decode("utf-8", errors="replace")
         if self._closed and proc.returncode != 0:
-            raise self._fail(f"{self.command!r} was killed: the provider was closed (shutting down)",
-                             exit_code=proc.returncode)
+            raise self._fail(
+                f"{self.command!r} was killed: the provider was closed (shutting down)", exit_code=proc.returncode
+            )
         if proc.returncode != 0:
             stderr = err.decode("utf-8", errors="replace").strip() or stdout.strip()
             excerpt = stderr[:BODY_EXCERPT_CHARS]

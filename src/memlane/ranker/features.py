@@ -50,23 +50,51 @@ SCHEMA_VERSION = 2
 
 #: Feature name -> group, in column order.
 FEATURE_GROUPS: dict[str, str] = {
-    "hybrid": "retrieval", "hybrid_rank": "retrieval", "hybrid_gap": "retrieval", "hybrid_z": "retrieval",
-    "final": "retrieval", "final_rank": "retrieval", "final_gap": "retrieval",
-    "vector": "retrieval", "vector_rank": "retrieval", "vector_gap": "retrieval",
-    "vector_content": "retrieval", "vector_content_rank": "retrieval", "vector_content_gap": "retrieval",
+    "hybrid": "retrieval",
+    "hybrid_rank": "retrieval",
+    "hybrid_gap": "retrieval",
+    "hybrid_z": "retrieval",
+    "final": "retrieval",
+    "final_rank": "retrieval",
+    "final_gap": "retrieval",
+    "vector": "retrieval",
+    "vector_rank": "retrieval",
+    "vector_gap": "retrieval",
+    "vector_content": "retrieval",
+    "vector_content_rank": "retrieval",
+    "vector_content_gap": "retrieval",
     "vector_context": "retrieval",
-    "bm25": "retrieval", "bm25_rank": "retrieval", "bm25_gap": "retrieval",
-    "coverage": "lexical", "coverage_idf": "lexical", "coverage_rank": "lexical", "coverage_rel": "lexical",
+    "bm25": "retrieval",
+    "bm25_rank": "retrieval",
+    "bm25_gap": "retrieval",
+    "coverage": "lexical",
+    "coverage_idf": "lexical",
+    "coverage_rank": "lexical",
+    "coverage_rel": "lexical",
     "log_chars": "lexical",
     "is_question": "lexical",
-    "query_names": "entity", "speaker_match": "entity", "speaker_other": "entity", "names_in_body": "entity",
-    "query_temporal": "time", "memory_time_expr": "time", "log_age_days": "time", "recency_rank": "time",
-    "prev_hybrid": "cooccurrence", "next_hybrid": "cooccurrence", "near2_max": "cooccurrence",
-    "prev_coverage": "cooccurrence", "next_coverage": "cooccurrence",
-    "prev_is_question": "cooccurrence", "prev_vector_content": "cooccurrence", "next_vector_content": "cooccurrence",
-    "prev_speaker_match": "cooccurrence", "next_speaker_match": "cooccurrence",
-    "hour_count": "cooccurrence", "hour_sum": "cooccurrence",
-    "question_word": "query", "query_words": "query",
+    "query_names": "entity",
+    "speaker_match": "entity",
+    "speaker_other": "entity",
+    "names_in_body": "entity",
+    "query_temporal": "time",
+    "memory_time_expr": "time",
+    "log_age_days": "time",
+    "recency_rank": "time",
+    "prev_hybrid": "cooccurrence",
+    "next_hybrid": "cooccurrence",
+    "near2_max": "cooccurrence",
+    "prev_coverage": "cooccurrence",
+    "next_coverage": "cooccurrence",
+    "prev_is_question": "cooccurrence",
+    "prev_vector_content": "cooccurrence",
+    "next_vector_content": "cooccurrence",
+    "prev_speaker_match": "cooccurrence",
+    "next_speaker_match": "cooccurrence",
+    "hour_count": "cooccurrence",
+    "hour_sum": "cooccurrence",
+    "question_word": "query",
+    "query_words": "query",
 }
 #: Column names, in order.
 FEATURES: tuple[str, ...] = tuple(FEATURE_GROUPS)
@@ -75,10 +103,32 @@ CATEGORICAL: tuple[str, ...] = ("question_word",)
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(FEATURE_GROUPS.values()))
 
 #: question_word codes (first matching word of the query).
-QUESTION_WORDS: dict[str, int] = {"what": 1, "when": 2, "where": 3, "who": 4, "whom": 4, "whose": 4, "why": 5,
-                                  "how": 6, "which": 7, "did": 8, "does": 8, "do": 8, "is": 8, "are": 8,
-                                  "was": 8, "were": 8, "has": 8, "have": 8, "had": 8, "can": 8, "could": 8,
-                                  "would": 8, "will": 8, "should": 8}
+QUESTION_WORDS: dict[str, int] = {
+    "what": 1,
+    "when": 2,
+    "where": 3,
+    "who": 4,
+    "whom": 4,
+    "whose": 4,
+    "why": 5,
+    "how": 6,
+    "which": 7,
+    "did": 8,
+    "does": 8,
+    "do": 8,
+    "is": 8,
+    "are": 8,
+    "was": 8,
+    "were": 8,
+    "has": 8,
+    "have": 8,
+    "had": 8,
+    "can": 8,
+    "could": 8,
+    "would": 8,
+    "will": 8,
+    "should": 8,
+}
 
 #: Memory texts whose derived fields are cached (least recently used dropped first).
 MAX_CACHED = 20_000
@@ -89,18 +139,86 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'.\-]*(?: [A-Z][\w'.\-]*){0,2}):\s")
 _TEMPORAL_QUERY = re.compile(
     r"\b(?:when|what (?:year|month|day|date|time|week)|which (?:year|month|day|date|week)|how long|"
-    r"how many (?:years|months|weeks|days)|since when|what age|date)\b", re.IGNORECASE)
-_MONTHS = ("january|february|march|april|june|july|august|september|october|november|december|"
-           "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
+    r"how many (?:years|months|weeks|days)|since when|what age|date)\b",
+    re.IGNORECASE,
+)
+_MONTHS = (
+    "january|february|march|april|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
 _TIME_EXPR = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|recently|ago|last (?:night|week|month|year|weekend|time|summer|"
     r"winter|spring|fall|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|next (?:week|month|year|"
     r"weekend)|this (?:week|month|year|weekend|morning|afternoon|evening|summer|winter|spring|fall)|"
     r"(?:a|one|two|three|few|couple of) (?:days?|weeks?|months?|years?)|weekend|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
-    r"(?:19|20)\d\d|" + _MONTHS + r")\b", re.IGNORECASE)
+    r"(?:19|20)\d\d|" + _MONTHS + r")\b",
+    re.IGNORECASE,
+)
 #: Capitalised words that are not names when they appear in a query.
-_NOT_NAMES = frozenset(["i", "what", "when", "where", "who", "whom", "whose", "why", "how", "which", "did", "does", "do", "is", "are", "was", "were", "has", "have", "had", "can", "could", "would", "will", "should", "the", "a", "an", "in", "on", "at", "of", "for", "to", "and", "or", "but", "if", "this", "that", "these", "those", "my", "your", "his", "her", "their", "our", "its", "it", "he", "she", "they", "we", "you", "me", "him", "them", "us"])
+_NOT_NAMES = frozenset(
+    [
+        "i",
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "how",
+        "which",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "the",
+        "a",
+        "an",
+        "in",
+        "on",
+        "at",
+        "of",
+        "for",
+        "to",
+        "and",
+        "or",
+        "but",
+        "if",
+        "this",
+        "that",
+        "these",
+        "those",
+        "my",
+        "your",
+        "his",
+        "her",
+        "their",
+        "our",
+        "its",
+        "it",
+        "he",
+        "she",
+        "they",
+        "we",
+        "you",
+        "me",
+        "him",
+        "them",
+        "us",
+    ]
+)
 
 
 def query_names(query: str) -> list[str]:
@@ -159,9 +277,14 @@ class TextCache:
             d = self._items.get(t)
             if d is None:
                 speaker = speaker_of(t)
-                body = t[t.index(":") + 1:] if speaker is not None else t
-                d = _Derived(speaker, frozenset(w.lower() for w in _WORD.findall(body)),
-                             _TIME_EXPR.search(t) is not None, math.log1p(len(t)), "?" in body)
+                body = t[t.index(":") + 1 :] if speaker is not None else t
+                d = _Derived(
+                    speaker,
+                    frozenset(w.lower() for w in _WORD.findall(body)),
+                    _TIME_EXPR.search(t) is not None,
+                    math.log1p(len(t)),
+                    "?" in body,
+                )
                 self._items.put(t, d)
             out.append(d)
         return out
@@ -285,11 +408,22 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     names = query_names(query)
     name_set = set(names)
     put("query_names", len(names))
-    speaker_match = np.array([np.nan if d.speaker is None else float(d.speaker.split()[0] in name_set
-                                                                     or d.speaker in name_set) for d in derived])
+    speaker_match = np.array(
+        [
+            np.nan if d.speaker is None else float(d.speaker.split()[0] in name_set or d.speaker in name_set)
+            for d in derived
+        ]
+    )
     put("speaker_match", speaker_match)
-    put("speaker_other", [np.nan if d.speaker is None or not names else
-                          float(not (d.speaker.split()[0] in name_set or d.speaker in name_set)) for d in derived])
+    put(
+        "speaker_other",
+        [
+            np.nan
+            if d.speaker is None or not names
+            else float(not (d.speaker.split()[0] in name_set or d.speaker in name_set))
+            for d in derived
+        ],
+    )
     put("names_in_body", [len(name_set & d.body_words) / len(names) if names else np.nan for d in derived])
     # time
     put("query_temporal", float(_TEMPORAL_QUERY.search(query) is not None))

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 __all__ = [
     "CATEGORY_NAMES",
@@ -50,8 +50,20 @@ _DATE = re.compile(
 _MONTHS = {
     m: i
     for i, name in enumerate(
-        ["january", "february", "march", "april", "may", "june", "july",
-         "august", "september", "october", "november", "december"],
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ],
         start=1,
     )
     for m in (name, name[:3])
@@ -194,9 +206,7 @@ def _load_conversation(sample: Any, where: str) -> Conversation:
         raise ValueError(f"{where}: 'conversation' must be an object and 'qa' a list")
 
     sessions = sorted(
-        (int(m.group(1)), key)
-        for key in body
-        if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)
+        (int(m.group(1)), key) for key in body if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)
     )
     if not sessions:
         raise ValueError(f"{where}: no session_N turn lists")
@@ -212,12 +222,11 @@ def _load_conversation(sample: Any, where: str) -> Conversation:
         except ValueError as exc:
             raise ValueError(f"{where}: {key}_date_time: {exc}") from None
         for i, raw in enumerate(body[key]):
-            if not isinstance(raw, dict) or not all(
-                isinstance(raw.get(k), str) for k in ("speaker", "dia_id", "text")
-            ):
+            if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("speaker", "dia_id", "text")):
                 raise ValueError(f"{where}: {key}[{i}] lacks speaker/dia_id/text strings")
-            turns.append(Turn(conv_id, raw["dia_id"], number, i, raw["speaker"],
-                              _turn_text(raw), start + timedelta(seconds=i)))
+            turns.append(
+                Turn(conv_id, raw["dia_id"], number, i, raw["speaker"], _turn_text(raw), start + timedelta(seconds=i))
+            )
 
     valid = {t.dia_id for t in turns}
     questions: list[Question] = []
@@ -229,8 +238,17 @@ def _load_conversation(sample: Any, where: str) -> Conversation:
             raw_ev = [raw_ev]
         evidence, dropped = normalize_evidence(raw_ev, valid)
         answer = q.get("answer", q.get("adversarial_answer"))
-        questions.append(Question(conv_id, qi, str(q["question"]), int(q["category"]),
-                                  tuple(evidence), dropped, None if answer is None else str(answer)))
+        questions.append(
+            Question(
+                conv_id,
+                qi,
+                str(q["question"]),
+                int(q["category"]),
+                tuple(evidence),
+                dropped,
+                None if answer is None else str(answer),
+            )
+        )
     return Conversation(conv_id, turns, questions)
 
 
@@ -268,8 +286,6 @@ def summary(convs: Iterable[Conversation]) -> dict[str, Any]:
         "turns": sum(len(c.turns) for c in convs),
         "questions": sum(len(c.questions) for c in convs),
         "questions_per_category": dict(sorted(cats.items())),
-        "questions_without_evidence": sum(
-            1 for c in convs for q in c.questions if not q.evidence
-        ),
+        "questions_without_evidence": sum(1 for c in convs for q in c.questions if not q.evidence),
         "dropped_evidence": sum(q.dropped_evidence for c in convs for q in c.questions),
     }

@@ -22,13 +22,13 @@ import gzip
 import json
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memlane.ranker import features as F
-from datetime import UTC
 
 #: Version of the file layout.
 FORMAT_VERSION = 1
@@ -60,15 +60,22 @@ class RankerModel:
         return np.asarray(self.booster.predict(x, num_threads=1), dtype=np.float64)
 
 
-def header_for(*, trained_on: list[str], embedding_model: str | None, params: dict[str, Any],
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def header_for(
+    *, trained_on: list[str], embedding_model: str | None, params: dict[str, Any], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The header :func:`save` writes for a model trained now on ``trained_on``."""
     from datetime import datetime
 
-    return {"format": FORMAT_VERSION, "schema_version": F.SCHEMA_VERSION, "features": list(F.FEATURES),
-            "embedding_model": embedding_model, "trained_on": list(trained_on),
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "params": params,
-            **(extra or {})}
+    return {
+        "format": FORMAT_VERSION,
+        "schema_version": F.SCHEMA_VERSION,
+        "features": list(F.FEATURES),
+        "embedding_model": embedding_model,
+        "trained_on": list(trained_on),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "params": params,
+        **(extra or {}),
+    }
 
 
 def save(path: Path, booster: Any, header: dict[str, Any]) -> Path:
@@ -110,11 +117,14 @@ def check_header(header: dict[str, Any], where: str = "model") -> None:
     if header.get("format") != FORMAT_VERSION:
         raise RankerSchemaError(f"{where}: file format {header.get('format')!r}, this memlane reads {FORMAT_VERSION}")
     if header.get("schema_version") != F.SCHEMA_VERSION:
-        raise RankerSchemaError(f"{where}: feature schema v{header.get('schema_version')}, this memlane computes "
-                                f"v{F.SCHEMA_VERSION}; retrain with `memlane train ranker`")
+        raise RankerSchemaError(
+            f"{where}: feature schema v{header.get('schema_version')}, this memlane computes "
+            f"v{F.SCHEMA_VERSION}; retrain with `memlane train ranker`"
+        )
     if list(header.get("features") or []) != list(F.FEATURES):
-        raise RankerSchemaError(f"{where}: its feature names differ from schema v{F.SCHEMA_VERSION}'s; retrain "
-                                "with `memlane train ranker`")
+        raise RankerSchemaError(
+            f"{where}: its feature names differ from schema v{F.SCHEMA_VERSION}'s; retrain with `memlane train ranker`"
+        )
 
 
 def load(path: Path) -> RankerModel:
@@ -138,8 +148,9 @@ def load(path: Path) -> RankerModel:
     check_header(header, str(path))
     booster = lgb.Booster(model_str=body)
     if booster.num_feature() != len(F.FEATURES):
-        raise RankerSchemaError(f"{path}: the booster reads {booster.num_feature()} features, the schema has "
-                                f"{len(F.FEATURES)}")
+        raise RankerSchemaError(
+            f"{path}: the booster reads {booster.num_feature()} features, the schema has {len(F.FEATURES)}"
+        )
     return RankerModel(booster, header)
 
 
@@ -163,4 +174,3 @@ def load_cached(path: Path) -> RankerModel:
         with _cache_lock:
             _cache[key] = got
     return got
-

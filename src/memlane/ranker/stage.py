@@ -93,8 +93,9 @@ class LearnedRanker:
         choice = requested or getattr(self.settings(), "ranker", HEURISTIC)
         return choice == LEARNED
 
-    def reason_off(self, requested: str | None, embedding_model: str | None, vector_ran: bool,
-                   alpha_given: bool = False) -> str | None:
+    def reason_off(
+        self, requested: str | None, embedding_model: str | None, vector_ran: bool, alpha_given: bool = False
+    ) -> str | None:
         """None when the stage can run for this recall, else why not. A request that sets
         ``alpha`` (and does not ask for the learned ranker) gets the heuristic blend it asked for."""
         if not self.wanted(requested):

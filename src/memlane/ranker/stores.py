@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlane.ranker.locomo import Conversation
 from memlane.config import Settings
+from memlane.config.clock import to_iso
 from memlane.container import Container, open_container
 from memlane.embedding.base import Embedder
-from memlane.config.clock import to_iso
+from memlane.ranker.locomo import Conversation
 from memlane.services.inputs import RememberInput
 from memlane.storage import memories as mem_sql
 
@@ -39,13 +39,18 @@ def turn_inputs(conv: Conversation, context_turns: int) -> list[RememberInput]:
     for session in sorted(by_session):
         turns = by_session[session]
         for i, t in enumerate(turns):
-            prev = turns[max(0, i - context_turns):i] if context_turns > 0 else []
-            items.append(RememberInput(
-                content=t.text, type="dialogue", created_at=to_iso(t.timestamp),
-                metadata={"dia_id": t.dia_id, "session": t.session, "conversation": conv.id},
-                source_type="locomo", source_id=f"{conv.id}:{t.dia_id}",
-                context=" ".join(p.text for p in prev) or None,
-            ))
+            prev = turns[max(0, i - context_turns) : i] if context_turns > 0 else []
+            items.append(
+                RememberInput(
+                    content=t.text,
+                    type="dialogue",
+                    created_at=to_iso(t.timestamp),
+                    metadata={"dia_id": t.dia_id, "session": t.session, "conversation": conv.id},
+                    source_type="locomo",
+                    source_id=f"{conv.id}:{t.dia_id}",
+                    context=" ".join(p.text for p in prev) or None,
+                )
+            )
     return items
 
 
@@ -62,8 +67,7 @@ class StoreInfo:
 def store_settings(home: Path, *, embedded: bool) -> Settings:
     """The settings a bench store is opened with: shipped defaults except the embedding
     provider (``local`` or ``none``) and ``sqlite_synchronous=NORMAL`` (a scratch store)."""
-    return Settings(home=home, embedding={"provider": "local" if embedded else "none"},
-                    sqlite_synchronous="NORMAL")
+    return Settings(home=home, embedding={"provider": "local" if embedded else "none"}, sqlite_synchronous="NORMAL")
 
 
 def _open(home: Path, embedder: Embedder | None) -> Container:

@@ -22,19 +22,31 @@ from typing import Any
 
 import numpy as np
 
-from memlane.ranker.locomo import Conversation
+from memlane.config.clock import to_iso
 from memlane.embedding.base import Embedder
 from memlane.ranker import features as F
+from memlane.ranker.locomo import Conversation
 from memlane.ranker.stores import build_store, open_store
-from memlane.config.clock import to_iso
 from memlane.services.inputs import RecallQuery
 
 #: LightGBM parameters of the shipped model (chosen by leave-one-conversation-out CV, docs/benchmarks.md).
 PARAMS: dict[str, Any] = {
-    "objective": "lambdarank", "metric": "ndcg", "eval_at": [5, 10], "learning_rate": 0.1, "max_bin": 63,
-    "num_leaves": 15, "min_data_in_leaf": 50, "feature_fraction": 0.8, "bagging_fraction": 0.8,
-    "bagging_freq": 1, "lambda_l2": 1.0, "lambdarank_truncation_level": 30, "verbose": -1, "seed": 7,
-    "deterministic": True, "force_row_wise": True,
+    "objective": "lambdarank",
+    "metric": "ndcg",
+    "eval_at": [5, 10],
+    "learning_rate": 0.1,
+    "max_bin": 63,
+    "num_leaves": 15,
+    "min_data_in_leaf": 50,
+    "feature_fraction": 0.8,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 1.0,
+    "lambdarank_truncation_level": 30,
+    "verbose": -1,
+    "seed": 7,
+    "deterministic": True,
+    "force_row_wise": True,
 }
 #: Boosting rounds of the shipped model.
 ROUNDS = 150
@@ -51,10 +63,10 @@ class QuestionPool:
     category: int
     question: str
     evidence: tuple[str, ...]
-    dia_ids: list[str]            # the pool in heuristic order
-    x: np.ndarray                 # features [len(dia_ids), len(FEATURES)]
+    dia_ids: list[str]  # the pool in heuristic order
+    x: np.ndarray  # features [len(dia_ids), len(FEATURES)]
     heuristic: list[str] = field(default_factory=list)  # the heuristic recall's top RECALL_K
-    pool: F.Pool | None = None    # kept with ``collect(keep_pools=True)``: features can be recomputed
+    pool: F.Pool | None = None  # kept with ``collect(keep_pools=True)``: features can be recomputed
 
     @property
     def labels(self) -> np.ndarray:
@@ -62,9 +74,14 @@ class QuestionPool:
         return np.array([d in ev for d in self.dia_ids], dtype=np.float64)
 
 
-def collect(convs: Sequence[Conversation], root: Path, embedder: Embedder | None,
-            progress: Callable[[str, int, int], None] | None = None,
-            settings_hook: Callable[[Any], None] | None = None, keep_pools: bool = False) -> list[QuestionPool]:
+def collect(
+    convs: Sequence[Conversation],
+    root: Path,
+    embedder: Embedder | None,
+    progress: Callable[[str, int, int], None] | None = None,
+    settings_hook: Callable[[Any], None] | None = None,
+    keep_pools: bool = False,
+) -> list[QuestionPool]:
     """Recall every question of ``convs`` on its store (built or reused under ``root``) with
     the learned ranker off, keeping each candidate pool and its features.
 
@@ -83,21 +100,39 @@ def collect(convs: Sequence[Conversation], root: Path, embedder: Embedder | None
             cache = c.recall.ranker.cache
             for q in conv.questions:
                 pools: list[F.Pool] = []
-                res = c.recall.recall(RecallQuery(query=q.question, limit=RECALL_K, now=now, touch=False,
-                                                  ranker="heuristic"), pool_out=pools)
+                res = c.recall.recall(
+                    RecallQuery(query=q.question, limit=RECALL_K, now=now, touch=False, ranker="heuristic"),
+                    pool_out=pools,
+                )
                 pool = pools[0] if pools else None
                 dia = [info.seq_to_dia[s] for s in pool.seqs] if pool else []
                 x = F.compute(q.question, pool, cache) if pool else np.zeros((0, len(F.FEATURES)), np.float32)
-                out.append(QuestionPool(conv.id, q.index, q.category, q.question, q.evidence, dia, x,
-                                        [info.id_to_dia[h.memory.id] for h in res.hits],
-                                        pool if keep_pools else None))
+                out.append(
+                    QuestionPool(
+                        conv.id,
+                        q.index,
+                        q.category,
+                        q.question,
+                        q.evidence,
+                        dia,
+                        x,
+                        [info.id_to_dia[h.memory.id] for h in res.hits],
+                        pool if keep_pools else None,
+                    )
+                )
                 if progress:
                     progress(conv.id, len(out), total)
     return out
 
 
-def train(pools: Sequence[QuestionPool], *, params: dict[str, Any] | None = None, rounds: int = ROUNDS,
-          columns: Sequence[int] | None = None, threads: int = 1) -> Any:
+def train(
+    pools: Sequence[QuestionPool],
+    *,
+    params: dict[str, Any] | None = None,
+    rounds: int = ROUNDS,
+    columns: Sequence[int] | None = None,
+    threads: int = 1,
+) -> Any:
     """A lambdarank booster trained on ``pools`` (groups without an evidence turn skipped).
 
     Args:
@@ -117,8 +152,14 @@ def train(pools: Sequence[QuestionPool], *, params: dict[str, Any] | None = None
     if columns is not None:
         x = mask_columns(x, columns)
     y = np.concatenate([p.labels for p in used])
-    ds = lgb.Dataset(x, y, group=[len(p.dia_ids) for p in used], feature_name=list(F.FEATURES),
-                     categorical_feature=list(F.CATEGORICAL), free_raw_data=True)
+    ds = lgb.Dataset(
+        x,
+        y,
+        group=[len(p.dia_ids) for p in used],
+        feature_name=list(F.FEATURES),
+        categorical_feature=list(F.CATEGORICAL),
+        free_raw_data=True,
+    )
     p = {**PARAMS, **(params or {}), "num_threads": threads}
     return lgb.train(p, ds, num_boost_round=rounds)
 
@@ -157,10 +198,15 @@ def folds(conversation_ids: Sequence[str]) -> list[Fold]:
     return [Fold(test, [c for c in ids if c != test]) for test in ids]
 
 
-def cross_validate(pools: Sequence[QuestionPool], *, columns: Sequence[int] | None = None,
-                   params: dict[str, Any] | None = None, rounds: int = ROUNDS, threads: int = 1,
-                   progress: Callable[[str, int, int], None] | None = None
-                   ) -> tuple[dict[tuple[str, int], list[str]], list[Fold]]:
+def cross_validate(
+    pools: Sequence[QuestionPool],
+    *,
+    columns: Sequence[int] | None = None,
+    params: dict[str, Any] | None = None,
+    rounds: int = ROUNDS,
+    threads: int = 1,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[dict[tuple[str, int], list[str]], list[Fold]]:
     """Leave-one-conversation-out: for each conversation a model trained on the other
     conversations' pools ranks its questions' pools.
 

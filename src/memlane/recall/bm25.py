@@ -19,8 +19,16 @@ from memlane.storage.fts_stats import CONTENT
 FETCH_FACTOR = 3
 
 
-def bm25_leg(db: Database, index: MemoryIndex, expr: str, n: int, filters: fts.Filters,
-             context_weight: float, *, cache: FtsCache | None = None) -> list[tuple[int, float]]:
+def bm25_leg(
+    db: Database,
+    index: MemoryIndex,
+    expr: str,
+    n: int,
+    filters: fts.Filters,
+    context_weight: float,
+    *,
+    cache: FtsCache | None = None,
+) -> list[tuple[int, float]]:
     """Up to ``n`` ``(seq, score)`` pairs passing ``filters``, best first, scores in [0, 1]
     (each bm25 divided by the best kept one, ``fts.normalise``).
 
@@ -42,13 +50,15 @@ def bm25_leg(db: Database, index: MemoryIndex, expr: str, n: int, filters: fts.F
     keep = index.allowed([r[0] for r in raw], filters)
     rows = [r for r, k in zip(raw, keep) if k][:n]
     if len(rows) < n and len(raw) == fetch:
-        return db.read(lambda c: fts.search(c, expr, limit=n, filters=filters, context_weight=context_weight,
-                                            raw_expr=True))
+        return db.read(
+            lambda c: fts.search(c, expr, limit=n, filters=filters, context_weight=context_weight, raw_expr=True)
+        )
     return fts.normalise(rows)
 
 
-def cached_bm25_leg(cache: FtsCache, index: MemoryIndex, expr: str, n: int, filters: fts.Filters,
-                    context_weight: float) -> list[tuple[int, float]] | None:
+def cached_bm25_leg(
+    cache: FtsCache, index: MemoryIndex, expr: str, n: int, filters: fts.Filters, context_weight: float
+) -> list[tuple[int, float]] | None:
     """:func:`bm25_leg` from ``cache``'s snapshot, or None when it cannot answer (no current
     snapshot, an expression it does not model). Same rows and scores as the SQL: the top
     ``3 n`` matches filtered by the index, or every match filtered when those keep fewer than

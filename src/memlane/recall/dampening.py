@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 GRAVITY_MIN_SCORE = 0.3
 #: Content shorter than this (chars) gets no resolution boost (seed: "under 50 characters").
 RESOLUTION_MIN_CHARS = 50
+
+
 class Candidate(Protocol):
     """What the dampening stages read of a candidate memory (a stored memory, a candidate row)."""
 
@@ -60,8 +62,19 @@ HUB_STATS_TTL_S = 60.0
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
-_MONTH_NAMES = ("january", "february", "march", "april", "june", "july", "august", "september", "october",
-                "november", "december")
+_MONTH_NAMES = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _MONTH = re.compile(r"\b(?:" + "|".join(_MONTH_NAMES) + r")\b")
 # "may" is also a verb: the month only next to a number ("May 2024", "3 May", "May 3rd").
 _MAY = re.compile(r"\b\d{1,4}(?:st|nd|rd|th)?\s+may\b|\bmay\s+\d{1,4}")
@@ -74,8 +87,9 @@ def content_tokens(text: str) -> set[str]:
     return {t for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS}
 
 
-def gravity_factors(query_tokens: set[str], contents: Sequence[str], scores: np.ndarray, lexical: np.ndarray,
-                    penalty: float) -> np.ndarray:
+def gravity_factors(
+    query_tokens: set[str], contents: Sequence[str], scores: np.ndarray, lexical: np.ndarray, penalty: float
+) -> np.ndarray:
     """Stage 1 factors, float64 [m]: ``penalty`` where the candidate is not lexical, its score
     is above 0.3 and its content shares no token with ``query_tokens``; else 1.
 
@@ -107,8 +121,7 @@ def hub_threshold(degrees: np.ndarray, percentile: float) -> float:
     return float(d[min(int(math.floor(d.size * percentile)), d.size - 1)])
 
 
-def hub_factors(entities: Sequence[set[str]], degrees: dict[str, int], threshold: float,
-                penalty: float) -> np.ndarray:
+def hub_factors(entities: Sequence[set[str]], degrees: dict[str, int], threshold: float, penalty: float) -> np.ndarray:
     """Stage 2 factors, float64 [m]: ``penalty`` where the candidate links at least one entity
     and every linked entity's mention count is above ``threshold``; else 1.
 
@@ -146,8 +159,7 @@ class HubStats:
         with self._lock:
             if self._clock() - self._at > HUB_STATS_TTL_S:
                 self._degrees = self.db.read(hubs_sql.entity_degrees)
-                self._sorted = np.sort(np.fromiter(self._degrees.values(), dtype=np.float64,
-                                                   count=len(self._degrees)))
+                self._sorted = np.sort(np.fromiter(self._degrees.values(), dtype=np.float64, count=len(self._degrees)))
                 self._thresholds = {}
                 self._hubs = {}
                 self._at = self._clock()
@@ -162,8 +174,9 @@ class HubStats:
                 t = self._thresholds[percentile] = hub_threshold(counts, percentile)
             return t
 
-    def factors(self, memory_ids: Sequence[str], percentile: float, penalty: float,
-                links: dict[str, set[str]] | None = None) -> np.ndarray:
+    def factors(
+        self, memory_ids: Sequence[str], percentile: float, penalty: float, links: dict[str, set[str]] | None = None
+    ) -> np.ndarray:
         """Stage 2 factors, float64 [m], for the given memories.
 
         Args:
@@ -281,8 +294,15 @@ class Dampener:
         self.hubs = hub_stats or HubStats(db)
         self.features = ContentFeatures()
 
-    def factors(self, query: str, memories: Sequence[Candidate], scores: np.ndarray, lexical: np.ndarray,
-                cfg: DampeningSettings, links: dict[str, set[str]] | None = None) -> np.ndarray:
+    def factors(
+        self,
+        query: str,
+        memories: Sequence[Candidate],
+        scores: np.ndarray,
+        lexical: np.ndarray,
+        cfg: DampeningSettings,
+        links: dict[str, set[str]] | None = None,
+    ) -> np.ndarray:
         """The product of the enabled stages' factors, float64 [m] (multiply the scores by it).
         Equal to :func:`gravity_factors` x :meth:`HubStats.factors` x :func:`resolution_factors`;
         stages 1 and 3 read :class:`ContentFeatures` (cached token sets and resolution features).
@@ -326,8 +346,11 @@ class Dampener:
 
         stages: list[tuple[str, bool, Callable[[], np.ndarray]]] = [
             ("gravity", cfg.gravity_enabled, gravity),
-            ("hub", cfg.hub_enabled, lambda: self.hubs.factors(
-                [x.id for x in memories], cfg.hub_percentile, cfg.hub_penalty, links)),
+            (
+                "hub",
+                cfg.hub_enabled,
+                lambda: self.hubs.factors([x.id for x in memories], cfg.hub_percentile, cfg.hub_penalty, links),
+            ),
             ("resolution", cfg.resolution_enabled, resolution),
         ]
         for name, on, run in stages:

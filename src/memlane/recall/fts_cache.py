@@ -91,9 +91,19 @@ class FtsTable:
         structure: the FTS5 structure record this was read with.
     """
 
-    def __init__(self, n_rows: int, n_tokens: int, rowids: np.ndarray, extra: np.ndarray, doc_len: np.ndarray,
-                 vocab: dict[str, int], ptr: np.ndarray, post_doc: np.ndarray, post_tf: np.ndarray,
-                 structure: bytes) -> None:
+    def __init__(
+        self,
+        n_rows: int,
+        n_tokens: int,
+        rowids: np.ndarray,
+        extra: np.ndarray,
+        doc_len: np.ndarray,
+        vocab: dict[str, int],
+        ptr: np.ndarray,
+        post_doc: np.ndarray,
+        post_tf: np.ndarray,
+        structure: bytes,
+    ) -> None:
         self.n_rows, self.n_tokens = n_rows, n_tokens
         self.rowids, self.extra, self.doc_len = rowids, extra, doc_len
         self.vocab, self.ptr, self.post_doc, self.post_tf = vocab, ptr, post_doc, post_tf
@@ -149,8 +159,9 @@ class FtsTable:
         return hit[order], bm25[order]
 
 
-def build_table(per_column: list[list[tuple[str, str]]], n_rows: int, n_tokens: int,
-                seq_of: dict[int, int] | None, structure: bytes) -> FtsTable:
+def build_table(
+    per_column: list[list[tuple[str, str]]], n_rows: int, n_tokens: int, seq_of: dict[int, int] | None, structure: bytes
+) -> FtsTable:
     """An :class:`FtsTable` from ``fts5vocab`` instance rows grouped by term, per column:
     ``[(term, "doc doc doc ...")]`` (one doc id per instance).
 

@@ -19,13 +19,12 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from memlane.config.clock import now_iso
 from memlane.config.pipeline import PipelineV2Settings
-from memlane.workers.runtime import SkipJob
 from memlane.providers import LlmError, LlmProvider, extract_json_object, strip_fences, strip_think
 from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import LegScores
 from memlane.recall.memory_index import MemoryIndex
-from memlane.config.clock import now_iso
 from memlane.storage import hints as hints_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
@@ -34,6 +33,7 @@ from memlane.storage.fts import Filters, normalise
 from memlane.storage.fts_stats import HINTS
 from memlane.storage.jobs import Job
 from memlane.storage.models import NewMemory
+from memlane.workers.runtime import SkipJob
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,17 @@ def generate_hints(llm: LlmProvider, content: str, *, max_hints: int, timeout_ms
         LlmError: the call failed or timed out; HintReplyError: an unusable reply.
     """
     prompt = PROMPT.format(n=max_hints, content=content[:MAX_PROMPT_CONTENT_CHARS])
-    schema = {"type": "object", "required": ["hints"],
-              "properties": {"hints": {"type": "array", "items": {"type": "string"}, "maxItems": max_hints}}}
+    schema = {
+        "type": "object",
+        "required": ["hints"],
+        "properties": {"hints": {"type": "array", "items": {"type": "string"}, "maxItems": max_hints}},
+    }
     return parse_hints(llm.generate(prompt, timeout_s=timeout_ms / 1000.0, schema=schema), max_hints)
 
 
-def hint_handler(db: Database, llm: Callable[[], LlmProvider | None],
-                 pipeline: Callable[[], PipelineV2Settings]) -> Callable[[Job], dict[str, Any]]:
+def hint_handler(
+    db: Database, llm: Callable[[], LlmProvider | None], pipeline: Callable[[], PipelineV2Settings]
+) -> Callable[[Job], dict[str, Any]]:
     """The ``prospective_index`` job handler: generate and store one memory's hints.
 
     Skips (``SkipJob``) when no LLM is configured, the memory is gone or deleted. LLM errors and
@@ -135,8 +139,7 @@ def hint_handler(db: Database, llm: Callable[[], LlmProvider | None],
     return handle
 
 
-def hints_hook(pipeline: Callable[[], PipelineV2Settings]
-               ) -> Callable[[sqlite3.Connection, NewMemory, str], None]:
+def hints_hook(pipeline: Callable[[], PipelineV2Settings]) -> Callable[[sqlite3.Connection, NewMemory, str], None]:
     """A ``MemoryService.created_hooks`` entry: queue a ``prospective_index`` job for each
     created memory while ``pipeline().enabled`` and ``hints.enabled`` (SQL only; deduplicated by
     memory id while pending or leased)."""
@@ -144,15 +147,17 @@ def hints_hook(pipeline: Callable[[], PipelineV2Settings]
     def hook(conn: sqlite3.Connection, new: NewMemory, at: str) -> None:
         p = pipeline()
         if p.enabled and p.hints.enabled:
-            jobs_sql.enqueue(conn, PROSPECTIVE_INDEX, at=at, dedup_key=new.id, memory_id=new.id,
-                             max_attempts=p.worker.max_retries)
+            jobs_sql.enqueue(
+                conn, PROSPECTIVE_INDEX, at=at, dedup_key=new.id, memory_id=new.id, max_attempts=p.worker.max_retries
+            )
 
     return hook
 
 
 # ------------------------------------------------------------------------------ recall
-def search_hints(db: Database, index: MemoryIndex, expr: str, n_cand: int, filters: Filters,
-                 cache: FtsCache | None = None) -> dict[int, float]:
+def search_hints(
+    db: Database, index: MemoryIndex, expr: str, n_cand: int, filters: Filters, cache: FtsCache | None = None
+) -> dict[int, float]:
     """The hint leg: ``seq -> normalised hint BM25 in [0, 1]`` (best hint match 1.0) of at most
     ``n_cand`` memories passing ``filters``; ``expr`` is the content leg's FTS expression.
 
@@ -174,8 +179,9 @@ def search_hints(db: Database, index: MemoryIndex, expr: str, n_cand: int, filte
     return dict(normalise(rows))
 
 
-def cached_search_hints(cache: FtsCache, index: MemoryIndex, expr: str, n_cand: int, filters: Filters
-                        ) -> dict[int, float] | None:
+def cached_search_hints(
+    cache: FtsCache, index: MemoryIndex, expr: str, n_cand: int, filters: Filters
+) -> dict[int, float] | None:
     """:func:`search_hints` from ``cache``'s snapshot (None when it cannot answer): the best
     ``3 n_cand`` hint rows, each memory's best of them (hints of a missing memory dropped), best
     first (ties by seq), filtered by the index, the first ``n_cand``, normalised."""
@@ -199,9 +205,12 @@ def cached_search_hints(cache: FtsCache, index: MemoryIndex, expr: str, n_cand: 
     return dict(normalise([r for r, k in zip(raw, keep.tolist()) if k][:n_cand]))
 
 
-def merge_hints(merged: dict[int, tuple[float, LegScores]], hint_scores: dict[int, float], alpha: float,
-                vector_of: Callable[[list[int]], dict[int, float]] | None
-                ) -> dict[int, tuple[float, LegScores]]:
+def merge_hints(
+    merged: dict[int, tuple[float, LegScores]],
+    hint_scores: dict[int, float],
+    alpha: float,
+    vector_of: Callable[[list[int]], dict[int, float]] | None,
+) -> dict[int, tuple[float, LegScores]]:
     """Merge the hint leg into hybrid-merged results with max (seed: ``Math.max``).
 
     For each memory with a hint score ``h``: its BM25 leg becomes ``b' = max(b, h)`` (``b`` = 0

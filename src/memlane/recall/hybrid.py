@@ -10,10 +10,10 @@ Then the boosts multiply (see :func:`boost`), ``min_score`` cuts, and the top ``
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +24,9 @@ class LegScores:
     bm25: float | None
 
 
-def merge(vector: dict[int, float] | None, bm25: dict[int, float] | None, alpha: float
-          ) -> dict[int, tuple[float, LegScores]]:
+def merge(
+    vector: dict[int, float] | None, bm25: dict[int, float] | None, alpha: float
+) -> dict[int, tuple[float, LegScores]]:
     """Merge leg results by seq.
 
     Args:
@@ -49,8 +50,15 @@ def merge(vector: dict[int, float] | None, bm25: dict[int, float] | None, alpha:
     return out
 
 
-def boost(score: Any, *, access_count: Any, age_days: Any, rehearsal_weight: float,
-          recency_weight: float, recency_half_life_days: float) -> Any:
+def boost(
+    score: Any,
+    *,
+    access_count: Any,
+    age_days: Any,
+    rehearsal_weight: float,
+    recency_weight: float,
+    recency_half_life_days: float,
+) -> Any:
     """Rehearsal and recency boosts, multiplicative; scalars or numpy arrays of one shape [m].
 
     ``score * (1 + rehearsal_weight * min(1, ln(1 + access_count) / ln(51)))

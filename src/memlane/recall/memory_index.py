@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import overload
-from datetime import datetime, UTC
 
 import numpy as np
 
@@ -52,9 +52,20 @@ def single_threaded_blas() -> None:
     except Exception as exc:  # an exotic BLAS: keep its default
         logging.getLogger(__name__).warning("cannot limit BLAS threads: %s", exc)
 
-_FIELDS = {"_has_content": bool, "_has_context": bool, "_seq": np.int64, "_project": np.int32, "_type": np.int32,
-           "_created": np.float64, "_deleted": bool, "_superseded": bool, "_importance": np.float32,
-           "_pinned": bool, "_access": np.int64}
+
+_FIELDS = {
+    "_has_content": bool,
+    "_has_context": bool,
+    "_seq": np.int64,
+    "_project": np.int32,
+    "_type": np.int32,
+    "_created": np.float64,
+    "_deleted": bool,
+    "_superseded": bool,
+    "_importance": np.float32,
+    "_pinned": bool,
+    "_access": np.int64,
+}
 
 
 def iso_to_epoch(ts: str) -> float:
@@ -91,24 +102,59 @@ class IndexEntry:
     def from_row(cls, row: IndexRow) -> IndexEntry:
         """From a storage row (``storage.memories.index_rows``, ``storage.maintenance.index_rows_for``):
         its vector blobs decoded as little-endian float32 [d] (None stays None)."""
-        return cls(row.seq, row.id, row.project, row.type, row.created_at, row.is_deleted,
-                   _vector(row.content_vector), _vector(row.context_vector), row.is_superseded, row.importance,
-                   row.pinned, row.access_count)
+        return cls(
+            row.seq,
+            row.id,
+            row.project,
+            row.type,
+            row.created_at,
+            row.is_deleted,
+            _vector(row.content_vector),
+            _vector(row.context_vector),
+            row.is_superseded,
+            row.importance,
+            row.pinned,
+            row.access_count,
+        )
 
     @classmethod
-    def from_memory(cls, m: Memory, content_vector: np.ndarray | None,
-                    context_vector: np.ndarray | None) -> IndexEntry:
+    def from_memory(cls, m: Memory, content_vector: np.ndarray | None, context_vector: np.ndarray | None) -> IndexEntry:
         """From a stored memory and its vectors (float32 [d] or None); superseded when
         ``superseded_by`` is set."""
-        return cls(m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, content_vector, context_vector,
-                   m.superseded_by is not None, m.importance, m.pinned, m.access_count)
+        return cls(
+            m.seq,
+            m.id,
+            m.project,
+            m.type,
+            m.created_at,
+            m.is_deleted,
+            content_vector,
+            context_vector,
+            m.superseded_by is not None,
+            m.importance,
+            m.pinned,
+            m.access_count,
+        )
 
     @classmethod
-    def created(cls, seq: int, new: NewMemory, content_vector: np.ndarray | None,
-                context_vector: np.ndarray | None) -> IndexEntry:
+    def created(
+        cls, seq: int, new: NewMemory, content_vector: np.ndarray | None, context_vector: np.ndarray | None
+    ) -> IndexEntry:
         """A memory just inserted at ``seq``: live, not superseded, never accessed."""
-        return cls(seq, new.id, new.project, new.type, new.created_at, False, content_vector, context_vector,
-                   False, new.importance, new.pinned, 0)
+        return cls(
+            seq,
+            new.id,
+            new.project,
+            new.type,
+            new.created_at,
+            False,
+            content_vector,
+            context_vector,
+            False,
+            new.importance,
+            new.pinned,
+            0,
+        )
 
     def without_vectors(self) -> IndexEntry:
         """The same memory with neither vector (indexed for BM25 and ranking only)."""
@@ -290,10 +336,17 @@ class MemoryIndex:
             out: list[dict[str, float | bool] | None] = []
             for s in seqs:
                 row = self._row_of.get(s, -1)
-                out.append(None if row < 0 else {
-                    "created": float(self._created[row]), "importance": float(self._importance[row]),
-                    "access_count": int(self._access[row]), "superseded": bool(self._superseded[row]),
-                    "pinned": bool(self._pinned[row])})
+                out.append(
+                    None
+                    if row < 0
+                    else {
+                        "created": float(self._created[row]),
+                        "importance": float(self._importance[row]),
+                        "access_count": int(self._access[row]),
+                        "superseded": bool(self._superseded[row]),
+                        "pinned": bool(self._pinned[row]),
+                    }
+                )
             return out
 
     def vectors_of(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -352,16 +405,21 @@ class MemoryIndex:
             n = self._n
             deleted, live = self._deleted[:n], ~self._deleted[:n]
             counts = np.bincount(self._type[:n][live], minlength=len(self._codes)) if n else np.zeros(0, int)
-            names = {code: key[5:] for key, code in self._codes.items() if isinstance(key, str) and
-                     key.startswith("type:")}
+            names = {
+                code: key[5:] for key, code in self._codes.items() if isinstance(key, str) and key.startswith("type:")
+            }
             by_type = {names[c]: int(v) for c, v in enumerate(counts) if v and c in names}
-            return {"total": n, "live": int(live.sum()), "deleted": int(deleted.sum()),
-                    "superseded": int(self._superseded[:n].sum()), "pinned": int((self._pinned[:n] & live).sum()),
-                    "by_type": dict(sorted(by_type.items(), key=lambda kv: -kv[1]))}
+            return {
+                "total": n,
+                "live": int(live.sum()),
+                "deleted": int(deleted.sum()),
+                "superseded": int(self._superseded[:n].sum()),
+                "pinned": int((self._pinned[:n] & live).sum()),
+                "by_type": dict(sorted(by_type.items(), key=lambda kv: -kv[1])),
+            }
 
     # -- the vector leg --------------------------------------------------------------------
-    def scores(self, query: np.ndarray, filters: Filters, context_weight: float = 0.5
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, query: np.ndarray, filters: Filters, context_weight: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
         """Vector scores of every memory with a vector passing ``filters``.
 
         Args:
@@ -419,8 +477,9 @@ class MemoryIndex:
                 context[has_x] = self._context[rows[has_x]] @ q
         return content, context
 
-    def search(self, query: np.ndarray, k: int, filters: Filters, context_weight: float = 0.5
-               ) -> list[tuple[int, float]]:
+    def search(
+        self, query: np.ndarray, k: int, filters: Filters, context_weight: float = 0.5
+    ) -> list[tuple[int, float]]:
         """Top-k ``(seq, score)`` by vector score, best first; query float32 [d]."""
         seqs, s = self.scores(query, filters, context_weight)
         if s.size == 0 or k <= 0:
@@ -431,8 +490,9 @@ class MemoryIndex:
         return [(int(seqs[i]), float(s[i])) for i in top]
 
     # -- the session-start baseline ---------------------------------------------------------
-    def top_effective(self, *, project: str | None, now_epoch: float, limit: int, min_effective: float
-                      ) -> list[tuple[int, str, float]]:
+    def top_effective(
+        self, *, project: str | None, now_epoch: float, limit: int, min_effective: float
+    ) -> list[tuple[int, str, float]]:
         """Top ``limit`` live, not superseded memories of ``project`` (and global ones; all memories
         when ``project`` is None) by effectiveScore, best first, skipping those below
         ``min_effective`` (pinned exempt, scoring 1.0). Ages below 0 count as 0 days.
@@ -446,7 +506,7 @@ class MemoryIndex:
             if idx.size == 0 or limit <= 0:
                 return []
             days = np.maximum(0.0, (now_epoch - self._created[idx]) / 86400.0)
-            eff = np.where(self._pinned[idx], 1.0, self._importance[idx] * DECAY_PER_DAY ** days)
+            eff = np.where(self._pinned[idx], 1.0, self._importance[idx] * DECAY_PER_DAY**days)
             keep = eff >= min_effective
             idx, eff = idx[keep], eff[keep]
             if idx.size == 0:

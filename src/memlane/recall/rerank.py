@@ -55,8 +55,9 @@ class Reranker(ABC):
     inline: bool = False
 
     @abstractmethod
-    def rerank(self, query: str, candidates: list[RerankCandidate], *,
-               query_vector: np.ndarray | None = None) -> list[RerankCandidate]:
+    def rerank(
+        self, query: str, candidates: list[RerankCandidate], *, query_vector: np.ndarray | None = None
+    ) -> list[RerankCandidate]:
         """Return the same candidates (each exactly once) in the new order, best first, with
         their new scores.
 
@@ -73,8 +74,9 @@ class NoopReranker(Reranker):
     name = "noop"
     inline = True
 
-    def rerank(self, query: str, candidates: list[RerankCandidate], *,
-               query_vector: np.ndarray | None = None) -> list[RerankCandidate]:
+    def rerank(
+        self, query: str, candidates: list[RerankCandidate], *, query_vector: np.ndarray | None = None
+    ) -> list[RerankCandidate]:
         return list(candidates)
 
 
@@ -91,15 +93,20 @@ class EmbeddingReranker(Reranker):
     def __init__(self, index: MemoryIndex) -> None:
         self.index = index
 
-    def rerank(self, query: str, candidates: list[RerankCandidate], *,
-               query_vector: np.ndarray | None = None) -> list[RerankCandidate]:
+    def rerank(
+        self, query: str, candidates: list[RerankCandidate], *, query_vector: np.ndarray | None = None
+    ) -> list[RerankCandidate]:
         if query_vector is None or not candidates:
             return list(candidates)
         vecs, has = self.index.vectors_of([c.seq for c in candidates])  # [k, d], [k]
         if not has.any() or vecs.shape[1] != np.shape(query_vector)[0]:
             return list(candidates)
-        blended = cosine_blend(np.array([c.score for c in candidates], dtype=np.float64), vecs, has,
-                               np.asarray(query_vector, dtype=np.float32))
+        blended = cosine_blend(
+            np.array([c.score for c in candidates], dtype=np.float64),
+            vecs,
+            has,
+            np.asarray(query_vector, dtype=np.float32),
+        )
         order = np.argsort(-blended, kind="stable")
         return [replace(candidates[i], score=float(blended[i])) for i in order]
 
@@ -119,7 +126,9 @@ def cosine_blend(scores: np.ndarray, vectors: np.ndarray, has: np.ndarray, query
 
 
 _FACTORIES: dict[str, Callable[[MemoryIndex], Reranker]] = {
-    "": EmbeddingReranker, "embedding": EmbeddingReranker, "noop": lambda index: NoopReranker(),
+    "": EmbeddingReranker,
+    "embedding": EmbeddingReranker,
+    "noop": lambda index: NoopReranker(),
 }
 
 
@@ -139,14 +148,24 @@ def build_reranker(model: str, index: MemoryIndex) -> Reranker | None:
 
 def _valid(head: Sequence[RerankCandidate], out: object) -> bool:
     """``out`` is a list of RerankCandidate holding exactly the head's seqs, each once."""
-    return (isinstance(out, list) and len(out) == len(head)
-            and all(isinstance(c, RerankCandidate) for c in out)
-            and sorted(c.seq for c in out) == sorted(c.seq for c in head))
+    return (
+        isinstance(out, list)
+        and len(out) == len(head)
+        and all(isinstance(c, RerankCandidate) for c in out)
+        and sorted(c.seq for c in out) == sorted(c.seq for c in head)
+    )
 
 
-def rerank(query: str, candidates: list[RerankCandidate], reranker: Reranker, *, top_n: int, timeout_ms: float,
-           pool: ThreadPoolExecutor, query_vector: np.ndarray | None = None
-           ) -> tuple[list[RerankCandidate], str]:
+def rerank(
+    query: str,
+    candidates: list[RerankCandidate],
+    reranker: Reranker,
+    *,
+    top_n: int,
+    timeout_ms: float,
+    pool: ThreadPoolExecutor,
+    query_vector: np.ndarray | None = None,
+) -> tuple[list[RerankCandidate], str]:
     """Rerank the first ``top_n`` candidates; never raises.
 
     Args:

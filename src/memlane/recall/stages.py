@@ -104,9 +104,15 @@ class RecallStages:
             container).
     """
 
-    def __init__(self, db: Database, index: MemoryIndex, pipeline: Callable[[], PipelineV2Settings],
-                 reranker: Reranker | None = None, *,
-                 fts: Callable[[], FtsCache | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        index: MemoryIndex,
+        pipeline: Callable[[], PipelineV2Settings],
+        reranker: Reranker | None = None,
+        *,
+        fts: Callable[[], FtsCache | None] = lambda: None,
+    ) -> None:
         self.db = db
         self.index = index
         self.pipeline = pipeline
@@ -116,14 +122,22 @@ class RecallStages:
         self._built: tuple[str, Reranker | None] | None = None
         self._rerank_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-rerank")
         #: stage name -> recent durations, ms (``hints`` = waiting for the hint leg + merging).
-        self.timings: dict[str, deque[float]] = {k: deque(maxlen=TIMING_SAMPLES)
-                                                 for k in ("hints", "dampening", "rerank")}
+        self.timings: dict[str, deque[float]] = {
+            k: deque(maxlen=TIMING_SAMPLES) for k in ("hints", "dampening", "rerank")
+        }
         #: rerank outcome -> count (ok, timeout, error, invalid).
         self.rerank_outcomes: dict[str, int] = {}
 
     # -- hints --------------------------------------------------------------------------
-    def submit_hints(self, pool: Executor, expr: str | None, n_cand: int, filters: Filters,
-                     prefetch: bool = False, links: bool = False) -> Future | None:
+    def submit_hints(
+        self,
+        pool: Executor,
+        expr: str | None,
+        n_cand: int,
+        filters: Filters,
+        prefetch: bool = False,
+        links: bool = False,
+    ) -> Future | None:
         """Start the hint leg on ``pool`` when ``hints.enabled`` (None otherwise). The future's
         result is ``(seq -> hint score, Prefetched of those memories or None)``; rows (and with
         ``links`` their entity links) are read only with ``prefetch`` (:meth:`prefetch_rows`)."""
@@ -167,8 +181,14 @@ class RecallStages:
         except Exception:
             return False
 
-    def merge_hints(self, merged: Merged, future: Future | None, alpha: float, query_vector: np.ndarray | None,
-                    context_weight: float) -> Merged:
+    def merge_hints(
+        self,
+        merged: Merged,
+        future: Future | None,
+        alpha: float,
+        query_vector: np.ndarray | None,
+        context_weight: float,
+    ) -> Merged:
         """``merged`` with the hint leg merged in by max (see :func:`memlane.recall.hints.merge_hints`);
         ``merged`` unchanged when no hint search ran or it failed."""
         if future is None:
@@ -197,10 +217,19 @@ class RecallStages:
             log.warning("recall stage settings unreadable: %s", exc)
             return False
 
-    def rank(self, query: str, query_vector: np.ndarray | None, seqs: list[int], final: np.ndarray,
-             known: np.ndarray, merged: Merged, min_score: float, limit: int,
-             fetch: Callable[[list[int]], dict[int, Memory]], prefetched: Prefetched | None = None
-             ) -> tuple[list[tuple[float, int]], dict[int, Memory]] | None:
+    def rank(
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        seqs: list[int],
+        final: np.ndarray,
+        known: np.ndarray,
+        merged: Merged,
+        min_score: float,
+        limit: int,
+        fetch: Callable[[list[int]], dict[int, Memory]],
+        prefetched: Prefetched | None = None,
+    ) -> tuple[list[tuple[float, int]], dict[int, Memory]] | None:
         """The final ranking with dampening and the reranker, or None to let the caller rank as
         before (no stage active, or an unexpected failure).
 
@@ -222,20 +251,41 @@ class RecallStages:
             if not (damp or rr):
                 return None
             # The min_score cut applies to the score reported: after the reranker when it runs.
-            ranked, rows = self._dampened(query, seqs, final, known, merged, 0.0 if rr else min_score,
-                                          max(limit, p.reranker.top_n if rr else 0), p, prefetched)
+            ranked, rows = self._dampened(
+                query,
+                seqs,
+                final,
+                known,
+                merged,
+                0.0 if rr else min_score,
+                max(limit, p.reranker.top_n if rr else 0),
+                p,
+                prefetched,
+            )
             if rr and ranked:
-                ranked = [(sc, sq) for sc, sq in self._rerank(query, query_vector, ranked, rows, p)
-                          if sc > 0.0 and sc >= min_score]
+                ranked = [
+                    (sc, sq)
+                    for sc, sq in self._rerank(query, query_vector, ranked, rows, p)
+                    if sc > 0.0 and sc >= min_score
+                ]
             ranked = ranked[:limit]
             return ranked, fetch([seq for _, seq in ranked])
         except Exception as exc:
             log.warning("recall stages failed, baseline ranking kept: %s", exc)
             return None
 
-    def _dampened(self, query: str, seqs: list[int], final: np.ndarray, known: np.ndarray, merged: Merged,
-                  min_score: float, need: int, p: PipelineV2Settings, prefetched: Prefetched | None = None
-                  ) -> tuple[list[tuple[float, int]], dict[int, CandRow]]:
+    def _dampened(
+        self,
+        query: str,
+        seqs: list[int],
+        final: np.ndarray,
+        known: np.ndarray,
+        merged: Merged,
+        min_score: float,
+        need: int,
+        p: PipelineV2Settings,
+        prefetched: Prefetched | None = None,
+    ) -> tuple[list[tuple[float, int]], dict[int, CandRow]]:
         """Dampen a pool of the best candidates, growing it until no candidate outside could
         enter the top ``need`` (outsiders can gain at most ``max_gain`` x their score). Rows in
         ``prefetched`` are not read again."""
@@ -275,8 +325,9 @@ class RecallStages:
             if damp and new.size:
                 mems = [rows[seq_list[i]] for i in new.tolist()]
                 lexical = np.array([(merged[seq_list[i]][1].bm25 or 0.0) > 0.0 for i in new.tolist()], dtype=bool)
-                factor[new] = self.dampener.factors(query, mems, final[new], lexical, p.dampening,
-                                                    links=have.links if hub else None)
+                factor[new] = self.dampener.factors(
+                    query, mems, final[new], lexical, p.dampening, links=have.links if hub else None
+                )
             done = min(size, order.size)
             pool = np.array([i for i in order[:done].tolist() if seq_list[i] in rows], dtype=np.int64)
             scores = final[pool] * factor[pool]
@@ -295,15 +346,28 @@ class RecallStages:
         self.timings["dampening"].append((time.perf_counter() - t0) * 1000)
         return [(float(s), seq_list[i]) for s, i in zip(scores.tolist(), pool.tolist())], rows
 
-    def _rerank(self, query: str, query_vector: np.ndarray | None, ranked: list[tuple[float, int]],
-                rows: dict[int, CandRow], p: PipelineV2Settings) -> list[tuple[float, int]]:
+    def _rerank(
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        ranked: list[tuple[float, int]],
+        rows: dict[int, CandRow],
+        p: PipelineV2Settings,
+    ) -> list[tuple[float, int]]:
         reranker = self._reranker(p.reranker.model)
         if reranker is None:
             return ranked
         t0 = time.perf_counter()
         cands = [RerankCandidate(seq, rows[seq].id, rows[seq].content, score) for score, seq in ranked]
-        out, status = rerank(query, cands, reranker, top_n=p.reranker.top_n, timeout_ms=p.reranker.timeout_ms,
-                             pool=self._rerank_pool, query_vector=query_vector)
+        out, status = rerank(
+            query,
+            cands,
+            reranker,
+            top_n=p.reranker.top_n,
+            timeout_ms=p.reranker.timeout_ms,
+            pool=self._rerank_pool,
+            query_vector=query_vector,
+        )
         self.rerank_outcomes[status] = self.rerank_outcomes.get(status, 0) + 1
         self.timings["rerank"].append((time.perf_counter() - t0) * 1000)
         return [(c.score, c.seq) for c in out]

@@ -17,7 +17,6 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-
 #: Characters of a rejected value echoed back in a 422 (``details.errors[].input``).
 ECHO_CHARS = 200
 #: Nesting levels and items per level of a rejected value walked before it is echoed.
@@ -65,7 +64,7 @@ def _walk(value: Any, max_items: int | None, depth: int, text: Callable[[str], s
             return {text(str(k)): _walk(v, max_items, depth - 1, text) for k, v in items}
         return [_walk(v, max_items, depth - 1, text) for v in itertools.islice(value, max_items)]
     if isinstance(value, (bytes, bytearray)):
-        return text(bytes(value[:ECHO_CHARS * 4]).decode("utf-8", "replace"))
+        return text(bytes(value[: ECHO_CHARS * 4]).decode("utf-8", "replace"))
     try:
         return text(str(value))
     except Exception:  # noqa: BLE001 - an object whose str() fails is named by its type
@@ -76,15 +75,16 @@ def error_response(status: int, code: str, message: str, details: dict[str, Any]
     """A JSONResponse in the one error shape. Every string in it (the message, the details'
     keys and values) is made encodable first (:func:`json_safe`), so an error that quotes the
     request's own bad input can always be sent."""
-    content = {"error": {"code": safe_text(code), "message": safe_text(str(message)),
-                         "details": json_safe(details or {})}}
+    content = {
+        "error": {"code": safe_text(code), "message": safe_text(str(message)), "details": json_safe(details or {})}
+    }
     return JSONResponse(status_code=status, content=content)
 
 
 def clip(value: Any, limit: int = ECHO_CHARS) -> str:
     """A rejected value as at most ``limit`` characters (+ "...") of JSON-safe text."""
     if isinstance(value, str):
-        text = value[:limit + 1]
+        text = value[: limit + 1]
     else:
         # lone surrogates stay raw through dumps and are escaped once, below
         text = json.dumps(_walk(value, _ECHO_ITEMS, _ECHO_DEPTH, lambda t: t), ensure_ascii=False)

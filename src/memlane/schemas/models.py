@@ -39,7 +39,7 @@ MEMORY_IN_DESCRIPTIONS: dict[str, str] = {
     "context": "Surrounding text (e.g. preceding turns), indexed for recall but not part of the memory.",
     # V3 (docs/v3.md; checked by memlane.v3.model)
     "scope": "global | module | work_unit | session; default: the type's fixed scope (workflow_recipe global; "
-             "context_cost, prefetch_pattern module), else global.",
+    "context_cost, prefetch_pattern module), else global.",
     "source": "agent_explicit | observer_inferred | qa_auto | mcp_auto | commit_auto | user_taught.",
     "work_unit_ref": 'The work unit: {"methodology": str, "hierarchy": [outermost, ..., innermost], "label"?: str}.',
     "related_files": "Files the memory is about (repo-relative).",
@@ -90,8 +90,9 @@ class _MemoryInBase(_Strict):
 if TYPE_CHECKING:
     MemoryIn = _MemoryInBase
 else:
-    MemoryIn = create_model("MemoryIn", __base__=_MemoryInBase, __doc__="One memory to remember.",
-                            **_memory_in_fields())
+    MemoryIn = create_model(
+        "MemoryIn", __base__=_MemoryInBase, __doc__="One memory to remember.", **_memory_in_fields()
+    )
 
 
 class BatchIn(_Strict):
@@ -130,18 +131,24 @@ class RecallIn(_Strict):
     min_score: float | None = Field(None, description="Drop results below this final score.")
     alpha: float | None = Field(None, description="Vector-leg weight; default from settings.")
     now: str | None = Field(None, description="Reference time for recency (ISO-8601); default now.")
-    touch: bool = Field(True, description="Count each returned memory as accessed (access_count, last_accessed: "
-                        "the rehearsal boost's input). False leaves the store unchanged, for automated or "
-                        "exploratory recalls that should not promote what they return.")
+    touch: bool = Field(
+        True,
+        description="Count each returned memory as accessed (access_count, last_accessed: "
+        "the rehearsal boost's input). False leaves the store unchanged, for automated or "
+        "exploratory recalls that should not promote what they return.",
+    )
     ranker: Literal["learned", "heuristic"] | None = Field(
-        None, description="Who orders the best candidates; default recall.ranker (the learned ranker when "
-        "its features are available).")
+        None,
+        description="Who orders the best candidates; default recall.ranker (the learned ranker when "
+        "its features are available).",
+    )
     phase: str | None = Field(
-        None, description="The work's phase: a universal phase (define, implement, validate, refine, explore, "
+        None,
+        description="The work's phase: a universal phase (define, implement, validate, refine, explore, "
         "reflect) or a phase name of the project's methodology (coding, story_acceptance...); scores are "
-        "weighed by memory type for it (docs/v3.md). Default: none, the ranking without phases.")
-    session_key: str | None = Field(
-        None, description="Use this session's current phase when `phase` is not given.")
+        "weighed by memory type for it (docs/v3.md). Default: none, the ranking without phases.",
+    )
+    session_key: str | None = Field(None, description="Use this session's current phase when `phase` is not given.")
 
 
 #: Fields of :class:`~memlane.storage.models.Memory` the API never shows: the rowid, the
@@ -195,8 +202,9 @@ class RecallHitOut(MemoryOut):
     score: float = Field(..., description="Final score after merge and boosts.")
     vector_score: float | None = Field(..., description="Vector-leg score in [0, 1]; null if the leg did not run.")
     bm25_score: float | None = Field(..., description="Normalised BM25 score in [0, 1]; null if the leg did not run.")
-    rank_score: float | None = Field(None, description="The learned ranker's score (hits are in its order); null "
-                                     "when the heuristic ranked.")
+    rank_score: float | None = Field(
+        None, description="The learned ranker's score (hits are in its order); null when the heuristic ranked."
+    )
 
 
 class RecallOut(BaseModel):

@@ -48,8 +48,6 @@ from pydantic import ValidationError as PydValidationError
 from memlane.config import Settings, read_config_file, secret_paths, yaml_settings_data
 from memlane.config.checks import check_values, plain_model, printable
 from memlane.config.methodology import MethodologySettings
-from memlane.errors import ConfigError
-from memlane.fsutil import atomic_write
 from memlane.config.pipeline import (
     HOT_KEYS,
     LEGACY_KEYS,
@@ -60,6 +58,8 @@ from memlane.config.pipeline import (
     snake,
     snake_keys,
 )
+from memlane.errors import ConfigError
+from memlane.fsutil import atomic_write
 
 _lock = threading.Lock()
 _PIPELINE = ("memory", "pipeline_v2")
@@ -79,12 +79,23 @@ PREDICTOR_HOT_KEYS = frozenset({"score_timeout_ms", "enabled"})
 #: secret text is stored raw (``redact``: turning it off would hand whoever can read memories
 #: the secrets of every later session). Whoever can reach the API must not be able to change
 #: any of them: they are set in config.yaml or the environment, by the user.
-HTTP_FORBIDDEN_KEYS: frozenset[str] = frozenset({
-    "home", "host", "port", "daemon_url", "require_token", "allowed_hosts",
-    "embedding.base_url", "llm.base_url", "llm.command",
-    "memory.pipeline_v2.documents.allowed_hosts",
-    "predictor.base_weights", "recall.ranker_model", "redact",
-}) | secret_paths(Settings)  # every SecretStr setting (the API keys), found from the models
+HTTP_FORBIDDEN_KEYS: frozenset[str] = frozenset(
+    {
+        "home",
+        "host",
+        "port",
+        "daemon_url",
+        "require_token",
+        "allowed_hosts",
+        "embedding.base_url",
+        "llm.base_url",
+        "llm.command",
+        "memory.pipeline_v2.documents.allowed_hosts",
+        "predictor.base_weights",
+        "recall.ranker_model",
+        "redact",
+    }
+) | secret_paths(Settings)  # every SecretStr setting (the API keys), found from the models
 
 #: Settings the hook commands read from config.yaml at each run (memlane.connectors.claude_code):
 #: a change reaches them at once, the daemon only at its restart; the answer says so.
@@ -130,8 +141,12 @@ def _unknown_keys(model: type[BaseModel], data: dict[str, Any], prefix: str) -> 
         path = f"{prefix}{k}"
         if f is None:
             out.append(path)
-        elif isinstance(v, dict) and isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel) \
-                and path != "memory":
+        elif (
+            isinstance(v, dict)
+            and isinstance(f.annotation, type)
+            and issubclass(f.annotation, BaseModel)
+            and path != "memory"
+        ):
             out.extend(_unknown_keys(f.annotation, v, path + "."))
     return out
 
@@ -263,18 +278,22 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
     check_values(patch)
     memory = patch.get("memory")
     if memory is not None and not isinstance(memory, dict):
-        raise ConfigError("memory: must be a mapping (e.g. {\"pipelineV2\": {...}})")
+        raise ConfigError('memory: must be a mapping (e.g. {"pipelineV2": {...}})')
     forbidden = forbidden_keys(patch)
     if forbidden:
         raise ConfigKeyForbidden(
             f"{', '.join(forbidden)}: cannot be changed over HTTP; change it in config.yaml or the environment "
-            "(MEMLANE_*) and restart the daemon. Nothing was written.", details={"keys": forbidden})
+            "(MEMLANE_*) and restart the daemon. Nothing was written.",
+            details={"keys": forbidden},
+        )
     body = _normalize(patch)
     pipe_patch = body.get("memory", {}).get("pipeline_v2") if isinstance(body.get("memory"), dict) else None
     dead = removed_keys(pipe_patch)
     if dead:
-        raise ConfigError(f"{', '.join(dead)}: removed setting (memlane never read it); leave it out. "
-                          "Nothing was written.", details={"keys": dead})
+        raise ConfigError(
+            f"{', '.join(dead)}: removed setting (memlane never read it); leave it out. Nothing was written.",
+            details={"keys": dead},
+        )
     unknown = _unknown_keys(Settings, body, "")
     if unknown:
         shown = [printable(k) for k in unknown]
@@ -305,11 +324,15 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
             if p[0] == "methodology":  # compared whole: a projects entry is a list item, not a path
                 p = p[:2]
             old_v, new_v = _get(settings, p), _get(new, p)
-            is_hot = (p[:2] == _PIPELINE and ".".join(camel(x) for x in p[2:]) in HOT_KEYS) or \
-                (len(p) == 2 and p[0] == "predictor" and p[1] in PREDICTOR_HOT_KEYS) or p[0] == "methodology"
+            is_hot = (
+                (p[:2] == _PIPELINE and ".".join(camel(x) for x in p[2:]) in HOT_KEYS)
+                or (len(p) == 2 and p[0] == "predictor" and p[1] in PREDICTOR_HOT_KEYS)
+                or p[0] == "methodology"
+            )
             if _env_name(p) in env:
-                change.warnings.append(f"{_label(p)}: {_env_name(p)} is set and overrides config.yaml; "
-                                       "written, not applied")
+                change.warnings.append(
+                    f"{_label(p)}: {_env_name(p)} is set and overrides config.yaml; written, not applied"
+                )
                 change.restart_required.append(_label(p))
             elif old_v == new_v:
                 change.unchanged.append(_label(p))
@@ -325,8 +348,10 @@ def update_config(settings: Settings, patch: Any) -> ConfigChange:
             else:
                 change.restart_required.append(_label(p))
             if ".".join(p) in CLIENT_READ_KEYS and old_v != new_v:
-                change.warnings.append(f"{_label(p)}: the hook commands read config.yaml at each run and use "
-                                       "the new value now; the daemon at its restart")
+                change.warnings.append(
+                    f"{_label(p)}: the hook commands read config.yaml at each run and use "
+                    "the new value now; the daemon at its restart"
+                )
         out = dict(merged)
         if isinstance(out.get("memory"), dict) and "pipeline_v2" in out["memory"]:
             mem = dict(out["memory"])

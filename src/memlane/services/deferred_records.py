@@ -65,10 +65,18 @@ class DeferredRecords:
         for r in stale:
             release(r)
 
-    def record(self, session_key: str, decision: RankDecision, committed: Future[bool], *, db: Database,
-               score_async: Callable[[RankDecision], Future[ScoreResult] | None],
-               context_vector: np.ndarray | None, context_model: str | None,
-               released: Future[None] | None = None) -> Future[int]:
+    def record(
+        self,
+        session_key: str,
+        decision: RankDecision,
+        committed: Future[bool],
+        *,
+        db: Database,
+        score_async: Callable[[RankDecision], Future[ScoreResult] | None],
+        context_vector: np.ndarray | None,
+        context_model: str | None,
+        released: Future[None] | None = None,
+    ) -> Future[int]:
         """Register ``session_key``'s record and chain its writing (the contract is
         :meth:`PredictorService.record_later`'s): once ``committed`` is True and ``released``
         is done, ``score_async(decision)`` sends the score request, and one write on ``db``
@@ -105,9 +113,18 @@ class DeferredRecords:
             try:
                 result = f.result()
                 sig = signals if result.error is None else {**signals, "predictor_error": result.error[:300]}
-                wf = db.submit(lambda conn: pred_sql.record_predictor(
-                    conn, session_key, features=features, scores=result.scores, ranks=result.rank,
-                    context_vector=context_vector, context_model=context_model, signals=sig))
+                wf = db.submit(
+                    lambda conn: pred_sql.record_predictor(
+                        conn,
+                        session_key,
+                        features=features,
+                        scores=result.scores,
+                        ranks=result.rank,
+                        context_vector=context_vector,
+                        context_model=context_model,
+                        signals=sig,
+                    )
+                )
             except BaseException as exc:  # noqa: BLE001 - e.g. the database is closed
                 return fail(exc)
             wf.add_done_callback(written)

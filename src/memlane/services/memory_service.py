@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from memlane.config.clock import now_iso, parse_iso
 from memlane.embedding.base import Embedder
 from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
 from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.redact import redact, redact_json, redacts_memory
-from memlane.config.clock import now_iso, parse_iso
 from memlane.services.extensions import MemoryCreatedHook, MemoryListener
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
@@ -64,11 +64,18 @@ class MemoryService:
             (:func:`memlane.redact.redacts_memory`).
     """
 
-    def __init__(self, db: Database, embedder: Embedder | None, index: MemoryIndex,
-                 *, max_content_chars: int = 100_000, embed_batch: int = 64,
-                 redact_memories: str | Callable[[], str] = "hooks",
-                 created_hooks: Sequence[MemoryCreatedHook] = (),
-                 listeners: Sequence[MemoryListener] = ()) -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder | None,
+        index: MemoryIndex,
+        *,
+        max_content_chars: int = 100_000,
+        embed_batch: int = 64,
+        redact_memories: str | Callable[[], str] = "hooks",
+        created_hooks: Sequence[MemoryCreatedHook] = (),
+        listeners: Sequence[MemoryListener] = (),
+    ) -> None:
         self.db = db
         self._redact_mode = redact_memories if callable(redact_memories) else (lambda: redact_memories)
         self.embedder = embedder
@@ -112,26 +119,41 @@ class MemoryService:
         if not normalize_and_hash(item.content).storage_content:
             raise ValidationError("content: must not be empty", details={"field": "content"})
         item = replace(item, created_at=created, context=(item.context or None))
-        v3 = check_v3(type_=item.type, scope=item.scope, source=item.source, work_unit_ref=item.work_unit_ref,
-                      related_files=item.related_files, related_modules=item.related_modules,
-                      citation_text=item.citation_text, commit_sha=item.commit_sha, type_fields=item.type_fields,
-                      decay_half_life_days=item.decay_half_life_days, needs_review=item.needs_review,
-                      user_verified=item.user_verified)
+        v3 = check_v3(
+            type_=item.type,
+            scope=item.scope,
+            source=item.source,
+            work_unit_ref=item.work_unit_ref,
+            related_files=item.related_files,
+            related_modules=item.related_modules,
+            citation_text=item.citation_text,
+            commit_sha=item.commit_sha,
+            type_fields=item.type_fields,
+            decay_half_life_days=item.decay_half_life_days,
+            needs_review=item.needs_review,
+            user_verified=item.user_verified,
+        )
         v3.pop("methodology")
         item = replace(item, **v3)
         if redacts_memory(self._redact_mode(), item.source_type):
             # before hashing, embedding and the write: the memory row, its history, FTS, the
             # vectors and whatever the pipeline extracts from it never see the secret
-            item = replace(item, content=redact(item.content), context=redact(item.context) if item.context else None,
-                           why=redact(item.why) if item.why else item.why, tags=tuple(redact(t) for t in item.tags),
-                           metadata=redact_json(item.metadata),
-                           citation_text=redact(item.citation_text) if item.citation_text else item.citation_text,
-                           type_fields=redact_json(item.type_fields))
+            item = replace(
+                item,
+                content=redact(item.content),
+                context=redact(item.context) if item.context else None,
+                why=redact(item.why) if item.why else item.why,
+                tags=tuple(redact(t) for t in item.tags),
+                metadata=redact_json(item.metadata),
+                citation_text=redact(item.citation_text) if item.citation_text else item.citation_text,
+                type_fields=redact_json(item.type_fields),
+            )
         return item
 
     # -- embedding (never under the write lock) -----------------------------------------
-    def _embed_missing(self, texts: dict[str, str], progress: Callable[[int], None] | None = None
-                       ) -> dict[str, np.ndarray]:
+    def _embed_missing(
+        self, texts: dict[str, str], progress: Callable[[int], None] | None = None
+    ) -> dict[str, np.ndarray]:
         """Vectors for ``hash -> text``: existing ones read from the DB, the rest embedded in batches.
 
         Raises:
@@ -144,7 +166,7 @@ class MemoryService:
         missing = [(h, t) for h, t in texts.items() if h not in have]
         out = dict(have)
         for start in range(0, len(missing), self.embed_batch):
-            chunk = missing[start:start + self.embed_batch]
+            chunk = missing[start : start + self.embed_batch]
             vecs = self.embedder.embed([t for _, t in chunk])
             for (h, _), v in zip(chunk, vecs):
                 out[h] = np.asarray(v, dtype=np.float32)
@@ -157,8 +179,9 @@ class MemoryService:
         """Store one memory (see :meth:`remember_many`)."""
         return self.remember_many([item])[0]
 
-    def remember_many(self, items: Sequence[RememberInput],
-                      progress: Callable[[int], None] | None = None) -> list[RememberResult]:
+    def remember_many(
+        self, items: Sequence[RememberInput], progress: Callable[[int], None] | None = None
+    ) -> list[RememberResult]:
         """Store memories; returns one result per input, in order.
 
         ``progress(n)`` is called as n more inputs are committed.
@@ -174,7 +197,7 @@ class MemoryService:
             prepared.append((it, nc, ctx_hash))
         results: list[RememberResult] = []
         for start in range(0, len(prepared), WRITE_CHUNK):
-            chunk = prepared[start:start + WRITE_CHUNK]
+            chunk = prepared[start : start + WRITE_CHUNK]
             texts: dict[str, str] = {}
             for it, nc, ch in chunk:
                 texts.setdefault(nc.content_hash, nc.storage_content)
@@ -201,26 +224,54 @@ class MemoryService:
             for it, nc, ch in chunk:
                 existing = mem_sql.find_live_by_hash(conn, nc.content_hash)
                 if existing is not None:
-                    mem_sql.add_history(conn, existing.id, "deduplicated", new_content=nc.storage_content,
-                                        who=it.who, why=it.why, at=now,
-                                        changes={"source_type": it.source_type, "source_id": it.source_id})
-                    results.append(RememberResult(existing.id, "deduplicated", nc.content_hash,
-                                                  existing.embedding_model is not None))
+                    mem_sql.add_history(
+                        conn,
+                        existing.id,
+                        "deduplicated",
+                        new_content=nc.storage_content,
+                        who=it.who,
+                        why=it.why,
+                        at=now,
+                        changes={"source_type": it.source_type, "source_id": it.source_id},
+                    )
+                    results.append(
+                        RememberResult(
+                            existing.id, "deduplicated", nc.content_hash, existing.embedding_model is not None
+                        )
+                    )
                     continue
                 embedded = nc.content_hash in vectors
                 new = NewMemory(
-                    id=str(uuid.uuid4()), type=it.type, content=nc.storage_content,
-                    normalized_content=nc.normalized_content, content_hash=nc.content_hash,
-                    context=it.context, context_hash=ch, importance=it.importance,
-                    confidence=it.confidence, project=it.project, tags=tuple(it.tags),
-                    metadata=dict(it.metadata), who=it.who, why=it.why, source_type=it.source_type,
-                    source_id=it.source_id, created_at=it.created_at or now, pinned=it.pinned,
+                    id=str(uuid.uuid4()),
+                    type=it.type,
+                    content=nc.storage_content,
+                    normalized_content=nc.normalized_content,
+                    content_hash=nc.content_hash,
+                    context=it.context,
+                    context_hash=ch,
+                    importance=it.importance,
+                    confidence=it.confidence,
+                    project=it.project,
+                    tags=tuple(it.tags),
+                    metadata=dict(it.metadata),
+                    who=it.who,
+                    why=it.why,
+                    source_type=it.source_type,
+                    source_id=it.source_id,
+                    created_at=it.created_at or now,
+                    pinned=it.pinned,
                     embedding_model=model if embedded else None,
-                    scope=it.scope or "global", source=it.source, work_unit_ref=it.work_unit_ref,
+                    scope=it.scope or "global",
+                    source=it.source,
+                    work_unit_ref=it.work_unit_ref,
                     methodology=it.work_unit_ref["methodology"] if it.work_unit_ref else None,
-                    related_files=it.related_files, related_modules=it.related_modules,
-                    needs_review=it.needs_review, user_verified=it.user_verified, citation_text=it.citation_text,
-                    commit_sha=it.commit_sha, decay_half_life_days=it.decay_half_life_days,
+                    related_files=it.related_files,
+                    related_modules=it.related_modules,
+                    needs_review=it.needs_review,
+                    user_verified=it.user_verified,
+                    citation_text=it.citation_text,
+                    commit_sha=it.commit_sha,
+                    decay_half_life_days=it.decay_half_life_days,
                     type_fields=it.type_fields,
                 )
                 entries.append(self.create_in_tx(conn, new, at=now, vectors=vectors))
@@ -232,8 +283,15 @@ class MemoryService:
             self._index_upsert(e)
         return results
 
-    def create_in_tx(self, conn: sqlite3.Connection, new: NewMemory, *, at: str, vectors: dict[str, np.ndarray],
-                     history_changes: dict[str, Any] | None = None) -> IndexEntry:
+    def create_in_tx(
+        self,
+        conn: sqlite3.Connection,
+        new: NewMemory,
+        *,
+        at: str,
+        vectors: dict[str, np.ndarray],
+        history_changes: dict[str, Any] | None = None,
+    ) -> IndexEntry:
         """The one create path of a memory (remember, import, the pipeline's derived facts), inside
         the caller's write transaction: the row (FTS by trigger), its ``created`` history row (who,
         why from ``new``; ``history_changes`` as its changes), then every created hook.
@@ -258,12 +316,17 @@ class MemoryService:
             seq = mem_sql.insert(conn, new)
         except sqlite3.IntegrityError as exc:
             raise Conflict("a live memory has the same content", details={"content_hash": new.content_hash}) from exc
-        mem_sql.add_history(conn, new.id, "created", new_content=new.content, who=new.who, why=new.why, at=at,
-                            changes=history_changes)
+        mem_sql.add_history(
+            conn, new.id, "created", new_content=new.content, who=new.who, why=new.why, at=at, changes=history_changes
+        )
         for hook in self.created_hooks:
             hook(conn, new, at)
-        return IndexEntry.created(seq, new, vectors.get(new.content_hash) if new.embedding_model else None,
-                                  vectors.get(new.context_hash) if new.context_hash else None)
+        return IndexEntry.created(
+            seq,
+            new,
+            vectors.get(new.content_hash) if new.embedding_model else None,
+            vectors.get(new.context_hash) if new.context_hash else None,
+        )
 
     def _index_upsert(self, entry: IndexEntry) -> None:
         # Trigger: a provider returned vectors of a new size after the index was built.
@@ -296,9 +359,16 @@ class MemoryService:
         self.get(memory_id)
         return self.db.read(lambda c: mem_sql.history(c, memory_id))
 
-    def list(self, *, limit: int = 50, offset: int = 0, project: str | None = None,
-             type_: str | None = None, include_deleted: bool = False, order: str = "newest"
-             ) -> tuple[list[Memory], int]:
+    def list(
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        project: str | None = None,
+        type_: str | None = None,
+        include_deleted: bool = False,
+        order: str = "newest",
+    ) -> tuple[list[Memory], int]:
         """A page of memories and the total matching count.
 
         Raises:
@@ -306,11 +376,20 @@ class MemoryService:
         """
         for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _SQLITE_INT_MAX:
-                raise ValidationError(f"{name}: must be an integer in [{low}, {_SQLITE_INT_MAX}]",
-                                      details={"field": name})
-        return self.db.read(lambda c: mem_sql.list_page(
-            c, limit=limit, offset=offset, project=project, type_=type_,
-            include_deleted=include_deleted, order=order))
+                raise ValidationError(
+                    f"{name}: must be an integer in [{low}, {_SQLITE_INT_MAX}]", details={"field": name}
+                )
+        return self.db.read(
+            lambda c: mem_sql.list_page(
+                c,
+                limit=limit,
+                offset=offset,
+                project=project,
+                type_=type_,
+                include_deleted=include_deleted,
+                order=order,
+            )
+        )
 
     def live_count(self) -> int:
         """Live memories (one index-only count: cheap enough for a liveness probe)."""
@@ -325,8 +404,9 @@ class MemoryService:
         return s
 
     # -- update / delete / recover --------------------------------------------------------
-    def update(self, memory_id: str, patch: dict[str, Any], *, who: str | None = None,
-               why: str | None = None) -> Memory:
+    def update(
+        self, memory_id: str, patch: dict[str, Any], *, who: str | None = None, why: str | None = None
+    ) -> Memory:
         """Change fields of a live memory; a content change re-normalises, re-hashes and re-embeds.
 
         Patchable: content, context, type, importance, confidence, project, tags, metadata, pinned,
@@ -339,8 +419,17 @@ class MemoryService:
             NotFound: unknown id. Conflict: the memory is deleted, or the new content duplicates
             another live memory. ValidationError: a bad value or an unknown field.
         """
-        allowed = {"content", "context", "type", "importance", "confidence", "project", "tags",
-                   "metadata", "pinned"} | _V3_PATCHABLE
+        allowed = {
+            "content",
+            "context",
+            "type",
+            "importance",
+            "confidence",
+            "project",
+            "tags",
+            "metadata",
+            "pinned",
+        } | _V3_PATCHABLE
         unknown = set(patch) - allowed
         if unknown:
             raise ValidationError(f"cannot patch {sorted(unknown)}; patchable: {sorted(allowed)}")
@@ -393,8 +482,9 @@ class MemoryService:
             if not nc.storage_content:
                 raise ValidationError("content: must not be empty")
             content = nc.storage_content
-            fields.update(content=nc.storage_content, normalized_content=nc.normalized_content,
-                          content_hash=nc.content_hash)
+            fields.update(
+                content=nc.storage_content, normalized_content=nc.normalized_content, content_hash=nc.content_hash
+            )
         context = fields.get("context", current.context) if "context" in fields else current.context
         ch = content_hash(context_text(content, context)) if context else None
         if "content" in fields or "context" in fields:
@@ -413,21 +503,35 @@ class MemoryService:
         if "content_hash" in fields:
             fields["embedding_model"] = model if fields["content_hash"] in vectors else None
         now = now_iso()
-        changes = {k: [_plain(getattr(current, k)), _plain(v)] for k, v in fields.items()
-                   if k not in ("normalized_content", "content_hash", "context_hash", "embedding_model")
-                   and _plain(getattr(current, k)) != _plain(v)}
+        changes = {
+            k: [_plain(getattr(current, k)), _plain(v)]
+            for k, v in fields.items()
+            if k not in ("normalized_content", "content_hash", "context_hash", "embedding_model")
+            and _plain(getattr(current, k)) != _plain(v)
+        }
 
         def job(conn: sqlite3.Connection) -> Memory:
             if "content_hash" in fields:
                 other = mem_sql.find_live_by_hash(conn, fields["content_hash"])
                 if other is not None and other.id != memory_id:
-                    raise Conflict("another live memory already has this content",
-                                   details={"id": memory_id, "duplicate_of": other.id})
+                    raise Conflict(
+                        "another live memory already has this content",
+                        details={"id": memory_id, "duplicate_of": other.id},
+                    )
             if vectors and model:
                 emb_sql.upsert(conn, vectors.items(), model, now)
             mem_sql.update_fields(conn, memory_id, fields, now)
-            mem_sql.add_history(conn, memory_id, "updated", old_content=current.content,
-                                new_content=content, changes=changes, who=who, why=why, at=now)
+            mem_sql.add_history(
+                conn,
+                memory_id,
+                "updated",
+                old_content=current.content,
+                new_content=content,
+                changes=changes,
+                who=who,
+                why=why,
+                at=now,
+            )
             return mem_sql.get(conn, memory_id)  # type: ignore[return-value]
 
         updated = self.db.write(job)
@@ -502,11 +606,14 @@ class MemoryService:
             if not deleted:
                 other = mem_sql.find_live_by_hash(conn, m.content_hash)
                 if other is not None:
-                    raise Conflict("a live memory with the same content exists; cannot recover",
-                                   details={"id": memory_id, "duplicate_of": other.id})
+                    raise Conflict(
+                        "a live memory with the same content exists; cannot recover",
+                        details={"id": memory_id, "duplicate_of": other.id},
+                    )
             mem_sql.set_deleted(conn, memory_id, deleted, now)
-            mem_sql.add_history(conn, memory_id, "deleted" if deleted else "recovered",
-                                old_content=m.content, who=who, why=why, at=now)
+            mem_sql.add_history(
+                conn, memory_id, "deleted" if deleted else "recovered", old_content=m.content, who=who, why=why, at=now
+            )
             return mem_sql.get(conn, memory_id)  # type: ignore[return-value]
 
         m = self.db.write(job)
@@ -515,8 +622,9 @@ class MemoryService:
         return m
 
 
-def supersede_in_tx(conn: sqlite3.Connection, old_id: str, new_id: str, *, who: str | None, why: str | None,
-                    at: str) -> Memory:
+def supersede_in_tx(
+    conn: sqlite3.Connection, old_id: str, new_id: str, *, who: str | None, why: str | None, at: str
+) -> Memory:
     """Inside the caller's write transaction: set ``old.superseded_by = new_id`` and add the
     ``superseded`` history row. Returns the old memory as updated (call
     :meth:`MemoryService.after_commit` with it once the transaction commits).
@@ -529,17 +637,41 @@ def supersede_in_tx(conn: sqlite3.Connection, old_id: str, new_id: str, *, who: 
         missing = old_id if old is None else new_id
         raise NotFound(f"no memory with id {missing!r:.80}", details={"id": missing[:80]})
     if old_id == new_id or old.is_deleted or old.superseded_by is not None:
-        raise Conflict("memory cannot be superseded (deleted, already superseded, or by itself)",
-                       details={"id": old_id, "superseded_by": old.superseded_by})
+        raise Conflict(
+            "memory cannot be superseded (deleted, already superseded, or by itself)",
+            details={"id": old_id, "superseded_by": old.superseded_by},
+        )
     mem_sql.update_fields(conn, old_id, {"superseded_by": new_id}, at)
-    mem_sql.add_history(conn, old_id, "superseded", old_content=old.content, new_content=new.content,
-                        changes={"superseded_by": [None, new_id]}, who=who, why=why, at=at)
+    mem_sql.add_history(
+        conn,
+        old_id,
+        "superseded",
+        old_content=old.content,
+        new_content=new.content,
+        changes={"superseded_by": [None, new_id]},
+        who=who,
+        why=why,
+        at=at,
+    )
     return mem_sql.get(conn, old_id)  # type: ignore[return-value]
 
 
 #: The V3 fields :meth:`MemoryService.update` accepts (checked by memlane.v3.model.check_v3).
-_V3_PATCHABLE = frozenset({"scope", "source", "work_unit_ref", "related_files", "related_modules", "needs_review",
-                           "user_verified", "citation_text", "commit_sha", "decay_half_life_days", "type_fields"})
+_V3_PATCHABLE = frozenset(
+    {
+        "scope",
+        "source",
+        "work_unit_ref",
+        "related_files",
+        "related_modules",
+        "needs_review",
+        "user_verified",
+        "citation_text",
+        "commit_sha",
+        "decay_half_life_days",
+        "type_fields",
+    }
+)
 
 
 def _check_actor(who: str | None, why: str | None) -> None:

@@ -19,8 +19,9 @@ from memlane.services.predictor_types import RankDecision
 __all__ = ["explore", "exploration_drawn"]
 
 
-def explore(injected: Sequence[str], decision: RankDecision, *, rate: float, rng: random.Random,
-            drawn: bool | None = None) -> tuple[str, str] | None:
+def explore(
+    injected: Sequence[str], decision: RankDecision, *, rate: float, rng: random.Random, drawn: bool | None = None
+) -> tuple[str, str] | None:
     """Maybe swap the lowest injected memory for the largest-disagreement candidate.
 
     Disabled during cold start and whenever the predictor did not score (seed
@@ -33,8 +34,7 @@ def explore(injected: Sequence[str], decision: RankDecision, *, rate: float, rng
         return None
     baseline_rank = {m: f["baseline_rank"] + 1 for m, f in decision.features.items()}
     if drawn is None:
-        return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank,
-                                       rate, rng)
+        return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank, rate, rng)
     if not drawn:
         return None
     return policy.exploration_target(injected, decision.order, baseline_rank, decision.predictor_rank)

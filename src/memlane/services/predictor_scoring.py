@@ -28,14 +28,14 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from memlane.config import predictor as C
+from memlane.config.predictor import PredictorSettings
 from memlane.predictor.client import PredictorRpcError
 from memlane.predictor.prior import untrained_reply
-from memlane.config.predictor import PredictorSettings
 from memlane.services.predictor_types import ScoreResult
 
 #: Score request durations kept for ``status()["score_latency_ms"]``.
@@ -91,8 +91,14 @@ class SidecarLifecycle:
         start_timeout_s: how long a training run waits for the sidecar to be ready (s).
     """
 
-    def __init__(self, backend: Any, *, model_available: Callable[[], bool], enabled: Callable[[], bool],
-                 start_timeout_s: float = C.START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        model_available: Callable[[], bool],
+        enabled: Callable[[], bool],
+        start_timeout_s: float = C.START_TIMEOUT_S,
+    ) -> None:
         self.backend = backend
         self.model_available = model_available
         self.enabled = enabled
@@ -163,12 +169,20 @@ class SidecarLifecycle:
         alive = bool(self.backend.alive)
         wanted = self.wanted()
         ready = bool(getattr(self.backend, "ready", alive))
-        state = ("running" if ready else "starting") if alive else \
-            ("stopped" if not self.enabled() else "starting" if wanted else "dormant")
+        state = (
+            ("running" if ready else "starting")
+            if alive
+            else ("stopped" if not self.enabled() else "starting" if wanted else "dormant")
+        )
         with self._lock:
             training = self._training > 0
-        return {"state": state, "wanted": wanted, "model_available": bool(self.model_available()),
-                "training": training, "stops": self.stops}
+        return {
+            "state": state,
+            "wanted": wanted,
+            "model_available": bool(self.model_available()),
+            "training": training,
+            "stops": self.stops,
+        }
 
 
 class ScoreChannel:
@@ -192,9 +206,14 @@ class ScoreChannel:
             the daemon saw them (JSON and pipes included), ms.
     """
 
-    def __init__(self, backend: PredictorBackend | None, timeout_ms: float | Callable[[], float],
-                 lifecycle: SidecarLifecycle | None = None, *,
-                 listeners: Sequence[Callable[[float, str | None], None]] = ()) -> None:
+    def __init__(
+        self,
+        backend: PredictorBackend | None,
+        timeout_ms: float | Callable[[], float],
+        lifecycle: SidecarLifecycle | None = None,
+        *,
+        listeners: Sequence[Callable[[float, str | None], None]] = (),
+    ) -> None:
         self.backend = backend
         self._timeout_ms = timeout_ms
         #: when set and :meth:`SidecarLifecycle.dormant`, requests are answered by the
@@ -269,8 +288,9 @@ class ScoreChannel:
         ranked = sorted(baseline, key=lambda m: -scores[m])
         return ScoreResult(scores, {m: i + 1 for i, m in enumerate(ranked)}, ranked, took_ms=took_ms)
 
-    def failed(self, exc: BaseException, took_ms: float, kind: str = "unavailable",
-               deadline_ms: float | None = None) -> ScoreResult:
+    def failed(
+        self, exc: BaseException, took_ms: float, kind: str = "unavailable", deadline_ms: float | None = None
+    ) -> ScoreResult:
         """Count a failed request; its result carries ``"<ExceptionType>: <message>"``.
 
         Args:
@@ -283,9 +303,15 @@ class ScoreChannel:
         with self._lock:
             self.errors += 1
             self.error_kinds[kind] += 1
-            self.recent_errors.append({"at": datetime.now(UTC).isoformat(), "kind": kind,
-                                       "error": error[:300], "deadline_ms": deadline_ms,
-                                       "took_ms": round(took_ms, 3)})
+            self.recent_errors.append(
+                {
+                    "at": datetime.now(UTC).isoformat(),
+                    "kind": kind,
+                    "error": error[:300],
+                    "deadline_ms": deadline_ms,
+                    "took_ms": round(took_ms, 3),
+                }
+            )
         self._notify(took_ms, kind)
         return ScoreResult({}, {}, [], error=error, took_ms=took_ms)
 
@@ -371,16 +397,33 @@ def _reply_error_kind(exc: BaseException) -> str:
     return "malformed" if kind == "malformed" else "crash"
 
 
-def sidecar_for(settings: PredictorSettings, *, db_path: Path, home: Path, embedding_model_id: str,
-                native_dim: int, listeners: Sequence[Callable[[str, str], None]] = ()) -> Any:
+def sidecar_for(
+    settings: PredictorSettings,
+    *,
+    db_path: Path,
+    home: Path,
+    embedding_model_id: str,
+    native_dim: int,
+    listeners: Sequence[Callable[[str, str], None]] = (),
+) -> Any:
     """Build the :class:`SidecarClient` for the daemon's data directory; ``listeners`` are told
     of every error it records, as ``fn(kind, message)``."""
     from memlane.predictor.client import SidecarClient, sidecar_command
 
-    argv = sidecar_command(db_path=db_path, model_dir=home / "predictor", embedding_model_id=embedding_model_id,
-                           native_dim=native_dim, base_weights=settings.base_weights, threads=settings.threads)
-    return SidecarClient(argv, crash_threshold=settings.crash_disable_threshold,
-                         stderr_path=home / "logs" / "predictor.log", listeners=listeners)
+    argv = sidecar_command(
+        db_path=db_path,
+        model_dir=home / "predictor",
+        embedding_model_id=embedding_model_id,
+        native_dim=native_dim,
+        base_weights=settings.base_weights,
+        threads=settings.threads,
+    )
+    return SidecarClient(
+        argv,
+        crash_threshold=settings.crash_disable_threshold,
+        stderr_path=home / "logs" / "predictor.log",
+        listeners=listeners,
+    )
 
 
 def sidecar_lifecycle(backend: Any, settings: PredictorSettings, *, home: Path) -> SidecarLifecycle:
@@ -389,5 +432,8 @@ def sidecar_lifecycle(backend: Any, settings: PredictorSettings, *, home: Path) 
     loads and saves) or ``settings.base_weights``; enabled
     is ``settings.enabled``, read at each check (``POST /api/config`` may change it)."""
     model = home / "predictor" / C.CHECKPOINT_NAME
-    return SidecarLifecycle(backend, model_available=lambda: bool(settings.base_weights) or model.is_file(),
-                            enabled=lambda: settings.enabled)
+    return SidecarLifecycle(
+        backend,
+        model_available=lambda: bool(settings.base_weights) or model.is_file(),
+        enabled=lambda: settings.enabled,
+    )

@@ -27,29 +27,30 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from memlane.predictor import policy
-from memlane.config.predictor import PredictorSettings
-from memlane.recall.memory_index import MemoryIndex, iso_to_epoch
 from memlane.config.clock import now_iso
-from memlane.storage import predictor as pred_sql
-from memlane.storage import sessions as sess_sql
-from memlane.services.deferred_records import DeferredRecords
+from memlane.config.predictor import PredictorSettings
+from memlane.predictor import policy
+from memlane.recall.memory_index import MemoryIndex, iso_to_epoch
 from memlane.services import predictor_exploration as exploration
+from memlane.services.deferred_records import DeferredRecords
 from memlane.services.predictor_rows import comparison_row
 from memlane.services.predictor_scoring import PendingScore, PredictorBackend, ScoreChannel, SidecarLifecycle
 from memlane.services.predictor_signals import candidate_signals, score_params
 from memlane.services.predictor_training import Retrainer
 from memlane.services.predictor_types import Comparison, PoolMember, RankDecision, ScoreResult
+from memlane.storage import predictor as pred_sql
+from memlane.storage import sessions as sess_sql
 from memlane.storage.db import Database
 
 __all__ = ["Comparison", "PredictorBackend", "PredictorService", "RankDecision", "ScoreResult"]
 
 log = logging.getLogger(__name__)
+
 
 class PredictorService:
     """Owns the policy state and talks to the predictor backend.
@@ -69,11 +70,18 @@ class PredictorService:
             (:class:`Retrainer`).
     """
 
-    def __init__(self, db: Database, index: MemoryIndex, backend: PredictorBackend | None,
-                 settings: PredictorSettings, *, rng: random.Random | None = None,
-                 lifecycle: SidecarLifecycle | None = None,
-                 score_listeners: Sequence[Callable[[float, str | None], None]] = (),
-                 training_listeners: Sequence[Callable[[dict[str, Any], float], None]] = ()) -> None:
+    def __init__(
+        self,
+        db: Database,
+        index: MemoryIndex,
+        backend: PredictorBackend | None,
+        settings: PredictorSettings,
+        *,
+        rng: random.Random | None = None,
+        lifecycle: SidecarLifecycle | None = None,
+        score_listeners: Sequence[Callable[[float, str | None], None]] = (),
+        training_listeners: Sequence[Callable[[dict[str, Any], float], None]] = (),
+    ) -> None:
         self.db = db
         self.index = index
         self.backend = backend
@@ -83,17 +91,23 @@ class PredictorService:
         self._lock = threading.Lock()
         self.state = policy.PolicyState.from_dict(db.read(pred_sql.load_state))
         # Retrains, one at a time on their own thread (sharing the lock and the policy state).
-        self.retrainer = Retrainer(db, self._lock, state=lambda: self.state, backend=self._live_backend,
-                                   hold=lifecycle.training if lifecycle is not None else None,
-                                   listeners=training_listeners)
+        self.retrainer = Retrainer(
+            db,
+            self._lock,
+            state=lambda: self.state,
+            backend=self._live_backend,
+            hold=lifecycle.training if lifecycle is not None else None,
+            listeners=training_listeners,
+        )
         # Score requests sent ahead of the session-start's own work (score_async).
         self._scorer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlane-predictor-score")
         # Rankings still being recorded after their session-start answered.
         self.records = DeferredRecords()
         # Score requests and their outcomes (counters, round-trip latency). The deadline is the
         # live setting, read when each request is sent (not fixed here).
-        self.channel = ScoreChannel(backend, lambda: self.settings.score_timeout_ms, lifecycle,
-                                    listeners=score_listeners)
+        self.channel = ScoreChannel(
+            backend, lambda: self.settings.score_timeout_ms, lifecycle, listeners=score_listeners
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     def _live_backend(self) -> PredictorBackend | None:
@@ -131,8 +145,9 @@ class PredictorService:
     def phase(self) -> str:
         """collecting, warming, active, disabled or retraining (seed Phase 3 status)."""
         with self._lock:
-            return policy.phase_of(self.state, disabled=self.disabled,
-                                   min_training_sessions=self.settings.min_training_sessions)
+            return policy.phase_of(
+                self.state, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions
+            )
 
     def alpha(self) -> float:
         """The baseline's RRF weight in [0, 1] the policy has earned (1 when disabled)."""
@@ -143,20 +158,41 @@ class PredictorService:
         """The one-line status of the session-start block (seed "4.x Agent-facing status")."""
         with self._lock:
             s = self.state
-            phase = policy.phase_of(s, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions)
-            crashes = self.backend.status().get("crashes_last_hour", 0) \
-                if phase == "disabled" and self.backend is not None else 0
-            return policy.status_line(s, phase, crashes_last_hour=crashes,
-                                      min_training_sessions=self.settings.min_training_sessions)
+            phase = policy.phase_of(
+                s, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions
+            )
+            crashes = (
+                self.backend.status().get("crashes_last_hour", 0)
+                if phase == "disabled" and self.backend is not None
+                else 0
+            )
+            return policy.status_line(
+                s, phase, crashes_last_hour=crashes, min_training_sessions=self.settings.min_training_sessions
+            )
 
     # -- session-start ------------------------------------------------------------------
-    def candidate_signals(self, pool: Sequence[PoolMember], now_epoch: float, project: str | None = None,
-                          context_text: str = "", work_phase: str | None = None) -> dict[str, dict[str, Any]]:
+    def candidate_signals(
+        self,
+        pool: Sequence[PoolMember],
+        now_epoch: float,
+        project: str | None = None,
+        context_text: str = "",
+        work_phase: str | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """Raw per-candidate signals (:func:`memlane.services.predictor_signals.candidate_signals`)."""
         return candidate_signals(self.index, self.db, pool, now_epoch, project, context_text, work_phase)
 
-    def rank(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
-             project: str | None, now: str, last_start: str | None, work_phase: str | None = None) -> RankDecision:
+    def rank(
+        self,
+        *,
+        pool: Sequence[PoolMember],
+        context_vector: np.ndarray | None,
+        context_text: str,
+        project: str | None,
+        now: str,
+        last_start: str | None,
+        work_phase: str | None = None,
+    ) -> RankDecision:
         """Score ``pool`` and fuse it with the baseline ranking (never raises for predictor faults).
 
         :meth:`prepare` then :meth:`score_now`.
@@ -174,14 +210,29 @@ class PredictorService:
             a :class:`RankDecision`.
         """
         t0 = time.perf_counter()
-        decision = self.prepare(pool=pool, context_vector=context_vector, context_text=context_text,
-                                project=project, now=now, last_start=last_start, work_phase=work_phase)
+        decision = self.prepare(
+            pool=pool,
+            context_vector=context_vector,
+            context_text=context_text,
+            project=project,
+            now=now,
+            last_start=last_start,
+            work_phase=work_phase,
+        )
         self.score_now(decision)
         return self._done(decision, t0)
 
-    def prepare(self, *, pool: Sequence[PoolMember], context_vector: np.ndarray | None, context_text: str,
-                project: str | None, now: str, last_start: str | None, work_phase: str | None = None
-                ) -> RankDecision:
+    def prepare(
+        self,
+        *,
+        pool: Sequence[PoolMember],
+        context_vector: np.ndarray | None,
+        context_text: str,
+        project: str | None,
+        now: str,
+        last_start: str | None,
+        work_phase: str | None = None,
+    ) -> RankDecision:
         """Everything of :meth:`rank` but the scores: the candidates' raw signals, the session
         signals, alpha, the phase and the ``score`` request (``decision.request``).
 
@@ -197,14 +248,25 @@ class PredictorService:
         features = self.candidate_signals(pool, now_epoch, project, context_text, work_phase)
         with self._lock:
             alpha = 1.0 if self.disabled else policy.alpha_for(self.state)
-            phase = policy.phase_of(self.state, disabled=self.disabled,
-                                    min_training_sessions=self.settings.min_training_sessions)
+            phase = policy.phase_of(
+                self.state, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions
+            )
             version = self.state.model_version
-        signals = {"session_time": local.isoformat(), "session_gap_hours": gap, "alpha": alpha, "phase": phase,
-                   "model_version": version}
-        decision = RankDecision(order=baseline, fused={m: 1.0 / (self.settings.rrf_k + i + 1)
-                                                       for i, m in enumerate(baseline)},
-                                alpha=alpha, phase=phase, features=features, signals=signals)
+        signals = {
+            "session_time": local.isoformat(),
+            "session_gap_hours": gap,
+            "alpha": alpha,
+            "phase": phase,
+            "model_version": version,
+        }
+        decision = RankDecision(
+            order=baseline,
+            fused={m: 1.0 / (self.settings.rrf_k + i + 1) for i, m in enumerate(baseline)},
+            alpha=alpha,
+            phase=phase,
+            features=features,
+            signals=signals,
+        )
         if not pool or self._live_backend() is None:
             decision.error = "predictor off" if self._live_backend() is None else None
         else:
@@ -259,9 +321,16 @@ class PredictorService:
         return decision
 
     # -- the deferred ranking --------------------------------------------------------------
-    def record_later(self, session_key: str, decision: RankDecision, committed: Future[bool], *,
-                     context_vector: np.ndarray | None, context_model: str | None,
-                     released: Future[None] | None = None) -> Future[int]:
+    def record_later(
+        self,
+        session_key: str,
+        decision: RankDecision,
+        committed: Future[bool],
+        *,
+        context_vector: np.ndarray | None,
+        context_model: str | None,
+        released: Future[None] | None = None,
+    ) -> Future[int]:
         """Record the predictor's part of a session-start that answered without it.
 
         Call it before the start's own write (which then holds the session and its candidates,
@@ -283,8 +352,16 @@ class PredictorService:
         Returns:
             a future of the number of candidate rows updated (it raises what the write raised).
         """
-        return self.records.record(session_key, decision, committed, db=self.db, score_async=self.score_async,
-                                   context_vector=context_vector, context_model=context_model, released=released)
+        return self.records.record(
+            session_key,
+            decision,
+            committed,
+            db=self.db,
+            score_async=self.score_async,
+            context_vector=context_vector,
+            context_model=context_model,
+            released=released,
+        )
 
     def pending_records(self) -> int:
         """Rankings still being recorded after their session-start answered."""
@@ -303,13 +380,13 @@ class PredictorService:
         decision.took_ms = (time.perf_counter() - t0) * 1000
         return decision
 
-    def explore(self, injected: Sequence[str], decision: RankDecision, *,
-                drawn: bool | None = None) -> tuple[str, str] | None:
+    def explore(
+        self, injected: Sequence[str], decision: RankDecision, *, drawn: bool | None = None
+    ) -> tuple[str, str] | None:
         """Maybe swap the lowest injected memory for the largest-disagreement candidate
         (:func:`memlane.services.predictor_exploration.explore`, with ``exploration_rate`` and
         ``rng``). Returns ``(replaced_id, explored_id)`` or None."""
-        return exploration.explore(injected, decision, rate=self.settings.exploration_rate, rng=self.rng,
-                                   drawn=drawn)
+        return exploration.explore(injected, decision, rate=self.settings.exploration_rate, rng=self.rng, drawn=drawn)
 
     def exploration_drawn(self, injected: Sequence[str], decision: RankDecision) -> bool:
         """The epsilon draw of exploration, made before the predictor's ranking is known
@@ -325,8 +402,16 @@ class PredictorService:
             return None
         return pred_sql.session_signals(conn, session_key) or {}
 
-    def prepare_comparison(self, session_key: str, rows: Sequence[Any], labels: Mapping[str, float], *,
-                           confidence: float, project: str | None, signals: Mapping[str, Any]) -> Comparison | None:
+    def prepare_comparison(
+        self,
+        session_key: str,
+        rows: Sequence[Any],
+        labels: Mapping[str, float],
+        *,
+        confidence: float,
+        project: str | None,
+        signals: Mapping[str, Any],
+    ) -> Comparison | None:
         """Compare both rankings on the session's labels and update the policy state in memory.
 
         NDCG@10 of both rankings over one evaluation pool, the success-rate EMA and the
@@ -357,20 +442,38 @@ class PredictorService:
         confidence = float(confidence)
         with self._lock:
             outcome = policy.record_comparison(
-                self.state, predictor_ndcg=p_ndcg if predictor else None, baseline_ndcg=b_ndcg,
-                confidence=confidence, predictor_scored=bool(predictor), project=project,
+                self.state,
+                predictor_ndcg=p_ndcg if predictor else None,
+                baseline_ndcg=b_ndcg,
+                confidence=confidence,
+                predictor_scored=bool(predictor),
+                project=project,
                 min_training_sessions=self.settings.min_training_sessions,
                 train_interval_sessions=self.settings.train_interval_sessions,
-                drift_reset_window=self.settings.drift_reset_window)
+                drift_reset_window=self.settings.drift_reset_window,
+            )
             state = self.state.to_dict()
-            phase = policy.phase_of(self.state, disabled=self.disabled,
-                                    min_training_sessions=self.settings.min_training_sessions)
+            phase = policy.phase_of(
+                self.state, disabled=self.disabled, min_training_sessions=self.settings.min_training_sessions
+            )
         now = now_iso()
-        row = comparison_row(session_key=session_key, project=project, predictor=predictor, baseline=baseline,
-                             predictor_ndcg=p_ndcg, baseline_ndcg=b_ndcg, won=outcome.won,
-                             ema_updated=outcome.ema_updated, confidence=confidence,
-                             success_rate=state["success_rate"], signals=signals, relevance=relevance,
-                             fts_overlap=fts_overlap, phase=phase, at=now)
+        row = comparison_row(
+            session_key=session_key,
+            project=project,
+            predictor=predictor,
+            baseline=baseline,
+            predictor_ndcg=p_ndcg,
+            baseline_ndcg=b_ndcg,
+            won=outcome.won,
+            ema_updated=outcome.ema_updated,
+            confidence=confidence,
+            success_rate=state["success_rate"],
+            signals=signals,
+            relevance=relevance,
+            fts_overlap=fts_overlap,
+            phase=phase,
+            at=now,
+        )
         return Comparison(session_key, row, bool(predictor), state, outcome, now)
 
     @staticmethod
@@ -402,8 +505,12 @@ class PredictorService:
             signals = self.comparison_inputs(c, session_key)
             if signals is None:
                 return None
-            return (sess_sql.session_memories(c, session_key), sess_sql.get_score(c, session_key),
-                    sess_sql.get_session(c, session_key), signals)
+            return (
+                sess_sql.session_memories(c, session_key),
+                sess_sql.get_score(c, session_key),
+                sess_sql.get_session(c, session_key),
+                signals,
+            )
 
         found = self.db.read(read)
         if found is None:
@@ -412,8 +519,9 @@ class PredictorService:
         if score is None or sess is None:
             return None
         labels = {r.memory_id: float(r.label) for r in rows if r.label is not None}
-        cmp = self.prepare_comparison(session_key, rows, labels, confidence=float(score["confidence"]),
-                                      project=sess.project, signals=signals)
+        cmp = self.prepare_comparison(
+            session_key, rows, labels, confidence=float(score["confidence"]), project=sess.project, signals=signals
+        )
         if cmp is None:
             return None
         self.db.write(lambda conn: self.write_comparison(conn, cmp))
@@ -482,19 +590,28 @@ class PredictorService:
             lat = sorted(self.channel.latency_ms)
         kinds, recent = self.channel.error_snapshot(10)
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
-        out = {"enabled": self.backend is not None, "phase": self.phase(), "alpha": self.alpha(),
-               "status_line": self.status_line(), "state": s, "scored_sessions": self.channel.scored,
-               "scored_untrained": self.channel.scored_untrained,
-               "score_errors": self.channel.errors, "score_error_kinds": kinds, "score_recent_errors": recent,
-               "score_timeout_ms": self.channel.deadline_ms(), "deferred_sessions": self.records.deferred,
-               "pending_records": self.pending_records(),
-               "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
-               "training": self.retrainer.running(),
-               "training_runs": runs, "settings": self.settings.model_dump()}
+        out = {
+            "enabled": self.backend is not None,
+            "phase": self.phase(),
+            "alpha": self.alpha(),
+            "status_line": self.status_line(),
+            "state": s,
+            "scored_sessions": self.channel.scored,
+            "scored_untrained": self.channel.scored_untrained,
+            "score_errors": self.channel.errors,
+            "score_error_kinds": kinds,
+            "score_recent_errors": recent,
+            "score_timeout_ms": self.channel.deadline_ms(),
+            "deferred_sessions": self.records.deferred,
+            "pending_records": self.pending_records(),
+            "score_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
+            "training": self.retrainer.running(),
+            "training_runs": runs,
+            "settings": self.settings.model_dump(),
+        }
         if self.backend is not None:
             sidecar = self.backend.status()
             if self.lifecycle is not None:
                 sidecar.update(self.lifecycle.status())
             out["sidecar"] = sidecar
         return out
-

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from memlane.predictor.coverage import query_coverage
-from memlane.v3.methodology.phases import PHASE_WEIGHTS
 from memlane.predictor.features import project_name
 from memlane.recall.memory_index import MemoryIndex
 from memlane.services.predictor_types import PoolMember
 from memlane.storage import predictor as pred_sql
 from memlane.storage.db import Database
+from memlane.v3.methodology.phases import PHASE_WEIGHTS
 
 __all__ = ["candidate_signals", "mentions_project", "score_params"]
 
@@ -37,9 +37,15 @@ def mentions_project(row: tuple[str, str | None] | None, project: str | None, na
     return mem_project == project or (name is not None and name in content.lower())
 
 
-def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMember], now_epoch: float,
-                      project: str | None = None, context_text: str = "",
-                      work_phase: str | None = None) -> dict[str, dict[str, Any]]:
+def candidate_signals(
+    index: MemoryIndex,
+    db: Database,
+    pool: Sequence[PoolMember],
+    now_epoch: float,
+    project: str | None = None,
+    context_text: str = "",
+    work_phase: str | None = None,
+) -> dict[str, dict[str, Any]]:
     """Raw per-candidate signals (:data:`memlane.predictor.dataset.CANDIDATE_SIGNALS`).
 
     Args:
@@ -78,7 +84,8 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
             "baseline_score": float(p.baseline_score),
             "baseline_rank": int(p.baseline_rank) - 1,
             "context_similarity": None if p.similarity is None else float(p.similarity),
-            "bm25_score": p.bm25_score, "vector_score": p.vector_score,
+            "bm25_score": p.bm25_score,
+            "vector_score": p.vector_score,
             "mentions_project": mentions_project(texts.get(p.memory_id), project, name),
             "query_coverage": cov,
         }
@@ -89,9 +96,15 @@ def candidate_signals(index: MemoryIndex, db: Database, pool: Sequence[PoolMembe
     return out
 
 
-def score_params(pool: Sequence[PoolMember], features: dict[str, dict[str, Any]],
-                 context_vector: np.ndarray | None, context_text: str, project: str | None,
-                 local: datetime, gap: float) -> dict[str, Any]:
+def score_params(
+    pool: Sequence[PoolMember],
+    features: dict[str, dict[str, Any]],
+    context_vector: np.ndarray | None,
+    context_text: str,
+    project: str | None,
+    local: datetime,
+    gap: float,
+) -> dict[str, Any]:
     """The ``score`` request's params (shapes in :func:`memlane.predictor.rpc_params.parse_score_params`).
 
     Candidate vectors and texts are not sent: the sidecar reads them from its read-only
@@ -104,10 +117,13 @@ def score_params(pool: Sequence[PoolMember], features: dict[str, dict[str, Any]]
     params: dict[str, Any] = {
         "candidate_ids": [p.memory_id for p in pool],
         "candidates": [features[p.memory_id] for p in pool],
-        "session_time": local.isoformat(), "session_gap_hours": gap, "project": project,
+        "session_time": local.isoformat(),
+        "session_gap_hours": gap,
+        "project": project,
         "context_text": "" if context_vector is not None else context_text[:2000],
     }
     if context_vector is not None:
-        params["context_embedding_b64"] = base64.b64encode(
-            np.asarray(context_vector, dtype="<f4").tobytes()).decode("ascii")
+        params["context_embedding_b64"] = base64.b64encode(np.asarray(context_vector, dtype="<f4").tobytes()).decode(
+            "ascii"
+        )
     return params

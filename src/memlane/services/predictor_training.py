@@ -20,11 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from memlane.predictor import policy
 from memlane.config import predictor as C
+from memlane.config.clock import now_iso
+from memlane.predictor import policy
 from memlane.predictor.client import PredictorUnavailable
 from memlane.recall.memory_index import iso_to_epoch
-from memlane.config.clock import now_iso
 from memlane.services.predictor_rows import training_log_row
 from memlane.services.predictor_scoring import PredictorBackend
 from memlane.storage import predictor as pred_sql
@@ -46,8 +46,10 @@ def canary_refresh_due(newest_member: str | None, newest_session: str | None) ->
     """
     if newest_member is None:
         return True
-    return newest_session is not None and \
-        iso_to_epoch(newest_session) - iso_to_epoch(newest_member) >= C.CANARY_REFRESH_DAYS * 86400
+    return (
+        newest_session is not None
+        and iso_to_epoch(newest_session) - iso_to_epoch(newest_member) >= C.CANARY_REFRESH_DAYS * 86400
+    )
 
 
 class Retrainer:
@@ -64,10 +66,16 @@ class Retrainer:
             None: the sidecar is already up.
     """
 
-    def __init__(self, db: Database, lock: threading.Lock, *, state: Callable[[], policy.PolicyState],
-                 backend: Callable[[], PredictorBackend | None],
-                 hold: Callable[[], AbstractContextManager[bool]] | None = None,
-                 listeners: Sequence[Callable[[dict[str, Any], float], None]] = ()) -> None:
+    def __init__(
+        self,
+        db: Database,
+        lock: threading.Lock,
+        *,
+        state: Callable[[], policy.PolicyState],
+        backend: Callable[[], PredictorBackend | None],
+        hold: Callable[[], AbstractContextManager[bool]] | None = None,
+        listeners: Sequence[Callable[[dict[str, Any], float], None]] = (),
+    ) -> None:
         self.db = db
         self._lock = lock
         self._state = state
@@ -121,9 +129,13 @@ class Retrainer:
         """
         t0 = time.perf_counter()
         now = now_iso()
-        keys, newest_member, newest = self.db.read(lambda c: (
-            pred_sql.canary_keys(c), pred_sql.canary_newest_start(c),
-            pred_sql.newest_training_start(c, min_confidence=C.MIN_SCORER_CONFIDENCE)))
+        keys, newest_member, newest = self.db.read(
+            lambda c: (
+                pred_sql.canary_keys(c),
+                pred_sql.canary_newest_start(c),
+                pred_sql.newest_training_start(c, min_confidence=C.MIN_SCORER_CONFIDENCE),
+            )
+        )
         with self._lock:
             state = self._state()
             # The canary never takes more than a fifth of the training-grade sessions: early on a
@@ -137,17 +149,27 @@ class Retrainer:
             seen, through = set(state.canary_seen), state.trained_through
         weekly = canary_refresh_due(newest_member, newest)
         if size and (len(keys) < size or weekly):
-            keys = self.db.write(lambda c: pred_sql.refresh_canary(
-                c, size=size, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now, replace=weekly,
-                max_replaced=C.CANARY_REFRESH_MAX_REPLACED))
+            keys = self.db.write(
+                lambda c: pred_sql.refresh_canary(
+                    c,
+                    size=size,
+                    min_confidence=C.MIN_SCORER_CONFIDENCE,
+                    at=now,
+                    replace=weekly,
+                    max_replaced=C.CANARY_REFRESH_MAX_REPLACED,
+                )
+            )
         # The sidecar trains on the canary until cold start exits. From then on the NDCG gate
         # needs members the live model has not seen: the ones it trained on make way for
         # sessions that started after its last run (docs/predictor.md, "The canary is trained
         # on until cold start exits").
         leaving = [k for k in keys if k in seen]
         if hold_out and leaving and through:
-            self.db.write(lambda c: pred_sql.swap_canary_members(
-                c, leaving, started_after=through, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now))
+            self.db.write(
+                lambda c: pred_sql.swap_canary_members(
+                    c, leaving, started_after=through, min_confidence=C.MIN_SCORER_CONFIDENCE, at=now
+                )
+            )
         with self._lock:
             state = self._state()
             sessions_before = state.sessions_since_train
@@ -157,12 +179,14 @@ class Retrainer:
             backend = self._backend()
             if backend is None:
                 raise PredictorUnavailable("the predictor is disabled (predictor.enabled is false)")
-            with (self._hold() if self._hold is not None else nullcontext(True)) as ready:
+            with self._hold() if self._hold is not None else nullcontext(True) as ready:
                 if not ready:
                     raise PredictorUnavailable(f"the predictor sidecar did not start within {C.START_TIMEOUT_S:.0f} s")
-                report = backend.call("train_from_db", {"trigger": trigger, "influential": influential,
-                                                       "hold_out_canary": hold_out},
-                                      timeout_s=C.TRAIN_TIMEOUT_S)
+                report = backend.call(
+                    "train_from_db",
+                    {"trigger": trigger, "influential": influential, "hold_out_canary": hold_out},
+                    timeout_s=C.TRAIN_TIMEOUT_S,
+                )
             error = report.get("error")
         except Exception as exc:
             report, error = {}, f"{type(exc).__name__}: {exc}"
@@ -172,8 +196,12 @@ class Retrainer:
             gates_report = report.get("gates")
             gates: dict[str, Any] = gates_report if isinstance(gates_report, dict) else {}
             failed = [g.get("name") for g in gates.get("gates") or [] if isinstance(g, dict) and not g.get("passed")]
-            log.warning("predictor retrain (%s) rejected, model v%s keeps serving: %s", trigger,
-                        report.get("model_version"), f"gates failed {failed}" if failed else error or "not accepted")
+            log.warning(
+                "predictor retrain (%s) rejected, model v%s keeps serving: %s",
+                trigger,
+                report.get("model_version"),
+                f"gates failed {failed}" if failed else error or "not accepted",
+            )
         with self._lock:
             s = self._state()
             if accepted:
@@ -189,8 +217,15 @@ class Retrainer:
                 s.trained_through = newest
             saved = s.to_dict()
             drift_resets = s.drift_resets
-        row = training_log_row(report, model_version=saved["model_version"], trigger=trigger, accepted=accepted,
-                               drift_resets=drift_resets, error=error, at=now)
+        row = training_log_row(
+            report,
+            model_version=saved["model_version"],
+            trigger=trigger,
+            accepted=accepted,
+            drift_resets=drift_resets,
+            error=error,
+            at=now,
+        )
 
         def job(conn: Any) -> None:
             pred_sql.insert_training_log(conn, row)

@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from memlane.config import RecallSettings
+from memlane.config.clock import now_iso, parse_iso
 from memlane.embedding.base import Embedder
 from memlane.errors import EmbeddingError, ValidationError
 from memlane.recall.bm25 import bm25_leg
@@ -32,7 +33,6 @@ from memlane.recall.fts_cache import FtsCache
 from memlane.recall.hybrid import boost, merge
 from memlane.recall.memory_index import MemoryIndex, single_threaded_blas
 from memlane.recall.stages import Prefetched, RecallStages, read_candidates
-from memlane.config.clock import now_iso, parse_iso
 from memlane.services.extensions import DriftGuard
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
@@ -143,9 +143,17 @@ class RecallService:
             memories, write-behind drift check); None: off.
     """
 
-    def __init__(self, memories: MemoryService, settings: RecallSettings, *, fts: FtsCache | None = None,
-                 stages: RecallStages | None = None, graph_boost: Any = None, ranker: Any = None,
-                 drift: DriftGuard | None = None) -> None:
+    def __init__(
+        self,
+        memories: MemoryService,
+        settings: RecallSettings,
+        *,
+        fts: FtsCache | None = None,
+        stages: RecallStages | None = None,
+        graph_boost: Any = None,
+        ranker: Any = None,
+        drift: DriftGuard | None = None,
+    ) -> None:
         self.memories = memories
         self.settings = settings
         single_threaded_blas()  # the vector leg's matrix-vector product (see there)
@@ -231,10 +239,12 @@ class RecallService:
         for t in q.types:
             check_text(t, "types[]", max_chars=MAX_SHORT_CHARS)
         filters = fts.Filters(
-            project=q.project, types=tuple(q.types),
+            project=q.project,
+            types=tuple(q.types),
             since=parse_iso(q.since, "since") if q.since else None,
             until=parse_iso(q.until, "until") if q.until else None,
-            include_deleted=q.include_deleted, include_global=q.include_global,
+            include_deleted=q.include_deleted,
+            include_global=q.include_global,
             exclude_superseded=q.exclude_superseded,
         )
         now = datetime.fromisoformat(parse_iso(q.now, "now")) if q.now else datetime.now(UTC)
@@ -243,11 +253,25 @@ class RecallService:
             return None
         # The learned ranker rescores the best ``pool_size`` candidates: each leg fetches that many.
         ranker = self.ranker
-        want_pool = ranker is not None and (collect_pool or ranker.reason_off(
-            q.ranker, self.index.model_id, self.embedder is not None and alpha > 0, q.alpha is not None) is None)
+        want_pool = ranker is not None and (
+            collect_pool
+            or ranker.reason_off(
+                q.ranker, self.index.model_id, self.embedder is not None and alpha > 0, q.alpha is not None
+            )
+            is None
+        )
         n_pool = ranker.pool_size() if want_pool else 0
-        return _Plan(q, text, filters, now, alpha, min_score,
-                     n_cand=max(q.limit * s.candidate_multiplier, 50, n_pool), want_pool=want_pool, n_pool=n_pool)
+        return _Plan(
+            q,
+            text,
+            filters,
+            now,
+            alpha,
+            min_score,
+            n_cand=max(q.limit * s.candidate_multiplier, 50, n_pool),
+            want_pool=want_pool,
+            n_pool=n_pool,
+        )
 
     def _run_legs(self, plan: _Plan) -> _Legs:
         """The BM25, hint and vector legs, and the graph lookup's query-only steps.
@@ -271,8 +295,7 @@ class RecallService:
         links = self.stages is not None and (graph_future is not None or (rows_needed and self.stages.hub_active()))
         prefetch = rows_needed or links or plan.want_pool
         bm25_future = ahead.submit(self._bm25, expr, n_cand, filters, prefetch, links) if expr is not None else None
-        hint_future = (self.stages.submit_hints(ahead, expr, n_cand, filters, prefetch, links)
-                       if self.stages else None)
+        hint_future = self.stages.submit_hints(ahead, expr, n_cand, filters, prefetch, links) if self.stages else None
         ahead.start(self._pool)
         qv = None
         if self.embedder is not None and len(self.index):
@@ -319,22 +342,29 @@ class RecallService:
             if missing:
                 prefetched.add(self.stages.prefetch_rows(missing, legs.links))
         if legs.graph is not None:  # "Graph-Augmented Search": + boost_weight, deadline-bounded
-            return merged, self.graph_boost.boost(plan.text, merged, prepared=legs.graph,
-                                                  links=prefetched.seq_links() if prefetched is not None else None)
+            return merged, self.graph_boost.boost(
+                plan.text, merged, prepared=legs.graph, links=prefetched.seq_links() if prefetched is not None else None
+            )
         if self.graph_boost is not None:
             return merged, self.graph_boost(plan.text, merged)
         return merged, merged
 
-    def _stages(self, plan: _Plan, legs: _Legs, unboosted: dict, merged: dict, pool_out: list[Any] | None
-                ) -> tuple[list[RecallHit], str]:
+    def _stages(
+        self, plan: _Plan, legs: _Legs, unboosted: dict, merged: dict, pool_out: list[Any] | None
+    ) -> tuple[list[RecallHit], str]:
         """Rehearsal and recency boosts, dampening and the reranker (or the ``min_score`` cut
         and top ``limit``), then the learned ranker: (the hits, the ranker that ordered them)."""
         s, q = self.settings, plan.query
         seqs = list(merged)
         known, access, created = self.index.ranking_fields(seqs)
-        final = boost(np.array([merged[x][0] for x in seqs]), access_count=access,
-                      age_days=(plan.now.timestamp() - created) / 86400.0, rehearsal_weight=s.rehearsal_weight,
-                      recency_weight=s.recency_weight, recency_half_life_days=s.recency_half_life_days)
+        final = boost(
+            np.array([merged[x][0] for x in seqs]),
+            access_count=access,
+            age_days=(plan.now.timestamp() - created) / 86400.0,
+            rehearsal_weight=s.rehearsal_weight,
+            recency_weight=s.recency_weight,
+            recency_half_life_days=s.recency_half_life_days,
+        )
         fetch = lambda want: self.memories.db.read(lambda c: mem_sql.get_by_seqs(c, want))  # noqa: E731
         # With the learned ranker the heuristic ranks a pool of n_pool; rows are read after it.
         upto = max(q.limit, plan.n_pool)
@@ -343,8 +373,13 @@ class RecallService:
         fetch_ranked = fetch if not plan.want_pool else (lambda want: {})  # noqa: E731
         qv = legs.qv if plan.alpha > 0 else None  # alpha 0 = no vector signal, in the reranker too
         # dampening -> reranker (None: baseline ranking)
-        staged = self.stages.rank(plan.text, qv, seqs, final, known, merged, plan.min_score, upto,
-                                  fetch_ranked, legs.prefetched) if self.stages is not None else None
+        staged = (
+            self.stages.rank(
+                plan.text, qv, seqs, final, known, merged, plan.min_score, upto, fetch_ranked, legs.prefetched
+            )
+            if self.stages is not None
+            else None
+        )
         if staged is not None:
             ranked, rows = staged
         else:
@@ -354,8 +389,9 @@ class RecallService:
             rows = fetch_ranked([seq for _, seq in ranked])
         used, rank_scores = "heuristic", None
         if plan.want_pool:
-            ranked, rank_scores, used = self._learned(q, plan.text, ranked[:plan.n_pool], unboosted, merged,
-                                                      legs.prefetched, qv, plan.now, pool_out)
+            ranked, rank_scores, used = self._learned(
+                q, plan.text, ranked[: plan.n_pool], unboosted, merged, legs.prefetched, qv, plan.now, pool_out
+            )
         if q.phase is not None:
             ranked = self._by_phase(ranked, q.phase)
         if plan.want_pool:
@@ -363,9 +399,17 @@ class RecallService:
             rows = fetch([seq for _, seq in ranked])
         elif q.phase is not None:
             ranked = ranked[: q.limit]
-        hits = [RecallHit(rows[seq], score, merged[seq][1].vector, merged[seq][1].bm25,
-                          rank_scores.get(seq) if rank_scores is not None else None)
-                for score, seq in ranked if seq in rows]
+        hits = [
+            RecallHit(
+                rows[seq],
+                score,
+                merged[seq][1].vector,
+                merged[seq][1].bm25,
+                rank_scores.get(seq) if rank_scores is not None else None,
+            )
+            for score, seq in ranked
+            if seq in rows
+        ]
         return hits, used
 
     def _by_phase(self, ranked: list[tuple[float, int]], phase: str) -> list[tuple[float, int]]:
@@ -379,9 +423,18 @@ class RecallService:
         order = sorted(range(len(weighted)), key=lambda i: (-weighted[i][0], i))
         return [weighted[i] for i in order]
 
-    def _learned(self, q: RecallQuery, text: str, ranked: list[tuple[float, int]], unboosted: dict, merged: dict,
-                 prefetched: Prefetched | None, qv: np.ndarray | None, now: datetime, pool_out: list[Any] | None
-                 ) -> tuple[list[tuple[float, int]], dict[int, float] | None, str]:
+    def _learned(
+        self,
+        q: RecallQuery,
+        text: str,
+        ranked: list[tuple[float, int]],
+        unboosted: dict,
+        merged: dict,
+        prefetched: Prefetched | None,
+        qv: np.ndarray | None,
+        now: datetime,
+        pool_out: list[Any] | None,
+    ) -> tuple[list[tuple[float, int]], dict[int, float] | None, str]:
         """The learned reranking stage (memlane.ranker.stage) over the heuristic's best
         candidates ``ranked`` ((final score, seq), best first): (the order, seq -> model score
         or None, the ranker that ordered them). Never raises: on any failure the heuristic
@@ -407,13 +460,17 @@ class RecallService:
             else:
                 v_content = v_context = np.full(len(seqs), np.nan)
             pool = Pool(
-                seqs=seqs, contents=[rows[x].content for x in seqs],
+                seqs=seqs,
+                contents=[rows[x].content for x in seqs],
                 hybrid=np.array([unboosted[x][0] if x in unboosted else merged[x][0] for x in seqs]),
                 final=np.array([f for f, _ in ranked]),
                 vector=np.array([nan if g.vector is None else g.vector for g in legs]),
-                vector_content=v_content, vector_context=v_context,
+                vector_content=v_content,
+                vector_context=v_context,
                 bm25=np.array([nan if g.bm25 is None else g.bm25 for g in legs]),
-                created=self.index.ranking_fields(seqs)[2].astype(np.float64), now=now.timestamp())
+                created=self.index.ranking_fields(seqs)[2].astype(np.float64),
+                now=now.timestamp(),
+            )
             if pool_out is not None:
                 pool_out.append(pool)
             if reason is not None or len(pool) < MIN_POOL:
@@ -426,21 +483,25 @@ class RecallService:
             # the pool's i-th best score): scores stay monotone and min_score / prompt thresholds
             # keep their meaning; the model's own score is rank_score.
             scale = [f for f, _ in ranked]  # best first
-            return ([(scale[r], ranked[i][1]) for r, i in enumerate(order.tolist())],
-                    {seqs[i]: float(scores[i]) for i in range(len(seqs))}, "learned")
+            return (
+                [(scale[r], ranked[i][1]) for r, i in enumerate(order.tolist())],
+                {seqs[i]: float(scores[i]) for i in range(len(seqs))},
+                "learned",
+            )
         except Exception as exc:  # the learned stage never fails a recall
             log.warning("learned ranker skipped: %s", exc)
             return ranked, None, "heuristic"
 
-    def _bm25(self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False, links: bool = False
-              ) -> tuple[list[tuple[int, float]], Prefetched | None]:
+    def _bm25(
+        self, expr: str, n_cand: int, filters: fts.Filters, prefetch: bool = False, links: bool = False
+    ) -> tuple[list[tuple[int, float]], Prefetched | None]:
         """The BM25 leg (``memlane.recall.bm25.bm25_leg``) and, with ``prefetch``, its candidates'
         rows (and with ``links`` their entity links) for the stages and the graph boost
         (``RecallStages.prefetch_rows``)."""
-        pairs = bm25_leg(self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight,
-                         cache=self.fts_cache())
-        rows = (self.stages.prefetch_rows([s for s, _ in pairs], links)
-                if prefetch and self.stages is not None else None)
+        pairs = bm25_leg(
+            self.memories.db, self.index, expr, n_cand, filters, self.settings.context_weight, cache=self.fts_cache()
+        )
+        rows = self.stages.prefetch_rows([s for s, _ in pairs], links) if prefetch and self.stages is not None else None
         return pairs, rows
 
     def _touch(self, hits: list[RecallHit]) -> None:

@@ -20,13 +20,16 @@ def check_text(value: str, field: str, *, max_chars: int, allow_empty: bool = Fa
     if not isinstance(value, str):
         raise ValidationError(f"{field}: expected a string", details={"field": field})
     if len(value) > max_chars:
-        raise PayloadTooLarge(f"{field}: {len(value)} characters is over the limit of {max_chars}",
-                              details={"field": field, "limit": max_chars, "length": len(value)})
+        raise PayloadTooLarge(
+            f"{field}: {len(value)} characters is over the limit of {max_chars}",
+            details={"field": field, "limit": max_chars, "length": len(value)},
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValidationError(f"{field}: contains an unpaired surrogate at position {exc.start}",
-                              details={"field": field}) from exc
+        raise ValidationError(
+            f"{field}: contains an unpaired surrogate at position {exc.start}", details={"field": field}
+        ) from exc
     if "\x00" in value:
         raise ValidationError(f"{field}: contains a NUL character", details={"field": field})
     if not allow_empty and not value.strip():
@@ -40,8 +43,12 @@ def check_unit(value: float, field: str) -> float:
     Raises:
         ValidationError: not a number, not finite, or outside [0, 1].
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0.0 <= value <= 1.0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0.0 <= value <= 1.0
+    ):
         raise ValidationError(f"{field}: must be a number in [0, 1], got {value!r}", details={"field": field})
     return float(value)
 

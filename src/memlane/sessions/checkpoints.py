@@ -20,13 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
-from datetime import datetime, UTC
 
-
+from memlane.config.clock import to_iso
 from memlane.config.continuity import SessionCheckpointSettings
 from memlane.errors import ValidationError
-from memlane.config.clock import to_iso
 from memlane.redact import redact
 from memlane.storage import session_checkpoints as store
 from memlane.storage.db import Database
@@ -37,11 +36,11 @@ log = logging.getLogger(__name__)
 TRIGGERS = ("periodic", "agent", "explicit", "pre_compaction", "session_end")
 _RANK = {t: i for i, t in enumerate(TRIGGERS)}
 MAX_QUERIES, MAX_REMEMBERS = 20, 10
-MAX_ITEM_CHARS = 1000         # one stored query / remember, chars (cut after redaction)
-MAX_CONTEXT_CHARS = 4000      # session context kept for the pre-compaction digest, chars
-DIGEST_ITEM_CHARS = 300       # one bullet of the digest, chars
+MAX_ITEM_CHARS = 1000  # one stored query / remember, chars (cut after redaction)
+MAX_CONTEXT_CHARS = 4000  # session context kept for the pre-compaction digest, chars
+DIGEST_ITEM_CHARS = 300  # one bullet of the digest, chars
 FLUSH_INTERVAL_S = 2.5
-MAX_FLUSH_ATTEMPTS = 3        # a pending checkpoint whose write failed this often is dropped
+MAX_FLUSH_ATTEMPTS = 3  # a pending checkpoint whose write failed this often is dropped
 TRUNCATED = "[truncated]"
 
 
@@ -70,10 +69,23 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h {m:02d}m" if h else (f"{m}m {s % 60:02d}s" if m else f"{s}s")
 
 
-def _digest(title: str, prompts: str, project: str | None, duration_s: float | None, queries: Iterable[str],
-            remembers: Iterable[str], context: str | None) -> str:
-    lines = [f"## {title}", f"- Project: {project or 'unknown'}", f"- {prompts}",
-             f"- Duration: {_duration(duration_s)}", "", "### Recent prompts"]
+def _digest(
+    title: str,
+    prompts: str,
+    project: str | None,
+    duration_s: float | None,
+    queries: Iterable[str],
+    remembers: Iterable[str],
+    context: str | None,
+) -> str:
+    lines = [
+        f"## {title}",
+        f"- Project: {project or 'unknown'}",
+        f"- {prompts}",
+        f"- Duration: {_duration(duration_s)}",
+        "",
+        "### Recent prompts",
+    ]
     lines += [f"{i}. {_one_line(q)}" for i, q in enumerate(queries, 1)] or ["- none"]
     lines += ["", "### Memory activity"]
     lines += [f"- remembered: {_one_line(r)}" for r in remembers] or ["- none"]
@@ -87,27 +99,61 @@ def _prompts(prompt_count: int, total_prompts: int | None) -> str:
     return f"Prompts: {prompt_count} since last checkpoint{tail}"
 
 
-def format_periodic_digest(*, project: str | None, prompt_count: int, duration_s: float | None,
-                           queries: Iterable[str] = (), remembers: Iterable[str] = (),
-                           total_prompts: int | None = None, trigger: str = "periodic",
-                           context: str | None = None) -> str:
+def format_periodic_digest(
+    *,
+    project: str | None,
+    prompt_count: int,
+    duration_s: float | None,
+    queries: Iterable[str] = (),
+    remembers: Iterable[str] = (),
+    total_prompts: int | None = None,
+    trigger: str = "periodic",
+    context: str | None = None,
+) -> str:
     """Markdown: project, prompt count (and session total), duration (seconds in, ``14m 05s`` out),
     recent prompts (queries), memory activity (remembers). Also used for the ``agent`` and
     ``explicit`` triggers, whose ``context`` (e.g. the agent's compaction summary) is appended."""
-    return _digest(f"Session checkpoint ({trigger})", _prompts(prompt_count, total_prompts), project, duration_s,
-                   queries, remembers, context)
+    return _digest(
+        f"Session checkpoint ({trigger})",
+        _prompts(prompt_count, total_prompts),
+        project,
+        duration_s,
+        queries,
+        remembers,
+        context,
+    )
 
 
-def format_pre_compaction_digest(*, project: str | None, prompt_count: int, duration_s: float | None,
-                                 queries: Iterable[str] = (), remembers: Iterable[str] = (),
-                                 total_prompts: int | None = None, context: str | None = None) -> str:
+def format_pre_compaction_digest(
+    *,
+    project: str | None,
+    prompt_count: int,
+    duration_s: float | None,
+    queries: Iterable[str] = (),
+    remembers: Iterable[str] = (),
+    total_prompts: int | None = None,
+    context: str | None = None,
+) -> str:
     """The periodic digest titled for pre-compaction, plus the optional session context."""
-    return _digest("Pre-compaction checkpoint", _prompts(prompt_count, total_prompts), project, duration_s,
-                   queries, remembers, context)
+    return _digest(
+        "Pre-compaction checkpoint",
+        _prompts(prompt_count, total_prompts),
+        project,
+        duration_s,
+        queries,
+        remembers,
+        context,
+    )
 
 
-def format_session_end_digest(*, project: str | None, total_prompts: int, duration_s: float | None,
-                              queries: Iterable[str] = (), remembers: Iterable[str] = ()) -> str:
+def format_session_end_digest(
+    *,
+    project: str | None,
+    total_prompts: int,
+    duration_s: float | None,
+    queries: Iterable[str] = (),
+    remembers: Iterable[str] = (),
+) -> str:
     """The periodic digest titled for session end, with the total prompt count of the session."""
     return _digest("Session end", f"Total prompts: {total_prompts}", project, duration_s, queries, remembers, None)
 
@@ -193,16 +239,22 @@ class SessionCheckpointService:
     Call :meth:`close` before closing ``db``: it stops the thread and flushes what is pending.
     """
 
-    def __init__(self, db: Database, settings: SessionCheckpointSettings | None = None, *,
-                 clock: Callable[[], float] = time.time, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        db: Database,
+        settings: SessionCheckpointSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ) -> None:
         self._db = db
         self.settings = settings or SessionCheckpointSettings()
         self._clock = clock
         self._interval = flush_interval_s
-        self._lock = threading.Lock()          # pending, marks, thread state
-        self._flush_lock = threading.Lock()    # one flush at a time: rows keep queue order
+        self._lock = threading.Lock()  # pending, marks, thread state
+        self._flush_lock = threading.Lock()  # one flush at a time: rows keep queue order
         self._pending: dict[str, _Pending] = {}
-        self._marks: dict[str, list[float]] = {}   # session -> [last checkpoint s, prompt count at last periodic]
+        self._marks: dict[str, list[float]] = {}  # session -> [last checkpoint s, prompt count at last periodic]
         self._first_seen: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -210,9 +262,18 @@ class SessionCheckpointService:
 
     normalize_project = staticmethod(normalize_project)
 
-    def queue(self, session_key: str, trigger: str, *, harness: str | None = None, project: str | None = None,
-              prompt_count_delta: int = 0, queries: Iterable[str] | None = (),
-              remembers: Iterable[str] | None = (), context: str | None = None) -> bool:
+    def queue(
+        self,
+        session_key: str,
+        trigger: str,
+        *,
+        harness: str | None = None,
+        project: str | None = None,
+        prompt_count_delta: int = 0,
+        queries: Iterable[str] | None = (),
+        remembers: Iterable[str] | None = (),
+        context: str | None = None,
+    ) -> bool:
         """Buffer a checkpoint (seed: queueCheckpointWrite); False when continuity is disabled.
 
         Raises:
@@ -228,8 +289,17 @@ class SessionCheckpointService:
             raise ValidationError("prompt_count_delta: must be >= 0", details={"field": "prompt_count_delta"})
         now = self._clock()
         ctx = redact(context).strip()[:MAX_CONTEXT_CHARS] if context else None
-        item = _Pending(session_key, trigger, harness, project, ctx or None, int(prompt_count_delta),
-                        _clean(queries, MAX_QUERIES), _clean(remembers, MAX_REMEMBERS), now)
+        item = _Pending(
+            session_key,
+            trigger,
+            harness,
+            project,
+            ctx or None,
+            int(prompt_count_delta),
+            _clean(queries, MAX_QUERIES),
+            _clean(remembers, MAX_REMEMBERS),
+            now,
+        )
         with self._lock:
             current = self._pending.get(session_key)
             if current is None:
@@ -296,21 +366,30 @@ class SessionCheckpointService:
         starts = [t for t in (first_seen, _epoch(facts.started_at)) if t is not None]
         duration = p.last_at - min(starts) if starts else None
         total = max(facts.session_prompt_count, facts.checkpoint_prompts + p.prompt_count)
-        common: dict[str, Any] = dict(project=p.project, duration_s=duration, queries=p.queries,
-                                      remembers=p.remembers)
+        common: dict[str, Any] = dict(project=p.project, duration_s=duration, queries=p.queries, remembers=p.remembers)
         if p.trigger == "session_end":
             digest = format_session_end_digest(total_prompts=total, **common)
         elif p.trigger == "pre_compaction":
-            digest = format_pre_compaction_digest(prompt_count=p.prompt_count, total_prompts=total,
-                                                  context=p.context, **common)
+            digest = format_pre_compaction_digest(
+                prompt_count=p.prompt_count, total_prompts=total, context=p.context, **common
+            )
         else:
-            digest = format_periodic_digest(prompt_count=p.prompt_count, total_prompts=total,
-                                            trigger=p.trigger, context=p.context, **common)
+            digest = format_periodic_digest(
+                prompt_count=p.prompt_count, total_prompts=total, trigger=p.trigger, context=p.context, **common
+            )
         new_id = store.insert(
-            conn, session_key=p.session_key, harness=p.harness, project=p.project,
-            project_normalized=normalize_project(p.project), trigger=p.trigger, digest=redact(digest),
-            prompt_count=p.prompt_count, memory_queries=p.queries, recent_remembers=p.remembers,
-            created_at=to_iso(datetime.fromtimestamp(p.last_at, UTC)))
+            conn,
+            session_key=p.session_key,
+            harness=p.harness,
+            project=p.project,
+            project_normalized=normalize_project(p.project),
+            trigger=p.trigger,
+            digest=redact(digest),
+            prompt_count=p.prompt_count,
+            memory_queries=p.queries,
+            recent_remembers=p.remembers,
+            created_at=to_iso(datetime.fromtimestamp(p.last_at, UTC)),
+        )
         store.enforce_cap(conn, p.session_key, self.settings.max_checkpoints_per_session)
         return new_id
 
@@ -353,17 +432,21 @@ class SessionCheckpointService:
             base = prompt_count - prompt_count % self.settings.prompt_interval if latest else 0
             with self._lock:
                 self._first_seen.setdefault(session_key, now)
-                mark = self._marks.setdefault(session_key, [at if at is not None else self._first_seen[session_key],
-                                                            float(base)])
+                mark = self._marks.setdefault(
+                    session_key, [at if at is not None else self._first_seen[session_key], float(base)]
+                )
         with self._lock:
-            due = (prompt_count - mark[1] >= self.settings.prompt_interval
-                   or (now - mark[0]) * 1000.0 >= self.settings.time_interval_ms)
+            due = (
+                prompt_count - mark[1] >= self.settings.prompt_interval
+                or (now - mark[0]) * 1000.0 >= self.settings.time_interval_ms
+            )
             if due:
                 mark[0], mark[1] = now, float(prompt_count)
         return due
 
-    def recovery_digest(self, session_key: str | None = None, project: str | None = None,
-                        budget_chars: int | None = None) -> str:
+    def recovery_digest(
+        self, session_key: str | None = None, project: str | None = None, budget_chars: int | None = None
+    ) -> str:
         """The latest checkpoint digest of the session, else of the project; "" if none.
 
         Cut on a line boundary to ``budget_chars`` (default ``recovery_budget_chars``) with a
@@ -394,7 +477,11 @@ class SessionCheckpointService:
             "Be concrete (names, paths, commands, numbers). Never include secrets.",
         ]
         if context and context.strip():
-            lines += ["", "Session so far:", truncate_lines(redact(context).strip(), self.settings.recovery_budget_chars)]
+            lines += [
+                "",
+                "Session so far:",
+                truncate_lines(redact(context).strip(), self.settings.recovery_budget_chars),
+            ]
         return "\n".join(lines)
 
     def prune(self, now: float | None = None) -> int:

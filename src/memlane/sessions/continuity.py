@@ -59,10 +59,14 @@ REPLY_SCHEMA: dict[str, Any] = {
         "memories_used": {"type": "integer", "minimum": 0},
         "novel_context_count": {"type": "integer", "minimum": 0},
         "reasoning": {"type": "string"},
-        "per_memory": {"type": "array", "items": {
-            "type": "object", "properties": {"id": {"type": "string"},
-                                             "relevance": {"type": "number", "minimum": 0, "maximum": 1}},
-            "required": ["id", "relevance"]}},
+        "per_memory": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}, "relevance": {"type": "number", "minimum": 0, "maximum": 1}},
+                "required": ["id", "relevance"],
+            },
+        },
     },
     "required": ["score", "confidence", "memories_used", "novel_context_count", "reasoning", "per_memory"],
 }
@@ -92,13 +96,16 @@ class ContinuityResult:
 def build_prompt(memories: Sequence[JudgedMemory], transcript: str) -> str:
     """The judge prompt: numbered memories with 8-char ids, then the transcript tail."""
     lines = [f'{i}. [{short_id(m.id)}]: "{_preview(m.content)}"' for i, m in enumerate(memories, start=1)]
-    return PROMPT.format(memories="\n".join(lines) or "(none)", tail=TRANSCRIPT_TAIL_CHARS,
-                         transcript=transcript[-TRANSCRIPT_TAIL_CHARS:])
+    return PROMPT.format(
+        memories="\n".join(lines) or "(none)",
+        tail=TRANSCRIPT_TAIL_CHARS,
+        transcript=transcript[-TRANSCRIPT_TAIL_CHARS:],
+    )
 
 
 def _preview(text: str) -> str:
     text = " ".join(text.split()).replace('"', "'")
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
 
 
 def _unit(value: Any) -> float:

@@ -18,9 +18,15 @@ DECAY = 0.5
 FLOOR = 0.1
 
 
-def apply_topic_diversity(scores: np.ndarray, vectors: np.ndarray | None, has_vector: np.ndarray | None = None,
-                          *, threshold: float = SIMILARITY_THRESHOLD, decay: float = DECAY,
-                          floor: float = FLOOR) -> tuple[np.ndarray, np.ndarray]:
+def apply_topic_diversity(
+    scores: np.ndarray,
+    vectors: np.ndarray | None,
+    has_vector: np.ndarray | None = None,
+    *,
+    threshold: float = SIMILARITY_THRESHOLD,
+    decay: float = DECAY,
+    floor: float = FLOOR,
+) -> tuple[np.ndarray, np.ndarray]:
     """Diversity-adjusted scores and the resulting order.
 
     Args:
@@ -46,6 +52,6 @@ def apply_topic_diversity(scores: np.ndarray, vectors: np.ndarray | None, has_ve
     earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)
     overlap = earlier & (sims > threshold) & w_has[None, :] & w_has[:, None]
     k = overlap.sum(axis=1)
-    factor = np.where(k > 0, (1.0 - floor) * decay ** k + floor, 1.0)
+    factor = np.where(k > 0, (1.0 - floor) * decay**k + floor, 1.0)
     adjusted[walk] = scores[walk] * factor
     return adjusted, np.argsort(-adjusted, kind="stable")

@@ -39,8 +39,12 @@ def resolve_feedback(ids: Sequence[str], raw: Any) -> tuple[dict[str, float], in
     ignored = 0
     for k, v in list(data.items())[:1000]:
         hit = by_prefix.get(str(k).strip().strip("[]")) if isinstance(k, str) else None
-        if hit is None or isinstance(v, bool) or not isinstance(v, (int, float)) \
-                or (isinstance(v, float) and not math.isfinite(v)):
+        if (
+            hit is None
+            or isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (isinstance(v, float) and not math.isfinite(v))
+        ):
             ignored += 1
             continue
         scores[hit] = float(max(-1.0, min(1.0, v)))  # clamp before float(): a huge int would overflow

@@ -54,8 +54,9 @@ class JudgeQueue:
     ignores ``abort`` still never keeps the process alive.
     """
 
-    def __init__(self, max_pending: Callable[[], int], *, abort: Callable[[], None] | None = None,
-                 name: str = "memlane-judge") -> None:
+    def __init__(
+        self, max_pending: Callable[[], int], *, abort: Callable[[], None] | None = None, name: str = "memlane-judge"
+    ) -> None:
         self._max_pending = max_pending
         self._abort = abort
         self._name = name
@@ -80,8 +81,9 @@ class JudgeQueue:
                 raise JudgeRefused(self._stopping)
             limit = max(0, int(self._max_pending()))
             if len(self._queue) >= limit and (self._current is not None or self._queue):
-                raise JudgeRefused(f"{len(self._queue)} sessions already waiting for the judge "
-                                   f"(sessions.judge_queue_max = {limit})")
+                raise JudgeRefused(
+                    f"{len(self._queue)} sessions already waiting for the judge (sessions.judge_queue_max = {limit})"
+                )
             job = _Job(Future(), run, skipped)
             self._queue.append(job)
             if self._thread is None:

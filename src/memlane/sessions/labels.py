@@ -25,14 +25,14 @@ SOFT_NEGATIVE_LABEL = 0.25
 #: "Memories that existed but weren't injected, where novel_context_count > 0: label = 0.7".
 #: Read narrowly: a *missing* memory is a non-injected candidate the session's prompts matched.
 MISSING_MEMORY_LABEL = 0.7
-FTS_CONFIRM_BOOST = 0.1         # injected and FTS-matched
-FTS_MISSED_FLOOR = 0.6          # not injected, FTS-matched >= 2 times
-UNUSED_PENALTY = 0.1            # injected, never matched, continuity < 0.3
+FTS_CONFIRM_BOOST = 0.1  # injected and FTS-matched
+FTS_MISSED_FLOOR = 0.6  # not injected, FTS-matched >= 2 times
+UNUSED_PENALTY = 0.1  # injected, never matched, continuity < 0.3
 UNUSED_CONTINUITY = 0.3
-HIGH_ACCESS_COUNT = 10          # "access_count high + not injected": +0.05
+HIGH_ACCESS_COUNT = 10  # "access_count high + not injected": +0.05
 ACCESS_BOOST = 0.05
-EDITED_BOOST = 0.05             # "Memory edited/updated recently": +0.05
-NOVEL_CONTEXT_BOOST = 0.1       # "novel_context_count > 0: +0.1 to missing memory labels"
+EDITED_BOOST = 0.05  # "Memory edited/updated recently": +0.05
+NOVEL_CONTEXT_BOOST = 0.1  # "novel_context_count > 0: +0.1 to missing memory labels"
 SUPERSEDED_LABEL = -0.3
 DELETED_AFTER_INJECTION_LABEL = -0.5
 DELETED_WINDOW_HOURS = 24.0
@@ -147,8 +147,9 @@ def build_label(c: CandidateSignals, s: SessionOutcome) -> Label:
     """
     if c.agent_score is not None:
         raw = c.agent_score
-        value = (AGENT_WEIGHT * c.agent_score + FTS_WEIGHT * fts_adjustment(c.fts_hit_count)
-                 + CONTINUITY_WEIGHT * s.score)
+        value = (
+            AGENT_WEIGHT * c.agent_score + FTS_WEIGHT * fts_adjustment(c.fts_hit_count) + CONTINUITY_WEIGHT * s.score
+        )
         reasons = ["agent:0.7*agent+0.2*fts+0.1*continuity"]
         if abs(c.agent_score) < 1e-9 and c.fts_hit_count >= 2:
             value = max(value, AGENT_ZERO_FTS_BUMP)
@@ -203,8 +204,10 @@ def behavioral_outcome(injected: list[CandidateSignals]) -> SessionOutcome:
     """
     if not injected:
         return SessionOutcome(score=0.0, confidence=0.3, novel_context_count=0)
-    uses = [max(0.0, min(1.0, c.agent_score)) if c.agent_score is not None else fts_adjustment(c.fts_hit_count)
-            for c in injected]
+    uses = [
+        max(0.0, min(1.0, c.agent_score)) if c.agent_score is not None else fts_adjustment(c.fts_hit_count)
+        for c in injected
+    ]
     rated = sum(c.agent_score is not None for c in injected)
     observed = rated + sum(c.fts_hit_count > 0 for c in injected)
     confidence = 0.5 + 0.5 * rated / len(injected) if observed else 0.3

@@ -27,18 +27,30 @@ from memlane.v3.methodology.phases import PHASE_WEIGHTS
 __all__ = ["baseline_score", "explored_shown", "fuse_pool", "pool_members", "relevance_pool", "weight_by_phase"]
 
 
-def pool_members(pool: Sequence[RankedCandidate],
-                 legs: dict[str, tuple[float | None, float | None]] | None = None) -> list[PoolMember]:
+def pool_members(
+    pool: Sequence[RankedCandidate], legs: dict[str, tuple[float | None, float | None]] | None = None
+) -> list[PoolMember]:
     """The pool in baseline order as the predictor sees it (``legs``: ``{id: (bm25, vector)}``)."""
     legs = legs or {}
-    return [PoolMember(p.memory_id, p.seq, p.baseline_score, p.baseline_rank, p.similarity,
-                       *legs.get(p.memory_id, (None, None)))
-            for p in sorted(pool, key=lambda p: p.baseline_rank)]
+    return [
+        PoolMember(
+            p.memory_id, p.seq, p.baseline_score, p.baseline_rank, p.similarity, *legs.get(p.memory_id, (None, None))
+        )
+        for p in sorted(pool, key=lambda p: p.baseline_rank)
+    ]
 
 
-def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, project: str | None,
-                   cv: np.ndarray | None, s: SessionSettings, now: str, now_epoch: float
-                   ) -> tuple[list[RankedCandidate], dict[str, tuple[float | None, float | None]]]:
+def relevance_pool(
+    recall: RecallService,
+    index: MemoryIndex,
+    *,
+    context: str,
+    project: str | None,
+    cv: np.ndarray | None,
+    s: SessionSettings,
+    now: str,
+    now_epoch: float,
+) -> tuple[list[RankedCandidate], dict[str, tuple[float | None, float | None]]]:
     """A pool ranked by hybrid relevance to ``context`` (``ranking="relevance"`` starts).
 
     For clients that start a session with a real request (a question, a task). The pool is the
@@ -66,20 +78,32 @@ def relevance_pool(recall: RecallService, index: MemoryIndex, *, context: str, p
     """
     cap = s.candidate_pool_size
     limit = min(cap, s.similarity_top) if s.similarity_top > 0 else cap
-    res = recall.recall(RecallQuery(query=context, limit=limit, project=project, include_global=True,
-                                    exclude_superseded=True, now=now, touch=False, ranker=s.relevance_ranker))
+    res = recall.recall(
+        RecallQuery(
+            query=context,
+            limit=limit,
+            project=project,
+            include_global=True,
+            exclude_superseded=True,
+            now=now,
+            touch=False,
+            ranker=s.relevance_ranker,
+        )
+    )
     hits = res.hits
     if not hits:
         return [], {}
-    ranked = [(h.memory.seq, h.memory.id, baseline_score(h.score, h.rank_score if res.ranker == "learned" else None))
-              for h in hits]
+    ranked = [
+        (h.memory.seq, h.memory.id, baseline_score(h.score, h.rank_score if res.ranker == "learned" else None))
+        for h in hits
+    ]
     wide = s.model_copy(update={"effective_top": len(ranked), "similarity_top": 0})
     pool = build_pool(ranked, cv, index, wide)
     eff = {}
     for h in hits:
         m = h.memory
         days = max(0.0, (now_epoch - _epoch(m.created_at)) / 86400.0)
-        eff[m.id] = 1.0 if m.pinned else float(m.importance) * DECAY_PER_DAY ** days
+        eff[m.id] = 1.0 if m.pinned else float(m.importance) * DECAY_PER_DAY**days
     legs = {h.memory.id: (h.bm25_score, h.vector_score) for h in hits}
     pool = [replace(p, effective_score=eff.get(p.memory_id, p.effective_score)) for p in pool]
     return pool + _effective_path(index, pool, project=project, cv=cv, s=s, now_epoch=now_epoch), legs
@@ -101,8 +125,15 @@ def baseline_score(score: float, rank_score: float | None) -> float:
     return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, float(rank_score)))))
 
 
-def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, project: str | None,
-                    cv: np.ndarray | None, s: SessionSettings, now_epoch: float) -> list[RankedCandidate]:
+def _effective_path(
+    index: MemoryIndex,
+    hits: Sequence[RankedCandidate],
+    *,
+    project: str | None,
+    cv: np.ndarray | None,
+    s: SessionSettings,
+    now_epoch: float,
+) -> list[RankedCandidate]:
     """The effectiveScore path of a relevance pool: up to ``candidate_pool_size - len(hits)``
     memories of the top ``effective_top`` by effectiveScore not among ``hits``, ranked after
     them (baseline score 0, final score 0, cosine to ``cv`` when both vectors exist)."""
@@ -110,8 +141,9 @@ def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, proj
     if room <= 0 or s.effective_top <= 0:
         return []
     seen = {p.memory_id for p in hits}
-    top = index.top_effective(project=project, now_epoch=now_epoch, limit=s.effective_top,
-                              min_effective=s.min_effective)
+    top = index.top_effective(
+        project=project, now_epoch=now_epoch, limit=s.effective_top, min_effective=s.min_effective
+    )
     extra = [e for e in top if e[1] not in seen][:room]
     if not extra:
         return []
@@ -121,9 +153,19 @@ def _effective_path(index: MemoryIndex, hits: Sequence[RankedCandidate], *, proj
         dots = (vecs @ cv).tolist() if len(extra) else []
         sims = [float(d) if h else None for d, h in zip(dots, has.tolist())]
     n = len(hits)
-    return [RankedCandidate(memory_id=mid, seq=seq, effective_score=float(score), similarity=sims[j],
-                            baseline_score=0.0, final_score=0.0, baseline_rank=n + j + 1, rank=n + j + 1)
-            for j, (seq, mid, score) in enumerate(extra)]
+    return [
+        RankedCandidate(
+            memory_id=mid,
+            seq=seq,
+            effective_score=float(score),
+            similarity=sims[j],
+            baseline_score=0.0,
+            final_score=0.0,
+            baseline_rank=n + j + 1,
+            rank=n + j + 1,
+        )
+        for j, (seq, mid, score) in enumerate(extra)
+    ]
 
 
 def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: str) -> list[RankedCandidate]:
@@ -143,8 +185,16 @@ def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: 
     final = sorted(range(len(pool)), key=lambda j: (-pool[j].final_score * w[j], pool[j].rank))
     b_rank = {j: r for r, j in enumerate(base, 1)}
     f_rank = {j: r for r, j in enumerate(final, 1)}
-    return [replace(pool[j], baseline_score=pool[j].baseline_score * w[j], final_score=pool[j].final_score * w[j],
-                    baseline_rank=b_rank[j], rank=f_rank[j]) for j in final]
+    return [
+        replace(
+            pool[j],
+            baseline_score=pool[j].baseline_score * w[j],
+            final_score=pool[j].final_score * w[j],
+            baseline_rank=b_rank[j],
+            rank=f_rank[j],
+        )
+        for j in final
+    ]
 
 
 def _epoch(iso: str) -> float:
@@ -166,7 +216,9 @@ def fuse_pool(pool: Sequence[RankedCandidate], decision: RankDecision, index: Me
     return sorted(out, key=lambda c: c.rank)
 
 
-def explored_shown(chosen: list[Shown], replaced: str, explored: str, contents: dict[str, tuple[str, str]]) -> list[Shown]:
+def explored_shown(
+    chosen: list[Shown], replaced: str, explored: str, contents: dict[str, tuple[str, str]]
+) -> list[Shown]:
     """``chosen`` with ``replaced`` swapped for ``explored`` (kept in the last slot)."""
     if explored not in contents:
         return chosen

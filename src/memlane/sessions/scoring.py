@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from dataclasses import replace
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memlane.providers.base import LlmError, LlmProvider
@@ -40,8 +40,9 @@ class SessionScorer:
         self.llm = llm
         self.predictor = predictor
 
-    def score_behavioral(self, key: str, now: str, note: str | None = None,
-                         summary: tuple[str, str] | None = None) -> tuple[str, float, float, int]:
+    def score_behavioral(
+        self, key: str, now: str, note: str | None = None, summary: tuple[str, str] | None = None
+    ) -> tuple[str, float, float, int]:
         """``(scorer, score, confidence, rows labelled)`` from behaviour: one read, labels and the
         predictor comparison in memory, one write.
 
@@ -52,20 +53,31 @@ class SessionScorer:
         """
         rows, sess, compare = self._read_for_labels(key)
         sigs, injected, outcome = self._behavioral(rows, sess, now)
-        reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + \
-            (f"; {note}" if note else "")
+        reasoning = "scored from behavioural signals (agent feedback, prompt matches); no LLM judge" + (
+            f"; {note}" if note else ""
+        )
         used = sum(1 for c in injected if (c.agent_score or 0) > 0 or c.fts_hit_count > 0)
 
         def write_score(c: sqlite3.Connection) -> None:
             sess_sql.write_score(
-                c, key, score=outcome.score, confidence=outcome.confidence, memories_recalled=len(injected),
-                memories_used=used, novel_context_count=0, reasoning=reasoning, scorer="behavioral", model=None,
-                at=now)
+                c,
+                key,
+                score=outcome.score,
+                confidence=outcome.confidence,
+                memories_recalled=len(injected),
+                memories_used=used,
+                novel_context_count=0,
+                reasoning=reasoning,
+                scorer="behavioral",
+                model=None,
+                at=now,
+            )
             if summary is not None:
                 _finish_summary(c, key, summary[0], now, error=summary[1][:500])
 
-        n = self._conclude(key, rows, sess, sigs, compare, labels.SessionOutcome(outcome.score, outcome.confidence, 0),
-                           write_score)
+        n = self._conclude(
+            key, rows, sess, sigs, compare, labels.SessionOutcome(outcome.score, outcome.confidence, 0), write_score
+        )
         return "behavioral", outcome.score, outcome.confidence, n
 
     def behavioral_preview(self, key: str, now: str) -> tuple[float, float]:
@@ -75,9 +87,9 @@ class SessionScorer:
         _, _, outcome = self._behavioral(rows, sess, now)
         return outcome.score, outcome.confidence
 
-    def _behavioral(self, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None,
-                    now: str) -> tuple[list[labels.CandidateSignals], list[labels.CandidateSignals],
-                                          labels.SessionOutcome]:
+    def _behavioral(
+        self, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None, now: str
+    ) -> tuple[list[labels.CandidateSignals], list[labels.CandidateSignals], labels.SessionOutcome]:
         """Every row's signals, the injected rows' signals and the behavioural outcome."""
         sigs = [self._signals(r, sess.started_at if sess else now) for r in rows]
         injected = [c for r, c in zip(rows, sigs) if r.was_injected]
@@ -109,31 +121,59 @@ class SessionScorer:
 
         def write_score(conn: sqlite3.Connection) -> None:
             sess_sql.write_relevance(conn, key, result.per_memory)
-            sess_sql.write_score(conn, key, score=result.score, confidence=result.confidence,
-                                 memories_recalled=len(injected), memories_used=result.memories_used,
-                                 novel_context_count=result.novel_context_count, reasoning=result.reasoning,
-                                 scorer="llm", model=self.llm.name, at=now)  # type: ignore[union-attr]
+            sess_sql.write_score(
+                conn,
+                key,
+                score=result.score,
+                confidence=result.confidence,
+                memories_recalled=len(injected),
+                memories_used=result.memories_used,
+                novel_context_count=result.novel_context_count,
+                reasoning=result.reasoning,
+                scorer="llm",
+                model=self.llm.name,  # type: ignore[union-attr]
+                at=now,
+            )
             _finish_summary(conn, key, "completed", now, result={"score": result.score})
 
-        n = self._conclude(key, rows, sess, sigs, compare,
-                           labels.SessionOutcome(result.score, result.confidence, result.novel_context_count),
-                           write_score)
+        n = self._conclude(
+            key,
+            rows,
+            sess,
+            sigs,
+            compare,
+            labels.SessionOutcome(result.score, result.confidence, result.novel_context_count),
+            write_score,
+        )
         return "llm", result.score, result.confidence, n
 
-    def _read_for_labels(self, key: str) -> tuple[list[sess_sql.SessionMemory], sess_sql.SessionRow | None,
-                                                  dict[str, Any] | None]:
+    def _read_for_labels(
+        self, key: str
+    ) -> tuple[list[sess_sql.SessionMemory], sess_sql.SessionRow | None, dict[str, Any] | None]:
         """One read for a session-end: the candidate rows, the session and, with a predictor,
         its comparison inputs (None when compared already). Waits first for a predictor ranking
         the session-start is still recording."""
         pred = self.predictor
         if pred is not None:
             pred.wait_recorded(key)
-        return self.db.read(lambda c: (sess_sql.session_memories(c, key), sess_sql.get_session(c, key),
-                                       pred.comparison_inputs(c, key) if pred is not None else None))
+        return self.db.read(
+            lambda c: (
+                sess_sql.session_memories(c, key),
+                sess_sql.get_session(c, key),
+                pred.comparison_inputs(c, key) if pred is not None else None,
+            )
+        )
 
-    def _conclude(self, key: str, rows: list[sess_sql.SessionMemory], sess: sess_sql.SessionRow | None,
-                  sigs: list[labels.CandidateSignals], compare: dict[str, Any] | None,
-                  outcome: labels.SessionOutcome, write_score: Any) -> int:
+    def _conclude(
+        self,
+        key: str,
+        rows: list[sess_sql.SessionMemory],
+        sess: sess_sql.SessionRow | None,
+        sigs: list[labels.CandidateSignals],
+        compare: dict[str, Any] | None,
+        outcome: labels.SessionOutcome,
+        write_score: Any,
+    ) -> int:
         """Labels and the predictor's comparison in memory, then ONE write: ``write_score``, the
         labels, the comparison row and the policy state. Returns the rows labelled.
 
@@ -149,8 +189,13 @@ class SessionScorer:
         if self.predictor is not None and compare is not None and sess is not None:
             try:
                 cmp = self.predictor.prepare_comparison(
-                    key, rows, {r.memory_id: labels.evaluation_relevance(c, outcome) for r, c in zip(rows, sigs)},
-                    confidence=outcome.confidence, project=sess.project, signals=compare)
+                    key,
+                    rows,
+                    {r.memory_id: labels.evaluation_relevance(c, outcome) for r, c in zip(rows, sigs)},
+                    confidence=outcome.confidence,
+                    project=sess.project,
+                    signals=compare,
+                )
             except Exception:  # the predictor never breaks a session-end
                 log.exception("predictor comparison for %s failed", key)
 
@@ -181,11 +226,16 @@ class SessionScorer:
             delta = _parse(r.deleted_at) - _parse(started_at)
             deleted_in_window = timedelta(0) <= delta <= timedelta(hours=labels.DELETED_WINDOW_HOURS)
         return labels.CandidateSignals(
-            was_injected=r.was_injected, fts_hit_count=r.fts_hit_count, similarity=r.similarity,
-            relevance=r.relevance_score, agent_score=r.agent_relevance_score,
-            superseded=r.superseded_by is not None, deleted_within_window=deleted_in_window,
+            was_injected=r.was_injected,
+            fts_hit_count=r.fts_hit_count,
+            similarity=r.similarity,
+            relevance=r.relevance_score,
+            agent_score=r.agent_relevance_score,
+            superseded=r.superseded_by is not None,
+            deleted_within_window=deleted_in_window,
             access_count=r.access_count,
-            edited_since_start=r.last_edited_at is not None and r.last_edited_at > started_at)
+            edited_since_start=r.last_edited_at is not None and r.last_edited_at > started_at,
+        )
 
     def relabel(self, session_key: str) -> int:
         """(Re)build the labels of a scored session from its current signals; returns rows labelled."""
@@ -223,10 +273,9 @@ def _parse(ts: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-
-
-def _finish_summary(conn: sqlite3.Connection, key: str, status: str, at: str, *, result: dict | None = None,
-                    error: str | None = None) -> None:
+def _finish_summary(
+    conn: sqlite3.Connection, key: str, status: str, at: str, *, result: dict | None = None, error: str | None = None
+) -> None:
     job_id = jobs_sql.latest_id_for_session(conn, key, "session_summary")
     if job_id is not None:
         jobs_sql.finish(conn, job_id, status=status, at=at, result=result, error=error)

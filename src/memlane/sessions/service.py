@@ -20,33 +20,47 @@ from functools import partial
 from typing import Any
 
 from memlane.config import SessionSettings
+from memlane.config.clock import now_iso, parse_iso
 from memlane.errors import NotFound, StorageError, ValidationError
 from memlane.providers.base import LlmProvider
+from memlane.recall.memory_index import iso_to_epoch
 from memlane.redact import redact
-from memlane.config.clock import now_iso, parse_iso
+from memlane.services.deferred_records import release as release_record
 from memlane.services.extensions import DriftGuard
 from memlane.services.inputs import RecallQuery
 from memlane.services.memory_service import MemoryService
-from memlane.services.deferred_records import release as release_record
 from memlane.services.predictor_types import RankDecision
 from memlane.services.recall_service import RecallService
 from memlane.services.validation import check_text
-from memlane.sessions import continuity
-from memlane.recall.memory_index import iso_to_epoch
-from memlane.sessions.inflight import InflightStarts
-from memlane.sessions.judge_queue import JudgeQueue, JudgeRefused
+from memlane.sessions import continuity, ranking
 from memlane.sessions.feedback import resolve_feedback
-from memlane.sessions.inject import (Shown, render_block, render_line, render_recovery, select_in_rank_order,
-                                     select_within_budget, short_id, status_line)
-from memlane.sessions.inputs import (EndInput, EndResult, FeedbackResult, PromptInput, PromptResult, StartInput,
-                                     StartResult)
-from memlane.sessions import ranking
+from memlane.sessions.inflight import InflightStarts
+from memlane.sessions.inject import (
+    Shown,
+    render_block,
+    render_line,
+    render_recovery,
+    select_in_rank_order,
+    select_within_budget,
+    short_id,
+    status_line,
+)
+from memlane.sessions.inputs import (
+    EndInput,
+    EndResult,
+    FeedbackResult,
+    PromptInput,
+    PromptResult,
+    StartInput,
+    StartResult,
+)
+from memlane.sessions.judge_queue import JudgeQueue, JudgeRefused
 from memlane.sessions.recent_prompts import RecentPrompts
 from memlane.sessions.scoring import SessionScorer
 from memlane.sessions.start import ContextVectors, RankedCandidate, build_pool
-from memlane.storage import predictor as pred_sql
 from memlane.storage import jobs as jobs_sql
 from memlane.storage import memories as mem_sql
+from memlane.storage import predictor as pred_sql
 from memlane.storage import sessions as sess_sql
 from memlane.storage.models import Memory
 from memlane.v3.methodology.service import PhaseService, PhaseState
@@ -127,10 +141,20 @@ class SessionService:
             prompt's block, within their budgets; None: off.
     """
 
-    def __init__(self, memories: MemoryService, recall: RecallService, settings: SessionSettings,
-                 llm: LlmProvider | None = None, checkpoints: Any = None, predictor: Any = None, *,
-                 scorer: SessionScorer | None = None, drift: DriftGuard | None = None,
-                 phases: PhaseService | None = None, prefetch: Any = None) -> None:
+    def __init__(
+        self,
+        memories: MemoryService,
+        recall: RecallService,
+        settings: SessionSettings,
+        llm: LlmProvider | None = None,
+        checkpoints: Any = None,
+        predictor: Any = None,
+        *,
+        scorer: SessionScorer | None = None,
+        drift: DriftGuard | None = None,
+        phases: PhaseService | None = None,
+        prefetch: Any = None,
+    ) -> None:
         self.memories = memories
         self.predictor = predictor  # PredictorService or None
         self.recall = recall
@@ -237,17 +261,19 @@ class SessionService:
             if answer is not None:
                 self.inflight.settle(key, False)
                 return replace(answer, phase=phase)
-            plan = self._plan_start(inp, key, project, now, state, defer_predictor,
-                                    pstate.phase if pstate is not None else None)
+            plan = self._plan_start(
+                inp, key, project, now, state, defer_predictor, pstate.phase if pstate is not None else None
+            )
         except BaseException:
             self.inflight.settle(key, False)
             raise
         recorded = self._record_start(plan, hold_write)
         if not recorded.won:  # another process started this key first (nothing to record later)
-            return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000,
-                               phase=phase)
-        return replace(self._start_answer(plan, recorded, hold_write, scored, t0,
-                                          pstate.phase if pstate is not None else None), phase=phase)
+            return StartResult(key, "existing", "", plan.state, took_ms=(time.perf_counter() - t0) * 1000, phase=phase)
+        return replace(
+            self._start_answer(plan, recorded, hold_write, scored, t0, pstate.phase if pstate is not None else None),
+            phase=phase,
+        )
 
     def _existing_start(self, inp: StartInput, key: str, project: str | None, t0: float) -> StartResult | None:
         """The answer to a repeated start of a started key (the recovery digest for a
@@ -258,11 +284,18 @@ class SessionService:
         inject = ""
         if inp.source == "compact" and self.checkpoints is not None:
             inject = render_recovery(self.checkpoints.recovery_digest(session_key=key, project=project))
-        return StartResult(key, "existing", inject, existing.predictor_state,
-                           took_ms=(time.perf_counter() - t0) * 1000)
+        return StartResult(key, "existing", inject, existing.predictor_state, took_ms=(time.perf_counter() - t0) * 1000)
 
-    def _plan_start(self, inp: StartInput, key: str, project: str | None, now: str, state: str,
-                    defer_predictor: bool, phase: str | None) -> _StartPlan:
+    def _plan_start(
+        self,
+        inp: StartInput,
+        key: str,
+        project: str | None,
+        now: str,
+        state: str,
+        defer_predictor: bool,
+        phase: str | None,
+    ) -> _StartPlan:
         """Rank the pool (weighed by the universal ``phase`` when known), choose what is
         injected, build the rows to record (no writes)."""
         context = inp.context or self._default_context(project, inp.cwd)
@@ -277,22 +310,47 @@ class SessionService:
         p_scores = decision.predictor_scores if decision is not None else {}
         p_ranks = decision.predictor_rank if decision is not None else {}
         feats = decision.features if decision is not None and not ranked.deferred else {}  # deferred: recorded later
-        rows = [sess_sql.CandidateRow(
-            memory_id=p.memory_id,
-            source="exploration" if explored is not None and p.memory_id == explored else "effective",
-            final_score=p.final_score, rank=p.rank,
-            was_injected=p.memory_id in chosen_ids, effective_score=p.effective_score, similarity=p.similarity,
-            predictor_score=p_scores.get(p.memory_id), baseline_rank=p.baseline_rank,
-            predictor_rank=p_ranks.get(p.memory_id),
-            features=ranked.encoded.get(p.memory_id) or feats.get(p.memory_id)) for p in ranked.pool]
+        rows = [
+            sess_sql.CandidateRow(
+                memory_id=p.memory_id,
+                source="exploration" if explored is not None and p.memory_id == explored else "effective",
+                final_score=p.final_score,
+                rank=p.rank,
+                was_injected=p.memory_id in chosen_ids,
+                effective_score=p.effective_score,
+                similarity=p.similarity,
+                predictor_score=p_scores.get(p.memory_id),
+                baseline_rank=p.baseline_rank,
+                predictor_rank=p_ranks.get(p.memory_id),
+                features=ranked.encoded.get(p.memory_id) or feats.get(p.memory_id),
+            )
+            for p in ranked.pool
+        ]
         return _StartPlan(
-            inp=inp, key=key, project=project, now=now, context=context, cv=cv, ranked=ranked,
-            chosen=chosen, rows=rows,
+            inp=inp,
+            key=key,
+            project=project,
+            now=now,
+            context=context,
+            cv=cv,
+            ranked=ranked,
+            chosen=chosen,
+            rows=rows,
             model_id=self.memories.embedder.model_id if self.memories.embedder is not None else None,
-            signals=dict(decision.signals) if decision is not None and not ranked.deferred else None)
+            signals=dict(decision.signals) if decision is not None and not ranked.deferred else None,
+        )
 
-    def _rank_pool(self, inp: StartInput, context: str, cv: Any, project: str | None, now: str, state: str,
-                   defer_predictor: bool, phase: str | None = None) -> _RankedPool:
+    def _rank_pool(
+        self,
+        inp: StartInput,
+        context: str,
+        cv: Any,
+        project: str | None,
+        now: str,
+        state: str,
+        defer_predictor: bool,
+        phase: str | None = None,
+    ) -> _RankedPool:
         """The candidate pool (relevance or effective) in the order it is injected: weighed by
         the phase's type weights when a phase is known, fused with the predictor's ranking when
         the predictor runs and has influence (alpha < 1)."""
@@ -300,20 +358,31 @@ class SessionService:
         index = self.memories.index
         legs: dict[str, tuple[float | None, float | None]] = {}
         if inp.ranking == "relevance" and inp.context:
-            pool, legs = ranking.relevance_pool(self.recall, index, context=context, project=project, cv=cv, s=s,
-                                                now=now, now_epoch=iso_to_epoch(now))
+            pool, legs = ranking.relevance_pool(
+                self.recall, index, context=context, project=project, cv=cv, s=s, now=now, now_epoch=iso_to_epoch(now)
+            )
         else:
-            eff = index.top_effective(project=project, now_epoch=iso_to_epoch(now),
-                                      limit=max(s.similarity_pool, s.effective_top), min_effective=s.min_effective)
+            eff = index.top_effective(
+                project=project,
+                now_epoch=iso_to_epoch(now),
+                limit=max(s.similarity_pool, s.effective_top),
+                min_effective=s.min_effective,
+            )
             pool = build_pool(eff, cv, index, s)
         if phase is not None:
             pool = ranking.weight_by_phase(pool, index, phase)
         if self.predictor is None or not pool:
             return _RankedPool(pool, state)
         last = self.db.read(lambda c: pred_sql.last_session_start(c, before=now))
-        decision = self.predictor.prepare(pool=ranking.pool_members(pool, legs), context_vector=cv,
-                                          context_text=context, project=project, now=now, last_start=last,
-                                          work_phase=phase)
+        decision = self.predictor.prepare(
+            pool=ranking.pool_members(pool, legs),
+            context_vector=cv,
+            context_text=context,
+            project=project,
+            now=now,
+            last_start=last,
+            work_phase=phase,
+        )
         if defer_predictor and self.predictor.can_defer(decision):
             return _RankedPool(pool, decision.phase, decision, deferred=True)
         # The sidecar scores on the other core; meanwhile this thread does the work that
@@ -336,9 +405,14 @@ class SessionService:
         if self.drift is not None:  # never inject a stale or drifting memory proactively
             ranked_ids = self.drift.injectable(ranked_ids)
         contents = ranked.contents
-        chosen = select_in_rank_order(ranked_ids, s.inject_budget_chars, s.inject_limit,
-                                       (lambda ids: contents) if contents is not None else
-                                       (lambda ids: self.db.read(lambda c: mem_sql.contents(c, ids))))
+        chosen = select_in_rank_order(
+            ranked_ids,
+            s.inject_budget_chars,
+            s.inject_limit,
+            (lambda ids: contents)
+            if contents is not None
+            else (lambda ids: self.db.read(lambda c: mem_sql.contents(c, ids))),
+        )
         decision = ranked.decision
         if decision is None:
             return ranked, chosen, None
@@ -354,8 +428,11 @@ class SessionService:
         if explored is None:
             return ranked, chosen, None
         replaced, added = explored
-        rows = {added: contents[added]} if contents and added in contents else \
-            self.db.read(lambda c: mem_sql.contents(c, [added]))
+        rows = (
+            {added: contents[added]}
+            if contents and added in contents
+            else self.db.read(lambda c: mem_sql.contents(c, [added]))
+        )
         chosen = ranking.explored_shown(chosen, replaced, added, rows)
         decision.signals["exploration"] = {"replaced": replaced, "explored": added}
         return ranked, chosen, added
@@ -367,14 +444,22 @@ class SessionService:
         key, decision = plan.key, plan.ranked.decision
 
         def job(conn: sqlite3.Connection) -> bool:  # one transaction: the session, candidates, features
-            if not sess_sql.insert_session(conn, key=key, project=plan.project, harness=plan.inp.harness,
-                                           cwd=plan.inp.cwd, context=plan.context, started_at=plan.now,
-                                           predictor_state=plan.state):
+            if not sess_sql.insert_session(
+                conn,
+                key=key,
+                project=plan.project,
+                harness=plan.inp.harness,
+                cwd=plan.inp.cwd,
+                context=plan.context,
+                started_at=plan.now,
+                predictor_state=plan.state,
+            ):
                 return False
             sess_sql.record_candidates(conn, key, plan.rows, plan.now)
             if plan.signals is not None:
-                pred_sql.set_session_inputs(conn, key, context_vector=plan.cv, context_model=plan.model_id,
-                                            signals=plan.signals)
+                pred_sql.set_session_inputs(
+                    conn, key, context_vector=plan.cv, context_model=plan.model_id, signals=plan.signals
+                )
             return True
 
         committed: Future[bool] | None = None
@@ -382,11 +467,13 @@ class SessionService:
         try:
             if plan.ranked.deferred:  # registered before the write: a session-end never misses it
                 committed, released = Future(), Future()
-                self.predictor.record_later(key, decision, committed, context_vector=plan.cv,
-                                            context_model=plan.model_id, released=released)
+                self.predictor.record_later(
+                    key, decision, committed, context_vector=plan.cv, context_model=plan.model_id, released=released
+                )
             # Derived records: committed without the WAL fsync (storage.db "durable"); they survive
             # a daemon kill, and a power loss can drop only these last rows, never a memory.
             if hold_write:
+
                 def submit() -> None:
                     try:
                         fut = self.db.submit(job, durable=False)
@@ -410,23 +497,44 @@ class SessionService:
             self.inflight.settle(key, won)
         return _Recorded(won, released)
 
-    def _start_answer(self, plan: _StartPlan, recorded: _Recorded, hold_write: bool, scored: int,
-                      t0: float, work_phase: str | None = None) -> StartResult:
+    def _start_answer(
+        self,
+        plan: _StartPlan,
+        recorded: _Recorded,
+        hold_write: bool,
+        scored: int,
+        t0: float,
+        work_phase: str | None = None,
+    ) -> StartResult:
         """The status line and the inject block of a recorded new session (``work_phase``: the
         universal phase, None when unknown)."""
         s = self.settings
-        header = self.predictor.status_line() if self.predictor is not None else \
-            status_line(plan.state, scored, s.collecting_target_sessions)
+        header = (
+            self.predictor.status_line()
+            if self.predictor is not None
+            else status_line(plan.state, scored, s.collecting_target_sessions)
+        )
         block = render_block("Relevant memories:", plan.chosen, with_feedback=s.agent_feedback)
         if work_phase in (None, "implement"):  # seed: pre-fetching serves implementation
-            block += self._prefetch_block(plan.key, plan.project, "", plan.inp.cwd,
-                                          s.inject_budget_chars - sum(len(render_line(c)) for c in plan.chosen))
+            block += self._prefetch_block(
+                plan.key,
+                plan.project,
+                "",
+                plan.inp.cwd,
+                s.inject_budget_chars - sum(len(render_line(c)) for c in plan.chosen),
+            )
         inject = header + ("\n" + block if block else "\n")
-        return StartResult(plan.key, "new", inject, plan.state, candidate_count=len(plan.ranked.pool),
-                           injected=[{"id": c.id, "short_id": short_id(c.id)} for c in plan.chosen],
-                           took_ms=(time.perf_counter() - t0) * 1000,
-                           release=None if recorded.released is None else partial(release_record, recorded.released),
-                           commit=partial(self.inflight.flush, plan.key) if hold_write else None)
+        return StartResult(
+            plan.key,
+            "new",
+            inject,
+            plan.state,
+            candidate_count=len(plan.ranked.pool),
+            injected=[{"id": c.id, "short_id": short_id(c.id)} for c in plan.chosen],
+            took_ms=(time.perf_counter() - t0) * 1000,
+            release=None if recorded.released is None else partial(release_record, recorded.released),
+            commit=partial(self.inflight.flush, plan.key) if hold_write else None,
+        )
 
     def _prefetch_block(self, key: str, project: str | None, text: str, cwd: str | None, budget: int) -> str:
         """The pre-fetched files' block (memlane.v3.active) within ``budget`` chars; "" when off,
@@ -434,8 +542,9 @@ class SessionService:
         if self.prefetch is None or budget <= 0:
             return ""
         try:
-            return self.prefetch.prefetch_block(project=project, session_id=key, text=text, cwd=cwd,
-                                                budget_chars=budget)
+            return self.prefetch.prefetch_block(
+                project=project, session_id=key, text=text, cwd=cwd, budget_chars=budget
+            )
         except Exception:
             log.exception("pre-fetching for %s failed", key)
             return ""
@@ -448,8 +557,9 @@ class SessionService:
             if self.checkpoints is not None:
                 self.checkpoints.flush()
             sess = self.db.read(lambda c: sess_sql.get_session(c, key))
-            self.contexts.warm(self._default_context(project or (sess.project if sess else None),
-                                                     cwd or (sess.cwd if sess else None)))
+            self.contexts.warm(
+                self._default_context(project or (sess.project if sess else None), cwd or (sess.cwd if sess else None))
+            )
         except Exception:  # a warm-up must never disturb the daemon
             log.exception("warming the next session context of %s failed", key)
 
@@ -479,15 +589,27 @@ class SessionService:
         pstate = self._phase(key, project, inp)
         self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
         shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
-        scores, ignored = resolve_feedback(list(shown), inp.memory_feedback) \
-            if inp.memory_feedback is not None and s.agent_feedback else ({}, 0)
+        scores, ignored = (
+            resolve_feedback(list(shown), inp.memory_feedback)
+            if inp.memory_feedback is not None and s.agent_feedback
+            else ({}, 0)
+        )
         matched: list[tuple[str, float]] = []
         hits_mem: dict[str, Memory] = {}
         if inp.prompt.strip():
-            res = self.recall.recall(RecallQuery(
-                query=inp.prompt, limit=max(s.prompt_limit * 2, 5), project=project, include_global=True,
-                exclude_superseded=True, now=now, touch=False, min_score=s.prompt_min_score,
-                phase=pstate.phase if pstate is not None else None))
+            res = self.recall.recall(
+                RecallQuery(
+                    query=inp.prompt,
+                    limit=max(s.prompt_limit * 2, 5),
+                    project=project,
+                    include_global=True,
+                    exclude_superseded=True,
+                    now=now,
+                    touch=False,
+                    min_score=s.prompt_min_score,
+                    phase=pstate.phase if pstate is not None else None,
+                )
+            )
             for h in res.hits:
                 matched.append((h.memory.id, h.score))
                 hits_mem[h.memory.id] = h.memory
@@ -506,8 +628,9 @@ class SessionService:
         # prompt-submit's write (docs/sessions.md). Feedback ratings are training labels: durable.
         applied, count = self.db.write(job, durable=bool(scores))
         feedback = FeedbackResult(applied, ignored + len(scores) - applied)
-        fresh = [Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched
-                 if not shown.get(mid)]
+        fresh = [
+            Shown(mid, hits_mem[mid].created_at, hits_mem[mid].content) for mid, _ in matched if not shown.get(mid)
+        ]
         if self.drift is not None:  # never inject a stale or drifting memory proactively
             allowed = set(self.drift.injectable([f.id for f in fresh]))
             fresh = [f for f in fresh if f.id in allowed]
@@ -517,20 +640,34 @@ class SessionService:
         # usually needs (seed: only while implementing, when the phase is known).
         new_unit = pstate is not None and pstate.work_unit_ref is not None and pstate.work_unit_ref != unit_before
         if (count == 1 or new_unit) and (pstate is None or pstate.phase in (None, "implement")):
-            inject += self._prefetch_block(key, project, inp.prompt, inp.cwd,
-                                           s.prompt_budget_chars - sum(len(render_line(c)) for c in chosen))
+            inject += self._prefetch_block(
+                key, project, inp.prompt, inp.cwd, s.prompt_budget_chars - sum(len(render_line(c)) for c in chosen)
+            )
         self.prompts.note(key, inp.prompt)
         if self.checkpoints is not None and self.checkpoints.should_checkpoint_periodic(key, count, time.time()):
-            self.checkpoints.queue(key, "periodic", harness=inp.harness, project=project,
-                                   prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
-                                   remembers=[])
-        return PromptResult(key, inject, [m for m, _ in matched], [c.id for c in chosen], feedback,
-                            took_ms=(time.perf_counter() - t0) * 1000,
-                            phase=pstate.to_dict() if pstate is not None else None)
+            self.checkpoints.queue(
+                key,
+                "periodic",
+                harness=inp.harness,
+                project=project,
+                prompt_count_delta=self.prompts.take_unsaved(key),
+                queries=self.prompts.recent(key),
+                remembers=[],
+            )
+        return PromptResult(
+            key,
+            inject,
+            [m for m, _ in matched],
+            [c.id for c in chosen],
+            feedback,
+            took_ms=(time.perf_counter() - t0) * 1000,
+            phase=pstate.to_dict() if pstate is not None else None,
+        )
 
     # -- compaction -------------------------------------------------------------------------
-    def pre_compaction(self, session_key: str, *, project: str | None, harness: str | None,
-                       context: str | None) -> dict[str, Any]:
+    def pre_compaction(
+        self, session_key: str, *, project: str | None, harness: str | None, context: str | None
+    ) -> dict[str, Any]:
         """Checkpoint now (flushed at once), and return the summary prompt and recovery digest.
 
         Raises:
@@ -543,17 +680,29 @@ class SessionService:
             check_text(context, "context", max_chars=self.settings.max_prompt_chars, allow_empty=True)
         if self.checkpoints is None:
             return {"session_key": key, "inject": "", "summary_prompt": "", "digest": ""}
-        self.checkpoints.queue(key, "pre_compaction", harness=harness, project=project,
-                               prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
-                               remembers=[], context=context)
+        self.checkpoints.queue(
+            key,
+            "pre_compaction",
+            harness=harness,
+            project=project,
+            prompt_count_delta=self.prompts.take_unsaved(key),
+            queries=self.prompts.recent(key),
+            remembers=[],
+            context=context,
+        )
         self.checkpoints.flush()
         digest = self.checkpoints.recovery_digest(session_key=key, project=project)
         prompt = self.checkpoints.summary_prompt(key, project, context)
-        return {"session_key": key, "inject": f"{prompt}\n\n{render_recovery(digest)}".strip(),
-                "summary_prompt": prompt, "digest": digest}
+        return {
+            "session_key": key,
+            "inject": f"{prompt}\n\n{render_recovery(digest)}".strip(),
+            "summary_prompt": prompt,
+            "digest": digest,
+        }
 
-    def compaction_complete(self, session_key: str, *, project: str | None, harness: str | None,
-                            summary: str | None) -> dict[str, Any]:
+    def compaction_complete(
+        self, session_key: str, *, project: str | None, harness: str | None, summary: str | None
+    ) -> dict[str, Any]:
         """Store the agent's compaction summary as an ``agent`` checkpoint.
 
         Raises:
@@ -566,8 +715,16 @@ class SessionService:
             check_text(summary, "summary", max_chars=self.settings.max_prompt_chars, allow_empty=True)
         if self.checkpoints is None or not (summary or "").strip():
             return {"session_key": key, "recorded": False}
-        self.checkpoints.queue(key, "agent", harness=harness, project=project, prompt_count_delta=0,
-                               queries=self.prompts.recent(key), remembers=[], context=summary)
+        self.checkpoints.queue(
+            key,
+            "agent",
+            harness=harness,
+            project=project,
+            prompt_count_delta=0,
+            queries=self.prompts.recent(key),
+            remembers=[],
+            context=summary,
+        )
         self.checkpoints.flush()
         return {"session_key": key, "recorded": True}
 
@@ -621,23 +778,41 @@ class SessionService:
 
         def job(conn: sqlite3.Connection) -> tuple[bool, int]:
             sess_sql.ensure_session(conn, key=key, project=project, harness=inp.harness, cwd=inp.cwd, started_at=now)
-            stored = bool(transcript) and sess_sql.write_transcript(conn, key, transcript, harness=inp.harness,
-                                                                    project=project, at=now)
+            stored = bool(transcript) and sess_sql.write_transcript(
+                conn, key, transcript, harness=inp.harness, project=project, at=now
+            )
             sess_sql.end_session(conn, key, now)
             job_id = jobs_sql.enqueue(
-                conn, "session_summary", at=now, dedup_key=key, session_key=key,
+                conn,
+                "session_summary",
+                at=now,
+                dedup_key=key,
+                session_key=key,
                 payload={"reason": inp.reason, "transcript_chars": len(transcript)},
                 status="pending" if judge else "skipped",
-                error=None if judge else
-                ("no LLM provider configured" if self.llm is None else "no transcript" if not transcript else
-                 f"transcript under {continuity.MIN_TRANSCRIPT_CHARS} characters: not judged"))
+                error=None
+                if judge
+                else (
+                    "no LLM provider configured"
+                    if self.llm is None
+                    else "no transcript"
+                    if not transcript
+                    else f"transcript under {continuity.MIN_TRANSCRIPT_CHARS} characters: not judged"
+                ),
+            )
             return stored, job_id
 
         stored, job_id = self.db.write(job)
         if self.checkpoints is not None:
-            self.checkpoints.queue(key, "session_end", harness=inp.harness, project=project,
-                                   prompt_count_delta=self.prompts.take_unsaved(key), queries=self.prompts.recent(key),
-                                   remembers=[])
+            self.checkpoints.queue(
+                key,
+                "session_end",
+                harness=inp.harness,
+                project=project,
+                prompt_count_delta=self.prompts.take_unsaved(key),
+                queries=self.prompts.recent(key),
+                remembers=[],
+            )
         self.prompts.forget(key)
         if self.phases is not None:
             self.phases.forget(key)
@@ -645,8 +820,9 @@ class SessionService:
         try:
             if judge:
                 try:
-                    fut = self._judge.submit(partial(self._judge_session, key, transcript, now),
-                                             partial(self._skip_judge, key, now))
+                    fut = self._judge.submit(
+                        partial(self._judge_session, key, transcript, now), partial(self._skip_judge, key, now)
+                    )
                 except JudgeRefused as exc:  # backlog full or stopping: behaviour, never a wait
                     scorer, score, conf, n, verdict = self._skip_judge(key, now, str(exc))
                     return EndResult(key, "done", scorer, score, conf, n, stored, job_id, judge=verdict)
@@ -677,8 +853,9 @@ class SessionService:
     def _skip_judge(self, key: str, now: str, reason: str) -> tuple[str, float, float, int, str]:
         """Score from behaviour because the judge will not run (``reason``), recorded in the score's
         reasoning and on the summary job (``skipped``); + ``skipped``."""
-        scorer, score, conf, n = self.scorer.score_behavioral(key, now, note=f"LLM judge skipped: {reason}",
-                                                              summary=("skipped", reason))
+        scorer, score, conf, n = self.scorer.score_behavioral(
+            key, now, note=f"LLM judge skipped: {reason}", summary=("skipped", reason)
+        )
         return scorer, score, conf, n, "skipped"
 
     def _track(self, key: str, fut: Future) -> None:

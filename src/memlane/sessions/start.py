@@ -23,7 +23,6 @@ from memlane.lru import LRUCache
 from memlane.recall.memory_index import MemoryIndex
 from memlane.sessions.diversity import apply_topic_diversity
 
-
 #: Characters of the session context that are embedded (~150 tokens). The embedding's cost grows
 #: with its length (docs/decisions.md, "Session-start writes"); the head of the context
 #: (project, directory, the latest digest's first lines) carries the topic.
@@ -87,8 +86,9 @@ class ContextVectors:
         self.get(context)
 
 
-def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: MemoryIndex,
-               s: SessionSettings) -> list[RankedCandidate]:
+def build_pool(
+    eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: MemoryIndex, s: SessionSettings
+) -> list[RankedCandidate]:
     """Pool, baseline ranking and topic diversity (no I/O beyond the in-memory index).
 
     Args:
@@ -125,15 +125,27 @@ def build_pool(eff: list[tuple[int, str, float]], cv: np.ndarray | None, index: 
     rank = np.empty(len(picked), dtype=int)
     rank[final_order] = np.arange(1, len(picked) + 1)
     # Plain Python numbers from here (numpy scalar access costs ~1 us each; 90 candidates x 6).
-    effs, sims_l, adj, b_rank, f_rank = (eff_scores.tolist(), pick_sims.tolist(), adjusted.tolist(),
-                                         baseline_rank.tolist(), rank.tolist())
+    effs, sims_l, adj, b_rank, f_rank = (
+        eff_scores.tolist(),
+        pick_sims.tolist(),
+        adjusted.tolist(),
+        baseline_rank.tolist(),
+        rank.tolist(),
+    )
     out = []
     for j, i in enumerate(picked):
         sim = sims_l[j]
-        out.append(RankedCandidate(
-            memory_id=eff[i][1], seq=eff[i][0], effective_score=effs[j],
-            similarity=sim if math.isfinite(sim) else None,
-            baseline_score=effs[j], final_score=adj[j],
-            baseline_rank=b_rank[j], rank=f_rank[j]))
+        out.append(
+            RankedCandidate(
+                memory_id=eff[i][1],
+                seq=eff[i][0],
+                effective_score=effs[j],
+                similarity=sim if math.isfinite(sim) else None,
+                baseline_score=effs[j],
+                final_score=adj[j],
+                baseline_rank=b_rank[j],
+                rank=f_rank[j],
+            )
+        )
     out.sort(key=lambda c: c.rank)
     return out

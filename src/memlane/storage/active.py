@@ -43,12 +43,14 @@ def untagged_between(conn: sqlite3.Connection, project: str | None, since: str, 
         f"""SELECT id, related_files, source_type, source_id FROM memories
             WHERE {cond} AND is_deleted = 0 AND commit_sha IS NULL AND created_at >= ? AND created_at <= ?
             ORDER BY created_at""",
-        (*([project] if project is not None else []), since, until)).fetchall()
+        (*([project] if project is not None else []), since, until),
+    ).fetchall()
     return [Untagged(r[0], list(json.loads(r[1] or "[]")), r[2], r[3]) for r in rows]
 
 
-def prefetch_patterns(conn: sqlite3.Connection, project: str | None, min_confidence: float
-                      ) -> list[tuple[str, float, dict[str, Any]]]:
+def prefetch_patterns(
+    conn: sqlite3.Connection, project: str | None, min_confidence: float
+) -> list[tuple[str, float, dict[str, Any]]]:
     """Live, unsuperseded ``prefetch_pattern`` memories of ``project`` (and those without a project)
     with confidence >= ``min_confidence``: ``[(id, confidence, type_fields)]``, most confident first."""
     cond = "(project = ? OR project IS NULL)" if project is not None else "project IS NULL"
@@ -58,32 +60,44 @@ def prefetch_patterns(conn: sqlite3.Connection, project: str | None, min_confide
         f"""SELECT id, confidence, type_fields FROM memories INDEXED BY idx_memories_type
             WHERE type = 'prefetch_pattern' AND {cond} AND is_deleted = 0 AND superseded_by IS NULL
               AND confidence >= ? ORDER BY confidence DESC, created_at DESC""",
-        (*([project] if project is not None else []), min_confidence)).fetchall()
+        (*([project] if project is not None else []), min_confidence),
+    ).fetchall()
     return [(r[0], float(r[1]), json.loads(r[2] or "{}")) for r in rows]
 
 
 def outcome_count(conn: sqlite3.Connection, methodology: str, hierarchy: list[str]) -> int:
     """How many ``work_unit_outcome`` memories (deleted ones included: a retry happened either way)
     were recorded for exactly this work unit."""
-    return int(conn.execute(
-        """SELECT count(*) FROM memories WHERE type = 'work_unit_outcome' AND methodology = ?
+    return int(
+        conn.execute(
+            """SELECT count(*) FROM memories WHERE type = 'work_unit_outcome' AND methodology = ?
            AND json_extract(work_unit_ref, '$.hierarchy') = ?""",
-        (methodology, json.dumps(hierarchy, separators=(",", ":")))).fetchone()[0])
+            (methodology, json.dumps(hierarchy, separators=(",", ":"))),
+        ).fetchone()[0]
+    )
 
 
-def latest_session_edits(conn: sqlite3.Connection, project: str | None, exclude: str, *, look_back: int = 10
-                         ) -> list[str]:
+def latest_session_edits(
+    conn: sqlite3.Connection, project: str | None, exclude: str, *, look_back: int = 10
+) -> list[str]:
     """The files edited (else touched) in ``project``'s most recently started session other than
     ``exclude`` that the observer saw (of its latest ``look_back`` sessions), in first-touch order;
     [] when there is none. Reads the ``sessions`` index (project, started_at) and each session's
     events by key: no scan of the project's events."""
-    keys = [r[0] for r in conn.execute(
-        """SELECT session_key FROM sessions WHERE project IS ? AND session_key != ?
-           ORDER BY started_at DESC LIMIT ?""", (project, exclude, look_back))]
+    keys = [
+        r[0]
+        for r in conn.execute(
+            """SELECT session_key FROM sessions WHERE project IS ? AND session_key != ?
+           ORDER BY started_at DESC LIMIT ?""",
+            (project, exclude, look_back),
+        )
+    ]
     for key in keys:
         files = conn.execute(
             """SELECT file_path, max(is_edit) FROM observer_events WHERE session_key = ? AND file_path IS NOT NULL
-               GROUP BY file_path ORDER BY min(step)""", (key,)).fetchall()
+               GROUP BY file_path ORDER BY min(step)""",
+            (key,),
+        ).fetchall()
         if files:
             edited = [f for f, e in files if e]
             return edited or [f for f, _ in files]
@@ -94,7 +108,11 @@ def known_files(conn: sqlite3.Connection, project: str, paths: list[str]) -> lis
     """Those of ``paths`` the project's co-access graph knows (``coaccess_files``), in the given order."""
     out: list[str] = []
     for p in paths:
-        if p not in out and conn.execute("SELECT 1 FROM coaccess_files WHERE project = ? AND file_path = ?",
-                                         (project, p)).fetchone():
+        if (
+            p not in out
+            and conn.execute(
+                "SELECT 1 FROM coaccess_files WHERE project = ? AND file_path = ?", (project, p)
+            ).fetchone()
+        ):
             out.append(p)
     return out

@@ -22,7 +22,7 @@ def by_seqs(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, Candidat
     """``seq -> CandidateRow`` for the given seqs (unknown seqs absent)."""
     out: dict[int, CandidateRow] = {}
     for start in range(0, len(seqs), 500):
-        chunk = [int(s) for s in seqs[start:start + 500]]
+        chunk = [int(s) for s in seqs[start : start + 500]]
         marks = ",".join("?" * len(chunk))
         for r in conn.execute(f"SELECT seq, id, type, content FROM memories WHERE seq IN ({marks})", chunk):
             out[int(r[0])] = CandidateRow(int(r[0]), r[1], r[2], r[3])

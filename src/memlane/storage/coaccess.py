@@ -11,8 +11,9 @@ import sqlite3
 from collections.abc import Sequence
 
 
-def add_commit(conn: sqlite3.Connection, project: str, files: Sequence[str], *, at: str, max_pair_files: int,
-               origin: str = "git") -> None:
+def add_commit(
+    conn: sqlite3.Connection, project: str, files: Sequence[str], *, at: str, max_pair_files: int, origin: str = "git"
+) -> None:
     """Count one commit (or one session) that touched ``files`` (distinct paths).
 
     Each file's ``commit_count`` (``origin='git'``) or ``access_count`` (``'session'``) goes up by
@@ -24,7 +25,8 @@ def add_commit(conn: sqlite3.Connection, project: str, files: Sequence[str], *, 
     conn.executemany(
         f"""INSERT INTO coaccess_files (project, file_path, {col}, last_accessed_at) VALUES (?, ?, 1, ?)
             ON CONFLICT(project, file_path) DO UPDATE SET {col} = {col} + 1, last_accessed_at = excluded.last_accessed_at""",
-        [(project, f, at) for f in files])
+        [(project, f, at) for f in files],
+    )
     if 2 <= len(files) <= max_pair_files:
         inc = 1.0 / (len(files) - 1)
         conn.executemany(
@@ -32,14 +34,16 @@ def add_commit(conn: sqlite3.Connection, project: str, files: Sequence[str], *, 
                VALUES (?, ?, ?, 1, ?, ?, ?)
                ON CONFLICT(project, file_a, file_b) DO UPDATE SET raw_count = raw_count + 1,
                    score = score + excluded.score, origin = excluded.origin, last_observed_at = excluded.last_observed_at""",
-            [(project, a, b, inc, origin, at) for a in files for b in files if a != b])
+            [(project, a, b, inc, origin, at) for a in files for b in files if a != b],
+        )
     # every file's appearances went up: its edges' weights follow, with or without new pairs
     conn.executemany(
         """UPDATE coaccess_edges SET weight = min(1.0, raw_count * 1.0 /
                (SELECT max(1, commit_count + access_count) FROM coaccess_files f
                 WHERE f.project = coaccess_edges.project AND f.file_path = coaccess_edges.file_a))
            WHERE project = ? AND file_a = ?""",
-        [(project, a) for a in files])
+        [(project, a) for a in files],
+    )
 
 
 def rename(conn: sqlite3.Connection, project: str, old: str, new: str) -> None:
@@ -51,18 +55,21 @@ def rename(conn: sqlite3.Connection, project: str, old: str, new: str) -> None:
            SELECT project, ?, access_count, commit_count, last_accessed_at FROM coaccess_files
            WHERE project = ? AND file_path = ?
            ON CONFLICT(project, file_path) DO UPDATE SET access_count = access_count + excluded.access_count,
-               commit_count = commit_count + excluded.commit_count""", (new, project, old))
+               commit_count = commit_count + excluded.commit_count""",
+        (new, project, old),
+    )
     conn.execute("DELETE FROM coaccess_files WHERE project = ? AND file_path = ?", (project, old))
     for col, other in (("file_a", "file_b"), ("file_b", "file_a")):
         conn.execute(
             f"""INSERT INTO coaccess_edges (project, file_a, file_b, weight, raw_count, score, avg_time_delta_ms,
                     directional, origin, last_observed_at)
-                SELECT project, {'?' if col == 'file_a' else 'file_a'}, {'?' if col == 'file_b' else 'file_b'},
+                SELECT project, {"?" if col == "file_a" else "file_a"}, {"?" if col == "file_b" else "file_b"},
                        weight, raw_count, score, avg_time_delta_ms, directional, origin, last_observed_at
                 FROM coaccess_edges WHERE project = ? AND {col} = ? AND {other} != ?
                 ON CONFLICT(project, file_a, file_b) DO UPDATE SET raw_count = raw_count + excluded.raw_count,
                     score = score + excluded.score, weight = max(weight, excluded.weight)""",
-            (new, project, old, new))
+            (new, project, old, new),
+        )
         conn.execute(f"DELETE FROM coaccess_edges WHERE project = ? AND {col} = ?", (project, old))
 
 
@@ -72,14 +79,20 @@ def remove(conn: sqlite3.Connection, project: str, path: str) -> None:
     conn.execute("DELETE FROM coaccess_edges WHERE project = ? AND (file_a = ? OR file_b = ?)", (project, path, path))
 
 
-def neighbours(conn: sqlite3.Connection, project: str, path: str, limit: int,
-               suffix: str = "") -> list[tuple[str, float, int, float]]:
+def neighbours(
+    conn: sqlite3.Connection, project: str, path: str, limit: int, suffix: str = ""
+) -> list[tuple[str, float, int, float]]:
     """``(file, score, raw_count, weight)`` of ``path``'s neighbours (whose name ends with
     ``suffix``), highest score first."""
-    return [(r[0], float(r[1]), int(r[2]), float(r[3])) for r in conn.execute(
-        """SELECT file_b, score, raw_count, weight FROM coaccess_edges WHERE project = ? AND file_a = ?
+    return [
+        (r[0], float(r[1]), int(r[2]), float(r[3]))
+        for r in conn.execute(
+            """SELECT file_b, score, raw_count, weight FROM coaccess_edges WHERE project = ? AND file_a = ?
                AND (? = '' OR substr(file_b, -length(?)) = ?)
-           ORDER BY score DESC, raw_count DESC, file_b LIMIT ?""", (project, path, suffix, suffix, suffix, limit))]
+           ORDER BY score DESC, raw_count DESC, file_b LIMIT ?""",
+            (project, path, suffix, suffix, suffix, limit),
+        )
+    ]
 
 
 def popular(conn: sqlite3.Connection, project: str, directory: str | None, limit: int, suffix: str = "") -> list[str]:
@@ -89,14 +102,17 @@ def popular(conn: sqlite3.Connection, project: str, directory: str | None, limit
     if directory is None:
         rows = conn.execute(
             f"""SELECT file_path FROM coaccess_files WHERE project = ? AND {cond}
-               ORDER BY commit_count + access_count DESC, file_path LIMIT ?""", (project, suffix, suffix, suffix, limit))
+               ORDER BY commit_count + access_count DESC, file_path LIMIT ?""",
+            (project, suffix, suffix, suffix, limit),
+        )
     else:
         prefix = directory + "/" if directory else ""
         rows = conn.execute(
             f"""SELECT file_path FROM coaccess_files WHERE project = ? AND substr(file_path, 1, ?) = ?
                    AND instr(substr(file_path, ? + 1), '/') = 0 AND {cond}
                ORDER BY commit_count + access_count DESC, file_path LIMIT ?""",
-            (project, len(prefix), prefix, len(prefix), suffix, suffix, suffix, limit))
+            (project, len(prefix), prefix, len(prefix), suffix, suffix, suffix, limit),
+        )
     return [r[0] for r in rows]
 
 

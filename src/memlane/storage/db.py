@@ -57,8 +57,9 @@ MAX_GROUP_COMMIT = 64
 WAL_CHECKPOINT_INTERVAL_S = 1.0
 
 
-def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False,
-            synchronous: str = "FULL") -> sqlite3.Connection:
+def connect(
+    path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False, synchronous: str = "FULL"
+) -> sqlite3.Connection:
     """Open one connection with memlane's PRAGMAs.
 
     Args:
@@ -72,8 +73,7 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = 
     """
     try:
         if read_only:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
-                                   isolation_level=None)
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
         else:
             conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
@@ -139,8 +139,9 @@ class Database:
     on a pooled reader in the calling thread.
     """
 
-    def __init__(self, path: Path | str, *, read_pool_size: int = 4, busy_timeout_ms: int = 5000,
-                 synchronous: str = "FULL") -> None:
+    def __init__(
+        self, path: Path | str, *, read_pool_size: int = 4, busy_timeout_ms: int = 5000, synchronous: str = "FULL"
+    ) -> None:
         self.path = Path(path)
         # Private files: the directory 0700 when created here, a new database file 0600 before
         # SQLite opens it (SQLite itself would create it 0644; its -wal and -shm copy its mode).
@@ -166,8 +167,9 @@ class Database:
         self._wal_checkpoint_conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         self._wake_wal_checkpointer = threading.Event()
         self._stopping = threading.Event()
-        self._wal_checkpointer = threading.Thread(target=self._wal_checkpoint_loop, name="memlane-wal-checkpointer",
-                                              daemon=True)
+        self._wal_checkpointer = threading.Thread(
+            target=self._wal_checkpoint_loop, name="memlane-wal-checkpointer", daemon=True
+        )
         self._wal_checkpointer.start()
         self._writer = threading.Thread(target=self._write_loop, name="memlane-writer", daemon=True)
         self._writer.start()

@@ -13,11 +13,12 @@ def get_vectors(conn: sqlite3.Connection, hashes: Sequence[str], model: str) -> 
     out: dict[str, np.ndarray] = {}
     uniq = list(dict.fromkeys(hashes))
     for start in range(0, len(uniq), 500):
-        chunk = uniq[start:start + 500]
+        chunk = uniq[start : start + 500]
         marks = ",".join("?" * len(chunk))
         for h, blob in conn.execute(
-                f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND content_hash IN ({marks})",
-                (model, *chunk)):
+            f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND content_hash IN ({marks})",
+            (model, *chunk),
+        ):
             out[h] = np.frombuffer(blob, dtype="<f4")
     return out
 

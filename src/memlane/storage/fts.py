@@ -18,7 +18,160 @@ _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 #: Most tokens a query contributes to the FTS expression (a 100 KB query stays cheap).
 MAX_QUERY_TOKENS = 64
 
-STOP_WORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "d", "ll", "m", "re", "ve", "don", "did", "didn", "doesn", "isn", "wasn", "weren", "won", "wouldn", "shouldn", "couldn", "let", "us", "also", "ever", "get", "got"])
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "s",
+        "t",
+        "d",
+        "ll",
+        "m",
+        "re",
+        "ve",
+        "don",
+        "did",
+        "didn",
+        "doesn",
+        "isn",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
+        "shouldn",
+        "couldn",
+        "let",
+        "us",
+        "also",
+        "ever",
+        "get",
+        "got",
+    ]
+)
 
 
 def query_tokens(query: str) -> list[str]:
@@ -78,8 +231,15 @@ class Filters:
         return ("".join(f" AND {p}" for p in parts), args)
 
 
-def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters,
-           context_weight: float = 0.5, raw_expr: bool = False) -> list[tuple[int, float]]:
+def search(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    limit: int,
+    filters: Filters,
+    context_weight: float = 0.5,
+    raw_expr: bool = False,
+) -> list[tuple[int, float]]:
     """BM25 search: ``(seq, score)`` pairs, best first, scores normalised to [0, 1].
 
     FTS5's ``bm25()`` is negative (more negative = better); each score is divided by the
@@ -101,16 +261,22 @@ def search(conn: sqlite3.Connection, query: str, *, limit: int, filters: Filters
     return normalise([(int(r[0]), float(r[1])) for r in rows])
 
 
-def search_raw(conn: sqlite3.Connection, expr: str, *, limit: int, context_weight: float = 0.5
-               ) -> list[tuple[int, float]]:
+def search_raw(
+    conn: sqlite3.Connection, expr: str, *, limit: int, context_weight: float = 0.5
+) -> list[tuple[int, float]]:
     """FTS5 alone (no join, no filters): ``(seq, bm25)`` pairs, best (most negative) first.
 
     ``expr`` comes from :func:`match_expression`. The caller filters with the in-memory index
     and normalises; this skips a B-tree lookup into ``memories`` per matching row.
     """
-    return [(int(r[0]), float(r[1])) for r in conn.execute(
-        """SELECT rowid, bm25(memories_fts, 1.0, ?) AS s FROM memories_fts
-           WHERE memories_fts MATCH ? ORDER BY s LIMIT ?""", (float(context_weight), expr, int(limit)))]
+    return [
+        (int(r[0]), float(r[1]))
+        for r in conn.execute(
+            """SELECT rowid, bm25(memories_fts, 1.0, ?) AS s FROM memories_fts
+           WHERE memories_fts MATCH ? ORDER BY s LIMIT ?""",
+            (float(context_weight), expr, int(limit)),
+        )
+    ]
 
 
 def normalise(rows: list[tuple[int, float]]) -> list[tuple[int, float]]:

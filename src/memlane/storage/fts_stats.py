@@ -110,14 +110,18 @@ def read_tables(conn: sqlite3.Connection, specs: Sequence[TableSpec]) -> dict[st
                 return out
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{spec.name}")')]
             vocab = f"temp.memlane_vocab_{spec.name}"
-            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING "
-                         f"fts5vocab(main, '{spec.name}', 'instance')")
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, '{spec.name}', 'instance')")
             avg = conn.execute(f'SELECT block FROM "{spec.name}_data" WHERE id = ?', (AVERAGES_ID,)).fetchone()
-            per_col = tuple(conn.execute(f"SELECT term, group_concat(doc, ' ') FROM {vocab} WHERE col = ? "
-                                         "GROUP BY term", (col,)).fetchall() for col in cols)
+            per_col = tuple(
+                conn.execute(
+                    f"SELECT term, group_concat(doc, ' ') FROM {vocab} WHERE col = ? GROUP BY term", (col,)
+                ).fetchall()
+                for col in cols
+            )
             seq_of = dict(conn.execute(spec.seq_sql).fetchall()) if spec.seq_sql else None
-            out[spec.name] = RawTable(option, structure(conn, spec.name), bytes(avg[0]) if avg else b"",
-                                      per_col, seq_of)
+            out[spec.name] = RawTable(
+                option, structure(conn, spec.name), bytes(avg[0]) if avg else b"", per_col, seq_of
+            )
     finally:
         conn.execute("COMMIT")
     return out

@@ -16,15 +16,15 @@ from memlane.storage.fts import normalise
 def replace(conn: sqlite3.Connection, memory_id: str, hints: Sequence[str], *, at: str) -> int:
     """Make ``hints`` the memory's only hints (idempotent re-runs). Returns the number stored."""
     conn.execute("DELETE FROM memory_hints WHERE memory_id = ?", (memory_id,))
-    conn.executemany("INSERT INTO memory_hints(memory_id, hint, created_at) VALUES (?, ?, ?)",
-                     [(memory_id, h, at) for h in hints])
+    conn.executemany(
+        "INSERT INTO memory_hints(memory_id, hint, created_at) VALUES (?, ?, ?)", [(memory_id, h, at) for h in hints]
+    )
     return len(hints)
 
 
 def for_memory(conn: sqlite3.Connection, memory_id: str) -> list[str]:
     """The memory's hints, in insertion order."""
-    return [r[0] for r in conn.execute("SELECT hint FROM memory_hints WHERE memory_id = ? ORDER BY id",
-                                       (memory_id,))]
+    return [r[0] for r in conn.execute("SELECT hint FROM memory_hints WHERE memory_id = ? ORDER BY id", (memory_id,))]
 
 
 def count(conn: sqlite3.Connection) -> int:
@@ -45,7 +45,9 @@ def search_raw(conn: sqlite3.Connection, expr: str, *, limit: int) -> list[tuple
                WHERE memory_hints_fts MATCH ? ORDER BY s LIMIT ?) AS f
            JOIN memory_hints h ON h.id = f.rowid
            JOIN memories m ON m.id = h.memory_id
-           GROUP BY m.seq ORDER BY s""", (expr, int(limit))).fetchall()
+           GROUP BY m.seq ORDER BY s""",
+        (expr, int(limit)),
+    ).fetchall()
     return [(int(r[0]), float(r[1])) for r in rows]
 
 

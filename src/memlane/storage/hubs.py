@@ -22,8 +22,10 @@ def entity_degrees(conn: sqlite3.Connection) -> dict[str, int]:
     """``entity_id -> mention count`` (rows of ``memory_entity_mentions`` per entity)."""
     if not has_mentions(conn):
         return {}
-    return {str(r[0]): int(r[1]) for r in conn.execute(
-        f"SELECT entity_id, count(*) FROM {MENTIONS_TABLE} GROUP BY entity_id")}
+    return {
+        str(r[0]): int(r[1])
+        for r in conn.execute(f"SELECT entity_id, count(*) FROM {MENTIONS_TABLE} GROUP BY entity_id")
+    }
 
 
 def entities_of(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[str, set[str]]:
@@ -31,11 +33,12 @@ def entities_of(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[str
     absent when the table does not exist)."""
     out: dict[str, set[str]] = {}
     for start in range(0, len(memory_ids), 500):
-        chunk = list(memory_ids[start:start + 500])
+        chunk = list(memory_ids[start : start + 500])
         marks = ",".join("?" * len(chunk))
         try:
             rows = conn.execute(
-                f"SELECT memory_id, entity_id FROM {MENTIONS_TABLE} WHERE memory_id IN ({marks})", chunk).fetchall()
+                f"SELECT memory_id, entity_id FROM {MENTIONS_TABLE} WHERE memory_id IN ({marks})", chunk
+            ).fetchall()
         except sqlite3.OperationalError:  # no graph table (yet)
             return {}
         for mid, eid in rows:

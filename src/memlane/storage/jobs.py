@@ -16,8 +16,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
 from memlane.storage.db import inserted_rowid
 
 STATUSES = ("pending", "leased", "completed", "failed", "dead", "skipped")
@@ -75,10 +76,20 @@ def add_ms(at: str, ms: float) -> str:
     return iso(_parse(at) + timedelta(milliseconds=ms))
 
 
-def enqueue(conn: sqlite3.Connection, job_type: str, *, at: str, dedup_key: str | None = None,
-            memory_id: str | None = None, session_key: str | None = None, payload: dict[str, Any] | None = None,
-            status: str = "pending", error: str | None = None, max_attempts: int = 3,
-            run_after: str | None = None) -> int:
+def enqueue(
+    conn: sqlite3.Connection,
+    job_type: str,
+    *,
+    at: str,
+    dedup_key: str | None = None,
+    memory_id: str | None = None,
+    session_key: str | None = None,
+    payload: dict[str, Any] | None = None,
+    status: str = "pending",
+    error: str | None = None,
+    max_attempts: int = 3,
+    run_after: str | None = None,
+) -> int:
     """Add a job; with a ``dedup_key`` an equal pending or leased job (same type and key) is
     reused instead ("Job deduplication is enforced at enqueue time"). Returns the job id.
 
@@ -88,15 +99,29 @@ def enqueue(conn: sqlite3.Connection, job_type: str, *, at: str, dedup_key: str 
         run_after: earliest time a worker may lease it; None = at once.
     """
     if dedup_key is not None:
-        r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = ? AND dedup_key = ? "
-                         "AND status IN ('pending', 'leased')", (job_type, dedup_key)).fetchone()
+        r = conn.execute(
+            "SELECT id FROM memory_jobs WHERE job_type = ? AND dedup_key = ? AND status IN ('pending', 'leased')",
+            (job_type, dedup_key),
+        ).fetchone()
         if r:
             return int(r[0])
     cur = conn.execute(
         """INSERT INTO memory_jobs (job_type, dedup_key, memory_id, session_key, payload, status, error,
                max_attempts, run_after, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
-        (job_type, dedup_key, memory_id, session_key, json.dumps(payload or {}), status, error, max_attempts,
-         run_after, at, at))
+        (
+            job_type,
+            dedup_key,
+            memory_id,
+            session_key,
+            json.dumps(payload or {}),
+            status,
+            error,
+            max_attempts,
+            run_after,
+            at,
+            at,
+        ),
+    )
     return inserted_rowid(cur)
 
 
@@ -123,13 +148,16 @@ def lease(conn: sqlite3.Connection, job_types: Sequence[str], *, now: str, lease
     r = conn.execute(
         f"SELECT id FROM memory_jobs WHERE status = 'pending' AND job_type IN ({marks}) "
         "AND (run_after IS NULL OR run_after <= ?) ORDER BY created_at, id LIMIT 1",
-        (*job_types, now)).fetchone()
+        (*job_types, now),
+    ).fetchone()
     if r is None:
         return None
     until = add_ms(now, lease_timeout_ms)
     cur = conn.execute(
         "UPDATE memory_jobs SET status = 'leased', leased_at = ?, leased_until = ?, attempts = attempts + 1, "
-        "updated_at = ? WHERE id = ? AND status = 'pending'", (now, until, now, int(r[0])))
+        "updated_at = ? WHERE id = ? AND status = 'pending'",
+        (now, until, now, int(r[0])),
+    )
     if cur.rowcount != 1:  # pragma: no cover - impossible inside one write transaction
         return None
     return get(conn, int(r[0]))
@@ -164,8 +192,10 @@ def fail(conn: sqlite3.Connection, job: Job, error: str, *, now: str, backoff_ms
     attempts, max_attempts = (int(row[0]), int(row[1])) if row else (job.attempts, job.max_attempts)
     status = "dead" if attempts >= max_attempts else "pending"
     run_after = None if status == "dead" else add_ms(now, backoff_ms)
-    conn.execute("UPDATE memory_jobs SET status = ?, error = ?, run_after = ?, leased_until = NULL, "
-                 "updated_at = ? WHERE id = ?", (status, error[:2000], run_after, now, job.id))
+    conn.execute(
+        "UPDATE memory_jobs SET status = ?, error = ?, run_after = ?, leased_until = NULL, updated_at = ? WHERE id = ?",
+        (status, error[:2000], run_after, now, job.id),
+    )
     return status
 
 
@@ -174,7 +204,9 @@ def release(conn: sqlite3.Connection, job_id: int, *, now: str) -> bool:
     ``pending`` again, the attempt the lease counted taken back. Returns whether it was leased."""
     cur = conn.execute(
         "UPDATE memory_jobs SET status = 'pending', leased_until = NULL, leased_at = NULL, "
-        "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND status = 'leased'", (now, job_id))
+        "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND status = 'leased'",
+        (now, job_id),
+    )
     return cur.rowcount == 1
 
 
@@ -185,15 +217,26 @@ def reap_stale(conn: sqlite3.Connection, now: str) -> int:
     cur = conn.execute(
         "UPDATE memory_jobs SET status = 'pending', leased_until = NULL, updated_at = ?, "
         "error = COALESCE(error, 'lease expired') WHERE status = 'leased' AND leased_until IS NOT NULL "
-        "AND leased_until < ?", (now, now))
+        "AND leased_until < ?",
+        (now, now),
+    )
     return int(cur.rowcount)
 
 
-def finish(conn: sqlite3.Connection, job_id: int, *, status: str, at: str, result: dict[str, Any] | None = None,
-           error: str | None = None) -> None:
+def finish(
+    conn: sqlite3.Connection,
+    job_id: int,
+    *,
+    status: str,
+    at: str,
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> None:
     """Mark a job completed, failed, skipped or dead, with its result or error."""
-    conn.execute("UPDATE memory_jobs SET status = ?, result = ?, error = ?, updated_at = ?, leased_until = NULL "
-                 "WHERE id = ?", (status, json.dumps(result) if result is not None else None, error, at, job_id))
+    conn.execute(
+        "UPDATE memory_jobs SET status = ?, result = ?, error = ?, updated_at = ?, leased_until = NULL WHERE id = ?",
+        (status, json.dumps(result) if result is not None else None, error, at, job_id),
+    )
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
@@ -214,9 +257,16 @@ def counts_by_status(conn: sqlite3.Connection, job_types: Sequence[str] | None =
     return out
 
 
-def list_jobs(conn: sqlite3.Connection, *, job_type: str | None = None, status: str | None = None,
-              memory_id: str | None = None, limit: int = 50, offset: int = 0,
-              newest_first: bool = True) -> list[Job]:
+def list_jobs(
+    conn: sqlite3.Connection,
+    *,
+    job_type: str | None = None,
+    status: str | None = None,
+    memory_id: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    newest_first: bool = True,
+) -> list[Job]:
     """A page of jobs, filtered by type, status and memory id (all optional)."""
     where, args = [], []
     for col, val in (("job_type", job_type), ("status", status), ("memory_id", memory_id)):
@@ -230,13 +280,16 @@ def list_jobs(conn: sqlite3.Connection, *, job_type: str | None = None, status: 
 
 def latest_for_memory(conn: sqlite3.Connection, memory_id: str, job_type: str) -> Job | None:
     """The newest job of ``job_type`` about ``memory_id``, or None."""
-    r = conn.execute("SELECT * FROM memory_jobs WHERE memory_id = ? AND job_type = ? ORDER BY id DESC LIMIT 1",
-                     (memory_id, job_type)).fetchone()
+    r = conn.execute(
+        "SELECT * FROM memory_jobs WHERE memory_id = ? AND job_type = ? ORDER BY id DESC LIMIT 1", (memory_id, job_type)
+    ).fetchone()
     return Job.from_row(r) if r else None
 
 
 def latest_id_for_session(conn: sqlite3.Connection, session_key: str, job_type: str) -> int | None:
     """The id of the newest job of ``job_type`` about session ``session_key``, or None."""
-    r = conn.execute("SELECT id FROM memory_jobs WHERE job_type = ? AND session_key = ? ORDER BY id DESC LIMIT 1",
-                     (job_type, session_key)).fetchone()
+    r = conn.execute(
+        "SELECT id FROM memory_jobs WHERE job_type = ? AND session_key = ? ORDER BY id DESC LIMIT 1",
+        (job_type, session_key),
+    ).fetchone()
     return int(r[0]) if r else None

@@ -36,15 +36,18 @@ class StaleMemory:
     embedding_model: str | None
 
 
-def stale_memories(conn: sqlite3.Connection, model: str, *, limit: int, exclude: Sequence[str] = ()
-                   ) -> list[StaleMemory]:
+def stale_memories(
+    conn: sqlite3.Connection, model: str, *, limit: int, exclude: Sequence[str] = ()
+) -> list[StaleMemory]:
     """Up to ``limit`` memories needing vectors of ``model``, most recently updated first,
     skipping the ids in ``exclude`` (e.g. those that just failed)."""
     skip = list(exclude)[:900]
     params: dict[str, object] = {"model": model, "limit": int(limit), **{f"x{i}": v for i, v in enumerate(skip)}}
     extra = f" AND m.id NOT IN ({', '.join(f':x{i}' for i in range(len(skip)))})" if skip else ""
-    sql = (f"SELECT m.seq, m.id, m.content, m.context, m.content_hash, m.context_hash, m.embedding_model "
-           f"FROM memories m WHERE {_NEEDS_VECTOR}{extra} ORDER BY m.updated_at DESC, m.seq DESC LIMIT :limit")
+    sql = (
+        f"SELECT m.seq, m.id, m.content, m.context, m.content_hash, m.context_hash, m.embedding_model "
+        f"FROM memories m WHERE {_NEEDS_VECTOR}{extra} ORDER BY m.updated_at DESC, m.seq DESC LIMIT :limit"
+    )
     return [StaleMemory(*r) for r in conn.execute(sql, params)]
 
 
@@ -62,21 +65,38 @@ def index_rows_for(conn: sqlite3.Connection, ids: Sequence[str], model: str) -> 
     """What the in-memory index needs of these memories, with their vectors of ``model``."""
     out: list[IndexRow] = []
     for start in range(0, len(ids), 500):
-        chunk = list(ids[start:start + 500])
+        chunk = list(ids[start : start + 500])
         marks = ",".join("?" * len(chunk))
         for r in conn.execute(
-                f"""SELECT m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, e1.vector, e2.vector,
+            f"""SELECT m.seq, m.id, m.project, m.type, m.created_at, m.is_deleted, e1.vector, e2.vector,
                            m.superseded_by IS NOT NULL, m.importance, m.pinned, m.access_count
                     FROM memories m
                     LEFT JOIN embeddings e1 ON e1.content_hash = m.content_hash AND e1.model = ?
                     LEFT JOIN embeddings e2 ON e2.content_hash = m.context_hash AND e2.model = ?
-                    WHERE m.id IN ({marks})""", (model, model, *chunk)):
-            out.append(IndexRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), float(r[9]),
-                                bool(r[10]), int(r[11])))
+                    WHERE m.id IN ({marks})""",
+            (model, model, *chunk),
+        ):
+            out.append(
+                IndexRow(
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    bool(r[5]),
+                    r[6],
+                    r[7],
+                    bool(r[8]),
+                    float(r[9]),
+                    bool(r[10]),
+                    int(r[11]),
+                )
+            )
     return out
 
 
 # -- diagnostics --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class HealthCounts:
@@ -106,13 +126,25 @@ def health_counts(conn: sqlite3.Connection, *, now: str, model: str | None) -> H
     # Counted per status on idx_jobs_lease (covering) and stale leases on idx_jobs_status, not
     # by reading every job row (docs/decisions.md, Indexes).
     by_status = dict(conn.execute("SELECT status, count(*) FROM memory_jobs GROUP BY status").fetchall())
-    stale = conn.execute("SELECT count(*) FROM memory_jobs WHERE status = 'leased' AND leased_until IS NOT NULL "
-                         "AND leased_until < ?", (now,)).fetchone()[0]
+    stale = conn.execute(
+        "SELECT count(*) FROM memory_jobs WHERE status = 'leased' AND leased_until IS NOT NULL AND leased_until < ?",
+        (now,),
+    ).fetchone()[0]
     j = (sum(by_status.values()), by_status.get("dead", 0), by_status.get("pending", 0), stale)
-    m = conn.execute("SELECT count(*), coalesce(sum(is_deleted = 0), 0), coalesce(sum(is_deleted = 1), 0) "
-                     "FROM memories").fetchone()
-    return HealthCounts(int(j[0]), int(j[1]), int(j[2]), int(j[3]), int(m[0]), int(m[1]), int(m[2]),
-                        fts_row_count(conn), count_stale(conn, model) if model else 0)
+    m = conn.execute(
+        "SELECT count(*), coalesce(sum(is_deleted = 0), 0), coalesce(sum(is_deleted = 1), 0) FROM memories"
+    ).fetchone()
+    return HealthCounts(
+        int(j[0]),
+        int(j[1]),
+        int(j[2]),
+        int(j[3]),
+        int(m[0]),
+        int(m[1]),
+        int(m[2]),
+        fts_row_count(conn),
+        count_stale(conn, model) if model else 0,
+    )
 
 
 def fts_row_count(conn: sqlite3.Connection) -> int:
@@ -127,20 +159,32 @@ def memory_row_count(conn: sqlite3.Connection) -> int:
 
 # -- repairs ------------------------------------------------------------------------------
 
+
 def newest_current(conn: sqlite3.Connection, limit: int) -> list[tuple[int, str, int, float]]:
     """``(seq, id, pinned, importance)`` of the ``limit`` newest memories neither deleted nor
     superseded, newest first (the dedup repair's batch)."""
-    return [tuple(r) for r in conn.execute(
-        "SELECT seq, id, pinned, importance FROM memories WHERE is_deleted = 0 AND superseded_by IS NULL "
-        "ORDER BY seq DESC LIMIT ?", (int(limit),))]
+    return [
+        tuple(r)
+        for r in conn.execute(
+            "SELECT seq, id, pinned, importance FROM memories WHERE is_deleted = 0 AND superseded_by IS NULL "
+            "ORDER BY seq DESC LIMIT ?",
+            (int(limit),),
+        )
+    ]
+
 
 def requeue_dead(conn: sqlite3.Connection, *, now: str, limit: int) -> int:
     """Return up to ``limit`` dead jobs (oldest first) to ``pending`` with a fresh attempt count,
     unless an equal job (type + dedup key) is already pending or leased. Returns how many."""
-    ids = [r[0] for r in conn.execute(
-        """SELECT d.id FROM memory_jobs d WHERE d.status = 'dead' AND (d.dedup_key IS NULL OR NOT EXISTS (
+    ids = [
+        r[0]
+        for r in conn.execute(
+            """SELECT d.id FROM memory_jobs d WHERE d.status = 'dead' AND (d.dedup_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM memory_jobs o WHERE o.job_type = d.job_type AND o.dedup_key = d.dedup_key
-               AND o.status IN ('pending', 'leased'))) ORDER BY d.updated_at, d.id LIMIT ?""", (int(limit),))]
+               AND o.status IN ('pending', 'leased'))) ORDER BY d.updated_at, d.id LIMIT ?""",
+            (int(limit),),
+        )
+    ]
     seen: set[tuple] = set()
     n = 0
     for jid in ids:
@@ -148,9 +192,11 @@ def requeue_dead(conn: sqlite3.Connection, *, now: str, limit: int) -> int:
         if key is not None and (t, key) in seen:  # two dead copies of one job: revive one
             continue
         seen.add((t, key))
-        conn.execute("UPDATE memory_jobs SET status = 'pending', attempts = 0, run_after = NULL, leased_until = NULL, "
-                     "error = 'requeued by maintenance: ' || coalesce(error, ''), updated_at = ? WHERE id = ?",
-                     (now, jid))
+        conn.execute(
+            "UPDATE memory_jobs SET status = 'pending', attempts = 0, run_after = NULL, leased_until = NULL, "
+            "error = 'requeued by maintenance: ' || coalesce(error, ''), updated_at = ? WHERE id = ?",
+            (now, jid),
+        )
         n += 1
     return n
 

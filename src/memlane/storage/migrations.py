@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 import re
 import sqlite3
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from memlane.errors import StorageError
 from memlane.storage.db import Database
@@ -253,9 +253,7 @@ MIGRATIONS: list[tuple[str, str]] = BUILTIN + discover()
 
 def applied(conn: sqlite3.Connection) -> list[str]:
     """Names of the migrations already applied, in order."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-    )
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     return [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
 
 

@@ -7,7 +7,6 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-
 #: ``observer_signals.processed``: not yet finalized, promoted by a passing finalize, discarded by
 #: a failing one (memlane.v3.promotion). Discarded signals never feed an inference again.
 PENDING, PROMOTED, DISCARDED = 0, 1, 2
@@ -31,34 +30,62 @@ def next_step(conn: sqlite3.Connection, session_key: str) -> int:
     return int(row[0] or 0) + 1
 
 
-def add_event(conn: sqlite3.Connection, session_key: str, project: str | None, step: int, tool_name: str,
-              file_path: str | None, is_edit: bool, error_hash: str | None, error_text: str | None,
-              ts_ms: int) -> None:
+def add_event(
+    conn: sqlite3.Connection,
+    session_key: str,
+    project: str | None,
+    step: int,
+    tool_name: str,
+    file_path: str | None,
+    is_edit: bool,
+    error_hash: str | None,
+    error_text: str | None,
+    ts_ms: int,
+) -> None:
     """Record one tool call."""
     conn.execute(
         """INSERT INTO observer_events (session_key, project, step, tool_name, file_path, is_edit, error_hash,
                error_text, ts_ms) VALUES (?,?,?,?,?,?,?,?,?)""",
-        (session_key, project, step, tool_name, file_path, int(is_edit), error_hash, error_text, ts_ms))
+        (session_key, project, step, tool_name, file_path, int(is_edit), error_hash, error_text, ts_ms),
+    )
 
 
 def events(conn: sqlite3.Connection, session_key: str, since_step: int = 0) -> list[Event]:
     """The session's tool calls after ``since_step``, in order."""
-    return [Event(r[0], r[1], r[2], bool(r[3]), r[4], int(r[5])) for r in conn.execute(
-        """SELECT step, tool_name, file_path, is_edit, error_hash, ts_ms FROM observer_events
-           WHERE session_key = ? AND step > ? ORDER BY step""", (session_key, since_step))]
+    return [
+        Event(r[0], r[1], r[2], bool(r[3]), r[4], int(r[5]))
+        for r in conn.execute(
+            """SELECT step, tool_name, file_path, is_edit, error_hash, ts_ms FROM observer_events
+           WHERE session_key = ? AND step > ? ORDER BY step""",
+            (session_key, since_step),
+        )
+    ]
 
 
-def add_signals(conn: sqlite3.Connection, session_key: str, project: str | None, step: int,
-                signals: list[tuple[str, dict[str, Any]]], at: str) -> None:
+def add_signals(
+    conn: sqlite3.Connection,
+    session_key: str,
+    project: str | None,
+    step: int,
+    signals: list[tuple[str, dict[str, Any]]],
+    at: str,
+) -> None:
     """Store derived signals ``(type, data)``."""
     conn.executemany(
         """INSERT INTO observer_signals (session_key, project, step, signal_type, data, created_at)
            VALUES (?,?,?,?,?,?)""",
-        [(session_key, project, step, t, json.dumps(d), at) for t, d in signals])
+        [(session_key, project, step, t, json.dumps(d), at) for t, d in signals],
+    )
 
 
-def signals(conn: sqlite3.Connection, *, session_key: str | None = None, project: str | None = None,
-            signal_type: str | None = None, kept_only: bool = False) -> list[tuple[str, str, int, dict[str, Any]]]:
+def signals(
+    conn: sqlite3.Connection,
+    *,
+    session_key: str | None = None,
+    project: str | None = None,
+    signal_type: str | None = None,
+    kept_only: bool = False,
+) -> list[tuple[str, str, int, dict[str, Any]]]:
     """``(session_key, signal_type, step, data)`` rows, by id; filtered by session, project, type;
     ``kept_only`` leaves out signals a failed validation discarded."""
     where: list[str] = ["1=1"]
@@ -70,20 +97,28 @@ def signals(conn: sqlite3.Connection, *, session_key: str | None = None, project
         if v is not None:
             where.append(f"{col} = ?")
             args.append(v)
-    return [(r[0], r[1], int(r[2]), json.loads(r[3])) for r in conn.execute(
-        f"SELECT session_key, signal_type, step, data FROM observer_signals WHERE {' AND '.join(where)} ORDER BY id",
-        args)]
+    return [
+        (r[0], r[1], int(r[2]), json.loads(r[3]))
+        for r in conn.execute(
+            f"SELECT session_key, signal_type, step, data FROM observer_signals WHERE {' AND '.join(where)} ORDER BY id",
+            args,
+        )
+    ]
 
 
 def session_files(conn: sqlite3.Connection, session_key: str) -> list[str]:
     """The distinct files a session touched, in first-touch order."""
-    return [r[0] for r in conn.execute(
-        """SELECT file_path FROM observer_events WHERE session_key = ? AND file_path IS NOT NULL
-           GROUP BY file_path ORDER BY min(step)""", (session_key,))]
+    return [
+        r[0]
+        for r in conn.execute(
+            """SELECT file_path FROM observer_events WHERE session_key = ? AND file_path IS NOT NULL
+           GROUP BY file_path ORDER BY min(step)""",
+            (session_key,),
+        )
+    ]
 
 
-def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only: bool = False
-                     ) -> dict[str, list[str]]:
+def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only: bool = False) -> dict[str, list[str]]:
     """``session -> distinct files touched`` for every observed session of ``project`` (None: all);
     ``kept_only`` leaves out sessions whose scratchpad a failed validation discarded."""
     out: dict[str, list[str]] = {}
@@ -92,11 +127,13 @@ def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only
     if kept_only:
         cond += " AND session_key NOT IN (SELECT session_key FROM observer_signals WHERE processed = ?)"
         args.append(DISCARDED)
-    for s, f in conn.execute(f"""SELECT session_key, file_path FROM observer_events WHERE {cond}
-                                 AND file_path IS NOT NULL GROUP BY session_key, file_path""", args):
+    for s, f in conn.execute(
+        f"""SELECT session_key, file_path FROM observer_events WHERE {cond}
+                                 AND file_path IS NOT NULL GROUP BY session_key, file_path""",
+        args,
+    ):
         out.setdefault(s, []).append(f)
     return out
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,28 +152,38 @@ class SessionSummary:
 def session_summary(conn: sqlite3.Connection, session_key: str) -> SessionSummary | None:
     """The session's :class:`SessionSummary`; None when no tool call of it was recorded."""
     row = conn.execute(
-        """SELECT max(step), max(project), max(ts_ms) FROM observer_events WHERE session_key = ?""",
-        (session_key,)).fetchone()
+        """SELECT max(step), max(project), max(ts_ms) FROM observer_events WHERE session_key = ?""", (session_key,)
+    ).fetchone()
     if row is None or row[0] is None:
         return None
-    last = conn.execute("""SELECT error_hash FROM observer_events WHERE session_key = ? ORDER BY step DESC LIMIT 1""",
-                        (session_key,)).fetchone()
-    pending = conn.execute("SELECT count(*) FROM observer_signals WHERE session_key = ? AND processed = ?",
-                           (session_key, PENDING)).fetchone()[0]
-    edited = [r[0] for r in conn.execute(
-        """SELECT file_path FROM observer_events WHERE session_key = ? AND is_edit = 1 AND file_path IS NOT NULL
-           GROUP BY file_path ORDER BY min(step)""", (session_key,))]
+    last = conn.execute(
+        """SELECT error_hash FROM observer_events WHERE session_key = ? ORDER BY step DESC LIMIT 1""", (session_key,)
+    ).fetchone()
+    pending = conn.execute(
+        "SELECT count(*) FROM observer_signals WHERE session_key = ? AND processed = ?", (session_key, PENDING)
+    ).fetchone()[0]
+    edited = [
+        r[0]
+        for r in conn.execute(
+            """SELECT file_path FROM observer_events WHERE session_key = ? AND is_edit = 1 AND file_path IS NOT NULL
+           GROUP BY file_path ORDER BY min(step)""",
+            (session_key,),
+        )
+    ]
     return SessionSummary(row[1], int(row[0]), int(pending), edited, int(row[2] or 0), last[0] is not None)
 
 
 def mark_session(conn: sqlite3.Connection, session_key: str, state: int) -> int:
     """Set the session's pending signals to ``state`` (PROMOTED or DISCARDED); returns how many."""
-    return conn.execute("UPDATE observer_signals SET processed = ? WHERE session_key = ? AND processed = ?",
-                        (state, session_key, PENDING)).rowcount
+    return conn.execute(
+        "UPDATE observer_signals SET processed = ? WHERE session_key = ? AND processed = ?",
+        (state, session_key, PENDING),
+    ).rowcount
 
 
-def signals_with_time(conn: sqlite3.Connection, *, project: str | None, kept_only: bool
-                      ) -> list[tuple[str, str, int, dict[str, Any], str]]:
+def signals_with_time(
+    conn: sqlite3.Connection, *, project: str | None, kept_only: bool
+) -> list[tuple[str, str, int, dict[str, Any], str]]:
     """``(session_key, signal_type, step, data, created_at)`` of ``project`` (None: every project), by
     id; ``kept_only`` leaves out discarded signals."""
     where: list[str] = []
@@ -148,9 +195,13 @@ def signals_with_time(conn: sqlite3.Connection, *, project: str | None, kept_onl
         where.append("processed != ?")
         args.append(DISCARDED)
     cond = " AND ".join(where) or "1=1"
-    return [(r[0], r[1], int(r[2]), json.loads(r[3]), r[4]) for r in conn.execute(
-        f"SELECT session_key, signal_type, step, data, created_at FROM observer_signals WHERE {cond} ORDER BY id",
-        args)]
+    return [
+        (r[0], r[1], int(r[2]), json.loads(r[3]), r[4])
+        for r in conn.execute(
+            f"SELECT session_key, signal_type, step, data, created_at FROM observer_signals WHERE {cond} ORDER BY id",
+            args,
+        )
+    ]
 
 
 def stored_hashes(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
@@ -158,5 +209,9 @@ def stored_hashes(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
     if not hashes:
         return set()
     marks = ",".join("?" * len(hashes))
-    return {r[0] for r in conn.execute(
-        f"SELECT content_hash FROM memories WHERE is_deleted = 0 AND content_hash IN ({marks})", hashes)}
+    return {
+        r[0]
+        for r in conn.execute(
+            f"SELECT content_hash FROM memories WHERE is_deleted = 0 AND content_hash IN ({marks})", hashes
+        )
+    }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from memlane.storage.db import inserted_rowid
 
 
@@ -43,8 +44,9 @@ class CandidateTrainingRow:
     vector: bytes | None
 
 
-def training_sessions(conn: sqlite3.Connection, *, min_confidence: float, limit: int,
-                      keys: Sequence[str] | None = None) -> list[TrainingSessionRow]:
+def training_sessions(
+    conn: sqlite3.Connection, *, min_confidence: float, limit: int, keys: Sequence[str] | None = None
+) -> list[TrainingSessionRow]:
     """Newest scored sessions with confidence >= ``min_confidence`` whose candidates have
     logged features and labels (or exactly ``keys`` when given), newest first."""
     where = ["ss.confidence >= ?", "s.signals IS NOT NULL"]
@@ -59,10 +61,14 @@ def training_sessions(conn: sqlite3.Connection, *, min_confidence: float, limit:
         f"""SELECT s.session_key, s.project, s.context, s.context_vector, s.context_model, s.signals,
                    ss.score, ss.confidence, s.started_at
             FROM sessions s JOIN session_scores ss ON ss.session_key = s.session_key
-            WHERE {' AND '.join(where)}
-            ORDER BY s.started_at DESC, s.rowid DESC LIMIT ?""", args).fetchall()
-    return [TrainingSessionRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), float(r[6]),
-                               float(r[7]), r[8]) for r in rows]
+            WHERE {" AND ".join(where)}
+            ORDER BY s.started_at DESC, s.rowid DESC LIMIT ?""",
+        args,
+    ).fetchall()
+    return [
+        TrainingSessionRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), float(r[6]), float(r[7]), r[8])
+        for r in rows
+    ]
 
 
 def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | None) -> list[CandidateTrainingRow]:
@@ -73,29 +79,34 @@ def session_candidates(conn: sqlite3.Connection, session_key: str, model: str | 
            FROM session_memories sm JOIN memories m ON m.id = sm.memory_id
            LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
            WHERE sm.session_key = ? AND sm.features IS NOT NULL ORDER BY sm.rank, sm.id""",
-        (model or "", session_key)).fetchall()
+        (model or "", session_key),
+    ).fetchall()
     return [CandidateTrainingRow(r[0], json.loads(r[1]) if r[1] else None, r[2], r[3], r[4]) for r in rows]
 
 
-def memory_rows(conn: sqlite3.Connection, ids: Sequence[str], model: str | None
-                ) -> dict[str, tuple[str, bytes | None, str | None]]:
+def memory_rows(
+    conn: sqlite3.Connection, ids: Sequence[str], model: str | None
+) -> dict[str, tuple[str, bytes | None, str | None]]:
     """``{memory_id: (content, content vector blob or None, project)}``: everything the sidecar
     reads of a candidate, in one query (vectors and texts for the model, project and text for
     the derived signals)."""
     out: dict[str, tuple[str, bytes | None, str | None]] = {}
     for i in range(0, len(ids), 500):
-        chunk = list(ids[i:i + 500])
+        chunk = list(ids[i : i + 500])
         marks = ",".join("?" * len(chunk))
         for r in conn.execute(
-                f"""SELECT m.id, m.content, e.vector, m.project FROM memories m
+            f"""SELECT m.id, m.content, e.vector, m.project FROM memories m
                     LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?
-                    WHERE m.id IN ({marks})""", [model or "", *chunk]):
+                    WHERE m.id IN ({marks})""",
+            [model or "", *chunk],
+        ):
             out[r[0]] = (r[1], r[2], r[3])
     return out
 
 
-def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str], *, unread_project: str | None = None
-                          ) -> dict[str, tuple[str, str | None]]:
+def contents_and_projects(
+    conn: sqlite3.Connection, ids: Sequence[str], *, unread_project: str | None = None
+) -> dict[str, tuple[str, str | None]]:
     """``{memory_id: (content, project)}`` for the ids that exist: the ``query_coverage`` signal
     reads every candidate's text, the ``mentions_project`` signal takes the same rows.
 
@@ -110,18 +121,22 @@ def contents_and_projects(conn: sqlite3.Connection, ids: Sequence[str], *, unrea
     content = "content" if unread_project is None else "CASE WHEN project = ? THEN '' ELSE content END"
     head = [] if unread_project is None else [unread_project]
     for i in range(0, len(ids), 500):
-        chunk = list(ids[i:i + 500])
-        for r in cur.execute(f"SELECT id, {content}, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
-                             [*head, *chunk]):
+        chunk = list(ids[i : i + 500])
+        for r in cur.execute(
+            f"SELECT id, {content}, project FROM memories WHERE id IN ({','.join('?' * len(chunk))})", [*head, *chunk]
+        ):
             out[r[0]] = (r[1], r[2])
     return out
 
 
 def canary_keys(conn: sqlite3.Connection) -> list[str]:
     """Session keys of the canary set, the oldest session first."""
-    return [r[0] for r in conn.execute("""SELECT pc.session_key FROM predictor_canary pc
+    return [
+        r[0]
+        for r in conn.execute("""SELECT pc.session_key FROM predictor_canary pc
                                           LEFT JOIN sessions s USING (session_key)
-                                          ORDER BY s.started_at, pc.session_key""")]
+                                          ORDER BY s.started_at, pc.session_key""")
+    ]
 
 
 def canary_newest_start(conn: sqlite3.Connection) -> str | None:
@@ -133,13 +148,23 @@ def canary_newest_start(conn: sqlite3.Connection) -> str | None:
 
 def newest_training_start(conn: sqlite3.Connection, *, min_confidence: float) -> str | None:
     """When the newest session of at least ``min_confidence`` with logged inputs started, or None."""
-    r = conn.execute("""SELECT max(s.started_at) FROM sessions s JOIN session_scores ss USING (session_key)
-                        WHERE ss.confidence >= ? AND s.signals IS NOT NULL""", (min_confidence,)).fetchone()
+    r = conn.execute(
+        """SELECT max(s.started_at) FROM sessions s JOIN session_scores ss USING (session_key)
+                        WHERE ss.confidence >= ? AND s.signals IS NOT NULL""",
+        (min_confidence,),
+    ).fetchone()
     return r[0] if r else None
 
 
-def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float, at: str,
-                   replace: bool = True, max_replaced: int | None = None) -> list[str]:
+def refresh_canary(
+    conn: sqlite3.Connection,
+    *,
+    size: int,
+    min_confidence: float,
+    at: str,
+    replace: bool = True,
+    max_replaced: int | None = None,
+) -> list[str]:
     """Fill the canary set to ``size`` sessions with the most confident recent sessions not in it.
 
     With ``replace`` (the weekly refresh, seed "Canary Evaluation Set": "replace oldest sessions
@@ -167,8 +192,9 @@ def refresh_canary(conn: sqlite3.Connection, *, size: int, min_confidence: float
     return canary_keys(conn)
 
 
-def swap_canary_members(conn: sqlite3.Connection, leaving: Sequence[str], *, started_after: str,
-                        min_confidence: float, at: str) -> list[str]:
+def swap_canary_members(
+    conn: sqlite3.Connection, leaving: Sequence[str], *, started_after: str, min_confidence: float, at: str
+) -> list[str]:
     """Replace canary members by sessions that started after ``started_after``, one for one.
 
     The daemon swaps out the members its live model has trained on (the NDCG gate cannot use
@@ -189,47 +215,78 @@ def swap_canary_members(conn: sqlite3.Connection, leaving: Sequence[str], *, sta
     return canary_keys(conn)
 
 
-def _outside_canary(conn: sqlite3.Connection, min_confidence: float, started_after: str,
-                    limit: int) -> list[tuple[str, float]]:
+def _outside_canary(
+    conn: sqlite3.Connection, min_confidence: float, started_after: str, limit: int
+) -> list[tuple[str, float]]:
     """Training-grade sessions not in the canary that started after ``started_after`` (ISO;
     "" = any), the most confident first, then the most recent: ``[(session_key, confidence)]``."""
-    return [(r[0], float(r[1])) for r in conn.execute(
-        """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
+    return [
+        (r[0], float(r[1]))
+        for r in conn.execute(
+            """SELECT s.session_key, ss.confidence FROM sessions s JOIN session_scores ss USING (session_key)
            WHERE ss.confidence >= ? AND s.signals IS NOT NULL AND s.started_at > ?
              AND s.session_key NOT IN (SELECT session_key FROM predictor_canary)
-           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, started_after, limit))]
+           ORDER BY ss.confidence DESC, s.started_at DESC LIMIT ?""",
+            (min_confidence, started_after, limit),
+        )
+    ]
 
 
 def _add_to_canary(conn: sqlite3.Connection, rows: Sequence[tuple[str, float]], at: str) -> None:
-    conn.executemany("INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
-                     [(key, conf, at) for key, conf in rows])
+    conn.executemany(
+        "INSERT INTO predictor_canary(session_key, confidence, added_at) VALUES (?,?,?)",
+        [(key, conf, at) for key, conf in rows],
+    )
 
 
 def replay_keys(conn: sqlite3.Connection, *, size: int, min_confidence: float) -> list[str]:
     """The replay buffer: the ``size`` best sessions by continuity score (seed "Phase 5b")."""
-    return [r[0] for r in conn.execute(
-        """SELECT s.session_key FROM sessions s JOIN session_scores ss USING (session_key)
+    return [
+        r[0]
+        for r in conn.execute(
+            """SELECT s.session_key FROM sessions s JOIN session_scores ss USING (session_key)
            WHERE ss.confidence >= ? AND s.signals IS NOT NULL
-           ORDER BY ss.score DESC, ss.confidence DESC, s.started_at DESC LIMIT ?""", (min_confidence, size))]
+           ORDER BY ss.score DESC, ss.confidence DESC, s.started_at DESC LIMIT ?""",
+            (min_confidence, size),
+        )
+    ]
 
 
-def set_session_inputs(conn: sqlite3.Connection, key: str, *, context_vector: np.ndarray | None,
-                       context_model: str | None, signals: Mapping[str, Any]) -> None:
+def set_session_inputs(
+    conn: sqlite3.Connection,
+    key: str,
+    *,
+    context_vector: np.ndarray | None,
+    context_model: str | None,
+    signals: Mapping[str, Any],
+) -> None:
     """Record the session-level inputs the candidates were scored with."""
     blob = None if context_vector is None else np.asarray(context_vector, dtype="<f4").tobytes()
-    conn.execute("UPDATE sessions SET context_vector = ?, context_model = ?, signals = ? WHERE session_key = ?",
-                 (blob, context_model, json.dumps(dict(signals), separators=(",", ":")), key))
+    conn.execute(
+        "UPDATE sessions SET context_vector = ?, context_model = ?, signals = ? WHERE session_key = ?",
+        (blob, context_model, json.dumps(dict(signals), separators=(",", ":")), key),
+    )
 
 
 def set_candidate_features(conn: sqlite3.Connection, key: str, features: Mapping[str, Mapping[str, Any]]) -> None:
     """Log each candidate's raw scoring signals (``{memory_id: {...}}``) on its session row."""
-    conn.executemany("UPDATE session_memories SET features = ? WHERE session_key = ? AND memory_id = ?",
-                     [(json.dumps(dict(v), separators=(",", ":")), key, m) for m, v in features.items()])
+    conn.executemany(
+        "UPDATE session_memories SET features = ? WHERE session_key = ? AND memory_id = ?",
+        [(json.dumps(dict(v), separators=(",", ":")), key, m) for m, v in features.items()],
+    )
 
 
-def record_predictor(conn: sqlite3.Connection, key: str, *, features: Mapping[str, Mapping[str, Any]],
-                     scores: Mapping[str, float], ranks: Mapping[str, int], context_vector: np.ndarray | None,
-                     context_model: str | None, signals: Mapping[str, Any]) -> int:
+def record_predictor(
+    conn: sqlite3.Connection,
+    key: str,
+    *,
+    features: Mapping[str, Mapping[str, Any]],
+    scores: Mapping[str, float],
+    ranks: Mapping[str, int],
+    context_vector: np.ndarray | None,
+    context_model: str | None,
+    signals: Mapping[str, Any],
+) -> int:
     """Record the predictor's part of a session-start that answered before it (the deferred
     path of :meth:`memlane.services.predictor_service.PredictorService.record_later`): the
     session's inputs (context vector and signals), every candidate's logged features and, when
@@ -250,7 +307,8 @@ def record_predictor(conn: sqlite3.Connection, key: str, *, features: Mapping[st
     return conn.executemany(
         "UPDATE session_memories SET features = ?, predictor_score = ?, predictor_rank = ? "
         "WHERE session_key = ? AND memory_id = ?",
-        [(enc(dict(f)), scores.get(m), ranks.get(m), key, m) for m, f in features.items()]).rowcount
+        [(enc(dict(f)), scores.get(m), ranks.get(m), key, m) for m, f in features.items()],
+    ).rowcount
 
 
 def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
@@ -262,30 +320,49 @@ def session_signals(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None
 
 def last_session_start(conn: sqlite3.Connection, *, before: str) -> str | None:
     """Start time of the latest session before ``before`` (any project), for the session gap."""
-    r = conn.execute("SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1",
-                     (before,)).fetchone()
+    r = conn.execute("SELECT max(started_at) FROM sessions WHERE started_at < ? AND started = 1", (before,)).fetchone()
     return r[0] if r else None
 
 
 def insert_comparison(conn: sqlite3.Connection, row: Mapping[str, Any]) -> str:
     """Insert (or replace, for a re-scored session) one ``predictor_comparisons`` row."""
     cid = row.get("id") or str(uuid.uuid4())
-    cols = ["id", "session_key", "project", "predictor_ndcg", "baseline_ndcg", "predictor_won", "margin",
-            "scorer_confidence", "ema_updated", "success_rate", "alpha", "predictor_top_ids", "baseline_top_ids",
-            "relevance_scores", "fts_overlap_score", "model_version", "predictor_state", "created_at"]
+    cols = [
+        "id",
+        "session_key",
+        "project",
+        "predictor_ndcg",
+        "baseline_ndcg",
+        "predictor_won",
+        "margin",
+        "scorer_confidence",
+        "ema_updated",
+        "success_rate",
+        "alpha",
+        "predictor_top_ids",
+        "baseline_top_ids",
+        "relevance_scores",
+        "fts_overlap_score",
+        "model_version",
+        "predictor_state",
+        "created_at",
+    ]
     values = {**row, "id": cid}
     for k in ("predictor_top_ids", "baseline_top_ids", "relevance_scores"):
         if not isinstance(values[k], str):
             values[k] = json.dumps(values[k])
-    conn.execute(f"INSERT OR REPLACE INTO predictor_comparisons ({','.join(cols)}) VALUES "
-                 f"({','.join('?' * len(cols))})", [values.get(c) for c in cols])
+    conn.execute(
+        f"INSERT OR REPLACE INTO predictor_comparisons ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+        [values.get(c) for c in cols],
+    )
     return cid
 
 
 def comparisons(conn: sqlite3.Connection, *, limit: int = 100) -> list[dict[str, Any]]:
     """The newest ``limit`` ``predictor_comparisons`` rows, newest first, JSON columns decoded."""
-    rows = conn.execute("SELECT * FROM predictor_comparisons ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                        (limit,)).fetchall()
+    rows = conn.execute(
+        "SELECT * FROM predictor_comparisons ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)
+    ).fetchall()
     out = []
     for r in rows:
         d = dict(r)
@@ -302,14 +379,31 @@ def has_comparison(conn: sqlite3.Connection, key: str) -> bool:
 
 def insert_training_log(conn: sqlite3.Connection, row: Mapping[str, Any]) -> int:
     """Insert one ``predictor_training_log`` row (``gates`` as JSON); returns its id."""
-    cols = ["model_version", "trigger", "accepted", "loss", "steps", "sample_count", "duration_ms", "stop_reason",
-            "gates", "canary_ndcg", "canary_ndcg_delta", "canary_score_variance", "canary_topk_churn",
-            "drift_resets", "error", "created_at"]
+    cols = [
+        "model_version",
+        "trigger",
+        "accepted",
+        "loss",
+        "steps",
+        "sample_count",
+        "duration_ms",
+        "stop_reason",
+        "gates",
+        "canary_ndcg",
+        "canary_ndcg_delta",
+        "canary_score_variance",
+        "canary_topk_churn",
+        "drift_resets",
+        "error",
+        "created_at",
+    ]
     values = dict(row)
     if values.get("gates") is not None and not isinstance(values["gates"], str):
         values["gates"] = json.dumps(values["gates"])
-    cur = conn.execute(f"INSERT INTO predictor_training_log ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                       [values.get(c) for c in cols])
+    cur = conn.execute(
+        f"INSERT INTO predictor_training_log ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+        [values.get(c) for c in cols],
+    )
     return inserted_rowid(cur)
 
 
@@ -341,12 +435,16 @@ def training_outcomes(conn: sqlite3.Connection) -> dict[str, Any]:
                         coalesce(CASE WHEN json_valid(gates) THEN json_extract(gates, '$.passed') = 0 END, 0)
                             AS gate_failed,
                         coalesce(error LIKE 'no validation gain%', 0) AS no_gain
-                 FROM predictor_training_log)""").fetchone()
+                 FROM predictor_training_log)"""
+    ).fetchone()
     total, accepted, gates, no_gain = (int(x) for x in r)
     rejected = total - accepted
-    return {"total": total, "accepted": accepted, "rejected": rejected,
-            "rejected_by_reason": {"gates": gates, "no_validation_gain": no_gain,
-                                   "error": rejected - gates - no_gain}}
+    return {
+        "total": total,
+        "accepted": accepted,
+        "rejected": rejected,
+        "rejected_by_reason": {"gates": gates, "no_validation_gain": no_gain, "error": rejected - gates - no_gain},
+    }
 
 
 def load_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
@@ -358,9 +456,11 @@ def load_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
 
 def save_state(conn: sqlite3.Connection, state: Mapping[str, Any], at: str) -> None:
     """Upsert the single policy-state row (``at``: ISO-8601 UTC)."""
-    conn.execute("INSERT INTO predictor_state(id, state, updated_at) VALUES (1, ?, ?) "
-                 "ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-                 (json.dumps(dict(state)), at))
+    conn.execute(
+        "INSERT INTO predictor_state(id, state, updated_at) VALUES (1, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        (json.dumps(dict(state)), at),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,8 +476,9 @@ class VocabularyRow:
     is_deleted: bool
 
 
-def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0,
-                    seqs: Sequence[int] | None = None) -> list[VocabularyRow]:
+def vocabulary_rows(
+    conn: sqlite3.Connection, *, after_seq: int = 0, seqs: Sequence[int] | None = None
+) -> list[VocabularyRow]:
     """Memories with ``seq > after_seq``, or exactly those with the given ``seqs``; deleted
     ones included (a reader drops them), in ``seq`` order."""
     cols = "seq, id, project, content, created_at, updated_at, is_deleted"
@@ -386,9 +487,10 @@ def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0,
     else:
         rows = []
         for i in range(0, len(seqs), 500):
-            chunk = list(seqs[i:i + 500])
-            rows += conn.execute(f"SELECT {cols} FROM memories WHERE seq IN ({','.join('?' * len(chunk))})",
-                                 chunk).fetchall()
+            chunk = list(seqs[i : i + 500])
+            rows += conn.execute(
+                f"SELECT {cols} FROM memories WHERE seq IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
         rows.sort(key=lambda r: r[0])
     return [VocabularyRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
 
@@ -396,12 +498,17 @@ def vocabulary_rows(conn: sqlite3.Connection, *, after_seq: int = 0,
 def updated_since(conn: sqlite3.Connection, mark: str, upto_seq: int) -> list[tuple[int, str]]:
     """``(seq, updated_at)`` of memories with ``seq <= upto_seq`` and ``updated_at >= mark``
     (``>=``: two writes can share a millisecond), from ``idx_memories_updated`` alone."""
-    return [(int(r[0]), r[1]) for r in conn.execute(
-        "SELECT seq, updated_at FROM memories WHERE updated_at >= ? AND seq <= ?", (mark, upto_seq))]
+    return [
+        (int(r[0]), r[1])
+        for r in conn.execute(
+            "SELECT seq, updated_at FROM memories WHERE updated_at >= ? AND seq <= ?", (mark, upto_seq)
+        )
+    ]
 
 
 def latest_session_project(conn: sqlite3.Connection) -> str | None:
     """The project of the most recently started session that has one (None: no such session)."""
-    row = conn.execute("SELECT project FROM sessions WHERE project IS NOT NULL "
-                       "ORDER BY started_at DESC LIMIT 1").fetchone()
+    row = conn.execute(
+        "SELECT project FROM sessions WHERE project IS NOT NULL ORDER BY started_at DESC LIMIT 1"
+    ).fetchone()
     return row[0] if row else None

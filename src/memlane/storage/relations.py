@@ -33,8 +33,9 @@ def _check(relation: str) -> None:
         raise ValidationError(f"unknown relation {relation!r}; expected one of {', '.join(RELATIONS)}")
 
 
-def add(conn: sqlite3.Connection, source_id: str, target_id: str, relation: str, *,
-        weight: float = 1.0, at: str) -> int:
+def add(
+    conn: sqlite3.Connection, source_id: str, target_id: str, relation: str, *, weight: float = 1.0, at: str
+) -> int:
     """Store ``source_id -relation-> target_id`` (upsert: an existing edge gets the new weight).
 
     Returns the row id. Raises :class:`ValidationError` for an unknown relation, a self-edge or a
@@ -49,10 +50,12 @@ def add(conn: sqlite3.Connection, source_id: str, target_id: str, relation: str,
         """INSERT INTO memory_relations(source_id, target_id, relation, weight, created_at)
            VALUES (?, ?, ?, ?, ?)
            ON CONFLICT(source_id, target_id, relation) DO UPDATE SET weight = excluded.weight""",
-        (source_id, target_id, relation, float(weight), at))
+        (source_id, target_id, relation, float(weight), at),
+    )
     row = conn.execute(
         "SELECT id FROM memory_relations WHERE source_id = ? AND target_id = ? AND relation = ?",
-        (source_id, target_id, relation)).fetchone()
+        (source_id, target_id, relation),
+    ).fetchone()
     return int(row[0])
 
 
@@ -63,8 +66,9 @@ def _rows(cur: sqlite3.Cursor) -> list[Relation]:
 _COLS = "id, source_id, target_id, relation, weight, created_at"
 
 
-def list_for(conn: sqlite3.Connection, memory_id: str, *, direction: str = "both",
-             relation: str | None = None) -> list[Relation]:
+def list_for(
+    conn: sqlite3.Connection, memory_id: str, *, direction: str = "both", relation: str | None = None
+) -> list[Relation]:
     """Relations touching ``memory_id``: ``direction`` is ``out`` (it is the source), ``in`` (it is
     the target) or ``both``; optionally only one ``relation``. Ordered by id."""
     if relation is not None:
@@ -84,29 +88,31 @@ def list_for(conn: sqlite3.Connection, memory_id: str, *, direction: str = "both
     if relation is not None:
         where.append("relation = ?")
         args.append(relation)
-    return _rows(conn.execute(f"SELECT {_COLS} FROM memory_relations WHERE {' AND '.join(where)} ORDER BY id",
-                              args))
+    return _rows(conn.execute(f"SELECT {_COLS} FROM memory_relations WHERE {' AND '.join(where)} ORDER BY id", args))
 
 
 def list_all(conn: sqlite3.Connection, *, limit: int = 1000, offset: int = 0) -> list[Relation]:
     """Every relation, by id, paged."""
-    return _rows(conn.execute(f"SELECT {_COLS} FROM memory_relations ORDER BY id LIMIT ? OFFSET ?",
-                              (int(limit), int(offset))))
+    return _rows(
+        conn.execute(f"SELECT {_COLS} FROM memory_relations ORDER BY id LIMIT ? OFFSET ?", (int(limit), int(offset)))
+    )
 
 
 def remove(conn: sqlite3.Connection, source_id: str, target_id: str, relation: str | None = None) -> int:
     """Delete the edge(s) ``source_id -> target_id`` (one ``relation`` or all). Returns rows removed."""
     if relation is not None:
         _check(relation)
-        cur = conn.execute("DELETE FROM memory_relations WHERE source_id = ? AND target_id = ? AND relation = ?",
-                           (source_id, target_id, relation))
+        cur = conn.execute(
+            "DELETE FROM memory_relations WHERE source_id = ? AND target_id = ? AND relation = ?",
+            (source_id, target_id, relation),
+        )
     else:
-        cur = conn.execute("DELETE FROM memory_relations WHERE source_id = ? AND target_id = ?",
-                           (source_id, target_id))
+        cur = conn.execute("DELETE FROM memory_relations WHERE source_id = ? AND target_id = ?", (source_id, target_id))
     return cur.rowcount
 
 
 def remove_memory(conn: sqlite3.Connection, memory_id: str) -> int:
     """Delete every relation touching ``memory_id`` (used when it is forgotten). Returns rows removed."""
-    return conn.execute("DELETE FROM memory_relations WHERE source_id = ? OR target_id = ?",
-                        (memory_id, memory_id)).rowcount
+    return conn.execute(
+        "DELETE FROM memory_relations WHERE source_id = ? OR target_id = ?", (memory_id, memory_id)
+    ).rowcount

@@ -18,9 +18,14 @@ def expired_tombstones(conn: sqlite3.Connection, cutoff: str, limit: int) -> lis
     """Ids of up to ``limit`` soft-deleted memories deleted before ``cutoff``, oldest first.
 
     A tombstone another memory names in ``superseded_by`` is kept (the link would dangle)."""
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM memories WHERE is_deleted = 1 AND deleted_at IS NOT NULL AND deleted_at < ? "
-        "ORDER BY deleted_at, seq LIMIT ?", (cutoff, int(limit)))]
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM memories WHERE is_deleted = 1 AND deleted_at IS NOT NULL AND deleted_at < ? "
+            "ORDER BY deleted_at, seq LIMIT ?",
+            (cutoff, int(limit)),
+        )
+    ]
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
@@ -40,26 +45,36 @@ def purge_graph_links(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> di
     if not memory_ids or not _table_exists(conn, "memory_entity_mentions"):
         return out
     marks = ",".join("?" * len(memory_ids))
-    counts = conn.execute(f"SELECT entity_id, count(*) FROM memory_entity_mentions WHERE memory_id IN ({marks}) "
-                          "GROUP BY entity_id", list(memory_ids)).fetchall()
-    out["mentions"] = conn.execute(f"DELETE FROM memory_entity_mentions WHERE memory_id IN ({marks})",
-                                   list(memory_ids)).rowcount
+    counts = conn.execute(
+        f"SELECT entity_id, count(*) FROM memory_entity_mentions WHERE memory_id IN ({marks}) GROUP BY entity_id",
+        list(memory_ids),
+    ).fetchall()
+    out["mentions"] = conn.execute(
+        f"DELETE FROM memory_entity_mentions WHERE memory_id IN ({marks})", list(memory_ids)
+    ).rowcount
     if not counts or not _table_exists(conn, "entities"):
         return out
-    conn.executemany("UPDATE entities SET mentions = max(0, mentions - ?) WHERE id = ?",
-                     [(int(n), e) for e, n in counts])
+    conn.executemany(
+        "UPDATE entities SET mentions = max(0, mentions - ?) WHERE id = ?", [(int(n), e) for e, n in counts]
+    )
     touched = [e for e, _ in counts]
     emarks = ",".join("?" * len(touched))
-    orphans = [r[0] for r in conn.execute(
-        f"SELECT id FROM entities WHERE id IN ({emarks}) AND mentions = 0 AND NOT EXISTS "
-        "(SELECT 1 FROM memory_entity_mentions x WHERE x.entity_id = entities.id)", touched)]
+    orphans = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT id FROM entities WHERE id IN ({emarks}) AND mentions = 0 AND NOT EXISTS "
+            "(SELECT 1 FROM memory_entity_mentions x WHERE x.entity_id = entities.id)",
+            touched,
+        )
+    ]
     if not orphans:
         return out
     omarks = ",".join("?" * len(orphans))
     if _table_exists(conn, "relations"):
         out["relations"] = conn.execute(
             f"DELETE FROM relations WHERE source_entity_id IN ({omarks}) OR target_entity_id IN ({omarks})",
-            orphans + orphans).rowcount
+            orphans + orphans,
+        ).rowcount
     out["entities"] = conn.execute(f"DELETE FROM entities WHERE id IN ({omarks})", orphans).rowcount
     return out
 
@@ -70,21 +85,30 @@ def purge_embeddings(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> int
     if not memory_ids:
         return 0
     marks = ",".join("?" * len(memory_ids))
-    hashes = {h for r in conn.execute(
-        f"SELECT content_hash, context_hash FROM memories WHERE id IN ({marks})", list(memory_ids)) for h in r if h}
+    hashes = {
+        h
+        for r in conn.execute(
+            f"SELECT content_hash, context_hash FROM memories WHERE id IN ({marks})", list(memory_ids)
+        )
+        for h in r
+        if h
+    }
     if not hashes:
         return 0
     purged, hl = set(memory_ids), list(hashes)
     hmarks = ",".join("?" * len(hl))
     used: set[str] = set()
-    for mid, ch, xh in conn.execute(f"SELECT id, content_hash, context_hash FROM memories WHERE content_hash IN "
-                                    f"({hmarks}) OR context_hash IN ({hmarks})", hl + hl):
+    for mid, ch, xh in conn.execute(
+        f"SELECT id, content_hash, context_hash FROM memories WHERE content_hash IN "
+        f"({hmarks}) OR context_hash IN ({hmarks})",
+        hl + hl,
+    ):
         if mid not in purged:
             used.update(h for h in (ch, xh) if h)
     free = [h for h in hl if h not in used]
     n = 0
     for start in range(0, len(free), 500):
-        part = free[start:start + 500]
+        part = free[start : start + 500]
         n += conn.execute(f"DELETE FROM embeddings WHERE content_hash IN ({','.join('?' * len(part))})", part).rowcount
     return n
 
@@ -103,15 +127,21 @@ def purge_memories(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> int:
 
 def purge_history(conn: sqlite3.Connection, cutoff: str, limit: int) -> int:
     """Step 4: delete up to ``limit`` ``memory_history`` rows created before ``cutoff``."""
-    return conn.execute("DELETE FROM memory_history WHERE id IN (SELECT id FROM memory_history WHERE created_at < ? "
-                        "ORDER BY id LIMIT ?)", (cutoff, int(limit))).rowcount
+    return conn.execute(
+        "DELETE FROM memory_history WHERE id IN (SELECT id FROM memory_history WHERE created_at < ? "
+        "ORDER BY id LIMIT ?)",
+        (cutoff, int(limit)),
+    ).rowcount
 
 
 def purge_jobs(conn: sqlite3.Connection, status: str, cutoff: str, limit: int) -> int:
     """Steps 5 and 6: delete up to ``limit`` jobs of ``status`` (``completed`` or ``dead``) whose
     last update (completion or final failure) is before ``cutoff``."""
-    return conn.execute("DELETE FROM memory_jobs WHERE id IN (SELECT id FROM memory_jobs WHERE status = ? "
-                        "AND updated_at < ? ORDER BY id LIMIT ?)", (status, cutoff, int(limit))).rowcount
+    return conn.execute(
+        "DELETE FROM memory_jobs WHERE id IN (SELECT id FROM memory_jobs WHERE status = ? "
+        "AND updated_at < ? ORDER BY id LIMIT ?)",
+        (status, cutoff, int(limit)),
+    ).rowcount
 
 
 def purge_documents(conn: sqlite3.Connection, cutoff: str, limit: int) -> int:
@@ -119,8 +149,11 @@ def purge_documents(conn: sqlite3.Connection, cutoff: str, limit: int) -> int:
     ``document_memories`` links by cascade). No-op without the documents table."""
     if not _table_exists(conn, "documents"):
         return 0
-    return conn.execute("DELETE FROM documents WHERE id IN (SELECT id FROM documents WHERE deleted_at IS NOT NULL "
-                        "AND deleted_at < ? ORDER BY deleted_at LIMIT ?)", (cutoff, int(limit))).rowcount
+    return conn.execute(
+        "DELETE FROM documents WHERE id IN (SELECT id FROM documents WHERE deleted_at IS NOT NULL "
+        "AND deleted_at < ? ORDER BY deleted_at LIMIT ?)",
+        (cutoff, int(limit)),
+    ).rowcount
 
 
 def still_expired(conn: sqlite3.Connection, ids: Sequence[str], cutoff: str) -> list[str]:
@@ -129,6 +162,10 @@ def still_expired(conn: sqlite3.Connection, ids: Sequence[str], cutoff: str) -> 
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    ok = {r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks}) AND is_deleted = 1 "
-                                     "AND deleted_at < ?", (*ids, cutoff))}
+    ok = {
+        r[0]
+        for r in conn.execute(
+            f"SELECT id FROM memories WHERE id IN ({marks}) AND is_deleted = 1 AND deleted_at < ?", (*ids, cutoff)
+        )
+    }
     return [i for i in ids if i in ok]

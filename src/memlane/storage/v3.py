@@ -35,9 +35,18 @@ class V3Filter:
 
     def is_empty(self) -> bool:
         """True when no V3-specific condition is set (project/types/deleted aside)."""
-        return not (self.scopes or self.sources or self.methodology or self.work_unit or self.related_file
-                    or self.related_module or self.needs_review is not None or self.user_verified is not None
-                    or self.commit_sha or self.stale is not None)
+        return not (
+            self.scopes
+            or self.sources
+            or self.methodology
+            or self.work_unit
+            or self.related_file
+            or self.related_module
+            or self.needs_review is not None
+            or self.user_verified is not None
+            or self.commit_sha
+            or self.stale is not None
+        )
 
 
 def _where(f: V3Filter) -> tuple[str, list[Any]]:
@@ -83,8 +92,10 @@ def query(conn: sqlite3.Connection, f: V3Filter, *, limit: int, offset: int) -> 
     """One page of the memories matching ``f``, newest first, and the total that match."""
     clause, args = _where(f)
     total = conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", args).fetchone()[0]
-    rows = conn.execute(f"SELECT * FROM memories WHERE {clause} ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
-                        (*args, limit, offset)).fetchall()
+    rows = conn.execute(
+        f"SELECT * FROM memories WHERE {clause} ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
+        (*args, limit, offset),
+    ).fetchall()
     return [Memory.from_row(r) for r in rows], int(total)
 
 
@@ -93,10 +104,11 @@ def matching_ids(conn: sqlite3.Connection, f: V3Filter, ids: list[str]) -> set[s
     clause, args = _where(f)
     out: set[str] = set()
     for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
+        chunk = ids[start : start + 500]
         marks = ",".join("?" * len(chunk))
-        out.update(r[0] for r in conn.execute(
-            f"SELECT id FROM memories WHERE id IN ({marks}) AND {clause}", (*chunk, *args)))
+        out.update(
+            r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks}) AND {clause}", (*chunk, *args))
+        )
     return out
 
 
@@ -105,10 +117,23 @@ def counts(conn: sqlite3.Connection, project: str | None = None) -> dict[str, An
     cond, args = ("is_deleted = 0 AND project = ?", [project]) if project is not None else ("is_deleted = 0", [])
 
     def by(col: str) -> dict[str, int]:
-        return {k: int(v) for k, v in conn.execute(
-            f"SELECT {col}, count(*) FROM memories WHERE {cond} GROUP BY {col} ORDER BY 2 DESC", args)}
+        return {
+            k: int(v)
+            for k, v in conn.execute(
+                f"SELECT {col}, count(*) FROM memories WHERE {cond} GROUP BY {col} ORDER BY 2 DESC", args
+            )
+        }
 
-    row = conn.execute(f"SELECT count(*), sum(needs_review), sum(user_verified), sum(stale_at IS NOT NULL) "
-                       f"FROM memories WHERE {cond}", args).fetchone()
-    return {"live": int(row[0]), "needs_review": int(row[1] or 0), "user_verified": int(row[2] or 0),
-            "stale": int(row[3] or 0), "by_scope": by("scope"), "by_source": by("source"), "by_type": by("type")}
+    row = conn.execute(
+        f"SELECT count(*), sum(needs_review), sum(user_verified), sum(stale_at IS NOT NULL) FROM memories WHERE {cond}",
+        args,
+    ).fetchone()
+    return {
+        "live": int(row[0]),
+        "needs_review": int(row[1] or 0),
+        "user_verified": int(row[2] or 0),
+        "stale": int(row[3] or 0),
+        "by_scope": by("scope"),
+        "by_source": by("source"),
+        "by_type": by("type"),
+    }

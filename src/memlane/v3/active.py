@@ -59,7 +59,10 @@ class ComplexityGate:
 #: Seed "Task Complexity Gate": trivial 2, standard 10, complex 25 promoted memories per task. The
 #: seed's other two switches (recipe pre-injection, E2E injection) gate features not built here.
 COMPLEXITY_GATES: dict[str, ComplexityGate] = {
-    "trivial": ComplexityGate(2), "standard": ComplexityGate(10), "complex": ComplexityGate(25)}
+    "trivial": ComplexityGate(2),
+    "standard": ComplexityGate(10),
+    "complex": ComplexityGate(25),
+}
 #: Severities of a QA issue that become a reflexion memory (seed: critical and high only).
 REFLEXION_SEVERITIES = ("critical", "high")
 SEVERITIES = ("critical", "high", "medium", "low")
@@ -132,20 +135,35 @@ class ActiveLoop:
         llm: returns the LLM for reflexions, or None (read at each call: the setting is hot).
     """
 
-    def __init__(self, db: Database, memories: MemoryService, coaccess: CoAccessService,
-                 llm: Callable[[], LlmProvider | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        memories: MemoryService,
+        coaccess: CoAccessService,
+        llm: Callable[[], LlmProvider | None] = lambda: None,
+    ) -> None:
         self.db = db
         self.memories = memories
         self.coaccess = coaccess
         self._llm = llm
 
     # -- work-unit outcomes -------------------------------------------------------------------
-    def record_outcome(self, *, work_unit_ref: Any, succeeded: bool, files_modified: Sequence[str] = (),
-                       key_decisions: Sequence[str] = (), steps_taken: int | None = None,
-                       context_tokens_used: int | None = None, retry_count: int | None = None,
-                       failure_reason: str | None = None, project: str | None = None,
-                       session_id: str | None = None, source: str = "agent_explicit",
-                       who: str = "api") -> dict[str, Any]:
+    def record_outcome(
+        self,
+        *,
+        work_unit_ref: Any,
+        succeeded: bool,
+        files_modified: Sequence[str] = (),
+        key_decisions: Sequence[str] = (),
+        steps_taken: int | None = None,
+        context_tokens_used: int | None = None,
+        retry_count: int | None = None,
+        failure_reason: str | None = None,
+        project: str | None = None,
+        session_id: str | None = None,
+        source: str = "agent_explicit",
+        who: str = "api",
+    ) -> dict[str, Any]:
         """Store one ``work_unit_outcome`` memory (scope ``work_unit``) with the seed's fields.
 
         ``retry_count`` None counts the outcomes already recorded for the same work unit (each
@@ -165,10 +183,14 @@ class ActiveLoop:
         if failure_reason is not None:
             check_str(failure_reason, "failure_reason", max_chars=2000)
             if succeeded:
-                raise ValidationError("failure_reason: only when succeeded is false",
-                                      details={"field": "failure_reason"})
-        for name, v in (("steps_taken", steps_taken), ("context_tokens_used", context_tokens_used),
-                        ("retry_count", retry_count)):
+                raise ValidationError(
+                    "failure_reason: only when succeeded is false", details={"field": "failure_reason"}
+                )
+        for name, v in (
+            ("steps_taken", steps_taken),
+            ("context_tokens_used", context_tokens_used),
+            ("retry_count", retry_count),
+        ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ValidationError(f"{name}: expected a non-negative integer", details={"field": name})
         if session_id is not None:
@@ -188,20 +210,45 @@ class ActiveLoop:
             text += " Key decisions: " + "; ".join(decisions) + "."
         if failure_reason:
             text += f" Failure: {failure_reason}"
-        fields: dict[str, Any] = {"succeeded": succeeded, "files_modified": files, "key_decisions": decisions,
-                                  "retry_count": retry_count}
-        optional: dict[str, Any] = {"steps_taken": steps_taken, "context_tokens_used": context_tokens_used,
-                                    "failure_reason": failure_reason}
+        fields: dict[str, Any] = {
+            "succeeded": succeeded,
+            "files_modified": files,
+            "key_decisions": decisions,
+            "retry_count": retry_count,
+        }
+        optional: dict[str, Any] = {
+            "steps_taken": steps_taken,
+            "context_tokens_used": context_tokens_used,
+            "failure_reason": failure_reason,
+        }
         fields.update({k: v for k, v in optional.items() if v is not None})
-        r = self.memories.remember(RememberInput(
-            content=text, type="work_unit_outcome", project=project, scope="work_unit", source=source,
-            work_unit_ref=ref, related_files=tuple(files), type_fields=fields, who=who,
-            why="work unit outcome", source_type=act_sql.SESSION_SOURCE_TYPE if session_id else None,
-            source_id=session_id))
+        r = self.memories.remember(
+            RememberInput(
+                content=text,
+                type="work_unit_outcome",
+                project=project,
+                scope="work_unit",
+                source=source,
+                work_unit_ref=ref,
+                related_files=tuple(files),
+                type_fields=fields,
+                who=who,
+                why="work unit outcome",
+                source_type=act_sql.SESSION_SOURCE_TYPE if session_id else None,
+                source_id=session_id,
+            )
+        )
         return {"id": r.id, "status": r.status, "content": text, "retry_count": retry_count}
 
-    def outcome_from_session(self, session_id: str, *, work_unit_ref: Any, outcome: str,
-                             why_failed: str | None = None, project: str | None = None) -> dict[str, Any]:
+    def outcome_from_session(
+        self,
+        session_id: str,
+        *,
+        work_unit_ref: Any,
+        outcome: str,
+        why_failed: str | None = None,
+        project: str | None = None,
+    ) -> dict[str, Any]:
         """The observer's outcome of a finalized session: ``succeeded`` = ``outcome == "passed"``, the
         files it edited, its tool calls as steps, the failure reason; ``observer_inferred``.
 
@@ -210,17 +257,30 @@ class ActiveLoop:
         """
         info = self.db.read(lambda c: obs_sql.session_summary(c, session_id))
         if info is None:
-            raise NotFound(f"no observed tool call for session {session_id!r:.80}",
-                           details={"session_id": session_id[:80]})
+            raise NotFound(
+                f"no observed tool call for session {session_id!r:.80}", details={"session_id": session_id[:80]}
+            )
         return self.record_outcome(
-            work_unit_ref=work_unit_ref, succeeded=outcome == "passed", files_modified=info.edited_files[:200],
-            steps_taken=info.steps, failure_reason=why_failed if outcome == "failed" else None,
-            project=project if project is not None else info.project, session_id=session_id,
-            source="observer_inferred", who="observer")
+            work_unit_ref=work_unit_ref,
+            succeeded=outcome == "passed",
+            files_modified=info.edited_files[:200],
+            steps_taken=info.steps,
+            failure_reason=why_failed if outcome == "failed" else None,
+            project=project if project is not None else info.project,
+            session_id=session_id,
+            source="observer_inferred",
+            who="observer",
+        )
 
     # -- QA failure -> reflexion ----------------------------------------------------------------
-    def qa_failure(self, issues: Sequence[dict[str, Any]], *, project: str | None = None,
-                   session_id: str | None = None, work_unit_ref: Any = None) -> dict[str, Any]:
+    def qa_failure(
+        self,
+        issues: Sequence[dict[str, Any]],
+        *,
+        project: str | None = None,
+        session_id: str | None = None,
+        work_unit_ref: Any = None,
+    ) -> dict[str, Any]:
         """One ``error_pattern`` memory per critical or high issue of a QA report (seed: others are
         skipped). Each issue: ``{"description", "severity", "file"?, "module"?, "what_was_tried"?,
         "recommendation"?}``. The text is the LLM's reflexion (2-3 sentences) when an LLM is
@@ -245,8 +305,10 @@ class ActiveLoop:
             unknown = set(issue) - {"description", "severity", "file", "module", "what_was_tried", "recommendation"}
             if unknown:
                 raise ValidationError(f"{f}: unknown keys {sorted(unknown)}", details={"field": f})
-            one = {"description": check_str(issue.get("description"), f"{f}.description", max_chars=4000),
-                   "severity": check_choice(issue.get("severity", "high"), f"{f}.severity", SEVERITIES)}
+            one = {
+                "description": check_str(issue.get("description"), f"{f}.description", max_chars=4000),
+                "severity": check_choice(issue.get("severity", "high"), f"{f}.severity", SEVERITIES),
+            }
             for k in ("file", "module", "what_was_tried", "recommendation"):
                 if issue.get(k) is not None:
                     one[k] = check_str(issue[k], f"{f}.{k}", max_chars=4000 if k != "file" else 1000)
@@ -258,13 +320,25 @@ class ActiveLoop:
                 skipped += 1
                 continue
             text, writer = self._reflexion_text(one)
-            r = self.memories.remember(RememberInput(
-                content=text, type="error_pattern", project=project, scope="module", source="qa_auto",
-                confidence=0.8, needs_review=False, tags=("qa_failure",), work_unit_ref=ref,
-                related_files=(one["file"],) if "file" in one else (),
-                related_modules=(one["module"],) if "module" in one else (),
-                who="qa", why=f"QA failure ({one['severity']}), reflexion by {writer}",
-                source_type=act_sql.SESSION_SOURCE_TYPE if session_id else None, source_id=session_id))
+            r = self.memories.remember(
+                RememberInput(
+                    content=text,
+                    type="error_pattern",
+                    project=project,
+                    scope="module",
+                    source="qa_auto",
+                    confidence=0.8,
+                    needs_review=False,
+                    tags=("qa_failure",),
+                    work_unit_ref=ref,
+                    related_files=(one["file"],) if "file" in one else (),
+                    related_modules=(one["module"],) if "module" in one else (),
+                    who="qa",
+                    why=f"QA failure ({one['severity']}), reflexion by {writer}",
+                    source_type=act_sql.SESSION_SOURCE_TYPE if session_id else None,
+                    source_id=session_id,
+                )
+            )
             out.append({"id": r.id, "status": r.status, "writer": writer, "content": text})
         return {"memories": out, "skipped": skipped}
 
@@ -285,12 +359,16 @@ class ActiveLoop:
         llm = self._llm()
         if llm is None:
             return self.template_reflexion(issue), "template"
-        data = {"issue": issue["description"], "file": issue.get("file"),
-                "what_was_tried": issue.get("what_was_tried", "unknown"),
-                "what_should_be_done": issue.get("recommendation")}
+        data = {
+            "issue": issue["description"],
+            "file": issue.get("file"),
+            "what_was_tried": issue.get("what_was_tried", "unknown"),
+            "what_should_be_done": issue.get("recommendation"),
+        }
         try:
-            raw = llm.generate(REFLEXION_PROMPT % json.dumps(data, ensure_ascii=False, indent=1),
-                               timeout_s=REFLEXION_TIMEOUT_S)
+            raw = llm.generate(
+                REFLEXION_PROMPT % json.dumps(data, ensure_ascii=False, indent=1), timeout_s=REFLEXION_TIMEOUT_S
+            )
         except LlmError as exc:
             log.warning("QA reflexion by the LLM failed, template used: %s", exc)
             return self.template_reflexion(issue), "template"
@@ -300,8 +378,9 @@ class ActiveLoop:
         return text[:MAX_REFLEXION_CHARS], f"llm:{llm.name}"
 
     # -- commit-time tagging ------------------------------------------------------------------
-    def tag_commit(self, session_id: str, *, repo: str, project: str | None = None,
-                   rev: str = "HEAD") -> dict[str, Any]:
+    def tag_commit(
+        self, session_id: str, *, repo: str, project: str | None = None, rev: str = "HEAD"
+    ) -> dict[str, Any]:
         """Link the memories created in ``session_id`` to the commit ``rev`` of the repository at
         ``repo`` (the commit that follows them): ``commit_sha`` is set on the live memories of
         ``project`` without one, created between the session's start and the commit, whose
@@ -336,8 +415,11 @@ class ActiveLoop:
         first_ms = self.db.read(lambda c: act_sql.session_first_ms(c, session_id))
         if start_iso is None and first_ms is None:
             raise NotFound(f"unknown session {session_id!r:.80}", details={"session_id": session_id[:80]})
-        starts = [s for s in (start_iso, to_iso(datetime.fromtimestamp(first_ms / 1000, UTC))
-                              if first_ms is not None else None) if s is not None]
+        starts = [
+            s
+            for s in (start_iso, to_iso(datetime.fromtimestamp(first_ms / 1000, UTC)) if first_ms is not None else None)
+            if s is not None
+        ]
         since = min(starts)
         # git dates have whole seconds: a memory written in the commit's second counts
         until = to_iso(datetime.fromisoformat(commit.date).astimezone(UTC) + timedelta(seconds=1))
@@ -349,14 +431,25 @@ class ActiveLoop:
             mine = m.source_type == act_sql.SESSION_SOURCE_TYPE and m.source_id == session_id
             overlap = any(f in files or posixpath.normpath(prefix + f) in files for f in m.related_files)
             if mine or overlap:
-                self.memories.update(m.id, {"commit_sha": commit.sha}, who="commit_auto",
-                                     why=f"linked to commit {commit.sha[:12]} after session {session_id[:80]}")
+                self.memories.update(
+                    m.id,
+                    {"commit_sha": commit.sha},
+                    who="commit_auto",
+                    why=f"linked to commit {commit.sha[:12]} after session {session_id[:80]}",
+                )
                 tagged.append(m.id)
         return {"commit_sha": commit.sha, "files": sorted(files), "tagged": tagged}
 
     # -- predictive pre-fetching --------------------------------------------------------------
-    def prefetch(self, *, project: str | None, session_id: str | None = None, text: str = "",
-                 cwd: str | None = None, k: int = PREFETCH_MAX_FILES) -> list[dict[str, Any]]:
+    def prefetch(
+        self,
+        *,
+        project: str | None,
+        session_id: str | None = None,
+        text: str = "",
+        cwd: str | None = None,
+        k: int = PREFETCH_MAX_FILES,
+    ) -> list[dict[str, Any]]:
         """The files this kind of work usually needs, best first: ``[{"file", "reason"}]``.
 
         Seeds: the files named in ``text`` (a prompt; absolute paths made relative to ``cwd``) that
@@ -401,13 +494,19 @@ class ActiveLoop:
                     return out
         return out
 
-    def prefetch_block(self, *, project: str | None, session_id: str | None, text: str = "",
-                       cwd: str | None = None, budget_chars: int = PREFETCH_START_BUDGET_CHARS) -> str:
+    def prefetch_block(
+        self,
+        *,
+        project: str | None,
+        session_id: str | None,
+        text: str = "",
+        cwd: str | None = None,
+        budget_chars: int = PREFETCH_START_BUDGET_CHARS,
+    ) -> str:
         """:meth:`prefetch` rendered for injection within ``budget_chars`` ("" when nothing fits)."""
         if budget_chars <= 0:
             return ""
-        return render_prefetch(self.prefetch(project=project, session_id=session_id, text=text, cwd=cwd),
-                               budget_chars)
+        return render_prefetch(self.prefetch(project=project, session_id=session_id, text=text, cwd=cwd), budget_chars)
 
 
 def _names(text: str, trigger: str) -> bool:
@@ -422,4 +521,3 @@ def _rel(path: str, cwd: str | None) -> str:
         if not rel.startswith(".."):
             return rel.replace(os.sep, "/")
     return path
-

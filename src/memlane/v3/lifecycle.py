@@ -36,18 +36,18 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memlane.errors import MemlaneError, ValidationError
-from memlane.workers.runtime import PollingWorker
 from memlane.config.clock import now_iso
+from memlane.errors import MemlaneError, ValidationError
 from memlane.services.memory_service import MemoryService
 from memlane.storage import lifecycle as lc_sql
 from memlane.storage.db import Database
 from memlane.storage.lifecycle import Candidate
 from memlane.v3.model import check_str
+from memlane.workers.runtime import PollingWorker
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,14 @@ class LifecycleService:
         self.db = db
         self.memories = memories
 
-    def run(self, *, project: str | None = None, project_root: str | None = None, dry_run: bool = False,
-            now: str | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        *,
+        project: str | None = None,
+        project_root: str | None = None,
+        dry_run: bool = False,
+        now: str | None = None,
+    ) -> dict[str, Any]:
         """Apply the rules once. ``project_root`` (a directory) is used for ``project`` (or for
         every memory when no project is given); otherwise each project's latest session's
         working directory. Returns ``{"pruned", "stale_marked", "by_rule": {rule: n}, "ids":
@@ -146,8 +152,9 @@ class LifecycleService:
         if project_root is not None:
             given_root = Path(check_str(project_root, "project_root")).expanduser()
             if not given_root.is_dir():
-                raise ValidationError(f"project_root: not a directory: {project_root[:200]}",
-                                      details={"field": "project_root"})
+                raise ValidationError(
+                    f"project_root: not a directory: {project_root[:200]}", details={"field": "project_root"}
+                )
         roots = {} if given_root is not None else self.db.read(lc_sql.project_roots)
         cands = self.db.read(lambda c: lc_sql.candidates(c, project))
         by_rule: Counter[str] = Counter()
@@ -176,8 +183,13 @@ class LifecycleService:
                 stale_marked = self.db.write(lambda c: lc_sql.mark_stale(c, stale, at))
         else:
             pruned, stale_marked = len(prune), len(stale)
-        return {"pruned": pruned, "stale_marked": stale_marked, "by_rule": dict(by_rule), "ids": ids,
-                "dry_run": dry_run}
+        return {
+            "pruned": pruned,
+            "stale_marked": stale_marked,
+            "by_rule": dict(by_rule),
+            "ids": ids,
+            "dry_run": dry_run,
+        }
 
     def _delete(self, memory_id: str, why: str) -> bool:
         """Soft-delete one memory; False when it changed meanwhile (deleted, gone)."""
@@ -198,9 +210,15 @@ class LifecycleService:
             ids = [mid for mid in ids if self._delete(mid, f"work unit {methodology}:{work_unit} merged")]
         return {"archived": len(ids), "ids": ids[:100], "dry_run": dry_run}
 
-    def prune_low_confidence(self, *, threshold: float = MIN_CONFIDENCE, idle_days: float = 30.0,
-                             project: str | None = None, dry_run: bool = False, now: str | None = None
-                             ) -> dict[str, Any]:
+    def prune_low_confidence(
+        self,
+        *,
+        threshold: float = MIN_CONFIDENCE,
+        idle_days: float = 30.0,
+        project: str | None = None,
+        dry_run: bool = False,
+        now: str | None = None,
+    ) -> dict[str, Any]:
         """The user's "prune low-confidence memories": every unprotected memory (any scope) with
         confidence below ``threshold`` not accessed for ``idle_days``. Returns ``{"pruned", "ids"}``.
 
@@ -215,8 +233,11 @@ class LifecycleService:
             project = check_str(project, "project")
         now_dt = datetime.fromisoformat((now or now_iso()).replace("Z", "+00:00"))
         cands = self.db.read(lambda c: lc_sql.candidates(c, project))
-        ids = [m.id for m in cands
-               if m.confidence < threshold and _days(m.last_accessed or m.created_at, now_dt) >= idle_days]
+        ids = [
+            m.id
+            for m in cands
+            if m.confidence < threshold and _days(m.last_accessed or m.created_at, now_dt) >= idle_days
+        ]
         if not dry_run:
             ids = [mid for mid in ids if self._delete(mid, f"pruned by the user: confidence < {threshold}")]
         return {"pruned": len(ids), "ids": ids[:100], "dry_run": dry_run}
@@ -226,8 +247,14 @@ class LifecycleWorker(PollingWorker):
     """Runs :meth:`LifecycleService.run` at its first tick and again each time
     :data:`SESSIONS_BETWEEN_RUNS` more sessions have ended (checked every ``poll_ms``)."""
 
-    def __init__(self, service: LifecycleService, *, poll_ms: float = 60_000,
-                 every: int = SESSIONS_BETWEEN_RUNS, now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        service: LifecycleService,
+        *,
+        poll_ms: float = 60_000,
+        every: int = SESSIONS_BETWEEN_RUNS,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         super().__init__("v3-lifecycle", poll_ms=poll_ms)
         self.service = service
         self.every = every

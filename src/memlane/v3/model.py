@@ -17,13 +17,25 @@ from memlane.errors import ValidationError
 from memlane.services.validation import check_metadata
 
 V3_TYPES: tuple[str, ...] = (
-    "gotcha", "decision", "preference", "pattern", "requirement", "error_pattern", "module_insight",
-    "prefetch_pattern", "work_state", "causal_dependency", "task_calibration", "e2e_observation",
-    "dead_end", "work_unit_outcome", "workflow_recipe", "context_cost",
+    "gotcha",
+    "decision",
+    "preference",
+    "pattern",
+    "requirement",
+    "error_pattern",
+    "module_insight",
+    "prefetch_pattern",
+    "work_state",
+    "causal_dependency",
+    "task_calibration",
+    "e2e_observation",
+    "dead_end",
+    "work_unit_outcome",
+    "workflow_recipe",
+    "context_cost",
 )
 SCOPES: tuple[str, ...] = ("global", "module", "work_unit", "session")
-SOURCES: tuple[str, ...] = ("agent_explicit", "observer_inferred", "qa_auto", "mcp_auto", "commit_auto",
-                            "user_taught")
+SOURCES: tuple[str, ...] = ("agent_explicit", "observer_inferred", "qa_auto", "mcp_auto", "commit_auto", "user_taught")
 E2E_OBSERVATION_TYPES: tuple[str, ...] = ("precondition", "timing", "ui_behavior", "test_sequence", "mcp_gotcha")
 
 #: Default ``decay_half_life_days`` per type when the caller gives none (seed: work_state 7,
@@ -33,31 +45,60 @@ DEFAULT_HALF_LIFE: dict[str, float] = {"work_state": 7.0, "dead_end": 90.0}
 #: prefetch pattern describe a module).
 FIXED_SCOPE: dict[str, str] = {"workflow_recipe": "global", "context_cost": "module", "prefetch_pattern": "module"}
 
-MAX_LIST = 200          # entries in related_files / related_modules / list-valued type fields
-MAX_ITEM_CHARS = 1000   # characters of one such entry or string field
+MAX_LIST = 200  # entries in related_files / related_modules / list-valued type fields
+MAX_ITEM_CHARS = 1000  # characters of one such entry or string field
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 # Extended fields per type: name -> (kind, required). Kinds: str, bool, int, num, str_list,
 # steps (workflow_recipe), obj (plugin-defined JSON object), enum:<a|b|c>.
 TYPE_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
     "work_state": {"methodology_state": ("obj", False)},
-    "e2e_observation": {"observation_type": ("enum:" + "|".join(E2E_OBSERVATION_TYPES), True),
-                        "mcp_tool_used": ("str", True), "app_state": ("str", False)},
-    "dead_end": {"approach_tried": ("str", True), "why_it_failed": ("str", True),
-                 "alternative_used": ("str", False), "task_context": ("str", False)},
-    "work_unit_outcome": {"succeeded": ("bool", True), "files_modified": ("str_list", False),
-                          "key_decisions": ("str_list", False), "steps_taken": ("int", False),
-                          "context_tokens_used": ("int", False), "retry_count": ("int", False),
-                          "failure_reason": ("str", False)},
-    "workflow_recipe": {"task_pattern": ("str", True), "steps": ("steps", True),
-                        "last_validated_at": ("str", False), "success_count": ("int", False)},
-    "context_cost": {"module": ("str", True), "average_tokens_per_session": ("num", True),
-                     "p90_tokens_per_session": ("num", False), "sample_count": ("int", False)},
-    "prefetch_pattern": {"always_read_files": ("str_list", False), "frequently_read_files": ("str_list", False),
-                         "module_trigger": ("str", True), "session_count": ("int", False)},
-    "task_calibration": {"module": ("str", True), "methodology": ("str", False),
-                         "average_actual_steps": ("num", True), "average_planned_steps": ("num", True),
-                         "ratio": ("num", False), "sample_count": ("int", False)},
+    "e2e_observation": {
+        "observation_type": ("enum:" + "|".join(E2E_OBSERVATION_TYPES), True),
+        "mcp_tool_used": ("str", True),
+        "app_state": ("str", False),
+    },
+    "dead_end": {
+        "approach_tried": ("str", True),
+        "why_it_failed": ("str", True),
+        "alternative_used": ("str", False),
+        "task_context": ("str", False),
+    },
+    "work_unit_outcome": {
+        "succeeded": ("bool", True),
+        "files_modified": ("str_list", False),
+        "key_decisions": ("str_list", False),
+        "steps_taken": ("int", False),
+        "context_tokens_used": ("int", False),
+        "retry_count": ("int", False),
+        "failure_reason": ("str", False),
+    },
+    "workflow_recipe": {
+        "task_pattern": ("str", True),
+        "steps": ("steps", True),
+        "last_validated_at": ("str", False),
+        "success_count": ("int", False),
+    },
+    "context_cost": {
+        "module": ("str", True),
+        "average_tokens_per_session": ("num", True),
+        "p90_tokens_per_session": ("num", False),
+        "sample_count": ("int", False),
+    },
+    "prefetch_pattern": {
+        "always_read_files": ("str_list", False),
+        "frequently_read_files": ("str_list", False),
+        "module_trigger": ("str", True),
+        "session_count": ("int", False),
+    },
+    "task_calibration": {
+        "module": ("str", True),
+        "methodology": ("str", False),
+        "average_actual_steps": ("num", True),
+        "average_planned_steps": ("num", True),
+        "ratio": ("num", False),
+        "sample_count": ("int", False),
+    },
     "causal_dependency": {"when_file": ("str", True), "also_touch": ("str_list", True)},
 }
 
@@ -161,8 +202,10 @@ def _check_kind(kind: str, value: object, field: str) -> Any:
             f = f"{field}[{i}]"
             if not isinstance(s, dict) or set(s) - {"order", "description", "canonical_file", "canonical_line"}:
                 raise _fail(f, "expected {order, description, canonical_file?, canonical_line?}")
-            step = {"order": _check_kind("int", s.get("order"), f + ".order"),
-                    "description": check_str(s.get("description"), f + ".description")}
+            step = {
+                "order": _check_kind("int", s.get("order"), f + ".order"),
+                "description": check_str(s.get("description"), f + ".description"),
+            }
             if s.get("canonical_file") is not None:
                 step["canonical_file"] = check_str(s["canonical_file"], f + ".canonical_file")
             if s.get("canonical_line") is not None:
@@ -195,9 +238,21 @@ def check_type_fields(type_: str, value: object, field: str = "type_fields") -> 
     return out
 
 
-def check_v3(*, type_: str, scope: str | None, source: str, work_unit_ref: object, related_files: object,
-             related_modules: object, citation_text: object, commit_sha: object, type_fields: object,
-             decay_half_life_days: object, needs_review: object, user_verified: object) -> dict[str, Any]:
+def check_v3(
+    *,
+    type_: str,
+    scope: str | None,
+    source: str,
+    work_unit_ref: object,
+    related_files: object,
+    related_modules: object,
+    citation_text: object,
+    commit_sha: object,
+    type_fields: object,
+    decay_half_life_days: object,
+    needs_review: object,
+    user_verified: object,
+) -> dict[str, Any]:
     """Check every V3 field of one memory and return them canonical (a dict of column values).
 
     ``type_fields`` is checked for V3 types (and must be empty for others). ``scope`` None means
@@ -222,17 +277,23 @@ def check_v3(*, type_: str, scope: str | None, source: str, work_unit_ref: objec
         if not isinstance(v, bool):
             raise _fail(name, "expected true or false")
     half = decay_half_life_days
-    if half is not None and (isinstance(half, bool) or not isinstance(half, (int, float))
-                             or not math.isfinite(half) or half <= 0):
+    if half is not None and (
+        isinstance(half, bool) or not isinstance(half, (int, float)) or not math.isfinite(half) or half <= 0
+    ):
         raise _fail("decay_half_life_days", "expected a positive number of days")
     return {
-        "scope": scope, "source": source, "work_unit_ref": ref,
+        "scope": scope,
+        "source": source,
+        "work_unit_ref": ref,
         "methodology": ref["methodology"] if ref else None,
         "related_files": check_str_list(related_files if related_files is not None else (), "related_files"),
         "related_modules": check_str_list(related_modules if related_modules is not None else (), "related_modules"),
-        "citation_text": check_str(citation_text, "citation_text", max_chars=200) if citation_text is not None else None,
+        "citation_text": check_str(citation_text, "citation_text", max_chars=200)
+        if citation_text is not None
+        else None,
         "commit_sha": check_commit_sha(commit_sha) if commit_sha is not None else None,
         "type_fields": check_type_fields(type_, type_fields if type_fields is not None else {}),
         "decay_half_life_days": float(half) if half is not None else DEFAULT_HALF_LIFE.get(type_),
-        "needs_review": needs_review, "user_verified": user_verified,
+        "needs_review": needs_review,
+        "user_verified": user_verified,
     }

@@ -73,9 +73,17 @@ class Observer:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def record(self, session_key: str, tool_name: str, tool_input: Any = None, *, project: str | None = None,
-               cwd: str | None = None, error: str | None = None, ts_ms: int | None = None
-               ) -> list[tuple[str, dict[str, Any]]]:
+    def record(
+        self,
+        session_key: str,
+        tool_name: str,
+        tool_input: Any = None,
+        *,
+        project: str | None = None,
+        cwd: str | None = None,
+        error: str | None = None,
+        ts_ms: int | None = None,
+    ) -> list[tuple[str, dict[str, Any]]]:
         """Record one tool call (``error``: the failure text when it failed) and return the signals
         it completed, ``[(type, data)]``.
 
@@ -138,16 +146,29 @@ def derive(history: list[obs_sql.Event], ev: obs_sql.Event, error: str | None) -
     """The signals ``ev`` completes given the session's earlier events ``history`` (oldest first)."""
     out: list[tuple[str, dict[str, Any]]] = []
     if ev.file_path is not None:
-        out.append(("file_access", {"file_path": ev.file_path, "tool_name": ev.tool_name, "step_index": ev.step,
-                                    "timestamp": ev.ts_ms}))
+        out.append(
+            (
+                "file_access",
+                {"file_path": ev.file_path, "tool_name": ev.tool_name, "step_index": ev.step, "timestamp": ev.ts_ms},
+            )
+        )
         seen: set[str] = set()
         for h in reversed(history):
             if ev.step - h.step > CO_STEPS:
                 break
             if h.file_path and h.file_path != ev.file_path and h.file_path not in seen:
                 seen.add(h.file_path)
-                out.append(("co_access", {"file_a": h.file_path, "file_b": ev.file_path,
-                                          "time_delta_ms": ev.ts_ms - h.ts_ms, "step_delta": ev.step - h.step}))
+                out.append(
+                    (
+                        "co_access",
+                        {
+                            "file_a": h.file_path,
+                            "file_b": ev.file_path,
+                            "time_delta_ms": ev.ts_ms - h.ts_ms,
+                            "step_delta": ev.step - h.step,
+                        },
+                    )
+                )
     if ev.is_edit:
         between: set[str] = set()
         for h in reversed(history):
@@ -155,27 +176,44 @@ def derive(history: list[obs_sql.Event], ev: obs_sql.Event, error: str | None) -
                 break
             if h.is_edit and h.file_path == ev.file_path:
                 cause = "cascading_change" if between else "wrong_assumption"
-                out.append(("backtrack", {"edited_file_path": ev.file_path, "re_edited_within_steps": ev.step - h.step,
-                                          "likely_cause": cause, "edited_between": sorted(between)}))
+                out.append(
+                    (
+                        "backtrack",
+                        {
+                            "edited_file_path": ev.file_path,
+                            "re_edited_within_steps": ev.step - h.step,
+                            "likely_cause": cause,
+                            "edited_between": sorted(between),
+                        },
+                    )
+                )
                 break
             if h.is_edit and h.file_path:
                 between.add(h.file_path)
     if ev.error_hash is not None:
         n = 1 + sum(1 for h in history if h.error_hash == ev.error_hash)
-        out.append(("error_retry", {"tool_name": ev.tool_name, "error_message": error, "error_hash": ev.error_hash,
-                                    "retry_count": n}))
+        out.append(
+            (
+                "error_retry",
+                {"tool_name": ev.tool_name, "error_message": error, "error_hash": ev.error_hash, "retry_count": n},
+            )
+        )
     tools = [h.tool_name for h in history] + [ev.tool_name]
     if len(tools) >= 3:
         tri = tuple(tools[-3:])
-        freq = sum(1 for i in range(len(tools) - 2) if tuple(tools[i:i + 3]) == tri)
+        freq = sum(1 for i in range(len(tools) - 2) if tuple(tools[i : i + 3]) == tri)
         if freq >= 2:
             out.append(("sequence", {"tool_sequence": list(tri), "frequency": freq}))
     if ev.tool_name == "Read" and ev.file_path is not None:
         same = [h for h in history if h.file_path == ev.file_path]
         reads = [h for h in same if h.tool_name == "Read"]
         if len(reads) + 1 == READS_ANOMALY and not any(h.is_edit for h in same):
-            out.append(("time_anomaly", {"file_path": ev.file_path, "read_count": READS_ANOMALY,
-                                         "dwell_ms": ev.ts_ms - reads[0].ts_ms}))
+            out.append(
+                (
+                    "time_anomaly",
+                    {"file_path": ev.file_path, "read_count": READS_ANOMALY, "dwell_ms": ev.ts_ms - reads[0].ts_ms},
+                )
+            )
     return out
 
 
@@ -190,30 +228,58 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
             pairs[(a, b)].add(s)
     for (a, b), sessions in sorted(pairs.items()):
         if len(sessions) >= CO_ACCESS_SESSIONS:
-            out.append({"type": "causal_dependency", "rule": "co_access_3_sessions", "related_files": [a, b],
-                        "content": f"[observer] {a} and {b} are used together: accessed within {CO_STEPS} steps "
-                                   f"of each other in {len(sessions)} sessions.",
-                        "evidence": {"sessions": len(sessions)}})
+            out.append(
+                {
+                    "type": "causal_dependency",
+                    "rule": "co_access_3_sessions",
+                    "related_files": [a, b],
+                    "content": f"[observer] {a} and {b} are used together: accessed within {CO_STEPS} steps "
+                    f"of each other in {len(sessions)} sessions.",
+                    "evidence": {"sessions": len(sessions)},
+                }
+            )
     for s, t, _, d in rows:
         if t == "time_anomaly":
-            out.append({"type": "module_insight", "rule": "read_4_without_edit", "related_files": [d["file_path"]],
-                        "content": f"[observer] {d['file_path']} was read {d['read_count']} times in one session "
-                                   "without being edited: it may be confusing or poorly structured.",
-                        "evidence": {"session": s, "dwell_ms": d["dwell_ms"]}})
+            out.append(
+                {
+                    "type": "module_insight",
+                    "rule": "read_4_without_edit",
+                    "related_files": [d["file_path"]],
+                    "content": f"[observer] {d['file_path']} was read {d['read_count']} times in one session "
+                    "without being edited: it may be confusing or poorly structured.",
+                    "evidence": {"session": s, "dwell_ms": d["dwell_ms"]},
+                }
+            )
         elif t == "error_retry" and d["retry_count"] == ERROR_REPEATS:
-            out.append({"type": "error_pattern", "rule": "same_error_3_times", "related_files": [],
-                        "content": f"[observer] {d['tool_name']} failed {ERROR_REPEATS} times in one session with: "
-                                   f"{d['error_message']}",
-                        "evidence": {"session": s, "error_hash": d["error_hash"]}})
+            out.append(
+                {
+                    "type": "error_pattern",
+                    "rule": "same_error_3_times",
+                    "related_files": [],
+                    "content": f"[observer] {d['tool_name']} failed {ERROR_REPEATS} times in one session with: "
+                    f"{d['error_message']}",
+                    "evidence": {"session": s, "error_hash": d["error_hash"]},
+                }
+            )
         elif t == "backtrack":
             cascading = d["likely_cause"] == "cascading_change"
             files = [d["edited_file_path"], *d.get("edited_between", [])] if cascading else [d["edited_file_path"]]
-            text = (f"[observer] editing {d['edited_file_path']} required paired edits in "
-                    f"{', '.join(d.get('edited_between', []))} before it was edited again" if cascading else
-                    f"[observer] {d['edited_file_path']} was edited again within {d['re_edited_within_steps']} "
-                    "steps: the first edit rested on a wrong assumption")
-            out.append({"type": "gotcha", "rule": "backtrack_cascading" if cascading else "re_edit_within_5",
-                        "related_files": files, "content": text + ".", "evidence": {"session": s}})
+            text = (
+                f"[observer] editing {d['edited_file_path']} required paired edits in "
+                f"{', '.join(d.get('edited_between', []))} before it was edited again"
+                if cascading
+                else f"[observer] {d['edited_file_path']} was edited again within {d['re_edited_within_steps']} "
+                "steps: the first edit rested on a wrong assumption"
+            )
+            out.append(
+                {
+                    "type": "gotcha",
+                    "rule": "backtrack_cascading" if cascading else "re_edit_within_5",
+                    "related_files": files,
+                    "content": text + ".",
+                    "evidence": {"session": s},
+                }
+            )
     modules: dict[str, list[set[str]]] = defaultdict(list)
     for files in per_session.values():
         by_mod: dict[str, set[str]] = defaultdict(set)
@@ -227,13 +293,21 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
         counts = Counter(f for fs in mod_sessions for f in fs)
         always = sorted(f for f, n in counts.items() if n / len(mod_sessions) > PREFETCH_SHARE)
         if always:
-            out.append({"type": "prefetch_pattern", "rule": "accessed_in_80pct_of_module_sessions",
-                        "related_files": always,
-                        "content": f"[observer] work in {mod or 'the project root'} reads {', '.join(always)} in more "
-                                   f"than {int(PREFETCH_SHARE * 100)} % of its sessions ({len(mod_sessions)} sessions).",
-                        "type_fields": {"module_trigger": mod or ".", "always_read_files": always,
-                                        "session_count": len(mod_sessions)},
-                        "evidence": {"sessions": len(mod_sessions)}})
+            out.append(
+                {
+                    "type": "prefetch_pattern",
+                    "rule": "accessed_in_80pct_of_module_sessions",
+                    "related_files": always,
+                    "content": f"[observer] work in {mod or 'the project root'} reads {', '.join(always)} in more "
+                    f"than {int(PREFETCH_SHARE * 100)} % of its sessions ({len(mod_sessions)} sessions).",
+                    "type_fields": {
+                        "module_trigger": mod or ".",
+                        "always_read_files": always,
+                        "session_count": len(mod_sessions),
+                    },
+                    "evidence": {"sessions": len(mod_sessions)},
+                }
+            )
     return out
 
 

@@ -35,8 +35,16 @@ class ObserverSessions:
         """Whether any tool call of the session was recorded."""
         return self.observer.has_events(session_id)
 
-    def end(self, session_id: str, *, project: str | None = None, finalize: bool = True, outcome: str | None = None,
-            complexity: str | None = None, work_unit_ref: Any = None) -> dict[str, Any]:
+    def end(
+        self,
+        session_id: str,
+        *,
+        project: str | None = None,
+        finalize: bool = True,
+        outcome: str | None = None,
+        complexity: str | None = None,
+        work_unit_ref: Any = None,
+    ) -> dict[str, Any]:
         """Record the session's files in the co-access graph (origin ``session``) and, with
         ``finalize``, run the promotion pipeline with ``outcome`` (default: ``failed`` when the
         session's last tool call failed, else ``passed``).
@@ -55,9 +63,9 @@ class ObserverSessions:
         if finalize:
             chosen = outcome or ("failed" if self.observer.last_call_failed(session_id) else "passed")
             try:
-                out["promotion"] = self.promoter.finalize(session_id, outcome=chosen, project=project,
-                                                          complexity=complexity,
-                                                          work_unit_ref=work_unit_ref).as_dict()
+                out["promotion"] = self.promoter.finalize(
+                    session_id, outcome=chosen, project=project, complexity=complexity, work_unit_ref=work_unit_ref
+                ).as_dict()
             except NotFound:  # nothing observed in this session: nothing to promote
                 pass
         return out

@@ -37,10 +37,10 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, UTC
-from typing import Any
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -53,16 +53,22 @@ from memlane.services.memory_service import MemoryService
 from memlane.storage import active as act_sql
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
-from memlane.v3.model import check_choice, check_str, check_work_unit_ref
 from memlane.v3.active import ActiveLoop, complexity_gate
+from memlane.v3.model import check_choice, check_str, check_work_unit_ref
 from memlane.v3.observer import infer
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "failed")
 #: Seed "Promotion Filter Pipeline", step 1: occurrences a candidate's evidence needs, per type.
-MIN_FREQUENCY: dict[str, int] = {"causal_dependency": 2, "prefetch_pattern": 3, "error_pattern": 2,
-                                 "gotcha": 2, "module_insight": 1, "dead_end": 1}
+MIN_FREQUENCY: dict[str, int] = {
+    "causal_dependency": 2,
+    "prefetch_pattern": 3,
+    "error_pattern": 2,
+    "gotcha": 2,
+    "module_insight": 1,
+    "dead_end": 1,
+}
 #: Step 2: a candidate this similar (cosine) to a stored memory of the project is not new.
 NOVELTY_MAX_SIMILARITY = 0.88
 #: Step 3: weights and thresholds of the signal score.
@@ -95,9 +101,20 @@ Reply with JSON only: {"memories": [{"index": <the observation's index>, "conten
 %s
 </observations>"""
 #: The synthesis reply's JSON schema, sent for structured output (``LlmProvider.generate(schema=...)``).
-SYNTHESIS_SCHEMA: dict[str, Any] = {"type": "object", "required": ["memories"], "properties": {"memories": {
-    "type": "array", "items": {"type": "object", "required": ["index", "content"], "properties": {
-        "index": {"type": "integer", "minimum": 0}, "content": {"type": "string"}}}}}}
+SYNTHESIS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["memories"],
+    "properties": {
+        "memories": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["index", "content"],
+                "properties": {"index": {"type": "integer", "minimum": 0}, "content": {"type": "string"}},
+            },
+        }
+    },
+}
 
 
 @dataclass
@@ -132,10 +149,19 @@ class PromotionReport:
     outcome_memory: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "outcome": self.outcome, "signals": self.signals,
-                "discarded": self.discarded, "candidates": self.candidates, "dropped": dict(self.dropped),
-                "promoted": list(self.promoted), "synthesis": self.synthesis, "dry_run": self.dry_run,
-                "max_promoted": self.max_promoted, "outcome_memory": self.outcome_memory}
+        return {
+            "session_id": self.session_id,
+            "outcome": self.outcome,
+            "signals": self.signals,
+            "discarded": self.discarded,
+            "candidates": self.candidates,
+            "dropped": dict(self.dropped),
+            "promoted": list(self.promoted),
+            "synthesis": self.synthesis,
+            "dry_run": self.dry_run,
+            "max_promoted": self.max_promoted,
+            "outcome_memory": self.outcome_memory,
+        }
 
 
 def frequency_term(n: int, threshold: int) -> float:
@@ -151,8 +177,11 @@ def recency_term(newest_ms: int, now_ms: int) -> float:
 
 def signal_score(c: Candidate, now_ms: int) -> float:
     """The seed's signal score, 0.4 * frequency + 0.3 * recency + 0.3 * novelty, in [0, 1]."""
-    return (W_FREQUENCY * frequency_term(c.frequency, MIN_FREQUENCY.get(c.type, 1))
-            + W_RECENCY * recency_term(c.newest_ms, now_ms) + W_NOVELTY * c.novelty)
+    return (
+        W_FREQUENCY * frequency_term(c.frequency, MIN_FREQUENCY.get(c.type, 1))
+        + W_RECENCY * recency_term(c.newest_ms, now_ms)
+        + W_NOVELTY * c.novelty
+    )
 
 
 def _ms(iso: str) -> int:
@@ -171,18 +200,32 @@ class Promoter:
             recorded (the work-unit reference is then refused).
     """
 
-    def __init__(self, db: Database, memories: MemoryService, llm: Callable[[], LlmProvider | None],
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), *,
-                 active: ActiveLoop | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        memories: MemoryService,
+        llm: Callable[[], LlmProvider | None],
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        *,
+        active: ActiveLoop | None = None,
+    ) -> None:
         self.db = db
         self.memories = memories
         self._llm = llm
         self._clock_ms = clock_ms
         self.active = active
 
-    def finalize(self, session_id: str, *, outcome: str = "passed", project: str | None = None,
-                 why_failed: str | None = None, dry_run: bool = False, complexity: str | None = None,
-                 work_unit_ref: Any = None) -> PromotionReport:
+    def finalize(
+        self,
+        session_id: str,
+        *,
+        outcome: str = "passed",
+        project: str | None = None,
+        why_failed: str | None = None,
+        dry_run: bool = False,
+        complexity: str | None = None,
+        work_unit_ref: Any = None,
+    ) -> PromotionReport:
         """Promote (or discard) one session's scratchpad.
 
         Args:
@@ -217,14 +260,23 @@ class Promoter:
         gate = complexity_gate(complexity)
         if work_unit_ref is not None:
             if self.active is None:
-                raise ValidationError("work_unit_ref: outcomes are not recorded here", details={"field": "work_unit_ref"})
+                raise ValidationError(
+                    "work_unit_ref: outcomes are not recorded here", details={"field": "work_unit_ref"}
+                )
             check_work_unit_ref(work_unit_ref)
         info = self.db.read(lambda c: obs_sql.session_summary(c, session_id))
         if info is None:
-            raise NotFound(f"no observed tool call for session {session_id!r:.80}", details={"session_id": session_id[:80]})
+            raise NotFound(
+                f"no observed tool call for session {session_id!r:.80}", details={"session_id": session_id[:80]}
+            )
         project = project if project is not None else info.project
-        report = PromotionReport(session_id, outcome, signals=info.pending_signals, dry_run=dry_run,
-                                 max_promoted=gate.max_promoted if gate is not None else MAX_PROMOTED)
+        report = PromotionReport(
+            session_id,
+            outcome,
+            signals=info.pending_signals,
+            dry_run=dry_run,
+            max_promoted=gate.max_promoted if gate is not None else MAX_PROMOTED,
+        )
         now_ms = self._clock_ms()
         if outcome == "failed":
             cands = self._dead_end(info, why_failed, now_ms)
@@ -242,18 +294,32 @@ class Promoter:
             report.promoted = [self._summary(c, None) for c in kept]
             return report
         if kept:
-            results = self.memories.remember_many([RememberInput(
-                content=c.content, type=c.type, project=project, source="observer_inferred", needs_review=True,
-                related_files=tuple(c.related_files), type_fields=c.type_fields, who="observer",
-                why=f"promoted from session {session_id[:80]} by rule {c.rule} (score {c.score:.2f})",
-                importance=round(min(1.0, 0.4 + 0.5 * c.score), 3), source_type=act_sql.SESSION_SOURCE_TYPE,
-                source_id=session_id) for c in kept])
+            results = self.memories.remember_many(
+                [
+                    RememberInput(
+                        content=c.content,
+                        type=c.type,
+                        project=project,
+                        source="observer_inferred",
+                        needs_review=True,
+                        related_files=tuple(c.related_files),
+                        type_fields=c.type_fields,
+                        who="observer",
+                        why=f"promoted from session {session_id[:80]} by rule {c.rule} (score {c.score:.2f})",
+                        importance=round(min(1.0, 0.4 + 0.5 * c.score), 3),
+                        source_type=act_sql.SESSION_SOURCE_TYPE,
+                        source_id=session_id,
+                    )
+                    for c in kept
+                ]
+            )
             report.promoted = [self._summary(c, r.id) for c, r in zip(kept, results)]
         if outcome == "passed":
             self.db.write(lambda c: obs_sql.mark_session(c, session_id, obs_sql.PROMOTED))
         if work_unit_ref is not None and self.active is not None:
             report.outcome_memory = self.active.outcome_from_session(
-                session_id, work_unit_ref=work_unit_ref, outcome=outcome, why_failed=why_failed, project=project)
+                session_id, work_unit_ref=work_unit_ref, outcome=outcome, why_failed=why_failed, project=project
+            )
         return report
 
     # -- step 0 and 1 -------------------------------------------------------------------------
@@ -307,15 +373,28 @@ class Promoter:
         if why_failed is None or info.steps < DEAD_END_MIN_STEPS:
             return []
         files = info.edited_files[:MAX_FILES_IN_TEXT]
-        approach = (f"{info.steps} tool calls editing {', '.join(files)}" if files
-                    else f"{info.steps} tool calls without a file edit")
+        approach = (
+            f"{info.steps} tool calls editing {', '.join(files)}"
+            if files
+            else f"{info.steps} tool calls without a file edit"
+        )
         text = f"Dead end: an approach of {approach} was abandoned because {why_failed}"
-        return [Candidate("dead_end", "failed_run_20_steps", text, list(info.edited_files), 1, info.last_ms or now_ms,
-                          {"approach_tried": approach, "why_it_failed": why_failed})]
+        return [
+            Candidate(
+                "dead_end",
+                "failed_run_20_steps",
+                text,
+                list(info.edited_files),
+                1,
+                info.last_ms or now_ms,
+                {"approach_tried": approach, "why_it_failed": why_failed},
+            )
+        ]
 
     # -- steps 1 to 3 -------------------------------------------------------------------------
-    def _filter(self, cands: list[Candidate], project: str | None, now_ms: int,
-                report: PromotionReport) -> list[Candidate]:
+    def _filter(
+        self, cands: list[Candidate], project: str | None, now_ms: int, report: PromotionReport
+    ) -> list[Candidate]:
         """Frequency, novelty and score filters, then the cap; best first."""
         freq_ok = [c for c in cands if c.frequency >= MIN_FREQUENCY.get(c.type, 1)]
         report.dropped["frequency"] += len(cands) - len(freq_ok)
@@ -334,7 +413,7 @@ class Promoter:
         report.dropped["score"] += len(novel) - len(scored)
         scored.sort(key=lambda c: -c.score)
         report.dropped["cap"] += max(0, len(scored) - report.max_promoted)
-        return scored[:report.max_promoted]
+        return scored[: report.max_promoted]
 
     def _similarities(self, texts: list[str], project: str | None) -> list[float]:
         """Each text's highest cosine with a live memory of ``project`` (and global ones); without an
@@ -360,8 +439,14 @@ class Promoter:
         if llm is None:
             report.synthesis = "template"
             return
-        block = json.dumps([{"index": i, "type": c.type, "observation": c.content, "files": c.related_files}
-                            for i, c in enumerate(kept)], ensure_ascii=False, indent=1)
+        block = json.dumps(
+            [
+                {"index": i, "type": c.type, "observation": c.content, "files": c.related_files}
+                for i, c in enumerate(kept)
+            ],
+            ensure_ascii=False,
+            indent=1,
+        )
         try:
             raw = llm.generate(SYNTHESIS_PROMPT % block, timeout_s=SYNTHESIS_TIMEOUT_S, schema=SYNTHESIS_SCHEMA)
         except LlmError as exc:
@@ -375,15 +460,27 @@ class Promoter:
             if not isinstance(item, dict):
                 continue
             i, text = item.get("index"), item.get("content")
-            if (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(kept) and isinstance(text, str)
-                    and text.strip() and "\x00" not in text):
+            if (
+                isinstance(i, int)
+                and not isinstance(i, bool)
+                and 0 <= i < len(kept)
+                and isinstance(text, str)
+                and text.strip()
+                and "\x00" not in text
+            ):
                 kept[i].content = text.strip()[:MAX_CONTENT_CHARS]
                 rewritten += 1
         report.synthesis = f"llm:{llm.name}" if rewritten else "template"
 
     @staticmethod
     def _summary(c: Candidate, memory_id: str | None) -> dict[str, Any]:
-        return {"id": memory_id, "type": c.type, "rule": c.rule, "content": c.content,
-                "related_files": c.related_files, "frequency": c.frequency,
-                "novelty": round(c.novelty, 4), "score": round(c.score, 4)}
-
+        return {
+            "id": memory_id,
+            "type": c.type,
+            "rule": c.rule,
+            "content": c.content,
+            "related_files": c.related_files,
+            "frequency": c.frequency,
+            "novelty": round(c.novelty, 4),
+            "score": round(c.score, 4),
+        }

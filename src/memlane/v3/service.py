@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memlane.errors import NotFound, ValidationError
 from memlane.config.clock import now_iso
+from memlane.errors import NotFound, ValidationError
 from memlane.services.inputs import RecallHit, RecallQuery, RecallResult
 from memlane.services.memory_service import MemoryService
 from memlane.services.recall_service import RecallService
@@ -41,8 +41,12 @@ def check_filter(f: V3Filter) -> V3Filter:
         check_choice(s, "scope", SCOPES)
     for s in f.sources:
         check_choice(s, "source", SOURCES)
-    f = replace(f, scopes=tuple(dict.fromkeys(f.scopes)), sources=tuple(dict.fromkeys(f.sources)),
-                types=tuple(dict.fromkeys(f.types)))
+    f = replace(
+        f,
+        scopes=tuple(dict.fromkeys(f.scopes)),
+        sources=tuple(dict.fromkeys(f.sources)),
+        types=tuple(dict.fromkeys(f.types)),
+    )
     for name in ("project", "methodology", "work_unit", "related_file", "related_module"):
         v = getattr(f, name)
         if v is not None:
@@ -89,7 +93,7 @@ class V3Service:
         res = self.recall_service.recall(replace(q, limit=pool, touch=False))
         ids = [h.memory.id for h in res.hits]
         keep = self.db.read(lambda c: v3_sql.matching_ids(c, replace(f, project=None, types=()), ids))
-        hits: list[RecallHit] = [h for h in res.hits if h.memory.id in keep][:q.limit]
+        hits: list[RecallHit] = [h for h in res.hits if h.memory.id in keep][: q.limit]
         if q.touch and hits:  # only the returned hits count as accessed, as in plain recall
             self.recall_service._touch(hits)
         return RecallResult(hits, res.legs, res.took_ms, getattr(res, "ranker", "heuristic"))
@@ -105,8 +109,11 @@ class V3Service:
         Raises:
             NotFound: unknown id. Conflict: the memory is deleted.
         """
-        patch = {"user_verified": True, "needs_review": False} if verified else {"user_verified": False,
-                                                                                 "needs_review": True}
+        patch = (
+            {"user_verified": True, "needs_review": False}
+            if verified
+            else {"user_verified": False, "needs_review": True}
+        )
         return self.memories.update(memory_id, patch, who=who, why="verified" if verified else "sent to review")
 
     # -- relations --------------------------------------------------------------------------
@@ -124,8 +131,9 @@ class V3Service:
         rid = self.db.write(lambda c: rel_sql.add(c, source_id, target_id, relation, weight=weight, at=at))
         return {"id": rid, "source_id": source_id, "target_id": target_id, "relation": relation, "weight": weight}
 
-    def relations(self, memory_id: str, *, direction: str = "both", relation: str | None = None
-                  ) -> list[dict[str, Any]]:
+    def relations(
+        self, memory_id: str, *, direction: str = "both", relation: str | None = None
+    ) -> list[dict[str, Any]]:
         """Relations touching ``memory_id`` (``direction``: out, in or both).
 
         Raises:
@@ -133,8 +141,17 @@ class V3Service:
         """
         self.memories.get(memory_id)
         rows = self.db.read(lambda c: rel_sql.list_for(c, memory_id, direction=direction, relation=relation))
-        return [{"id": r.id, "source_id": r.source_id, "target_id": r.target_id, "relation": r.relation,
-                 "weight": r.weight, "created_at": r.created_at} for r in rows]
+        return [
+            {
+                "id": r.id,
+                "source_id": r.source_id,
+                "target_id": r.target_id,
+                "relation": r.relation,
+                "weight": r.weight,
+                "created_at": r.created_at,
+            }
+            for r in rows
+        ]
 
     def unrelate(self, source_id: str, target_id: str, relation: str | None = None) -> int:
         """Delete ``source_id -> target_id`` edges (one relation or all); returns how many."""

@@ -42,8 +42,14 @@ BACKOFF_CAP_MS = 30_000
 BACKOFF_JITTER_MS = 500
 
 
-def backoff_ms(consecutive_failures: int, *, rng: random.Random | None = None, base_ms: float = BACKOFF_BASE_MS,
-               cap_ms: float = BACKOFF_CAP_MS, jitter_ms: float = BACKOFF_JITTER_MS) -> float:
+def backoff_ms(
+    consecutive_failures: int,
+    *,
+    rng: random.Random | None = None,
+    base_ms: float = BACKOFF_BASE_MS,
+    cap_ms: float = BACKOFF_CAP_MS,
+    jitter_ms: float = BACKOFF_JITTER_MS,
+) -> float:
     """Delay after ``consecutive_failures`` failures in a row, ms (seed "Worker Model"):
     ``min(base * 2**(n-1), cap) + uniform(0, jitter)``; 1 s, 2 s, 4 s ... capped at 30 s, plus
     up to 500 ms of jitter. ``n <= 0`` gives 0 (no failure, no delay).
@@ -110,8 +116,14 @@ class PollingWorker:
     the calling thread (what the thread loop does; handy in tests and CLI one-shots).
     """
 
-    def __init__(self, name: str, *, poll_ms: float | Callable[[], float] = 2_000,
-                 enabled: Callable[[], bool] | None = None, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        poll_ms: float | Callable[[], float] = 2_000,
+        enabled: Callable[[], bool] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.name = name
         self._poll_ms = poll_ms
         self._enabled = enabled
@@ -150,8 +162,9 @@ class PollingWorker:
                 self.consecutive_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"[:2000]
                 self.next_delay_ms = backoff_ms(self.consecutive_failures, rng=self._rng)
-                log.warning("worker %s: tick failed (%d in a row): %s", self.name, self.consecutive_failures,
-                            self.last_error)
+                log.warning(
+                    "worker %s: tick failed (%d in a row): %s", self.name, self.consecutive_failures, self.last_error
+                )
                 return False
             self.consecutive_failures = 0
             if did:
@@ -200,10 +213,17 @@ class PollingWorker:
     def telemetry(self) -> dict[str, Any]:
         """name, running, ticks, processed, failures, consecutive_failures, last_error,
         last_run_at (ISO-8601 UTC), next_delay_ms (ms)."""
-        return {"name": self.name, "running": self.running, "ticks": self.ticks, "processed": self.processed,
-                "failures": self.failures, "consecutive_failures": self.consecutive_failures,
-                "last_error": self.last_error, "last_run_at": self.last_run_at,
-                "next_delay_ms": round(self.next_delay_ms, 3)}
+        return {
+            "name": self.name,
+            "running": self.running,
+            "ticks": self.ticks,
+            "processed": self.processed,
+            "failures": self.failures,
+            "consecutive_failures": self.consecutive_failures,
+            "last_error": self.last_error,
+            "last_run_at": self.last_run_at,
+            "next_delay_ms": round(self.next_delay_ms, 3),
+        }
 
 
 class JobWorker(PollingWorker):
@@ -222,11 +242,19 @@ class JobWorker(PollingWorker):
     (or ``dead`` once ``attempts >= max_attempts``) and counts as a failed tick (worker backoff).
     """
 
-    def __init__(self, db: Database, name: str = "jobs", *,
-                 lease_timeout_ms: float | Callable[[], float] = 300_000,
-                 poll_ms: float | Callable[[], float] = 2_000, enabled: Callable[[], bool] | None = None,
-                 rng: random.Random | None = None, now: Callable[[], str] = now_iso,
-                 handlers: Mapping[str, JobHandler] | None = None, listeners: Sequence[JobListener] = ()) -> None:
+    def __init__(
+        self,
+        db: Database,
+        name: str = "jobs",
+        *,
+        lease_timeout_ms: float | Callable[[], float] = 300_000,
+        poll_ms: float | Callable[[], float] = 2_000,
+        enabled: Callable[[], bool] | None = None,
+        rng: random.Random | None = None,
+        now: Callable[[], str] = now_iso,
+        handlers: Mapping[str, JobHandler] | None = None,
+        listeners: Sequence[JobListener] = (),
+    ) -> None:
         super().__init__(name, poll_ms=poll_ms, enabled=enabled, rng=rng)
         self.db = db
         self._lease_timeout_ms = lease_timeout_ms
@@ -268,8 +296,9 @@ class JobWorker(PollingWorker):
         def lease_next(conn: sqlite3.Connection) -> None:
             if self._stop.is_set() or (self._enabled is not None and not self._enabled()):
                 return
-            nxt = jobs_sql.lease(conn, self.job_types, now=self._now(),
-                                 lease_timeout_ms=int(_value(self._lease_timeout_ms)))
+            nxt = jobs_sql.lease(
+                conn, self.job_types, now=self._now(), lease_timeout_ms=int(_value(self._lease_timeout_ms))
+            )
             if nxt is not None:
                 holder.append(nxt)
 
@@ -327,10 +356,12 @@ class JobWorker(PollingWorker):
         pending = list(self._ahead_pending)
         self._ahead_pending.clear()
         for j in pending:
+
             def job(c: sqlite3.Connection, j: Job = j) -> None:
                 cur = jobs_sql.get(c, j.id)
                 if cur is not None and cur.status == "leased" and cur.leased_at == j.leased_at:
                     jobs_sql.release(c, j.id, now=self._now())
+
             try:
                 self.db.write(job)
             except Exception as exc:  # the reaper frees it after the lease timeout
@@ -359,16 +390,27 @@ class JobWorker(PollingWorker):
 
     def telemetry(self) -> dict[str, Any]:
         """:meth:`PollingWorker.telemetry` plus job_types, outcomes and last_job_id."""
-        return {**super().telemetry(), "job_types": self.job_types, "outcomes": dict(self.outcomes),
-                "last_job_id": self.last_job_id, "leased_ahead": self.leased_ahead}
+        return {
+            **super().telemetry(),
+            "job_types": self.job_types,
+            "outcomes": dict(self.outcomes),
+            "last_job_id": self.last_job_id,
+            "leased_ahead": self.leased_ahead,
+        }
 
 
 class StaleLeaseReaper(PollingWorker):
     """Resets jobs leased past ``leased_until`` to pending, every ``interval_ms`` (60,000 ms,
     seed "Worker Model": stale lease reaper). ``processed`` counts ticks that reset any."""
 
-    def __init__(self, db: Database, name: str = "lease-reaper", *, interval_ms: float = REAPER_INTERVAL_MS,
-                 now: Callable[[], str] = now_iso) -> None:
+    def __init__(
+        self,
+        db: Database,
+        name: str = "lease-reaper",
+        *,
+        interval_ms: float = REAPER_INTERVAL_MS,
+        now: Callable[[], str] = now_iso,
+    ) -> None:
         super().__init__(name, poll_ms=interval_ms)
         self.db = db
         self._now = now

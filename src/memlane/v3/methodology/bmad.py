@@ -17,11 +17,16 @@ class BmadPlugin(MethodologyPlugin):
     id = "bmad"
     display_name = "BMAD (Epic/Story)"
     phase_map = {
-        "analyst": "define", "pm": "define", "architect": "define",
+        "analyst": "define",
+        "pm": "define",
+        "architect": "define",
         "story_creation": "define",
-        "dev": "implement", "story_development": "implement",
-        "qa": "validate", "story_acceptance": "validate",
-        "sm": "reflect", "retrospective": "reflect",
+        "dev": "implement",
+        "story_development": "implement",
+        "qa": "validate",
+        "story_acceptance": "validate",
+        "sm": "reflect",
+        "retrospective": "reflect",
     }
     work_unit_keys = ("epic", "story", "task")
     label_keys = {"epic": "epic_label", "story": "story_label"}
@@ -46,8 +51,10 @@ class BmadPlugin(MethodologyPlugin):
         current = state_str(methodology_state, "current_story")
         criteria = methodology_state.get("acceptance_criteria_status") or {}
         if not isinstance(criteria, Mapping) or not all(isinstance(v, str) for v in criteria.values()):
-            raise ValidationError("methodology_state.acceptance_criteria_status: expected {criterion: status}",
-                                  details={"field": "methodology_state.acceptance_criteria_status"})
+            raise ValidationError(
+                "methodology_state.acceptance_criteria_status: expected {criterion: status}",
+                details={"field": "methodology_state.acceptance_criteria_status"},
+            )
         lines = []
         if done:
             lines.append("Stories completed: " + ", ".join(done))

@@ -15,9 +15,11 @@ class NativePlugin(MethodologyPlugin):
     id = "native"
     display_name = "Auto Claude (Subtasks)"
     phase_map = {
-        "planning": "define", "spec": "define",
+        "planning": "define",
+        "spec": "define",
         "coding": "implement",
-        "qa_review": "validate", "qa_fix": "refine",
+        "qa_review": "validate",
+        "qa_fix": "refine",
         "debugging": "refine",
         "insights": "explore",
     }

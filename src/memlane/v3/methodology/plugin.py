@@ -37,9 +37,11 @@ class RelayFilter:
     def accepts(self, m: Memory) -> bool:
         """True when ``m`` has one of ``types`` (if any), confidence >= ``min_confidence`` (if
         set) and one of ``tags`` (if any)."""
-        return ((not self.types or m.type in self.types)
-                and (self.min_confidence is None or m.confidence >= self.min_confidence)
-                and (not self.tags or any(t in m.tags for t in self.tags)))
+        return (
+            (not self.types or m.type in self.types)
+            and (self.min_confidence is None or m.confidence >= self.min_confidence)
+            and (not self.tags or any(t in m.tags for t in self.tags))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +54,15 @@ class RelayTransition:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape: ``{"from", "to", "filter": {"types", "min_confidence", "tags"}}``."""
-        return {"from": self.source, "to": self.target,
-                "filter": {"types": list(self.filter.types), "min_confidence": self.filter.min_confidence,
-                           "tags": list(self.filter.tags)}}
+        return {
+            "from": self.source,
+            "to": self.target,
+            "filter": {
+                "types": list(self.filter.types),
+                "min_confidence": self.filter.min_confidence,
+                "tags": list(self.filter.tags),
+            },
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +142,16 @@ class MethodologyPlugin(ABC):
         allowed = set(self.work_unit_keys) | set(self.label_keys.values())
         unknown = sorted(set(ctx.values) - allowed)
         if unknown:
-            raise ValidationError(f"work_unit: unknown keys {unknown} for methodology {self.id!r}; "
-                                  f"allowed: {', '.join(sorted(allowed))}", details={"field": "work_unit"})
+            raise ValidationError(
+                f"work_unit: unknown keys {unknown} for methodology {self.id!r}; allowed: {', '.join(sorted(allowed))}",
+                details={"field": "work_unit"},
+            )
         values = {k: check_str(v, f"work_unit.{k}", max_chars=200) for k, v in ctx.values.items()}
         hierarchy = [f"{k}_{values[k]}" for k in self.work_unit_keys if k in values]
         if not hierarchy:
-            raise ValidationError(f"work_unit: name at least one of {', '.join(self.work_unit_keys)}",
-                                  details={"field": "work_unit"})
+            raise ValidationError(
+                f"work_unit: name at least one of {', '.join(self.work_unit_keys)}", details={"field": "work_unit"}
+            )
         ref = {"methodology": self.id, "hierarchy": hierarchy, "label": self.work_unit_label(values)}
         return check_work_unit_ref(ref, "work_unit")
 
@@ -189,9 +200,14 @@ class MethodologyPlugin(ABC):
 
     def describe(self) -> dict[str, Any]:
         """JSON description for the API: id, display name, phase map, work-unit keys, relays."""
-        return {"id": self.id, "display_name": self.display_name, "phases": dict(self.phase_map),
-                "work_unit_keys": list(self.work_unit_keys), "label_keys": dict(self.label_keys),
-                "relay_transitions": [t.to_dict() for t in self.relays]}
+        return {
+            "id": self.id,
+            "display_name": self.display_name,
+            "phases": dict(self.phase_map),
+            "work_unit_keys": list(self.work_unit_keys),
+            "label_keys": dict(self.label_keys),
+            "relay_transitions": [t.to_dict() for t in self.relays],
+        }
 
 
 def _one_line(text: str) -> str:
@@ -209,8 +225,9 @@ def state_list(state: Mapping[str, Any], key: str) -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ValidationError(f"methodology_state.{key}: expected a list of strings",
-                              details={"field": f"methodology_state.{key}"})
+        raise ValidationError(
+            f"methodology_state.{key}: expected a list of strings", details={"field": f"methodology_state.{key}"}
+        )
     return v
 
 
@@ -222,6 +239,7 @@ def state_str(state: Mapping[str, Any], key: str) -> str | None:
     """
     v = state.get(key)
     if v is not None and not isinstance(v, str):
-        raise ValidationError(f"methodology_state.{key}: expected a string",
-                              details={"field": f"methodology_state.{key}"})
+        raise ValidationError(
+            f"methodology_state.{key}: expected a string", details={"field": f"methodology_state.{key}"}
+        )
     return v

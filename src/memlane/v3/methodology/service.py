@@ -49,8 +49,14 @@ class PhaseState:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape of the API."""
-        return {"methodology": self.methodology, "methodology_phase": self.methodology_phase, "phase": self.phase,
-                "work_unit_ref": self.work_unit_ref, "source": self.source, "updated_at": self.updated_at}
+        return {
+            "methodology": self.methodology,
+            "methodology_phase": self.methodology_phase,
+            "phase": self.phase,
+            "work_unit_ref": self.work_unit_ref,
+            "source": self.source,
+            "updated_at": self.updated_at,
+        }
 
 
 class PhaseService:
@@ -70,8 +76,15 @@ class PhaseService:
         """The plugin the settings choose for ``project`` (default ``native``)."""
         return get_plugin(self._settings().for_project(project))
 
-    def resolve(self, session_key: str | None, project: str | None, *, phase: str | None = None,
-                work_unit: Any = None, hook: Mapping[str, Any] | None = None) -> PhaseState:
+    def resolve(
+        self,
+        session_key: str | None,
+        project: str | None,
+        *,
+        phase: str | None = None,
+        work_unit: Any = None,
+        hook: Mapping[str, Any] | None = None,
+    ) -> PhaseState:
         """Map what this request says to the session's state, remember it, and return it.
 
         An explicit ``phase`` wins over the hook payload's; either replaces the session's
@@ -93,8 +106,9 @@ class PhaseService:
         ref = None
         if work_unit is not None:
             if not isinstance(work_unit, Mapping):
-                raise ValidationError("work_unit: expected an object of identifiers, e.g. {\"spec\": \"042\"}",
-                                      details={"field": "work_unit"})
+                raise ValidationError(
+                    'work_unit: expected an object of identifiers, e.g. {"spec": "042"}', details={"field": "work_unit"}
+                )
             ref = plugin.resolve_work_unit_ref(ExecutionContext(dict(work_unit)))
         with self._lock:
             prev = self._sessions.get(session_key) if session_key is not None else None
