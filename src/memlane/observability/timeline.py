@@ -70,20 +70,7 @@ def session_timeline(events: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_ev(cp["created_at"], "checkpoint", cp["trigger"], id=cp["id"], prompt_count=cp["prompt_count"]))
     for m in events["memories"]:
         out.append(_ev(m["created_at"], "memory", "recorded", memory_id=m["id"], type=m["type"]))
-    for j in events["jobs"]:
-        out.append(_ev(j["created_at"], "job", "enqueued", id=j["id"], job_type=j["job_type"]))
-        if j["status"] not in ("pending", "leased"):
-            out.append(
-                _ev(
-                    j["updated_at"],
-                    "job",
-                    j["status"],
-                    id=j["id"],
-                    job_type=j["job_type"],
-                    attempts=j["attempts"],
-                    error=j["error"],
-                )
-            )
+    out.extend(_job_events(events["jobs"]))
     out.append(_ev(s["ended_at"], "session", "ended", prompts=s["prompt_count"]))
     sc = events["score"]
     if sc:
@@ -150,20 +137,7 @@ def memory_timeline(events: dict[str, Any]) -> list[dict[str, Any]]:
                 changed=sorted(changes)[:20] if isinstance(changes, dict) else [],
             )
         )
-    for j in events["jobs"]:
-        out.append(_ev(j["created_at"], "job", "enqueued", id=j["id"], job_type=j["job_type"]))
-        if j["status"] not in ("pending", "leased"):
-            out.append(
-                _ev(
-                    j["updated_at"],
-                    "job",
-                    j["status"],
-                    id=j["id"],
-                    job_type=j["job_type"],
-                    attempts=j["attempts"],
-                    error=j["error"],
-                )
-            )
+    out.extend(_job_events(events["jobs"]))
     for s in events["sessions"]:
         out.append(
             _ev(
@@ -221,3 +195,24 @@ def timeline(db: Database, key: str) -> dict[str, Any]:
         "key": key,
         "events": session_timeline(events) if kind == "session" else memory_timeline(events),
     }
+
+
+def _job_events(jobs: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """Each job's ``enqueued`` event and, once it left the queue, its outcome event
+    (None where a time is missing, as :func:`_ev`)."""
+    out: list[dict[str, Any] | None] = []
+    for j in jobs:
+        out.append(_ev(j["created_at"], "job", "enqueued", id=j["id"], job_type=j["job_type"]))
+        if j["status"] not in ("pending", "leased"):
+            out.append(
+                _ev(
+                    j["updated_at"],
+                    "job",
+                    j["status"],
+                    id=j["id"],
+                    job_type=j["job_type"],
+                    attempts=j["attempts"],
+                    error=j["error"],
+                )
+            )
+    return out
