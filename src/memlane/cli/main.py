@@ -308,16 +308,35 @@ def config_cmd(
 
 @app.command("import")
 def import_cmd(
-    path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines, one memory per line."),
+    path: Path = typer.Argument(
+        ...,
+        exists=True,
+        help="JSON lines, one memory per line; with --format claude-code a session transcript or a "
+        "project directory of them (~/.claude/projects/<project>).",
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Write directly into this data directory instead of via the daemon."
     ),
     batch: int = typer.Option(256, help="Memories per request / transaction."),
+    fmt: str = typer.Option(
+        "memories",
+        "--format",
+        help="memories (JSON lines of memories) or claude-code (Claude Code session transcripts, "
+        "replayed through the daemon's hooks).",
+    ),
     url: str | None = UrlOpt,
 ) -> None:
-    """Import memories from JSON lines (each line: {"content": ..., optional fields as in the API}).
+    """Import memories from JSON lines (each line: {"content": ..., optional fields as in the API}),
+    or seed memlane from past Claude Code sessions (`--format claude-code`).
 
     Bad lines are reported with their line numbers and skipped; the rest are imported."""
+    if fmt == "claude-code":
+        _import_transcripts(path, data_dir, url)
+        return
+    if fmt != "memories":
+        _fail(ValueError(f"--format must be memories or claude-code, got {fmt!r}"))
+    if path.is_dir():
+        _fail(ValueError(f"{path} is a directory: memories are imported from a file"))
     from memlane.cli.importer import run_import
 
     try:
@@ -338,6 +357,37 @@ def import_cmd(
     for line_no, msg in report["errors"][:20]:
         err.print(f"  line {line_no}: {msg}")
     if report["errors"]:
+        raise typer.Exit(1)
+
+
+def _import_transcripts(path: Path, data_dir: Path | None, url: str | None) -> None:
+    """``memlane import --format claude-code``: through the daemon only (its hooks do the work)."""
+    from memlane.cli.transcript_import import import_transcripts
+
+    if data_dir is not None:
+        _fail(ValueError("--format claude-code imports through the daemon: --data-dir does not apply"))
+    try:
+        rep = import_transcripts(path, url=url or _settings().url, home=_settings().home, console=err)
+    except (MemlaneError, OSError) as exc:
+        _fail(exc)
+        return
+    console.print(
+        f"imported {rep.imported} sessions ({rep.tool_calls} tool calls, {rep.failed_calls} failed, "
+        f"{rep.signals} observer signals), skipped {len(rep.skipped)} already known, "
+        f"{rep.bad_lines} bad lines, {rep.rejected} refused events"
+    )
+    if rep.usage:
+        u = rep.usage
+        console.print(
+            f"token usage of the imported sessions: {u['input_tokens']} input, {u['output_tokens']} output, "
+            f"{u['cache_read_input_tokens']} cache read, {u['cache_creation_input_tokens']} cache write "
+            f"({u['messages']} assistant messages)"
+        )
+    for file, sid, why in rep.skipped[:20]:
+        err.print(f"  skipped {escape(file)} (session {escape(sid)}): {why}")
+    for file, line, msg in rep.problems[:20]:
+        err.print(f"  {escape(file)} line {line}: {escape(msg)}")
+    if rep.problems:
         raise typer.Exit(1)
 
 

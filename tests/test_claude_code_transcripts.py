@@ -1,0 +1,343 @@
+"""Real Claude Code session transcripts (tests/fixtures/claude_code_transcripts/README.md) replayed
+as the hook inputs Claude Code sends (memlane.connectors.claude_code_replay): the events
+themselves, then through the installed hook command against a real daemon (the observer's
+signals, its scratchpad in observer_events, what the session end promotes, with and without the
+loopback LLM), then `memlane import --format claude-code`.
+
+The expected values come from reading the transcripts (the README lists each session's calls),
+not from running the code: e.g. the excerpt reads assets/js/app.js four times (Read at steps 3,
+4, 5 and 7) before its first edit of it, edits it twice in a row (steps 8, 9), and two of its Bash
+calls fail (a `git add` of an ignored path, a commit stopped by the pre-commit check).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.scripted_llm import ScriptedLlmServer
+from memlane.cli.main import app
+from memlane.connectors.claude_code_replay import ReplayStats, TranscriptError, replay
+from memlane.connectors.events import from_claude_code
+from memlane.storage import observer as obs_sql
+from memlane.storage import sessions as sess_sql
+from test_hookclient import clean_env, hook_cmd, run_hook
+
+FIX = Path(__file__).parent / "fixtures" / "claude_code_transcripts"
+EXCERPT = FIX / "4d5611e5-excerpt.jsonl"
+HEAVY = FIX / "tool_heavy.jsonl"
+SHORT = FIX / "short.jsonl"
+EXCERPT_SID = "4d5611e5-241a-462a-8d15-5122611a9569"
+HEAVY_SID = "d6e0bada-1959-4eec-a9d2-0bfade768d8f"
+SHORT_SID = "55604662-cf2a-4331-851a-ec234028f8ca"
+DOV = "/home/USER/projects/spotter-worktrees/spotter-dov"
+SPOTTER = "/home/marco/projects/spotter"
+APP_JS = "assets/js/app.js"
+CSS = "priv/static/assets/spotter.css"
+
+runner = CliRunner()
+
+
+def events(path: Path, stats: ReplayStats | None = None) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.event, e.payload) for e in replay(path, stats=stats)]
+
+
+def tool_calls(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(ev, p["tool_name"], p["tool_input"]) for ev, p in events(path) if ev.startswith("post-tool-use")]
+
+
+# -- the replay: what Claude Code's hooks would have received ------------------------------------------------------
+def test_calls_the_user_rejected_fire_no_tool_hook() -> None:
+    """short.jsonl: one prompt, a Bash and a Glob call the user rejected at the permission prompt
+    (the tools never ran), then a /model slash command (local: no prompt hook)."""
+    stats = ReplayStats()
+    evs = events(SHORT, stats)
+    assert [e for e, _ in evs] == ["session-start", "user-prompt-submit", "session-end"]
+    assert evs[1][1]["prompt"] == "mix phx.server doesnt seem to start"
+    assert {p["session_id"] for _, p in evs} == {SHORT_SID}
+    assert {p["cwd"] for _, p in evs} == {SPOTTER}
+    assert (stats.rejected, stats.tool_calls, stats.failed_calls, stats.unanswered) == (2, 0, 0, 0)
+    assert evs[0][1] == {
+        "session_id": SHORT_SID,
+        "transcript_path": str(SHORT.resolve()),
+        "cwd": SPOTTER,
+        "hook_event_name": "SessionStart",
+        "permission_mode": "bypassPermissions",
+        "source": "startup",
+    }
+    assert evs[-1][1]["reason"] == "other"
+
+
+def test_tool_calls_come_in_the_order_their_answers_arrived() -> None:
+    """tool_heavy.jsonl: two prompts (the /mcp command between them is local), six calls; the Glob
+    and the WebSearch were issued together and the Glob answered first."""
+    evs = events(HEAVY)
+    prompts = [p["prompt"] for e, p in evs if e == "user-prompt-submit"]
+    assert prompts[0] == "start phoenix in background"
+    assert prompts[1].startswith("scrolling back in xterm.js still does not work")
+    assert len(prompts) == 2
+    calls = tool_calls(HEAVY)
+    assert [name for _, name, _ in calls] == ["Bash", "Bash", "Glob", "WebSearch", "Read", "WebFetch"]
+    assert all(ev == "post-tool-use" for ev, _, _ in calls)
+    read = next(p for e, p in evs if e == "post-tool-use" and p["tool_name"] == "Read")
+    assert read["tool_input"] == {"file_path": f"{SPOTTER}/{APP_JS}"}
+    # tool_response is Claude Code's structured answer (the line's toolUseResult)
+    assert read["tool_response"]["type"] == "text"
+    assert read["tool_response"]["file"]["filePath"] == f"{SPOTTER}/{APP_JS}"
+    assert read["tool_use_id"] == "toolu_01VpPeBD2ziigLLpybShAGoU"
+    bash = next(p for e, p in evs if e == "post-tool-use")
+    assert bash["tool_response"]["backgroundTaskId"] == "bae407b"
+
+
+def test_failed_calls_become_post_tool_use_failure_and_usage_is_summed() -> None:
+    """The excerpt: 27 answered calls, two of them failed; the last call was cut off with the excerpt."""
+    stats = ReplayStats()
+    calls = tool_calls(EXCERPT)
+    evs = events(EXCERPT, stats)
+    assert len(calls) == 27 and (stats.tool_calls, stats.failed_calls, stats.unanswered) == (25, 2, 1)
+    failed = [(i, p) for i, (e, p) in enumerate(e for e in evs if e[0].startswith("post")) if "error" in p]
+    assert [i + 1 for i, _ in failed] == [20, 26]
+    assert failed[0][1]["error"].startswith("Exit code 1\nThe following paths are ignored by one of your .gitignore")
+    assert failed[1][1]["error"].startswith("Pre-commit validation failed:")
+    assert failed[0][1]["hook_event_name"] == "PostToolUseFailure" and failed[0][1]["is_interrupt"] is False
+    assert "tool_response" not in failed[0][1]
+    assert [e for e, _ in evs][:2] == ["session-start", "user-prompt-submit"]
+    assert evs[1][1]["prompt"].startswith("Work on bead spotter-dov.")
+    # 26 assistant messages carry usage (README); the session read most of its context from the cache
+    assert stats.usage["messages"] == 26
+    assert stats.usage["cache_read_input_tokens"] > 100 * stats.usage["input_tokens"]
+
+
+def test_every_payload_reads_like_a_live_hook_input() -> None:
+    """Each replayed payload goes through the live hooks' mapping without an error, keeping the
+    tool's name and input; a failure becomes the observer's failed-call shape."""
+    for path in (SHORT, HEAVY, EXCERPT):
+        for ev, p in events(path):
+            hook = from_claude_code(ev, p)
+            assert hook.session_key == p["session_id"] and hook.cwd == p["cwd"]
+            if ev.startswith("post-tool-use"):
+                assert (hook.tool_name, hook.tool_input) == (p["tool_name"], p["tool_input"])
+            if ev == "post-tool-use-failure":
+                assert hook.tool_response == {"is_error": True, "error": p["error"]}
+
+
+def test_bad_lines_are_reported_with_their_numbers(tmp_path: Path) -> None:
+    lines = HEAVY.read_bytes().splitlines(keepends=True)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b"".join(lines[:5]) + b'{"type": "user", "mess\n' + b"[1, 2]\n" + b"".join(lines[5:]))
+    stats = ReplayStats()
+    evs = events(broken, stats)
+    assert stats.bad == [
+        (6, "not JSON: Unterminated string starting at (column 18)"),
+        (7, "expected a JSON object, got list"),
+    ]
+    assert stats.bad_lines == 2
+    assert [p["tool_name"] for e, p in evs if e == "post-tool-use"] == [n for _, n, _ in tool_calls(HEAVY)]
+    with pytest.raises(TranscriptError) as info:
+        list(replay(broken, strict=True))
+    assert info.value.line == 6
+
+
+# -- through the installed hook command and a real daemon ---------------------------------------------------------
+def replay_through_hooks(path: Path, user_home: Path, env: dict[str, str]) -> None:
+    """Each event of ``path`` through the installed hook command, as Claude Code would run it: the
+    transcript file (under the user's ~/.claude/projects, where the hook may read it) holds the
+    lines written so far when each hook fires."""
+    src = path.read_bytes().splitlines(keepends=True)
+    live = user_home / ".claude" / "projects" / "-replay" / f"{path.stem}.jsonl"
+    live.parent.mkdir(parents=True, exist_ok=True)
+    live.write_bytes(b"")
+    for ev in replay(path):
+        live.write_bytes(b"".join(src[: ev.line]))
+        payload = {**ev.payload, "transcript_path": str(live)}
+        r = run_hook(hook_cmd(), ev.event, json.dumps(payload), env)
+        assert (r.returncode, r.stderr) == (0, b""), (ev.event, ev.line, r)
+
+
+def hook_env(tmp_path: Path, home: Path) -> tuple[Path, dict[str, str]]:
+    user_home = tmp_path / "user"
+    return user_home, clean_env(home, HOME=str(user_home))
+
+
+def read_store(home: Path, fn: Any) -> Any:
+    """``fn(conn)`` on a read-only connection to the daemon's store (its queries are storage's)."""
+    conn = sqlite3.connect(f"file:{home / 'memories.db'}?mode=ro", uri=True)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
+
+
+def observed_events(home: Path, session_id: str) -> list[obs_sql.Event]:
+    """The session's rows in the observer's scratchpad (observer_events)."""
+    return read_store(home, lambda c: obs_sql.events(c, session_id))
+
+
+def promoted_memories(d: Any, expect: int) -> list[dict[str, Any]]:
+    """The observer's memories once the session end (run after the hook's answer) stored ``expect``."""
+    deadline = time.monotonic() + 60
+    with d.client() as c:
+        while True:
+            mems = c.get("/api/v3/memories", params={"source": "observer_inferred"}).json()["items"]
+            if len(mems) >= expect or time.monotonic() > deadline:
+                return mems
+            time.sleep(0.2)
+
+
+#: The excerpt's file accesses, in order (README): the CSS edit, a Grep in app.js, three Reads of
+#: it, a Grep under lib/, a fourth Read, two Edits of app.js, and a Grep over the whole worktree
+#: (its path is the session's directory, which the observer records as ".").
+EXCERPT_FILES = [CSS, APP_JS, APP_JS, APP_JS, APP_JS, "lib", APP_JS, APP_JS, APP_JS, "."]
+
+
+def test_the_excerpt_through_the_hooks(tmp_path: Path, start_daemon) -> None:
+    """Signals, scratchpad and the session end's promotion (no LLM: template text)."""
+    home = tmp_path / "home"
+    d = start_daemon(home, provider="none")
+    user_home, env = hook_env(tmp_path, home)
+    replay_through_hooks(EXCERPT, user_home, env)
+
+    # the scratchpad: one row per answered call, the failures with their text
+    rows = observed_events(home, EXCERPT_SID)
+    assert [r.step for r in rows] == list(range(1, 28))
+    assert [r.tool_name for r in rows] == [n for _, n, _ in tool_calls(EXCERPT)]
+    assert [r.step for r in rows if r.error_hash] == [20, 26]
+    assert [r.step for r in rows if r.is_edit] == [1, 8, 9]
+
+    with d.client() as c:
+        signals = c.get("/api/v3/observer/signals", params={"session_id": EXCERPT_SID}).json()["signals"]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for s in signals:
+        by.setdefault(s["type"], []).append(s)
+    assert [s["file_path"] for s in by["file_access"]] == EXCERPT_FILES
+    # the fourth Read of app.js (step 7) comes before any edit of it
+    assert [(s["step"], s["file_path"], s["read_count"]) for s in by["time_anomaly"]] == [(7, APP_JS, 4)]
+    # the second Edit of app.js right after the first, no other file edited between
+    assert [
+        (s["step"], s["edited_file_path"], s["re_edited_within_steps"], s["likely_cause"]) for s in by["backtrack"]
+    ] == [(9, APP_JS, 1, "wrong_assumption")]
+    assert [(s["step"], s["tool_name"], s["retry_count"]) for s in by["error_retry"]] == [
+        (20, "Bash", 1),
+        (26, "Bash", 1),
+    ]
+    assert by["error_retry"][1]["error_message"].startswith("Pre-commit validation failed:")
+    # files within 3 steps of each other: the CSS with app.js (steps 1-4), lib with app.js (steps 3-9)
+    pairs = {tuple(sorted((s["file_a"], s["file_b"]))) for s in by["co_access"]}
+    assert pairs == {(APP_JS, CSS), (APP_JS, "lib")}
+    # Bash runs from step 10 to 21 and 23 to 27: the triple recurs from step 13 on
+    assert {tuple(s["tool_sequence"]) for s in by["sequence"]} == {("Bash", "Bash", "Bash")}
+    assert [s["step"] for s in by["sequence"]] == [*range(13, 22), 25, 26, 27]
+
+    # SessionEnd: the last call succeeded, so the session passed; of the candidates only the
+    # four reads clear their frequency threshold (one session; a backtrack needs two)
+    [mem] = promoted_memories(d, 1)
+    assert (mem["type"], mem["related_files"], mem["needs_review"]) == ("module_insight", [APP_JS], True)
+    assert mem["content"].startswith(f"{APP_JS} was read 4 times in one session")
+    assert mem["project"] == DOV
+
+
+def test_the_excerpt_promotion_with_the_loopback_llm(tmp_path: Path, start_daemon) -> None:
+    """The same replay with an LLM: one synthesis call whose observation names app.js and its four
+    reads; its answer is the stored memory."""
+    synth: list[list[dict[str, Any]]] = []
+
+    def script(prompt: str) -> str:
+        if "<observations>" not in prompt:  # the session's continuity judge
+            return "{}"
+        block = json.loads(prompt.split("<observations>")[1].split("</observations>")[0])
+        synth.append(block)
+        return json.dumps(
+            {"memories": [{"index": o["index"], "content": "Read app.js hooks once, whole."} for o in block]}
+        )
+
+    home = tmp_path / "home"
+    with ScriptedLlmServer(script) as llm:
+        env = {"MEMLANE_LLM__PROVIDER": "ollama", "MEMLANE_LLM__BASE_URL": llm.url, "MEMLANE_LLM__MODEL": "scripted"}
+        d = start_daemon(home, provider="none", env=env)
+        user_home, henv = hook_env(tmp_path, home)
+        replay_through_hooks(EXCERPT, user_home, henv)
+        [mem] = promoted_memories(d, 1)
+    assert len(synth) == 1 and len(synth[0]) == 1
+    assert APP_JS in json.dumps(synth[0][0]) and "4 times" in json.dumps(synth[0][0])
+    assert (mem["type"], mem["content"], mem["related_files"]) == (
+        "module_insight",
+        "Read app.js hooks once, whole.",
+        [APP_JS],
+    )
+
+
+def test_tool_heavy_and_short_through_the_hooks(tmp_path: Path, start_daemon) -> None:
+    """tool_heavy: of six calls only the Read names a file (the Glob has a pattern, the web tools
+    URLs); short: the rejected calls leave the scratchpad empty. Both sessions are stored as ended
+    with their transcripts; neither promotes anything."""
+    home = tmp_path / "home"
+    d = start_daemon(home, provider="none")
+    user_home, env = hook_env(tmp_path, home)
+    replay_through_hooks(HEAVY, user_home, env)
+    replay_through_hooks(SHORT, user_home, env)
+    assert [r.tool_name for r in observed_events(home, HEAVY_SID)] == [
+        "Bash",
+        "Bash",
+        "Glob",
+        "WebSearch",
+        "Read",
+        "WebFetch",
+    ]
+    assert observed_events(home, SHORT_SID) == []
+    with d.client() as c:
+        signals = c.get("/api/v3/observer/signals", params={"session_id": HEAVY_SID}).json()["signals"]
+        assert [(s["type"], s.get("file_path")) for s in signals] == [("file_access", APP_JS)]
+        for sid, prompt in (
+            (HEAVY_SID, "start phoenix in background"),
+            (SHORT_SID, "mix phx.server doesnt seem to start"),
+        ):
+            sess = c.get(f"/api/sessions/{sid}").json()["session"]
+            assert sess["ended_at"] is not None, sess
+            assert sess["project"] == SPOTTER
+            # the session end sent the transcript as rendered by the hook (user and assistant text)
+            stored = read_store(home, lambda conn, sid=sid: sess_sql.get_transcript(conn, sid))
+            assert stored.startswith(f"user: {prompt}\nassistant: ")
+    assert promoted_memories(d, 0) == []
+
+
+def flat(r: Any) -> str:
+    """The command's output with the terminal's line wrapping undone."""
+    return " ".join(r.output.split())
+
+
+# -- memlane import --format claude-code ----------------------------------------------------------------------------
+def test_import_replays_each_session_once(tmp_path: Path, start_daemon) -> None:
+    """A project directory of transcripts: each session's calls reach the observer once; a second
+    import skips them all; a bad line is reported with its file and number (exit 1)."""
+    home = tmp_path / "home"
+    d = start_daemon(home, provider="none")
+    proj = tmp_path / "projects" / "-home-marco-projects-spotter"
+    proj.mkdir(parents=True)
+    for p in (EXCERPT, HEAVY, SHORT):
+        (proj / p.name).write_bytes(p.read_bytes())
+    url = ["--url", d.url]
+    env = {"MEMLANE_HOME": str(home)}
+    r = runner.invoke(app, ["import", str(proj), "--format", "claude-code", *url], env=env)
+    assert r.exit_code == 0, r.output
+    assert "imported 3 sessions (33 tool calls, 2 failed" in flat(r), r.output
+    assert len(observed_events(home, EXCERPT_SID)) == 27 and len(observed_events(home, HEAVY_SID)) == 6
+    [mem] = promoted_memories(d, 1)
+    assert mem["related_files"] == [APP_JS]
+
+    r = runner.invoke(app, ["import", str(proj), "--format", "claude-code", *url], env=env)
+    assert r.exit_code == 0 and "imported 0 sessions" in flat(r) and "skipped 3 already known" in flat(r), r.output
+    assert len(observed_events(home, EXCERPT_SID)) == 27
+
+    broken = tmp_path / "broken" / "session.jsonl"
+    broken.parent.mkdir()
+    broken.write_bytes(b'{"not closed\n' + HEAVY.read_bytes().replace(HEAVY_SID.encode(), b"another-session"))
+    r = runner.invoke(app, ["import", str(broken), "--format", "claude-code", *url], env=env)
+    assert r.exit_code == 1 and "imported 1 sessions (6 tool calls" in flat(r), r.output
+    assert f"{broken} line 1: not JSON" in flat(r).replace("\n", "")
+    assert len(observed_events(home, "another-session")) == 6
