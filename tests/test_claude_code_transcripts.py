@@ -341,3 +341,36 @@ def test_import_replays_each_session_once(tmp_path: Path, start_daemon) -> None:
     assert r.exit_code == 1 and "imported 1 sessions (6 tool calls" in flat(r), r.output
     assert f"{broken} line 1: not JSON" in flat(r).replace("\n", "")
     assert len(observed_events(home, "another-session")) == 6
+
+
+def test_import_leaves_a_session_the_observer_is_still_seeing(tmp_path: Path, start_daemon) -> None:
+    """Tool calls of the session already reached the observer (the hooks of a session still
+    running) but no session end: the import leaves it alone, so no call counts twice."""
+    home = tmp_path / "home"
+    d = start_daemon(home, provider="none")
+    _, payload = next((e, p) for e, p in events(HEAVY) if e == "post-tool-use" and p["tool_name"] == "Read")
+    _, env = hook_env(tmp_path, home)
+    r = run_hook(hook_cmd(), "post-tool-use", json.dumps(payload), env)
+    assert (r.returncode, r.stderr) == (0, b"")
+    r = runner.invoke(
+        app, ["import", str(HEAVY), "--format", "claude-code", "--url", d.url], env={"MEMLANE_HOME": str(home)}
+    )
+    assert r.exit_code == 0 and "imported 0 sessions" in flat(r) and "still running" in flat(r), r.output
+    assert [e.tool_name for e in observed_events(home, HEAVY_SID)] == ["Read"]
+
+
+def test_import_refuses_what_does_not_fit(tmp_path: Path) -> None:
+    """Clear errors, before any daemon is asked: an unknown format, a directory of memories, a
+    data directory with transcripts (they go through the daemon's hooks), a directory without
+    transcripts."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (["import", str(HEAVY), "--format", "csv"], "--format must be memories or claude-code"),
+        (["import", str(FIX)], "is a directory: memories are imported from a file"),
+        (["import", str(HEAVY), "--format", "claude-code", "--data-dir", str(tmp_path)], "--data-dir does not apply"),
+        (["import", str(empty), "--format", "claude-code", "--url", "http://127.0.0.1:9"], "no Claude Code transcript"),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, args, env={"MEMLANE_HOME": str(tmp_path / "home")})
+        assert r.exit_code == 1 and message in flat(r), (args, r.output)
