@@ -191,7 +191,8 @@ def test_project_falls_back_to_cwd_and_accepts_a_git_file(tmp_path: Path) -> Non
         ("user-prompt-submit", {"session_id": "s", "cwd": "/tmp"}, "prompt"),
         ("user-prompt-submit", {"session_id": "s", "prompt": {"x": 1}}, "prompt"),
         ("session-end", {"session_id": "s", "hook_event_name": "SessionStart"}, "SessionStart"),
-        ("stop", {"session_id": "s"}, "unknown hook event"),
+        ("notification", {"session_id": "s"}, "unknown hook event"),
+        ("pre-tool-use", {"session_id": "s", "tool_input": {}}, "tool_name"),
     ],
 )
 def test_bad_input_is_a_clear_value_error(event: str, data: dict[str, Any], match: str) -> None:
@@ -501,11 +502,24 @@ def test_connect_is_idempotent_and_disconnect_restores_the_original(files: tuple
     settings, claude_json = files
     first = connect(settings, CMD, claude_json_path=claude_json)
     assert first.hooks == dict.fromkeys(
-        ["SessionStart", "UserPromptSubmit", "SessionEnd", "PreCompact", "PostToolUse", "PostToolUseFailure"], "added"
+        [
+            "SessionStart",
+            "UserPromptSubmit",
+            "SessionEnd",
+            "PreCompact",
+            "PostToolUse",
+            "PostToolUseFailure",
+            "PreToolUse",
+            "Stop",
+            "SubagentStop",
+        ],
+        "added",
     )
     assert first.mcp == "added" and first.changed
     data = json.loads(settings.read_text())
-    assert data["hooks"]["PreToolUse"] == SETTINGS["hooks"]["PreToolUse"]
+    # someone else's PreToolUse group is kept as it was, ours follows it
+    theirs = SETTINGS["hooks"]["PreToolUse"]
+    assert data["hooks"]["PreToolUse"][: len(theirs)] == theirs and len(data["hooks"]["PreToolUse"]) == len(theirs) + 1
     assert data["hooks"]["SessionStart"][0] == SETTINGS["hooks"]["SessionStart"][0]
     assert data["hooks"]["SessionStart"][1] == {
         "matcher": "",
@@ -807,5 +821,7 @@ def test_build_body_caps_the_transcript_and_endpoints_match_the_contract(repo: P
         "/api/hooks/user-prompt-submit",
         "/api/hooks/session-end",
         "/api/hooks/pre-compaction",
-        "/api/v3/observer/tool-use",
-    }  # post-tool-use and its failure
+        "/api/v3/observer/tool-use",  # post-tool-use and its failure
+        "/api/v3/observer/pre-tool-use",
+        "/api/v3/observer/step-end",  # stop and subagent-stop
+    }

@@ -112,6 +112,21 @@ TOOL_EVENT = (
     },
 )
 
+#: The hooks before a tool call and at the end of a turn / a subagent's task.
+STEP_EVENTS = [
+    (
+        "pre-tool-use",
+        {
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Edit",
+            "tool_use_id": "toolu_2",
+            "tool_input": {"file_path": "ops/deploy.sh", "old_string": "a", "new_string": "b"},
+        },
+    ),
+    ("stop", {"hook_event_name": "Stop", "stop_hook_active": False}),
+    ("subagent-stop", {"hook_event_name": "SubagentStop", "stop_hook_active": False, "agent_id": "a1"}),
+]
+
 
 #: The directory holding the memlane package under test (what the installed command appends to sys.path).
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(memlane.__file__)))
@@ -170,7 +185,7 @@ def repo(tmp_path: Path) -> Path:
 # --- imports ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("event,extra", [*EVENTS, TOOL_EVENT])
+@pytest.mark.parametrize("event,extra", [*EVENTS, TOOL_EVENT, *STEP_EVENTS])
 def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, event: str, extra: dict[str, Any]) -> None:
     """Importing the light entry point as the installed command runs it (no site, isolated),
     and running a whole hook call with it (the transcript read for the prompt and session-end
@@ -224,6 +239,10 @@ def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, eve
             {"file_path": "ops/deploy.sh"},
             False,
         )
+    if event == "pre-tool-use":
+        assert (body["tool_name"], body["tool_use_id"], isinstance(body["ts_ms"], int)) == ("Edit", "toolu_2", True)
+    if event in ("stop", "subagent-stop"):
+        assert body["kind"] == event.replace("-", "_") and body["session_id"]
 
 
 def test_the_console_script_keeps_heavy_modules_out(tmp_path: Path, repo: Path) -> None:
@@ -633,6 +652,9 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
         "PreCompact": "updated",
         "PostToolUse": "added",
         "PostToolUseFailure": "added",
+        "PreToolUse": "added",
+        "Stop": "added",
+        "SubagentStop": "added",
     }
     hooks = json.loads(settings.read_text())["hooks"]
     for event, cc in (
@@ -642,10 +664,15 @@ def test_connect_installs_the_light_command_and_replaces_the_old_one(tmp_path: P
         ("pre-compact", "PreCompact"),
         ("post-tool-use", "PostToolUse"),
         ("post-tool-use-failure", "PostToolUseFailure"),
+        ("pre-tool-use", "PreToolUse"),
+        ("stop", "Stop"),
+        ("subagent-stop", "SubagentStop"),
     ):
         ours = [h["command"] for g in hooks[cc] for h in g["hooks"] if "memlane" in h["command"]]
         assert ours == [shlex.join([str(bin_dir / "memlane-hook"), event])]
-    assert hooks["PreToolUse"] == OTHERS["PreToolUse"] and hooks["SessionStart"][0] == OTHERS["SessionStart"][0]
+    pre = OTHERS["PreToolUse"]
+    assert hooks["PreToolUse"][: len(pre)] == pre and len(hooks["PreToolUse"]) == len(pre) + 1
+    assert hooks["SessionStart"][0] == OTHERS["SessionStart"][0]
     mcp = json.loads(claude_json.read_text())["mcpServers"]["memlane"]
     assert (mcp["command"], mcp["args"]) == (str(bin_dir / "memlane"), ["mcp", "serve"])
     assert not connect(settings, [str(bin_dir / "memlane")], claude_json_path=claude_json).changed

@@ -65,6 +65,7 @@ from memlane.v3.methodology.service import PhaseService
 from memlane.v3.observer import Observer
 from memlane.v3.observer_service import ObserverSessions
 from memlane.v3.promotion import Promoter
+from memlane.v3.tool_warnings import ToolWarnings
 from memlane.workers.runtime import JobWorker, PollingWorker, StaleLeaseReaper, WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class Container:
     active: ActiveLoop | None = None
     #: The end of observed sessions: co-access graph and promotion (memlane.v3.observer_service).
     observer: ObserverSessions | None = None
+    #: Warnings about the file a tool call is about to touch (memlane.v3.tool_warnings; PreToolUse).
+    tool_warnings: ToolWarnings | None = None
     #: Whether close() closes the embedder: False when the caller passed one in (shared by
     #: benchmarks and tests that open many stores; its owner closes it).
     owns_embedder: bool = True
@@ -351,6 +354,7 @@ def open_container(
         phases=phases,
         active=active,
         observer=observer,
+        tool_warnings=ToolWarnings(db),
         owns_embedder=embedder is None,
     )
     if start_workers:

@@ -17,14 +17,16 @@ Command line (``memlane connect claude-code`` installs the first form, which ski
     memlane-hook EVENT [--timeout SECONDS]         # the console script
     python -m memlane.hookclient EVENT [--timeout SECONDS]
 
-``EVENT`` is ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact`` or
-``post-tool-use`` / ``post-tool-use-failure`` (the observer's feed, ``/api/v3/observer/tool-use``; or
-Claude Code's ``SessionStart``...). One JSON object is read on stdin (at most 16 MB), mapped
+``EVENT`` is ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``,
+``post-tool-use`` / ``post-tool-use-failure`` (the observer's feed, ``/api/v3/observer/tool-use``),
+``pre-tool-use`` (``/api/v3/observer/pre-tool-use``: the call's start, and a warning about the file
+it touches), ``stop`` / ``subagent-stop`` (``/api/v3/observer/step-end``: a work-step boundary), or
+Claude Code's ``SessionStart``... One JSON object is read on stdin (at most 16 MB), mapped
 exactly as ``memlane hook EVENT`` always did (:func:`memlane.connectors.events.from_claude_code`,
 :func:`build_body` with the transcript guard), posted to the daemon with the per-install token
-and ``X-Memlane-Client: hook``, and the answer printed: for SessionStart and UserPromptSubmit
-``{"hookSpecificOutput": {"hookEventName": ..., "additionalContext": ...}}`` and a newline when
-the daemon sent something to inject, else nothing. The process always exits 0 and prints
+and ``X-Memlane-Client: hook``, and the answer printed: for SessionStart, UserPromptSubmit and
+PreToolUse ``{"hookSpecificOutput": {"hookEventName": ..., "additionalContext": ...}}`` and a
+newline when the daemon sent something to inject, else nothing. The process always exits 0 and prints
 nothing else; problems go to ``$MEMLANE_HOME/logs/hooks.log`` (mode 0600).
 
 Fail-open: connection refused, a timeout or a 5xx answer spools the event
@@ -58,7 +60,7 @@ import sys
 
 from memlane.auth import CLIENT_HEADER, auth_headers
 from memlane.connectors import cjson
-from memlane.connectors.events import CLAUDE_CODE_NAMES, TOOL_EVENTS, from_claude_code
+from memlane.connectors.events import CLAUDE_CODE_NAMES, STOP_EVENTS, TOOL_EVENTS, from_claude_code
 from memlane.connectors.hooklog import LazyLogger, LogFile, direct_to, file_handler
 from memlane.connectors.spool import DeliveryError, DeliveryTimeout, replay_with, spool_dir_for, spool_event
 
@@ -96,7 +98,16 @@ ENDPOINTS = {
     "pre-compact": "/api/hooks/pre-compaction",
     "post-tool-use": "/api/v3/observer/tool-use",
     "post-tool-use-failure": "/api/v3/observer/tool-use",
+    "pre-tool-use": "/api/v3/observer/pre-tool-use",
+    "stop": "/api/v3/observer/step-end",
+    "subagent-stop": "/api/v3/observer/step-end",
 }
+#: pre-tool-use: longest wait for the daemon's answer, seconds (Claude Code holds the tool call
+#: until the hook exits). A late answer spools the call's start like any undelivered event.
+PRE_TOOL_TIMEOUT_S = 1.0
+#: Events whose daemon answer may be printed for Claude Code (``additionalContext``); every other
+#: event prints nothing (a Stop hook's output could keep the agent working; memlane never does).
+INJECTING_EVENTS = ("session-start", "user-prompt-submit", "pre-tool-use")
 #: post-tool-use: longest string value of ``tool_input`` sent (a Write's whole file, an Edit's
 #: old and new text), and of a failed call's error text, characters. The observer reads file
 #: paths, the Bash command and the error (memlane.v3.observer), never the contents.
@@ -402,8 +413,10 @@ def build_body(
     :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read). A refused transcript
     path simply adds nothing. :mod:`memlane.connectors.transcript` is imported only for these
     two events."""
-    if event.event in TOOL_EVENTS:
+    if event.event in TOOL_EVENTS or event.event == "pre-tool-use":
         return tool_use_body(event)
+    if event.event in STOP_EVENTS:
+        return step_end_body(event)
     body: dict[str, Any] = {
         "session_key": event.session_key,
         "project": event.project,
@@ -446,20 +459,31 @@ def _cut(value: Any) -> Any:
     return value[:MAX_TOOL_TEXT_CHARS] if isinstance(value, str) else value
 
 
+def _now_ms() -> int:
+    import time  # a built-in module: no file is read to import it
+
+    return int(time.time() * 1000)
+
+
 def tool_use_body(event: HookEvent) -> dict[str, Any]:
-    """The observer's body for a tool-call event (``POST /api/v3/observer/tool-use``):
-    ``session_id``, ``tool_name``, ``tool_input`` with each top-level string cut to
-    :data:`MAX_TOOL_TEXT_CHARS`, ``cwd``, ``project``, and ``tool_response`` only for a failed
-    call (an object with a true ``is_error`` or an ``error``: those two keys and ``content``,
-    cut). A successful call's response (a file read, a command's output) is not sent: the
-    observer does not read it, and it can be megabytes."""
+    """The observer's body for a tool-call event (``POST /api/v3/observer/tool-use`` after the
+    call, ``/api/v3/observer/pre-tool-use`` before it): ``session_id``, ``tool_name``,
+    ``tool_input`` with each top-level string cut to :data:`MAX_TOOL_TEXT_CHARS`, ``cwd``,
+    ``project``, ``tool_use_id`` when Claude Code sent one, ``ts_ms`` (this process's clock when
+    the hook ran, epoch ms: a spooled event replayed later keeps its own time), and, after the call,
+    ``tool_response`` only for a failed call (an object with a true ``is_error`` or an ``error``:
+    those two keys and ``content``, cut). A successful call's response (a file read, a command's
+    output) is not sent: the observer does not read it, and it can be megabytes."""
     body: dict[str, Any] = {
         "session_id": event.session_key,
         "tool_name": event.tool_name,
         "tool_input": {k: _cut(v) for k, v in (event.tool_input or {}).items()},
         "cwd": event.cwd,
         "project": event.project,
+        "ts_ms": _now_ms(),
     }
+    if event.tool_use_id:
+        body["tool_use_id"] = event.tool_use_id
     resp = event.tool_response
     if isinstance(resp, dict) and (resp.get("is_error") or resp.get("error")):
         body["tool_response"] = {
@@ -468,6 +492,22 @@ def tool_use_body(event: HookEvent) -> dict[str, Any]:
             if k in resp
         }
     return body
+
+
+def step_end_body(event: HookEvent) -> dict[str, Any]:
+    """The observer's body for Stop / SubagentStop (``POST /api/v3/observer/step-end``):
+    ``session_id``, ``kind`` (``stop`` or ``subagent_stop``), ``cwd``, ``project``, ``ts_ms`` and,
+    for a subagent, ``agent_id`` / ``agent_type`` when Claude Code sent them."""
+    body: dict[str, Any] = {
+        "session_id": event.session_key,
+        "kind": event.event.replace("-", "_"),
+        "cwd": event.cwd,
+        "project": event.project,
+        "ts_ms": _now_ms(),
+        "agent_id": event.agent_id,
+        "agent_type": event.agent_type,
+    }
+    return {k: v for k, v in body.items() if v is not None}
 
 
 #: Largest daemon answer read, bytes (a hook answer is a few KB).
@@ -689,8 +729,7 @@ def run(
     without its newline).
 
     Args:
-        event_name: ``session-start`` | ``user-prompt-submit`` | ``session-end`` | ``pre-compact``
-            | ``post-tool-use`` | ``post-tool-use-failure`` (or Claude Code's names).
+        event_name: one of :data:`memlane.connectors.events.EVENTS` (or Claude Code's names).
         stdin_text: the JSON Claude Code wrote on stdin.
         target: home, daemon URL, timeout and body cap (:func:`resolve_target`).
         transcript_roots: where transcripts may be read from (default ``~/.claude/projects``).
@@ -725,6 +764,7 @@ def _run(
         return ""
     body = build_body(event, transcript_roots=roots, max_body_bytes=target.max_body_bytes)
     endpoint = ENDPOINTS[event.event]
+    timeout_s = min(target.timeout_s, PRE_TOOL_TIMEOUT_S) if event.event == "pre-tool-use" else target.timeout_s
     spool_dir = spool_dir_for(target.home)
     try:
         post = http_poster(target.url, {CLIENT_HEADER: "hook", **auth_headers(target.home)})
@@ -733,7 +773,7 @@ def _run(
         spool_event(spool_dir, endpoint, body)
         return ""
     try:
-        sent, failed = replay_with(post, spool_dir, budget_s=replay_budget_s, timeout_s=target.timeout_s)
+        sent, failed = replay_with(post, spool_dir, budget_s=replay_budget_s, timeout_s=timeout_s)
         if sent or failed:
             log.info("spool replay: %d sent, %d failed", sent, failed)
     except Exception:  # noqa: BLE001
@@ -741,9 +781,7 @@ def _run(
     try:
         # "replace": a lone surrogate in the hook input (a split emoji) becomes "?" instead of
         # failing the whole event
-        status, text = post(
-            endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8", "replace"), target.timeout_s
-        )
+        status, text = post(endpoint, cjson.dumps(body, ensure_ascii=False).encode("utf-8", "replace"), timeout_s)
     except DeliveryError as exc:
         log.warning("hook %s: daemon at %s unavailable (%s); event spooled", event.event, target.url, exc)
         spool_event(spool_dir, endpoint, body)
@@ -761,7 +799,7 @@ def _run(
         log.warning("hook %s: daemon answer is not JSON", event.event)
         return ""
     inject = data.get("inject") if isinstance(data, dict) else None
-    if event.event not in ("session-start", "user-prompt-submit") or not isinstance(inject, str) or not inject.strip():
+    if event.event not in INJECTING_EVENTS or not isinstance(inject, str) or not inject.strip():
         return ""
     return cjson.dumps(
         {"hookSpecificOutput": {"hookEventName": CLAUDE_CODE_NAMES[event.event], "additionalContext": inject}}

@@ -112,6 +112,10 @@ class PinIn(_Strict):
     pinned: bool = True
 
 
+#: Latest accepted event time, epoch ms (year 2286; JSON integers beyond 2**53 lose precision).
+MAX_TS_MS = 10**13
+
+
 class ToolUseIn(BaseModel):
     """A Claude Code PostToolUse payload (extra keys such as transcript_path are ignored)."""
 
@@ -123,6 +127,36 @@ class ToolUseIn(BaseModel):
     cwd: str | None = None
     project: str | None = None
     error: str | None = Field(None, description="The failure text when the call failed.")
+    tool_use_id: str | None = Field(None, max_length=200, description="Pairs the call with its PreToolUse.")
+    ts_ms: int | None = Field(None, ge=0, le=MAX_TS_MS, description="When the call ended (epoch ms); default now.")
+
+
+class PreToolUseIn(BaseModel):
+    """A Claude Code PreToolUse payload (extra keys such as transcript_path are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str
+    tool_name: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    cwd: str | None = None
+    project: str | None = None
+    tool_use_id: str | None = Field(None, max_length=200, description="Pairs the call with its PostToolUse.")
+    ts_ms: int | None = Field(None, ge=0, le=MAX_TS_MS, description="When the call started (epoch ms); default now.")
+
+
+class StepEndIn(BaseModel):
+    """A Claude Code Stop / SubagentStop hook, as the hook client posts it."""
+
+    model_config = ConfigDict(extra="ignore")
+    session_id: str
+    kind: Literal["stop", "subagent_stop"] = Field(
+        ..., description="stop: the agent's turn ended; subagent_stop: a subagent finished its task."
+    )
+    cwd: str | None = None
+    project: str | None = None
+    agent_id: str | None = Field(None, max_length=200)
+    agent_type: str | None = Field(None, max_length=200)
+    ts_ms: int | None = Field(None, ge=0, le=MAX_TS_MS, description="When the step ended (epoch ms); default now.")
 
 
 class ObserverEndIn(_Strict):
@@ -315,13 +349,21 @@ def router(container: Container) -> APIRouter:
         raise RuntimeError("the container has no observer (memlane.container.open_container builds one)")
     sessions_end = container.observer
     observer, promoter = sessions_end.observer, sessions_end.promoter
+    tool_warnings = container.tool_warnings
 
     @r.post("/api/v3/observer/tool-use")
     def observer_tool_use(body: ToolUseIn) -> dict[str, Any]:
         """Record one tool call in the session's scratchpad; returns the signals it completed."""
         err = body.error if body.error is not None else check_payload_error(body.tool_response)
         sig = observer.record(
-            body.session_id, body.tool_name, body.tool_input, project=body.project, cwd=body.cwd, error=err
+            body.session_id,
+            body.tool_name,
+            body.tool_input,
+            project=body.project,
+            cwd=body.cwd,
+            error=err,
+            ts_ms=body.ts_ms,
+            tool_use_id=body.tool_use_id,
         )
         out: dict[str, Any] = {"signals": [{"type": t, **d} for t, d in sig]}
         if container.active is not None and err is None and is_git_commit(body.tool_name, body.tool_input) and body.cwd:
@@ -330,6 +372,36 @@ def router(container: Container) -> APIRouter:
             except MemlaneError as exc:
                 out["commit"] = {"error": exc.message}
         return out
+
+    @r.post("/api/v3/observer/pre-tool-use")
+    def observer_pre_tool_use(body: PreToolUseIn) -> dict[str, Any]:
+        """A tool call is about to run (Claude Code's PreToolUse): its start time is kept for its
+        duration, and ``inject`` carries the warnings memlane holds about the file it touches
+        ("" in the common case; memlane.v3.tool_warnings)."""
+        observer.note_start(body.session_id, body.tool_name, body.tool_use_id, body.ts_ms, project=body.project)
+        if tool_warnings is None:
+            return {"file": None, "memory_ids": [], "inject": ""}
+        return tool_warnings.for_call(
+            body.session_id, body.tool_name, body.tool_input, cwd=body.cwd, project=body.project
+        )
+
+    @r.post("/api/v3/observer/step-end")
+    def observer_step_end(body: StepEndIn) -> dict[str, Any]:
+        """A work step ended (Claude Code's Stop or SubagentStop): a boundary after the session's
+        last recorded tool call, read by the promotion's validation filter."""
+        return observer.step_end(
+            body.session_id,
+            body.kind,
+            project=body.project,
+            agent_id=body.agent_id,
+            agent_type=body.agent_type,
+            ts_ms=body.ts_ms,
+        )
+
+    @r.get("/api/v3/observer/steps")
+    def observer_steps(session_id: str = Query(..., max_length=200)) -> dict[str, Any]:
+        """The session's work steps (calls between boundaries) and whether each ended in failure."""
+        return {"steps": observer.steps(session_id)}
 
     @r.post("/api/v3/observer/session-end")
     def observer_session_end(body: ObserverEndIn) -> dict[str, Any]:

@@ -40,7 +40,9 @@ from memlane.errors import MemlaneError
 #: Claude Code's own timeout for each of our hook commands, seconds (written into settings.json).
 #: PostToolUse / PostToolUseFailure run after every successful / failed tool call of the agent
 #: (matcher "": all tools) and feed the observer; they print nothing, and the client's own request
-#: timeout (hook_timeout_s, 4 s) comes first.
+#: timeout (hook_timeout_s, 4 s) comes first. PreToolUse runs before every tool call (matcher "")
+#: and its client waits at most :data:`memlane.hookclient.PRE_TOOL_TIMEOUT_S` for the daemon.
+#: Stop and SubagentStop (no matcher: Claude Code ignores one there) mark work-step boundaries.
 HOOK_TIMEOUTS_S = {
     "SessionStart": 10,
     "UserPromptSubmit": 10,
@@ -48,7 +50,12 @@ HOOK_TIMEOUTS_S = {
     "PreCompact": 10,
     "PostToolUse": 5,
     "PostToolUseFailure": 5,
+    "PreToolUse": 5,
+    "Stop": 10,
+    "SubagentStop": 10,
 }
+#: The events whose matcher group carries no ``matcher`` (Claude Code matches those on nothing).
+NO_MATCHER_EVENTS = frozenset({"UserPromptSubmit", "Stop", "SubagentStop"})
 # Ours: `memlane hook EVENT` (the CLI), `memlane-hook EVENT` (the console script of the light
 # client), `python -m memlane.hookclient EVENT` or `python -S -I -c '...from memlane.hookclient
 # import main...' EVENT` (entry_cmd), each possibly quoted by shlex.join.
@@ -312,7 +319,7 @@ def _connect_hooks(path: Path, hook_cmd: Sequence[str]) -> Callable[[dict[str, A
                 actions[cc_event] = "unchanged"
                 continue
             groups, _ = _strip_ours(groups)
-            group: dict[str, Any] = {} if cc_event == "UserPromptSubmit" else {"matcher": ""}
+            group: dict[str, Any] = {} if cc_event in NO_MATCHER_EVENTS else {"matcher": ""}
             group["hooks"] = [{"type": "command", "command": cmd, "timeout": timeout}]
             groups.append(group)
             hooks[cc_event] = groups

@@ -15,7 +15,10 @@ Claude Code hooks reference, code.claude.com/docs/en/hooks):
   ``tool_response`` (any JSON) and ``tool_use_id``;
 * ``PostToolUseFailure`` (after one that failed): ``tool_name``, ``tool_input``, ``tool_use_id``,
   ``error`` (the failure text) and ``is_interrupt``; mapped with
-  ``tool_response = {"is_error": True, "error": error}``, the failed-call shape the observer reads.
+  ``tool_response = {"is_error": True, "error": error}``, the failed-call shape the observer reads;
+* ``PreToolUse`` (before a tool call runs): ``tool_name``, ``tool_input``, ``tool_use_id``;
+* ``Stop`` (the main agent finished its turn) and ``SubagentStop`` (a subagent finished its
+  task): ``stop_hook_active``; SubagentStop also ``agent_id`` and ``agent_type`` in newer versions.
 
 Unknown extra fields are ignored; a missing ``session_id``, a missing ``prompt`` on
 UserPromptSubmit, a missing ``tool_name`` on a tool-call event, or a field of the wrong type is a
@@ -33,9 +36,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-EVENTS = ("session-start", "user-prompt-submit", "session-end", "pre-compact", "post-tool-use", "post-tool-use-failure")
-#: The tool-call events (the observer's feed).
+EVENTS = (
+    "session-start",
+    "user-prompt-submit",
+    "session-end",
+    "pre-compact",
+    "post-tool-use",
+    "post-tool-use-failure",
+    "pre-tool-use",
+    "stop",
+    "subagent-stop",
+)
+#: The events after a tool call (the observer's feed of recorded calls).
 TOOL_EVENTS = ("post-tool-use", "post-tool-use-failure")
+#: The events that end a work step: the agent's turn, a subagent's task.
+STOP_EVENTS = ("stop", "subagent-stop")
 
 #: Our event name -> Claude Code's ``hook_event_name``.
 CLAUDE_CODE_NAMES = {
@@ -45,6 +60,9 @@ CLAUDE_CODE_NAMES = {
     "pre-compact": "PreCompact",
     "post-tool-use": "PostToolUse",
     "post-tool-use-failure": "PostToolUseFailure",
+    "pre-tool-use": "PreToolUse",
+    "stop": "Stop",
+    "subagent-stop": "SubagentStop",
 }
 _FROM_CLAUDE_CODE = {v: k for k, v in CLAUDE_CODE_NAMES.items()}
 
@@ -65,6 +83,9 @@ _HOOK_EVENT_FIELDS = (
     "tool_input",
     "tool_response",
     "permission_mode",
+    "tool_use_id",
+    "agent_id",
+    "agent_type",
 )
 
 
@@ -80,7 +101,7 @@ class HookEvent:
     ``TypeError``.
 
     Attributes:
-        event: one of ``session-start``, ``user-prompt-submit``, ``session-end``, ``pre-compact``.
+        event: one of :data:`EVENTS`.
         session_key: the harness's session id (Claude Code's ``session_id``).
         cwd: the absolute working directory of the session.
         project: the git root containing ``cwd`` (nearest ancestor with a ``.git`` entry),
@@ -97,6 +118,10 @@ class HookEvent:
         tool_response: what the tool answered, any JSON value (post-tool-use); for
             post-tool-use-failure ``{"is_error": True, "error": <text>}``.
         permission_mode: Claude Code's permission mode (``default``, ``plan``...), or None.
+        tool_use_id: Claude Code's id of the tool call (pre- and post-tool-use), pairing a call's
+            start with its end; None when absent.
+        agent_id: the subagent that stopped (subagent-stop, newer Claude Code versions), or None.
+        agent_type: the subagent's type (subagent-stop), or None.
     """
 
     __slots__ = _HOOK_EVENT_FIELDS
@@ -116,6 +141,9 @@ class HookEvent:
     tool_input: dict[str, Any] | None
     tool_response: Any
     permission_mode: str | None
+    tool_use_id: str | None
+    agent_id: str | None
+    agent_type: str | None
 
     def __init__(
         self,
@@ -134,6 +162,9 @@ class HookEvent:
         tool_input: dict[str, Any] | None = None,
         tool_response: Any = None,
         permission_mode: str | None = None,
+        tool_use_id: str | None = None,
+        agent_id: str | None = None,
+        agent_type: str | None = None,
     ) -> None:
         values = (
             event,
@@ -151,6 +182,9 @@ class HookEvent:
             tool_input,
             tool_response,
             permission_mode,
+            tool_use_id,
+            agent_id,
+            agent_type,
         )
         for name, value in zip(_HOOK_EVENT_FIELDS, values):
             object.__setattr__(self, name, value)
@@ -227,7 +261,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
     Raises:
         ValueError: ``payload`` is not an object; ``session_id`` is missing or empty;
             ``prompt`` is missing on user-prompt-submit; ``tool_name`` is missing on a
-            tool-call event or ``tool_input`` is not an object; a field has the wrong type; or
+            tool-call event (pre- or post-tool-use) or ``tool_input`` is not an object; a field has the wrong type; or
             ``hook_event_name`` names a different event than ``event_name``.
     """
     event = normalize_event_name(event_name)
@@ -246,7 +280,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         raise ValueError("UserPromptSubmit hook input has no 'prompt'")
     tool_name, tool_input = None, None
     tool_response: Any = None
-    if event in TOOL_EVENTS:
+    if event in TOOL_EVENTS or event == "pre-tool-use":
         tool_name = _opt_str(payload, "tool_name")
         if not tool_name or not tool_name.strip():
             raise ValueError(f"{CLAUDE_CODE_NAMES[event]} hook input has no 'tool_name'")
@@ -257,7 +291,7 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
             raise ValueError(f"hook input field 'tool_input' must be an object, got {type(tool_input).__name__}")
         if event == "post-tool-use":
             tool_response = payload.get("tool_response")
-        else:
+        elif event == "post-tool-use-failure":
             tool_response = {"is_error": True, "error": _opt_str(payload, "error") or "tool call failed"}
     return HookEvent(
         event=event,
@@ -275,4 +309,14 @@ def from_claude_code(event_name: str, payload: dict[str, Any]) -> HookEvent:
         tool_response=tool_response,
         # a hint only: a malformed mode never fails the hook
         permission_mode=mode if isinstance(mode := payload.get("permission_mode"), str) else None,
+        # identifiers that only pair or label events: a malformed one is dropped, never fatal
+        tool_use_id=_hint(payload, "tool_use_id"),
+        agent_id=_hint(payload, "agent_id") if event == "subagent-stop" else None,
+        agent_type=_hint(payload, "agent_type") if event == "subagent-stop" else None,
     )
+
+
+def _hint(payload: dict[str, Any], key: str) -> str | None:
+    """``payload[key]`` when it is a non-empty string of at most 200 characters, else None."""
+    value = payload.get(key)
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None

@@ -116,3 +116,43 @@ def known_files(conn: sqlite3.Connection, project: str, paths: list[str]) -> lis
         ):
             out.append(p)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class FileWarning:
+    """A memory that warns about a file (proactive injection before a tool call)."""
+
+    id: str
+    type: str
+    content: str
+    confidence: float
+
+
+def file_warnings(
+    conn: sqlite3.Connection,
+    project: str | None,
+    paths: list[str],
+    types: tuple[str, ...],
+    *,
+    min_confidence: float,
+    min_access_count: int,
+    limit: int,
+) -> list[FileWarning]:
+    """Live, unsuperseded memories of ``types`` for ``project`` (and those without a project) whose
+    ``related_files`` hold one of ``paths``, with confidence >= ``min_confidence`` that are
+    user-verified or were accessed at least ``min_access_count`` times; most confident first, at
+    most ``limit``."""
+    if not paths or not types:
+        return []
+    cond = "(project = ? OR project IS NULL)" if project is not None else "project IS NULL"
+    type_marks = ",".join("?" * len(types))
+    path_marks = ",".join("?" * len(paths))
+    rows = conn.execute(
+        f"""SELECT id, type, content, confidence FROM memories INDEXED BY idx_memories_type
+            WHERE type IN ({type_marks}) AND {cond} AND is_deleted = 0 AND superseded_by IS NULL
+              AND confidence >= ? AND (user_verified = 1 OR access_count >= ?)
+              AND EXISTS (SELECT 1 FROM json_each(memories.related_files) WHERE value IN ({path_marks}))
+            ORDER BY confidence DESC, created_at DESC LIMIT ?""",
+        (*types, *([project] if project is not None else []), min_confidence, min_access_count, *paths, limit),
+    ).fetchall()
+    return [FileWarning(r[0], r[1], r[2], float(r[3])) for r in rows]

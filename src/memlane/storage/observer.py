@@ -1,4 +1,5 @@
-"""SQL for the observer's scratchpad (``observer_events``, ``observer_signals``; migration 0015)."""
+"""SQL for the observer's scratchpad (``observer_events``, ``observer_signals``; migration 0015) and
+its work steps (``observer_steps``; migration 0018)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class Event:
     is_edit: bool
     error_hash: str | None
     ts_ms: int
+    duration_ms: int | None = None
 
 
 def next_step(conn: sqlite3.Connection, session_key: str) -> int:
@@ -41,21 +43,35 @@ def add_event(
     error_hash: str | None,
     error_text: str | None,
     ts_ms: int,
+    tool_use_id: str | None = None,
+    duration_ms: int | None = None,
 ) -> None:
-    """Record one tool call."""
+    """Record one tool call (``duration_ms``: from its PreToolUse, when seen)."""
     conn.execute(
         """INSERT INTO observer_events (session_key, project, step, tool_name, file_path, is_edit, error_hash,
-               error_text, ts_ms) VALUES (?,?,?,?,?,?,?,?,?)""",
-        (session_key, project, step, tool_name, file_path, int(is_edit), error_hash, error_text, ts_ms),
+               error_text, ts_ms, tool_use_id, duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
+        (
+            session_key,
+            project,
+            step,
+            tool_name,
+            file_path,
+            int(is_edit),
+            error_hash,
+            error_text,
+            ts_ms,
+            tool_use_id,
+            duration_ms,
+        ),
     )
 
 
 def events(conn: sqlite3.Connection, session_key: str, since_step: int = 0) -> list[Event]:
     """The session's tool calls after ``since_step``, in order."""
     return [
-        Event(r[0], r[1], r[2], bool(r[3]), r[4], int(r[5]))
+        Event(r[0], r[1], r[2], bool(r[3]), r[4], int(r[5]), None if r[6] is None else int(r[6]))
         for r in conn.execute(
-            """SELECT step, tool_name, file_path, is_edit, error_hash, ts_ms FROM observer_events
+            """SELECT step, tool_name, file_path, is_edit, error_hash, ts_ms, duration_ms FROM observer_events
            WHERE session_key = ? AND step > ? ORDER BY step""",
             (session_key, since_step),
         )
@@ -215,3 +231,53 @@ def stored_hashes(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
             f"SELECT content_hash FROM memories WHERE is_deleted = 0 AND content_hash IN ({marks})", hashes
         )
     }
+
+
+# --- work steps (migration 0018) ---------------------------------------------------------------
+
+#: ``observer_steps.kind``: the agent's turn ended, a subagent finished, a Task tool call returned.
+STEP_KINDS = ("stop", "subagent_stop", "task")
+
+
+def add_step(
+    conn: sqlite3.Connection,
+    session_key: str,
+    project: str | None,
+    kind: str,
+    ts_ms: int,
+    *,
+    last_step: int | None = None,
+    agent_id: str | None = None,
+    agent_type: str | None = None,
+) -> int:
+    """Record a work-step boundary after ``last_step`` (default: the session's last recorded tool
+    call, 0 when none); returns that step."""
+    if last_step is None:
+        row = conn.execute("SELECT max(step) FROM observer_events WHERE session_key = ?", (session_key,)).fetchone()
+        last_step = int(row[0] or 0)
+    conn.execute(
+        """INSERT INTO observer_steps (session_key, project, last_step, kind, agent_id, agent_type, ts_ms)
+           VALUES (?,?,?,?,?,?,?)""",
+        (session_key, project, last_step, kind, agent_id, agent_type, ts_ms),
+    )
+    return last_step
+
+
+def step_ends(conn: sqlite3.Connection, session_key: str) -> list[tuple[int, str]]:
+    """The session's work-step boundaries ``(last_step, kind)``, in step order."""
+    return [
+        (int(r[0]), r[1])
+        for r in conn.execute(
+            "SELECT last_step, kind FROM observer_steps WHERE session_key = ? ORDER BY last_step, id", (session_key,)
+        )
+    ]
+
+
+def call_outcomes(conn: sqlite3.Connection, session_key: str) -> list[tuple[int, bool]]:
+    """``(step, failed)`` of each recorded tool call of the session, in order."""
+    return [
+        (int(r[0]), r[1] is not None)
+        for r in conn.execute(
+            "SELECT step, error_hash FROM observer_events WHERE session_key = ? ORDER BY step", (session_key,)
+        )
+    ]

@@ -13,6 +13,13 @@ far. Signals (seed "Signal Taxonomy"):
 * ``sequence``: a run of three tools seen again in the session, with its count.
 * ``time_anomaly``: a file read for the :data:`READS_ANOMALY`-th time in the session, never edited.
 
+Work steps (migration 0018): :meth:`Observer.step_end` records a boundary when the agent's turn
+ends (Claude Code's Stop hook) or a subagent finishes (SubagentStop); a Task tool call (the parent's
+view of a subagent's task) gets one when it starts (:meth:`Observer.note_start`) and one when it
+returns (:meth:`Observer.record`), so the task is a step of its own. The
+promotion's validation filter reads them (memlane.v3.promotion). :meth:`Observer.note_start`
+keeps a call's start (PreToolUse) in memory so its PostToolUse gets a ``duration_ms``.
+
 :meth:`Observer.inferences` applies the seed's inference rules to a project's signals and returns
 the memories they suggest with a structured template text; :mod:`memlane.v3.promotion` turns them
 into memories after validation.
@@ -28,6 +35,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from memlane.config.clock import now_iso
+from memlane.errors import ValidationError
+from memlane.lru import LRUCache
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
@@ -42,6 +51,13 @@ PREFETCH_MIN_SESSIONS = 3
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 FILE_KEYS = ("file_path", "notebook_path", "path")
 MAX_ERROR_CHARS = 500
+#: Claude Code's tools that run a subagent (``Task``; ``Agent`` in newer versions): their return
+#: ends a work step.
+TASK_TOOLS = frozenset({"Task", "Agent"})
+#: Call starts (PreToolUse) held in memory waiting for their PostToolUse.
+MAX_PENDING_STARTS = 4096
+#: A start older than this (ms) before its end is not that call's start: no duration.
+MAX_DURATION_MS = 24 * 3600 * 1000
 
 
 def _rel(path: str, cwd: str | None) -> str:
@@ -72,6 +88,76 @@ class Observer:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # (session, tool_use_id or tool name) -> start time (ms) of a call not yet ended. In memory
+        # only: a daemon restart between a call's start and its end loses that call's duration.
+        self._starts: LRUCache[tuple[str, str], int] = LRUCache(MAX_PENDING_STARTS)
+
+    def note_start(
+        self,
+        session_key: str,
+        tool_name: str,
+        tool_use_id: str | None,
+        ts_ms: int | None = None,
+        *,
+        project: str | None = None,
+    ) -> None:
+        """Remember when a tool call started (PreToolUse): its end (:meth:`record`) gets a duration.
+        A Task / Agent call's start ends a work step (the calls before the subagent's task).
+
+        Raises:
+            ValidationError: an empty session or tool name, a bad project.
+        """
+        check_str(session_key, "session_id", max_chars=200)
+        check_str(tool_name, "tool_name", max_chars=100)
+        if project is not None:
+            check_str(project, "project", max_chars=200)
+        ts = int(time.time() * 1000) if ts_ms is None else int(ts_ms)
+        self._starts.put((session_key, tool_use_id or tool_name), ts)
+        if tool_name in TASK_TOOLS:
+            self.db.write(lambda c: obs_sql.add_step(c, session_key, project, "task", ts))
+
+    def step_end(
+        self,
+        session_key: str,
+        kind: str,
+        *,
+        project: str | None = None,
+        agent_id: str | None = None,
+        agent_type: str | None = None,
+        ts_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Record a work-step boundary (``kind``: ``stop`` or ``subagent_stop``) after the session's
+        last recorded tool call.
+
+        Returns:
+            ``{"last_step": int, "failed": bool}``: the step it closes (0: no call recorded yet) and
+            whether that step's last call failed.
+
+        Raises:
+            ValidationError: an empty session id, a kind other than stop / subagent_stop, a bad project.
+        """
+        check_str(session_key, "session_id", max_chars=200)
+        if kind not in ("stop", "subagent_stop"):
+            raise ValidationError("kind: expected stop or subagent_stop", details={"field": "kind"})
+        if project is not None:
+            check_str(project, "project", max_chars=200)
+        ts = int(time.time() * 1000) if ts_ms is None else int(ts_ms)
+
+        def job(conn: Any) -> dict[str, Any]:
+            last = obs_sql.add_step(conn, session_key, project, kind, ts, agent_id=agent_id, agent_type=agent_type)
+            outcomes = obs_sql.call_outcomes(conn, session_key)
+            return {"last_step": last, "failed": bool(outcomes) and outcomes[-1][1]}
+
+        return self.db.write(job)
+
+    def steps(self, session_key: str) -> list[dict[str, Any]]:
+        """The session's work steps, in order: ``[{"first_step", "last_step", "end", "failed"}]``
+        (``end``: the boundary's kind, ``open`` for calls after the last boundary;
+        see :func:`segments`)."""
+        check_str(session_key, "session_id", max_chars=200)
+        ends = self.db.read(lambda c: obs_sql.step_ends(c, session_key))
+        outcomes = self.db.read(lambda c: obs_sql.call_outcomes(c, session_key))
+        return [seg.as_dict() for seg in segments(ends, outcomes)]
 
     def record(
         self,
@@ -83,9 +169,12 @@ class Observer:
         cwd: str | None = None,
         error: str | None = None,
         ts_ms: int | None = None,
+        tool_use_id: str | None = None,
     ) -> list[tuple[str, dict[str, Any]]]:
-        """Record one tool call (``error``: the failure text when it failed) and return the signals
-        it completed, ``[(type, data)]``.
+        """Record one tool call (``error``: the failure text when it failed; ``ts_ms``: when it
+        ended, default now; ``tool_use_id`` pairs it with its start) and return the signals it
+        completed, ``[(type, data)]``. A call whose start was noted (:meth:`note_start`) gets its
+        ``duration_ms``; a Task / Agent call ends a work step.
 
         Raises:
             ValidationError: an empty session or tool name, a bad file path or project.
@@ -102,13 +191,19 @@ class Observer:
         is_edit = tool_name in EDIT_TOOLS and path is not None
         err_hash = hashlib.sha256(f"{tool_name}\x00{error}".encode()).hexdigest()[:16] if error else None
         at = now_iso()
+        start = self._starts.pop((session_key, tool_use_id or tool_name))
+        duration = ts - start if start is not None and 0 <= ts - start <= MAX_DURATION_MS else None
 
         def job(conn: Any) -> list[tuple[str, dict[str, Any]]]:
             step = obs_sql.next_step(conn, session_key)
             history = obs_sql.events(conn, session_key)
-            obs_sql.add_event(conn, session_key, project, step, tool_name, path, is_edit, err_hash, error, ts)
-            sig = derive(history, obs_sql.Event(step, tool_name, path, is_edit, err_hash, ts), error)
+            obs_sql.add_event(
+                conn, session_key, project, step, tool_name, path, is_edit, err_hash, error, ts, tool_use_id, duration
+            )
+            sig = derive(history, obs_sql.Event(step, tool_name, path, is_edit, err_hash, ts, duration), error)
             obs_sql.add_signals(conn, session_key, project, step, sig, at)
+            if tool_name in TASK_TOOLS:
+                obs_sql.add_step(conn, session_key, project, "task", ts, last_step=step)
             return sig
 
         return self.db.write(job)
@@ -146,12 +241,15 @@ def derive(history: list[obs_sql.Event], ev: obs_sql.Event, error: str | None) -
     """The signals ``ev`` completes given the session's earlier events ``history`` (oldest first)."""
     out: list[tuple[str, dict[str, Any]]] = []
     if ev.file_path is not None:
-        out.append(
-            (
-                "file_access",
-                {"file_path": ev.file_path, "tool_name": ev.tool_name, "step_index": ev.step, "timestamp": ev.ts_ms},
-            )
-        )
+        access: dict[str, Any] = {
+            "file_path": ev.file_path,
+            "tool_name": ev.tool_name,
+            "step_index": ev.step,
+            "timestamp": ev.ts_ms,
+        }
+        if ev.duration_ms is not None:
+            access["duration_ms"] = ev.duration_ms
+        out.append(("file_access", access))
         seen: set[str] = set()
         for h in reversed(history):
             if ev.step - h.step > CO_STEPS:
@@ -308,6 +406,41 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
                     "evidence": {"sessions": len(mod_sessions)},
                 }
             )
+    return out
+
+
+class Segment:
+    """One work step of a session: its tool calls ``first_step..last_step`` (inclusive), how it
+    ended (``end``: ``stop``, ``subagent_stop``, ``task``, or ``open`` after the last boundary) and
+    whether its last call failed."""
+
+    __slots__ = ("first_step", "last_step", "end", "failed")
+
+    def __init__(self, first_step: int, last_step: int, end: str, failed: bool) -> None:
+        self.first_step = first_step
+        self.last_step = last_step
+        self.end = end
+        self.failed = failed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"first_step": self.first_step, "last_step": self.last_step, "end": self.end, "failed": self.failed}
+
+
+def segments(ends: list[tuple[int, str]], outcomes: list[tuple[int, bool]]) -> list[Segment]:
+    """Cut a session's calls ``outcomes`` (``(step, failed)`` in order) at its boundaries ``ends``
+    (``(last_step, kind)`` in order) into work steps; a boundary with no call since the previous
+    one makes no step. Without a boundary the whole session is one ``open`` step."""
+    out: list[Segment] = []
+    i = 0
+    for last, kind in ends:
+        calls = []
+        while i < len(outcomes) and outcomes[i][0] <= last:
+            calls.append(outcomes[i])
+            i += 1
+        if calls:
+            out.append(Segment(calls[0][0], calls[-1][0], kind, calls[-1][1]))
+    if i < len(outcomes):
+        out.append(Segment(outcomes[i][0], outcomes[-1][0], "open", outcomes[-1][1]))
     return out
 
 
