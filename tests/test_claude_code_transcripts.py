@@ -33,6 +33,7 @@ FIX = Path(__file__).parent / "fixtures" / "claude_code_transcripts"
 EXCERPT = FIX / "4d5611e5-excerpt.jsonl"
 HEAVY = FIX / "tool_heavy.jsonl"
 SHORT = FIX / "short.jsonl"
+SIBLING = FIX / "8463c716-excerpt.jsonl"
 EXCERPT_SID = "4d5611e5-241a-462a-8d15-5122611a9569"
 HEAVY_SID = "d6e0bada-1959-4eec-a9d2-0bfade768d8f"
 SHORT_SID = "55604662-cf2a-4331-851a-ec234028f8ca"
@@ -125,6 +126,69 @@ def test_every_payload_reads_like_a_live_hook_input() -> None:
                 assert (hook.tool_name, hook.tool_input) == (p["tool_name"], p["tool_input"])
             if ev == "post-tool-use-failure":
                 assert hook.tool_response == {"is_error": True, "error": p["error"]}
+
+
+def test_replayed_payloads_have_the_shape_of_recorded_hook_inputs() -> None:
+    """Checked against another real source: the PostToolUse inputs a logging hook recorded in a
+    different session (tests/fixtures/claude_code_hooks, Claude Code of July 2025). For each tool
+    both sources have (Read, Edit, Bash), the replayed payload has every top-level field the hook
+    received and its tool_response (the transcript's toolUseResult) every key of the hook's; the
+    newer Claude Code of the transcripts adds tool_use_id, permission_mode and Bash's
+    noOutputExpected."""
+    hooks = json.loads((FIX.parent / "claude_code_hooks" / "post_tool_use.json").read_text())
+    recorded = {p["tool_name"]: p for p in hooks}
+    replayed = {p["tool_name"]: p for path in (EXCERPT, HEAVY) for e, p in events(path) if e == "post-tool-use"}
+    common = sorted(set(recorded) & set(replayed))
+    assert common == ["Bash", "Edit", "Read"]
+    for tool in common:
+        rec, rep = recorded[tool], replayed[tool]
+        assert set(rec) <= set(rep), (tool, set(rec) - set(rep))
+        assert set(rec["tool_response"]) <= set(rep["tool_response"]), tool
+    assert set(replayed["Read"]["tool_response"]["file"]) == set(recorded["Read"]["tool_response"]["file"])
+    assert set(replayed["Bash"]["tool_response"]) - set(recorded["Bash"]["tool_response"]) == {"noOutputExpected"}
+
+
+def recorded_post_hooks(path: Path) -> dict[str, str]:
+    """The post-tool hook Claude Code recorded running for each call (the user's own hooks'
+    ``progress`` lines, ``data.hookEvent``), by tool_use_id."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        o = json.loads(line)
+        d = o.get("data") or {}
+        if o["type"] == "progress" and d.get("hookEvent") in ("PostToolUse", "PostToolUseFailure"):
+            out[o["toolUseID"]] = d["hookEvent"]
+    return out
+
+
+def test_replayed_events_are_the_hooks_claude_code_ran() -> None:
+    """Ground truth in the transcripts themselves: their users' own PostToolUse and
+    PostToolUseFailure hooks left a record of each run. Every call with a record is replayed as
+    that event; the one failure without a record is step 26, the commit the user's PreToolUse
+    hook blocked (the transcript does not mark a block: docs/v3.md)."""
+    checked = 0
+    for path in (EXCERPT, HEAVY):
+        fired = recorded_post_hooks(path)
+        calls = [p for e, p in events(path) if e.startswith("post-tool-use")]
+        for step, p in enumerate(calls, 1):
+            if p["tool_use_id"] in fired:
+                assert p["hook_event_name"] == fired[p["tool_use_id"]], (path.name, step)
+                checked += 1
+            elif path == EXCERPT:
+                assert (step, p["hook_event_name"]) == (26, "PostToolUseFailure"), step
+                assert p["error"].startswith("Pre-commit validation failed")
+    assert checked == 26 + 2  # the excerpt: 25 PostToolUse, 1 PostToolUseFailure; tool_heavy: 2
+
+
+def test_a_call_claude_code_refused_fires_no_hook() -> None:
+    """8463c716-excerpt: two Bash calls issued together; the first runs (its PreToolUse hooks ran)
+    and fails (exit code 2: PostToolUseFailure recorded), the second is cancelled before it starts
+    ("<tool_use_error>Sibling tool call errored</tool_use_error>": no hook of any kind recorded)."""
+    stats = ReplayStats()
+    calls = [p for e, p in events(SIBLING, stats) if e.startswith("post-tool-use")]
+    assert [(p["hook_event_name"], p["tool_name"]) for p in calls] == [("PostToolUseFailure", "Bash")]
+    assert calls[0]["error"].startswith("Exit code 2\n")
+    assert (stats.failed_calls, stats.refused, stats.tool_calls) == (1, 1, 0)
+    assert recorded_post_hooks(SIBLING) == {calls[0]["tool_use_id"]: "PostToolUseFailure"}
 
 
 def test_bad_lines_are_reported_with_their_numbers(tmp_path: Path) -> None:

@@ -27,8 +27,14 @@ record why the session ended). Payloads carry the fields Claude Code sends (``se
 :func:`memlane.connectors.events.from_claude_code` like a live hook's stdin.
 
 Not replayed, and counted in :class:`ReplayStats`: a call the user rejected at the permission
-prompt (``toolUseResult`` ``"User rejected tool use"``: the tool never ran, so no tool hook
-fired), a call without an answer (the session was cut off), an answer to an unknown call.
+prompt (``toolUseResult`` ``"User rejected tool use"``), a call Claude Code refused before running
+it (its result wrapped in ``<tool_use_error>``: a file that does not exist, a string to replace
+that is not in the file, a sibling call that errored), a call without an answer (the session was
+cut off), an answer to an unknown call. The first two never ran, so no tool hook fired: in
+transcripts that record the user's own hooks firing (``progress`` lines, ``hook_progress``), no
+PostToolUse or PostToolUseFailure hook ran for them. A call the user's own PreToolUse hook blocked
+is not marked in the transcript (its result is the hook's message, flagged ``is_error``): it is
+replayed as a PostToolUseFailure, though Claude Code fires no post hook for it (docs/v3.md).
 A line that is not JSON, or JSON but not an object, is a bad line: recorded with its number and
 skipped, or with ``strict`` a :class:`TranscriptError`.
 
@@ -53,6 +59,8 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_BAD_KEPT = 100
 #: What Claude Code records as the answer of a call the user rejected at the permission prompt.
 REJECTED_RESULT = "User rejected tool use"
+#: How Claude Code wraps the answer of a call it refused before running it.
+REFUSED_PREFIX = "<tool_use_error>"
 _NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-", "[Request interrupted")
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
@@ -94,6 +102,7 @@ class ReplayStats:
         lines: lines read (blank ones included).
         prompts, tool_calls, failed_calls: events of each kind produced.
         rejected: calls the user rejected (no hook fired).
+        refused: calls Claude Code refused before running them (no hook fired).
         unanswered: calls without an answer in the transcript.
         orphan_results: answers whose call is not in the transcript.
         bad_lines: how many lines were not JSON objects; ``bad`` keeps the first
@@ -110,6 +119,7 @@ class ReplayStats:
     tool_calls: int = 0
     failed_calls: int = 0
     rejected: int = 0
+    refused: int = 0
     unanswered: int = 0
     orphan_results: int = 0
     bad_lines: int = 0
@@ -125,6 +135,7 @@ class ReplayStats:
             "tool_calls": self.tool_calls,
             "failed_calls": self.failed_calls,
             "rejected": self.rejected,
+            "refused": self.refused,
             "unanswered": self.unanswered,
             "orphan_results": self.orphan_results,
             "bad_lines": self.bad_lines,
@@ -294,6 +305,9 @@ class _Replayer:
                 self.stats.rejected += 1
                 continue
             head = {**self.base("post-tool-use", sid, cwd), "tool_name": name, "tool_input": inp}
+            if b.get("is_error") and _text_of(b.get("content")).lstrip().startswith(REFUSED_PREFIX):
+                self.stats.refused += 1
+                continue
             if b.get("is_error"):
                 self.stats.failed_calls += 1
                 err = _text_of(b.get("content")) or (structured if isinstance(structured, str) else "") or "error"
