@@ -13,7 +13,7 @@ import pytest
 from conftest import api_client, free_port
 from memlane.connectors.claude_settings import connect, disconnect
 from memlane.connectors.spool import spooled_files
-from memlane.v3.observer import segments
+from memlane.v3.observer import Segment, abandoned, segments
 from test_hookclient import clean_env, hook_cmd, run_hook
 
 
@@ -172,6 +172,8 @@ def test_daemon_down_spools_pre_tool_use_and_stop_and_replays_them_in_order(tmp_
     assert records[0]["body"]["tool_use_id"] == "t1" and records[2]["body"]["kind"] == "stop"
     started, ended = records[0]["body"]["ts_ms"], records[1]["body"]["ts_ms"]
     d = start_daemon(home, provider="none")
+    with d.client() as c:  # a first request warms the daemon: the replay has a 0.5 s budget
+        assert c.get("/api/v3/observer/steps", params={"session_id": "d1"}).json() == {"steps": []}
     quiet(run_hook(hook_cmd(), "post-tool-use", tool("PostToolUse", repo, "d1", "Read", f, "t2"), clean_env(home)))
     assert spooled_files(home / "spool") == []
     with d.client() as c:
@@ -217,7 +219,7 @@ def test_the_routes_refuse_bad_values_with_a_422(store) -> None:
     assert r.json() == {"last_step": 0, "failed": False}
 
 
-def test_segments() -> None:
+def test_segments_and_abandoned_steps() -> None:
     outcomes = [(1, False), (2, True), (3, False), (4, True), (5, True), (6, False)]
     segs = segments([(2, "stop"), (2, "stop"), (5, "subagent_stop")], outcomes)
     assert [s.as_dict() for s in segs] == [
@@ -225,6 +227,10 @@ def test_segments() -> None:
         {"first_step": 3, "last_step": 5, "end": "subagent_stop", "failed": True},
         {"first_step": 6, "last_step": 6, "end": "open", "failed": False},
     ]
+    assert [s.first_step for s in abandoned(segs)] == [1, 3]
+    # a failed last step is how the session ended, not an abandoned one
+    tail = [Segment(1, 2, "stop", False), Segment(3, 4, "stop", True)]
+    assert abandoned(tail) == []
     assert [s.as_dict() for s in segments([], outcomes)] == [
         {"first_step": 1, "last_step": 6, "end": "open", "failed": False}
     ]
@@ -249,3 +255,66 @@ def test_connect_adds_pre_tool_use_stop_and_subagent_stop_and_disconnect_keeps_o
     assert connect(settings, ["/opt/x/bin/memlane"], claude_json_path=claude_json).hooks["Stop"] == "unchanged"
     disconnect(settings, claude_json_path=claude_json)
     assert json.loads(settings.read_text())["hooks"] == {"Stop": [theirs]}
+
+
+# -- the validation filter inside a session (promotion step 0) ----------------------------------
+TURN_FAILED = [("Edit", "src/a.py"), ("Edit", "src/a.py"), ("Edit", "src/a.py"), ("Bash", None, "Exit code 1")]
+TURN_PASSED = [("Read", "src/b.py"), ("Bash", None)]
+
+
+def record_turns(obs: Any, session: str, turns: list[list[tuple]], *, boundaries: bool) -> None:
+    """Record each turn's ``(tool, file or None[, error])`` calls; with ``boundaries`` a Stop after each."""
+    for turn in turns:
+        for call in turn:
+            obs.record(
+                session,
+                call[0],
+                {"file_path": call[1]} if call[1] else {"command": "make test"},
+                project="p",
+                error=call[2] if len(call) > 2 else None,
+            )
+        if boundaries:
+            obs.step_end(session, "stop", project="p")
+
+
+def test_a_failed_step_that_was_abandoned_is_discarded_and_the_rest_promoted(store) -> None:
+    """Two re-edits of src/a.py (the gotcha rule, frequency 2) in a turn that ended with a failing
+    call, then a turn that passed: without Stop boundaries the session is kept whole and the gotcha
+    promoted; with them the first turn is an abandoned step and its signals are discarded."""
+    sessions = store.observer
+    obs, promoter = sessions.observer, sessions.promoter
+    record_turns(obs, "whole", [TURN_FAILED, TURN_PASSED], boundaries=False)
+    plan = promoter.finalize("whole", outcome="passed", project="p", dry_run=True).as_dict()
+    assert (plan["steps"], plan["abandoned_steps"], plan["discarded"]) == (1, [], 0)
+    assert [(m["type"], m["related_files"]) for m in plan["promoted"]] == [("gotcha", ["src/a.py"])], plan
+
+    record_turns(obs, "turns", [TURN_FAILED, TURN_PASSED], boundaries=True)
+    pending = {s["step"] for s in obs.signals("turns")}
+    plan = promoter.finalize("turns", outcome="passed", project="p", dry_run=True).as_dict()
+    assert plan["steps"] == 2
+    assert plan["abandoned_steps"] == [{"first_step": 1, "last_step": 4, "end": "stop", "failed": True}]
+    in_failed_turn = [s for s in obs.signals("turns") if s["step"] <= 4]
+    assert plan["discarded"] == len(in_failed_turn) > 0 and pending >= {1, 2, 3, 4}
+    assert [m["type"] for m in plan["promoted"]] == [], plan
+    # the real finalize discards those signals for good and promotes from the rest
+    done = promoter.finalize("turns", outcome="passed", project="p").as_dict()
+    assert done["discarded"] == plan["discarded"] and done["promoted"] == []
+    states = store.db.read(
+        lambda c: {
+            (r[0] <= 4, r[1])
+            for r in c.execute("SELECT step, processed FROM observer_signals WHERE session_key = 'turns'")
+        }
+    )
+    assert states == {(True, 2), (False, 1)}
+    # discarded steps no longer feed the inference rules: only the whole session's re-edits count
+    gotchas = [i for i in obs.inferences("p") if i["type"] == "gotcha"]
+    assert {i["evidence"]["session"] for i in gotchas} == {"whole"}
+
+
+def test_a_session_that_ends_in_failure_is_still_judged_whole(store) -> None:
+    sessions = store.observer
+    obs, promoter = sessions.observer, sessions.promoter
+    record_turns(obs, "ends-failed", [TURN_PASSED, TURN_FAILED], boundaries=True)
+    assert sessions.end("ends-failed", project="p")["promotion"]["outcome"] == "failed"
+    plan = promoter.finalize("ends-failed", outcome="passed", project="p", dry_run=True).as_dict()
+    assert plan["abandoned_steps"] == [] and plan["steps"] == 2

@@ -101,14 +101,18 @@ def signals(
     project: str | None = None,
     signal_type: str | None = None,
     kept_only: bool = False,
+    pending_only: bool = False,
 ) -> list[tuple[str, str, int, dict[str, Any]]]:
     """``(session_key, signal_type, step, data)`` rows, by id; filtered by session, project, type;
-    ``kept_only`` leaves out signals a failed validation discarded."""
+    ``kept_only`` leaves out signals a validation discarded, ``pending_only`` keeps the unprocessed."""
     where: list[str] = ["1=1"]
     args: list[Any] = []
     if kept_only:
         where.append("processed != ?")
         args.append(DISCARDED)
+    if pending_only:
+        where.append("processed = ?")
+        args.append(PENDING)
     for col, v in (("session_key", session_key), ("project", project), ("signal_type", signal_type)):
         if v is not None:
             where.append(f"{col} = ?")
@@ -122,30 +126,33 @@ def signals(
     ]
 
 
-def session_files(conn: sqlite3.Connection, session_key: str) -> list[str]:
-    """The distinct files a session touched, in first-touch order."""
+def session_files(conn: sqlite3.Connection, session_key: str, *, skip_steps: list[int] | None = None) -> list[str]:
+    """The distinct files a session touched, in first-touch order, leaving out the calls at ``skip_steps``."""
+    skip = sorted(set(skip_steps or []))
     return [
         r[0]
         for r in conn.execute(
-            """SELECT file_path FROM observer_events WHERE session_key = ? AND file_path IS NOT NULL
-           GROUP BY file_path ORDER BY min(step)""",
-            (session_key,),
+            f"""SELECT file_path FROM observer_events WHERE session_key = ? AND file_path IS NOT NULL
+           AND step NOT IN ({",".join("?" * len(skip))}) GROUP BY file_path ORDER BY min(step)""",
+            (session_key, *skip),
         )
     ]
 
 
 def project_sessions(conn: sqlite3.Connection, project: str | None, *, kept_only: bool = False) -> dict[str, list[str]]:
     """``session -> distinct files touched`` for every observed session of ``project`` (None: all);
-    ``kept_only`` leaves out sessions whose scratchpad a failed validation discarded."""
+    ``kept_only`` leaves out the calls whose signals a validation discarded (a failed session's,
+    an abandoned work step's)."""
     out: dict[str, list[str]] = {}
     args: list[Any] = [project] if project is not None else []
-    cond = "project = ?" if project is not None else "1=1"
+    cond = "e.project = ?" if project is not None else "1=1"
     if kept_only:
-        cond += " AND session_key NOT IN (SELECT session_key FROM observer_signals WHERE processed = ?)"
+        cond += """ AND NOT EXISTS (SELECT 1 FROM observer_signals s WHERE s.session_key = e.session_key
+                                    AND s.step = e.step AND s.processed = ?)"""
         args.append(DISCARDED)
     for s, f in conn.execute(
-        f"""SELECT session_key, file_path FROM observer_events WHERE {cond}
-                                 AND file_path IS NOT NULL GROUP BY session_key, file_path""",
+        f"""SELECT e.session_key, e.file_path FROM observer_events e WHERE {cond}
+                                 AND e.file_path IS NOT NULL GROUP BY e.session_key, e.file_path""",
         args,
     ):
         out.setdefault(s, []).append(f)
@@ -281,3 +288,17 @@ def call_outcomes(conn: sqlite3.Connection, session_key: str) -> list[tuple[int,
             "SELECT step, error_hash FROM observer_events WHERE session_key = ? ORDER BY step", (session_key,)
         )
     ]
+
+
+def mark_steps(conn: sqlite3.Connection, session_key: str, steps: list[int], state: int) -> int:
+    """Set the pending signals of the session completed at ``steps`` to ``state``; returns how many."""
+    total = 0
+    for start in range(0, len(steps), 500):
+        chunk = steps[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        total += conn.execute(
+            f"""UPDATE observer_signals SET processed = ? WHERE session_key = ? AND processed = ?
+                AND step IN ({marks})""",
+            (state, session_key, PENDING, *chunk),
+        ).rowcount
+    return total

@@ -444,6 +444,21 @@ def segments(ends: list[tuple[int, str]], outcomes: list[tuple[int, bool]]) -> l
     return out
 
 
+def abandoned(segs: list[Segment]) -> list[Segment]:
+    """The work steps that ended in failure and were abandoned: a failed step followed, later in
+    the session, by a step that did not fail (the work was retried or taken another way and then
+    went on; seed section 5, "Validation filter": "signals associated with approaches that were
+    tried and abandoned"). A failed step with no passing step after it is not abandoned: it is
+    how the session ended, and the session's own outcome decides."""
+    out: list[Segment] = []
+    passed_later = False
+    for seg in reversed(segs):
+        if seg.failed and passed_later:
+            out.append(seg)
+        passed_later = passed_later or not seg.failed
+    return out[::-1]
+
+
 def check_payload_error(tool_response: Any) -> str | None:
     """The failure text of a PostToolUse ``tool_response`` (``is_error``/``error``), or None."""
     if isinstance(tool_response, dict) and (tool_response.get("is_error") or tool_response.get("error")):

@@ -8,7 +8,11 @@ observer's session-end with the outcome the session ended on):
 0. **Validation filter.** ``outcome="failed"``: the session's unprocessed signals are discarded
    (``processed = 2``), nothing is promoted; a failed run of at least :data:`DEAD_END_MIN_STEPS`
    steps with a ``why_failed`` given becomes one ``dead_end`` candidate (the only thing a failed
-   run may leave, seed: "only if genuinely wrong strategy"). Discarded signals never count again.
+   run may leave, seed: "only if genuinely wrong strategy"). ``outcome="passed"``: where the
+   session has work steps (Stop / SubagentStop hooks, Task calls: :func:`memlane.v3.observer.segments`),
+   the signals of each step that ended in failure and was abandoned (a later step passed:
+   :func:`memlane.v3.observer.abandoned`) are discarded and the rest go on. Discarded signals never
+   count again.
 1. **Candidates** from the inference rules (:func:`memlane.v3.observer.infer`) over the project's
    kept signals, restricted to those this session contributes to; then the **frequency
    threshold** per rule (:data:`MIN_FREQUENCY`: co-access >= 2 sessions, file access >= 3
@@ -55,7 +59,7 @@ from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.active import ActiveLoop, complexity_gate
 from memlane.v3.model import check_choice, check_str, check_work_unit_ref
-from memlane.v3.observer import infer
+from memlane.v3.observer import abandoned, infer, segments
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,8 @@ class PromotionReport:
     dry_run: bool = False
     max_promoted: int = MAX_PROMOTED
     outcome_memory: dict[str, Any] | None = None
+    steps: int = 0
+    abandoned_steps: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +167,8 @@ class PromotionReport:
             "dry_run": self.dry_run,
             "max_promoted": self.max_promoted,
             "outcome_memory": self.outcome_memory,
+            "steps": self.steps,
+            "abandoned_steps": list(self.abandoned_steps),
         }
 
 
@@ -285,7 +293,14 @@ class Promoter:
             else:
                 report.discarded = info.pending_signals
         else:
-            cands = self._candidates(session_id, project, report)
+            dropped = self._abandoned_steps(session_id, report)
+            if dropped and not dry_run:
+                report.discarded = self.db.write(
+                    lambda c: obs_sql.mark_steps(c, session_id, sorted(dropped), obs_sql.DISCARDED)
+                )
+            elif dropped:
+                report.discarded = sum(1 for _ in self._pending_at(session_id, dropped))
+            cands = self._candidates(session_id, project, report, dropped)
         report.candidates = len(cands)
         kept = self._filter(cands, project, now_ms, report)
         if kept:
@@ -323,10 +338,35 @@ class Promoter:
         return report
 
     # -- step 0 and 1 -------------------------------------------------------------------------
-    def _candidates(self, session_id: str, project: str | None, report: PromotionReport) -> list[Candidate]:
-        """The inference rules' suggestions this session contributes to, with their frequency."""
+    def _abandoned_steps(self, session_id: str, report: PromotionReport) -> set[int]:
+        """The tool-call steps of the session's abandoned work steps (reported in ``report``)."""
+        ends = self.db.read(lambda c: obs_sql.step_ends(c, session_id))
+        outcomes = self.db.read(lambda c: obs_sql.call_outcomes(c, session_id))
+        segs = segments(ends, outcomes)
+        report.steps = len(segs)
+        gone = abandoned(segs)
+        report.abandoned_steps = [seg.as_dict() for seg in gone]
+        return {step for seg in gone for step in range(seg.first_step, seg.last_step + 1)}
+
+    def _pending_at(self, session_id: str, steps: set[int]) -> list[int]:
+        """The steps of the session's pending signals completed at ``steps`` (one entry per signal)."""
+        rows = self.db.read(lambda c: obs_sql.signals(c, session_key=session_id, kept_only=True, pending_only=True))
+        return [step for _, _, step, _ in rows if step in steps]
+
+    def _candidates(
+        self, session_id: str, project: str | None, report: PromotionReport, dropped: set[int] | None = None
+    ) -> list[Candidate]:
+        """The inference rules' suggestions this session contributes to, with their frequency;
+        ``dropped``: steps of this session whose signals do not count (a dry run's abandoned steps)."""
         rows = self.db.read(lambda c: obs_sql.signals_with_time(c, project=project, kept_only=True))
         per_session = self.db.read(lambda c: obs_sql.project_sessions(c, project, kept_only=True))
+        if dropped:
+            rows = [r for r in rows if not (r[0] == session_id and r[2] in dropped)]
+            kept_files = self.db.read(lambda c: obs_sql.session_files(c, session_id, skip_steps=sorted(dropped)))
+            if kept_files:
+                per_session[session_id] = kept_files
+            else:
+                per_session.pop(session_id, None)
         mine = set(per_session.get(session_id, []))
         newest: dict[str, int] = {}
         backtracks: dict[str, int] = {}
