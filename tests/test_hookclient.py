@@ -226,7 +226,7 @@ def test_the_entry_point_imports_no_heavy_module(tmp_path: Path, repo: Path, eve
         # memlane's own heavy layers stay out too: only the leaf modules are loaded
         assert {m for m in modules if m.startswith("memlane")} <= allowed
         assert sorted(m for m in modules if m.split(".")[0] in SLOW_STDLIB) == []
-    assert ("memlane.connectors.transcript" in after_call) == (event in ("user-prompt-submit", "session-end"))
+    assert ("memlane.connectors.transcript" in after_call) == (event in ("user-prompt-submit", "session-end", "stop"))
     [spooled] = spooled_files(home / "spool")  # the call really ran (daemon down: spooled)
     body = json.loads(spooled.read_text())["body"]
     if event == "user-prompt-submit":

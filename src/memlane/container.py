@@ -60,6 +60,7 @@ from memlane.storage import memories as mem_sql
 from memlane.storage.db import Database
 from memlane.storage.migrations import migrate
 from memlane.v3.active import ActiveLoop
+from memlane.v3.context_cost import ContextCosts
 from memlane.v3.lifecycle import LifecycleService, LifecycleWorker
 from memlane.v3.methodology.service import PhaseService
 from memlane.v3.observer import Observer
@@ -255,7 +256,9 @@ def open_container(
     phases = PhaseService(lambda: settings.methodology)  # read at each request: POST /api/config swaps it
     coaccess = CoAccessService(db)
     active = ActiveLoop(db, memories, coaccess, lambda: llm)
-    observer = ObserverSessions(Observer(db), Promoter(db, memories, lambda: llm, active=active), coaccess)
+    observer = ObserverSessions(
+        Observer(db), Promoter(db, memories, lambda: llm, active=active), coaccess, ContextCosts(db, memories)
+    )
     sessions = SessionService(
         memories,
         recall,

@@ -404,20 +404,36 @@ def build_body(
     transcript_roots: Sequence[Path | str] | None = None,
     max_transcript_bytes: int | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    payload_chars: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body for the daemon endpoint of ``event`` (``None`` fields left out).
 
     user-prompt-submit gets ``memory_feedback`` from the transcript's latest assistant message
     (last 2 MB read); session-end gets the rendered ``transcript`` (its most recent part, at
     most ``max_body_bytes // 2`` bytes; a transcript file over ``max_transcript_bytes``, default
-    :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read). A refused transcript
+    :data:`memlane.connectors.transcript.DEFAULT_MAX_BYTES`, is not read); stop gets
+    ``context_tokens``, the latest usage in the transcript's last 256 KB. A refused transcript
     path simply adds nothing. :mod:`memlane.connectors.transcript` is imported only for these
-    two events."""
+    three events. ``payload_chars`` (the hook input's size) goes with a post-tool-use call."""
+    body: dict[str, Any]
     if event.event in TOOL_EVENTS or event.event == "pre-tool-use":
-        return tool_use_body(event)
+        body = tool_use_body(event)
+        if payload_chars is not None and event.event in TOOL_EVENTS:
+            body["payload_chars"] = payload_chars
+        return body
     if event.event in STOP_EVENTS:
-        return step_end_body(event)
-    body: dict[str, Any] = {
+        body = step_end_body(event)
+        if event.event == "stop":  # a subagent's usage is in its own transcript, not this one
+            from memlane.connectors import transcript
+
+            raw = transcript.read_transcript(
+                event.transcript_path, transcript_roots, tail_bytes=transcript.USAGE_TAIL_BYTES
+            )
+            tokens = transcript.last_context_tokens(raw) if raw else None
+            if tokens is not None:
+                body["context_tokens"] = tokens
+        return body
+    body = {
         "session_key": event.session_key,
         "project": event.project,
         "cwd": event.cwd,
@@ -762,7 +778,9 @@ def _run(
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         log.warning("hook %s: bad input ignored: %s", event_name, exc)
         return ""
-    body = build_body(event, transcript_roots=roots, max_body_bytes=target.max_body_bytes)
+    body = build_body(
+        event, transcript_roots=roots, max_body_bytes=target.max_body_bytes, payload_chars=len(stdin_text)
+    )
     endpoint = ENDPOINTS[event.event]
     timeout_s = min(target.timeout_s, PRE_TOOL_TIMEOUT_S) if event.event == "pre-tool-use" else target.timeout_s
     spool_dir = spool_dir_for(target.home)

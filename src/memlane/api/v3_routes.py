@@ -129,6 +129,9 @@ class ToolUseIn(BaseModel):
     error: str | None = Field(None, description="The failure text when the call failed.")
     tool_use_id: str | None = Field(None, max_length=200, description="Pairs the call with its PreToolUse.")
     ts_ms: int | None = Field(None, ge=0, le=MAX_TS_MS, description="When the call ended (epoch ms); default now.")
+    payload_chars: int | None = Field(
+        None, ge=0, le=10**12, description="The size of the hook input (characters), for the context cost."
+    )
 
 
 class PreToolUseIn(BaseModel):
@@ -157,6 +160,9 @@ class StepEndIn(BaseModel):
     agent_id: str | None = Field(None, max_length=200)
     agent_type: str | None = Field(None, max_length=200)
     ts_ms: int | None = Field(None, ge=0, le=MAX_TS_MS, description="When the step ended (epoch ms); default now.")
+    context_tokens: int | None = Field(
+        None, ge=0, le=10**9, description="The context size when the step ended (the transcript's latest usage)."
+    )
 
 
 class ObserverEndIn(_Strict):
@@ -364,6 +370,7 @@ def router(container: Container) -> APIRouter:
             error=err,
             ts_ms=body.ts_ms,
             tool_use_id=body.tool_use_id,
+            payload_chars=body.payload_chars,
         )
         out: dict[str, Any] = {"signals": [{"type": t, **d} for t, d in sig]}
         if container.active is not None and err is None and is_git_commit(body.tool_name, body.tool_input) and body.cwd:
@@ -396,6 +403,7 @@ def router(container: Container) -> APIRouter:
             agent_id=body.agent_id,
             agent_type=body.agent_type,
             ts_ms=body.ts_ms,
+            context_tokens=body.context_tokens,
         )
 
     @r.get("/api/v3/observer/steps")

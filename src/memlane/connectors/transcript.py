@@ -221,6 +221,29 @@ def _entries_from_the_end(jsonl: str) -> Iterator[dict[str, Any]]:
             yield obj
 
 
+#: The ``message.usage`` fields whose sum is the context an assistant message saw and wrote.
+CONTEXT_USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+#: Bytes of the transcript's end the Stop hook reads for the latest usage.
+USAGE_TAIL_BYTES = 256 * 1024
+
+
+def last_context_tokens(jsonl: str) -> int | None:
+    """The context size at the latest assistant message that reports usage: the sum of its
+    ``message.usage`` input, cache-creation, cache-read and output tokens (Claude Code's
+    transcript lines carry the Messages API usage object); ``None`` when no line has usage."""
+    for entry in _entries_from_the_end(jsonl):
+        if entry.get("type") != "assistant":
+            continue
+        message = entry.get("message")
+        usage = message.get("usage") if isinstance(message, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        counts = [v for k in CONTEXT_USAGE_KEYS if isinstance(v := usage.get(k), int) and not isinstance(v, bool)]
+        if counts:
+            return sum(max(0, v) for v in counts)
+    return None
+
+
 def last_assistant_texts(jsonl: str) -> list[str]:
     """The text blocks of the latest assistant turn (everything after the last human user
     message that precedes the last assistant line), latest first.

@@ -45,11 +45,13 @@ def add_event(
     ts_ms: int,
     tool_use_id: str | None = None,
     duration_ms: int | None = None,
+    payload_chars: int | None = None,
 ) -> None:
-    """Record one tool call (``duration_ms``: from its PreToolUse, when seen)."""
+    """Record one tool call (``duration_ms``: from its PreToolUse, when seen; ``payload_chars``: the
+    size of its hook input)."""
     conn.execute(
         """INSERT INTO observer_events (session_key, project, step, tool_name, file_path, is_edit, error_hash,
-               error_text, ts_ms, tool_use_id, duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
+               error_text, ts_ms, tool_use_id, duration_ms, payload_chars) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
         (
             session_key,
             project,
@@ -62,6 +64,7 @@ def add_event(
             ts_ms,
             tool_use_id,
             duration_ms,
+            payload_chars,
         ),
     )
 
@@ -256,16 +259,17 @@ def add_step(
     last_step: int | None = None,
     agent_id: str | None = None,
     agent_type: str | None = None,
+    context_tokens: int | None = None,
 ) -> int:
     """Record a work-step boundary after ``last_step`` (default: the session's last recorded tool
-    call, 0 when none); returns that step."""
+    call, 0 when none) with the context size then (``context_tokens``, when known); returns that step."""
     if last_step is None:
         row = conn.execute("SELECT max(step) FROM observer_events WHERE session_key = ?", (session_key,)).fetchone()
         last_step = int(row[0] or 0)
     conn.execute(
-        """INSERT INTO observer_steps (session_key, project, last_step, kind, agent_id, agent_type, ts_ms)
-           VALUES (?,?,?,?,?,?,?)""",
-        (session_key, project, last_step, kind, agent_id, agent_type, ts_ms),
+        """INSERT INTO observer_steps (session_key, project, last_step, kind, agent_id, agent_type, ts_ms,
+               context_tokens) VALUES (?,?,?,?,?,?,?,?)""",
+        (session_key, project, last_step, kind, agent_id, agent_type, ts_ms, context_tokens),
     )
     return last_step
 
@@ -302,3 +306,61 @@ def mark_steps(conn: sqlite3.Connection, session_key: str, steps: list[int], sta
             (state, session_key, PENDING, *chunk),
         ).rowcount
     return total
+
+
+# --- context cost (migration 0019) -------------------------------------------------------------
+
+
+def session_tokens(conn: sqlite3.Connection, session_key: str) -> tuple[int | None, int | None]:
+    """``(largest context_tokens of the session's steps, sum of its calls' payload_chars)``; each
+    None when nothing was recorded."""
+    ctx = conn.execute(
+        "SELECT max(context_tokens) FROM observer_steps WHERE session_key = ?", (session_key,)
+    ).fetchone()[0]
+    chars = conn.execute(
+        "SELECT sum(payload_chars) FROM observer_events WHERE session_key = ?", (session_key,)
+    ).fetchone()[0]
+    return (None if ctx is None else int(ctx)), (None if chars is None else int(chars))
+
+
+def add_cost_samples(
+    conn: sqlite3.Connection, project: str, session_key: str, modules: list[str], tokens: int, basis: str, at: str
+) -> None:
+    """One sample per module for the session (a session ended again replaces its samples)."""
+    conn.executemany(
+        """INSERT OR REPLACE INTO context_cost_samples (project, module, session_key, tokens, basis, created_at)
+           VALUES (?,?,?,?,?,?)""",
+        [(project, m, session_key, tokens, basis, at) for m in modules],
+    )
+
+
+def cost_samples(conn: sqlite3.Connection, project: str, module: str, limit: int) -> list[int]:
+    """The module's newest ``limit`` samples (tokens), newest first."""
+    return [
+        int(r[0])
+        for r in conn.execute(
+            """SELECT tokens FROM context_cost_samples WHERE project = ? AND module = ?
+               ORDER BY created_at DESC, rowid DESC LIMIT ?""",
+            (project, module, limit),
+        )
+    ]
+
+
+def trim_cost_samples(conn: sqlite3.Connection, keep: int, *, dry_run: bool = False) -> int:
+    """Delete every module's samples beyond its newest ``keep``; returns how many (would be) deleted."""
+    older = """SELECT rowid FROM (SELECT rowid, row_number() OVER (PARTITION BY project, module
+                 ORDER BY created_at DESC, rowid DESC) AS rn FROM context_cost_samples) WHERE rn > ?"""
+    if dry_run:
+        return int(conn.execute(f"SELECT count(*) FROM ({older})", (keep,)).fetchone()[0])
+    return conn.execute(f"DELETE FROM context_cost_samples WHERE rowid IN ({older})", (keep,)).rowcount
+
+
+def context_cost_memory(conn: sqlite3.Connection, project: str, module: str) -> str | None:
+    """The id of the project's live ``context_cost`` memory for ``module`` (the newest), or None."""
+    row = conn.execute(
+        """SELECT id FROM memories INDEXED BY idx_memories_type
+           WHERE type = 'context_cost' AND project IS ? AND is_deleted = 0 AND superseded_by IS NULL
+             AND json_extract(type_fields, '$.module') = ? ORDER BY created_at DESC LIMIT 1""",
+        (project or None, module),
+    ).fetchone()
+    return None if row is None else str(row[0])

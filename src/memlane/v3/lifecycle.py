@@ -22,6 +22,11 @@ recipe_changed ``workflow_recipe`` whose step's ``canonical_file`` changed after
                validated (file modification time): marked stale
 ============== ====================================================================================
 
+The ``context_cost`` rolling window (seed: "retain the last 30 sessions of data per module. Prune
+older samples") is applied to the samples, not to memories: each run deletes every module's
+context-cost samples beyond its newest 30 (:meth:`memlane.v3.context_cost.ContextCosts.trim`;
+reported as ``samples_trimmed``).
+
 File rules need the project's root: given by the caller, else the working directory of the
 project's latest session. Paths that are absolute or leave the root (``..``) are not judged.
 User controls: :meth:`LifecycleService.archive_work_unit` (a merged work unit's memories),
@@ -46,6 +51,7 @@ from memlane.services.memory_service import MemoryService
 from memlane.storage import lifecycle as lc_sql
 from memlane.storage.db import Database
 from memlane.storage.lifecycle import Candidate
+from memlane.v3.context_cost import ContextCosts
 from memlane.v3.model import check_str
 from memlane.workers.runtime import PollingWorker
 
@@ -124,6 +130,7 @@ class LifecycleService:
     def __init__(self, db: Database, memories: MemoryService) -> None:
         self.db = db
         self.memories = memories
+        self.costs = ContextCosts(db, memories)
 
     def run(
         self,
@@ -136,7 +143,8 @@ class LifecycleService:
         """Apply the rules once. ``project_root`` (a directory) is used for ``project`` (or for
         every memory when no project is given); otherwise each project's latest session's
         working directory. Returns ``{"pruned", "stale_marked", "by_rule": {rule: n}, "ids":
-        {rule: [...]}, "dry_run"}`` (``ids`` capped at 100 per rule).
+        {rule: [...]}, "samples_trimmed", "dry_run"}`` (``ids`` capped at 100 per rule;
+        ``samples_trimmed``: context-cost samples beyond the rolling window).
 
         Raises:
             ValidationError: ``project_root`` is not a directory; a bad ``now``.
@@ -188,6 +196,7 @@ class LifecycleService:
             "stale_marked": stale_marked,
             "by_rule": dict(by_rule),
             "ids": ids,
+            "samples_trimmed": self.costs.trim(dry_run=dry_run),
             "dry_run": dry_run,
         }
 

@@ -125,9 +125,10 @@ class Observer:
         agent_id: str | None = None,
         agent_type: str | None = None,
         ts_ms: int | None = None,
+        context_tokens: int | None = None,
     ) -> dict[str, Any]:
         """Record a work-step boundary (``kind``: ``stop`` or ``subagent_stop``) after the session's
-        last recorded tool call.
+        last recorded tool call, with the context size then (``context_tokens``, from the transcript).
 
         Returns:
             ``{"last_step": int, "failed": bool}``: the step it closes (0: no call recorded yet) and
@@ -144,7 +145,16 @@ class Observer:
         ts = int(time.time() * 1000) if ts_ms is None else int(ts_ms)
 
         def job(conn: Any) -> dict[str, Any]:
-            last = obs_sql.add_step(conn, session_key, project, kind, ts, agent_id=agent_id, agent_type=agent_type)
+            last = obs_sql.add_step(
+                conn,
+                session_key,
+                project,
+                kind,
+                ts,
+                agent_id=agent_id,
+                agent_type=agent_type,
+                context_tokens=context_tokens,
+            )
             outcomes = obs_sql.call_outcomes(conn, session_key)
             return {"last_step": last, "failed": bool(outcomes) and outcomes[-1][1]}
 
@@ -170,9 +180,11 @@ class Observer:
         error: str | None = None,
         ts_ms: int | None = None,
         tool_use_id: str | None = None,
+        payload_chars: int | None = None,
     ) -> list[tuple[str, dict[str, Any]]]:
         """Record one tool call (``error``: the failure text when it failed; ``ts_ms``: when it
-        ended, default now; ``tool_use_id`` pairs it with its start) and return the signals it
+        ended, default now; ``tool_use_id`` pairs it with its start; ``payload_chars``: the size of
+        its hook input, for the context cost) and return the signals it
         completed, ``[(type, data)]``. A call whose start was noted (:meth:`note_start`) gets its
         ``duration_ms``; a Task / Agent call ends a work step.
 
@@ -198,7 +210,19 @@ class Observer:
             step = obs_sql.next_step(conn, session_key)
             history = obs_sql.events(conn, session_key)
             obs_sql.add_event(
-                conn, session_key, project, step, tool_name, path, is_edit, err_hash, error, ts, tool_use_id, duration
+                conn,
+                session_key,
+                project,
+                step,
+                tool_name,
+                path,
+                is_edit,
+                err_hash,
+                error,
+                ts,
+                tool_use_id,
+                duration,
+                payload_chars,
             )
             sig = derive(history, obs_sql.Event(step, tool_name, path, is_edit, err_hash, ts, duration), error)
             obs_sql.add_signals(conn, session_key, project, step, sig, at)

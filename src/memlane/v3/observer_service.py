@@ -12,6 +12,7 @@ from typing import Any
 
 from memlane.coaccess.graph import CoAccessService
 from memlane.errors import NotFound
+from memlane.v3.context_cost import ContextCosts
 from memlane.v3.model import check_str
 from memlane.v3.observer import Observer
 from memlane.v3.promotion import Promoter
@@ -24,12 +25,16 @@ class ObserverSessions:
         observer: the scratchpad (tool calls and signals).
         promoter: the promotion pipeline.
         coaccess: the co-access graph.
+        costs: the context cost per module (None: not sampled).
     """
 
-    def __init__(self, observer: Observer, promoter: Promoter, coaccess: CoAccessService) -> None:
+    def __init__(
+        self, observer: Observer, promoter: Promoter, coaccess: CoAccessService, costs: ContextCosts | None = None
+    ) -> None:
         self.observer = observer
         self.promoter = promoter
         self.coaccess = coaccess
+        self.costs = costs
 
     def observed(self, session_id: str) -> bool:
         """Whether any tool call of the session was recorded."""
@@ -45,13 +50,15 @@ class ObserverSessions:
         complexity: str | None = None,
         work_unit_ref: Any = None,
     ) -> dict[str, Any]:
-        """Record the session's files in the co-access graph (origin ``session``) and, with
-        ``finalize``, run the promotion pipeline with ``outcome`` (default: ``failed`` when the
-        session's last tool call failed, else ``passed``).
+        """Record the session's files in the co-access graph (origin ``session``), sample its
+        context cost per module (memlane.v3.context_cost) and, with ``finalize``, run the promotion
+        pipeline with ``outcome`` (default: ``failed`` when the session's last tool call failed,
+        else ``passed``).
 
         Returns:
-            ``{"files": int, "promotion": PromotionReport.as_dict() | None}`` (None: not finalized,
-            or no tool call of the session was observed).
+            ``{"files": int, "context_cost": ContextCosts.record_session(...) | None, "promotion":
+            PromotionReport.as_dict() | None}`` (promotion None: not finalized, or no tool call of
+            the session was observed).
 
         Raises:
             ValidationError: a bad session id, project, outcome, complexity or work-unit reference.
@@ -59,7 +66,9 @@ class ObserverSessions:
         files = self.observer.session_files(check_str(session_id, "session_id", max_chars=200))
         if files:
             self.coaccess.record_files(files, project=project or "", origin="session")
-        out: dict[str, Any] = {"files": len(files), "promotion": None}
+        out: dict[str, Any] = {"files": len(files), "context_cost": None, "promotion": None}
+        if self.costs is not None:
+            out["context_cost"] = self.costs.record_session(session_id, project)
         if finalize:
             chosen = outcome or ("failed" if self.observer.last_call_failed(session_id) else "passed")
             try:
