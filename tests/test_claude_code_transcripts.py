@@ -34,9 +34,12 @@ EXCERPT = FIX / "4d5611e5-excerpt.jsonl"
 HEAVY = FIX / "tool_heavy.jsonl"
 SHORT = FIX / "short.jsonl"
 SIBLING = FIX / "8463c716-excerpt.jsonl"
+SUBAGENT = FIX / "491e126e-excerpt.jsonl"
+ALL = (SHORT, HEAVY, EXCERPT, SIBLING, SUBAGENT)
 EXCERPT_SID = "4d5611e5-241a-462a-8d15-5122611a9569"
 HEAVY_SID = "d6e0bada-1959-4eec-a9d2-0bfade768d8f"
 SHORT_SID = "55604662-cf2a-4331-851a-ec234028f8ca"
+SUBAGENT_SID = "491e126e-1e71-469c-ade2-fcc8af567c74"
 DOV = "/home/USER/projects/spotter-worktrees/spotter-dov"
 SPOTTER = "/home/marco/projects/spotter"
 APP_JS = "assets/js/app.js"
@@ -54,16 +57,18 @@ def tool_calls(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # -- the replay: what Claude Code's hooks would have received ------------------------------------------------------
-def test_calls_the_user_rejected_fire_no_tool_hook() -> None:
+def test_calls_the_user_rejected_fire_no_post_hook() -> None:
     """short.jsonl: one prompt, a Bash and a Glob call the user rejected at the permission prompt
-    (the tools never ran), then a /model slash command (local: no prompt hook)."""
+    (PreToolUse runs before that prompt; the tools never ran), the user's interruption (no Stop),
+    then a /model slash command (local: no prompt hook)."""
     stats = ReplayStats()
     evs = events(SHORT, stats)
-    assert [e for e, _ in evs] == ["session-start", "user-prompt-submit", "session-end"]
+    assert [e for e, _ in evs] == ["session-start", "user-prompt-submit", "pre-tool-use", "pre-tool-use", "session-end"]
+    assert [p["tool_name"] for e, p in evs if e == "pre-tool-use"] == ["Bash", "Glob"]
     assert evs[1][1]["prompt"] == "mix phx.server doesnt seem to start"
     assert {p["session_id"] for _, p in evs} == {SHORT_SID}
     assert {p["cwd"] for _, p in evs} == {SPOTTER}
-    assert (stats.rejected, stats.tool_calls, stats.failed_calls, stats.unanswered) == (2, 0, 0, 0)
+    assert (stats.rejected, stats.tool_calls, stats.failed_calls, stats.unanswered, stats.stops) == (2, 0, 0, 0, 0)
     assert evs[0][1] == {
         "session_id": SHORT_SID,
         "transcript_path": str(SHORT.resolve()),
@@ -77,8 +82,17 @@ def test_calls_the_user_rejected_fire_no_tool_hook() -> None:
 
 def test_tool_calls_come_in_the_order_their_answers_arrived() -> None:
     """tool_heavy.jsonl: two prompts (the /mcp command between them is local), six calls; the Glob
-    and the WebSearch were issued together and the Glob answered first."""
+    and the WebSearch were issued together and the Glob answered first. The user interrupted both
+    turns: no Stop."""
     evs = events(HEAVY)
+    assert "stop" not in [e for e, _ in evs]
+    names = [(e, p.get("tool_name")) for e, p in evs if e.endswith("tool-use")]
+    assert names[:4] == [
+        ("pre-tool-use", "Bash"),
+        ("post-tool-use", "Bash"),
+        ("pre-tool-use", "Bash"),
+        ("post-tool-use", "Bash"),
+    ]
     prompts = [p["prompt"] for e, p in evs if e == "user-prompt-submit"]
     assert prompts[0] == "start phoenix in background"
     assert prompts[1].startswith("scrolling back in xterm.js still does not work")
@@ -108,8 +122,10 @@ def test_failed_calls_become_post_tool_use_failure_and_usage_is_summed() -> None
     assert failed[1][1]["error"].startswith("Pre-commit validation failed:")
     assert failed[0][1]["hook_event_name"] == "PostToolUseFailure" and failed[0][1]["is_interrupt"] is False
     assert "tool_response" not in failed[0][1]
-    assert [e for e, _ in evs][:2] == ["session-start", "user-prompt-submit"]
-    assert evs[1][1]["prompt"].startswith("Work on bead spotter-dov.")
+    assert [e for e, _ in evs][:3] == ["session-start", "user-prompt-submit", "user-prompt-submit"]
+    assert evs[1][1]["prompt"].startswith("Work on bead spotter-dov.") and evs[2][1]["prompt"] == "continue"
+    # the excerpt is cut inside the "continue" turn: it ends there, so its Stop comes before the end
+    assert [e for e, _ in evs][-2:] == ["stop", "session-end"] and stats.stops == 1
     # 26 assistant messages carry usage (README); the session read most of its context from the cache
     assert stats.usage["messages"] == 26
     assert stats.usage["cache_read_input_tokens"] > 100 * stats.usage["input_tokens"]
@@ -118,11 +134,11 @@ def test_failed_calls_become_post_tool_use_failure_and_usage_is_summed() -> None
 def test_every_payload_reads_like_a_live_hook_input() -> None:
     """Each replayed payload goes through the live hooks' mapping without an error, keeping the
     tool's name and input; a failure becomes the observer's failed-call shape."""
-    for path in (SHORT, HEAVY, EXCERPT):
+    for path in ALL:
         for ev, p in events(path):
             hook = from_claude_code(ev, p)
             assert hook.session_key == p["session_id"] and hook.cwd == p["cwd"]
-            if ev.startswith("post-tool-use"):
+            if ev.endswith("tool-use") or ev == "post-tool-use-failure":
                 assert (hook.tool_name, hook.tool_input) == (p["tool_name"], p["tool_input"])
             if ev == "post-tool-use-failure":
                 assert hook.tool_response == {"is_error": True, "error": p["error"]}
@@ -148,35 +164,63 @@ def test_replayed_payloads_have_the_shape_of_recorded_hook_inputs() -> None:
     assert set(replayed["Bash"]["tool_response"]) - set(recorded["Bash"]["tool_response"]) == {"noOutputExpected"}
 
 
-def recorded_post_hooks(path: Path) -> dict[str, str]:
-    """The post-tool hook Claude Code recorded running for each call (the user's own hooks'
-    ``progress`` lines, ``data.hookEvent``), by tool_use_id."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+def recorded_hooks(path: Path) -> list[tuple[str, str | None, int]]:
+    """The hook runs a transcript recorded (its users' own hooks' ``progress`` lines, one per hook
+    command): ``(hookEvent, toolUseID or None, the line of the latest user/assistant line)``, one
+    entry per event and call (several hook commands of one event count once)."""
+    out: list[tuple[str, str | None, int]] = []
+    last = 0
+    for no, line in enumerate(path.read_text().splitlines(), 1):
         o = json.loads(line)
         d = o.get("data") or {}
-        if o["type"] == "progress" and d.get("hookEvent") in ("PostToolUse", "PostToolUseFailure"):
-            out[o["toolUseID"]] = d["hookEvent"]
+        if o["type"] in ("user", "assistant"):
+            last = no
+        elif o["type"] == "progress" and d.get("type") == "hook_progress":
+            tool = o.get("toolUseID") if d["hookEvent"] in ("PreToolUse", "PostToolUse", "PostToolUseFailure") else None
+            key = (d["hookEvent"], tool, last)
+            if key not in out:
+                out.append(key)
     return out
 
 
+def recorded_post_hooks(path: Path) -> dict[str, str]:
+    """The post-tool hook recorded for each call, by tool_use_id."""
+    return {t: e for e, t, _ in recorded_hooks(path) if t and e.startswith("PostToolUse")}
+
+
 def test_replayed_events_are_the_hooks_claude_code_ran() -> None:
-    """Ground truth in the transcripts themselves: their users' own PostToolUse and
-    PostToolUseFailure hooks left a record of each run. Every call with a record is replayed as
-    that event; the one failure without a record is step 26, the commit the user's PreToolUse
-    hook blocked (the transcript does not mark a block: docs/v3.md)."""
-    checked = 0
-    for path in (EXCERPT, HEAVY):
+    """Ground truth in the transcripts themselves: their users' own hooks left a record of each
+    run. Every call with a recorded post hook is replayed as that event, and every call with a
+    recorded PreToolUse has a replayed PreToolUse; the one replayed failure without a record is
+    step 26 of the excerpt, the commit the user's PreToolUse hook blocked (a transcript does not
+    mark a block: docs/v3.md). Every recorded Stop is replayed at the same line, and no other Stop
+    (but the one at the end of an excerpt cut inside a turn)."""
+    checked = {"post": 0, "pre": 0, "stop": 0}
+    for path in ALL:
+        recorded = recorded_hooks(path)
         fired = recorded_post_hooks(path)
-        calls = [p for e, p in events(path) if e.startswith("post-tool-use")]
+        evs = [(e, p, ev_line) for (e, p), ev_line in zip(events(path), (ev.line for ev in replay(path)))]
+        calls = [p for e, p, _ in evs if e.startswith("post-tool-use")]
         for step, p in enumerate(calls, 1):
             if p["tool_use_id"] in fired:
                 assert p["hook_event_name"] == fired[p["tool_use_id"]], (path.name, step)
-                checked += 1
+                checked["post"] += 1
             elif path == EXCERPT:
                 assert (step, p["hook_event_name"]) == (26, "PostToolUseFailure"), step
                 assert p["error"].startswith("Pre-commit validation failed")
-    assert checked == 26 + 2  # the excerpt: 25 PostToolUse, 1 PostToolUseFailure; tool_heavy: 2
+        pre_ids = {p["tool_use_id"] for e, p, _ in evs if e == "pre-tool-use"}
+        for e, tool, _ in recorded:
+            if e == "PreToolUse":
+                assert tool in pre_ids, (path.name, tool)
+                checked["pre"] += 1
+        stops = [line for e, _, line in evs if e == "stop"]
+        if path in (EXCERPT, SIBLING):  # cut inside a turn: the replay's last Stop is where the cut is
+            stops = stops[:-1]
+        assert [line for e, _, line in recorded if e == "Stop"] == stops, path.name
+        checked["stop"] += sum(1 for e, _, _ in recorded if e == "Stop")
+    # post: the excerpt 25 PostToolUse + 1 PostToolUseFailure, tool_heavy 2, the sibling 1; pre: the rejected
+    # Bash of short, tool_heavy's 2 Bash, the sibling's first Bash, 491e126e's 4 Bash; stop: 491e126e's turn
+    assert checked == {"post": 26 + 2 + 1, "pre": 1 + 2 + 1 + 4, "stop": 1}
 
 
 def test_a_call_claude_code_refused_fires_no_hook() -> None:
@@ -343,8 +387,8 @@ def test_tool_heavy_and_short_through_the_hooks(tmp_path: Path, start_daemon) ->
     home = tmp_path / "home"
     d = start_daemon(home, provider="none")
     user_home, env = hook_env(tmp_path, home)
-    replay_through_hooks(HEAVY, user_home, env)
-    replay_through_hooks(SHORT, user_home, env)
+    for path in (HEAVY, SHORT, SUBAGENT):
+        replay_through_hooks(path, user_home, env)
     assert [r.tool_name for r in observed_events(home, HEAVY_SID)] == [
         "Bash",
         "Bash",
@@ -367,6 +411,13 @@ def test_tool_heavy_and_short_through_the_hooks(tmp_path: Path, start_daemon) ->
             # the session end sent the transcript as rendered by the hook (user and assistant text)
             stored = read_store(home, lambda conn, sid=sid: sess_sql.get_transcript(conn, sid))
             assert stored.startswith(f"user: {prompt}\nassistant: ")
+        # 491e126e: the Task call (step 1) is a work step of its own; ExitPlanMode and the four Bash
+        # calls (steps 2-6) end with the turn's Stop; the interrupted first turn left no boundary
+        steps = c.get("/api/v3/observer/steps", params={"session_id": SUBAGENT_SID}).json()["steps"]
+        assert [(s["first_step"], s["last_step"], s["end"], s["failed"]) for s in steps] == [
+            (1, 1, "task", False),
+            (2, 6, "stop", False),
+        ], steps
     assert promoted_memories(d, 0) == []
 
 
@@ -389,7 +440,8 @@ def test_import_replays_each_session_once(tmp_path: Path, start_daemon) -> None:
     env = {"MEMLANE_HOME": str(home)}
     r = runner.invoke(app, ["import", str(proj), "--format", "claude-code", *url], env=env)
     assert r.exit_code == 0, r.output
-    assert "imported 3 sessions (33 tool calls, 2 failed" in flat(r), r.output
+    # signals: the excerpt 33, tool_heavy 1; steps: the Stop where the excerpt is cut (the other two were interrupted)
+    assert "imported 3 sessions (33 tool calls, 2 failed, 34 observer signals, 1 work steps ended)" in flat(r), r.output
     assert len(observed_events(home, EXCERPT_SID)) == 27 and len(observed_events(home, HEAVY_SID)) == 6
     [mem] = promoted_memories(d, 1)
     assert mem["related_files"] == [APP_JS]
@@ -438,3 +490,37 @@ def test_import_refuses_what_does_not_fit(tmp_path: Path) -> None:
     for args, message in cases:
         r = runner.invoke(app, args, env={"MEMLANE_HOME": str(tmp_path / "home")})
         assert r.exit_code == 1 and message in flat(r), (args, r.output)
+
+
+def test_a_subagent_ends_before_its_task_call_answers_and_turns_end_with_stop() -> None:
+    """491e126e-excerpt: a custom slash command starts the turn (its expanded prompt is a meta line:
+    no prompt hook); a Task call runs a Plan subagent (agentId afb92ff in the answer), then
+    ExitPlanMode, and the user interrupts (no Stop). The prompt "create the beads" starts the next
+    turn: four Bash calls and a summary, then Stop at that summary's line (31), where the
+    transcript recorded the user's Stop hooks running."""
+    stats = ReplayStats()
+    evs = list(replay(SUBAGENT, stats=stats))
+    seq = [(e.event, e.payload.get("tool_name")) for e in evs]
+    assert seq[:7] == [
+        ("session-start", None),
+        ("pre-tool-use", "Task"),
+        ("subagent-stop", None),
+        ("post-tool-use", "Task"),
+        ("pre-tool-use", "ExitPlanMode"),
+        ("post-tool-use", "ExitPlanMode"),
+        ("user-prompt-submit", None),
+    ]
+    sub = evs[2].payload
+    assert (sub["hook_event_name"], sub["agent_id"], sub["agent_type"], sub["stop_hook_active"]) == (
+        "SubagentStop",
+        "afb92ff",
+        "Plan",
+        False,
+    )
+    assert evs[6].payload["prompt"] == "create the beads"
+    assert seq[7:] == [("pre-tool-use", "Bash"), ("post-tool-use", "Bash")] * 4 + [
+        ("stop", None),
+        ("session-end", None),
+    ]
+    assert evs[-2].line == 31 and evs[-2].payload["hook_event_name"] == "Stop"
+    assert (stats.prompts, stats.stops, stats.subagent_stops, stats.tool_calls) == (1, 1, 1, 6)

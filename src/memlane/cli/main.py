@@ -373,7 +373,7 @@ def _import_transcripts(path: Path, data_dir: Path | None, url: str | None) -> N
         return
     console.print(
         f"imported {rep.imported} sessions ({rep.tool_calls} tool calls, {rep.failed_calls} failed, "
-        f"{rep.signals} observer signals), skipped {len(rep.skipped)} already known, "
+        f"{rep.signals} observer signals, {rep.steps} work steps ended), skipped {len(rep.skipped)} already known, "
         f"{rep.bad_lines} bad lines, {rep.rejected} refused events"
     )
     if rep.usage:

@@ -7,13 +7,17 @@ same translation a live hook uses (:func:`memlane.connectors.events.from_claude_
 
 * every answered tool call -> ``/api/v3/observer/tool-use`` (PostToolUse / PostToolUseFailure):
   the observer's scratchpad and signals;
+* the end of each turn (Stop) and of each subagent (SubagentStop) -> ``/api/v3/observer/step-end``:
+  the work-step boundaries the promotion's validation filter reads;
 * then the session's end -> ``/api/hooks/session-end``, with the transcript: the transcript is
   stored and summarised like a live session's, and the observer's session end runs (the files
   into the co-access graph, the promotion pipeline).
 
 SessionStart and UserPromptSubmit are not sent: both run recall and record the memories they
 would inject, and a past session never saw them, so the session's end would score injections
-that did not happen (the predictor learns from those labels).
+that did not happen (the predictor learns from those labels). PreToolUse is not sent either: it
+times the call's start (a replay has no real timing) and would note tool warnings the agent never
+saw.
 
 Idempotent: a session the daemon already knows (``GET /api/sessions/{id}`` answers 200: imported
 before, or recorded live by the hooks) is skipped; so is one whose tool calls the observer
@@ -37,12 +41,12 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 
 from memlane.cli.client import Client, DaemonError, DaemonUnavailable
 from memlane.connectors.claude_code_replay import ReplayStats, read_lines, replay_lines
-from memlane.connectors.events import TOOL_EVENTS, from_claude_code
+from memlane.connectors.events import STOP_EVENTS, TOOL_EVENTS, from_claude_code
 from memlane.errors import ValidationError
 from memlane.hookclient import ENDPOINTS, build_body
 
 #: Events the import sends (module docstring: why not session-start and user-prompt-submit).
-SENT_EVENTS = (*TOOL_EVENTS, "session-end")
+SENT_EVENTS = (*TOOL_EVENTS, *STOP_EVENTS, "session-end")
 #: Problems kept with their messages in the report (all are counted).
 MAX_PROBLEMS_KEPT = 1000
 #: Seconds one request may take (a session end with a large transcript included).
@@ -57,6 +61,7 @@ class ImportReport:
         imported: sessions sent (their tool calls and their end).
         skipped: ``[(file, session id, why)]`` for sessions already known to the daemon.
         tool_calls, failed_calls: tool-call events sent (failed calls included in ``tool_calls``).
+        steps: work-step boundaries sent (Stop and SubagentStop).
         signals: observer signals those calls completed.
         bad_lines: transcript lines that were not JSON objects.
         rejected: events the daemon refused (a 4xx other than 401/403).
@@ -70,6 +75,7 @@ class ImportReport:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
     tool_calls: int = 0
     failed_calls: int = 0
+    steps: int = 0
     signals: int = 0
     bad_lines: int = 0
     rejected: int = 0
@@ -87,6 +93,7 @@ class ImportReport:
             "skipped": [list(s) for s in self.skipped],
             "tool_calls": self.tool_calls,
             "failed_calls": self.failed_calls,
+            "steps": self.steps,
             "signals": self.signals,
             "bad_lines": self.bad_lines,
             "rejected": self.rejected,
@@ -193,6 +200,8 @@ def _import_one(
                 report.tool_calls += 1
                 report.failed_calls += ev.event == "post-tool-use-failure"
                 report.signals += len(res.get("signals", []))
+            elif ev.event in STOP_EVENTS:
+                report.steps += 1
     report.bad_lines += stats.bad_lines
     for no, message in stats.bad:
         report.problem(name, no, message)

@@ -17,17 +17,28 @@ object per line. The lines this module reads (other line types, such as ``progre
 Each line also carries ``sessionId``, ``cwd`` and, on prompts, ``permissionMode``.
 
 :func:`replay` turns them into :class:`ReplayEvent` s, in the order the hooks would have fired:
-``SessionStart`` (source ``startup``; optional), ``UserPromptSubmit`` at each prompt, at each
-answered call ``PostToolUse`` (``tool_response`` = ``toolUseResult``, else the result block's
-content) or, for a result with ``is_error``, ``PostToolUseFailure`` (``error`` = the result's
-text, ``is_interrupt`` false), and ``SessionEnd`` (reason ``other``: the transcript does not
-record why the session ended). Payloads carry the fields Claude Code sends (``session_id``,
-``transcript_path``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
-``tool_response`` / ``error``, ``tool_use_id``, ``permission_mode``), so they go through
+
+* ``SessionStart`` (source ``startup``; optional);
+* ``UserPromptSubmit`` at each prompt; a ``<task-notification>`` line (Claude Code reporting a
+  background task to the agent) and a slash command's record start a turn without being a prompt;
+* per call that ran, ``PreToolUse`` then, for a ``Task`` call (a subagent), ``SubagentStop``
+  (``agent_id`` = the answer's ``agentId``, ``agent_type`` = the call's ``subagent_type``), then
+  ``PostToolUse`` (``tool_response`` = the line's ``toolUseResult``, else the result block's
+  content) or, for a result with ``is_error``, ``PostToolUseFailure`` (``error`` = the result's
+  text, ``is_interrupt`` false). Claude Code fires PreToolUse when the call starts; the replay
+  emits it when the answer shows the call ran, so calls issued together come as pre/post pairs;
+* ``Stop`` at the end of each turn the agent answered (its last assistant line), unless the user
+  interrupted it (``[Request interrupted by user...]``: Claude Code runs no Stop hook then);
+* ``SessionEnd`` (reason ``other``: the transcript does not record why the session ended).
+
+Payloads carry the fields Claude Code sends (``session_id``, ``transcript_path``, ``cwd``,
+``hook_event_name``, ``tool_name``, ``tool_input``, ``tool_response`` / ``error``,
+``tool_use_id``, ``permission_mode``, ``stop_hook_active``), so they go through
 :func:`memlane.connectors.events.from_claude_code` like a live hook's stdin.
 
 Not replayed, and counted in :class:`ReplayStats`: a call the user rejected at the permission
-prompt (``toolUseResult`` ``"User rejected tool use"``), a call Claude Code refused before running
+prompt (``toolUseResult`` ``"User rejected tool use"``: only its PreToolUse is replayed, the hook
+runs before the permission prompt), a call Claude Code refused before running
 it (its result wrapped in ``<tool_use_error>``: a file that does not exist, a string to replace
 that is not in the file, a sibling call that errored), a call without an answer (the session was
 cut off), an answer to an unknown call. The first two never ran, so no tool hook fired: in
@@ -61,7 +72,13 @@ MAX_BAD_KEPT = 100
 REJECTED_RESULT = "User rejected tool use"
 #: How Claude Code wraps the answer of a call it refused before running it.
 REFUSED_PREFIX = "<tool_use_error>"
-_NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-", "[Request interrupted")
+_NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-", "[Request interrupted", "<task-notification>")
+#: User lines starting so begin a turn of the agent without being a prompt: Claude Code reporting
+#: a background task, a slash command (a local one gets no answer, so its turn has no Stop).
+TURN_STARTS = ("<task-notification>", "<command-message>", "<command-name>")
+INTERRUPTED = "[Request interrupted by user"
+#: The tool that runs a subagent: its answer is the subagent's end (SubagentStop).
+SUBAGENT_TOOLS = frozenset({"Task", "Agent"})
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
@@ -100,7 +117,8 @@ class ReplayStats:
     Attributes:
         session_id: the session's id (module docstring).
         lines: lines read (blank ones included).
-        prompts, tool_calls, failed_calls: events of each kind produced.
+        prompts, tool_calls, failed_calls, stops, subagent_stops: events of each kind produced
+            (``tool_calls`` counts PostToolUse, ``failed_calls`` PostToolUseFailure).
         rejected: calls the user rejected (no hook fired).
         refused: calls Claude Code refused before running them (no hook fired).
         unanswered: calls without an answer in the transcript.
@@ -118,6 +136,8 @@ class ReplayStats:
     prompts: int = 0
     tool_calls: int = 0
     failed_calls: int = 0
+    stops: int = 0
+    subagent_stops: int = 0
     rejected: int = 0
     refused: int = 0
     unanswered: int = 0
@@ -134,6 +154,8 @@ class ReplayStats:
             "prompts": self.prompts,
             "tool_calls": self.tool_calls,
             "failed_calls": self.failed_calls,
+            "stops": self.stops,
+            "subagent_stops": self.subagent_stops,
             "rejected": self.rejected,
             "refused": self.refused,
             "unanswered": self.unanswered,
@@ -180,8 +202,9 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _prompt_of(entry: dict[str, Any], content: Any) -> str | None:
-    """The submitted prompt of a user line, or None when the line is no prompt (module docstring)."""
+def _user_text(entry: dict[str, Any], content: Any) -> str | None:
+    """The text a person (or Claude Code) wrote into the main conversation on a user line; None
+    for a meta, sidechain or compaction line and for tool results."""
     if entry.get("isMeta") or entry.get("isSidechain") or entry.get("isCompactSummary"):
         return None
     if isinstance(content, list):
@@ -192,10 +215,13 @@ def _prompt_of(entry: dict[str, Any], content: Any) -> str | None:
         text = content
     else:
         return None
-    stripped = text.strip()
-    if not stripped or stripped.startswith(_NOT_PROMPTS):
-        return None
     return text
+
+
+def _is_prompt(text: str) -> bool:
+    """Whether a user line's text was submitted as a prompt (module docstring)."""
+    stripped = text.strip()
+    return bool(stripped) and not stripped.startswith(_NOT_PROMPTS)
 
 
 class _Replayer:
@@ -210,6 +236,10 @@ class _Replayer:
         self.mode: str | None = None
         self.usage: dict[str, dict[str, int]] = {}
         self.named = False
+        # the current turn: answered by the agent, interrupted by the user, its latest line
+        self.answered = False
+        self.interrupted = False
+        self.turn_line = 0
 
     def bad(self, no: int, message: str) -> None:
         if self.strict:
@@ -263,6 +293,8 @@ class _Replayer:
         ts = entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None
         kind = entry.get("type")
         if kind == "assistant":
+            if not entry.get("isSidechain"):
+                self.answered, self.interrupted, self.turn_line = True, False, no
             self._assistant(message, content)
         elif kind == "user":
             yield from self._user(no, entry, content, cwd, ts)
@@ -280,20 +312,35 @@ class _Replayer:
                 if isinstance(name, str) and name.strip():
                     self.pending[b["id"]] = (name, inp if isinstance(inp, dict) else {})
 
+    def end_turn(self) -> Iterator[ReplayEvent]:
+        """Stop for the turn now ending, when the agent answered it and it was not interrupted."""
+        if self.answered and not self.interrupted:
+            self.stats.stops += 1
+            stop = {**self.base("stop", self.stats.session_id, None), "stop_hook_active": False}
+            yield ReplayEvent("stop", stop, self.turn_line, None)
+        self.answered, self.interrupted = False, False
+
     def _user(
         self, no: int, entry: dict[str, Any], content: Any, cwd: str | None, ts: str | None
     ) -> Iterator[ReplayEvent]:
         sid = self.stats.session_id
-        prompt = _prompt_of(entry, content)
-        if prompt is not None:
-            self.stats.prompts += 1
-            yield ReplayEvent(
-                "user-prompt-submit", {**self.base("user-prompt-submit", sid, cwd), "prompt": prompt}, no, ts
-            )
+        text = _user_text(entry, content)
+        if text is not None:
+            stripped = text.strip()
+            if stripped.startswith(INTERRUPTED):
+                self.interrupted = True
+            elif _is_prompt(text) or stripped.startswith(TURN_STARTS):
+                yield from self.end_turn()
+                if _is_prompt(text):
+                    self.stats.prompts += 1
+                    prompt = {**self.base("user-prompt-submit", sid, cwd), "prompt": text}
+                    yield ReplayEvent("user-prompt-submit", prompt, no, ts)
             return
         if not isinstance(content, list):
             return
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if results and not entry.get("isSidechain"):
+            self.turn_line = no
         structured = entry.get("toolUseResult")
         for b in results:
             call = self.pending.pop(str(b.get("tool_use_id")), None)
@@ -301,28 +348,39 @@ class _Replayer:
                 self.stats.orphan_results += 1
                 continue
             name, inp = call
-            if structured == REJECTED_RESULT:
-                self.stats.rejected += 1
-                continue
-            head = {**self.base("post-tool-use", sid, cwd), "tool_name": name, "tool_input": inp}
             if b.get("is_error") and _text_of(b.get("content")).lstrip().startswith(REFUSED_PREFIX):
                 self.stats.refused += 1
                 continue
+            call_id = b["tool_use_id"]
+            pre = {**self.base("pre-tool-use", sid, cwd), "tool_name": name, "tool_input": inp, "tool_use_id": call_id}
+            yield ReplayEvent("pre-tool-use", pre, no, ts)
+            if structured == REJECTED_RESULT:
+                self.stats.rejected += 1
+                continue
+            # one result per line is Claude Code's shape; toolUseResult answers that one
+            answer = structured if structured is not None and len(results) == 1 else None
+            if name in SUBAGENT_TOOLS and not b.get("is_error"):
+                self.stats.subagent_stops += 1
+                sub: dict[str, Any] = {**self.base("subagent-stop", sid, cwd), "stop_hook_active": False}
+                if isinstance(answer, dict) and isinstance(answer.get("agentId"), str):
+                    sub["agent_id"] = answer["agentId"]
+                if isinstance(inp.get("subagent_type"), str):
+                    sub["agent_type"] = inp["subagent_type"]
+                yield ReplayEvent("subagent-stop", sub, no, ts)
+            head = {**self.base("post-tool-use", sid, cwd), "tool_name": name, "tool_input": inp}
             if b.get("is_error"):
                 self.stats.failed_calls += 1
                 err = _text_of(b.get("content")) or (structured if isinstance(structured, str) else "") or "error"
                 head.update(
                     hook_event_name=CLAUDE_CODE_NAMES["post-tool-use-failure"],
-                    tool_use_id=b["tool_use_id"],
+                    tool_use_id=call_id,
                     error=err,
                     is_interrupt=False,
                 )
                 yield ReplayEvent("post-tool-use-failure", head, no, ts)
             else:
                 self.stats.tool_calls += 1
-                # one result per line is Claude Code's shape; toolUseResult answers that one
-                response = structured if structured is not None and len(results) == 1 else b.get("content")
-                head.update(tool_response=response, tool_use_id=b["tool_use_id"])
+                head.update(tool_response=answer if answer is not None else b.get("content"), tool_use_id=call_id)
                 yield ReplayEvent("post-tool-use", head, no, ts)
 
     def finish(self) -> None:
@@ -372,6 +430,7 @@ def replay_lines(
         return
     if not started:
         yield _start(r, r.stats.session_id, r.cwd)
+    yield from r.end_turn()
     end = {**r.base("session-end", r.stats.session_id, None), "reason": "other"}
     yield ReplayEvent("session-end", end, r.stats.lines, None)
 
