@@ -158,6 +158,13 @@ class SessionSettings(BaseModel):
     inject_budget_chars: int = Field(4000, ge=0, le=100_000, description="Character budget of the session-start block.")
     prompt_limit: int = Field(5, ge=0, le=50, description="Most memories injected per prompt.")
     prompt_budget_chars: int = Field(2000, ge=0, le=100_000, description="Character budget of a prompt block.")
+    prefetch_content_chars: int = Field(
+        6000,
+        ge=0,
+        le=100_000,
+        description="Characters of pre-fetched files' contents added after the pre-fetch list (at most 3,000 "
+        "per file, secrets redacted, only under the project); 0 = paths only.",
+    )
     prompt_min_score: float = Field(
         0.45,
         ge=0.0,

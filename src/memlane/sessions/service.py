@@ -537,13 +537,19 @@ class SessionService:
         )
 
     def _prefetch_block(self, key: str, project: str | None, text: str, cwd: str | None, budget: int) -> str:
-        """The pre-fetched files' block (memlane.v3.active) within ``budget`` chars; "" when off,
-        empty or failing (pre-fetching never costs the agent its memories)."""
+        """The pre-fetched files' block (memlane.v3.active) within ``budget`` chars, and their
+        contents within ``sessions.prefetch_content_chars`` more; "" when off, empty or failing
+        (pre-fetching never costs the agent its memories)."""
         if self.prefetch is None or budget <= 0:
             return ""
         try:
             return self.prefetch.prefetch_block(
-                project=project, session_id=key, text=text, cwd=cwd, budget_chars=budget
+                project=project,
+                session_id=key,
+                text=text,
+                cwd=cwd,
+                budget_chars=budget,
+                content_chars=self.settings.prefetch_content_chars,
             )
         except Exception:
             log.exception("pre-fetching for %s failed", key)

@@ -7,7 +7,8 @@ what memory does while an agent works, through the hooks and explicit calls.
   memories one finalize may promote for a trivial, standard or complex task.
 * :meth:`ActiveLoop.prefetch`: predictive pre-fetching (seed "Predictive Pre-Fetching"): the files
   this kind of work usually needs, from ``prefetch_pattern`` memories and the co-access graph, for
-  session-start and the first prompt of a session (:meth:`prefetch_block`).
+  session-start and the first prompt of a session (:meth:`prefetch_block`, which adds the start of
+  the patterns' files, bounded and redacted).
 * :meth:`ActiveLoop.qa_failure`: QA failure -> reflexion memory (seed "QA Failure -> Reflexion
   Memory"): an ``error_pattern`` from ``qa_auto``, written by the LLM when one is configured, else a
   structured template, and the answer says which.
@@ -39,11 +40,12 @@ from memlane.errors import NotFound, ValidationError
 from memlane.providers.base import LlmError, LlmProvider
 from memlane.services.inputs import RememberInput
 from memlane.services.memory_service import MemoryService
-from memlane.sessions.inject import render_prefetch
+from memlane.sessions.inject import render_prefetch, render_prefetch_files
 from memlane.storage import active as act_sql
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_choice, check_str, check_str_list, check_work_unit_ref
+from memlane.v3.prefetch_files import read_files
 
 log = logging.getLogger(__name__)
 
@@ -502,11 +504,26 @@ class ActiveLoop:
         text: str = "",
         cwd: str | None = None,
         budget_chars: int = PREFETCH_START_BUDGET_CHARS,
+        content_chars: int = 0,
     ) -> str:
-        """:meth:`prefetch` rendered for injection within ``budget_chars`` ("" when nothing fits)."""
+        """:meth:`prefetch` rendered for injection within ``budget_chars`` ("" when nothing fits),
+        followed, when ``content_chars`` > 0, by the start of the ``prefetch_pattern`` files (the
+        seed pre-loads a pattern's always-read files) within ``content_chars`` more characters:
+        read under the session's directory ``cwd``, else the project root when ``project`` is
+        an absolute directory, never outside it, never secret files, always redacted
+        (:mod:`memlane.v3.prefetch_files`)."""
         if budget_chars <= 0:
             return ""
-        return render_prefetch(self.prefetch(project=project, session_id=session_id, text=text, cwd=cwd), budget_chars)
+        files = self.prefetch(project=project, session_id=session_id, text=text, cwd=cwd)
+        block = render_prefetch(files, budget_chars)
+        if not block or content_chars <= 0:
+            return block
+        roots = [r for r in dict.fromkeys([cwd, project]) if r and os.path.isabs(r) and os.path.isdir(r)]
+        wanted = [f["file"] for f in files if f["reason"] == "prefetch_pattern"]
+        if not roots or not wanted:
+            return block
+        texts = read_files(roots, wanted, budget_chars=content_chars)
+        return block + render_prefetch_files([(t.path, t.text, t.truncated) for t in texts], content_chars)
 
 
 def _names(text: str, trigger: str) -> bool:
