@@ -181,7 +181,7 @@ def test_empty_pool_and_any_query(cache) -> None:
         assert x.shape == (2, len(F.FEATURES)) and x.dtype == np.float32
 
 
-def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
+def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore, cache) -> None:
     c = vstore
     for text in (
         "Caroline: I went to the LGBTQ support group yesterday",
@@ -201,6 +201,10 @@ def test_recall_hands_the_ranker_its_pool_in_heuristic_order(vstore) -> None:
     assert list(p.final[:2]) == pytest.approx([h.score for h in res.hits])
     assert not np.isnan(p.vector_content).any() and not np.isnan(p.vector_context).any()
     assert p.contents[0] == res.hits[0].memory.content
+    # the content vectors the second-hop features read: one a candidate, their cosines the pool's
+    assert p.content_vectors is not None and p.content_vectors.shape == (4, c.recall.index.dimensions)
+    x = F.compute("When did Caroline go to the support group?", p, cache)
+    assert not np.isnan(x[:, F.FEATURES.index("feedback_cosine")]).any()
 
 
 def test_question_turns_ranks_of_coverage_and_content_cosine(cache) -> None:
@@ -240,3 +244,64 @@ def test_neighbours_question_cosine_and_speaker_and_relative_scores(cache) -> No
     assert col(x, "vector_content_gap") == pytest.approx([-0.3, 0.0, -0.8, -0.7])
     # query terms {caroline, paint}: the best memory holds both, stemmed ("painted")
     assert col(x, "coverage_rel") == pytest.approx([0.5, 1.0, 0.5, 0.0])
+
+
+def test_date_match_of_the_year_and_month_the_query_names(cache) -> None:
+    may_2023, june_2023, may_2022 = 1_683_000_000.0, 1_686_000_000.0, 1_651_500_000.0  # 2 May, 5 Jun 2023, 2 May 2022
+    p = pool(["a", "b", "c"], created=[may_2023, june_2023, may_2022])
+    assert col(F.compute("What did she do in May 2023?", p, cache), "date_match") == [1.0, 0.0, 0.0]
+    assert col(F.compute("what happened in 2023", p, cache), "date_match") == [1.0, 1.0, 0.0]
+    assert col(F.compute("plans for june", p, cache), "date_match") == [0.0, 1.0, 0.0]
+    # "may" uncapitalised is the verb: no date named
+    assert all(math.isnan(v) for v in col(F.compute("what may she paint?", p, cache), "date_match"))
+
+
+def test_near_coverage_joins_the_neighbours_terms(cache) -> None:
+    x = F.compute(
+        "painting sunsets at the lake",
+        pool(["I paint a lot", "mostly sunsets", "at the lake", "lake house"], seqs=[5, 6, 7, 30]),
+        cache,
+    )
+    # query terms {paint, sunset, lake}: seq 6 with 5 and 7 holds all three; 30 has no neighbour
+    assert col(x, "near_coverage") == pytest.approx([2 / 3, 1.0, 2 / 3, 1 / 3])
+    assert col(F.compute("the", pool(["a", "b"]), cache), "near_coverage") == [0.0, 0.0]  # no query term
+
+
+def test_session_best_rank_coverage_and_count(cache) -> None:
+    x = F.compute(
+        "sunsets",
+        pool(
+            ["a", "sunsets", "c", "d"],
+            hybrid=[0.9, 0.5, 0.3, 0.2],
+            created=[NOW, NOW + 60, NOW + 120, NOW + 10 * DAY],
+        ),
+        cache,
+    )
+    assert col(x, "session_best") == pytest.approx([0.9, 0.9, 0.9, 0.2])
+    assert col(x, "session_best_gap") == pytest.approx([0.0, 0.4, 0.6, 0.0])
+    assert col(x, "session_rank") == [0, 1, 2, 0]
+    assert col(x, "session_coverage_max") == [1.0, 1.0, 1.0, 0.0]
+    assert col(x, "session_count") == [3, 3, 3, 1]
+
+
+def test_feedback_cosine_to_the_best_candidates_centroid(cache) -> None:
+    e = np.eye(4, dtype=np.float32)
+    vectors = np.stack([e[0], e[0], e[1], e[0], e[0], e[2], np.zeros(4, np.float32)])
+    p = pool(list("abcdefg"), hybrid=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
+    p.content_vectors = vectors
+    x = F.compute("q", p, cache)
+    # centroid of the five best (4 x e0 + e1) / 5, normalised
+    c = np.array([4.0, 1.0, 0.0, 0.0]) / math.sqrt(17.0)
+    got = col(x, "feedback_cosine")
+    assert got[:6] == pytest.approx([c[0], c[0], c[1], c[0], c[0], 0.0], abs=1e-6) and math.isnan(got[6])
+    assert col(x, "feedback_cosine_rank")[:3] == [0, 1, 4] and math.isnan(col(x, "feedback_cosine_rank")[6])
+    assert all(math.isnan(v) for v in col(F.compute("q", pool(list("ab")), cache), "feedback_cosine"))  # no vectors
+
+
+def test_feedback_terms_shared_by_the_best_candidates(cache) -> None:
+    contents = ["guitar lessons", "guitar concert", "lessons at school", "guitar", "piano", "tea", "guitar lessons"]
+    x = F.compute("music", pool(contents, hybrid=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]), cache)
+    # feedback terms: held by two or more of the five best, outside the query: {guitar, lesson}
+    assert col(x, "feedback_terms") == pytest.approx([1.0, 0.5, 0.5, 0.5, 0.0, 0.0, 1.0])
+    x = F.compute("q", pool(["a b", "c d"]), cache)
+    assert all(math.isnan(v) for v in col(x, "feedback_terms"))  # no term shared: none

@@ -72,7 +72,8 @@ class QueryCoverage:
         words = query_tokens(query or "")
         if not words:
             return frozenset()
-        return frozenset(t for tokens in self._tokenizer.words(words) for t in tokens)
+        # each word tokenised alone, as the tokenizer reads a query's words; cached as texts are
+        return frozenset().union(*self.terms(words))
 
     def coverage(self, query: str, texts: Sequence[str]) -> list[float]:
         """``[len(texts)]`` coverages in [0, 1] (module docstring); all 0.0 when the query has

@@ -20,12 +20,21 @@ Groups (used by the ablation in ``memlane bench retrieval --ranker learned --abl
   turn) and its body. (The graph boost's links are not a feature: off by default, see
   docs/benchmarks.md, and on LoCoMo they are the same capitalised names.)
 * ``time``: whether the query asks for a time (``when``, ``what year``...), whether the memory
-  holds a time expression (``yesterday``, ``last week``, a month, a year...), its age at ``now``
-  and its recency rank in the pool.
+  holds a time expression (``yesterday``, ``last week``, a month, a year...), its age at ``now``,
+  its recency rank in the pool, and whether its creation date falls in the year / month the
+  query names (``"in May 2023"``; NaN when the query names none).
 * ``cooccurrence``: the candidates written next to this one (seq +- 1, +- 2) and within an hour
   of it: how many there are, how well they score, how much of the query the previous and next
   one hold, their content cosine and speaker match, whether the previous one asks a question
-  (a turn's neighbours in a conversation: an answer follows its question).
+  (a turn's neighbours in a conversation: an answer follows its question), and how much of
+  the query the memory and its neighbours in the pool hold together (an answer spans turns).
+* ``session``: the candidates written within an hour of this one (a chat session's turns):
+  their best merged score and this one's gap to it, its rank among them, their best query
+  coverage and how many there are (the session's evidence lifts its turns).
+* ``second_hop``: pseudo-relevance feedback for questions whose evidence shares few words with
+  the question: the content cosine to the centroid of the pool's five best (merged score)
+  content vectors and its rank, and the share of the feedback terms (stemmed terms two or more
+  of those five hold, outside the query) the memory holds.
 * ``query``: the question word and the query's length in words.
 
 Memory type, importance, access counts and feedback are not features: the public training data
@@ -46,7 +55,7 @@ from memlane.lru import LRUCache
 from memlane.predictor.coverage import QueryCoverage
 
 #: Version of the feature schema (bump when a feature's meaning changes).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Feature name -> group, in column order.
 FEATURE_GROUPS: dict[str, str] = {
@@ -81,6 +90,7 @@ FEATURE_GROUPS: dict[str, str] = {
     "memory_time_expr": "time",
     "log_age_days": "time",
     "recency_rank": "time",
+    "date_match": "time",
     "prev_hybrid": "cooccurrence",
     "next_hybrid": "cooccurrence",
     "near2_max": "cooccurrence",
@@ -93,11 +103,21 @@ FEATURE_GROUPS: dict[str, str] = {
     "next_speaker_match": "cooccurrence",
     "hour_count": "cooccurrence",
     "hour_sum": "cooccurrence",
+    "near_coverage": "cooccurrence",
+    "session_best": "session",
+    "session_best_gap": "session",
+    "session_rank": "session",
+    "session_coverage_max": "session",
+    "session_count": "session",
+    "feedback_cosine": "second_hop",
+    "feedback_cosine_rank": "second_hop",
+    "feedback_terms": "second_hop",
     "question_word": "query",
     "query_words": "query",
 }
 #: Column names, in order.
 FEATURES: tuple[str, ...] = tuple(FEATURE_GROUPS)
+_COLUMN = {name: i for i, name in enumerate(FEATURES)}
 #: Columns LightGBM treats as categorical.
 CATEGORICAL: tuple[str, ...] = ("question_word",)
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(FEATURE_GROUPS.values()))
@@ -132,8 +152,36 @@ QUESTION_WORDS: dict[str, int] = {
 
 #: Memory texts whose derived fields are cached (least recently used dropped first).
 MAX_CACHED = 20_000
-#: Seconds within which two candidates count as written together (``hour_*``).
+#: Seconds within which two candidates count as written together (``hour_*``, ``session_*``).
 WINDOW_S = 3600.0
+#: The pool's best candidates (merged score) whose content vectors and terms are the
+#: pseudo-relevance feedback of ``second_hop``.
+FEEDBACK_TOP = 5
+#: A stemmed term is a feedback term when this many of the FEEDBACK_TOP hold it.
+FEEDBACK_MIN_DOCS = 2
+
+_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
+_MONTH_NUMBER = {
+    name: i + 1
+    for i, name in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ]
+    )
+}
+# "may" is a month only capitalised ("in May"; "what may ..." is not)
+_QUERY_MONTH = re.compile(r"\b(" + "|".join(m for m in _MONTH_NUMBER if m != "may") + r"|(?-i:May))\b", re.IGNORECASE)
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'.\-]*(?: [A-Z][\w'.\-]*){0,2}):\s")
@@ -259,6 +307,7 @@ class _Derived:
     time_expr: bool
     log_chars: float
     question: bool
+    terms: frozenset[str]  # stemmed, as QueryCoverage.terms
 
 
 class TextCache:
@@ -271,23 +320,26 @@ class TextCache:
         self._items: LRUCache[str, _Derived] = LRUCache(max(1, int(max_cached)))
 
     def derived(self, texts: Sequence[str]) -> list[_Derived]:
-        """The derived fields of each text, in order."""
-        out: list[_Derived] = []
-        for t in texts:
-            d = self._items.get(t)
-            if d is None:
-                speaker = speaker_of(t)
-                body = t[t.index(":") + 1 :] if speaker is not None else t
-                d = _Derived(
-                    speaker,
-                    frozenset(w.lower() for w in _WORD.findall(body)),
-                    _TIME_EXPR.search(t) is not None,
-                    math.log1p(len(t)),
-                    "?" in body,
-                )
-                self._items.put(t, d)
-            out.append(d)
-        return out
+        """The derived fields of each text, in order (the texts not cached tokenised in one batch)."""
+        out = [self._items.get(t) for t in texts]
+        missing = [t for t, d in zip(texts, out) if d is None]
+        if not missing:
+            return out  # type: ignore[return-value]
+        made: dict[str, _Derived] = {}
+        unique = list(dict.fromkeys(missing))
+        for t, terms in zip(unique, self.coverage.terms(unique)):
+            speaker = speaker_of(t)
+            body = t[t.index(":") + 1 :] if speaker is not None else t
+            made[t] = _Derived(
+                speaker,
+                frozenset(w.lower() for w in _WORD.findall(body)),
+                _TIME_EXPR.search(t) is not None,
+                math.log1p(len(t)),
+                "?" in body,
+                terms,
+            )
+            self._items.put(t, made[t])
+        return [d if d is not None else made[t] for d, t in zip(out, texts)]
 
     def close(self) -> None:
         """Release the tokenizer's in-memory database."""
@@ -308,6 +360,8 @@ class Pool:
         bm25: the normalised BM25 leg, 0 where it did not match, NaN where it did not run [m].
         created: creation times, epoch seconds [m].
         now: the recall's reference time, epoch seconds.
+        content_vectors: content embeddings float32 [m, d], zero rows where a memory has none
+            (None: no vectors; the ``second_hop`` cosines are then NaN).
     """
 
     seqs: list[int]
@@ -320,6 +374,7 @@ class Pool:
     bm25: np.ndarray
     created: np.ndarray
     now: float
+    content_vectors: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -350,10 +405,9 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     out = np.full((m, len(FEATURES)), np.nan, dtype=np.float32)
     if m == 0:
         return out
-    col = {name: i for i, name in enumerate(FEATURES)}
 
     def put(name: str, values: npt.ArrayLike) -> None:
-        out[:, col[name]] = values
+        out[:, _COLUMN[name]] = values
 
     hybrid = np.asarray(pool.hybrid, dtype=np.float64)
     final = np.asarray(pool.final, dtype=np.float64)
@@ -384,11 +438,11 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     # lexical
     cov = cache.coverage
     q_terms = cov.query_terms(query)
-    terms = cov.terms(pool.contents)
     derived = cache.derived(pool.contents)
+    terms = [d.terms for d in derived]
     coverage = np.zeros(m)
+    held = [q_terms & s for s in terms]  # the query terms each memory holds
     if q_terms:
-        held = [q_terms & s for s in terms]  # the query terms each memory holds
         df = dict.fromkeys(q_terms, 0)
         for h in held:
             for t in h:
@@ -431,28 +485,32 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     created = np.asarray(pool.created, dtype=np.float64)
     put("log_age_days", np.log1p(np.maximum(pool.now - created, 0.0) / 86400.0))
     put("recency_rank", _rank(created) / m)
+    put("date_match", _date_match(query, created))
     # co-occurrence: candidates written next to each other (seq) or within an hour
     seq = np.asarray(pool.seqs, dtype=np.int64)
     order = np.argsort(seq, kind="stable")
-    sorted_seq, sorted_h = seq[order], hybrid[order]
-
-    sorted_cov = coverage[order]
+    sorted_seq = seq[order]
+    # for each offset: where the candidate with seq + offset sits in the pool (original order)
+    # and whether there is one
+    hit: dict[int, np.ndarray] = {}
+    where: dict[int, np.ndarray] = {}
+    for d in (-2, -1, 1, 2):
+        i = np.minimum(np.searchsorted(sorted_seq, seq + d), m - 1)
+        hit[d] = sorted_seq[i] == seq + d
+        where[d] = order[i]
 
     def at(offset: int, values: np.ndarray) -> np.ndarray:  # value of the candidate with seq + offset, 0 if none
-        i = np.minimum(np.searchsorted(sorted_seq, seq + offset), m - 1)
-        return np.where(sorted_seq[i] == seq + offset, values[i], 0.0)
+        return np.where(hit[offset], values[where[offset]], 0.0)
 
-    near = {d: at(d, sorted_h) for d in (-2, -1, 1, 2)}
+    def nb(offset: int, values: np.ndarray) -> np.ndarray:  # as at(), NaN when no such candidate
+        return np.where(hit[offset], values[where[offset]], np.nan)
+
+    near = {d: at(d, hybrid) for d in (-2, -1, 1, 2)}
     put("prev_hybrid", near[-1])
     put("next_hybrid", near[1])
     put("near2_max", np.maximum.reduce(list(near.values())))
-    put("prev_coverage", at(-1, sorted_cov))
-    put("next_coverage", at(1, sorted_cov))
-
-    def nb(offset: int, values: np.ndarray) -> np.ndarray:  # as at(), NaN when no such candidate
-        i = np.minimum(np.searchsorted(sorted_seq, seq + offset), m - 1)
-        return np.where(sorted_seq[i] == seq + offset, values[order][i], np.nan)
-
+    put("prev_coverage", at(-1, coverage))
+    put("next_coverage", at(1, coverage))
     put("prev_is_question", nb(-1, np.array([float(d.question) for d in derived])))
     put("prev_vector_content", nb(-1, v_content))
     put("next_vector_content", nb(1, v_content))
@@ -462,10 +520,94 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     np.fill_diagonal(close, False)
     put("hour_count", close.sum(axis=1))
     put("hour_sum", close @ hybrid)
+    put("near_coverage", _near_coverage(len(q_terms), held, hit, where))
+    # session: the candidates within the hour, this one included
+    np.fill_diagonal(close, True)
+    best = np.where(close, hybrid[None, :], -np.inf).max(axis=1)
+    put("session_best", best)
+    put("session_best_gap", best - hybrid)
+    put("session_rank", (close & (hybrid[None, :] > hybrid[:, None])).sum(axis=1))
+    put("session_coverage_max", np.where(close, coverage[None, :], 0.0).max(axis=1))
+    put("session_count", close.sum(axis=1))
+    # second hop: pseudo-relevance feedback from the pool's best candidates
+    top = np.argsort(-hybrid, kind="stable")[:FEEDBACK_TOP]
+    if pool.content_vectors is not None and len(pool.content_vectors) == m:
+        cosine = _feedback_cosine(np.asarray(pool.content_vectors, dtype=np.float32), top)
+        put("feedback_cosine", cosine)
+        put("feedback_cosine_rank", np.where(np.isnan(cosine), np.nan, _rank(cosine)))
+    put("feedback_terms", _feedback_terms(q_terms, terms, top))
     # query form
     put("question_word", question_word(query))
     put("query_words", len(_WORD.findall(query)))
     return out
+
+
+def _date_match(query: str, created: np.ndarray) -> np.ndarray | float:
+    """1.0 where the creation date (UTC) falls in a year and a month the query names (either
+    alone when it names only one), 0.0 elsewhere; NaN when it names neither."""
+    years = {int(y) for y in _YEAR.findall(query)}
+    months = {_MONTH_NUMBER[x.lower()] for x in _QUERY_MONTH.findall(query)}
+    if not years and not months:
+        return math.nan
+    dates = created.astype("datetime64[s]")
+    year = dates.astype("datetime64[Y]").astype(np.int64) + 1970
+    month = dates.astype("datetime64[M]").astype(np.int64) % 12 + 1
+    ok = np.ones(len(created), dtype=bool)
+    if years:
+        ok &= np.isin(year, list(years))
+    if months:
+        ok &= np.isin(month, list(months))
+    return ok.astype(np.float32)
+
+
+def _near_coverage(
+    n_terms: int, held: Sequence[frozenset[str]], hit: dict[int, np.ndarray], where: dict[int, np.ndarray]
+) -> list[float]:
+    """Share of the query's ``n_terms`` terms the memory and the pool's candidates at seq - 1
+    and seq + 1 hold together (``held``: the query terms each candidate holds; ``hit[d]`` /
+    ``where[d]``: whether the candidate at seq + d is in the pool and its index; 0 without terms)."""
+    if not n_terms:
+        return [0.0] * len(held)
+    prev = np.where(hit[-1], where[-1], -1).tolist()
+    nxt = np.where(hit[1], where[1], -1).tolist()
+    out = []
+    for i, together in enumerate(held):
+        for j in (prev[i], nxt[i]):
+            if j >= 0 and held[j]:
+                together = together | held[j]
+        out.append(len(together) / n_terms)
+    return out
+
+
+def _feedback_cosine(vectors: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Cosine of each content vector [m, d] with the normalised centroid of the ``top`` rows
+    that have one; NaN for rows without a vector, all NaN when no top row has one."""
+    has = np.abs(vectors).sum(axis=1) > 0
+    picked = [i for i in top.tolist() if has[i]]
+    out = np.full(len(vectors), np.nan)
+    if not picked:
+        return out
+    centroid = vectors[picked].astype(np.float64).mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    if norm == 0.0:
+        return out
+    out[has] = vectors[has].astype(np.float64) @ (centroid / norm)
+    return out
+
+
+def _feedback_terms(
+    q_terms: frozenset[str] | set[str], terms: Sequence[frozenset[str]], top: np.ndarray
+) -> list[float] | float:
+    """Share of the feedback terms (held by FEEDBACK_MIN_DOCS or more of the ``top`` memories,
+    not in the query) each memory holds; NaN when there are none."""
+    counts: dict[str, int] = {}
+    for i in top.tolist():
+        for t in terms[i] - q_terms:
+            counts[t] = counts.get(t, 0) + 1
+    feedback = {t for t, n in counts.items() if n >= FEEDBACK_MIN_DOCS}
+    if not feedback:
+        return math.nan
+    return [len(feedback & t) / len(feedback) for t in terms]
 
 
 def group_columns(groups: Sequence[str]) -> list[int]:

@@ -455,8 +455,10 @@ class RecallService:
             ranked, seqs = [ranked[i] for i in keep], [seqs[i] for i in keep]
             legs = [merged[x][1] for x in seqs]
             nan = float("nan")
+            vectors = None
             if qv is not None:
                 v_content, v_context = self.index.leg_cosines(qv, seqs)
+                vectors = self.index.vectors_of(seqs)[0]
             else:
                 v_content = v_context = np.full(len(seqs), np.nan)
             pool = Pool(
@@ -470,6 +472,7 @@ class RecallService:
                 bm25=np.array([nan if g.bm25 is None else g.bm25 for g in legs]),
                 created=self.index.ranking_fields(seqs)[2].astype(np.float64),
                 now=now.timestamp(),
+                content_vectors=vectors,
             )
             if pool_out is not None:
                 pool_out.append(pool)
