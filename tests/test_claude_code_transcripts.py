@@ -56,6 +56,15 @@ def tool_calls(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
     return [(ev, p["tool_name"], p["tool_input"]) for ev, p in events(path) if ev.startswith("post-tool-use")]
 
 
+def usage_at(path: Path, line: int | None = None) -> int:
+    """The context size the transcript reports at ``line`` (default: its last assistant line):
+    that line's message.usage input + cache-creation + cache-read + output tokens."""
+    entries = [json.loads(x) for x in path.read_text().splitlines()]
+    no = line or max(i for i, o in enumerate(entries, 1) if o["type"] == "assistant")
+    u = entries[no - 1]["message"]["usage"]
+    return u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"] + u["output_tokens"]
+
+
 # -- the replay: what Claude Code's hooks would have received ------------------------------------------------------
 def test_calls_the_user_rejected_fire_no_post_hook() -> None:
     """short.jsonl: one prompt, a Bash and a Glob call the user rejected at the permission prompt
@@ -414,6 +423,8 @@ def test_tool_heavy_and_short_through_the_hooks(tmp_path: Path, start_daemon) ->
         # 491e126e: the Task call (step 1) is a work step of its own; ExitPlanMode and the four Bash
         # calls (steps 2-6) end with the turn's Stop; the interrupted first turn left no boundary
         steps = c.get("/api/v3/observer/steps", params={"session_id": SUBAGENT_SID}).json()["steps"]
+        # the Stop hook read the context size from the transcript as it was when the turn ended
+        assert read_store(home, lambda conn: obs_sql.session_tokens(conn, SUBAGENT_SID))[0] == usage_at(SUBAGENT, 31)
         assert [(s["first_step"], s["last_step"], s["end"], s["failed"]) for s in steps] == [
             (1, 1, "task", False),
             (2, 6, "stop", False),
@@ -443,6 +454,8 @@ def test_import_replays_each_session_once(tmp_path: Path, start_daemon) -> None:
     # signals: the excerpt 33, tool_heavy 1; steps: the Stop where the excerpt is cut (the other two were interrupted)
     assert "imported 3 sessions (33 tool calls, 2 failed, 34 observer signals, 1 work steps ended)" in flat(r), r.output
     assert len(observed_events(home, EXCERPT_SID)) == 27 and len(observed_events(home, HEAVY_SID)) == 6
+    # the Stop where the excerpt is cut carries the context size of its last assistant line
+    assert read_store(home, lambda conn: obs_sql.session_tokens(conn, EXCERPT_SID))[0] == usage_at(EXCERPT)
     [mem] = promoted_memories(d, 1)
     assert mem["related_files"] == [APP_JS]
 
@@ -523,4 +536,6 @@ def test_a_subagent_ends_before_its_task_call_answers_and_turns_end_with_stop() 
         ("session-end", None),
     ]
     assert evs[-2].line == 31 and evs[-2].payload["hook_event_name"] == "Stop"
+    # the context when the turn ended, as the Stop hook reads it from the transcript then
+    assert evs[-2].context_tokens == usage_at(SUBAGENT, 31)
     assert (stats.prompts, stats.stops, stats.subagent_stops, stats.tool_calls) == (1, 1, 1, 6)

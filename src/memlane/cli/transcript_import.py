@@ -29,6 +29,7 @@ promotion's recency counts them as new).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -187,7 +188,17 @@ def _import_one(
                 report.rejected += 1
                 report.problem(name, ev.line, f"{ev.event}: {exc}")
                 continue
-            body = build_body(hook, transcript_roots=[path.resolve().parent])
+            # as the live hook would build it then: the input's size, the context at the turn's end
+            # (the hook reads the transcript as it is at that moment; here the file holds the whole session)
+            body = build_body(
+                hook,
+                transcript_roots=[path.resolve().parent],
+                payload_chars=len(json.dumps(ev.payload, ensure_ascii=False)),
+            )
+            if ev.event == "stop":
+                body.pop("context_tokens", None)
+                if ev.context_tokens is not None:
+                    body["context_tokens"] = ev.context_tokens
             try:
                 res = client.request("POST", ENDPOINTS[ev.event], json=body)
             except DaemonError as exc:

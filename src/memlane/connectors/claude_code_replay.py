@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from memlane.connectors.events import CLAUDE_CODE_NAMES
+from memlane.connectors.transcript import last_context_tokens
 
 #: Longest transcript line read, bytes; a longer line is a bad line (its bytes are skipped).
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -102,12 +103,16 @@ class ReplayEvent:
         line: how many transcript lines existed when the hook fired (the line that completed
             the event; 0 for SessionStart; the line count for SessionEnd).
         timestamp: the ISO time of that line, when recorded.
+        context_tokens: for a Stop, the context size when the turn ended (the latest assistant
+            usage then, :func:`memlane.connectors.transcript.last_context_tokens`): what the Stop
+            hook reads from the transcript as it is at that moment; else None.
     """
 
     event: str
     payload: dict[str, Any]
     line: int
     timestamp: str | None = None
+    context_tokens: int | None = None
 
 
 @dataclass
@@ -240,6 +245,8 @@ class _Replayer:
         self.answered = False
         self.interrupted = False
         self.turn_line = 0
+        # the latest main-conversation assistant line that reported usage (its text)
+        self.usage_line: str | None = None
 
     def bad(self, no: int, message: str) -> None:
         if self.strict:
@@ -266,8 +273,9 @@ class _Replayer:
             return
         if not raw.strip():
             return
+        text = raw.decode("utf-8", errors="replace")
         try:
-            entry = json.loads(raw.decode("utf-8", errors="replace"))
+            entry = json.loads(text)
         except json.JSONDecodeError as exc:
             self.bad(no, f"not JSON: {exc.msg} (column {exc.colno})")
             return
@@ -295,6 +303,8 @@ class _Replayer:
         if kind == "assistant":
             if not entry.get("isSidechain"):
                 self.answered, self.interrupted, self.turn_line = True, False, no
+                if isinstance(message.get("usage"), dict):
+                    self.usage_line = text
             self._assistant(message, content)
         elif kind == "user":
             yield from self._user(no, entry, content, cwd, ts)
@@ -317,7 +327,8 @@ class _Replayer:
         if self.answered and not self.interrupted:
             self.stats.stops += 1
             stop = {**self.base("stop", self.stats.session_id, None), "stop_hook_active": False}
-            yield ReplayEvent("stop", stop, self.turn_line, None)
+            tokens = last_context_tokens(self.usage_line) if self.usage_line else None
+            yield ReplayEvent("stop", stop, self.turn_line, None, tokens)
         self.answered, self.interrupted = False, False
 
     def _user(
