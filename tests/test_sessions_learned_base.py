@@ -1,8 +1,9 @@
-"""Relevance starts ordered by the shipped learned ranker (``sessions.relevance_ranker``), the
+"""Relevance starts with the shipped learned ranker (``sessions.relevance_ranker: learned``), the
 base the per-user predictor starts from (issue 39, item 3; docs/predictor.md "Starting from the
-shipped base"). Real SQLite store, the real embedding model, the shipped LightGBM model, real
-recall and relevance pools; the untrained predictor's scores come from its prior over the logged
-signals, as the daemon computes them.
+shipped base"): the predictor's first-stage signals are the base's, the baseline it is fused
+with and earns alpha against is the heuristic recall. Real SQLite store, the real embedding
+model, the shipped LightGBM model, real recall and relevance pools; the untrained predictor's
+scores come from its prior over the logged signals, as the daemon computes them.
 """
 
 from __future__ import annotations
@@ -90,53 +91,92 @@ def test_baseline_score_is_the_logistic_of_the_learned_score() -> None:
     assert baseline_score(0.0, -30.0) > 0.0  # every hit stays above the effectiveScore path (score 0)
 
 
-def test_a_learned_relevance_start_is_the_base_order_and_the_untrained_predictor_ranks_as_it(chat) -> None:
+def recall_of(c, q: str, ranker: str, limit: int = 50):
+    return c.recall.recall(
+        RecallQuery(
+            query=q, limit=limit, include_global=True, exclude_superseded=True, now=NOW, touch=False, ranker=ranker
+        )
+    )
+
+
+def test_learned_hits_carry_the_heuristic_score_and_rank(chat) -> None:
     for q in QUESTIONS:
-        learned = chat.recall.recall(
-            RecallQuery(
-                query=q, limit=50, include_global=True, exclude_superseded=True, now=NOW, touch=False, ranker="learned"
-            )
-        )
+        learned, heuristic = recall_of(chat, q, "learned"), recall_of(chat, q, "heuristic", limit=100)
         assert learned.ranker == "learned"
-        heuristic = chat.recall.recall(
-            RecallQuery(
-                query=q,
-                limit=50,
-                include_global=True,
-                exclude_superseded=True,
-                now=NOW,
-                touch=False,
-                ranker="heuristic",
-            )
-        )
+        assert all(h.heuristic_rank is not None and h.heuristic_score is not None for h in learned.hits)
+        for h in learned.hits:  # the heuristic's own position and score of the same memory
+            assert heuristic.hits[h.heuristic_rank - 1].memory.id == h.memory.id
+            assert heuristic.hits[h.heuristic_rank - 1].score == pytest.approx(h.heuristic_score)
+        assert all(h.heuristic_rank is None and h.heuristic_score is None for h in heuristic.hits)
+
+
+def test_a_learned_relevance_start_is_fused_with_the_heuristic_and_the_predictor_starts_from_the_base(chat) -> None:
+    for q in QUESTIONS:
+        learned = recall_of(chat, q, "learned")
+        heuristic = recall_of(chat, q, "heuristic")
         assert [h.memory.id for h in learned.hits] != [h.memory.id for h in heuristic.hits]
 
         rows = predictor_inputs(chat, q, "learned")
         hits = rows[: len(learned.hits)]
-        # the base's order (equal model scores, e.g. of look-alike filler turns, may swap: the
-        # pool breaks ties by similarity to the context)
-        learned_score = {h.memory.id: h.rank_score for h in learned.hits}
-        assert {r["id"] for r in hits} == set(learned_score)
-        assert [learned_score[r["id"]] for r in hits] == sorted(learned_score.values(), reverse=True)
+        # The pool holds the base's top hits in the heuristic's order: the baseline the
+        # predictor is fused with and earns alpha against is the heuristic recall.
+        heuristic_rank = {h.memory.id: h.heuristic_rank for h in learned.hits}
+        assert {r["id"] for r in hits} == set(heuristic_rank)
+        assert [heuristic_rank[r["id"]] for r in hits] == sorted(heuristic_rank.values())
+        in_both = [r["id"] for r in hits if r["id"] in {h.memory.id for h in heuristic.hits}]
+        assert in_both == [h.memory.id for h in heuristic.hits if h.memory.id in set(in_both)]
+        assert len(rows) > len(hits)
+
+        # The predictor's first-stage signals are the base's: its logistic score and 0-based rank
+        learned_rank = {h.memory.id: (h.rank_score, r) for r, h in enumerate(learned.hits)}
         for r in hits:
-            assert r["baseline_score"] == pytest.approx(1 / (1 + math.exp(-learned_score[r["id"]])))
-        assert len(rows) > len(hits) and all(r["baseline_score"] == 0.0 for r in rows[len(hits) :])
+            score, rank = learned_rank[r["id"]]
+            assert r["baseline_score"] == pytest.approx(1 / (1 + math.exp(-score)))
+            assert r["baseline_rank"] == rank
+        assert all(r["baseline_score"] == 0.0 for r in rows[len(hits) :])  # the effectiveScore path
+        assert [r["baseline_rank"] for r in rows[len(hits) :]] == list(range(len(hits), len(rows)))
 
         # The per-user predictor starts from the base: untrained, its prior over the logged
-        # signals ranks the pool exactly as the base does.
+        # signals ranks the hits as the base does (equal model scores, e.g. of look-alike
+        # filler turns, keep the base's order), then the effectiveScore path.
         prior = untrained_scores(rows)
         by_prior = [r["id"] for _, r in sorted(zip(prior, rows), key=lambda t: -t[0])]
-        assert by_prior == [r["id"] for r in rows]
+        assert by_prior[: len(hits)] == [h.memory.id for h in learned.hits]
+        assert by_prior[len(hits) :] == [r["id"] for r in rows[len(hits) :]]
 
-        rows_h = predictor_inputs(chat, q, "heuristic")
+        rows_h = predictor_inputs(chat, q, "heuristic")  # the heuristic start: one ranking for both
         heuristic_score = {h.memory.id: h.score for h in heuristic.hits}
-        assert {r["id"] for r in rows_h[: len(heuristic.hits)]} == set(heuristic_score)
+        assert [r["id"] for r in rows_h[: len(heuristic.hits)]] == [h.memory.id for h in heuristic.hits]
         assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == pytest.approx(
             [heuristic_score[r["id"]] for r in rows_h[: len(heuristic.hits)]]
         )
-        assert [r["baseline_score"] for r in rows_h[: len(heuristic.hits)]] == sorted(
-            heuristic_score.values(), reverse=True
-        )
+        assert [r["baseline_rank"] for r in rows_h] == list(range(len(rows_h)))
+
+
+def test_a_learned_start_serves_and_records_the_heuristic_order_until_the_predictor_earns_influence(chat) -> None:
+    """Without influence (no predictor here: alpha is 1) the start serves the heuristic's order
+    and records the heuristic's ranks as the baseline ranks session-end compares against."""
+    from memlane.sessions.inputs import StartInput
+    from memlane.sessions.service import SessionService
+    from memlane.storage import sessions as sess_sql
+
+    s = SessionSettings(candidate_pool_size=70, similarity_top=50, effective_top=20, relevance_ranker="learned")
+    svc = SessionService(chat.memories, chat.recall, s)
+    try:
+        for i, q in enumerate(QUESTIONS):
+            key = f"learned-start-{i}"
+            svc.start(StartInput(session_key=key, context=q, ranking="relevance", now=NOW))
+            rows = chat.db.read(lambda conn: sess_sql.session_memories(conn, key))
+            by_baseline = [r.memory_id for r in sorted(rows, key=lambda r: r.baseline_rank)]
+            learned = recall_of(chat, q, "learned")
+            heuristic_rank = {h.memory.id: h.heuristic_rank for h in learned.hits}
+            n = len(learned.hits)
+            assert [heuristic_rank[m] for m in by_baseline[:n]] == sorted(heuristic_rank.values())
+            assert by_baseline[:n] != [h.memory.id for h in learned.hits]
+            injected = [r.memory_id for r in sorted(rows, key=lambda r: r.rank) if r.was_injected]
+            assert injected and set(injected) <= set(by_baseline[:n])
+    finally:
+        svc.close()
 
 
 def test_a_learned_start_without_the_models_features_keeps_the_heuristic_order(chat) -> None:

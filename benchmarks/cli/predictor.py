@@ -155,7 +155,7 @@ def predictor(
         share = fs["fused_share_of_predictor_gain"]
         console.print(
             f"from the learned base (each conversation's trained without it): NDCG@10 heuristic "
-            f"{o['ndcg10_heuristic']:.3f}, base {o['ndcg10_baseline']:.3f}, predictor "
+            f"{o['ndcg10_heuristic']:.3f}, base {o['ndcg10_base']:.3f}, predictor "
             f"{o['ndcg10_predictor']:.3f}, fused {o['ndcg10_fused']:.3f}; fused share of the "
             f"predictor's gain {'n/a' if share is None else f'{share:.0%}'}; mean alpha "
             f"{o['alpha_mean']:.2f}; worst conversation fused - heuristic "

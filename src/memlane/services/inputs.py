@@ -60,6 +60,10 @@ class RecallHit:
     vector_score: float | None
     bm25_score: float | None
     rank_score: float | None = None  # the learned ranker's score when it ordered the hits
+    # When the learned ranker ordered the hits: this hit's heuristic final score and 1-based
+    # rank among the candidates it reranked (the order the heuristic alone would have given)
+    heuristic_score: float | None = None
+    heuristic_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,9 @@ def explore(
     """
     if not decision.predictor_rank or decision.phase in ("collecting", "disabled"):
         return None
-    baseline_rank = {m: f["baseline_rank"] + 1 for m, f in decision.features.items()}
+    # the baseline's ranks: the pool's order (the features may carry the shipped base's instead)
+    order = decision.request["candidate_ids"] if decision.request is not None else list(decision.features)
+    baseline_rank = {m: r for r, m in enumerate(order, 1)}
     if drawn is None:
         return policy.pick_exploration(injected, decision.order, baseline_rank, decision.predictor_rank, rate, rng)
     if not drawn:

@@ -81,8 +81,9 @@ def candidate_signals(
             "access_count": int(f["access_count"]) if f else 0,
             "is_superseded": bool(f["superseded"]) if f else False,
             "pinned": bool(f["pinned"]) if f else False,
-            "baseline_score": float(p.baseline_score),
-            "baseline_rank": int(p.baseline_rank) - 1,
+            # the first stage the model corrects: the shipped base when the pool has one
+            "baseline_score": float(p.baseline_score if p.prior_score is None else p.prior_score),
+            "baseline_rank": int(p.baseline_rank if p.prior_rank is None else p.prior_rank) - 1,
             "context_similarity": None if p.similarity is None else float(p.similarity),
             "bm25_score": p.bm25_score,
             "vector_score": p.vector_score,

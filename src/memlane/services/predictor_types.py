@@ -77,7 +77,13 @@ class Comparison:
 
 @dataclass(frozen=True)
 class PoolMember:
-    """A candidate as the predictor sees it: baseline score and rank (1-based), similarity."""
+    """A candidate as the predictor sees it: baseline score and rank (1-based), similarity.
+
+    ``prior_score`` / ``prior_rank`` (1-based): the first stage the predictor's
+    ``baseline_score`` / ``baseline_rank`` signals carry when it is not the baseline (the
+    shipped base of a learned relevance start); None: the baseline's. The pool's order (the
+    ranking RRF fuses with and alpha is earned against) stays the baseline's.
+    """
 
     memory_id: str
     seq: int
@@ -86,3 +92,5 @@ class PoolMember:
     similarity: float | None
     bm25_score: float | None = None
     vector_score: float | None = None
+    prior_score: float | None = None
+    prior_rank: int | None = None

@@ -387,11 +387,14 @@ class RecallService:
             order = [i for i in np.lexsort((-np.array(seqs), -final)) if ok[i]][:upto]
             ranked = [(float(final[i]), seqs[i]) for i in order]
             rows = fetch_ranked([seq for _, seq in ranked])
-        used, rank_scores = "heuristic", None
+        used, rank_scores, heuristic = "heuristic", None, None
         if plan.want_pool:
+            before = ranked[: plan.n_pool]
             ranked, rank_scores, used = self._learned(
-                q, plan.text, ranked[: plan.n_pool], unboosted, merged, legs.prefetched, qv, plan.now, pool_out
+                q, plan.text, before, unboosted, merged, legs.prefetched, qv, plan.now, pool_out
             )
+            if used == "learned":  # the heuristic's own (score, 1-based rank) of each reranked candidate
+                heuristic = {seq: (score, r) for r, (score, seq) in enumerate(before, 1)}
         if q.phase is not None:
             ranked = self._by_phase(ranked, q.phase)
         if plan.want_pool:
@@ -406,6 +409,7 @@ class RecallService:
                 merged[seq][1].vector,
                 merged[seq][1].bm25,
                 rank_scores.get(seq) if rank_scores is not None else None,
+                *(heuristic.get(seq, (None, None)) if heuristic is not None else (None, None)),
             )
             for score, seq in ranked
             if seq in rows

@@ -34,7 +34,14 @@ def pool_members(
     legs = legs or {}
     return [
         PoolMember(
-            p.memory_id, p.seq, p.baseline_score, p.baseline_rank, p.similarity, *legs.get(p.memory_id, (None, None))
+            p.memory_id,
+            p.seq,
+            p.baseline_score,
+            p.baseline_rank,
+            p.similarity,
+            *legs.get(p.memory_id, (None, None)),
+            prior_score=p.prior_score,
+            prior_rank=p.prior_rank,
         )
         for p in sorted(pool, key=lambda p: p.baseline_rank)
     ]
@@ -59,9 +66,13 @@ def relevance_pool(
 
     1. the top ``similarity_top`` hybrid-recall hits of the context (project and global
        memories, superseded excluded; ``candidate_pool_size`` when ``similarity_top`` is 0),
-       in recall order (the ranker ``relevance_ranker`` names: the heuristic, or the shipped
-       learned base when its features are available); their baseline score is the recall
-       score, or the logistic of the learned ranker's score (:func:`baseline_score`);
+       recalled with the ranker ``relevance_ranker`` names. The baseline is always the
+       heuristic recall: its score and order. When the shipped learned base ordered the hits
+       (``learned``, its features available) the hits are its top ones, and each carries the
+       base's logistic score and rank as ``prior_score`` / ``prior_rank`` (:func:`baseline_score`):
+       the first stage the per-user predictor starts from and corrects, while the baseline it
+       is fused with and earns alpha against is the heuristic's order of the same hits
+       (docs/predictor.md, "Starting from the shipped base");
     2. then the top ``effective_top`` memories of the project (and global ones) by effectiveScore
        that the recall did not return (:meth:`MemoryIndex.top_effective`, ``min_effective``
        applies), best first, with baseline score 0 and no recall legs (``(None, None)``).
@@ -93,12 +104,19 @@ def relevance_pool(
     hits = res.hits
     if not hits:
         return [], {}
+    learned = res.ranker == "learned" and all(h.heuristic_rank is not None for h in hits)
+    prior: dict[str, tuple[float, int]] = {}
+    if learned:  # the base's score and rank; the pool is ranked by the heuristic's
+        prior = {h.memory.id: (baseline_score(h.score, h.rank_score), r) for r, h in enumerate(hits, 1)}
+        hits = sorted(hits, key=lambda h: h.heuristic_rank or 0)
     ranked = [
-        (h.memory.seq, h.memory.id, baseline_score(h.score, h.rank_score if res.ranker == "learned" else None))
+        (h.memory.seq, h.memory.id, float(h.heuristic_score if learned and h.heuristic_score is not None else h.score))
         for h in hits
     ]
     wide = s.model_copy(update={"effective_top": len(ranked), "similarity_top": 0})
     pool = build_pool(ranked, cv, index, wide)
+    if prior:
+        pool = [replace(p, prior_score=prior[p.memory_id][0], prior_rank=prior[p.memory_id][1]) for p in pool]
     eff = {}
     for h in hits:
         m = h.memory
@@ -110,15 +128,16 @@ def relevance_pool(
 
 
 def baseline_score(score: float, rank_score: float | None) -> float:
-    """A relevance start's baseline score of one recall hit: the heuristic recall ``score``, or,
-    when the learned ranker ordered the hits, the logistic ``1 / (1 + exp(-rank_score))`` of
-    its score (LightGBM lambdarank scores are unbounded log-odds-like margins).
+    """The first-stage score the per-user predictor starts from for one recall hit: the
+    heuristic recall ``score``, or, when the learned ranker ordered the hits, the logistic
+    ``1 / (1 + exp(-rank_score))`` of its score (LightGBM lambdarank scores are unbounded
+    log-odds-like margins).
 
     The logistic keeps the learned order (it is increasing), keeps every hit above the
-    effectiveScore path's members (baseline score 0) and keeps the value in (0, 1), the range
-    of the heuristic score the predictor's baseline prior (``1.0 x baseline_score + 0.4 x
-    baseline_rank_inv``, :mod:`memlane.predictor.prior`) was scaled for: the untrained
-    predictor then ranks as the shipped base does.
+    effectiveScore path's members (score 0) and keeps the value in (0, 1), the range of the
+    heuristic score the predictor's prior (``1.0 x baseline_score + 0.4 x baseline_rank_inv``
+    over its ``baseline_*`` signals, :mod:`memlane.predictor.prior`) was scaled for: the
+    untrained predictor then ranks as the shipped base does.
     """
     if rank_score is None:
         return float(score)
@@ -173,7 +192,9 @@ def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: 
     memory's type (seed section 7 "Phase-Aware Re-Ranking": final_score = score x
     PHASE_WEIGHTS[phase][type]) and both ranks recomputed from them (ties keep the old order),
     in the new final order. The phase-weighted order is the baseline the predictor is fused
-    with; ``effective_score`` stays the memory's own.
+    with; ``effective_score`` stays the memory's own. A pool with a first stage of its own
+    (``prior_score``, the shipped base) gets it weighed and re-ranked the same way (members
+    without one count with their baseline score and rank).
 
     Raises:
         KeyError: ``phase`` is not a universal phase.
@@ -185,6 +206,14 @@ def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: 
     final = sorted(range(len(pool)), key=lambda j: (-pool[j].final_score * w[j], pool[j].rank))
     b_rank = {j: r for r, j in enumerate(base, 1)}
     f_rank = {j: r for r, j in enumerate(final, 1)}
+    p_rank: dict[int, int] = {}
+    p_score = [(p.baseline_score if p.prior_score is None else p.prior_score) * w[j] for j, p in enumerate(pool)]
+    if any(p.prior_score is not None for p in pool):  # the shipped base's order, weighed the same way
+        prior = sorted(
+            range(len(pool)),
+            key=lambda j: (-p_score[j], pool[j].baseline_rank if pool[j].prior_rank is None else pool[j].prior_rank),
+        )
+        p_rank = {j: r for r, j in enumerate(prior, 1)}
     return [
         replace(
             pool[j],
@@ -192,6 +221,8 @@ def weight_by_phase(pool: Sequence[RankedCandidate], index: MemoryIndex, phase: 
             final_score=pool[j].final_score * w[j],
             baseline_rank=b_rank[j],
             rank=f_rank[j],
+            prior_score=p_score[j] if p_rank else None,
+            prior_rank=p_rank.get(j),
         )
         for j in final
     ]

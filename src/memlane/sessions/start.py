@@ -31,7 +31,13 @@ CONTEXT_EMBED_CHARS = 600
 
 @dataclass(frozen=True, slots=True)
 class RankedCandidate:
-    """One pool member after ranking: scores, both ranks (1-based) and its vector flag."""
+    """One pool member after ranking: scores, both ranks (1-based) and its vector flag.
+
+    ``prior_score`` / ``prior_rank`` (1-based): the first stage the per-user predictor starts
+    from when it is not the baseline (a learned relevance start: the shipped base's logistic
+    score and rank, :func:`memlane.sessions.ranking.relevance_pool`); None means the baseline's
+    own ``baseline_score`` / ``baseline_rank``.
+    """
 
     memory_id: str
     seq: int
@@ -41,6 +47,8 @@ class RankedCandidate:
     final_score: float
     baseline_rank: int
     rank: int
+    prior_score: float | None = None
+    prior_rank: int | None = None
 
 
 class ContextVectors:
