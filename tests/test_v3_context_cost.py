@@ -10,6 +10,7 @@ from typing import Any
 
 from conftest import api_client
 from memlane.connectors.transcript import last_context_tokens
+from memlane.services.inputs import RememberInput
 from memlane.v3.context_cost import CHARS_PER_TOKEN, MIN_SESSIONS, WINDOW_SESSIONS, modules_of, p90
 from test_hookclient import clean_env, hook_cmd, run_hook
 
@@ -66,7 +67,7 @@ def test_three_sessions_make_a_context_cost_memory_and_a_fourth_updates_it(store
         "p90_tokens_per_session": 9000,
         "sample_count": 3,
     }
-    assert m.related_modules == ("src",) and "4,000 context tokens" in m.content
+    assert m.related_modules == ("src",) and "in src of p uses about 4,000 context tokens" in m.content
     # the root module has one sample: no memory for it yet
     fourth = session(store, "c4", ["src/app.py"], chars=999)["context_cost"]  # no Stop: hook input sizes
     assert (fourth["tokens"], fourth["basis"]) == (round(999 / CHARS_PER_TOKEN), "tool_io")
@@ -146,3 +147,20 @@ def test_the_hooks_report_sizes_and_the_transcripts_usage(tmp_path: Path, start_
         (77047, "transcript", ["src"]),
         (round(len(other) / CHARS_PER_TOKEN), "tool_io", ["src"]),
     ]
+
+
+def test_a_memory_that_cannot_be_written_never_stops_the_session_end(store) -> None:
+    """The context cost's memory text already stored as another live memory's: the update is a
+    conflict (memories are unique by content); it is reported, the samples and the promotion go on."""
+    for key, ctx in (("e1", 1000), ("e2", 2000), ("e3", 3000)):
+        session(store, key, ["lib/a.py"], context=ctx)
+    [m] = cost_memories(store)
+    taken = "A session working in lib of p uses about 2,500 context tokens (90th percentile 4,000, last 4 sessions): plan the work to fit."
+    store.memories.remember(RememberInput(content=taken, project="p"))
+    store.observer.observer.record("e4", "Read", {"file_path": "lib/a.py"}, project="p")
+    store.observer.observer.step_end("e4", "stop", project="p", context_tokens=4000)
+    out = store.observer.end("e4", project="p")
+    assert out["context_cost"]["errors"][0]["module"] == "lib" and out["context_cost"]["memories"] == []
+    assert out["promotion"] is not None and out["promotion"]["outcome"] == "passed"
+    assert store.memories.get(m.id).type_fields["sample_count"] == 3  # unchanged, retried next time
+    assert store.db.read(lambda c: c.execute("SELECT count(*) FROM context_cost_samples").fetchone()[0]) == 4

@@ -25,17 +25,21 @@ it exists, updated in place: ``average_tokens_per_session`` (the mean), ``p90_to
 
 from __future__ import annotations
 
+import logging
 import math
 import posixpath
 from typing import Any
 
 from memlane.config.clock import now_iso
+from memlane.errors import MemlaneError
 from memlane.services.inputs import RememberInput
 from memlane.services.memory_service import MemoryService
 from memlane.storage import active as act_sql
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
+
+log = logging.getLogger(__name__)
 
 #: Characters per token for the ``tool_io`` estimate.
 CHARS_PER_TOKEN = 4
@@ -87,8 +91,10 @@ class ContextCosts:
         Returns:
             ``{"tokens": int | None, "basis": "transcript" | "tool_io" | None, "modules": [str],
             "memories": [{"module", "id", "action": "created" | "updated", "sample_count",
-            "average_tokens_per_session", "p90_tokens_per_session"}]}``; nothing is recorded when
-            the session has no token measure or touched no file.
+            "average_tokens_per_session", "p90_tokens_per_session"}], "errors"?: [{"module",
+            "error"}]}``; nothing is recorded when the session has no token measure or touched no
+            file. A memory that cannot be written (e.g. its text is another live memory's) is
+            reported in ``errors`` and logged; the samples stay and the session end goes on.
 
         Raises:
             ValidationError: a bad session id or project.
@@ -110,7 +116,12 @@ class ContextCosts:
         key = project or ""
         self.db.write(lambda c: obs_sql.add_cost_samples(c, key, session_key, modules, tokens, basis, now_iso()))
         for module in modules:
-            written = self._refresh(key, module, session_key)
+            try:
+                written = self._refresh(key, module, session_key)
+            except MemlaneError as exc:  # the samples are kept; the next session end retries the memory
+                log.warning("context cost of %s: memory not written: %s", module, exc)
+                out.setdefault("errors", []).append({"module": module, "error": exc.message})
+                continue
             if written is not None:
                 out["memories"].append(written)
         return out
@@ -129,8 +140,10 @@ class ContextCosts:
             "sample_count": len(samples),
         }
         where = "the project root" if module == "." else module
+        # the project is named: memories are unique by content, and two projects' modules can cost the same
+        of = f" of {project}" if project else ""
         content = (
-            f"A session working in {where} uses about {avg:,} context tokens (90th percentile {high:,}, "
+            f"A session working in {where}{of} uses about {avg:,} context tokens (90th percentile {high:,}, "
             f"last {len(samples)} sessions): plan the work to fit."
         )
         existing = self.db.read(lambda c: obs_sql.context_cost_memory(c, project, module))
