@@ -19,8 +19,10 @@ A real daemon (``memlane serve``, the configured embedding provider, the token o
 fresh store of ``memories`` synthetic memories of one project; the payloads carry a Claude Code
 transcript under ``$HOME/.claude/projects`` (about ``transcript_turns`` turns), so the prompt
 hook reads its tail for feedback and the session-end hook renders it. Each round runs
-session-start, user-prompt-submit, pre-compact, post-tool-use (a Read of a 200-line file, the
-observer's feed) and session-end of a fresh session per command,
+session-start, user-prompt-submit, pre-compact, pre-tool-use and post-tool-use (a Read of a
+200-line file, the observer's feed; pre-tool-use finds no warning about it, the common case),
+subagent-stop, stop (which reads the transcript's tail for its usage) and session-end of a
+fresh session per command,
 the commands interleaved so a change of machine load hits them alike. Then the daemon is
 stopped and the same commands run against a port nobody listens on: every run must exit 0,
 print nothing and leave one more event in the spool (the floor only shows what a refused
@@ -67,11 +69,14 @@ from memlane.connectors.spool import spool_dir_for, spooled_files
 from memlane.hookclient import ENDPOINTS, build_body
 
 #: Extra fields of each event's payload (besides session_id, cwd, transcript_path).
-EVENTS = {
+EVENTS: dict[str, dict[str, Any]] = {
     "session-start": {"source": "startup"},
     "user-prompt-submit": {"prompt": "how do we deploy the api service to staging?"},
     "pre-compact": {"trigger": "auto", "custom_instructions": ""},
+    "pre-tool-use": {},  # the same Read call before it runs (no tool_response): _tool_call
     "post-tool-use": {},  # a Read call's tool_name / tool_input / tool_response: _tool_call
+    "subagent-stop": {"stop_hook_active": False, "agent_id": "bench-agent", "agent_type": "general-purpose"},
+    "stop": {"stop_hook_active": False},
     "session-end": {"reason": "prompt_input_exit"},
 }
 #: Lines of the file the benchmark's Read call returns in its tool_response (Claude Code sends the
@@ -107,8 +112,8 @@ def synthetic_memories(n: int) -> list[str]:
 
 
 def write_transcript(path: Path, turns: int) -> None:
-    """A Claude Code JSONL transcript: ``turns`` user/assistant exchanges with tool calls between,
-    the last assistant message rating a memory."""
+    """A Claude Code JSONL transcript: ``turns`` user/assistant exchanges with tool calls between
+    (each assistant message with its ``usage``), the last assistant message rating a memory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(turns):
@@ -132,6 +137,13 @@ def write_transcript(path: Path, turns: int) -> None:
                             "input": {"file_path": f"/src/m{i % 17}.py"},
                         },
                     ],
+                    # Claude Code's transcript lines carry the Messages API usage (the stop hook reads it)
+                    "usage": {
+                        "input_tokens": 3,
+                        "cache_creation_input_tokens": 250,
+                        "cache_read_input_tokens": 1200 * (i + 1),
+                        "output_tokens": 60,
+                    },
                 },
             }
         )
@@ -421,7 +433,13 @@ def _tool_call(project: Path) -> dict[str, Any]:
 
 
 def _payload(event: str, key: str, project: Path, transcript: Path) -> dict[str, Any]:
-    extra = _tool_call(project) if event == "post-tool-use" else EVENTS[event]
+    extra: dict[str, Any]
+    if event == "post-tool-use":
+        extra = _tool_call(project)
+    elif event == "pre-tool-use":
+        extra = {k: v for k, v in _tool_call(project).items() if k != "tool_response"}
+    else:
+        extra = EVENTS[event]
     return {
         "session_id": key,
         "transcript_path": str(transcript),

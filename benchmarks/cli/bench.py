@@ -295,8 +295,8 @@ def hooks(
         20,
         min=1,
         help="Measured rounds of the new command and the floor "
-        "(a round: session-start, user-prompt-submit, pre-compact, post-tool-use, "
-        "session-end).",
+        "(a round: session-start, user-prompt-submit, pre-compact, pre-tool-use, post-tool-use, "
+        "subagent-stop, stop, session-end).",
     ),
     old_runs: int = typer.Option(
         5, "--old-runs", min=0, help="Measured rounds of the old 'memlane hook' (seconds per call)."
