@@ -76,12 +76,18 @@ def create_app(container: Container) -> FastAPI:
             },
         }
 
-    from memlane.api import memory_routes
-
-    app.include_router(memory_routes.router(container))
-    from memlane.api import config_routes, hooks, pipeline_routes
+    # Routes are matched in the order they are included: the hot paths first (the hooks Claude
+    # Code runs on every prompt, recall and remember, the observer's tool-call hook), so a hook
+    # request is not compared with every dashboard and maintenance route before its own. The paths
+    # of these three (/api/hooks, /api/sessions, /api/memory, /api/memories, /api/v3) match no
+    # other router's, so the order changes no match.
+    from memlane.api import hooks, memory_routes, v3_routes
 
     app.include_router(hooks.router(container))
+    app.include_router(memory_routes.router(container))
+    app.include_router(v3_routes.router(container))
+    from memlane.api import config_routes, pipeline_routes
+
     app.include_router(config_routes.router(container))
     app.include_router(pipeline_routes.router(container))
     from memlane.api import predictor_routes
@@ -94,9 +100,6 @@ def create_app(container: Container) -> FastAPI:
     from memlane.api import knowledge_routes
 
     app.include_router(knowledge_routes.router(container))
-    from memlane.api import v3_routes
-
-    app.include_router(v3_routes.router(container))  # noqa: E702
     from memlane.api import active_routes
 
     app.include_router(active_routes.router(container))  # noqa: E702

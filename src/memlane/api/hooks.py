@@ -3,14 +3,22 @@ over :class:`memlane.sessions.service.SessionService`.
 
 Hook bodies are strict about types (a wrong type is a 422 naming the field) but ignore unknown
 fields, so a newer connector can talk to an older daemon.
+
+The three hooks Claude Code runs on every session and prompt (session-start, user-prompt-submit,
+session-end) return their answer as a ``JSONResponse`` built here rather than a dict for FastAPI
+to validate against the return annotation: a ``def`` endpoint's response validation is a second
+hop through the thread pool, which waits for the GIL when background workers hold it
+(docs/benchmarks.md, "Where a hook's milliseconds go").
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.container import Container
@@ -96,13 +104,24 @@ class FeedbackIn(BaseModel):
     memory_feedback: dict[str, Any] | str
 
 
+def _after_start(commit: Callable[[], None] | None, release: Callable[[], None] | None) -> None:
+    """A session-start's work once its answer is out: queue its held write (``commit``), then
+    record the predictor's ranking (``release``); ``release`` runs even when ``commit`` raised."""
+    try:
+        if commit is not None:
+            commit()
+    finally:
+        if release is not None:
+            release()
+
+
 def router(container: Container) -> APIRouter:
     """The hook and session routes over ``container.sessions``."""
     r = APIRouter()
     svc = container.sessions
 
     @r.post("/api/hooks/session-start", tags=["hooks"])
-    def session_start(body: SessionStartIn, background: BackgroundTasks) -> dict[str, Any]:
+    def session_start(body: SessionStartIn, background: BackgroundTasks) -> JSONResponse:
         """Candidate pool -> record all candidates -> inject text. Repeated keys record nothing."""
         # The start's record is queued once this response is sent (sessions.inflight: the key's
         # next request queues it if that comes first); at alpha = 1 the predictor's part is
@@ -122,23 +141,23 @@ def router(container: Container) -> APIRouter:
             defer_predictor=True,
             hold_write=True,
         )
-        if res.commit is not None:
-            background.add_task(res.commit)
-        if res.release is not None:
-            background.add_task(res.release)
-        return {
-            "session_key": res.session_key,
-            "status": res.status,
-            "inject": res.inject,
-            "predictor_state": res.predictor_state,
-            "candidate_count": res.candidate_count,
-            "injected": res.injected,
-            "took_ms": round(res.took_ms, 3),
-            "phase": res.phase,
-        }
+        if res.commit is not None or res.release is not None:
+            background.add_task(_after_start, res.commit, res.release)  # one thread-pool hop for both
+        return JSONResponse(
+            {
+                "session_key": res.session_key,
+                "status": res.status,
+                "inject": res.inject,
+                "predictor_state": res.predictor_state,
+                "candidate_count": res.candidate_count,
+                "injected": res.injected,
+                "took_ms": round(res.took_ms, 3),
+                "phase": res.phase,
+            }
+        )
 
     @r.post("/api/hooks/user-prompt-submit", tags=["hooks"])
-    def user_prompt_submit(body: PromptIn) -> dict[str, Any]:
+    def user_prompt_submit(body: PromptIn) -> JSONResponse:
         """Recall on the prompt (threshold: nothing rather than padding), FTS-hit tracking, feedback."""
         res = svc.prompt(
             PromptInput(
@@ -152,15 +171,17 @@ def router(container: Container) -> APIRouter:
                 **body.phase_input(),
             )
         )
-        return {
-            "session_key": res.session_key,
-            "inject": res.inject,
-            "matched": res.matched,
-            "injected": res.injected,
-            "feedback": {"applied": res.feedback.applied, "ignored": res.feedback.ignored},
-            "took_ms": round(res.took_ms, 3),
-            "phase": res.phase,
-        }
+        return JSONResponse(
+            {
+                "session_key": res.session_key,
+                "inject": res.inject,
+                "matched": res.matched,
+                "injected": res.injected,
+                "feedback": {"applied": res.feedback.applied, "ignored": res.feedback.ignored},
+                "took_ms": round(res.took_ms, 3),
+                "phase": res.phase,
+            }
+        )
 
     def end_observed(session_key: str, project: str | None) -> None:
         """The observer's end of the session (co-access graph, promotion), after the answer is
@@ -173,7 +194,7 @@ def router(container: Container) -> APIRouter:
             log.exception("session %r: the observer's session end failed", session_key[:80])
 
     @r.post("/api/hooks/session-end", tags=["hooks"])
-    def session_end(body: SessionEndIn, background: BackgroundTasks) -> dict[str, Any]:
+    def session_end(body: SessionEndIn, background: BackgroundTasks) -> JSONResponse:
         """Transcript stored, summary job enqueued, continuity scored, labels built; after the
         answer, the observer ends the session when it saw tool calls of it (co-access graph and the
         promotion pipeline, docs/v3.md "Promotion").
@@ -195,17 +216,19 @@ def router(container: Container) -> APIRouter:
             wait=body.wait,
         )
         background.add_task(end_observed, res.session_key, body.project)
-        return {
-            "session_key": res.session_key,
-            "scoring": res.scoring,
-            "scorer": res.scorer,
-            "score": res.score,
-            "confidence": res.confidence,
-            "labels": res.labels,
-            "transcript_stored": res.transcript_stored,
-            "summary_job_id": res.summary_job_id,
-            "judge": res.judge,
-        }
+        return JSONResponse(
+            {
+                "session_key": res.session_key,
+                "scoring": res.scoring,
+                "scorer": res.scorer,
+                "score": res.score,
+                "confidence": res.confidence,
+                "labels": res.labels,
+                "transcript_stored": res.transcript_stored,
+                "summary_job_id": res.summary_job_id,
+                "judge": res.judge,
+            }
+        )
 
     @r.post("/api/hooks/pre-compaction", tags=["hooks"])
     def pre_compaction(body: PreCompactionIn) -> dict[str, Any]:
