@@ -593,13 +593,6 @@ class SessionService:
         now = parse_iso(inp.now, "now") if inp.now else now_iso()
         unit_before = self.phases.current(key, project).work_unit_ref if self.phases is not None else None
         pstate = self._phase(key, project, inp)
-        self.inflight.wait(key)  # a write-behind start of this key: what it showed is recorded first
-        shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
-        scores, ignored = (
-            resolve_feedback(list(shown), inp.memory_feedback)
-            if inp.memory_feedback is not None and s.agent_feedback
-            else ({}, 0)
-        )
         matched: list[tuple[str, float]] = []
         hits_mem: dict[str, Memory] = {}
         if inp.prompt.strip():
@@ -619,6 +612,15 @@ class SessionService:
             for h in res.hits:
                 matched.append((h.memory.id, h.score))
                 hits_mem[h.memory.id] = h.memory
+        # A write-behind start of this key commits while the recall above runs (the recall does
+        # not read the session); what it showed is read once it is recorded.
+        self.inflight.wait(key)
+        shown = self.db.read(lambda c: sess_sql.shown_state(c, key))  # memory id -> already seen by the agent
+        scores, ignored = (
+            resolve_feedback(list(shown), inp.memory_feedback)
+            if inp.memory_feedback is not None and s.agent_feedback
+            else ({}, 0)
+        )
 
         def job(c: sqlite3.Connection) -> tuple[int, int]:  # one transaction for the whole prompt
             sess_sql.ensure_session(c, key=key, project=project, harness=inp.harness, cwd=inp.cwd, started_at=now)
