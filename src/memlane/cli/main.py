@@ -312,7 +312,7 @@ def import_cmd(
         ...,
         exists=True,
         help="JSON lines, one memory per line; with --format claude-code a session transcript or a "
-        "project directory of them (~/.claude/projects/<project>).",
+        "project directory of them (~/.claude/projects/PROJECT).",
     ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Write directly into this data directory instead of via the daemon."

@@ -84,6 +84,8 @@ class ImportReport:
     usage: dict[str, int] = field(default_factory=dict)
 
     def problem(self, file: str, line: int, message: str) -> None:
+        """Record a bad line or refused event (``line`` 0: the file as a whole); only the first
+        :data:`MAX_PROBLEMS_KEPT` are kept."""
         if len(self.problems) < MAX_PROBLEMS_KEPT:
             self.problems.append((file, line, message))
 
