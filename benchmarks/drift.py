@@ -3,17 +3,26 @@
 
 Protocol, per consecutive release pair (A, B):
 
+* **Documents** are first A's pages, ingested through the document pipeline (chunked,
+  embedded, stored) with the title ``docs/<page>``.
 * **Memories** are the statements of A's pages (prose sentences of 40-400 characters, code
   blocks, tables, headings and front matter dropped, Markdown links reduced to their text),
   each written as ``<statement> (see [[docs/<page>]])`` at A's date: a wiki link to its page.
-* **Documents** are B's pages (same path), ingested through the document pipeline (chunked,
-  embedded, stored) with the title ``docs/<page>``.
+  Written through ``remember_many``, whose created listener queues the drift check that
+  records each reference's baseline against A's page (the product's write path).
+* **New version**: each A document is deleted and B's page at the same path is ingested with
+  the same title, so the memory's link now resolves to B's page.
 * **Ground truth**, mechanical: a statement *survived* when B's page holds a sentence whose
   normalised text (case-folded, whitespace collapsed, Markdown stripped) is equal or within a
   character-level similarity (``difflib`` ratio) of 0.9; otherwise it *drifted*.
-* **Score**: the drift detector's cosine distance (1 - max cosine similarity between the
-  memory's vector and the page's current chunk vectors, from the in-memory index), and the rows
-  :meth:`DriftService.check` writes at the threshold.
+* **Slot changes**: a memory whose reference's own sentence lost a number, version, date or
+  identifier it held at the baseline, replaced by another (:meth:`Measure.slot_change`), is
+  flagged at any threshold; precision/recall at a threshold count it as predicted.
+* **Score**: the drift detector's score, the drop of the max cosine similarity between the
+  memory's claim and the page (its chunk and sentence vectors) from the baseline taken against
+  A's page to B's (:meth:`DriftService.measure`), and the rows :meth:`DriftService.check`
+  writes at the threshold. A memory whose reference has no baseline is not scored (counted in
+  ``unscored``).
 * **File staleness**: pages of A deleted or renamed in ``changes_A_to_B.tsv``; a real git
   repository with A's pages committed then B's (``git mv`` is not used: git finds the renames
   from content), memories referencing every page of A as a project file; the staleness sweep
@@ -151,7 +160,8 @@ def run_pair(
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """One (A, B) pair in a fresh store: the drift scores and labels, and the rows written at
-    ``threshold``. Returns the counts, AUROC, precision/recall and the raw (score, label) pairs."""
+    ``threshold``. Returns the counts, AUROC, precision/recall, and per scored memory its score,
+    label and ``[page, statement]``."""
     from memlane.config import load_settings
     from memlane.container import open_container
     from memlane.services.inputs import RememberInput
@@ -164,28 +174,29 @@ def run_pair(
             "pipeline_v2": {"documents": {"chunk_size": chunk_size, "chunk_overlap": min(200, chunk_size // 4)}}
         }
     c = open_container(load_settings(home=home, **overrides), embedder=embedder)
+    w = c.workers.get("documents")
     try:
-        common = [p for p in pa if p in pb]
-        progress(f"{a}->{b}: ingesting {len(common)} pages")
-        doc_of: dict[str, str] = {}
-        for p in common:
-            text = strip_markdown(pb[p])
-            if text.strip():
-                doc_of[p] = c.documents.create(content=text, title=p).id
-        w = c.workers.get("documents")
+        common = [p for p in pa if p in pb and strip_markdown(pa[p]).strip() and strip_markdown(pb[p]).strip()]
+        progress(f"{a}->{b}: ingesting {len(common)} pages of {a}")
+        doc_a = {p: c.documents.create(content=strip_markdown(pa[p]), title=p).id for p in common}
         while w.run_once():
             pass
         items: list[tuple[str, str, bool]] = []
         for p in common:
-            if p not in doc_of:
-                continue
             b_sents = statements(pb[p])
             for s in statements(pa[p]):
                 items.append((p, s, not survived(s, b_sents)))
-        progress(f"{a}->{b}: writing {len(items)} memories")
+        progress(f"{a}->{b}: writing {len(items)} memories (baselines against {a})")
         res = c.memories.remember_many(
             [RememberInput(content=f"{s} (see [[{p}]])", created_at=release_date(root, a)) for p, s, _ in items]
         )
+        c.drift.drain()  # the checks the writes queued have taken the baselines
+        progress(f"{a}->{b}: replacing the pages by {b}'s")
+        for p in common:
+            c.documents.delete(doc_a[p])
+        doc_of = {p: c.documents.create(content=strip_markdown(pb[p]), title=p).id for p in common}
+        while w.run_once():
+            pass
         ids = [r.id for r in res]
         seqs = c.db.read(
             lambda conn: dict(
@@ -193,7 +204,10 @@ def run_pair(
             )
         )
         progress(f"{a}->{b}: checking")
-        dist = c.drift.distances([(seqs[i], doc_of[p]) for i, (p, _, _) in zip(ids, items)])
+        measured = c.drift.measure([(i, seqs[i], p, doc_of[p]) for i, (p, _, _) in zip(ids, items)])
+        slot_sim = c.settings.drift.slot_similarity
+        dist = [m.drop if m is not None and m.baseline is not None else None for m in measured]
+        change = [m.slot_change(slot_sim) if m is not None else None for m in measured]
         rows = c.drift.check([(i, seqs[i]) for i in ids])
         flagged = {r.memory_id for r in rows if r.error_type == "memory_drift"}
         ok = [k for k, d in enumerate(dist) if d is not None]
@@ -205,6 +219,7 @@ def run_pair(
             "pair": f"{a}->{b}",
             "pages": len(doc_of),
             "memories": len(ok),
+            "unscored": len(items) - len(ok),
             "drifted": int(labels.sum()),
             "survived": int((~labels).sum()),
             "auroc": auroc(scores, labels),
@@ -214,24 +229,34 @@ def run_pair(
             "flagged": int(pred.sum()),
             "scores": scores.tolist(),
             "labels": labels.tolist(),
+            "slot_changed": [change[k] is not None for k in ok],
+            "slot_changes": [[items[k][1], ch[0], ch[1], items[k][2]] for k in ok if (ch := change[k]) is not None],
+            "statements": [[items[k][0], items[k][1]] for k in ok],
         }
     finally:
         c.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
-def at_threshold(scores: list[float], labels: list[bool], t: float) -> tuple[float, float]:
-    """(precision, recall) of ``score > t``."""
-    return precision_recall(np.array(scores) > t, np.array(labels, dtype=bool))
+def at_threshold(
+    scores: list[float], labels: list[bool], t: float, also: list[bool] | None = None
+) -> tuple[float, float]:
+    """(precision, recall) of ``score > t`` (or ``also``: the slot changes, flagged at any threshold)."""
+    pred = np.array(scores) > t
+    if also is not None:
+        pred |= np.array(also, dtype=bool)
+    return precision_recall(pred, np.array(labels, dtype=bool))
 
 
-def choose_threshold(scores: list[float], labels: list[bool], *, min_precision: float = 0.8) -> float:
-    """The threshold (a score value) with the best F1 among those with precision >= ``min_precision``;
-    the best-F1 one when none reaches it."""
+def choose_threshold(
+    scores: list[float], labels: list[bool], *, min_precision: float = 0.8, also: list[bool] | None = None
+) -> float:
+    """The threshold (a score value) with the best F1 among those with precision >= ``min_precision``
+    (predictions: ``score > t`` or ``also``); the best-F1 one when none reaches it."""
     cands = sorted(set(np.round(scores, 4).tolist()))
     best, best_any = None, None
     for t in cands:
-        p, r = at_threshold(scores, labels, t)
+        p, r = at_threshold(scores, labels, t, also)
         f = 2 * p * r / (p + r) if p + r else 0.0
         if best_any is None or f > best_any[0]:
             best_any = (f, t)
@@ -333,15 +358,19 @@ def run_drift_bench(
         run_pair(root, a, b, embedder=embedder, threshold=threshold, chunk_size=chunk_size, progress=progress)
         for a, b in PAIRS
     ]
-    tuned = choose_threshold(pairs[tune_pair]["scores"], pairs[tune_pair]["labels"])
+    tp = pairs[tune_pair]
+    tuned = choose_threshold(tp["scores"], tp["labels"], also=tp["slot_changed"])
+    tuned_drop = choose_threshold(tp["scores"], tp["labels"])
     for i, r in enumerate(pairs):
-        r["tuned_precision"], r["tuned_recall"] = at_threshold(r["scores"], r["labels"], tuned)
+        r["tuned_precision"], r["tuned_recall"] = at_threshold(r["scores"], r["labels"], tuned, r["slot_changed"])
+        r["drop_only_precision"], r["drop_only_recall"] = at_threshold(r["scores"], r["labels"], tuned_drop)
         r["role"] = "tuning" if i == tune_pair else "held out"
     stale = [run_staleness(root, a, b) for a, b in PAIRS]
     return {
         "data": str(root),
         "threshold": threshold,
         "tuned_threshold": tuned,
+        "drop_only_threshold": tuned_drop,
         "tune_pair": "->".join(PAIRS[tune_pair]),
         "chunk_size": chunk_size,
         "pairs": pairs,

@@ -1,8 +1,9 @@
 """Drift detection at retrieval (issue 41; memory-drift-detection.md "Verification"), on real
-SQLite with the real local embedding model: no row while a memory matches the document it
-references, a ``memory_drift`` row after the document changes, debounce, the consumer listing,
-resolution on update, removal on forget, and the retrieval rules (penalty and warning in recall,
-never injected at session-start or prompt-submit)."""
+SQLite with the real local embedding model: the baseline a reference takes when the memory is
+written, no row while a memory matches the document it references, a ``memory_drift`` row after
+the document changes, none for a memory that never was close to its document, debounce, the
+consumer listing, resolution on update, removal on forget, and the retrieval rules (penalty and
+warning in recall, never injected at session-start or prompt-submit)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,25 @@ def _ingest(c, content: str, title: str) -> str:
     return doc.id
 
 
+def _swap(c, old: str, content: str, title: str = "alpha-status") -> str:
+    """A new version of the note: the old document deleted, the new text ingested under its title."""
+    c.documents.delete(old)
+    return _ingest(c, content, title)
+
+
+def _baseline(c, mid: str) -> tuple:
+    """(similarity, document id, model) of the memory's document reference's baseline."""
+    return tuple(
+        c.db.read(
+            lambda conn: conn.execute(
+                "SELECT baseline_similarity, baseline_document, baseline_model FROM memory_references "
+                "WHERE memory_id = ? AND kind = 'document'",
+                (mid,),
+            ).fetchone()
+        )
+    )
+
+
 def _recall(c, query: str = "login blocker auth database"):
     hits = c.recall.recall(RecallQuery(query=query, limit=10, touch=False, types=("fact",))).hits
     c.drift.drain()
@@ -52,21 +72,24 @@ def _rows(c, **kw):
 
 def test_no_row_while_close_a_row_after_the_note_changes_then_debounce(vstore):
     c = vstore
-    _ingest(c, NOTE_V1, "alpha-status")
+    v1 = _ingest(c, NOTE_V1, "alpha-status")
     mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
     assert [r.kind for r in c.drift.references_of(mid)] == ["document"]
+    c.drift.drain()  # the write queued the check that takes the reference's baseline
+    sim, doc, model = _baseline(c, mid)
+    assert doc == v1 and sim > 0.9 and model == c.drift.model_id()
     _recall(c)
     assert _rows(c) == []  # the memory says what the note says: no drift
 
-    old = c.db.read(lambda conn: conn.execute("SELECT id FROM documents").fetchone()[0])
-    c.documents.delete(old)
-    new = _ingest(c, NOTE_V2, "alpha-status")  # the note now says the release shipped
+    new = _swap(c, v1, NOTE_V2)  # the note now says the release shipped
     hits = _recall(c)
     rows = _rows(c, error_type="memory_drift")
     assert len(rows) == 1
     row = rows[0]
     assert row["memory_id"] == mid and row["target"] == new and row["resolved_at"] is None
     assert row["cosine_distance"] > c.settings.drift.threshold
+    assert row["cosine_distance"] == pytest.approx(sim - row["context"]["max_sim"], abs=1e-6)
+    assert row["context"]["baseline_similarity"] == pytest.approx(sim) and row["context"]["baseline_document"] == v1
     assert row["context"]["title"] == "alpha-status" and row["query"] == f"memory:{mid}"
     assert row["memory"]["content"].startswith(BLOCKER)  # the consumer gets the memory attached
     assert hits[0].memory.content == f"{BLOCKER} See [[alpha-status]]."  # that answer was not delayed
@@ -76,7 +99,9 @@ def test_no_row_while_close_a_row_after_the_note_changes_then_debounce(vstore):
     assert len(_rows(c)) == 1
     # and now recall returns it with the warning prefix and the penalty
     hit = next(h for h in hits if h.memory.id == mid)
-    assert hit.memory.content.startswith("[DRIFT: drifted from document 'alpha-status'")
+    assert hit.memory.content.startswith(
+        f"[DRIFT: drifted from document 'alpha-status' (similarity {sim:.2f} -> {row['context']['max_sim']:.2f})]"
+    )
     assert hit.memory.confidence == 0.5 * c.memories.get(mid).confidence
 
 
@@ -114,20 +139,23 @@ def test_debounce_keeps_the_strongest_signal(vstore):
 
 def test_update_resolves_and_forget_removes(vstore):
     c = vstore
-    _ingest(c, NOTE_V2, "alpha-status")
+    v1 = _ingest(c, NOTE_V1, "alpha-status")
     mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
+    other = c.memories.remember(RememberInput(content=f"{BLOCKER} Details in [[alpha-status]]. v2")).id
+    c.drift.drain()
+    v2 = _swap(c, v1, NOTE_V2)
     _recall(c)
-    assert len(_rows(c, resolved=False)) == 1
+    assert len(_rows(c, resolved=False, memory_id=mid)) == 1
     assert c.drift.flags_of(mid)
     c.memories.update(mid, {"content": "Release 2.0 shipped in March; see [[alpha-status]]."})
-    assert _rows(c, resolved=False) == [] and len(_rows(c, resolved=True)) == 1
+    assert _rows(c, resolved=False, memory_id=mid) == [] and len(_rows(c, resolved=True)) == 1
     assert c.drift.flags_of(mid) == ()
+    c.drift.drain()  # the update re-extracted the reference: its baseline is taken against the note now
+    assert _baseline(c, mid)[1] == v2
     hits = _recall(c, "release shipped march")
-    assert all(not h.memory.content.startswith("[") for h in hits)
-    assert _rows(c, resolved=False) == []  # the updated memory matches the note: no new row
+    assert all(not h.memory.content.startswith("[") for h in hits if h.memory.id == mid)
+    assert _rows(c, resolved=False, memory_id=mid) == []  # the updated memory matches the note: no new row
 
-    other = c.memories.remember(RememberInput(content=f"{BLOCKER} Details in [[alpha-status]]. v2")).id
-    _recall(c)
     assert _rows(c, memory_id=other)
     c.memories.delete(other)
     assert _rows(c, memory_id=other) == []
@@ -145,16 +173,54 @@ def test_no_references_or_no_document_means_no_row(vstore):
 def test_a_reference_to_a_note_ingested_later_is_resolved_at_retrieval(vstore):
     c = vstore
     mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
-    _ingest(c, NOTE_V2, "alpha-status")
+    c.drift.drain()
+    assert _baseline(c, mid)[0] is None  # no document yet: nothing to measure against
+    v1 = _ingest(c, NOTE_V1, "alpha-status")
+    _recall(c)
+    assert _baseline(c, mid)[1] == v1 and _rows(c) == []  # the first check took the baseline
+    _swap(c, v1, NOTE_V2)
     _recall(c)
     assert [r["memory_id"] for r in _rows(c)] == [mid]
 
 
+def test_a_memory_that_never_matched_its_note_has_not_drifted(vstore):
+    """Drift is movement: a claim the note never made (far from it when written) is not flagged,
+    however far it is, until the note moves away from where it stood."""
+    c = vstore
+    v2 = _ingest(c, NOTE_V2, "alpha-status")
+    mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
+    c.drift.drain()
+    sim, doc, _ = _baseline(c, mid)
+    assert doc == v2 and 1.0 - sim > c.settings.drift.threshold  # far from the note from the start
+    _recall(c)
+    assert _rows(c) == []
+
+
+def test_a_baseline_of_another_model_is_measured_again(vstore):
+    c = vstore
+    v1 = _ingest(c, NOTE_V1, "alpha-status")
+    mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
+    c.drift.drain()
+    sim = _baseline(c, mid)[0]
+    c.db.write(
+        lambda conn: conn.execute(
+            "UPDATE memory_references SET baseline_similarity = 1.0, baseline_model = 'other-model' "
+            "WHERE memory_id = ?",
+            (mid,),
+        )
+    )
+    _recall(c)
+    assert _rows(c) == []  # not a drop of 1.0 - sim: that baseline is not comparable
+    assert _baseline(c, mid) == (pytest.approx(sim, abs=1e-6), v1, c.drift.model_id())
+
+
 def test_drifting_memory_is_never_injected_proactively(vstore):
     c = vstore
-    _ingest(c, NOTE_V2, "alpha-status")
+    v1 = _ingest(c, NOTE_V1, "alpha-status")
     bad = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].", importance=0.9)).id
     good = c.memories.remember(RememberInput(content="The login page uses the auth database.", importance=0.9)).id
+    c.drift.drain()
+    _swap(c, v1, NOTE_V2)
     start = c.sessions.start(StartInput("s-before", context="login blocker auth database"))
     assert bad in {x["id"] for x in start.injected}  # not known to drift yet
     c.drift.drain()  # the start queued a check of what it showed
@@ -215,14 +281,14 @@ def test_a_memory_checked_recently_is_not_checked_again_until_updated(open_store
     c = open_store(embedding="local", drift={"recheck_seconds": 3600})
     doc = _ingest(c, NOTE_V1, "alpha-status")
     mid = c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id
-    _recall(c)
-    c.documents.delete(doc)
-    _ingest(c, NOTE_V2, "alpha-status")
+    c.drift.drain()  # checked once, when written (its baseline)
+    v2 = _swap(c, doc, NOTE_V2)
     _recall(c)
     assert _rows(c) == []  # checked minutes ago: not again yet
+    assert _baseline(c, mid)[1] == doc
     c.memories.update(mid, {"content": f"{BLOCKER} Still true? See [[alpha-status]]."})
-    _recall(c)
-    assert [r["memory_id"] for r in _rows(c)] == [mid]  # the update cleared it: checked again, drifts
+    c.drift.drain()
+    assert _baseline(c, mid)[1] == v2  # the update cleared it: checked again at once, against the note as it is
 
 
 def _stored_sentences(c, doc: str):
@@ -239,13 +305,14 @@ def test_sentence_vectors_are_stored_and_read_back_after_a_restart(open_store, t
     c = open_store(home=home, embedding="local", drift={"recheck_seconds": 0})
     doc = _ingest(c, NOTE_V1, "alpha-status")
     seq = c.memories.get(c.memories.remember(RememberInput(content=f"{BLOCKER} See [[alpha-status]].")).id).seq
-    first = c.drift.distances([(seq, doc)])[0]
+    c.drift.drain()  # the baseline check the write queued embeds the sentences once
+    first = c.drift.similarities([(seq, doc)])[0]
     (row,) = _stored_sentences(c, doc)
     assert row[1] >= 3 and row[2] == c.drift.index.dimensions  # three sentences of NOTE_V1 at least
     c.close()
 
     c2 = open_store(home=home, embedding="local", drift={"recheck_seconds": 0})
-    assert c2.drift.distances([(seq, doc)])[0] == pytest.approx(first, abs=1e-6)
+    assert c2.drift.similarities([(seq, doc)])[0] == pytest.approx(first, abs=1e-6)
     assert _stored_sentences(c2, doc) == [row]  # read, not embedded and written again
     # a new version of the text replaces the row
     chunks = c2.db.read(

@@ -63,6 +63,12 @@ def bench_drift(
             f"{r['tuned_recall']:.2f}",
         )
     console.print(tab)
+    console.print(
+        f"similarity drop alone (no slot changes): threshold chosen {report['drop_only_threshold']:.4f}, P/R "
+        + ", ".join(f"{r['drop_only_precision']:.2f}/{r['drop_only_recall']:.2f}" for r in report["pairs"])
+        + "; slot changes flagged: "
+        + ", ".join(str(len(r["slot_changes"])) for r in report["pairs"])
+    )
     st = Table(title="file staleness (pages deleted / renamed between releases, real git)")
     for col in ("pair", "pages", "deleted", "P/R deleted", "renamed", "P/R renamed"):
         st.add_column(col)

@@ -240,6 +240,8 @@ def open_container(
             drift.on_memory_event,
             *memory_listeners,
         ),
+        # After the commit: drift takes the new references' baselines (write-behind).
+        created_listeners=(drift.on_created,),
     )
     fts = FtsCache(db)
     # Hints merge, dampening, reranker; the hint leg uses the FTS statistics once the store is large.

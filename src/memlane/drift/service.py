@@ -12,9 +12,11 @@
 The check runs write-behind on one background thread (:meth:`check`): for each memory with
 document references, the max cosine similarity between its claim (its text without its
 references, embedded at the check) and the current chunk vectors (in-memory index) and sentence
-vectors (stored per text version) of each referenced document, one matrix product per document;
-``1 - max_sim > threshold`` writes a ``memory_drift`` row (debounced: an open row of the same
-memory and document within ``debounce_hours`` is updated, strongest signal kept). For each file
+vectors (stored per text version) of each referenced document, one matrix product per document.
+The first check of a reference (queued when the memory is written or updated) stores that
+similarity as the reference's baseline; later, ``baseline - max_sim > threshold`` writes a
+``memory_drift`` row (debounced: an open row of the same memory and document within
+``debounce_hours`` is updated, strongest signal kept). For each file
 reference, a ``stat``: a missing file writes ``memory_stale_file`` and marks the reference stale.
 When a memory is superseded, the memories whose claim about the same entity and aspect depended
 on it get ``memory_stale_entity`` rows (:meth:`DriftService.entity_invalidated`).
@@ -44,6 +46,7 @@ from memlane.config.drift import DriftSettings
 from memlane.drift import references as refs_mod
 from memlane.drift.propagation import propagate
 from memlane.drift.sentences import split_sentences
+from memlane.drift.slots import slots
 from memlane.drift.staleness import git_changes, git_root
 from memlane.errors import NotFound, ValidationError
 from memlane.lru import LRUCache
@@ -53,7 +56,7 @@ from memlane.storage import graph as graph_sql
 from memlane.storage import memories as mem_sql
 from memlane.storage import relations as rel_sql
 from memlane.storage.db import Database
-from memlane.storage.drift import PredictionError, Reference
+from memlane.storage.drift import Baseline, PredictionError, Reference
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +79,13 @@ class Flag:
     target: str
     distance: float
     label: str
+    #: For drift: the similarity then and now and a slot change, e.g. ``similarity 0.98 -> 0.62; 2020 -> 2021``.
+    detail: str = ""
 
     def warning(self) -> str:
         """The words of the warning prefix for this flag."""
         if self.error_type == "memory_drift":
-            return f"drifted from document {self.label!r} (similarity {1.0 - self.distance:.2f})"
+            return f"drifted from document {self.label!r} ({self.detail or f'drop {self.distance:.2f}'})"
         if self.error_type == "memory_stale_file":
             return f"file {self.target} {self.label}"
         if self.error_type == "memory_stale_entity":
@@ -94,10 +99,71 @@ def warning_prefix(flags: Sequence[Flag]) -> str:
     return f"[{kind}: " + "; ".join(dict.fromkeys(f.warning() for f in flags)) + "]"
 
 
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A memory's claim compared with a document it references (:meth:`DriftService.measure`).
+
+    ``similarity``: max cosine similarity over the document's chunk and sentence vectors;
+    ``nearest``/``nearest_similarity``: its nearest sentence and that sentence's similarity
+    (None/0.0 without sentence vectors); ``claim_slots``: the claim's slots
+    (:func:`memlane.drift.slots.slots`); ``baseline``: the reference's baseline (None: not taken
+    yet, or taken with another model).
+    """
+
+    similarity: float
+    nearest: str | None
+    nearest_similarity: float
+    claim_slots: frozenset[str]
+    baseline: Baseline | None
+
+    @property
+    def drop(self) -> float:
+        """``baseline.similarity - similarity`` (0.0 without a baseline): how far the claim moved
+        away from what it referred to when the baseline was taken (seed
+        memory-drift-detection.md: the memory's embedding *has drifted*). A sentence the
+        embedding always put far from its own text in the page (Markdown noise, an admonition)
+        does not move, so it does not score."""
+        return 0.0 if self.baseline is None else self.baseline.similarity - self.similarity
+
+    def slot_change(self, min_similarity: float) -> tuple[list[str], list[str]] | None:
+        """``(was, now)`` when the nearest sentence is still the claim's own statement (its
+        similarity >= ``min_similarity``) but a slot the baseline's sentence confirmed is gone
+        from it (``was``) and it holds slots the claim does not (``now``): ``2020 -> 2021``,
+        ``allow_redirects -> follow_redirects``. None otherwise, or without a baseline."""
+        if self.baseline is None or not self.baseline.slots or self.nearest is None:
+            return None
+        if self.nearest_similarity < min_similarity:
+            return None
+        here = slots(self.nearest)
+        was, now = self.baseline.slots - here, here - self.claim_slots
+        return (sorted(was), sorted(now)) if was and now else None
+
+    def drifted(self, threshold: float, min_similarity: float) -> bool:
+        """A drop above ``threshold``, or a slot change (:meth:`slot_change`)."""
+        return self.baseline is not None and (self.drop > threshold or self.slot_change(min_similarity) is not None)
+
+    def as_baseline(self, model: str, document: str, min_similarity: float) -> Baseline:
+        """This comparison as a reference's baseline: the similarity, and the claim's slots its
+        nearest sentence holds when that sentence is its own statement (similarity >=
+        ``min_similarity``)."""
+        held: frozenset[str] = frozenset()
+        if self.nearest is not None and self.nearest_similarity >= min_similarity:
+            held = self.claim_slots & slots(self.nearest)
+        return Baseline(self.similarity, model, document, held)
+
+
 def _flag(e: PredictionError) -> Flag:
     ctx = e.context
     if e.error_type == "memory_drift":
         label = str(ctx.get("title") or e.target)
+        then, now, sl = ctx.get("baseline_similarity"), ctx.get("max_sim"), ctx.get("slots")
+        parts = []
+        if isinstance(then, (int, float)) and isinstance(now, (int, float)):
+            parts.append(f"similarity {then:.2f} -> {now:.2f}")
+        if isinstance(sl, dict) and sl.get("was") and sl.get("now"):
+            parts.append(f"{', '.join(map(str, sl['was']))} -> {', '.join(map(str, sl['now']))}")
+        if parts:
+            return Flag(e.error_id, e.error_type, e.target, e.cosine_distance, label, "; ".join(parts))
     elif e.error_type == "memory_stale_file":
         label = str(ctx.get("reason") or "is missing")
     elif e.error_type == "memory_stale_entity":
@@ -142,7 +208,7 @@ class DriftService:
         self._embedder = embedder
         self._starts = 0
         self._seen_projects: set[str] = set()
-        self._sentences: LRUCache[str, tuple[tuple[str, str], np.ndarray]] = LRUCache(SENTENCE_CACHE)
+        self._sentences: LRUCache[str, tuple[tuple[str, str], tuple[str, ...], np.ndarray]] = LRUCache(SENTENCE_CACHE)
 
     # -- state ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -249,6 +315,7 @@ class DriftService:
 
             self.db.write(job)
             self._drop(memory.id, refs=False)
+            self.schedule([memory])  # the re-extracted references take their baselines now
         elif event == "deleted":
             self.db.write(lambda conn: drift_sql.delete_memory(conn, memory.id))
             self._drop(memory.id, refs=True)
@@ -267,6 +334,13 @@ class DriftService:
                     conn, memory.id, memory.content, memory.project, at, getattr(memory, "related_files", ()) or ()
                 )
             )
+            self.schedule([memory])
+
+    def on_created(self, entries: Sequence[Any]) -> None:
+        """``MemoryService.created_listeners`` entry, after the commit: queue a check of the new
+        memories that have references, which records each document reference's baseline against
+        the document as it is when the memory is written (write-behind; returns at once)."""
+        self.schedule(entries)
 
     def entity_invalidated(self, memory_id: str, superseded_by: str | None) -> list[PredictionError]:
         """Knowledge-graph invalidation (layer 3): the attributes the graph took from
@@ -440,7 +514,7 @@ class DriftService:
             return []
         at = self._now()
         writes: list[dict[str, Any]] = []
-        doc_pairs: list[tuple[str, int, str]] = []
+        doc_pairs: list[tuple[str, int, str, str]] = []
         docs = None
         for mid, seq, refs in items:
             for r in refs:
@@ -449,7 +523,7 @@ class DriftService:
                         docs = refs_mod.DocumentTable(self.db.read(drift_sql.live_documents))
                     target = docs.resolve(refs_mod.candidate_of(r.raw))
                     if target:
-                        doc_pairs.append((mid, seq, target))
+                        doc_pairs.append((mid, seq, r.raw, target))
                 elif r.kind == "file":
                     root = self._project.get(mid)
                     if root and not os.path.exists(os.path.join(root, r.target)):
@@ -462,13 +536,16 @@ class DriftService:
                                 "context": {"reason": "is missing", "project": root},
                             }
                         )
+        fresh: list[tuple[str, str, Baseline]] = []
         if doc_pairs:
-            writes += self._drift(doc_pairs, s.threshold)
-        if not writes:
+            found, fresh = self._drift(doc_pairs, s.threshold)
+            writes += found
+        if not writes and not fresh:
             return []
         since = _minus_hours(at, s.debounce_hours)
 
         def job(conn):
+            drift_sql.set_baselines(conn, fresh, at=at)
             out = []
             for w in writes:
                 if w["error_type"] == "memory_stale_file":
@@ -494,71 +571,118 @@ class DriftService:
                 self._add_flag(e.memory_id, _flag(e))
         return rows
 
-    def distances(self, pairs: Sequence[tuple[int, str]]) -> list[float | None]:
-        """Cosine distance ``1 - max cosine similarity`` between each memory (by seq; its claim,
-        :meth:`_claim_vectors`) and a document (by id): the max over the document's current chunk
-        vectors (from the in-memory index) and its sentence vectors (:meth:`sentence_vectors`).
-        None when the memory or the document has no vector."""
+    def similarities(self, pairs: Sequence[tuple[int, str]]) -> list[float | None]:
+        """Max cosine similarity between each memory (by seq; its claim, :meth:`_claim_vectors`)
+        and a document (by id): the max over the document's current chunk vectors (from the
+        in-memory index) and its sentence vectors (:meth:`sentence_vectors`). None when the memory
+        or the document has no vector."""
+        return [None if c is None else c[0] for c in self._compare(pairs)]
+
+    def _compare(self, pairs: Sequence[tuple[int, str]]) -> list[tuple[float, str | None, float, str] | None]:
+        """Per ``(seq, document id)``: ``(max similarity over chunks and sentences, the nearest
+        sentence's text or None, its similarity, the claim's text)``; None without vectors."""
         doc_ids = sorted({d for _, d in pairs})
         chunks = self.db.read(lambda c: drift_sql.chunk_rows(c, doc_ids))
         mem_seqs = sorted({m for m, _ in pairs})
         mvecs, mhas = self.index.vectors_of(mem_seqs)
         mvecs = _unit(mvecs)
-        self._claim_vectors(mem_seqs, mvecs, mhas)
+        claims = self._claim_vectors(mem_seqs, mvecs, mhas)
         row = {seq: i for i, seq in enumerate(mem_seqs)}
-        units: dict[str, np.ndarray] = {}
+        units: dict[str, tuple[np.ndarray | None, tuple[str, ...], np.ndarray | None]] = {}
         for d in doc_ids:
             rows = chunks.get(d, [])
-            parts: list[np.ndarray] = []
+            cvecs = None
             if rows:
                 cv, chas = self.index.vectors_of([seq for seq, _ in rows])
                 if chas.any():
-                    parts.append(_unit(cv[chas]))
-            sv = self.sentence_vectors(d, [text for _, text in rows])
-            if sv is not None and len(sv):
-                parts.append(sv)
-            if parts:
-                units[d] = np.vstack(parts)
-        out: list[float | None] = []
+                    cvecs = _unit(cv[chas])
+            found = self.sentence_units(d, [text for _, text in rows])
+            sents, svecs = found if found is not None and len(found[1]) else ((), None)
+            if cvecs is not None or svecs is not None:
+                units[d] = (cvecs, sents, svecs)
+        out: list[tuple[float, str | None, float, str] | None] = []
         for m, d in pairs:
             i, u = row[m], units.get(d)
             if not mhas[i] or u is None:
                 out.append(None)
                 continue
-            out.append(float(1.0 - np.max(u @ mvecs[i])))
+            cvecs, sents, svecs = u
+            best, nearest, near_sim = -1.0, None, 0.0
+            if cvecs is not None:
+                best = float(np.max(cvecs @ mvecs[i]))
+            if svecs is not None:
+                ss = svecs @ mvecs[i]
+                j = int(np.argmax(ss))
+                nearest, near_sim = sents[j], float(ss[j])
+                best = max(best, near_sim)
+            out.append((best, nearest, near_sim, claims.get(m, "")))
         return out
 
-    def _claim_vectors(self, seqs: Sequence[int], vecs: np.ndarray, has: np.ndarray) -> None:
+    def model_id(self) -> str:
+        """The embedding model similarities are measured with (a baseline of another model is
+        measured again); ``index`` without an embedder (the index's own vectors)."""
+        emb = self._embedder() if self._embedder is not None else None
+        return "index" if emb is None else str(getattr(emb, "model_id", type(emb).__name__))
+
+    def measure(self, pairs: Sequence[tuple[str, int, str, str]]) -> list[Measure | None]:
+        """For each ``(memory id, seq, raw reference, document id)``: the claim's current
+        comparison with the document (:class:`Measure`: its max similarity, nearest sentence,
+        slots and the reference's stored baseline, None when it has none or one measured with
+        another model); None when the memory or the document has no vector. Reads only."""
+        compared = self._compare([(seq, d) for _, seq, _, d in pairs])
+        model = self.model_id()
+        base = self.db.read(lambda c: drift_sql.baselines(c, sorted({m for m, *_ in pairs})))
+        out: list[Measure | None] = []
+        for (mid, _, raw, _), cmp in zip(pairs, compared):
+            if cmp is None:
+                out.append(None)
+                continue
+            b = base.get((mid, raw))
+            sim, nearest, near_sim, claim = cmp
+            out.append(Measure(sim, nearest, near_sim, slots(claim), b if b is not None and b.model == model else None))
+        return out
+
+    def _claim_vectors(self, seqs: Sequence[int], vecs: np.ndarray, has: np.ndarray) -> dict[int, str]:
         """Replace, in place, the vectors of memories whose text holds references by the unit
         vector of their claim (:func:`memlane.drift.references.without_references`): the
         reference markup is not what the document is to still say. Rows stay as they are
-        without an embedder or when the text holds no reference."""
+        without an embedder or when the text holds no reference. Returns ``seq -> claim text``
+        (empty without an embedder)."""
         emb = self._embedder() if self._embedder is not None else None
         if emb is None:
-            return
+            return {}
         texts = self.db.read(lambda c: drift_sql.contents_by_seq(c, list(seqs)))
-        rows, claims = [], []
+        rows, claims, out = [], [], {}
         for i, seq in enumerate(seqs):
             text = texts.get(seq)
             claim = refs_mod.without_references(text) if text else ""
+            out[seq] = claim
             if claim and claim != text:
                 rows.append(i)
                 claims.append(claim)
         if not claims:
-            return
+            return out
         cv = _unit(np.asarray(emb.embed(claims), dtype=np.float32))
         if cv.shape[1] != vecs.shape[1]:
-            return
+            return out
         vecs[rows] = cv
         has[rows] = True
+        return out
 
     def sentence_vectors(self, document_id: str, chunk_texts: Sequence[str]) -> np.ndarray | None:
-        """Unit vectors [n, d] of the sentences of a document's current chunks, embedded once per
-        version of its text and model: kept in memory for the last :data:`SENTENCE_CACHE`
-        documents and stored (``drift_sentence_vectors``, migration 0017) so that a restart reads
-        them instead of embedding again; None without an embedder. A statement that is still in
-        the document finds its own sentence here, which a 2,000-character chunk's vector does not
-        resolve (docs/drift.md)."""
+        """Unit vectors [n, d] of the sentences of a document's current chunks
+        (:meth:`sentence_units`); None without an embedder."""
+        found = self.sentence_units(document_id, chunk_texts)
+        return None if found is None else found[1]
+
+    def sentence_units(self, document_id: str, chunk_texts: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray] | None:
+        """The sentences of a document's current chunks (:func:`split_sentences`) and their unit
+        vectors [n, d], embedded once per version of its text and model: kept in memory for the
+        last :data:`SENTENCE_CACHE` documents and stored (``drift_sentence_vectors``, migration
+        0017) so that a restart reads them (and cuts the sentences again) instead of embedding
+        again; None without an embedder. A statement that is still in the document finds its
+        own sentence here, which a 2,000-character chunk's vector does not resolve
+        (docs/drift.md)."""
         emb = self._embedder() if self._embedder is not None else None
         if emb is None or not chunk_texts:
             return None
@@ -567,39 +691,62 @@ class DriftService:
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         hit = self._sentences.get(document_id)
         if hit is not None and hit[0] == (model, key):
-            return hit[1]
+            return hit[1], hit[2]
+        sents = tuple(split_sentences(text))
+        if not sents:
+            return None
         vecs = self.db.read(lambda c: drift_sql.sentence_vectors(c, document_id, model, key))
-        if vecs is None or vecs.shape[1] != self.index.dimensions:
-            sents = split_sentences(text)
-            if not sents:
-                return None
-            vecs = _unit(np.asarray(emb.embed(sents), dtype=np.float32))
+        if vecs is None or vecs.shape != (len(sents), self.index.dimensions):
+            vecs = _unit(np.asarray(emb.embed(list(sents)), dtype=np.float32))
             if vecs.shape[1] != self.index.dimensions:
                 return None
             at = self._now()
             self.db.write(lambda c: drift_sql.put_sentence_vectors(c, document_id, model, key, vecs, at=at))
-        self._sentences.put(document_id, ((model, key), vecs))
-        return vecs
+        self._sentences.put(document_id, ((model, key), sents, vecs))
+        return sents, vecs
 
-    def _drift(self, pairs: list[tuple[str, int, str]], threshold: float) -> list[dict[str, Any]]:
-        dist = self.distances([(seq, d) for _, seq, d in pairs])
-        out = []
+    def _drift(
+        self, pairs: list[tuple[str, int, str, str]], threshold: float
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, str, Baseline]]]:
+        """The drift rows of ``(memory id, seq, raw, document id)`` pairs (:meth:`Measure.drifted`:
+        a similarity drop above ``threshold`` from the baseline, or a slot change), and the
+        baselines to store for the pairs that have none (measured now: a first check against a
+        document records where the claim stands, and scores nothing)."""
+        measured = self.measure(pairs)
+        model = self.model_id()
+        slot_sim = self._settings().slot_similarity
+        out: list[dict[str, Any]] = []
+        fresh: list[tuple[str, str, Baseline]] = []
         titles: dict[str, str | None] = {}
-        for (mid, _, doc), dd in zip(pairs, dist):
-            if dd is None or dd <= threshold:
+        for (mid, _, raw, doc), m in zip(pairs, measured):
+            if m is None:
+                continue
+            if m.baseline is None:
+                fresh.append((mid, raw, m.as_baseline(model, doc, slot_sim)))
+                continue
+            if not m.drifted(threshold, slot_sim):
                 continue
             if doc not in titles:
                 titles[doc] = self.db.read(lambda c: drift_sql.document_title(c, doc))
+            change = m.slot_change(slot_sim)
             out.append(
                 {
                     "memory_id": mid,
                     "error_type": "memory_drift",
                     "target": doc,
-                    "distance": dd,
-                    "context": {"document_id": doc, "title": titles[doc], "max_sim": 1.0 - dd, "threshold": threshold},
+                    "distance": m.drop,
+                    "context": {
+                        "document_id": doc,
+                        "title": titles[doc],
+                        "max_sim": m.similarity,
+                        "baseline_similarity": m.baseline.similarity,
+                        "baseline_document": m.baseline.document,
+                        "threshold": threshold,
+                        **({"slots": {"was": change[0], "now": change[1]}} if change else {}),
+                    },
                 }
             )
-        return out
+        return out, fresh
 
     # -- staleness sweep --------------------------------------------------------------------
     def sweep(self, project: str | None = None) -> dict[str, Any]:

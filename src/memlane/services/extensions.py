@@ -7,6 +7,8 @@ importing them.
   (``MemoryService(created_hooks=...)``): SQL only, e.g. enqueueing a job or linking entities.
 * :class:`MemoryListener` -- told after a committed update, delete, recover or supersede
   (``MemoryService(listeners=...)``).
+* :class:`CreatedListener` -- told of the memories a write created, after its commit and
+  indexing (``MemoryService(created_listeners=...)``), e.g. to queue write-behind work on them.
 * :class:`DriftGuard` -- the drift step after recall ranking and the filter on what a
   session-start may inject (``RecallService(drift=...)``, ``SessionService(drift=...)``;
   :class:`memlane.drift.service.DriftService`).
@@ -35,6 +37,15 @@ class MemoryListener(Protocol):
     to the caller."""
 
     def __call__(self, event: str, memory: Memory, /) -> None: ...
+
+
+class CreatedListener(Protocol):
+    """Called as ``listener(entries)`` with the index entries (``id``, ``seq``, ``project``,
+    ``type``, ...) of the memories one write created, after it committed and they were indexed.
+    It must return at once (queue work, never do it); an exception is logged, never raised to
+    the caller."""
+
+    def __call__(self, entries: Sequence[Any], /) -> None: ...
 
 
 class DriftGuard(Protocol):

@@ -26,7 +26,7 @@ from memlane.errors import Conflict, EmbeddingError, NotFound, ValidationError
 from memlane.normalize import content_hash, normalize_and_hash
 from memlane.recall.memory_index import IndexEntry, MemoryIndex
 from memlane.redact import redact, redact_json, redacts_memory
-from memlane.services.extensions import MemoryCreatedHook, MemoryListener
+from memlane.services.extensions import CreatedListener, MemoryCreatedHook, MemoryListener
 from memlane.services.inputs import RememberInput, RememberResult
 from memlane.services.validation import MAX_SHORT_CHARS, check_metadata, check_text, check_unit
 from memlane.storage import embeddings as emb_sql
@@ -62,6 +62,10 @@ class MemoryService:
             returning it at each write (the daemon's settings can change at run time): which
             memories have the secrets in their text redacted before they are stored
             (:func:`memlane.redact.redacts_memory`).
+        created_hooks: run for each created memory inside its write transaction
+            (:class:`memlane.services.extensions.MemoryCreatedHook`).
+        listeners: told of each committed update, delete, recover or supersede.
+        created_listeners: told of the memories a write created, after the commit and indexing.
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class MemoryService:
         redact_memories: str | Callable[[], str] = "hooks",
         created_hooks: Sequence[MemoryCreatedHook] = (),
         listeners: Sequence[MemoryListener] = (),
+        created_listeners: Sequence[CreatedListener] = (),
     ) -> None:
         self.db = db
         self._redact_mode = redact_memories if callable(redact_memories) else (lambda: redact_memories)
@@ -86,6 +91,17 @@ class MemoryService:
         self.listeners: tuple[MemoryListener, ...] = tuple(listeners)
         #: Run for each created memory inside its write transaction, in this order.
         self.created_hooks: tuple[MemoryCreatedHook, ...] = tuple(created_hooks)
+        #: Told of the memories a write created, after the commit and the index upsert.
+        self.created_listeners: tuple[CreatedListener, ...] = tuple(created_listeners)
+
+    def _emit_created(self, entries: Sequence[IndexEntry]) -> None:
+        if not entries:
+            return
+        for listener in self.created_listeners:
+            try:
+                listener(entries)
+            except Exception:
+                log.exception("created listener failed on %d memories", len(entries))
 
     def _emit(self, event: str, memory: Memory) -> None:
         for listener in list(self.listeners):
@@ -281,6 +297,7 @@ class MemoryService:
         results, entries = self.db.write(job)
         for e in entries:
             self._index_upsert(e)
+        self._emit_created(entries)
         return results
 
     def create_in_tx(
@@ -588,6 +605,7 @@ class MemoryService:
         transaction (the pipeline's derived memories and supersessions)."""
         for e in created:
             self._index_upsert(e)
+        self._emit_created(created)
         for m in superseded:
             self.index.set_superseded(m.seq, m.superseded_by is not None)
             self._emit("superseded", m)

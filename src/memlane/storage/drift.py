@@ -95,6 +95,58 @@ def references(conn: sqlite3.Connection, memory_ids: Sequence[str] | None = None
     return [Reference(*r) for r in conn.execute(sql + " ORDER BY r.id", args)]
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A document reference's drift baseline (migration 0020): the max cosine similarity
+    ``similarity`` between the memory's claim and ``document`` measured with ``model``, and the
+    claim's ``slots`` (numbers, versions, identifiers) its own sentence in the document held."""
+
+    similarity: float
+    model: str
+    document: str
+    slots: frozenset[str] = frozenset()
+
+
+def baselines(conn: sqlite3.Connection, memory_ids: Sequence[str]) -> dict[tuple[str, str], Baseline]:
+    """``(memory id, raw) -> Baseline`` of the memories' document references that have one."""
+    if not memory_ids:
+        return {}
+    out: dict[tuple[str, str], Baseline] = {}
+    for i in range(0, len(memory_ids), 500):
+        part = list(memory_ids[i : i + 500])
+        for mid, raw, sim, model, doc, held in conn.execute(
+            "SELECT memory_id, raw, baseline_similarity, baseline_model, baseline_document, baseline_slots "
+            "FROM memory_references "
+            f"WHERE kind = 'document' AND baseline_similarity IS NOT NULL AND memory_id IN ({','.join('?' * len(part))})",
+            part,
+        ):
+            try:
+                found = json.loads(held) if held else []
+            except ValueError:
+                found = []
+            out[(mid, raw)] = Baseline(
+                float(sim),
+                model,
+                doc,
+                frozenset(x for x in found if isinstance(x, str)) if isinstance(found, list) else frozenset(),
+            )
+    return out
+
+
+def set_baselines(conn: sqlite3.Connection, rows: Iterable[tuple[str, str, Baseline]], *, at: str) -> int:
+    """Store ``(memory id, raw, baseline)`` on the memories' document references (replacing an
+    older one). Returns the number of references updated (a reference re-extracted meanwhile
+    under another raw text is not)."""
+    n = 0
+    for mid, raw, b in rows:
+        n += conn.execute(
+            "UPDATE memory_references SET baseline_similarity = ?, baseline_model = ?, baseline_document = ?, "
+            "baseline_slots = ?, baseline_at = ? WHERE memory_id = ? AND kind = 'document' AND raw = ?",
+            (b.similarity, b.model, b.document, json.dumps(sorted(b.slots)), at, mid, raw),
+        ).rowcount
+    return n
+
+
 def file_references(conn: sqlite3.Connection, project: str | None = None) -> list[tuple[Reference, str, str]]:
     """Every live memory's file references with the memory's project root and creation time:
     ``(reference, project, created_at)``, optionally of one project only."""
