@@ -305,7 +305,8 @@ def open_container(
         enabled=lambda: pipeline().enabled and pipeline().hints.enabled,
     )
     # Documents (always run: each is an explicit request), embedding tracker, retention, maintenance.
-    documents = DocumentService(db, memories, pipeline, on_enqueue=lambda: docs.wake())
+    # A document ingested: drift takes the baselines of the links that waited for it.
+    documents = DocumentService(db, memories, pipeline, on_enqueue=lambda: docs.wake(), on_done=drift.document_ingested)
     docs = jobs(
         "documents",
         handlers={DOCUMENT_INGEST: documents.process},

@@ -89,6 +89,8 @@ class DocumentService:
         fetch_timeout_ms: the fetch deadline, ms.
         now: the clock, ISO-8601 UTC.
         on_enqueue: called after a document is queued (wakes the worker).
+        on_done: called with the document's id after it is ingested (status ``done``); an
+            exception is logged, never fails the job.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class DocumentService:
         fetch_timeout_ms: float = FETCH_TIMEOUT_MS,
         now: Callable[[], str] = now_iso,
         on_enqueue: Callable[[], None] | None = None,
+        on_done: Callable[[str], None] | None = None,
     ) -> None:
         self.db = db
         self.memories = memories
@@ -109,6 +112,7 @@ class DocumentService:
         self.fetch_timeout_ms = fetch_timeout_ms
         self._now = now
         self.on_enqueue = on_enqueue
+        self.on_done = on_done
 
     # -- create / read / delete ---------------------------------------------------------
     def create(
@@ -341,6 +345,11 @@ class DocumentService:
             counts[r.status] += 1
             self.db.write(lambda c: doc_sql.link(c, doc.id, ch.index, r.id, at=self._now()))
         self.db.write(lambda c: doc_sql.set_status(c, doc.id, "done", at=self._now(), clear_error=True))
+        if self.on_done is not None:
+            try:
+                self.on_done(doc.id)
+            except Exception:
+                log.exception("on_done of document %s failed", doc.id)
         return {"document_id": doc.id, "chunks": len(pieces), **counts}
 
 

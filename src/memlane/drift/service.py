@@ -336,6 +336,49 @@ class DriftService:
             )
             self.schedule([memory])
 
+    def document_ingested(self, document_id: str) -> None:
+        """``DocumentService``'s ``on_done``: the memories whose link named a document not
+        ingested when they were written (stored as ``?<raw>``), that now resolves to this one and
+        has no baseline yet, are checked (write-behind), which takes their baseline against the
+        document as ingested. Returns at once."""
+        if self._closed or not self._settings().enabled:
+            return
+        with self._lock:
+            waiting = [
+                mid
+                for mid, refs in self._refs.items()
+                if any(r.kind == "document" and r.target.startswith(UNRESOLVED) for r in refs)
+            ]
+        if waiting:
+            try:
+                self._pool.submit(self._first_resolved, waiting, document_id)
+            except RuntimeError:
+                pass
+
+    def _first_resolved(self, memory_ids: list[str], document_id: str) -> None:
+        try:
+            docs = refs_mod.DocumentTable(self.db.read(drift_sql.live_documents))
+            base = self.db.read(lambda c: drift_sql.baselines(c, memory_ids))
+            todo = [
+                mid
+                for mid in memory_ids
+                if any(
+                    r.kind == "document"
+                    and r.target.startswith(UNRESOLVED)
+                    and (mid, r.raw) not in base
+                    and docs.resolve(refs_mod.candidate_of(r.raw)) == document_id
+                    for r in self._refs.get(mid, ())
+                )
+            ]
+            if todo:
+                seqs = self.db.read(lambda c: drift_sql.seqs_of(c, todo))
+                now = time.monotonic()
+                with self._lock:
+                    self._checked.update((m, now) for m in todo)
+                self.check([(m, seqs[m]) for m in todo if m in seqs])
+        except Exception:
+            log.exception("drift baselines of document %s failed", document_id)
+
     def on_created(self, entries: Sequence[Any]) -> None:
         """``MemoryService.created_listeners`` entry, after the commit: queue a check of the new
         memories that have references, which records each document reference's baseline against
