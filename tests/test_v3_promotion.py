@@ -16,6 +16,7 @@ from memlane.storage import observer as obs_sql
 from memlane.v3.observer import Observer
 from memlane.v3.promotion import (
     DEAD_END_MIN_STEPS,
+    INITIAL_CONFIDENCE,
     NOVELTY_MAX_SIMILARITY,
     SYNTHESIS_SCHEMA,
     Candidate,
@@ -86,8 +87,10 @@ def test_a_repeated_backtrack_is_promoted_as_a_gotcha_for_review(store):
     assert "src/a.py" in m.content and list(m.related_files) == ["src/a.py"]
     assert set(processed(store, "s2")) == {obs_sql.PROMOTED}
     assert set(processed(store, "s1")) == {obs_sql.PENDING}
-    again = promoter(store).finalize("s2")  # nothing new: its signals are consumed, its text is stored
-    assert again.promoted == [] and again.dropped["novelty"] == 1
+    again = promoter(store).finalize("s2")  # nothing new: the same session observing its own memory again
+    assert again.promoted == [] and again.dropped["novelty"] == 0
+    assert [(r["id"], r["action"]) for r in again.reinforced] == [(m.id, "seen")]
+    assert store.memories.get(m.id).confidence == INITIAL_CONFIDENCE
 
 
 def test_frequency_threshold_drops_a_single_backtrack(store):

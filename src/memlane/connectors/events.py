@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 
+from memlane.projectroot import project_root
+
 # The light hook client (memlane.hookclient) imports this module: typing, collections and
 # pathlib stay out of its start-up (TYPE_CHECKING = False is the idiom type checkers read as
 # typing.TYPE_CHECKING).
@@ -104,8 +106,9 @@ class HookEvent:
         event: one of :data:`EVENTS`.
         session_key: the harness's session id (Claude Code's ``session_id``).
         cwd: the absolute working directory of the session.
-        project: the git root containing ``cwd`` (nearest ancestor with a ``.git`` entry),
-            else ``cwd`` itself; an absolute path string.
+        project: the project of ``cwd`` (:func:`find_project_root`: the git root containing it,
+            the main work tree for every worktree of one repository, else ``cwd`` itself); an
+            absolute path string.
         prompt: the submitted prompt (user-prompt-submit only).
         source: why the session started (startup | resume | clear | compact).
         reason: why the session ended.
@@ -225,21 +228,10 @@ def normalize_event_name(name: str) -> str:
 
 
 def find_project_root(cwd: str | os.PathLike[str]) -> str:
-    """The nearest ancestor of ``cwd`` (itself included) holding a ``.git`` entry (a directory,
-    or a file as in worktrees and submodules), else ``cwd``; always an absolute path string."""
-    start = os.path.abspath(os.path.expanduser(os.fspath(cwd)))
-    try:
-        start = os.path.realpath(start)
-    except OSError:
-        pass
-    candidate = start
-    while True:
-        if os.path.exists(os.path.join(candidate, ".git")):  # False for any OSError
-            return candidate
-        parent = os.path.dirname(candidate)
-        if parent == candidate:
-            return start
-        candidate = parent
+    """The project of a session working in ``cwd``: :func:`memlane.projectroot.project_root` (the
+    nearest ancestor holding a ``.git`` entry, or the repository's main work tree for a linked
+    worktree, else ``cwd``); always an absolute path string."""
+    return project_root(cwd)
 
 
 def _opt_str(payload: dict[str, Any], key: str) -> str | None:

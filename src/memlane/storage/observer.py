@@ -230,6 +230,19 @@ def signals_with_time(
     ]
 
 
+def observer_memory(conn: sqlite3.Connection, project: str | None, mem_type: str, key_files: list[str]) -> str | None:
+    """The id of the project's newest live ``observer_inferred`` memory of ``mem_type`` whose
+    ``related_files`` start with ``key_files`` (1 or 2 paths), or None."""
+    conds = " AND ".join(f"json_extract(related_files, '$[{i}]') = ?" for i in range(len(key_files)))
+    row = conn.execute(
+        f"""SELECT id FROM memories INDEXED BY idx_memories_type
+            WHERE type = ? AND project IS ? AND source = 'observer_inferred' AND is_deleted = 0
+              AND superseded_by IS NULL AND {conds} ORDER BY created_at DESC LIMIT 1""",
+        (mem_type, project or None, *key_files),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def stored_hashes(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
     """Which of the content hashes belong to a live memory."""
     if not hashes:

@@ -5,7 +5,8 @@ Each tool call is written to ``observer_events`` as it arrives, with the signals
 (``observer_signals``), in one transaction: a daemon killed mid-session keeps everything seen so
 far. Signals (seed "Signal Taxonomy"):
 
-* ``file_access``: a call that names a file (Read, Edit, Write, MultiEdit, NotebookEdit, Grep, Glob).
+* ``file_access``: a call that accessed a file of the project (:func:`accessed_file`: Read, Edit,
+  Write, MultiEdit, NotebookEdit; a Grep or Glob only within one file).
 * ``co_access``: that file and each other file touched within the previous :data:`CO_STEPS` steps.
 * ``error_retry``: a failed call, with how many times this tool failed with the same error.
 * ``backtrack``: an edit of a file already edited within the previous :data:`BACKTRACK_STEPS`
@@ -37,6 +38,7 @@ from typing import Any
 from memlane.config.clock import now_iso
 from memlane.errors import ValidationError
 from memlane.lru import LRUCache
+from memlane.projectroot import work_tree_root
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
@@ -81,6 +83,49 @@ def file_of(tool_input: Any, cwd: str | None = None) -> str | None:
         if isinstance(v, str) and v.strip():
             return _rel(check_str(v, f"tool_input.{k}"), cwd)
     return None
+
+
+#: Tools whose ``file_path`` / ``notebook_path`` names the file they read or write (any other
+#: tool with one of those keys, an MCP tool's for instance, counts the same way).
+FILE_PATH_KEYS = ("file_path", "notebook_path")
+#: Tools whose ``path`` is a search scope: a file access only when it names a file.
+SEARCH_TOOLS = frozenset({"Grep", "Glob"})
+
+
+def accessed_file(tool_name: str, tool_input: Any, cwd: str | None) -> str | None:
+    """The project file a tool call accessed, relative to its work tree's root (docs/v3.md, "Which
+    tool calls are file accesses"), or None.
+
+    ``file_path`` / ``notebook_path`` (Read, Edit, Write, MultiEdit, NotebookEdit) name a file; a
+    Grep's or Glob's ``path`` is a search scope and counts only when it is an existing regular file
+    (a Grep in one file); any other key (Bash's command, a search's results) names none. The path
+    must lie under the root of ``cwd``'s work tree (:func:`memlane.projectroot.work_tree_root`):
+    an absolute path elsewhere (``/tmp/...``), a ``..`` escape or the root itself is no file of
+    the project. Without ``cwd`` only a relative path is kept.
+
+    Raises:
+        ValidationError: a path with a NUL or a lone surrogate.
+    """
+    if not isinstance(tool_input, dict):
+        return None
+    keys = ("path",) if tool_name in SEARCH_TOOLS else FILE_PATH_KEYS
+    raw = next((v for k in keys if isinstance(v := tool_input.get(k), str) and v.strip()), None)
+    if raw is None:
+        return None
+    check_str(raw, "tool_input.path")
+    if cwd is None:
+        if os.path.isabs(raw):
+            return None
+        rel = posixpath.normpath(raw.replace(os.sep, "/"))
+        return None if rel in (".", "..") or rel.startswith("../") else rel
+    root = work_tree_root(cwd, resolve=False)
+    full = os.path.normpath(os.path.join(os.path.abspath(cwd), os.path.expanduser(raw)))
+    rel = os.path.relpath(full, root)
+    if rel == "." or rel == ".." or rel.startswith(".." + os.sep):
+        return None
+    if tool_name in SEARCH_TOOLS and not os.path.isfile(full):
+        return None
+    return rel.replace(os.sep, "/")
 
 
 class Observer:
@@ -198,7 +243,7 @@ class Observer:
         if error is not None:  # tool output: cleaned, never refused
             error = error[:MAX_ERROR_CHARS].replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
             error = error if error.strip() else "error"
-        path = file_of(tool_input, cwd)
+        path = accessed_file(tool_name, tool_input, cwd)
         ts = int(time.time() * 1000) if ts_ms is None else int(ts_ms)
         is_edit = tool_name in EDIT_TOOLS and path is not None
         err_hash = hashlib.sha256(f"{tool_name}\x00{error}".encode()).hexdigest()[:16] if error else None
@@ -390,8 +435,9 @@ def infer(rows: list[tuple[str, str, int, dict[str, Any]]], per_session: dict[st
                 f"[observer] editing {d['edited_file_path']} required paired edits in "
                 f"{', '.join(d.get('edited_between', []))} before it was edited again"
                 if cascading
-                else f"[observer] {d['edited_file_path']} was edited again within {d['re_edited_within_steps']} "
-                "steps: the first edit rested on a wrong assumption"
+                # the step count stays out of the text: two re-edits of one file are one observation
+                else f"[observer] {d['edited_file_path']} was edited again within {BACKTRACK_STEPS} steps of "
+                "an edit: the first edit rested on a wrong assumption"
             )
             out.append(
                 {

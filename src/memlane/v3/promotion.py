@@ -17,7 +17,12 @@ observer's session-end with the outcome the session ended on):
    kept signals, restricted to those this session contributes to; then the **frequency
    threshold** per rule (:data:`MIN_FREQUENCY`: co-access >= 2 sessions, file access >= 3
    sessions, the same error or backtrack >= 2 occurrences, a dead end once).
-2. **Novelty**: the candidate's text is embedded (not stored) and compared with the project's
+   A candidate about the same file (a co-dependency: the same two files) and of the same type as
+   a live ``observer_inferred`` memory of the project observes that memory again: it is not
+   written; the memory is reinforced instead (its ``provenance_session_ids`` gain the session, its
+   confidence rises from :data:`INITIAL_CONFIDENCE` to :data:`REINFORCED_CONFIDENCE`) and the
+   report lists it under ``reinforced``. The session's candidates are one per type and file.
+2. **Novelty** (the other candidates): the candidate's text is embedded (not stored) and compared with the project's
    memories in the in-memory index; a maximum cosine >= :data:`NOVELTY_MAX_SIMILARITY` (0.88)
    drops it. Without an embedder, an identical stored text (content hash) counts as similarity 1.
 3. **Score** = 0.4 * frequency + 0.3 * recency + 0.3 * novelty (seed weights), each in [0, 1]:
@@ -44,6 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -89,6 +95,13 @@ DEAD_END_MIN_STEPS = 20
 MAX_FILES_IN_TEXT = 8
 #: The inference rules' marker at the start of a template text (memlane.v3.observer.infer).
 TEMPLATE_PREFIX = "[observer] "
+#: Confidence of a promoted memory, and after an independent session observes it again (the
+#: seed's open question 6: "bump to 0.9 on second independent observation").
+INITIAL_CONFIDENCE = 0.75
+REINFORCED_CONFIDENCE = 0.9
+#: Metadata key of the sessions that observed a promoted memory (seed: ``provenanceSessionIds``).
+PROVENANCE_KEY = "provenance_session_ids"
+MAX_PROVENANCE_SESSIONS = 50
 #: Characters of one synthesised memory.
 MAX_CONTENT_CHARS = 2000
 #: Seconds the synthesis call may take.
@@ -134,6 +147,14 @@ class Candidate:
     type_fields: dict[str, Any] = field(default_factory=dict)
     novelty: float = 1.0
     score: float = 0.0
+    #: the id of the observer memory this candidate observes again (same project, type and subject)
+    reinforces: str | None = None
+
+    def subject(self) -> list[str]:
+        """The files that identify what the candidate is about: both files of a co-dependency,
+        else the first related file (a gotcha's cascading partners or a prefetch list vary between
+        sessions; the file it is about does not); [] for a candidate about no file."""
+        return self.related_files[:2] if self.type == "causal_dependency" else self.related_files[:1]
 
 
 @dataclass
@@ -153,6 +174,7 @@ class PromotionReport:
     outcome_memory: dict[str, Any] | None = None
     steps: int = 0
     abandoned_steps: list[dict[str, Any]] = field(default_factory=list)
+    reinforced: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +191,7 @@ class PromotionReport:
             "outcome_memory": self.outcome_memory,
             "steps": self.steps,
             "abandoned_steps": list(self.abandoned_steps),
+            "reinforced": list(self.reinforced),
         }
 
 
@@ -302,12 +325,14 @@ class Promoter:
                 report.discarded = sum(1 for _ in self._pending_at(session_id, dropped))
             cands = self._candidates(session_id, project, report, dropped)
         report.candidates = len(cands)
-        kept = self._filter(cands, project, now_ms, report)
+        kept, again = self._filter(cands, project, now_ms, report)
         if kept:
             self._synthesise(kept, report)
         if dry_run:
             report.promoted = [self._summary(c, None) for c in kept]
+            report.reinforced = [{**self._summary(c, c.reinforces), "action": "would_reinforce"} for c in again]
             return report
+        report.reinforced = [self._reinforce(c, c.reinforces, session_id) for c in again if c.reinforces]
         if kept:
             results = self.memories.remember_many(
                 [
@@ -319,6 +344,7 @@ class Promoter:
                         needs_review=True,
                         related_files=tuple(c.related_files),
                         type_fields=c.type_fields,
+                        confidence=INITIAL_CONFIDENCE,
                         who="observer",
                         why=f"promoted from session {session_id[:80]} by rule {c.rule} (score {c.score:.2f})",
                         importance=round(min(1.0, 0.4 + 0.5 * c.score), 3),
@@ -396,7 +422,9 @@ class Promoter:
                 freq = errors.get(ev.get("error_hash", ""), 1)
             else:
                 freq = int(ev.get("sessions", 1))
-            key = hashlib.sha256(json.dumps([inf["type"], inf["content"]]).encode()).hexdigest()
+            # one candidate per type and subject (the file it is about), else per text
+            about = files[:2] if inf["type"] == "causal_dependency" else files[:1]
+            key = hashlib.sha256(json.dumps([inf["type"], about or inf["content"]]).encode()).hexdigest()
             if key in seen:  # the same suggestion from two signals of the session
                 continue
             seen.add(key)
@@ -434,12 +462,24 @@ class Promoter:
     # -- steps 1 to 3 -------------------------------------------------------------------------
     def _filter(
         self, cands: list[Candidate], project: str | None, now_ms: int, report: PromotionReport
-    ) -> list[Candidate]:
-        """Frequency, novelty and score filters, then the cap; best first."""
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """Frequency filter; then the candidates that observe an existing observer memory again
+        (returned second, to reinforce it) and, for the others, the novelty and score filters and
+        the cap (returned first, best first)."""
         freq_ok = [c for c in cands if c.frequency >= MIN_FREQUENCY.get(c.type, 1)]
         report.dropped["frequency"] += len(cands) - len(freq_ok)
+        again: list[Candidate] = []
+        fresh: list[Candidate] = []
+        for c in freq_ok:
+            about = c.subject()
+            if about:
+                c.reinforces = self.db.read(
+                    partial(obs_sql.observer_memory, project=project, mem_type=c.type, key_files=about)
+                )
+            (again if c.reinforces is not None else fresh).append(c)
+        freq_ok = fresh
         if not freq_ok:
-            return []
+            return [], again
         sims = self._similarities([c.content for c in freq_ok], project)
         novel: list[Candidate] = []
         for c, sim in zip(freq_ok, sims):
@@ -453,7 +493,25 @@ class Promoter:
         report.dropped["score"] += len(novel) - len(scored)
         scored.sort(key=lambda c: -c.score)
         report.dropped["cap"] += max(0, len(scored) - report.max_promoted)
-        return scored[: report.max_promoted]
+        return scored[: report.max_promoted], again
+
+    def _reinforce(self, c: Candidate, memory_id: str, session_id: str) -> dict[str, Any]:
+        """Record another observation (``c``) of the memory ``memory_id``: a session not yet among its
+        ``provenance_session_ids`` (metadata; the seed's provenanceSessionIds, starting with the
+        session that promoted it) is added, and the memory's confidence rises to
+        :data:`REINFORCED_CONFIDENCE` (never lowered). Its text is left as it is."""
+        m = self.memories.get(memory_id)
+        sessions = [str(s) for s in m.metadata.get(PROVENANCE_KEY) or ([m.source_id] if m.source_id else [])]
+        action = "seen"
+        if session_id not in sessions:
+            sessions = [*sessions, session_id][-MAX_PROVENANCE_SESSIONS:]
+            patch: dict[str, Any] = {"metadata": {**m.metadata, PROVENANCE_KEY: sessions}}
+            if m.confidence < REINFORCED_CONFIDENCE:
+                patch["confidence"] = REINFORCED_CONFIDENCE
+            why = f"observed again in session {session_id[:80]} by rule {c.rule} ({len(sessions)} sessions)"
+            self.memories.update(memory_id, patch, who="observer", why=why)
+            action = "reinforced"
+        return {**self._summary(c, memory_id), "action": action, "sessions": len(sessions)}
 
     def _similarities(self, texts: list[str], project: str | None) -> list[float]:
         """Each text's highest cosine with a live memory of ``project`` (and global ones); without an
