@@ -24,7 +24,14 @@ from memlane.embedding import (
     OpenAICompatEmbedder,
     build_embedder,
 )
-from memlane.embedding.local_onnx import SUB_BATCH, parallel_groups, sub_batches
+from memlane.embedding.local_onnx import (
+    MAX_RUN_TOKENS,
+    PAD_SHARE,
+    PAD_SLACK,
+    SUB_BATCH,
+    parallel_groups,
+    sub_batches,
+)
 from memlane.errors import EmbeddingError
 
 # ---------------------------------------------------------------- local model
@@ -118,6 +125,22 @@ def test_sub_batches_cover_every_text_once_and_group_similar_lengths() -> None:
     assert sub_batches(np.array([], dtype=int)) == []
 
 
+def test_sub_batches_bound_padding_and_run_size() -> None:
+    """Every run holds at most MAX_RUN_TOKENS padded positions (a longer text runs alone) and
+    pads at most PAD_SHARE of its real tokens plus PAD_SLACK."""
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.integers(3, 80, 500), rng.integers(200, 257, 40), [512, 512]])
+    groups = sub_batches(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        padded, real = len(g) * int(lengths[g].max()), int(lengths[g].sum())
+        assert padded <= MAX_RUN_TOKENS or len(g) == 1
+        assert padded - real <= PAD_SHARE * real + PAD_SLACK
+    assert max(len(g) for g in groups if lengths[g].min() >= 200) <= MAX_RUN_TOKENS // 200  # long texts: few per run
+    # equal lengths fill a run up to SUB_BATCH texts
+    assert [len(g) for g in sub_batches(np.array([20] * (SUB_BATCH + 1)))] == [SUB_BATCH, 1]
+
+
 def test_local_thread_safe(local: LocalOnnxEmbedder) -> None:
     texts = MIXED[:8]
     expected = local.embed(texts)
@@ -152,7 +175,8 @@ def test_one_session_and_batches_on_every_thread(local: LocalOnnxEmbedder) -> No
     assert local._session.get_session_options().intra_op_num_threads == local.threads
     assert not local._session.get_session_options().enable_cpu_mem_arena
     # A handful of similar texts is one sub-batch: halved so both threads take part.
-    groups = parallel_groups(sub_batches(np.array([10, 11, 12, 12, 13])), 2)
+    assert len(sub_batches(np.array([10, 11, 12, 12, 12]))) == 1
+    groups = parallel_groups(sub_batches(np.array([10, 11, 12, 12, 12])), 2)
     assert len(groups) == 2 and sorted(i for g in groups for i in g) == [0, 1, 2, 3, 4]
     assert parallel_groups([[0]], 4) == [[0]]
 

@@ -30,11 +30,17 @@ from memlane.errors import EmbeddingError
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSIONS = 384
 #: Most texts per onnxruntime run; texts are sorted by token count first, so padding is minimal.
-SUB_BATCH = 32
+SUB_BATCH = 64
+#: Most positions (texts x width, padding included) per run: bounds a run's buffers (its attention
+#: scores grow with texts x width^2) whatever the texts' lengths, e.g. 8 texts of 256 tokens.
+MAX_RUN_TOKENS = 2048
 #: A sub-batch is cut early when its padding would exceed this share of its real tokens
-#: (plus :data:`PAD_SLACK` tokens), so one long text does not make short ones pay for its width.
-PAD_SHARE = 0.25
-PAD_SLACK = 32
+#: (plus :data:`PAD_SLACK` tokens). A padded position costs what a real one does (every layer
+#: runs on the padded width), so the share is small; runs of a few hundred positions keep
+#: onnxruntime's matrix products as efficient per position as runs of thousands
+#: (docs/benchmarks.md, "Ingest").
+PAD_SHARE = 0.05
+PAD_SLACK = 4
 #: Position embeddings of the model.
 MAX_POSITIONS = 512
 _TOKENIZER_PARTS = ("embeddings", "data", MODEL_ID, "tokenizer.json")
@@ -79,7 +85,8 @@ def sub_batches(lengths: np.ndarray) -> list[list[int]]:
     """Indices of ``lengths`` (token counts, shape ``[n]``) grouped into onnxruntime runs.
 
     Sorted by length, at most :data:`SUB_BATCH` per group, and a group is closed before
-    its padding (``count * longest - sum``) would pass ``PAD_SHARE * sum + PAD_SLACK`` tokens.
+    its padded size (``count * longest``) would pass :data:`MAX_RUN_TOKENS` or its padding
+    (``count * longest - sum``) would pass ``PAD_SHARE * sum + PAD_SLACK`` tokens.
     """
     groups: list[list[int]] = []
     chunk: list[int] = []
@@ -87,7 +94,11 @@ def sub_batches(lengths: np.ndarray) -> list[list[int]]:
     for i in np.argsort(lengths, kind="stable").tolist():
         width = int(lengths[i])
         padded = (len(chunk) + 1) * width
-        if chunk and (len(chunk) == SUB_BATCH or padded - (real + width) > PAD_SHARE * (real + width) + PAD_SLACK):
+        if chunk and (
+            len(chunk) == SUB_BATCH
+            or padded > MAX_RUN_TOKENS
+            or padded - (real + width) > PAD_SHARE * (real + width) + PAD_SLACK
+        ):
             groups.append(chunk)
             chunk, real = [], 0
         chunk.append(i)
@@ -214,7 +225,7 @@ class LocalOnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` (each a ``str``; longer than ``max_length`` tokens is truncated).
 
-        Texts are sorted by token count and run in sub-batches of up to 32 texts of similar
+        Texts are sorted by token count and run in sub-batches of up to 64 texts of similar
         length (:func:`sub_batches`, split further so every thread has one:
         :func:`parallel_groups`), on up to ``threads`` threads at once, then put back in input order.
 
