@@ -318,3 +318,15 @@ def test_a_session_that_ends_in_failure_is_still_judged_whole(store) -> None:
     assert sessions.end("ends-failed", project="p")["promotion"]["outcome"] == "failed"
     plan = promoter.finalize("ends-failed", outcome="passed", project="p", dry_run=True).as_dict()
     assert plan["abandoned_steps"] == [] and plan["steps"] == 2
+
+
+def test_a_failed_calls_error_text_is_redacted_before_it_is_stored(store) -> None:
+    key = "sk-ant-api03-" + "Zq8" * 30
+    obs = store.observer.observer
+    obs.record("r1", "Bash", {"command": "deploy"}, project="p", error=f"Exit code 1\nANTHROPIC_API_KEY={key} rejected")
+    [sig] = [s for s in obs.signals("r1") if s["type"] == "error_retry"]
+    assert key not in sig["error_message"] and "[REDACTED]" in sig["error_message"]
+    stored = store.db.read(
+        lambda c: c.execute("SELECT error_text FROM observer_events WHERE session_key = 'r1'").fetchone()
+    )
+    assert key not in stored[0]

@@ -39,6 +39,7 @@ from memlane.config.clock import now_iso
 from memlane.errors import ValidationError
 from memlane.lru import LRUCache
 from memlane.projectroot import work_tree_root
+from memlane.redact import redact
 from memlane.storage import observer as obs_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
@@ -240,9 +241,9 @@ class Observer:
         check_str(tool_name, "tool_name", max_chars=100)
         if project is not None:
             check_str(project, "project", max_chars=200)
-        if error is not None:  # tool output: cleaned, never refused
+        if error is not None:  # tool output: cleaned and redacted (a failing command may print a secret), never refused
             error = error[:MAX_ERROR_CHARS].replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
-            error = error if error.strip() else "error"
+            error = redact(error) if error.strip() else "error"
         path = accessed_file(tool_name, tool_input, cwd)
         ts = int(time.time() * 1000) if ts_ms is None else int(ts_ms)
         is_edit = tool_name in EDIT_TOOLS and path is not None
