@@ -330,3 +330,27 @@ def test_a_failed_calls_error_text_is_redacted_before_it_is_stored(store) -> Non
         lambda c: c.execute("SELECT error_text FROM observer_events WHERE session_key = 'r1'").fetchone()
     )
     assert key not in stored[0]
+
+
+def test_a_warning_matches_the_path_the_observer_records(store, tmp_path: Path) -> None:
+    """From a subdirectory, without a project: the memory names the file relative to the work
+    tree's root (as promoted memories do), the call gives it absolute; it still matches."""
+    from memlane.services.inputs import RememberInput
+
+    repo = tmp_path / "wt"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    m = store.memories.remember(
+        RememberInput(
+            content="app.py is generated: edit app.tmpl instead.",
+            type="gotcha",
+            confidence=0.9,
+            user_verified=True,
+            related_files=("src/app.py",),
+        )
+    )
+    out = store.tool_warnings.for_call(
+        "sub-1", "Edit", {"file_path": str(repo / "src" / "app.py")}, cwd=str(repo / "src"), project=None
+    )
+    assert out["file"] == "src/app.py" and out["memory_ids"] == [m.id]
+    assert "edit app.tmpl instead" in out["inject"]

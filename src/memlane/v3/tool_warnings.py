@@ -26,7 +26,7 @@ from memlane.sessions.inject import render_file_warnings
 from memlane.storage import active as act_sql
 from memlane.storage.db import Database
 from memlane.v3.model import check_str
-from memlane.v3.observer import file_of
+from memlane.v3.observer import accessed_file, file_of
 
 #: The tools whose file a warning is about (seed: Read and Edit; the other file-changing tools too).
 FILE_TOOLS = frozenset({"Read", "Edit", "Write", "MultiEdit", "NotebookEdit"})
@@ -68,8 +68,9 @@ class ToolWarnings:
     ) -> dict[str, Any]:
         """The warnings for a call of ``tool_name`` with ``tool_input`` (Claude Code's PreToolUse).
 
-        The file is matched as given (absolute), relative to ``cwd`` and relative to ``project``
-        (the git root the hook sends).
+        The file is matched relative to the root of ``cwd``'s work tree (the form the observer
+        records and its promoted memories name), relative to ``cwd``, as given (absolute) and
+        relative to ``project`` (the root the hook sends).
 
         Returns:
             ``{"file": str | None, "memory_ids": [str], "inject": str}``; ``inject`` is "" when
@@ -85,8 +86,11 @@ class ToolWarnings:
         raw = file_of(tool_input)
         if raw is None:
             return {"file": None, "memory_ids": [], "inject": ""}
-        rel = file_of(tool_input, cwd) or raw
-        paths = list(dict.fromkeys([rel, raw, *_relative_to(raw, project)]))
+        # the observer's own form first (relative to the work tree's root: what promoted memories
+        # name), then relative to cwd, as given, and relative to the project root
+        observed = accessed_file(tool_name, tool_input, cwd) if cwd else None
+        rel = observed or file_of(tool_input, cwd) or raw
+        paths = list(dict.fromkeys([rel, file_of(tool_input, cwd) or raw, raw, *_relative_to(raw, project)]))
         found = self.db.read(
             lambda c: act_sql.file_warnings(
                 c,
