@@ -199,3 +199,21 @@ def test_a_different_file_is_still_novel(store) -> None:
         re_edit(obs, s, "src/b.py", 2)
     rep = promoter.finalize("s4")
     assert [p["related_files"] for p in gotchas(rep.promoted)] == [["src/b.py"]] and gotchas(rep.reinforced) == []
+
+
+def test_a_prefetch_pattern_is_one_memory_per_module_with_the_newest_file_list(store) -> None:
+    obs = Observer(store.db)
+    promoter = Promoter(store.db, store.memories, lambda: None)
+    for s, files in (("s1", "ab"), ("s2", "ab"), ("s3", "ab"), ("s4", "a")):
+        for i, f in enumerate(files):
+            obs.record(s, "Read", {"file_path": f"src/{f}.py"}, project="p", ts_ms=1000 + i)
+        rep = promoter.finalize(s)
+    [made] = [p for p in promoter.finalize("s3").reinforced if p["type"] == "prefetch_pattern"]
+    assert made["action"] == "seen"  # s3 promoted it; s4 (a in 4 of 4 sessions, b in 3: 75 %) observed it again
+    [again] = [p for p in rep.reinforced if p["type"] == "prefetch_pattern"]
+    m = store.memories.get(again["id"])
+    assert (again["id"], again["action"]) == (made["id"], "reinforced")
+    assert list(m.related_files) == ["src/a.py"] and m.type_fields["module_trigger"] == "src"
+    assert m.confidence == REINFORCED_CONFIDENCE
+    live, total = store.memories.list(limit=50, type_="prefetch_pattern")
+    assert total == 1

@@ -230,15 +230,22 @@ def signals_with_time(
     ]
 
 
-def observer_memory(conn: sqlite3.Connection, project: str | None, mem_type: str, key_files: list[str]) -> str | None:
-    """The id of the project's newest live ``observer_inferred`` memory of ``mem_type`` whose
-    ``related_files`` start with ``key_files`` (1 or 2 paths), or None."""
-    conds = " AND ".join(f"json_extract(related_files, '$[{i}]') = ?" for i in range(len(key_files)))
+def observer_memory(
+    conn: sqlite3.Connection, project: str | None, mem_type: str, key_files: list[str], module: str | None = None
+) -> str | None:
+    """The id of the project's newest live ``observer_inferred`` memory of ``mem_type`` about the
+    same thing, or None: with ``module``, the one whose ``type_fields.module_trigger`` is it (a
+    prefetch pattern); else the one whose ``related_files`` start with ``key_files`` (1 or 2 paths)."""
+    if module is not None:
+        conds, args = "json_extract(type_fields, '$.module_trigger') = ?", [module]
+    else:
+        conds = " AND ".join(f"json_extract(related_files, '$[{i}]') = ?" for i in range(len(key_files)))
+        args = list(key_files)
     row = conn.execute(
         f"""SELECT id FROM memories INDEXED BY idx_memories_type
             WHERE type = ? AND project IS ? AND source = 'observer_inferred' AND is_deleted = 0
               AND superseded_by IS NULL AND {conds} ORDER BY created_at DESC LIMIT 1""",
-        (mem_type, project or None, *key_files),
+        (mem_type, project or None, *args),
     ).fetchone()
     return None if row is None else str(row[0])
 

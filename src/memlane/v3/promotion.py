@@ -17,9 +17,10 @@ observer's session-end with the outcome the session ended on):
    kept signals, restricted to those this session contributes to; then the **frequency
    threshold** per rule (:data:`MIN_FREQUENCY`: co-access >= 2 sessions, file access >= 3
    sessions, the same error or backtrack >= 2 occurrences, a dead end once).
-   A candidate about the same file (a co-dependency: the same two files) and of the same type as
-   a live ``observer_inferred`` memory of the project observes that memory again: it is not
-   written; the memory is reinforced instead (its ``provenance_session_ids`` gain the session, its
+   A candidate about the same file (a co-dependency: the same two files; a prefetch pattern: the
+   same module) and of the same type as a live ``observer_inferred`` memory of the project
+   observes that memory again: it is not written; the memory is reinforced instead (a prefetch
+   pattern whose file list changed takes the new list) (its ``provenance_session_ids`` gain the session, its
    confidence rises from :data:`INITIAL_CONFIDENCE` to :data:`REINFORCED_CONFIDENCE`) and the
    report lists it under ``reinforced``. The session's candidates are one per type and file.
 2. **Novelty** (the other candidates): the candidate's text is embedded (not stored) and compared with the project's
@@ -152,8 +153,9 @@ class Candidate:
 
     def subject(self) -> list[str]:
         """The files that identify what the candidate is about: both files of a co-dependency,
-        else the first related file (a gotcha's cascading partners or a prefetch list vary between
-        sessions; the file it is about does not); [] for a candidate about no file."""
+        else the first related file (a gotcha's cascading partners vary between sessions; the file
+        it is about does not); [] for a candidate about no file. A prefetch pattern is about its
+        module (``type_fields.module_trigger``), matched by :meth:`Promoter._filter`."""
         return self.related_files[:2] if self.type == "causal_dependency" else self.related_files[:1]
 
 
@@ -471,10 +473,10 @@ class Promoter:
         again: list[Candidate] = []
         fresh: list[Candidate] = []
         for c in freq_ok:
-            about = c.subject()
-            if about:
+            about, module = c.subject(), c.type_fields.get("module_trigger") if c.type == "prefetch_pattern" else None
+            if about or module:
                 c.reinforces = self.db.read(
-                    partial(obs_sql.observer_memory, project=project, mem_type=c.type, key_files=about)
+                    partial(obs_sql.observer_memory, project=project, mem_type=c.type, key_files=about, module=module)
                 )
             (again if c.reinforces is not None else fresh).append(c)
         freq_ok = fresh
@@ -508,6 +510,9 @@ class Promoter:
             patch: dict[str, Any] = {"metadata": {**m.metadata, PROVENANCE_KEY: sessions}}
             if m.confidence < REINFORCED_CONFIDENCE:
                 patch["confidence"] = REINFORCED_CONFIDENCE
+            if c.type == "prefetch_pattern" and list(m.related_files) != c.related_files:
+                # the module's always-read files are what the memory says: the newest list replaces it
+                patch.update(content=c.content, related_files=c.related_files, type_fields=c.type_fields)
             why = f"observed again in session {session_id[:80]} by rule {c.rule} ({len(sessions)} sessions)"
             self.memories.update(memory_id, patch, who="observer", why=why)
             action = "reinforced"
