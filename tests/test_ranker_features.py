@@ -305,3 +305,78 @@ def test_feedback_terms_shared_by_the_best_candidates(cache) -> None:
     assert col(x, "feedback_terms") == pytest.approx([1.0, 0.5, 0.5, 0.5, 0.0, 0.0, 1.0])
     x = F.compute("q", pool(["a b", "c d"]), cache)
     assert all(math.isnan(v) for v in col(x, "feedback_terms"))  # no term shared: none
+
+
+def _reference_set_features(query: str, p: F.Pool, cache: F.TextCache) -> dict[str, list[float]]:
+    """The lexical, entity and near-coverage features by their set definitions, one candidate
+    at a time (what compute() vectorises)."""
+    q = cache.coverage.query_terms(query)
+    derived = cache.derived(p.contents)
+    held = [q & d.terms for d in derived]
+    m = len(p)
+    df = {t: sum(t in h for h in held) for t in q}
+    w = {t: math.log((m + 1.0) / (df[t] + 0.5)) for t in q}
+    total = sum(w.values())
+    names = F.query_names(query)
+    match = [None if d.speaker is None else (d.speaker.split()[0] in names or d.speaker in names) for d in derived]
+    index = {s: i for i, s in enumerate(p.seqs)}
+    near = []
+    for i, s in enumerate(p.seqs):
+        together = set(held[i])
+        for j in (index.get(s - 1), index.get(s + 1)):
+            if j is not None:
+                together |= held[j]
+        near.append(len(together) / len(q) if q else 0.0)
+    nan = math.nan
+    return {
+        "coverage": [len(h) / len(q) if q else 0.0 for h in held],
+        "coverage_idf": [sum(w[t] for t in h) / total if q and total > 0 else 0.0 for h in held],
+        "speaker_match": [nan if x is None else float(x) for x in match],
+        "speaker_other": [nan if x is None or not names else float(not x) for x in match],
+        "near_coverage": near,
+    }
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["When did Caroline go to the support group with Melanie?", "What does Jon like?", "?!", "pottery class"],
+)
+def test_vectorised_set_features_equal_their_definitions(cache, query) -> None:
+    """compute() on a 60-candidate pool (chat turns with and without speaker labels, gaps in
+    seq, repeated texts) equals the one-candidate-at-a-time definitions, and so do the shipped
+    model's scores of both matrices."""
+    rng = np.random.default_rng(7)
+    words = [
+        "support",
+        "group",
+        "pottery",
+        "class",
+        "painted",
+        "Melanie",
+        "Caroline",
+        "went",
+        "yesterday",
+        "camping",
+        "kids",
+    ]
+    speakers = ["Caroline: ", "Melanie: ", "Jon: ", ""]
+    contents = [
+        speakers[i % 4]
+        + " ".join(rng.choice(words, size=int(rng.integers(1, 8))).tolist())
+        + ("?" if i % 5 == 0 else "")
+        for i in range(60)
+    ]
+    seqs = sorted(rng.choice(np.arange(1, 120), size=60, replace=False).tolist())
+    p = pool(contents, seqs=seqs, hybrid=rng.random(60), created=NOW - rng.random(60) * 30 * DAY)
+    x = F.compute(query, p, cache)
+    for name, values in _reference_set_features(query, p, cache).items():
+        np.testing.assert_array_equal(
+            x[:, F.FEATURES.index(name)], np.asarray(values, dtype=np.float32), err_msg=name, strict=True
+        )
+    from memlane.ranker.model import SHIPPED_MODEL, load_cached
+
+    model = load_cached(SHIPPED_MODEL)
+    ref = x.copy()
+    for name, values in _reference_set_features(query, p, cache).items():
+        ref[:, F.FEATURES.index(name)] = values
+    np.testing.assert_array_equal(model.predict(x), model.predict(ref))

@@ -440,17 +440,18 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     q_terms = cov.query_terms(query)
     derived = cache.derived(pool.contents)
     terms = [d.terms for d in derived]
+    # hold[i, j]: memory i holds the query's j-th term (the set's iteration order)
+    q_list = list(q_terms)
+    n_q = len(q_list)
+    hold = np.array([[t in s for t in q_list] for s in terms], dtype=bool).reshape(m, n_q)
+    held_count = hold.sum(axis=1)
     coverage = np.zeros(m)
-    held = [q_terms & s for s in terms]  # the query terms each memory holds
     if q_terms:
-        df = dict.fromkeys(q_terms, 0)
-        for h in held:
-            for t in h:
-                df[t] += 1
-        w = {t: math.log((m + 1.0) / (df[t] + 0.5)) for t in q_terms}
-        total = sum(w.values())
-        coverage = np.array([len(h) / len(q_terms) for h in held])
-        put("coverage_idf", [sum(w[t] for t in h) / total if total > 0 else 0.0 for h in held])
+        df = hold.sum(axis=0).tolist()
+        w = [math.log((m + 1.0) / (df[j] + 0.5)) for j in range(n_q)]
+        total = sum(w)
+        coverage = held_count / n_q
+        put("coverage_idf", hold @ np.array(w) / total if total > 0 else 0.0)
     else:
         put("coverage_idf", 0.0)
     put("coverage", coverage)
@@ -469,15 +470,8 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
         ]
     )
     put("speaker_match", speaker_match)
-    put(
-        "speaker_other",
-        [
-            np.nan
-            if d.speaker is None or not names
-            else float(not (d.speaker.split()[0] in name_set or d.speaker in name_set))
-            for d in derived
-        ],
-    )
+    # a speaker label naming none of the query's names (NaN without a label or without names)
+    put("speaker_other", 1.0 - speaker_match if names else np.nan)
     put("names_in_body", [len(name_set & d.body_words) / len(names) if names else np.nan for d in derived])
     # time
     put("query_temporal", float(_TEMPORAL_QUERY.search(query) is not None))
@@ -520,7 +514,7 @@ def compute(query: str, pool: Pool, cache: TextCache) -> np.ndarray:
     np.fill_diagonal(close, False)
     put("hour_count", close.sum(axis=1))
     put("hour_sum", close @ hybrid)
-    put("near_coverage", _near_coverage(len(q_terms), held, hit, where))
+    put("near_coverage", _near_coverage(hold, hit, where))
     # session: the candidates within the hour, this one included
     np.fill_diagonal(close, True)
     best = np.where(close, hybrid[None, :], -np.inf).max(axis=1)
@@ -560,23 +554,16 @@ def _date_match(query: str, created: np.ndarray) -> np.ndarray | float:
     return ok.astype(np.float32)
 
 
-def _near_coverage(
-    n_terms: int, held: Sequence[frozenset[str]], hit: dict[int, np.ndarray], where: dict[int, np.ndarray]
-) -> list[float]:
-    """Share of the query's ``n_terms`` terms the memory and the pool's candidates at seq - 1
-    and seq + 1 hold together (``held``: the query terms each candidate holds; ``hit[d]`` /
-    ``where[d]``: whether the candidate at seq + d is in the pool and its index; 0 without terms)."""
-    if not n_terms:
-        return [0.0] * len(held)
-    prev = np.where(hit[-1], where[-1], -1).tolist()
-    nxt = np.where(hit[1], where[1], -1).tolist()
-    out = []
-    for i, together in enumerate(held):
-        for j in (prev[i], nxt[i]):
-            if j >= 0 and held[j]:
-                together = together | held[j]
-        out.append(len(together) / n_terms)
-    return out
+def _near_coverage(hold: np.ndarray, hit: dict[int, np.ndarray], where: dict[int, np.ndarray]) -> np.ndarray:
+    """Share of the query's terms the memory and the pool's candidates at seq - 1 and seq + 1
+    hold together, float64 [m] (``hold``: bool [m, query terms], which query terms each
+    candidate holds; ``hit[d]`` / ``where[d]``: whether the candidate at seq + d is in the pool
+    and its index; 0 without terms)."""
+    m, n_q = hold.shape
+    if not n_q:
+        return np.zeros(m)
+    together = hold | (hold[where[-1]] & hit[-1][:, None]) | (hold[where[1]] & hit[1][:, None])
+    return together.sum(axis=1) / n_q
 
 
 def _feedback_cosine(vectors: np.ndarray, top: np.ndarray) -> np.ndarray:
