@@ -3,8 +3,12 @@ recover, history, list, stats, FTS sync and the embedding-failure path."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 
 from conftest import free_port, row_snapshot
@@ -540,3 +544,89 @@ def test_session_gap_read_uses_the_started_at_index(tmp_path):
         )
     finally:
         db.close()
+
+
+# -- batch remember: chunk k+1 embedded while chunk k is written -----------------------------------
+
+
+def test_batch_chunks_embedded_while_written_store_the_single_text_vectors(vstore, shared_embedder):
+    """Three write chunks through the real model: every memory created, embedded and indexed, its
+    stored content and context vectors those of the text embedded alone, a duplicate of a text of
+    the first chunk in the last one deduplicated, results in input order."""
+    from memlane.services.memory_service import WRITE_CHUNK, context_text
+    from memlane.storage import embeddings as emb_sql
+
+    n = 2 * WRITE_CHUNK + 5
+    items = [
+        RememberInput(
+            f"Note {i}: the deploy of service {i % 7} moved to slot {i}.", context=f"chat {i}" if i % 3 == 0 else None
+        )
+        for i in range(n)
+    ]
+    items.append(RememberInput(items[1].content))
+    seen: list[int] = []
+    res = vstore.memories.remember_many(items, progress=seen.append)
+    assert sum(seen) == n + 1
+    assert [r.status for r in res] == ["created"] * n + ["deduplicated"]
+    assert res[-1].id == res[1].id and all(r.embedded for r in res)
+    assert [vstore.memories.get(r.id).content for r in res[:n]] == [i.content for i in items[:n]]
+    stats = vstore.memories.stats()
+    assert stats["indexed"] == n
+    assert stats["vectors_by_model"] == {shared_embedder.model_id: n + len(range(0, n, 3))}
+    for i in (0, WRITE_CHUNK - 1, WRITE_CHUNK, 2 * WRITE_CHUNK + 3):
+        m = vstore.memories.get(res[i].id)
+        texts = {m.content_hash: m.content}
+        if m.context:
+            texts[m.context_hash] = context_text(m.content, m.context)
+        stored = vstore.db.read(lambda c, t=texts: emb_sql.get_vectors(c, list(t), shared_embedder.model_id))
+        for h, text in texts.items():
+            np.testing.assert_allclose(stored[h], shared_embedder.embed([text])[0], atol=1e-5)
+        vec, has = vstore.memories.index.vectors_of([m.seq])
+        assert has[0]
+        np.testing.assert_allclose(vec[0], stored[m.content_hash], atol=1e-6)
+
+
+def test_batch_embedding_failure_of_a_later_chunk_keeps_the_earlier_vectors(open_store):
+    """A real HTTP embedder (Ollama's protocol, a loopback server) answers the first chunk's call
+    and fails the second's: the first chunk is stored with vectors, the second without, all of
+    them indexed."""
+    from memlane.services.memory_service import WRITE_CHUNK
+
+    calls: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append(len(body["input"]))
+            if len(calls) == 1:
+                reply = json.dumps({"embeddings": [[1.0, float(k), 0.5] for k in range(len(body["input"]))]}).encode()
+                self.send_response(200)
+            else:
+                reply = b'{"error": "model unloaded"}'
+                self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        c = open_store(embedding={"provider": "ollama", "base_url": f"http://127.0.0.1:{httpd.server_address[1]}"})
+        n = WRITE_CHUNK + 10
+        res = c.memories.remember_many([RememberInput(f"memory {i} about the rollout") for i in range(n)])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert calls == [WRITE_CHUNK, 10]
+    assert [r.embedded for r in res] == [True] * WRITE_CHUNK + [False] * 10
+    assert all(r.status == "created" for r in res)
+    stats = c.memories.stats()
+    assert stats["vectors_by_model"] == {"ollama:all-MiniLM-L6-v2": WRITE_CHUNK}
+    assert c.memories.index.size == n and stats["indexed"] == WRITE_CHUNK  # indexed: with a content vector
+    assert c.memories.index.vectors_of([c.memories.get(r.id).seq for r in res])[1].tolist() == [r.embedded for r in res]
+    assert c.memories.get(res[-1].id).embedding_model is None

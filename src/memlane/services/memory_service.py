@@ -15,6 +15,7 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -37,8 +38,9 @@ from memlane.v3.model import check_v3
 
 log = logging.getLogger(__name__)
 
-#: Memories per write transaction during a batch remember.
-WRITE_CHUNK = 256
+#: Memories per write transaction during a batch remember; the next chunk is embedded while
+#: this one is written (:meth:`MemoryService.remember_many`).
+WRITE_CHUNK = 64
 
 #: Largest integer SQLite binds (a larger Python int raises OverflowError).
 _SQLITE_INT_MAX = 2**63 - 1
@@ -202,8 +204,14 @@ class MemoryService:
 
         ``progress(n)`` is called as n more inputs are committed.
 
+        Chunks of :data:`WRITE_CHUNK` inputs, each one write transaction; chunk k+1 is embedded
+        on this thread while the writer thread commits chunk k (embedding and SQLite use both
+        cores; docs/benchmarks.md, "Ingest"). Chunks commit in input order, so a duplicate in a
+        later chunk finds the earlier one.
+
         Raises:
             ValidationError / PayloadTooLarge: an input is unacceptable (nothing is written).
+            Whatever a write raises (StorageError, Conflict): the chunks before it stay committed.
         """
         items = [self.validate(i) for i in items]
         prepared = []
@@ -212,24 +220,52 @@ class MemoryService:
             ctx_hash = content_hash(context_text(nc.storage_content, it.context)) if it.context else None
             prepared.append((it, nc, ctx_hash))
         results: list[RememberResult] = []
-        for start in range(0, len(prepared), WRITE_CHUNK):
-            chunk = prepared[start : start + WRITE_CHUNK]
-            texts: dict[str, str] = {}
-            for it, nc, ch in chunk:
-                texts.setdefault(nc.content_hash, nc.storage_content)
-                if ch:
-                    texts.setdefault(ch, context_text(nc.storage_content, it.context or ""))
-            try:
-                vectors = self._embed_missing(texts)
-            except EmbeddingError as exc:
-                log.warning("embedding failed, storing %d memories without vectors: %s", len(chunk), exc)
-                vectors = {}
-            results.extend(self._write_chunk(chunk, vectors))
-            if progress:
-                progress(len(chunk))
+        in_flight: tuple[Future, int] | None = None  # the chunk being written, its size
+        try:
+            for start in range(0, len(prepared), WRITE_CHUNK):
+                chunk = prepared[start : start + WRITE_CHUNK]
+                vectors = self._chunk_vectors(chunk)
+                if in_flight is not None:
+                    done, in_flight = in_flight, None
+                    results.extend(self._written(done[0]))
+                    if progress:
+                        progress(done[1])
+                in_flight = (self._submit_chunk(chunk, vectors), len(chunk))
+        finally:
+            # also when embedding raised: a submitted chunk commits, so the index must follow it
+            if in_flight is not None:
+                results.extend(self._written(in_flight[0]))
+                if progress:
+                    progress(in_flight[1])
         return results
 
-    def _write_chunk(self, chunk: list, vectors: dict[str, np.ndarray]) -> list[RememberResult]:
+    def _chunk_vectors(self, chunk: list) -> dict[str, np.ndarray]:
+        """Content and context vectors of a chunk of prepared inputs (``{}`` if embedding failed:
+        the memories are stored without vectors)."""
+        texts: dict[str, str] = {}
+        for it, nc, ch in chunk:
+            texts.setdefault(nc.content_hash, nc.storage_content)
+            if ch:
+                texts.setdefault(ch, context_text(nc.storage_content, it.context or ""))
+        try:
+            return self._embed_missing(texts)
+        except EmbeddingError as exc:
+            log.warning("embedding failed, storing %d memories without vectors: %s", len(chunk), exc)
+            return {}
+
+    def _written(self, fut: Future) -> list[RememberResult]:
+        """Wait for a chunk :meth:`_submit_chunk` queued; once committed, index its memories and
+        tell the created listeners."""
+        results, entries = self.db.wait(fut)
+        for e in entries:
+            self._index_upsert(e)
+        self._emit_created(entries)
+        return results
+
+    def _submit_chunk(self, chunk: list, vectors: dict[str, np.ndarray]) -> Future:
+        """Queue the write transaction of a chunk (its vectors, then each memory: a live duplicate
+        gets a ``deduplicated`` history row, a new one :meth:`create_in_tx`); the future's result
+        is ``(results, index entries)``."""
         model = self.embedder.model_id if self.embedder else None
         now = now_iso()
 
@@ -294,11 +330,7 @@ class MemoryService:
                 results.append(RememberResult(new.id, "created", nc.content_hash, embedded))
             return results, entries
 
-        results, entries = self.db.write(job)
-        for e in entries:
-            self._index_upsert(e)
-        self._emit_created(entries)
-        return results
+        return self.db.submit(job)
 
     def create_in_tx(
         self,

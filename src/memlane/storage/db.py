@@ -314,8 +314,16 @@ class Database:
         Raises:
             whatever ``fn`` raises (after rollback); StorageError for SQLite failures.
         """
+        return self.wait(self.submit(fn, durable=durable))
+
+    def wait(self, fut: Future[T]) -> T:
+        """Wait for a job :meth:`submit` queued and return its result (what :meth:`write` returns).
+
+        Raises:
+            whatever the job raised (after rollback); StorageError for SQLite failures.
+        """
         try:
-            return self.submit(fn, durable=durable).result()
+            return fut.result()
         except sqlite3.Error as exc:
             raise StorageError(f"write failed: {exc}") from exc
 
