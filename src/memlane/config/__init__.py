@@ -143,10 +143,10 @@ class SessionSettings(BaseModel):
     similarity_top: int = Field(50, ge=0, le=1000, description="Candidates taken by similarity to the session context.")
     relevance_ranker: Literal["learned", "heuristic"] = Field(
         "heuristic",
-        description="Who orders the recall path of a relevance start (ranking 'relevance'), i.e. the "
-        "baseline the per-user predictor corrects: 'learned' (the shipped base, recall.ranker_model's LightGBM "
-        "model; the heuristic order when its features are unavailable) or 'heuristic' (docs/predictor.md, "
-        '"Starting from the shipped base").',
+        description="Where the per-user predictor of a relevance start (ranking 'relevance') starts from: "
+        "'learned' (the shipped base, recall.ranker_model's LightGBM model, plus the user's correction; the "
+        "heuristic when its features are unavailable) or 'heuristic'. Either way the baseline it is fused with "
+        'and earns alpha against is the heuristic recall (docs/predictor.md, "Starting from the shipped base").',
     )
     similarity_pool: int = Field(
         200, ge=1, le=10_000, description="Top memories by effectiveScore among which similarity is computed."
