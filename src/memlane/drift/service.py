@@ -359,7 +359,7 @@ class DriftService:
         try:
             docs = refs_mod.DocumentTable(self.db.read(drift_sql.live_documents))
             base = self.db.read(lambda c: drift_sql.baselines(c, memory_ids))
-            todo = [
+            due = [
                 mid
                 for mid in memory_ids
                 if any(
@@ -370,12 +370,12 @@ class DriftService:
                     for r in self._refs.get(mid, ())
                 )
             ]
-            if todo:
-                seqs = self.db.read(lambda c: drift_sql.seqs_of(c, todo))
+            if due:
+                seqs = self.db.read(lambda c: drift_sql.seqs_of(c, due))
                 now = time.monotonic()
                 with self._lock:
-                    self._checked.update((m, now) for m in todo)
-                self.check([(m, seqs[m]) for m in todo if m in seqs])
+                    self._checked.update((m, now) for m in due)
+                self.check([(m, seqs[m]) for m in due if m in seqs])
         except Exception:
             log.exception("drift baselines of document %s failed", document_id)
 
@@ -478,20 +478,20 @@ class DriftService:
         ``id``, ``seq``, ``project``). Returns at once."""
         if self._closed or not self._settings().enabled:
             return
-        todo = []
+        due = []
         now, gap = time.monotonic(), self._settings().recheck_seconds
         with self._lock:
             for m in memories:
                 if m.id in self._refs and m.id not in self._pending and now - self._checked.get(m.id, -1e18) >= gap:
                     self._pending.add(m.id)
                     self._checked[m.id] = now
-                    todo.append((m.id, m.seq))
-        if todo:
+                    due.append((m.id, m.seq))
+        if due:
             try:
-                self._pool.submit(self._run, todo)
+                self._pool.submit(self._run, due)
             except RuntimeError:  # closing
                 with self._lock:
-                    self._pending.difference_update(i for i, _ in todo)
+                    self._pending.difference_update(i for i, _ in due)
 
     def schedule_ids(self, memory_ids: Sequence[str]) -> None:
         """Like :meth:`schedule` for memory ids alone (session-start); seqs are read on the
@@ -524,14 +524,14 @@ class DriftService:
             with self._lock:
                 self._pending.difference_update(ids)
 
-    def _run(self, todo: list[tuple[str, int]]) -> None:
+    def _run(self, due: list[tuple[str, int]]) -> None:
         try:
-            self.check(todo)
+            self.check(due)
         except Exception:
             log.exception("drift check failed")
         finally:
             with self._lock:
-                self._pending.difference_update(i for i, _ in todo)
+                self._pending.difference_update(i for i, _ in due)
 
     def drain(self) -> None:
         """Wait until every queued check has run."""
@@ -545,13 +545,13 @@ class DriftService:
             self._pool.shutdown(wait=True)
 
     # -- the check --------------------------------------------------------------------------
-    def check(self, todo: Sequence[tuple[str, int]]) -> list[PredictionError]:
+    def check(self, due: Sequence[tuple[str, int]]) -> list[PredictionError]:
         """Check memories ``(id, seq)`` now: drift from referenced documents and missing files.
 
         Returns the rows written or updated. Runs on the caller's thread (the write-behind thread,
         or a test, the sweep and the benchmark)."""
         s = self._settings()
-        items = [(mid, seq, self._refs.get(mid, ())) for mid, seq in todo]
+        items = [(mid, seq, self._refs.get(mid, ())) for mid, seq in due]
         items = [(mid, seq, r) for mid, seq, r in items if r]
         if not items:
             return []

@@ -161,25 +161,22 @@ FEEDBACK_TOP = 5
 FEEDBACK_MIN_DOCS = 2
 
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
-_MONTH_NUMBER = {
-    name: i + 1
-    for i, name in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ]
-    )
-}
+#: English month names, January first (the LoCoMo session dates and the queries' months).
+MONTH_NAMES: tuple[str, ...] = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_MONTH_NUMBER = {name: i for i, name in enumerate(MONTH_NAMES, start=1)}
 # "may" is a month only capitalised ("in May"; "what may ..." is not)
 _QUERY_MONTH = re.compile(r"\b(" + "|".join(m for m in _MONTH_NUMBER if m != "may") + r"|(?-i:May))\b", re.IGNORECASE)
 
@@ -190,10 +187,8 @@ _TEMPORAL_QUERY = re.compile(
     r"how many (?:years|months|weeks|days)|since when|what age|date)\b",
     re.IGNORECASE,
 )
-_MONTHS = (
-    "january|february|march|april|june|july|august|september|october|november|december|"
-    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
-)
+# "may" is left out of time expressions: as a word it is mostly the verb.
+_MONTHS = "|".join([m for m in MONTH_NAMES if m != "may"] + [m[:3] for m in MONTH_NAMES if m != "may"] + ["sept"])
 _TIME_EXPR = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|recently|ago|last (?:night|week|month|year|weekend|time|summer|"
     r"winter|spring|fall|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|next (?:week|month|year|"

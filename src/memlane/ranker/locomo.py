@@ -22,6 +22,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memlane.ranker.features import MONTH_NAMES
+
 __all__ = [
     "CATEGORY_NAMES",
     "Conversation",
@@ -47,27 +49,7 @@ _DATE = re.compile(
     r"\s*(\d{1,2}):(\d{2})\s*([ap])\.?m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})\s*",
     re.IGNORECASE,
 )
-_MONTHS = {
-    m: i
-    for i, name in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ],
-        start=1,
-    )
-    for m in (name, name[:3])
-}
+_MONTHS = {m: i for i, name in enumerate(MONTH_NAMES, start=1) for m in (name, name[:3])}
 _MONTHS["sept"] = 9
 # "D11:26", "D:11:26", "D30:05", "d 3 : 7" -> (session, turn)
 _EVIDENCE_ID = re.compile(r"[Dd]\s*:?\s*(\d+)\s*:\s*(\d+)")
