@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 #: Characters of an id shown to agents and judges.
@@ -171,20 +171,24 @@ PREFETCH_NOTICE = (
 )
 
 
+def _framed(head: str, tail: str, parts: Iterable[str], budget_chars: int) -> str:
+    """``head`` + the ``parts`` that fit ``budget_chars`` with the frame, in order (a part that does
+    not fit is skipped, later shorter ones may still fit) + ``tail``; "" when no part fits."""
+    used = len(head) + len(tail)
+    kept: list[str] = []
+    for part in parts:
+        if used + len(part) > budget_chars:
+            continue
+        kept.append(part)
+        used += len(part)
+    return head + "".join(kept) + tail if kept else ""
+
+
 def render_prefetch(files: Sequence[dict[str, str]], budget_chars: int) -> str:
     """The pre-fetched files ``[{"file", "reason"}]`` as ``- path (reason)`` lines in a framed,
     escaped block, keeping the lines that fit ``budget_chars`` with the frame; "" when none fits."""
-    head = f"<{PREFETCH_TAG}>\n{PREFETCH_NOTICE}\n"
-    tail = f"</{PREFETCH_TAG}>\n"
-    used = len(head) + len(tail)
-    lines: list[str] = []
-    for f in files:
-        line = f"- {html.escape(_LINE_BREAK.sub(' ', f['file']), quote=False)} ({f['reason']})\n"
-        if used + len(line) > budget_chars:
-            continue
-        lines.append(line)
-        used += len(line)
-    return head + "".join(lines) + tail if lines else ""
+    lines = (f"- {html.escape(_LINE_BREAK.sub(' ', f['file']), quote=False)} ({f['reason']})\n" for f in files)
+    return _framed(f"<{PREFETCH_TAG}>\n{PREFETCH_NOTICE}\n", f"</{PREFETCH_TAG}>\n", lines, budget_chars)
 
 
 #: Tag around the warnings shown before a tool call touches a file (PreToolUse).
@@ -208,16 +212,11 @@ def render_file_warnings(file: str, items: Sequence[tuple[str, str, str]], budge
     framed, escaped block (:func:`as_data`), keeping the lines that fit ``budget_chars`` with the
     frame; "" when none fits."""
     head = f"<{FILE_WARNINGS_TAG}>\n{FILE_WARNINGS_NOTICE} {html.escape(_LINE_BREAK.sub(' ', file), quote=False)}\n"
-    tail = f"</{FILE_WARNINGS_TAG}>\n"
-    used = len(head) + len(tail)
-    lines: list[str] = []
-    for mid, mtype, content in items:
-        line = f"- {WARNING_LABELS.get(mtype, mtype)} [{as_data(short_id(mid))}]: {as_data(content)}\n"
-        if used + len(line) > budget_chars:
-            continue
-        lines.append(line)
-        used += len(line)
-    return head + "".join(lines) + tail if lines else ""
+    lines = (
+        f"- {WARNING_LABELS.get(mtype, mtype)} [{as_data(short_id(mid))}]: {as_data(content)}\n"
+        for mid, mtype, content in items
+    )
+    return _framed(head, f"</{FILE_WARNINGS_TAG}>\n", lines, budget_chars)
 
 
 #: Tag around the pre-fetched files' contents (seed "Predictive Pre-Fetching": PRE-LOADED FILES).
@@ -234,17 +233,13 @@ def render_prefetch_files(files: Sequence[tuple[str, str, bool]], budget_chars: 
     """Pre-fetched files ``[(path, text, truncated)]`` as ``### path`` sections in a framed block,
     each text XML-escaped (``&``, ``<``, ``>``: no file can close the block) and marked
     ``[truncated]`` when cut; the sections that fit ``budget_chars`` with the frame; "" when none."""
-    head = f"<{PREFETCH_FILES_TAG}>\n{PREFETCH_FILES_NOTICE}\n"
-    tail = f"</{PREFETCH_FILES_TAG}>\n"
-    used = len(head) + len(tail)
-    parts: list[str] = []
-    for path, text, truncated in files:
+
+    def section(path: str, text: str, truncated: bool) -> str:
         body = html.escape(text, quote=False).rstrip("\n")
         part = f"### {html.escape(_LINE_BREAK.sub(' ', path), quote=False)}\n{body}\n"
-        if truncated:
-            part += "... [truncated]\n"
-        if used + len(part) > budget_chars:
-            continue
-        parts.append(part)
-        used += len(part)
-    return head + "".join(parts) + tail if parts else ""
+        return part + "... [truncated]\n" if truncated else part
+
+    parts = (section(*f) for f in files)
+    return _framed(
+        f"<{PREFETCH_FILES_TAG}>\n{PREFETCH_FILES_NOTICE}\n", f"</{PREFETCH_FILES_TAG}>\n", parts, budget_chars
+    )
